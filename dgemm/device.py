@@ -1,0 +1,95 @@
+"""One OpenCL device as a worker uses it: context, queue, built programs.
+
+Objects here are created inside worker processes (see :mod:`dgemm.worker`),
+never in the client.  Programs are built once per (dtype, parameters) and
+cached on the :class:`Device`.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from . import sources
+from .discovery import DeviceInfo, cl_device, worker_device
+from .params import KernelParams
+from .tuning import Choice, lookup
+
+DTYPES = {np.dtype("float32"): 32, np.dtype("float64"): 64}
+
+
+class DeviceError(RuntimeError):
+    """The device cannot do what was asked (no fp64, too little memory...)."""
+
+
+class Kernels:
+    """The built kernels of one program, with the parameters they were built for."""
+
+    def __init__(self, program, params: KernelParams, dtype: np.dtype):
+        self.params = params
+        self.dtype = dtype
+        self.gemm = program.gemm
+        self.pad_zeros = program.pad_zeros
+        self.unpad = program.unpad
+        self.transpose_pad = program.transpose_pad
+        self.transpose_tile = 16
+
+
+class Device:
+    """An OpenCL context and in-order profiling queue on one device.
+
+    Parameters
+    ----------
+    info : DeviceInfo, optional
+        The device; by default the one :func:`dgemm.discovery.worker_device`
+        picks from the environment.
+    """
+
+    def __init__(self, info: DeviceInfo | None = None):
+        import pyopencl as cl
+
+        self.info = info or worker_device()
+        self.cl_device = cl_device(self.info)
+        self.context = cl.Context([self.cl_device])
+        self.queue = cl.CommandQueue(self.context, properties=cl.command_queue_properties.PROFILING_ENABLE)
+        self._kernels: dict = {}
+        self._lock = threading.Lock()
+
+    def choice(self, dtype) -> Choice:
+        return lookup(self.info, np.dtype(dtype).name)
+
+    def check_dtype(self, dtype) -> np.dtype:
+        dtype = np.dtype(dtype)
+        if dtype not in DTYPES:
+            raise TypeError(f"dgemm supports float32 and float64, not {dtype}")
+        if dtype == np.float64 and not self.info.fp64:
+            raise DeviceError(f"device {self.info.name!r} has no double precision (cl_khr_fp64); "
+                              "use float32 or another device")
+        return dtype
+
+    def kernels(self, dtype, params: KernelParams | None = None) -> Kernels:
+        """Build (once) and return the kernels for ``dtype`` and ``params``."""
+        import pyopencl as cl
+
+        dtype = self.check_dtype(dtype)
+        params = params or self.choice(dtype).params
+        key = (dtype, params)
+        with self._lock:
+            if key not in self._kernels:
+                bad = params.problems(dtype.itemsize, self.info.max_work_group_size, self.info.local_mem)
+                if bad:
+                    raise ValueError(f"invalid kernel parameters {params}: " + "; ".join(bad))
+                defines = {"PRECISION": DTYPES[dtype], **params.defines()}
+                options = [f"-D{k}={v}" for k, v in defines.items()]
+                options += ["-I", str(sources.kernel_dir())]
+                program = cl.Program(self.context, sources.program_source()).build(options=options)
+                self._kernels[key] = Kernels(program, params, dtype)
+            return self._kernels[key]
+
+    def buffer(self, nbytes: int):
+        import pyopencl as cl
+        return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, max(int(nbytes), 1))
+
+    def close(self) -> None:
+        self._kernels.clear()
+        self.queue.finish()

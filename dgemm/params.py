@@ -1,0 +1,117 @@
+"""Tuning parameters of the GEMM kernel and the rules they must obey.
+
+The kernel (``kernels/gemm.cl``) takes these as ``-D`` macros.  Any set that
+passes :meth:`KernelParams.problems` must give correct results; which set is
+fastest is a question for the tuner and the tuning database.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+_FIELDS = ("TSM", "TSN", "TSK", "WPTM", "WPTN", "WIDTH", "PADA", "PADB")
+
+
+@dataclass(frozen=True)
+class KernelParams:
+    """Compile-time parameters of the register-blocked GEMM kernel.
+
+    Parameters
+    ----------
+    TSM, TSN, TSK : int
+        Tile of C computed by one work-group (TSM x TSN) and the depth of the
+        local-memory tiles along K.
+    WPTM, WPTN : int
+        Register block: elements of C per work-item along M and N.
+    WIDTH : int
+        Vector width of the global loads (1, 2, 4 or 8).
+    PADA, PADB : int
+        Extra elements per row of the local tiles (bank-conflict avoidance).
+
+    Examples
+    --------
+    >>> p = KernelParams(TSM=96, TSN=64, TSK=16, WPTM=6, WPTN=4, WIDTH=2)
+    >>> p.local_size, p.threads
+    ((16, 16), 256)
+    >>> p.problems(itemsize=4)
+    []
+    """
+
+    TSM: int = 64
+    TSN: int = 64
+    TSK: int = 16
+    WPTM: int = 4
+    WPTN: int = 4
+    WIDTH: int = 4
+    PADA: int = 0
+    PADB: int = 0
+
+    @property
+    def local_size(self) -> tuple[int, int]:
+        """Work-group shape (along N, along M), as the kernel requires."""
+        return (self.TSN // self.WPTN, self.TSM // self.WPTM)
+
+    @property
+    def threads(self) -> int:
+        return (self.TSN // self.WPTN) * (self.TSM // self.WPTM)
+
+    @property
+    def tiles(self) -> tuple[int, int, int]:
+        return (self.TSM, self.TSN, self.TSK)
+
+    def local_mem_bytes(self, itemsize: int) -> int:
+        """Local memory of one work-group: two (double-buffered) tiles each of A and B."""
+        return 2 * self.TSK * (self.TSM + self.PADA + self.TSN + self.PADB) * itemsize
+
+    def problems(self, itemsize: int, max_work_group_size: int | None = None,
+                 local_mem_size: int | None = None) -> list[str]:
+        """Why this parameter set cannot run (an empty list when it can)."""
+        out = []
+        for f in _FIELDS:
+            v = getattr(self, f)
+            if not isinstance(v, int) or v < (0 if f.startswith("PAD") else 1):
+                out.append(f"{f}={v!r} must be a {'non-negative' if f.startswith('PAD') else 'positive'} integer")
+        if out:
+            return out
+        if self.WIDTH not in (1, 2, 4, 8):
+            out.append(f"WIDTH={self.WIDTH} must be 1, 2, 4 or 8")
+        if self.TSM % self.WPTM or self.TSN % self.WPTN:
+            out.append("TSM and TSN must be multiples of WPTM and WPTN")
+        for f in ("TSM", "TSN", "PADA", "PADB"):
+            if getattr(self, f) % self.WIDTH:
+                out.append(f"{f}={getattr(self, f)} must be a multiple of WIDTH={self.WIDTH}")
+        if not out:
+            for name, ts in (("A", self.TSM), ("B", self.TSN)):
+                if (self.TSK * ts // self.WIDTH) % self.threads:
+                    out.append(f"the {name} tile ({self.TSK}x{ts}, vectors of {self.WIDTH}) does not split "
+                               f"evenly over {self.threads} work-items")
+        if max_work_group_size is not None and self.threads > max_work_group_size:
+            out.append(f"{self.threads} work-items per group exceed the device's {max_work_group_size}")
+        if local_mem_size is not None and self.local_mem_bytes(itemsize) > local_mem_size:
+            out.append(f"{self.local_mem_bytes(itemsize)} bytes of local memory exceed the device's {local_mem_size}")
+        return out
+
+    def defines(self) -> dict[str, int]:
+        return {f: getattr(self, f) for f in _FIELDS}
+
+    def as_dict(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "KernelParams":
+        unknown = set(d) - set(_FIELDS)
+        if unknown:
+            raise ValueError(f"unknown kernel parameters: {sorted(unknown)}")
+        return cls(**{k: int(v) for k, v in d.items()})
+
+
+def lcm_tiles(params: list[KernelParams]) -> tuple[int, int, int]:
+    """Tile sizes that every one of several parameter sets divides.
+
+    >>> lcm_tiles([KernelParams(TSM=64), KernelParams(TSM=96, WPTM=6)])
+    (192, 64, 16)
+    """
+    if not params:
+        return KernelParams().tiles
+    return tuple(math.lcm(*(p.tiles[i] for p in params)) for i in range(3))

@@ -1,0 +1,38 @@
+"""Where the OpenCL C sources are.
+
+The ``.cl`` files live in the top-level ``kernels/`` folder of the repository
+and are installed as the package ``dgemm.kernels``.  This is the one place
+that knows that.
+"""
+from __future__ import annotations
+
+import importlib.resources
+from pathlib import Path
+
+KERNEL_FILES = ("common.cl", "gemm.cl", "padding.cl", "transpose.cl")
+
+
+def kernel_dir() -> Path:
+    """Return the folder holding the ``.cl`` files.
+
+    Examples
+    --------
+    >>> (kernel_dir() / "gemm.cl").is_file()
+    True
+    """
+    try:
+        path = Path(str(importlib.resources.files("dgemm.kernels")))
+        if (path / "gemm.cl").is_file():
+            return path
+    except ModuleNotFoundError:
+        pass
+    # Running from a source checkout that is on sys.path but not installed.
+    path = Path(__file__).resolve().parent.parent / "kernels"
+    if (path / "gemm.cl").is_file():
+        return path
+    raise FileNotFoundError("dgemm's OpenCL kernels (gemm.cl) were not found")
+
+
+def program_source() -> str:
+    """The translation unit built for a device: every kernel, one program."""
+    return "".join(f'#include "{name}"\n' for name in KERNEL_FILES[1:])
