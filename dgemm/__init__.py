@@ -1,0 +1,18 @@
+"""dgemm: matrix products of Zarr arrays on Dask clusters of OpenCL devices.
+
+>>> import dgemm
+>>> sorted(n for n in dgemm.__all__ if not n[0].isupper())
+['gemm', 'list_devices', 'make_plan', 'matmul', 'open_result']
+"""
+from .api import gemm, matmul
+from .cluster import DeviceCluster, NoDeviceWorkerError
+from .device import DeviceError
+from .discovery import list_devices
+from .plan import make_plan
+from .results import IncompleteResultError, open_result
+from .worker import DgemmPlugin
+
+__version__ = "0.1.0"
+
+__all__ = ["matmul", "gemm", "open_result", "list_devices", "make_plan", "DeviceCluster", "DgemmPlugin",
+           "DeviceError", "NoDeviceWorkerError", "IncompleteResultError"]

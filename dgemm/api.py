@@ -1,0 +1,201 @@
+"""The public operations: :func:`matmul` and :func:`gemm`.
+
+Everything the user passed is checked first (shapes, dtypes, output); only
+then is a cluster found or started, the product planned, the output created
+and the graph run.
+"""
+from __future__ import annotations
+
+import numbers
+import time
+import uuid
+
+import numpy as np
+
+from . import graph as graph_mod
+from .cluster import get_client, prepare, tiles_of
+from .plan import make_plan
+from .storage import Operand, check_dtype, check_output, create_output, mark_complete
+
+
+def matmul(a, b, out=None, *, client=None, overwrite: bool = False, block=None,
+           devices: str | None = None, progress: bool = False):
+    """Matrix product of two arrays, computed on the cluster's OpenCL devices.
+
+    Follows :func:`numpy.matmul` for 1-D and 2-D operands: a 1-D first
+    operand is a row vector, a 1-D second operand a column vector, and the
+    added axis is removed from the result.
+
+    Parameters
+    ----------
+    a, b : zarr.Array, str, os.PathLike, zarr store, dask.array.Array or numpy.ndarray
+        The operands; paths and URLs are opened as Zarr arrays (read-only).
+        float32 and float64; mixed inputs give float64.
+    out : str, os.PathLike, zarr store or zarr.Array, optional
+        Where to write the product as a Zarr array.  ``None`` returns a lazy
+        dask array instead.
+    client : distributed.Client, optional
+        Defaults to the current client, else a local cluster with one worker
+        per OpenCL device (see :class:`dgemm.DeviceCluster`).
+    overwrite : bool
+        Replace an existing ``out`` path.
+    block : int or (int, int, int), optional
+        Preferred block sizes along M, N and K (rounded to kernel tiles).
+    devices : str, optional
+        Devices for a local cluster started by this call (``DGEMM_DEVICES``).
+    progress : bool
+        Show a progress bar while writing ``out``.
+
+    Returns
+    -------
+    zarr.Array or dask.array.Array
+        The written array when ``out`` is given, else a lazy dask array whose
+        blocks are computed on the devices.
+
+    Examples
+    --------
+    >>> import numpy as np, dgemm                                # doctest: +SKIP
+    >>> c = dgemm.matmul("a.zarr", "b.zarr", out="c.zarr")       # doctest: +SKIP
+    >>> np.allclose(c[:], np.asarray(...))                       # doctest: +SKIP
+    """
+    return _run(a, b, None, 1.0, 0.0, False, False, out, client, overwrite, block, devices,
+                progress, "matmul")
+
+
+def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 0.0, trans_a: bool = False,
+         trans_b: bool = False, out=None, client=None, overwrite: bool = False, block=None,
+         devices: str | None = None, progress: bool = False):
+    """General matrix multiply: ``alpha * op(a) @ op(b) + beta * c``.
+
+    ``op(x)`` is ``x.T`` when the matching ``trans_*`` flag is set; the
+    transpose happens on the device, block by block, never as a copy in the
+    store.  ``a``, ``b`` and ``c`` must be 2-D.  ``c`` is read only when
+    ``beta != 0``; ``out`` may be the same Zarr array as ``c`` (BLAS-style in
+    place update; pass ``overwrite=True`` for a path).
+
+    Parameters are as for :func:`matmul`, plus
+    ----------
+    c : array-like, optional
+        The ``M x N`` addend.  Required when ``beta != 0``.
+    alpha, beta : float
+        Scalars.
+    trans_a, trans_b : bool
+        Use the transpose of ``a`` / ``b``.
+    """
+    return _run(a, b, c, alpha, beta, trans_a, trans_b, out, client, overwrite, block, devices,
+                progress, "gemm")
+
+
+def _check_scalar(x, name: str) -> float:
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        raise TypeError(f"{name} must be a real number, not {type(x).__name__}")
+    return float(x)
+
+
+def _check_block(block):
+    if block is None:
+        return None
+    vals = (block,) * 3 if isinstance(block, numbers.Integral) else tuple(block)
+    if len(vals) != 3 or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) and v > 0
+                                 for v in vals):
+        raise ValueError(f"block must be a positive int or three positive ints (M, N, K), not {block!r}")
+    return tuple(int(v) for v in vals)
+
+
+def _run(a, b, c, alpha, beta, trans_a, trans_b, out, client, overwrite, block, devices, progress, op):
+    # ---- check everything the user gave, before any work ----
+    alpha, beta = _check_scalar(alpha, "alpha"), _check_scalar(beta, "beta")
+    target = _check_block(block)
+    A, B = Operand(a, "a"), Operand(b, "b")
+    drop: tuple = ()
+    if op == "gemm":
+        for x in (A, B):
+            if x.ndim != 2:
+                raise ValueError(f"gemm needs 2-D operands; {x.what} has shape {x.stored_shape}")
+    else:
+        if A.ndim == 1:
+            A.promote(0)
+            drop += (0,)
+        if B.ndim == 1:
+            B.promote(1)
+            drop += (1,)
+    if trans_a:
+        A.transpose()
+    if trans_b:
+        B.transpose()
+    (m, ka), (kb, n) = A.shape, B.shape
+    if ka != kb:
+        sa = "a.T" if trans_a else "a"
+        sb = "b.T" if trans_b else "b"
+        raise ValueError(f"{op}: shapes do not match: {sa} has shape {_orig(A)} and {sb} has shape {_orig(B)}; "
+                         f"the contracted dimensions differ ({ka} != {kb})")
+    dtype = np.result_type(A.dtype, B.dtype)
+    C = None
+    if c is not None:
+        C = Operand(c, "c")
+        if C.ndim != 2 or C.shape != (m, n):
+            raise ValueError(f"c has shape {C.stored_shape}, but op(a) @ op(b) has shape {(m, n)}")
+        dtype = np.result_type(dtype, C.dtype)
+    elif beta != 0:
+        raise ValueError(f"beta={beta} needs c (the matrix to scale and add)")
+    dtype = check_dtype(dtype, "the result")
+    full_shape = (m, n)
+    shape = tuple(s for ax, s in enumerate(full_shape) if ax not in drop)
+    spec = check_output(out, shape, dtype, overwrite) if out is not None else None
+
+    # ---- trivial shapes need no device ----
+    if m == 0 or n == 0:
+        return _empty(spec, shape, dtype)
+
+    # ---- cluster, plan, graph ----
+    client = get_client(client, devices)
+    workers = prepare(client, dtype)
+    tiles = tiles_of(workers, dtype)
+    if target is None:
+        all_cpu = all(d["device"].type == "CPU" for d in workers.values())
+        target = (1024,) * 3 if all_cpu else (4096,) * 3
+    out_chunks = None
+    if spec is not None and spec.chunks is not None:
+        it = iter(spec.chunks)
+        out_chunks = tuple(1 if ax in drop else next(it) for ax in range(2))
+    plan = make_plan(m, n, ka, dtype, tiles, a_chunks=A.chunks, b_chunks=B.chunks, out_chunks=out_chunks,
+                     target=target, n_workers=len(workers))
+    token = uuid.uuid4().hex[:12]
+    g = graph_mod.build(plan, A, B, C, alpha=alpha, beta=beta, token=token)
+
+    if spec is None:
+        import dask.array as da
+        arr = da.Array(g.hlg(), g.result_name, chunks=(tuple(b - a for a, b in plan.rows),
+                                                       tuple(b - a for a, b in plan.cols)),
+                       dtype=dtype, meta=np.empty((0, 0), dtype=dtype))
+        return arr[tuple(0 if ax in drop else slice(None) for ax in range(2))] if drop else arr
+
+    chunks = tuple(s for ax, s in enumerate(plan.block_shape[:2]) if ax not in drop)
+    meta = {"operation": op, "a": A.label, "b": B.label, "plan": plan.explain()}
+    result = create_output(spec, chunks, meta)
+    done_key = graph_mod.add_store(g, plan, result, drop, token)
+    from dask.delayed import Delayed
+    t0 = time.perf_counter()
+    future = client.compute(Delayed(done_key, g.hlg()))
+    if progress:
+        from distributed import progress as show_progress
+        show_progress(future)
+    future.result()
+    seconds = time.perf_counter() - t0
+    mark_complete(result, {"seconds": seconds, "tflops": plan.flops / seconds / 1e12 if seconds else None})
+    return result
+
+
+def _orig(x: Operand) -> tuple:
+    """The shape the user passed (before 1-D promotion)."""
+    return (x.stored_shape[1 - x.expand],) if x.expand is not None else x.stored_shape
+
+
+def _empty(spec, shape, dtype):
+    if spec is None:
+        import dask.array as da
+        return da.zeros(shape, dtype=dtype)
+    chunks = tuple(max(s, 1) for s in shape)
+    result = create_output(spec, spec.chunks or chunks, {"operation": "empty"})
+    mark_complete(result, {"seconds": 0.0})
+    return result

@@ -1,0 +1,149 @@
+"""The Dask graph of a GEMM, and the per-block task functions it calls.
+
+Layers, named for the dashboard's task stream:
+
+``dgemm-gemm``    one task per C block (and k segment): reads its A and B
+                  blocks in the worker, multiplies on the device, accumulates
+                  over k there.  Asks for resource ``GPU=1``.
+``dgemm-reduce``  adds the k segments of a C block (only when k is split).
+``dgemm-store``   writes one C block (whole chunks) to the output store.
+``dgemm-done``    one task that depends on every store.
+
+Inputs held by dask (or numpy, turned into ``dgemm-load`` tasks) arrive as
+task dependencies; Zarr inputs arrive as :class:`~dgemm.storage.ZarrBlock`
+references and are read by the worker that needs them.
+"""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
+
+from .plan import Plan
+from .storage import Operand, ZarrBlock, load, store_block
+
+GPU = {"resources": {"GPU": 1}}
+
+
+# -- task functions (run in workers) ------------------------------------------
+def _load(ref) -> np.ndarray:
+    try:
+        return load(ref)
+    except Exception as e:
+        where = ref.describe() if isinstance(ref, ZarrBlock) else "an input block"
+        raise OSError(f"dgemm could not read {where}: {type(e).__name__}: {e}") from e
+
+
+def _pairs(a_refs, b_refs):
+    """Yield loaded (A_ik, B_kj) pairs, reading the next pair while the device works on this one."""
+    if not a_refs:
+        return
+    with ThreadPoolExecutor(2) as pool:
+        nxt = (pool.submit(_load, a_refs[0]), pool.submit(_load, b_refs[0]))
+        for idx in range(len(a_refs)):
+            a, b = nxt[0].result(), nxt[1].result()
+            if idx + 1 < len(a_refs):
+                nxt = (pool.submit(_load, a_refs[idx + 1]), pool.submit(_load, b_refs[idx + 1]))
+            yield a, b
+
+
+def gemm_block(a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_b, dtype):
+    """One C block: ``alpha * sum_k op(A_ik) op(B_kj) + beta * C_ij`` on this worker's device."""
+    from .worker import device_state
+
+    engine = device_state().engine(dtype)
+    c = _load(c_ref) if c_ref is not None and beta != 0 else None
+    return engine.product(_pairs(a_refs, b_refs), m, n, alpha=alpha, beta=beta, c=c,
+                          trans_a=trans_a, trans_b=trans_b)
+
+
+def reduce_blocks(parts):
+    """Sum the k segments of one C block."""
+    out = parts[0].copy()
+    for p in parts[1:]:
+        out += p
+    return out
+
+
+def store(array, rows, cols, block, drop):
+    """Write one C block; returns its shape (the store holds the data, not dask)."""
+    store_block(array, rows, cols, block, drop)
+    return block.shape
+
+
+def done(shapes):
+    return len(shapes)
+
+
+# -- graph construction (client) ----------------------------------------------
+@dataclass
+class Graph:
+    layers: dict
+    dependencies: dict
+    result_name: str          # keys (result_name, i, j) hold the C blocks
+
+    def hlg(self) -> HighLevelGraph:
+        return HighLevelGraph(self.layers, self.dependencies)
+
+
+def _merge(graph: Graph, coll) -> str | None:
+    if coll is None:
+        return None
+    g = coll.__dask_graph__()
+    if not isinstance(g, HighLevelGraph):
+        g = HighLevelGraph.from_collections(coll.name, g)
+    graph.layers.update(g.layers)
+    graph.dependencies.update(g.dependencies)
+    return coll.name
+
+
+def build(plan: Plan, a: Operand, b: Operand, c: Operand | None, *, alpha: float, beta: float,
+          token: str) -> Graph:
+    """The layers that compute every C block of ``plan``."""
+    graph = Graph({}, {}, "")
+    a_ref, a_coll = a.block_refs(plan.rows, plan.ks)
+    b_ref, b_coll = b.block_refs(plan.ks, plan.cols)
+    use_c = c is not None and beta != 0
+    c_ref, c_coll = c.block_refs(plan.rows, plan.cols) if use_c else (None, None)
+    inputs = {name for name in (_merge(graph, a_coll), _merge(graph, b_coll), _merge(graph, c_coll)) if name}
+
+    gname = f"dgemm-gemm-{token}"
+    split = len(plan.segments) > 1
+    dt = plan.dtype.str
+    dsk = {}
+    for i, (r0, r1) in enumerate(plan.rows):
+        for j, (c0, c1) in enumerate(plan.cols):
+            for s, (k0, k1) in enumerate(plan.segments):
+                key = (gname, i, j, s) if split else (gname, i, j)
+                first = s == 0
+                dsk[key] = (gemm_block,
+                            [a_ref(i, kk) for kk in range(k0, k1)],
+                            [b_ref(kk, j) for kk in range(k0, k1)],
+                            c_ref(i, j) if (use_c and first) else None,
+                            r1 - r0, c1 - c0, float(alpha), float(beta) if first else 0.0,
+                            a.trans, b.trans, dt)
+    graph.layers[gname] = MaterializedLayer(dsk, annotations=GPU)
+    graph.dependencies[gname] = inputs
+    graph.result_name = gname
+    if split:
+        rname = f"dgemm-reduce-{token}"
+        graph.layers[rname] = MaterializedLayer({
+            (rname, i, j): (reduce_blocks, [(gname, i, j, s) for s in range(len(plan.segments))])
+            for i in range(len(plan.rows)) for j in range(len(plan.cols))})
+        graph.dependencies[rname] = {gname}
+        graph.result_name = rname
+    return graph
+
+
+def add_store(graph: Graph, plan: Plan, array, drop: tuple, token: str) -> str:
+    """Add the store and done layers; return the key of the done task."""
+    sname, dname = f"dgemm-store-{token}", f"dgemm-done-{token}"
+    dsk = {(sname, i, j): (store, array, plan.rows[i], plan.cols[j], (graph.result_name, i, j), drop)
+           for i in range(len(plan.rows)) for j in range(len(plan.cols))}
+    graph.layers[sname] = MaterializedLayer(dsk)
+    graph.dependencies[sname] = {graph.result_name}
+    graph.layers[dname] = MaterializedLayer({dname: (done, list(dsk))})
+    graph.dependencies[dname] = {sname}
+    return dname
