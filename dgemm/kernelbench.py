@@ -1,0 +1,108 @@
+"""Timing the GEMM kernel alone on device-resident data, with a correctness check.
+
+Used by the tuner and by the kernel benchmark.  A timed run counts only if
+its output passes :func:`check`: rows and columns sampled from C are compared
+with float64 numpy products of the same inputs.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+import numpy as np
+
+from .device import Device
+from .engine import roundup
+from .params import KernelParams
+
+
+@dataclass
+class Timing:
+    params: KernelParams
+    m: int
+    n: int
+    k: int
+    seconds: float          # median kernel time (profiling events)
+    rel_err: float          # worst relative error over the sampled rows/columns
+    ok: bool
+
+    @property
+    def tflops(self) -> float:
+        return 2.0 * self.m * self.n * self.k / self.seconds / 1e12
+
+
+def tolerance(dtype, k: int) -> float:
+    """Relative error a correct kernel stays under (sum of k products)."""
+    eps = np.finfo(np.dtype(dtype)).eps
+    return max(50.0, 4.0 * np.sqrt(k)) * eps
+
+
+def check(a: np.ndarray, b: np.ndarray, c: np.ndarray, rng, samples: int = 24) -> float:
+    """Worst relative error of sampled rows and columns of ``c`` against ``a @ b`` in float64."""
+    m, n = c.shape
+    rows = rng.choice(m, size=min(samples, m), replace=False)
+    cols = rng.choice(n, size=min(samples, n), replace=False)
+    a64, b64 = a.astype(np.float64, copy=False), b.astype(np.float64, copy=False)
+    err = 0.0
+    ref_r = a64[rows] @ b64
+    ref_c = a64 @ b64[:, cols]
+    for ref, got in ((ref_r, c[rows].astype(np.float64)), (ref_c, c[:, cols].astype(np.float64))):
+        if not np.all(np.isfinite(got)):
+            return float("inf")
+        err = max(err, float(np.linalg.norm(got - ref) / np.linalg.norm(ref)))
+    return err
+
+
+class KernelBench:
+    """Random inputs of one size, uploaded once, for timing many parameter sets."""
+
+    def __init__(self, device: Device, dtype, m: int, n: int, k: int, seed: int = 0):
+        self.device, self.dtype = device, np.dtype(dtype)
+        self.m, self.n, self.k = m, n, k
+        self.rng = np.random.default_rng(seed)
+        self.a = self.rng.standard_normal((m, k)).astype(self.dtype)
+        self.b = self.rng.standard_normal((k, n)).astype(self.dtype)
+        self._cache: dict = {}
+
+    def _inputs(self, tiles):
+        """AT (K' x M') and B (K' x N') padded for these tiles, on the device."""
+        import pyopencl as cl
+
+        tm, tn, tk = tiles
+        mp, np_, kp = roundup(self.m, tm), roundup(self.n, tn), roundup(self.k, tk)
+        key = (mp, np_, kp)
+        if key not in self._cache:
+            at = np.zeros((kp, mp), self.dtype)
+            at[:self.k, :self.m] = self.a.T
+            bp = np.zeros((kp, np_), self.dtype)
+            bp[:self.k, :self.n] = self.b
+            mf = cl.mem_flags
+            ctx = self.device.context
+            bufs = (cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=at),
+                    cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=bp),
+                    cl.Buffer(ctx, mf.READ_WRITE, mp * np_ * self.dtype.itemsize))
+            self._cache.clear()  # keep one size resident: device memory is finite
+            self._cache[key] = (bufs, key)
+        return self._cache[key]
+
+    def run(self, params: KernelParams, reps: int = 5, warmup: int = 1) -> Timing:
+        import pyopencl as cl
+
+        kern = self.device.kernels(self.dtype, params)
+        (at, bp, c), (mp, np_, kp) = self._inputs(params.tiles)
+        q = self.device.queue
+        real = self.dtype.type
+        # Poison C so unwritten elements fail the check.
+        cl.enqueue_fill_buffer(q, c, real(np.nan), 0, mp * np_ * self.dtype.itemsize)
+        times = []
+        for i in range(warmup + reps):
+            ev = kern.gemm(q, (np_ // params.WPTN, mp // params.WPTM), params.local_size,
+                           np.int32(mp), np.int32(np_), np.int32(kp), real(1.0), real(0.0), at, bp, c)
+            ev.wait()
+            if i >= warmup:
+                times.append((ev.profile.end - ev.profile.start) * 1e-9)
+        out = np.empty((mp, np_), self.dtype)
+        cl.enqueue_copy(q, out, c, is_blocking=True)
+        err = check(self.a, self.b, out[:self.m, :self.n], self.rng)
+        return Timing(params, self.m, self.n, self.k, statistics.median(times), err,
+                      err <= tolerance(self.dtype, self.k))
