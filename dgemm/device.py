@@ -26,6 +26,7 @@ class Kernels:
     """The built kernels of one program, with the parameters they were built for."""
 
     def __init__(self, program, params: KernelParams, dtype: np.dtype):
+        self.program = program
         self.params = params
         self.dtype = dtype
         self.gemm = program.gemm
@@ -67,13 +68,18 @@ class Device:
                               "use float32 or another device")
         return dtype
 
-    def kernels(self, dtype, params: KernelParams | None = None) -> Kernels:
-        """Build (once) and return the kernels for ``dtype`` and ``params``."""
+    def kernels(self, dtype, params: KernelParams | None = None, extra_options: tuple = ()) -> Kernels:
+        """Build (once) and return the kernels for ``dtype`` and ``params``.
+
+        ``extra_options`` go to the OpenCL compiler as well (e.g.
+        ``("-cl-nv-verbose",)`` for NVIDIA's register report, see
+        :meth:`build_log`).
+        """
         import pyopencl as cl
 
         dtype = self.check_dtype(dtype)
         params = params or self.choice(dtype).params
-        key = (dtype, params)
+        key = (dtype, params, tuple(extra_options))
         with self._lock:
             if key not in self._kernels:
                 bad = params.problems(dtype.itemsize, self.info.max_work_group_size, self.info.local_mem)
@@ -81,10 +87,16 @@ class Device:
                     raise ValueError(f"invalid kernel parameters {params}: " + "; ".join(bad))
                 defines = {"PRECISION": DTYPES[dtype], **params.defines()}
                 options = [f"-D{k}={v}" for k, v in defines.items()]
-                options += ["-I", str(sources.kernel_dir())]
+                options += ["-I", str(sources.kernel_dir()), *extra_options]
                 program = cl.Program(self.context, sources.program_source()).build(options=options)
                 self._kernels[key] = Kernels(program, params, dtype)
             return self._kernels[key]
+
+    def build_log(self, dtype, params: KernelParams, extra_options: tuple = ("-cl-nv-verbose",)) -> str:
+        """The compiler's log for a build (registers and spills on NVIDIA with -cl-nv-verbose)."""
+        import pyopencl as cl
+        prog = self.kernels(dtype, params, extra_options).program
+        return prog.get_build_info(self.cl_device, cl.program_build_info.LOG)
 
     def buffer(self, nbytes: int):
         import pyopencl as cl

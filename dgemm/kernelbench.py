@@ -105,4 +105,4 @@ class KernelBench:
         cl.enqueue_copy(q, out, c, is_blocking=True)
         err = check(self.a, self.b, out[:self.m, :self.n], self.rng)
         return Timing(params, self.m, self.n, self.k, statistics.median(times), err,
-                      err <= tolerance(self.dtype, self.k))
+                      bool(err <= tolerance(self.dtype, self.k)))

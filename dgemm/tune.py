@@ -29,7 +29,8 @@ SPACE = {
 }
 
 
-def candidates(device_info, dtype, *, min_threads: int = 64, max_threads: int = 512) -> list[KernelParams]:
+def candidates(device_info, dtype, *, min_threads: int = 64, max_threads: int = 512,
+               min_acc: int | None = None) -> list[KernelParams]:
     """Every parameter set of :data:`SPACE` that the device can run and that is worth timing.
 
     Restrictions: the kernel's own rules (:meth:`KernelParams.problems`), the
@@ -39,9 +40,12 @@ def candidates(device_info, dtype, *, min_threads: int = 64, max_threads: int = 
     """
     itemsize = np.dtype(dtype).itemsize
     max_acc = 128 if itemsize == 4 else 64
+    if min_acc is None:
+        # GPUs need a large register block to feed the FMA units from local memory.
+        min_acc = 16 if device_info.type == "GPU" else 1
     out = []
     for tsm, tsn, tsk, wm, wn, w, pad in itertools.product(*SPACE.values()):
-        if wm * wn > max_acc:
+        if not (min_acc <= wm * wn <= max_acc):
             continue
         p = KernelParams(TSM=tsm, TSN=tsn, TSK=tsk, WPTM=wm, WPTN=wn, WIDTH=w,
                          PADA=w if pad else 0, PADB=w if pad else 0)
