@@ -1,0 +1,392 @@
+"""The ``dgemm`` command line (also ``dask dgemm``).
+
+Commands: ``devices`` (what OpenCL devices there are and which kernel
+parameters each would use), ``random`` (write a random Zarr matrix),
+``plan`` (how a product would be cut into blocks), ``matmul`` (multiply two
+Zarr arrays on a cluster) and ``demo`` (a self-checking run on the local
+devices).
+
+Mistakes in what the user asked for end the command with a one-line
+``Error: ...`` and exit status 2; a missing device or an unusable cluster
+with status 1.  ``dgemm --debug ...`` shows the full traceback instead.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+
+import click
+import numpy as np
+
+from . import __version__
+
+DTYPES = ("float32", "float64")
+
+# The user's mistakes (exit 2) and the environment's (exit 1); anything else
+# is a bug and keeps its traceback.
+INPUT_ERRORS = (ValueError, TypeError, FileExistsError, LookupError)
+
+
+class InputError(click.ClickException):
+    """A one-line error about the command's arguments (exit status 2, like click's usage errors)."""
+
+    exit_code = 2
+
+
+def _environment_errors() -> tuple:
+    from .cluster import NoDeviceWorkerError
+    return (PermissionError, NoDeviceWorkerError)
+
+
+@contextlib.contextmanager
+def user_errors(ctx: click.Context | None = None):
+    """Turn dgemm's documented errors into one-line click errors (unless ``--debug``)."""
+    # find_object, not the root's obj: under ``dask dgemm`` the root context is dask's.
+    opts = ctx.find_object(dict) if ctx is not None else None
+    debug = bool(opts and opts.get("debug"))
+    try:
+        yield
+    except click.ClickException:
+        raise
+    except _environment_errors() as e:
+        if debug:
+            raise
+        raise click.ClickException(_one_line(e)) from None
+    except INPUT_ERRORS as e:
+        if debug:
+            raise
+        msg = _one_line(e)
+        if isinstance(e, FileExistsError):  # the library names its keyword; here it is an option
+            msg = msg.replace("overwrite=True", "--overwrite")
+        raise InputError(msg) from None
+
+
+def _one_line(e: BaseException) -> str:
+    msg = " ".join(str(e).split()) or type(e).__name__
+    # str(KeyError) and friends quote their argument; the others read fine as they are.
+    return msg[1:-1] if isinstance(e, LookupError) and msg[:1] == msg[-1:] == "'" else msg
+
+
+class BlockParam(click.ParamType):
+    """``N`` or ``M,N,K``: preferred block sizes, as :func:`dgemm.matmul` takes them."""
+
+    name = "N|M,N,K"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, (int, tuple)):
+            return value
+        parts = str(value).replace("x", ",").split(",")
+        try:
+            vals = tuple(int(p) for p in parts)
+        except ValueError:
+            self.fail(f"{value!r} is not an integer or three integers M,N,K", param, ctx)
+        if len(vals) not in (1, 3) or min(vals) < 1:
+            self.fail(f"{value!r} must be one positive integer or three (M,N,K)", param, ctx)
+        return vals[0] if len(vals) == 1 else vals
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.3g} {unit}"
+        n /= 1024
+
+
+def _fmt_params(params: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in params.items())
+
+
+@click.group(name="dgemm", context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="dgemm")
+@click.option("--debug", is_flag=True, help="Show full tracebacks instead of one-line errors.")
+@click.pass_context
+def cli(ctx, debug):
+    """Matrix products of Zarr arrays on Dask clusters of OpenCL devices."""
+    ctx.ensure_object(dict)["debug"] = debug
+
+
+# -- devices ------------------------------------------------------------------
+def device_report() -> dict:
+    """Every OpenCL device with the kernel parameters it would use, as plain data.
+
+    Returns
+    -------
+    dict
+        ``devices``: one dict per device (its :class:`~dgemm.discovery.DeviceInfo`
+        fields, ``id`` and, per dtype it supports, the chosen ``params`` and
+        where they came from); ``local_cluster``: ids of the devices a local
+        cluster would use, or ``local_cluster_error`` explaining why none.
+    """
+    import dataclasses
+
+    from . import discovery, tuning
+
+    devices = discovery.list_devices()
+    out = []
+    for info in devices:
+        d = {"id": info.id, **dataclasses.asdict(info), "params": {}}
+        for dt in DTYPES:
+            if dt == "float64" and not info.fp64:
+                continue
+            choice = tuning.lookup(info, dt)
+            d["params"][dt] = {"params": choice.params.as_dict(), "source": choice.describe(),
+                               "level": choice.level, "key": choice.key, "database": choice.database,
+                               "tuned": choice.tuned}
+        out.append(d)
+    report = {"devices": out, "local_cluster": [], "local_cluster_error": None}
+    if devices:
+        try:
+            report["local_cluster"] = [d.id for d in discovery.select_devices(None, devices)]
+        except LookupError as e:  # a $DGEMM_DEVICES that matches nothing
+            report["local_cluster_error"] = str(e)
+    return report
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def devices(as_json):
+    """List OpenCL devices and the GEMM kernel parameters each would use."""
+    from . import discovery
+
+    report = device_report()
+    if not report["devices"]:
+        click.echo("No OpenCL device found. " + discovery.icd_hint(), err=True)
+        raise click.exceptions.Exit(1)
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+        return
+    for d in report["devices"]:
+        click.echo(f"{d['id']}  {d['name']}  ({d['type']}; {d['platform']}; {d['vendor']}; driver {d['driver']})")
+        click.echo(f"      memory {_fmt_bytes(d['global_mem'])} global, {_fmt_bytes(d['local_mem'])} local; "
+                   f"{d['compute_units']} compute units; max work-group {d['max_work_group_size']}")
+        click.echo(f"      fp64: {'yes' if d['fp64'] else 'no'}; architecture: {d['architecture'] or 'unknown'}")
+        for dt in DTYPES:
+            p = d["params"].get(dt)
+            if p is None:
+                click.echo(f"      {dt}: not supported (no cl_khr_fp64)")
+                continue
+            click.echo(f"      {dt}: {_fmt_params(p['params'])}")
+            click.echo(f"      {' ' * len(dt)}  from the {p['source']}")
+    env = os.environ.get(discovery.ENV_DEVICES)
+    why = f"{discovery.ENV_DEVICES}={env}" if env else f"{discovery.ENV_DEVICES} unset"
+    if report["local_cluster_error"]:
+        click.echo(f"A local cluster ({why}) would fail: {report['local_cluster_error']}")
+    else:
+        names = {d["id"]: d["name"] for d in report["devices"]}
+        chosen = ", ".join(f"{i} {names[i]}" for i in report["local_cluster"])
+        click.echo(f"A local cluster ({why}) would use: {chosen}")
+
+
+# -- random -------------------------------------------------------------------
+@cli.command()
+@click.argument("path")
+@click.option("--shape", nargs=2, type=click.IntRange(min=0), required=True, metavar="M N",
+              help="Rows and columns.")
+@click.option("--chunks", nargs=2, type=click.IntRange(min=1), required=True, metavar="R C",
+              help="Zarr chunk shape.")
+@click.option("--dtype", type=click.Choice(DTYPES), default="float64", show_default=True)
+@click.option("--seed", type=int, default=None, help="Random seed (default: fresh entropy).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing array at PATH.")
+@click.pass_context
+def random(ctx, path, shape, chunks, dtype, seed, overwrite):
+    """Write a random standard-normal matrix to the Zarr array PATH, one chunk row at a time."""
+    from .demo import random_zarr
+
+    t0 = time.perf_counter()
+    with user_errors(ctx):
+        arr = random_zarr(path, shape, chunks, dtype, seed=seed, overwrite=overwrite)
+    seconds = time.perf_counter() - t0
+    nbytes = arr.size * arr.dtype.itemsize
+    click.echo(f"wrote {path}: {arr.shape[0]} x {arr.shape[1]} {arr.dtype}, chunks {arr.chunks[0]} x "
+               f"{arr.chunks[1]}, {_fmt_bytes(nbytes)} in {seconds:.2f} s")
+
+
+# -- plan ---------------------------------------------------------------------
+def _default_target(selection) -> int:
+    # The same rule dgemm.matmul applies once it sees the workers.
+    return 1024 if selection and all(d.type == "CPU" for d in selection) else 4096
+
+
+@cli.command()
+@click.argument("a")
+@click.argument("b")
+@click.option("--block", type=BlockParam(), default=None,
+              help="Preferred block size N, or M,N,K (default: 1024 on CPU devices, 4096 otherwise).")
+@click.option("--dtype", type=click.Choice(DTYPES), default=None,
+              help="Plan for this dtype (default: the inputs' common dtype).")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Devices to plan for (default: those a local cluster would use).")
+@click.pass_context
+def plan(ctx, a, b, block, dtype, workers):
+    """Show how A @ B (two Zarr arrays) would be cut into blocks; needs no cluster.
+
+    Uses the default kernel tiles; a real run uses those of its devices'
+    kernels, which may differ.
+    """
+    from . import discovery
+    from .params import KernelParams
+    from .plan import make_plan
+    from .storage import Operand, check_dtype
+
+    try:
+        selection = discovery.select_devices(None)
+    except LookupError:  # planning needs no device; fall back to GPU-sized blocks
+        selection = []
+    with user_errors(ctx):
+        A, B = Operand(a, "a"), Operand(b, "b")
+        if A.ndim == 1:
+            A.promote(0)
+        if B.ndim == 1:
+            B.promote(1)
+        (m, k), (kb, n) = A.shape, B.shape
+        if k != kb:
+            raise ValueError(f"shapes do not match: a has shape {A.stored_shape} and b has shape "
+                             f"{B.stored_shape}; the contracted dimensions differ ({k} != {kb})")
+        dt = check_dtype(dtype or np.result_type(A.dtype, B.dtype), "the result")
+        target = block if block is not None else _default_target(selection)
+        p = make_plan(m, n, k, dt, KernelParams().tiles, a_chunks=A.chunks, b_chunks=B.chunks,
+                      target=target, n_workers=workers or max(len(selection), 1))
+    click.echo(p.explain())
+
+
+# -- matmul -------------------------------------------------------------------
+def _operand(path: str, dtype: str | None):
+    """``path`` itself, or a lazily cast dask array when ``dtype`` differs from the stored one.
+
+    Passing the path lets workers read Zarr blocks directly; only a cast
+    needs dask in between.  Returns ``(operand, shape or None)``.
+    """
+    import zarr
+    try:
+        z = zarr.open_array(path, mode="r")
+    except Exception:  # dgemm itself reports what is wrong with the path
+        return path, None
+    if dtype is None or z.dtype == np.dtype(dtype):
+        return path, tuple(z.shape)
+    import dask.array as da
+    return da.from_zarr(z).astype(dtype), tuple(z.shape)
+
+
+def _same_local_path(x: str, y: str) -> bool:
+    if "://" in x or "://" in y:
+        return x.rstrip("/") == y.rstrip("/")
+    return os.path.realpath(x) == os.path.realpath(y)
+
+
+def _flops(sa, sb) -> float | None:
+    if sa is None or sb is None:
+        return None
+    m = sa[0] if len(sa) == 2 else 1
+    n = sb[1] if len(sb) == 2 else 1
+    return 2.0 * m * n * sa[-1]
+
+
+@cli.command()
+@click.argument("a")
+@click.argument("b")
+@click.argument("out")
+@click.option("--scheduler", metavar="ADDR",
+              help="Address of a running Dask scheduler (default: a local cluster, one worker per device).")
+@click.option("--dtype", type=click.Choice(DTYPES), default=None,
+              help="Cast the inputs (lazily, block by block) to this dtype first.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing OUT.")
+@click.option("--block", type=BlockParam(), default=None, help="Preferred block size N, or M,N,K.")
+@click.option("--devices", metavar="SPEC",
+              help="Devices of the local cluster: gpu, cpu, all, ids like 0:1, or name parts, comma-separated.")
+@click.option("--progress/--no-progress", default=True, show_default=True, help="Show a progress bar.")
+@click.pass_context
+def matmul(ctx, a, b, out, scheduler, dtype, overwrite, block, devices, progress):
+    """Compute OUT = A @ B for Zarr arrays A and B, writing OUT as a Zarr array."""
+    import dgemm
+
+    from .demo import closing_new_local_clusters
+    from .storage import COMPLETE_ATTR
+
+    if scheduler and devices:
+        raise InputError("--devices chooses devices for a local cluster; the workers of --scheduler "
+                         "have their own (set DGEMM_DEVICE in each worker's environment)")
+    for name, path in (("A", a), ("B", b)):
+        if _same_local_path(out, path):
+            # With --overwrite the output would be recreated (zeroed) before the
+            # input is read, and the zeros marked complete.
+            raise InputError(f"OUT is the same array as {name} ({path}); write the product elsewhere")
+    t0 = time.perf_counter()
+    with user_errors(ctx), contextlib.ExitStack() as stack:
+        (xa, sa), (xb, sb) = _operand(a, dtype), _operand(b, dtype)
+        client = None
+        if scheduler:
+            from distributed import Client
+            try:
+                client = stack.enter_context(Client(scheduler, timeout="10s"))
+            except (OSError, TimeoutError) as e:
+                raise click.ClickException(f"cannot connect to the scheduler at {scheduler}: {e}") from None
+        else:
+            stack.enter_context(closing_new_local_clusters())
+        try:
+            result = dgemm.matmul(xa, xb, out=out, client=client, overwrite=overwrite, block=block,
+                                  devices=devices, progress=progress)
+        except TypeError as e:
+            if "float32 and float64 only" not in str(e):
+                raise
+            raise InputError(f"{_one_line(e)}; or let --dtype cast the inputs") from None
+    wall = time.perf_counter() - t0
+    seconds = result.attrs.get(COMPLETE_ATTR, {}).get("seconds") or wall
+    flops = _flops(sa, sb)
+    if progress:
+        click.echo()  # the progress bar leaves the cursor at the end of its line
+    click.echo(f"shape: {' x '.join(map(str, result.shape))} {result.dtype}")
+    click.echo(f"time: {seconds:.3f} s ({wall:.3f} s in all, with cluster start and checks)")
+    if flops:
+        click.echo(f"TFLOPS: {flops / seconds / 1e12:.4g}" if seconds else "TFLOPS: n/a")
+    click.echo(f"written to: {out}")
+
+
+# -- demo ---------------------------------------------------------------------
+@cli.command()
+@click.option("--size", type=click.IntRange(min=1), default=None,
+              help="Matrix side (default: 1024 on CPU devices, 16384 with a GPU).")
+@click.option("--dtype", type=click.Choice(DTYPES), default="float32", show_default=True)
+@click.option("--devices", metavar="SPEC", help="Devices of the local cluster (as for matmul).")
+@click.option("--keep", type=click.Path(file_okay=False), default=None,
+              help="Write a.zarr, b.zarr and c.zarr into this folder and keep them.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              help="Also write the figures to this JSON file (e.g. bench/results/<host>.json).")
+@click.pass_context
+def demo(ctx, size, dtype, devices, keep, seed, json_path):
+    """Multiply two random Zarr matrices on the local devices and check the result against numpy."""
+    from .demo import run_demo
+
+    with user_errors(ctx):
+        r = run_demo(size=size, dtype=dtype, devices=devices, keep=keep, seed=seed, log=click.echo)
+    n = r["size"]
+    click.echo(f"device(s): {r['device']} ({r['workers']} worker{'s' if r['workers'] != 1 else ''})")
+    click.echo(f"C[{n} x {n}] = A[{n} x {n}] @ B[{n} x {n}]  ({r['dtype']})")
+    click.echo(f"time: {r['seconds']:.3f} s   TFLOPS: {r['tflops']:.4g}")
+    verdict = "OK" if r["passed"] else "FAILED"
+    click.echo(f"max relative error: {r['max_rel_err']:.3g} over {r['entries_checked']} sampled entries "
+               f"(tolerance {r['tolerance']:.3g}): {verdict}")
+    click.echo(f"dashboard: {r['dashboard']} (the cluster has closed now)")
+    if r["folder"]:
+        click.echo(f"kept: {r['folder']}")
+    if json_path:
+        os.makedirs(os.path.dirname(os.path.abspath(json_path)), exist_ok=True)
+        with open(json_path, "w") as f:
+            # NaN is not JSON: a non-finite error is recorded as null (and "passed": false).
+            json.dump({k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()}, f, indent=2)
+            f.write("\n")
+        click.echo(f"figures written to {json_path}")
+    if not r["passed"]:
+        raise click.ClickException(f"the result does not match numpy: max relative error "
+                                   f"{r['max_rel_err']:.3g} > {r['tolerance']:.3g}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``dgemm`` console script."""
+    cli.main(args=argv, prog_name="dgemm")
+
+
+if __name__ == "__main__":
+    main()
