@@ -15,7 +15,8 @@ import numpy as np
 from . import graph as graph_mod
 from .cluster import get_client, prepare, tiles_of
 from .plan import make_plan
-from .storage import Operand, check_dtype, check_output, create_output, mark_complete
+from .storage import (Operand, _is_zarr_array, check_dtype, check_output, create_output, location,
+                      mark_complete)
 
 
 def matmul(a, b, out=None, *, client=None, overwrite: bool = False, block=None,
@@ -70,8 +71,9 @@ def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 0.0, trans_a: bool =
     ``op(x)`` is ``x.T`` when the matching ``trans_*`` flag is set; the
     transpose happens on the device, block by block, never as a copy in the
     store.  ``a``, ``b`` and ``c`` must be 2-D.  ``c`` is read only when
-    ``beta != 0``; ``out`` may be the same Zarr array as ``c`` (BLAS-style in
-    place update; pass ``overwrite=True`` for a path).
+    ``beta != 0``; ``out`` may name the same Zarr array as ``c`` (a path or the
+    array), which is then updated in place as in BLAS.  ``out`` may not be
+    ``a`` or ``b``.
 
     Parameters are as for :func:`matmul`, plus
     ----------
@@ -141,6 +143,8 @@ def _run(a, b, c, alpha, beta, trans_a, trans_b, out, client, overwrite, block, 
     dtype = check_dtype(dtype, "the result")
     full_shape = (m, n)
     shape = tuple(s for ax, s in enumerate(full_shape) if ax not in drop)
+    if out is not None:
+        out = _resolve_in_place(out, a, b, c)
     spec = check_output(out, shape, dtype, overwrite) if out is not None else None
 
     # ---- trivial shapes need no device ----
@@ -184,6 +188,28 @@ def _run(a, b, c, alpha, beta, trans_a, trans_b, out, client, overwrite, block, 
     seconds = time.perf_counter() - t0
     mark_complete(result, {"seconds": seconds, "tflops": plan.flops / seconds / 1e12 if seconds else None})
     return result
+
+
+def _resolve_in_place(out, a, b, c):
+    """Refuse an ``out`` that is also ``a`` or ``b``; make ``out`` = ``c`` an in-place update.
+
+    Writing C blocks while other tasks still read A or B blocks from the same
+    array would corrupt the result, and re-creating ``c`` would erase it
+    before it is read.  ``out`` naming ``c`` therefore reuses the existing
+    array (BLAS semantics: C is overwritten by the result).
+    """
+    import zarr
+
+    where = location(out)
+    if where is None:
+        return out
+    for x, name in ((a, "a"), (b, "b")):
+        if location(x) == where:
+            raise ValueError(f"out ({where}) is also the input {name}; dgemm reads {name} while it writes out, "
+                             "so write the result somewhere else")
+    if c is not None and location(c) == where:
+        return c if _is_zarr_array(c) else zarr.open_array(out, mode="r+")
+    return out
 
 
 def _orig(x: Operand) -> tuple:

@@ -260,6 +260,24 @@ def _exists(target) -> bool:
         return False
 
 
+def location(x) -> str | None:
+    """Where an array lives, comparable across a path and an opened array.
+
+    >>> location("/tmp/x.zarr")
+    'file:///tmp/x.zarr'
+    >>> location(3) is None
+    True
+    """
+    if _is_zarr_array(x):
+        return str(x.store_path).rstrip("/")
+    if isinstance(x, (str, os.PathLike)):
+        s = os.fspath(x)
+        if "://" not in s:
+            return "file://" + os.path.abspath(s).rstrip("/")
+        return s.rstrip("/")
+    return None
+
+
 COMPLETE_ATTR = "dgemm"
 
 
