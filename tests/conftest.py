@@ -1,0 +1,135 @@
+"""Shared fixtures: OpenCL devices and engines reused for the whole session, one
+two-worker DeviceCluster for the distributed tests, fresh random inputs.
+
+Kernel compilation is the main cost on PoCL, so each (device, dtype, params)
+engine is built once per session (:func:`engine_for`), and every distributed
+test shares the ``client`` fixture's cluster.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+
+import numpy as np
+import pytest
+
+# Hermetic tuning: the user's own tuning database must not change which kernel
+# parameters the tests exercise.  Set before any worker process is spawned so
+# that the workers inherit it too.
+_SESSION_TMP = tempfile.mkdtemp(prefix="dgemm-tests-")
+os.environ.setdefault("DGEMM_TUNING_DB", os.path.join(_SESSION_TMP, "no-user-tuning.json"))
+
+from dgemm.discovery import list_devices  # noqa: E402
+
+DEVICES = list_devices()
+HAS_GPU = any(d.type == "GPU" for d in DEVICES)
+NO_GPU_REASON = "no GPU OpenCL device"
+# Devices of the test cluster: two workers sharing the CPU device by default.
+CLUSTER_DEVICES = os.environ.get("DGEMM_TEST_DEVICES", "cpu,cpu")
+
+
+def pytest_report_header(config):
+    lines = [f"OpenCL devices: {', '.join(f'{d.id} {d.name} ({d.type})' for d in DEVICES) or 'none'}"]
+    lines.append(f"dgemm test cluster devices: {CLUSTER_DEVICES}")
+    return lines
+
+
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("gpu") is not None and not HAS_GPU:
+        pytest.skip(NO_GPU_REASON)
+
+
+# -- devices and engines ------------------------------------------------------
+_device_cache: dict = {}
+_engine_cache: dict = {}
+
+
+def get_device(info):
+    """One :class:`dgemm.device.Device` per OpenCL device for the whole session."""
+    from dgemm.device import Device
+    if info.id not in _device_cache:
+        _device_cache[info.id] = Device(info)
+    return _device_cache[info.id]
+
+
+def engine_for(device, dtype, params=None):
+    """The session's :class:`BlockEngine` for ``device``, ``dtype`` and ``params`` (built once)."""
+    from dgemm.engine import BlockEngine
+    dtype = np.dtype(dtype)
+    if dtype == np.float64 and not device.info.fp64:
+        pytest.skip(f"{device.info.name} has no double precision (cl_khr_fp64)")
+    key = (device.info.id, dtype, params)
+    if key not in _engine_cache:
+        _engine_cache[key] = BlockEngine(device, dtype, params)
+    return _engine_cache[key]
+
+
+@pytest.fixture(scope="session", params=DEVICES or [None], ids=[d.name for d in DEVICES] or ["no-device"])
+def device(request):
+    """Each OpenCL device of this host in turn (engine tests run once per device)."""
+    if request.param is None:
+        pytest.skip("no OpenCL device on this host (install pocl-binary-distribution for a CPU one)")
+    return get_device(request.param)
+
+
+@pytest.fixture(scope="session")
+def any_device():
+    """One device (the first CPU device if there is one) for tests that need just one."""
+    if not DEVICES:
+        pytest.skip("no OpenCL device on this host (install pocl-binary-distribution for a CPU one)")
+    cpus = [d for d in DEVICES if d.type == "CPU"]
+    return get_device((cpus or DEVICES)[0])
+
+
+@pytest.fixture(scope="session")
+def engines():
+    """``engines(device, dtype, params=None)``: the session-cached engine."""
+    return engine_for
+
+
+# -- the cluster --------------------------------------------------------------
+@pytest.fixture(scope="session")
+def cluster():
+    from dgemm.cluster import DeviceCluster
+    if not DEVICES:
+        pytest.skip("no OpenCL device on this host (install pocl-binary-distribution for a CPU one)")
+    c = DeviceCluster(CLUSTER_DEVICES, dashboard_address=":0")
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+@pytest.fixture(scope="session")
+def client(cluster):
+    from distributed import Client
+    c = Client(cluster, set_as_default=False)
+    c.wait_for_workers(len(cluster.device_ids), timeout=120)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+# -- random inputs ------------------------------------------------------------
+@pytest.fixture
+def rng():
+    """A fresh generator per test; the seed is printed (shown when the test fails).
+
+    Set ``DGEMM_TEST_SEED`` to replay a failure.
+    """
+    seed = int(os.environ.get("DGEMM_TEST_SEED") or np.random.SeedSequence().entropy % 2**63)
+    print(f"DGEMM_TEST_SEED={seed}")
+    return np.random.default_rng(seed)
+
+
+class NoClient:
+    """Stands in for a client where none may be used: validation must fail first."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"input validation reached the cluster (client.{name})")
+
+
+@pytest.fixture
+def no_client():
+    return NoClient()

@@ -1,0 +1,105 @@
+"""The Device layer: dtypes, building (and refusing to build) kernels."""
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import numpy as np
+import pytest
+
+from dgemm.device import Device, DeviceError, Kernels
+from dgemm.params import KernelParams
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64", "complex64", "float16", "bool", "object", "U3"])
+def test_check_dtype_refuses(any_device, dtype):
+    with pytest.raises(TypeError, match=f"float32 and float64, not {np.dtype(dtype)}"):
+        any_device.check_dtype(dtype)
+
+
+def test_check_dtype_accepts(any_device):
+    assert any_device.check_dtype("f4") == np.float32
+    if any_device.info.fp64:
+        assert any_device.check_dtype(np.float64) == np.float64
+
+
+def test_float64_without_fp64_is_a_device_error(any_device):
+    no_fp64 = copy.copy(any_device)
+    no_fp64.info = dataclasses.replace(any_device.info, fp64=False)
+    with pytest.raises(DeviceError, match="has no double precision"):
+        no_fp64.check_dtype("float64")
+    with pytest.raises(DeviceError, match="cl_khr_fp64"):
+        no_fp64.kernels("float64")
+    assert no_fp64.check_dtype("float32") == np.float32
+
+
+def test_kernels_built_once_per_dtype_and_params(device):
+    p = KernelParams(TSM=32, TSN=32, TSK=16, WPTM=4, WPTN=4, WIDTH=4)
+    k1 = device.kernels("float32", p)
+    assert isinstance(k1, Kernels)
+    assert device.kernels(np.float32, KernelParams.from_dict(p.as_dict())) is k1
+    assert k1.params == p and k1.dtype == np.float32
+    for name in ("gemm", "pad_zeros", "unpad", "transpose_pad"):
+        assert getattr(k1, name) is not None
+    if device.info.fp64:
+        assert device.kernels("float64", p) is not k1
+
+
+def test_default_kernels_follow_the_tuning_choice(device):
+    choice = device.choice("float32")
+    assert device.kernels("float32").params == choice.params
+    assert choice.params.problems(4, device.info.max_work_group_size, device.info.local_mem) == []
+
+
+INVALID = {
+    "width-3": KernelParams(WIDTH=3, TSM=48, TSN=48, WPTM=3, WPTN=3),
+    "tsm-vs-wptm": KernelParams(TSM=64, WPTM=3),
+    "pada-vs-width": KernelParams(PADA=2, WIDTH=4),
+    "uneven-tile-load": KernelParams(TSM=64, TSN=64, TSK=8, WPTM=4, WPTN=4, WIDTH=8),
+}
+# What the kernels' own #error directives say about each of those.
+PREPROCESSOR_ERRORS = {
+    "width-3": "WIDTH must be 1, 2, 4 or 8",
+    "tsm-vs-wptm": "TSM and TSN must be multiples of WPTM and WPTN",
+    "pada-vs-width": "TSM, TSN, PADA and PADB must be multiples of WIDTH",
+    "uneven-tile-load": "each work-item must load a whole number of vectors of each tile",
+}
+
+
+@pytest.mark.parametrize("name", list(INVALID))
+def test_invalid_params_refused_before_building(any_device, name):
+    p = INVALID[name]
+    assert p.problems(4)
+    with pytest.raises(ValueError, match="invalid kernel parameters") as err:
+        any_device.kernels("float32", p)
+    for problem in p.problems(4):
+        assert problem in str(err.value)
+    assert ("float32", p) not in {(k[0].name, k[1]) for k in any_device._kernels}
+
+
+@pytest.mark.parametrize("name", list(INVALID))
+def test_kernel_error_directives_fail_the_build(any_device, monkeypatch, name):
+    """Forced past problems(), the OpenCL compiler itself refuses the set (#error)."""
+    import pyopencl as cl
+
+    monkeypatch.setattr(KernelParams, "problems", lambda self, *a, **k: [])
+    with pytest.raises(cl.Error) as err:
+        any_device.kernels("float32", INVALID[name])
+    assert PREPROCESSOR_ERRORS[name] in str(err.value)
+
+
+def test_buffer(any_device):
+    assert any_device.buffer(0).size >= 1          # zero-size OpenCL buffers are not allowed
+    assert any_device.buffer(1000).size == 1000
+
+
+def test_separate_device_objects_share_nothing(any_device):
+    d = Device(any_device.info)
+    try:
+        assert d.context is not any_device.context
+        assert d._kernels == {}
+        p = KernelParams(TSM=32, TSN=32, TSK=16, WPTM=4, WPTN=4, WIDTH=4)
+        assert d.kernels("float32", p).params == p
+    finally:
+        d.close()
+    assert d._kernels == {}

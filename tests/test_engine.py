@@ -1,0 +1,279 @@
+"""The block engine and the OpenCL kernels behind it, once per OpenCL device.
+
+Every device buffer is poisoned with NaN before a product, so an element the
+kernels fail to write (or padding they fail to zero) shows up as NaN.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from _check import assert_nonfinite_like, check_product, randn, reference
+from dgemm.engine import BlockEngine, roundup
+from dgemm.params import KernelParams
+
+DTYPES = ["float32", "float64"]
+
+# Parameter sets that pass KernelParams.problems(): rectangular tiles,
+# non-power-of-2 register blocks, every vector width, padded local tiles and
+# TSK of 8, 16 and 32.
+PARAM_SETS = {
+    "pocl-default": KernelParams(TSM=32, TSN=32, TSK=16, WPTM=4, WPTN=4, WIDTH=4),
+    "class-default": KernelParams(),
+    "tsm96-wptm6": KernelParams(TSM=96, TSN=64, TSK=16, WPTM=6, WPTN=4, WIDTH=2),
+    "width1-odd-pads-tsk32": KernelParams(TSM=16, TSN=32, TSK=32, WPTM=2, WPTN=4, WIDTH=1, PADA=1, PADB=3),
+    "rect-tsk8-pada2": KernelParams(TSM=64, TSN=32, TSK=8, WPTM=8, WPTN=2, WIDTH=2, PADA=2),
+    "width8-pad8": KernelParams(TSM=32, TSN=64, TSK=32, WPTM=2, WPTN=8, WIDTH=8, PADA=8, PADB=8),
+    "wpt3x5": KernelParams(TSM=48, TSN=40, TSK=16, WPTM=3, WPTN=5, WIDTH=1),
+    "f64-shipped": KernelParams(TSM=64, TSN=64, TSK=8, WPTM=4, WPTN=4, WIDTH=2),
+}
+
+
+def usable(device, params, dtype):
+    """Skip (saying why) a set that is valid but beyond this device's limits."""
+    itemsize = np.dtype(dtype).itemsize
+    assert params.problems(itemsize) == [], "the test's parameter set itself is invalid"
+    bad = params.problems(itemsize, device.info.max_work_group_size, device.info.local_mem)
+    if bad:
+        pytest.skip(f"{params} exceeds the limits of {device.info.name}: {'; '.join(bad)}")
+
+
+def poison(engine, *dims):
+    """Grow every engine buffer to hold any block of these sizes and fill it with NaN."""
+    import pyopencl as cl
+
+    p = engine.params
+    big = max(dims) + max(p.TSM, p.TSN, p.TSK)
+    for name in ("a", "b", "c", "dense", "staging"):
+        engine._buf(name, big * big)
+    nan = engine.dtype.type(np.nan)
+    for buf in engine._buffers.values():
+        cl.enqueue_fill_buffer(engine.device.queue, buf, nan, 0, buf.size - buf.size % engine.dtype.itemsize)
+    engine.device.queue.finish()
+
+
+def k_blocks(a, b, m, n, k, splits, trans_a, trans_b):
+    """Cut stored A and B into the k-blocks the engine takes, at ``splits``."""
+    edges = [0, *splits, k]
+    pairs = []
+    for k0, k1 in zip(edges[:-1], edges[1:]):
+        ab = a[k0:k1, :] if trans_a else a[:, k0:k1]
+        bb = b[:, k0:k1] if trans_b else b[k0:k1, :]
+        pairs.append((ab, bb))
+    return pairs
+
+
+def run(engine, rng, m, n, k, *, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, use_c=False,
+        splits=(), in_dtype=None):
+    """One poisoned product on fresh random data, checked against numpy."""
+    dtype = engine.dtype
+    in_dtype = in_dtype or dtype
+    a = randn(rng, (k, m) if trans_a else (m, k), in_dtype)
+    b = randn(rng, (n, k) if trans_b else (k, n), in_dtype)
+    c = randn(rng, (m, n), in_dtype) if use_c else None
+    poison(engine, m, n, k)
+    got = engine.product(k_blocks(a, b, m, n, k, splits, trans_a, trans_b), m, n, alpha=alpha, beta=beta,
+                         c=c, trans_a=trans_a, trans_b=trans_b)
+    check_product(got, a, b, dtype=dtype, alpha=alpha, beta=beta, c=c, trans_a=trans_a, trans_b=trans_b,
+                  what=f"{m}x{n}x{k} ta={trans_a} tb={trans_b} splits={list(splits)} {engine.params}")
+    return got
+
+
+# -- every valid parameter set is correct ------------------------------------
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", list(PARAM_SETS))
+def test_param_set_correct(device, engines, rng, name, dtype):
+    params = PARAM_SETS[name]
+    usable(device, params, dtype)
+    e = engines(device, dtype, params)
+    assert e.params == params and e.dtype == np.dtype(dtype)
+    tm, tn, tk = params.tiles
+    shapes = [
+        (1, 1, 1),
+        (tm - 1, tn + 1, tk + 1),          # just below / above the tiles
+        (tm + 1, tn - 1, tk - 1) if tk > 1 else (tm + 1, tn - 1, 1),
+        (2 * tm, 2 * tn, 3 * tk),          # exact multiples: the unpadded upload path
+    ]
+    for m, n, k in shapes:
+        for trans_a in (False, True):
+            for trans_b in (False, True):
+                run(e, rng, m, n, k, trans_a=trans_a, trans_b=trans_b)
+    # primes, in one transpose combination per set (all four run with test_shapes' parameters)
+    combo = list(PARAM_SETS).index(name) % 4
+    run(e, rng, 127, 1021, 509, trans_a=bool(combo & 1), trans_b=bool(combo & 2))
+    # several k-blocks of uneven sizes, accumulated with beta * C
+    run(e, rng, 2 * tm + 3, tn + 5, 3 * tk + 7, splits=(tk - 1, 2 * tk + 2), alpha=-0.75, beta=1.5, use_c=True)
+
+
+# -- shapes, with the parameters the device would choose ----------------------
+SHAPES = {
+    "1x1": (1, 1, 1),
+    "K=1": (37, 53, 1),
+    "tall-skinny": (1500, 3, 5),
+    "short-wide": (2, 1300, 7),
+    "long-k": (3, 4, 1999),
+    "vector-like": (1, 200, 150),
+    "below-tiles": (31, 31, 15),
+    "above-tiles": (65, 65, 17),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", list(SHAPES.values()), ids=list(SHAPES))
+def test_shapes(device, engines, rng, shape, dtype):
+    run(engines(device, dtype), rng, *shape)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("trans_a", [False, True], ids=["A", "At"])
+@pytest.mark.parametrize("trans_b", [False, True], ids=["B", "Bt"])
+def test_transposes_with_k_blocks(device, engines, rng, dtype, trans_a, trans_b):
+    run(engines(device, dtype), rng, 70, 45, 100, trans_a=trans_a, trans_b=trans_b, splits=(33, 64))
+    run(engines(device, dtype), rng, 127, 1021, 509, trans_a=trans_a, trans_b=trans_b)   # primes
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("alpha,beta", [(1.0, 1.0), (2.5, -0.5), (-1.0, 0.25), (0.0, 2.0)])
+def test_alpha_beta_c(device, engines, rng, dtype, alpha, beta):
+    run(engines(device, dtype), rng, 50, 77, 40, alpha=alpha, beta=beta, use_c=True, splits=(16,))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_beta_zero_does_not_read_c(device, engines, rng, dtype):
+    e = engines(device, dtype)
+    a, b = randn(rng, (20, 30), dtype), randn(rng, (30, 25), dtype)
+    c = np.full((20, 25), np.nan, dtype=dtype)
+    poison(e, 30)
+    got = e.product([(a, b)], 20, 25, alpha=2.0, beta=0.0, c=c)
+    check_product(got, a, b, dtype=dtype, alpha=2.0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_k_zero(device, engines, rng, dtype):
+    e = engines(device, dtype)
+    poison(e, 8)
+    got = e.product([], 5, 7)
+    assert got.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(got, np.zeros((5, 7)))
+    # k-blocks of zero width contribute nothing either
+    got = e.product([(np.empty((5, 0), dtype), np.empty((0, 7), dtype))], 5, 7)
+    np.testing.assert_array_equal(got, np.zeros((5, 7)))
+    c = randn(rng, (5, 7), dtype)
+    got = e.product([], 5, 7, alpha=3.0, beta=-2.0, c=c)
+    np.testing.assert_array_equal(got, (-2.0 * c.astype(np.float64)).astype(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m,n", [(0, 5), (5, 0), (0, 0)])
+def test_empty_c(device, engines, rng, dtype, m, n):
+    e = engines(device, dtype)
+    got = e.product([(randn(rng, (m, 3), dtype), randn(rng, (3, n), dtype))], m, n)
+    assert got.shape == (m, n) and got.dtype == np.dtype(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_nan_inf_propagate_like_numpy(device, engines, rng, dtype):
+    e = engines(device, dtype)
+    m, n, k = 40, 50, 35
+    a, b = randn(rng, (m, k), dtype), randn(rng, (k, n), dtype)
+    a[3, 5] = np.nan
+    a[10, 7] = np.inf
+    a[11, 8] = -np.inf
+    b[20, 30] = np.inf
+    b[21, 30] = -np.inf       # +Inf and -Inf in one column of C: NaN where both meet
+    b[2, 44] = np.nan
+    poison(e, m, n, k)
+    got = e.product(k_blocks(a, b, m, n, k, (17,), False, False), m, n)
+    ref, _ = reference(a, b)
+    assert np.isnan(ref).any() and np.isinf(ref).any()
+    assert_nonfinite_like(got, ref)
+
+
+def test_float32_blocks_into_float64_engine(device, engines, rng):
+    """Mixed inputs are promoted: a float64 engine takes float32 blocks."""
+    e = engines(device, "float64")
+    a, b = randn(rng, (33, 20), "float32"), randn(rng, (20, 41), "float64")
+    poison(e, 41)
+    got = e.product([(a, b)], 33, 41)
+    check_product(got, a, b, dtype="float64")
+
+
+def test_lazy_pairs_generator(device, engines, rng):
+    """``pairs`` may be a generator, consumed once, block by block."""
+    e = engines(device, "float32")
+    a, b = randn(rng, (30, 90), "float32"), randn(rng, (90, 20), "float32")
+    seen = []
+
+    def gen():
+        for k0 in range(0, 90, 25):
+            seen.append(k0)
+            yield a[:, k0:k0 + 25], b[k0:k0 + 25, :]
+
+    poison(e, 90)
+    got = e.product(gen(), 30, 20)
+    assert seen == [0, 25, 50, 75]
+    check_product(got, a, b, dtype="float32")
+
+
+def test_block_shape_mismatch(device, engines, rng):
+    e = engines(device, "float32")
+    a, b = randn(rng, (10, 5), "float32"), randn(rng, (6, 7), "float32")
+    with pytest.raises(ValueError, match=r"block shapes do not fit: A \(10, 5\), B \(6, 7\)"):
+        e.product([(a, b)], 10, 7)
+    with pytest.raises(ValueError, match="block shapes do not fit"):
+        e.product([(randn(rng, (10, 6), "float32"), b)], 11, 7)   # m disagrees
+    with pytest.raises(ValueError, match=r"C block has shape \(3, 3\), expected \(10, 7\)"):
+        e.product([(randn(rng, (10, 6), "float32"), b)], 10, 7, beta=1.0, c=np.ones((3, 3), "float32"))
+
+
+def test_stats_count_the_work(device, engines, rng):
+    e = engines(device, "float64")
+    before = {k: v for k, v in vars(e.stats).items() if k != "extra"}
+    m, n, k = 30, 20, 50
+    run(e, rng, m, n, k, splits=(10, 40))
+    s = e.stats
+    assert s.flops - before["flops"] == 2.0 * m * n * k
+    assert s.blocks - before["blocks"] == 1
+    assert s.bytes_down - before["bytes_down"] == m * n * 8
+    assert s.bytes_up - before["bytes_up"] == (m * k + k * n) * 8
+    assert s.kernel_seconds > before["kernel_seconds"]
+    assert s.busy_seconds > before["busy_seconds"]
+
+
+def test_release_and_reuse(device, rng):
+    """A released engine allocates afresh on its next product."""
+    e = BlockEngine(device, "float32")   # own engine: the session ones keep their buffers
+    run(e, rng, 40, 40, 40)
+    assert e._buffers
+    e.release()
+    assert e._buffers == {}
+    run(e, rng, 70, 10, 33, trans_b=True)
+    e.release()
+
+
+def test_roundup():
+    assert [roundup(x, 16) for x in (0, 1, 15, 16, 17, 32)] == [0, 16, 16, 16, 32, 32]
+
+
+# -- property test: random shapes, k-splits, transposes, parameter sets -------
+VALID = [p for p in PARAM_SETS.values()]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_random_products(device, engines, data):
+    dtype = data.draw(st.sampled_from(DTYPES), label="dtype")
+    params = data.draw(st.sampled_from(VALID), label="params")
+    if params.problems(np.dtype(dtype).itemsize, device.info.max_work_group_size, device.info.local_mem):
+        return   # beyond this device's limits (test_param_set_correct reports those as skips)
+    if dtype == "float64" and not device.info.fp64:
+        return
+    m, n, k = (data.draw(st.integers(1, 150), label=x) for x in "mnk")
+    splits = sorted(data.draw(st.sets(st.integers(1, k - 1), max_size=4), label="splits")) if k > 1 else []
+    trans_a, trans_b = data.draw(st.booleans(), label="trans_a"), data.draw(st.booleans(), label="trans_b")
+    use_c = data.draw(st.booleans(), label="use_c")
+    seed = data.draw(st.integers(0, 2**32 - 1), label="seed")
+    run(engines(device, dtype, params), np.random.default_rng(seed), m, n, k, trans_a=trans_a,
+        trans_b=trans_b, splits=splits, use_c=use_c, alpha=1.25, beta=-0.5 if use_c else 0.0)

@@ -1,0 +1,86 @@
+"""KernelParams: the rules a parameter set must obey, and its conversions."""
+from __future__ import annotations
+
+import pytest
+
+from dgemm.params import KernelParams, lcm_tiles
+
+VALID = [
+    KernelParams(),
+    KernelParams(TSM=32, TSN=32, TSK=16, WPTM=4, WPTN=4, WIDTH=4),
+    KernelParams(TSM=96, TSN=64, TSK=16, WPTM=6, WPTN=4, WIDTH=2),
+    KernelParams(TSM=16, TSN=32, TSK=32, WPTM=2, WPTN=4, WIDTH=1, PADA=1, PADB=3),
+    KernelParams(TSM=32, TSN=64, TSK=32, WPTM=2, WPTN=8, WIDTH=8, PADA=8, PADB=8),
+    KernelParams(TSM=48, TSN=40, TSK=16, WPTM=3, WPTN=5, WIDTH=1),
+]
+
+
+@pytest.mark.parametrize("p", VALID, ids=str)
+@pytest.mark.parametrize("itemsize", [4, 8])
+def test_valid_sets_have_no_problems(p, itemsize):
+    assert p.problems(itemsize) == []
+    assert p.problems(itemsize, max_work_group_size=p.threads, local_mem_size=p.local_mem_bytes(itemsize)) == []
+
+
+# (parameters, a fragment every message list must contain)
+INVALID = {
+    "zero-tsm": (dict(TSM=0), "TSM=0 must be a positive integer"),
+    "negative-wptn": (dict(WPTN=-4), "WPTN=-4 must be a positive integer"),
+    "negative-pad": (dict(PADA=-1), "PADA=-1 must be a non-negative integer"),
+    "float-field": (dict(TSK=16.0), "TSK=16.0 must be a positive integer"),
+    "width-3": (dict(WIDTH=3, TSM=48, TSN=48, WPTM=3, WPTN=3), "WIDTH=3 must be 1, 2, 4 or 8"),
+    "tsm-not-multiple-of-wptm": (dict(TSM=64, WPTM=3), "TSM and TSN must be multiples of WPTM and WPTN"),
+    "tsn-not-multiple-of-wptn": (dict(TSN=64, WPTN=5), "TSN must be multiples of WPTM and WPTN"),
+    "tsm-not-multiple-of-width": (dict(TSM=36, WPTM=4, WIDTH=8, TSN=64, WPTN=4), "TSM=36 must be a multiple of WIDTH=8"),
+    "pada-not-multiple-of-width": (dict(PADA=2, WIDTH=4), "PADA=2 must be a multiple of WIDTH=4"),
+    "padb-not-multiple-of-width": (dict(PADB=1, WIDTH=2), "PADB=1 must be a multiple of WIDTH=2"),
+    "a-tile-uneven": (dict(TSM=64, TSN=64, TSK=8, WPTM=4, WPTN=4, WIDTH=8),
+                      "the A tile (8x64, vectors of 8) does not split evenly over 256 work-items"),
+    "b-tile-uneven": (dict(TSM=64, TSN=16, TSK=4, WPTM=1, WPTN=1, WIDTH=1),
+                      "does not split evenly"),
+}
+
+
+@pytest.mark.parametrize("kw,msg", list(INVALID.values()), ids=list(INVALID))
+def test_invalid_sets_are_reported(kw, msg):
+    problems = KernelParams(**kw).problems(4)
+    assert problems, f"{kw} passed problems()"
+    assert any(msg in p for p in problems), problems
+
+
+def test_device_limits():
+    p = KernelParams()                       # 256 work-items, 2*16*128*4 bytes of local memory
+    assert p.threads == 256 and p.local_mem_bytes(4) == 16384
+    assert p.problems(4, max_work_group_size=255) == ["256 work-items per group exceed the device's 255"]
+    assert p.problems(4, local_mem_size=16383) == ["16384 bytes of local memory exceed the device's 16383"]
+    assert p.problems(8, local_mem_size=16384) == ["32768 bytes of local memory exceed the device's 16384"]
+    padded = KernelParams(PADA=4, PADB=4)
+    assert padded.local_mem_bytes(4) == 2 * 16 * (64 + 4 + 64 + 4) * 4
+
+
+def test_geometry():
+    p = KernelParams(TSM=96, TSN=64, TSK=16, WPTM=6, WPTN=4, WIDTH=2)
+    assert p.local_size == (16, 16)          # (along N, along M)
+    assert p.threads == 256
+    assert p.tiles == (96, 64, 16)
+    q = KernelParams(TSM=64, TSN=32, TSK=8, WPTM=8, WPTN=2, WIDTH=2)
+    assert q.local_size == (16, 8) and q.threads == 128
+
+
+def test_defines_and_dict_round_trip():
+    p = KernelParams(TSM=16, TSN=32, TSK=32, WPTM=2, WPTN=4, WIDTH=1, PADA=1, PADB=3)
+    assert p.defines() == {"TSM": 16, "TSN": 32, "TSK": 32, "WPTM": 2, "WPTN": 4, "WIDTH": 1, "PADA": 1, "PADB": 3}
+    assert KernelParams.from_dict(p.as_dict()) == p
+    assert KernelParams.from_dict({"TSM": "32", "WPTM": 2.0}) == KernelParams(TSM=32, WPTM=2)
+    assert hash(p) == hash(KernelParams.from_dict(p.as_dict()))   # usable as a cache key
+
+
+def test_from_dict_rejects_unknown_keys():
+    with pytest.raises(ValueError, match=r"unknown kernel parameters: \['TILE', 'tsm'\]"):
+        KernelParams.from_dict({"TSM": 32, "tsm": 32, "TILE": 8})
+
+
+def test_lcm_tiles():
+    assert lcm_tiles([]) == KernelParams().tiles
+    assert lcm_tiles([KernelParams(TSM=32, TSN=32, TSK=16, WPTM=4, WPTN=4)]) == (32, 32, 16)
+    assert lcm_tiles([KernelParams(TSM=96, WPTM=6), KernelParams(TSM=64, TSN=40, WPTN=5, TSK=8)]) == (192, 320, 16)

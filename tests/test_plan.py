@@ -1,0 +1,130 @@
+"""Planning: block sizes, coverage of C and of the k range, k splitting."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dgemm.plan import block_size, bounds, make_plan
+
+
+def assert_partition(pieces, extent):
+    """``pieces`` cover ``range(extent)`` exactly, in order, without overlap."""
+    if extent == 0:
+        assert pieces == ()
+        return
+    assert pieces[0][0] == 0 and pieces[-1][1] == extent
+    for (a0, a1), (b0, b1) in zip(pieces, pieces[1:]):
+        assert a1 == b0
+    assert all(a < b for a, b in pieces)
+
+
+@pytest.mark.parametrize("extent,size", [(10, 4), (8, 4), (1, 4), (4, 1), (0, 3), (7, 100)])
+def test_bounds(extent, size):
+    b = bounds(extent, size)
+    assert_partition(b, extent)
+    assert all(hi - lo == size for lo, hi in b[:-1])
+
+
+def test_block_size_rules():
+    assert block_size(10000, 4096, 64) == 4096
+    assert block_size(10000, 4000, 64) == 3968                  # rounded down to the tile
+    assert block_size(10000, 4096, 96) == 4032
+    assert block_size(10000, 4096, 64, chunk=1000) == 4096      # lcm 8000 too big: tile only
+    assert block_size(10000, 4096, 64, chunk=1536) == 3072      # lcm(64, 1536) = 1536
+    assert block_size(10000, 4096, 64, chunk=33) == 2112        # lcm 2112 <= 4096 ...
+    assert block_size(10000, 4300, 64, chunk=33) == 4224        # ... whole multiples of 2112
+    assert block_size(300, 4096, 64) == 300                     # the whole extent when smaller
+    assert block_size(0, 4096, 64) == 1
+    assert block_size(1000, 10, 64) == 64                       # never below one tile
+
+
+@settings(max_examples=200, deadline=None)
+@given(extent=st.integers(1, 10**6), target=st.integers(1, 8192), tile=st.sampled_from([8, 16, 32, 48, 64, 96]),
+       chunk=st.one_of(st.none(), st.integers(1, 5000)))
+def test_block_size_properties(extent, target, tile, chunk):
+    b = block_size(extent, target, tile, chunk)
+    if b == extent:
+        assert extent <= max(target, tile, math.lcm(tile, chunk) if chunk else tile)
+    else:
+        assert b % tile == 0 and b < extent
+        assert b <= max(target, tile)
+        if chunk and math.lcm(tile, chunk) <= max(target, tile):
+            assert b % chunk == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(m=st.integers(0, 3000), n=st.integers(0, 3000), k=st.integers(0, 3000),
+       tiles=st.sampled_from([(32, 32, 16), (64, 64, 8), (96, 64, 16)]),
+       target=st.one_of(st.integers(16, 1024), st.tuples(*[st.integers(16, 1024)] * 3)),
+       a_chunks=st.tuples(st.one_of(st.none(), st.integers(1, 500)), st.one_of(st.none(), st.integers(1, 500))),
+       b_chunks=st.tuples(st.one_of(st.none(), st.integers(1, 500)), st.one_of(st.none(), st.integers(1, 500))),
+       n_workers=st.integers(1, 8))
+def test_plan_covers_everything(m, n, k, tiles, target, a_chunks, b_chunks, n_workers):
+    p = make_plan(m, n, k, "float32", tiles, a_chunks=a_chunks, b_chunks=b_chunks, target=target,
+                  n_workers=n_workers)
+    assert (p.m, p.n, p.k, p.dtype, p.tiles) == (m, n, k, np.dtype("float32"), tiles)
+    assert_partition(p.rows, m)
+    assert_partition(p.cols, n)
+    assert_partition(p.ks, k)
+    # segments partition the k-blocks (one empty segment when there are none)
+    if p.ks:
+        assert_partition(p.segments, len(p.ks))
+    else:
+        assert p.segments == ((0, 0),)
+    n_c = len(p.rows) * len(p.cols)
+    if len(p.segments) > 1:
+        assert n_c < n_workers and len(p.segments) <= len(p.ks)
+    assert p.n_tasks == n_c * len(p.segments)
+    assert p.flops == 2.0 * m * n * k
+
+
+def test_k_split_when_fewer_c_blocks_than_workers():
+    p = make_plan(100, 100, 1000, "float32", (64, 64, 16), target=256, n_workers=2)
+    assert len(p.rows) == len(p.cols) == 1
+    assert p.segments == ((0, 2), (2, 4)) and p.n_tasks == 2
+    p = make_plan(100, 100, 1000, "float32", (64, 64, 16), target=256, n_workers=8)
+    assert len(p.segments) == 4                       # no more segments than k-blocks
+    p = make_plan(100, 100, 1000, "float32", (64, 64, 16), target=256, n_workers=1)
+    assert p.segments == ((0, 4),)
+    p = make_plan(100, 100, 100, "float32", (64, 64, 16), target=256, n_workers=4)
+    assert p.segments == ((0, 1),)                    # one k-block: nothing to split
+
+
+def test_blocks_follow_storage_chunks_and_tiles():
+    p = make_plan(1000, 1000, 1000, "float64", (32, 32, 16), a_chunks=(96, 200), b_chunks=(200, 64),
+                  target=400)
+    assert p.block_shape == (384, 384, 400)
+    p = make_plan(1000, 1000, 1000, "float64", (32, 32, 16), a_chunks=(96, 200), b_chunks=(200, 64),
+                  target=300)
+    assert p.block_shape == (288, 256, 288)     # lcm(16, 200) = 400 > 300: the k tile only
+    # different k-chunkings of A and B: blocks follow their common multiple when that is small
+    p = make_plan(500, 500, 1000, "float32", (32, 32, 16), a_chunks=(None, 48), b_chunks=(80, None), target=300)
+    assert p.block_shape[2] == 240
+
+
+def test_out_chunks_fix_c_blocks():
+    p = make_plan(300, 200, 100, "float32", (64, 64, 16), out_chunks=(37, 50), target=1024)
+    assert p.block_shape[:2] == (37, 50)
+    assert len(p.rows) == 9 and len(p.cols) == 4
+
+
+def test_empty_and_degenerate():
+    p = make_plan(0, 10, 10, "float32", (32, 32, 16))
+    assert p.rows == () and p.n_tasks == 0 and p.block_shape[0] == 0
+    p = make_plan(10, 10, 0, "float32", (32, 32, 16))
+    assert p.ks == () and p.segments == ((0, 0),) and p.n_tasks == 1
+    p = make_plan(1, 1, 1, "float64", (32, 32, 16))
+    assert p.rows == p.cols == p.ks == ((0, 1),)
+
+
+def test_explain_and_bytes():
+    p = make_plan(1000, 600, 700, "float32", (64, 64, 16), target=256, n_workers=2)
+    assert p.bytes_read() == 4 * (1000 * 700 * len(p.cols) + 700 * 600 * len(p.rows))
+    text = p.explain()
+    assert "C[1000 x 600] = A[1000 x 700] @ B[700 x 600]  (float32)" in text
+    assert "grid: 4 x 3 C blocks, 3 k-blocks" in text and "12 GEMM tasks" in text
+    assert f"{p.flops / 1e9:.3f} GFLOP" in text

@@ -1,0 +1,170 @@
+"""The tuning database: fallback order, user over shipped, store round trip."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dgemm import tuning
+from dgemm.discovery import DeviceInfo
+from dgemm.params import KernelParams
+from dgemm.tuning import LEVELS, Choice, lookup, shipped_path, store, user_path
+
+INFO = DeviceInfo(0, 0, "Plat", "Acme X1", "Acme Corporation", "GPU", 2**30, 65536, 1024, 8, True, "acme-arch", "1.0")
+
+P = {  # distinct valid parameter sets, one per level, so the answer shows where it came from
+    "device": KernelParams(TSM=16, TSN=16, TSK=16, WPTM=1, WPTN=1, WIDTH=1),
+    "architecture": KernelParams(TSM=32, TSN=32, TSK=16, WPTM=4, WPTN=4, WIDTH=4),
+    "vendor": KernelParams(TSM=64, TSN=64, TSK=8, WPTM=4, WPTN=4, WIDTH=2),
+    "default": KernelParams(TSM=96, TSN=64, TSK=16, WPTM=6, WPTN=4, WIDTH=2),
+}
+
+
+def entry(p, tuned=False, **extra):
+    return {"params": p.as_dict(), "tuned": tuned, **extra}
+
+
+def full_db(dtype="float32"):
+    return {
+        "device": {INFO.name: {dtype: entry(P["device"], tuned=True)}},
+        "architecture": {INFO.architecture: {dtype: entry(P["architecture"])}},
+        "vendor": {"Acme Corporation": {dtype: entry(P["vendor"])}},
+        "default": {dtype: entry(P["default"])},
+    }
+
+
+def test_fallback_order():
+    db = full_db()
+    for level in LEVELS:
+        c = lookup(INFO, "float32", [("user", db)])
+        assert (c.level, c.params, c.database) == (level, P[level], "user")
+        if level != "default":
+            key = {"device": INFO.name, "architecture": INFO.architecture, "vendor": "Acme Corporation"}[level]
+            assert c.key == key
+            del db[level]      # remove this level: the next one answers
+    del db["default"]
+    c = lookup(INFO, "float32", [("user", db)])
+    assert (c.level, c.key, c.database, c.tuned) == ("default", "built-in", "none", False)
+    assert c.params.problems(4, INFO.max_work_group_size, INFO.local_mem) == []
+
+
+def test_dtype_entries_are_separate():
+    c = lookup(INFO, "float64", [("user", full_db("float32"))])
+    assert c.key == "built-in"
+    assert lookup(INFO, "float64", [("user", full_db("float64"))]).level == "device"
+
+
+def test_vendor_level_uses_the_short_vendor_name():
+    info = DeviceInfo(0, 0, "NVIDIA CUDA", "NVIDIA H100", "NVIDIA Corporation", "GPU", 2**34, 49152, 1024,
+                      132, True, "sm_90", "550")
+    db = {"vendor": {"NVIDIA": {"float32": entry(P["vendor"])}}}
+    c = lookup(info, "float32", [("shipped", db)])
+    assert (c.level, c.key) == ("vendor", "NVIDIA")
+
+
+def test_no_architecture_skips_that_level():
+    info = DeviceInfo(0, 0, "P", "Acme X1", "Acme Corporation", "GPU", 1, 65536, 1024, 1, True, None, "")
+    db = full_db()
+    del db["device"]
+    assert lookup(info, "float32", [("user", db)]).level == "vendor"
+
+
+def test_user_database_overrides_shipped_at_the_same_level():
+    user = {"architecture": {INFO.architecture: {"float32": entry(P["device"], tuned=True)}}}
+    shipped = {"architecture": {INFO.architecture: {"float32": entry(P["architecture"])}}}
+    c = lookup(INFO, "float32", [("user", user), ("shipped", shipped)])
+    assert (c.database, c.params, c.tuned) == ("user", P["device"], True)
+
+
+def test_more_specific_shipped_entry_beats_less_specific_user_entry():
+    user = {"vendor": {"Acme Corporation": {"float32": entry(P["vendor"])}}}
+    shipped = {"device": {INFO.name: {"float32": entry(P["device"])}}}
+    c = lookup(INFO, "float32", [("user", user), ("shipped", shipped)])
+    assert (c.database, c.level) == ("shipped", "device")
+
+
+def test_invalid_or_too_big_entries_are_skipped():
+    bad = KernelParams(TSM=64, WPTM=3)                                      # fails problems()
+    too_big = KernelParams(TSM=128, TSN=128, TSK=64, WPTM=8, WPTN=8, WIDTH=4)   # 128 KiB of local memory
+    assert too_big.problems(4) == [] and too_big.problems(4, INFO.max_work_group_size, INFO.local_mem)
+    db = full_db()
+    db["device"][INFO.name]["float32"] = entry(bad)
+    db["architecture"][INFO.architecture]["float32"] = entry(too_big)
+    assert lookup(INFO, "float32", [("user", db)]).level == "vendor"
+
+
+def test_describe():
+    c = Choice(P["vendor"], "vendor", "NVIDIA", "shipped", False)
+    assert c.describe() == "shipped database, vendor entry 'NVIDIA' (untuned default; `dgemm tune` may help)"
+    assert "(tuned)" in Choice(P["device"], "device", "X", "user", True).describe()
+
+
+def test_user_path_from_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("DGEMM_TUNING_DB", str(tmp_path / "db.json"))
+    assert user_path() == tmp_path / "db.json"
+    monkeypatch.delenv("DGEMM_TUNING_DB")
+    assert user_path().name == "tuning.json" and "dgemm" in user_path().parts
+
+
+def test_env_user_database_overrides_shipped(tmp_path, monkeypatch):
+    path = tmp_path / "user.json"
+    path.write_text(json.dumps({"architecture": {"pocl-cpu": {"float32": entry(P["default"], tuned=True)}}}))
+    monkeypatch.setenv("DGEMM_TUNING_DB", str(path))
+    info = DeviceInfo(0, 0, "Portable Computing Language", "cpu-x", "GenuineIntel", "CPU", 2**30, 2**19,
+                      4096, 2, True, "pocl-cpu", "")
+    c = lookup(info, "float32")
+    assert (c.database, c.level, c.params) == ("user", "architecture", P["default"])
+    path.unlink()                                    # without it, the shipped entry answers
+    c = lookup(info, "float32")
+    assert (c.database, c.level) == ("shipped", "architecture")
+
+
+def test_store_round_trip(tmp_path, monkeypatch):
+    path = tmp_path / "sub" / "user.json"
+    monkeypatch.setenv("DGEMM_TUNING_DB", str(path))
+    p32, p64 = P["architecture"], P["vendor"]
+    assert store(INFO, "float32", p32, {"gflops": 123.5, "date": "2025-01-01"}) == path
+    store(INFO, "float64", p64, {"gflops": 50.0})
+    raw = json.loads(path.read_text())
+    assert raw["device"][INFO.name]["float32"] == {"params": p32.as_dict(), "tuned": True, "gflops": 123.5,
+                                                   "date": "2025-01-01"}
+    assert not path.with_suffix(".tmp").exists()
+    c32, c64 = lookup(INFO, "float32"), lookup(INFO, "float64")
+    assert (c32.params, c32.level, c32.database, c32.tuned) == (p32, "device", "user", True)
+    assert c64.params == p64
+    # storing again replaces that entry and keeps the rest of the file
+    store(INFO, "float32", p64, {})
+    assert lookup(INFO, "float32").params == p64 and lookup(INFO, "float64").params == p64
+    other = tmp_path / "explicit.json"
+    store(INFO, "float32", p32, {}, path=other)
+    assert json.loads(other.read_text())["device"][INFO.name]["float32"]["params"] == p32.as_dict()
+
+
+def test_shipped_database_entries_are_valid():
+    db = json.loads(shipped_path().read_text())
+    seen = 0
+    for level in ("device", "architecture", "vendor"):
+        for key, by_dtype in db.get(level, {}).items():
+            for dtype, e in by_dtype.items():
+                itemsize = {"float32": 4, "float64": 8}[dtype]
+                assert KernelParams.from_dict(e["params"]).problems(itemsize) == [], (level, key, dtype)
+                seen += 1
+    for dtype, e in db["default"].items():
+        assert KernelParams.from_dict(e["params"]).problems({"float32": 4, "float64": 8}[dtype]) == []
+        seen += 1
+    assert seen >= 2
+
+
+def test_lookup_default_reads_both_databases(tmp_path, monkeypatch):
+    monkeypatch.setattr(tuning, "shipped_path", lambda: tmp_path / "missing.json")
+    monkeypatch.setenv("DGEMM_TUNING_DB", str(tmp_path / "also-missing.json"))
+    c = lookup(INFO, "float32")
+    assert (c.key, c.database) == ("built-in", "none")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_real_device_choice_is_valid(any_device, dtype):
+    c = lookup(any_device.info, dtype)
+    itemsize = 4 if dtype == "float32" else 8
+    assert c.params.problems(itemsize, any_device.info.max_work_group_size, any_device.info.local_mem) == []
+    assert c.level in LEVELS
