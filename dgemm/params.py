@@ -10,7 +10,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-_FIELDS = ("TSM", "TSN", "TSK", "WPTM", "WPTN", "WIDTH", "PADA", "PADB")
+_FIELDS = ("TSM", "TSN", "TSK", "WPTM", "WPTN", "WIDTH", "VWM", "VWN", "PADA", "PADB")
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,9 @@ class KernelParams:
         Register block: elements of C per work-item along M and N.
     WIDTH : int
         Vector width of the global loads (1, 2, 4 or 8).
+    VWM, VWN : int
+        Vector width of the local-memory reads along M and N (1, 2, 4 or 8):
+        a work-item owns groups of VWM adjacent rows and VWN adjacent columns.
     PADA, PADB : int
         Extra elements per row of the local tiles (bank-conflict avoidance).
 
@@ -44,6 +47,8 @@ class KernelParams:
     WPTM: int = 4
     WPTN: int = 4
     WIDTH: int = 4
+    VWM: int = 1
+    VWN: int = 1
     PADA: int = 0
     PADB: int = 0
 
@@ -74,8 +79,13 @@ class KernelParams:
                 out.append(f"{f}={v!r} must be a {'non-negative' if f.startswith('PAD') else 'positive'} integer")
         if out:
             return out
-        if self.WIDTH not in (1, 2, 4, 8):
-            out.append(f"WIDTH={self.WIDTH} must be 1, 2, 4 or 8")
+        for f in ("WIDTH", "VWM", "VWN"):
+            if getattr(self, f) not in (1, 2, 4, 8):
+                out.append(f"{f}={getattr(self, f)} must be 1, 2, 4 or 8")
+        if self.WPTM % self.VWM or self.PADA % self.VWM:
+            out.append(f"WPTM={self.WPTM} and PADA={self.PADA} must be multiples of VWM={self.VWM}")
+        if self.WPTN % self.VWN or self.PADB % self.VWN:
+            out.append(f"WPTN={self.WPTN} and PADB={self.PADB} must be multiples of VWN={self.VWN}")
         if self.TSM % self.WPTM or self.TSN % self.WPTN:
             out.append("TSM and TSN must be multiples of WPTM and WPTN")
         for f in ("TSM", "TSN", "PADA", "PADB"):

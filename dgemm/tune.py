@@ -4,19 +4,26 @@ The search space and its restrictions live here (as in CLBlast, the kernel
 only declares defaults).  Each candidate is built, run on device-resident
 random inputs, checked against float64 numpy on sampled rows and columns,
 and timed with OpenCL profiling events; only correct candidates count.
+:func:`tune` (behind ``dgemm tune``) searches and stores the best correct
+candidate in the tuning database.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import math
 import random
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from .device import Device
 from .kernelbench import KernelBench, Timing
 from .params import KernelParams
+from .tuning import Choice
 
 SPACE = {
     "TSM": (32, 64, 96, 128, 192, 256),
@@ -25,6 +32,8 @@ SPACE = {
     "WPTM": (2, 4, 6, 8, 12, 16),
     "WPTN": (2, 4, 6, 8, 12, 16),
     "WIDTH": (1, 2, 4, 8),
+    "VWM": (1, 2, 4),
+    "VWN": (1, 2, 4),
     "PAD": (False, True),   # pad local rows by one vector
 }
 
@@ -44,16 +53,33 @@ def candidates(device_info, dtype, *, min_threads: int = 64, max_threads: int = 
         # GPUs need a large register block to feed the FMA units from local memory.
         min_acc = 16 if device_info.type == "GPU" else 1
     out = []
-    for tsm, tsn, tsk, wm, wn, w, pad in itertools.product(*SPACE.values()):
+    for tsm, tsn, tsk, wm, wn, w, vwm, vwn, pad in itertools.product(*SPACE.values()):
         if not (min_acc <= wm * wn <= max_acc):
             continue
-        p = KernelParams(TSM=tsm, TSN=tsn, TSK=tsk, WPTM=wm, WPTN=wn, WIDTH=w,
-                         PADA=w if pad else 0, PADB=w if pad else 0)
+        p = KernelParams(TSM=tsm, TSN=tsn, TSK=tsk, WPTM=wm, WPTN=wn, WIDTH=w, VWM=vwm, VWN=vwn,
+                         PADA=math.lcm(w, vwm) if pad else 0, PADB=math.lcm(w, vwn) if pad else 0)
         if not (min_threads <= p.threads <= max_threads):
             continue
         if p.problems(itemsize, device_info.max_work_group_size, device_info.local_mem):
             continue
         out.append(p)
+    return out
+
+
+def neighbours(params: list[KernelParams], device_info, dtype) -> list[KernelParams]:
+    """Variants of good parameter sets: other vector widths and local padding, same tiles.
+
+    Used to focus a search around earlier winners before sampling the rest
+    of the space.
+    """
+    itemsize = np.dtype(dtype).itemsize
+    out: list[KernelParams] = []
+    for p in params:
+        for w, vwm, vwn, pad in itertools.product((1, 2, 4), (1, 2, 4), (1, 2, 4), (False, True)):
+            q = dataclasses.replace(p, WIDTH=w, VWM=vwm, VWN=vwn,
+                                    PADA=math.lcm(w, vwm) if pad else 0, PADB=math.lcm(w, vwn) if pad else 0)
+            if q not in out and not q.problems(itemsize, device_info.max_work_group_size, device_info.local_mem):
+                out.append(q)
     return out
 
 
@@ -96,3 +122,86 @@ def search(device: Device, dtype, *, size: int = 4096, budget: float = 60.0, see
 def iter_sizes(sizes: str) -> Iterator[int]:
     for s in sizes.split(","):
         yield int(s)
+
+
+# -- tune and store ---------------------------------------------------------------
+DEFAULT_GPU_SIZE = 4096
+DEFAULT_CPU_SIZE = 256
+
+
+def default_size(info) -> int:
+    """Side of the product the tuner times: 4096, or 256 on a CPU device (slow to build and run)."""
+    return DEFAULT_CPU_SIZE if info.type == "CPU" else DEFAULT_GPU_SIZE
+
+
+def databases(path=None) -> list[tuple[str, dict]]:
+    """The databases :func:`dgemm.tuning.lookup` reads, with ``path`` as the user database if given."""
+    from . import tuning
+    user = Path(path) if path is not None else tuning.user_path()
+    return [("user", tuning._load(user)), ("shipped", tuning._load(tuning.shipped_path()))]
+
+
+@dataclass
+class TuneOutcome:
+    """What :func:`tune` found for one dtype, and what the database chooses afterwards."""
+
+    dtype: str
+    size: int
+    best: Timing | None          # the fastest correct candidate
+    results: list[Timing]        # every candidate that ran (correct or not)
+    errors: list[str]            # candidates that failed to build or launch
+    stored: Path | None          # the database written, None when nothing was correct
+    choice: Choice               # the entry lookup now picks for this device and dtype
+    seconds: float
+
+    @property
+    def incorrect(self) -> list[Timing]:
+        return [t for t in self.results if not t.ok]
+
+    @property
+    def failed(self) -> int:
+        return len(self.errors) + len(self.incorrect)
+
+
+def tune(device: Device, dtype, *, size: int | None = None, budget: float = 60.0, seed: int = 0,
+         max_candidates: int | None = None, database=None,
+         report: Callable[[int, int, Timing | None, Timing | None, str], None] | None = None) -> TuneOutcome:
+    """Search (:func:`search`) and store the best correct candidate as this device's entry.
+
+    The current choice of the database and the kernel's defaults are tried
+    first.  The entry goes to the user database (``database`` instead when
+    given) with its provenance: TFLOPS and size of the timed product, date,
+    dgemm version and driver.  Nothing is stored when no candidate was correct.
+    """
+    import datetime
+
+    from . import __version__, tuning
+
+    dtype = device.check_dtype(dtype).name
+    info = device.info
+    size = size or default_size(info)
+    itemsize = np.dtype(dtype).itemsize
+    current = tuning.lookup(info, dtype, databases(database)).params
+    first = [p for p in dict.fromkeys([current, KernelParams()])
+             if not p.problems(itemsize, info.max_work_group_size, info.local_mem)]
+    errors: list[str] = []
+
+    def _report(i, n, t, best, msg):
+        if t is None and msg:
+            errors.append(msg)
+        if report:
+            report(i, n, t, best, msg)
+
+    t0 = time.monotonic()
+    best, results = search(device, dtype, size=size, budget=budget, seed=seed, first=first,
+                           max_candidates=max_candidates, report=_report)
+    seconds = time.monotonic() - t0
+    stored = None
+    if best is not None:
+        extra = {"tflops": best.tflops, "size": size,
+                 "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                 "generated_by": "dgemm tune", "dgemm_version": __version__, "driver": info.driver,
+                 "rel_err": best.rel_err, "candidates_tried": len(results) + len(errors)}
+        stored = tuning.store(info, dtype, best.params, extra, path=Path(database) if database else None)
+    choice = tuning.lookup(info, dtype, databases(database))
+    return TuneOutcome(dtype, size, best, results, errors, stored, choice, seconds)

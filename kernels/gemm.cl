@@ -10,10 +10,15 @@
 // Techniques (see the seeds):
 //  * 2D register blocking: each work-item owns a WPTM x WPTN sub-tile of C,
 //    rectangular and not necessarily a power of two (kernel 10).
-//  * Local-memory tiles TSK x TSM of A and TSK x TSN of B, double buffered:
-//    the tile for step t+1 is fetched while step t is computed (kernel 9).
+//  * Local-memory tiles TSK x TSM of A and TSK x TSN of B, double buffered
+//    (kernel 9).  The next tile's global loads are issued into registers
+//    before the current tile is computed and stored to the other buffer
+//    after it, so their latency hides behind the arithmetic and one barrier
+//    per tile suffices.
 //  * Wide vector loads (WIDTH lanes) from global memory (kernel 10); A is
 //    k-major so both tiles are read along their contiguous dimension.
+//  * Vector reads from local memory: a work-item owns groups of VWM adjacent
+//    rows and VWN adjacent columns, fetched with one wide local load each.
 //  * PADA / PADB pad the local tile rows (bank-conflict tuning knob).
 // Every parameter has a default; the host passes tuned values with -D.
 #include "common.cl"
@@ -33,6 +38,12 @@
 #ifndef WPTN
 #define WPTN 4
 #endif
+#ifndef VWM
+#define VWM 1
+#endif
+#ifndef VWN
+#define VWN 1
+#endif
 #ifndef PADA
 #define PADA 0
 #endif
@@ -45,8 +56,10 @@
 #define NTHREADS (RTSM * RTSN)
 #define LDAS (TSM + PADA)            // local row pitch of the A tile
 #define LDBS (TSN + PADB)
-#define A_VECS (TSK * TSM / WIDTH)   // vectors in one A tile
+#define A_VECS (TSK * TSM / WIDTH)   // global vectors in one A tile
 #define B_VECS (TSK * TSN / WIDTH)
+#define LPTA (A_VECS / NTHREADS)     // ... loaded by each work-item
+#define LPTB (B_VECS / NTHREADS)
 
 #if (TSM % WPTM) || (TSN % WPTN)
 #error "TSM and TSN must be multiples of WPTM and WPTN"
@@ -57,31 +70,29 @@
 #if (A_VECS % NTHREADS) || (B_VECS % NTHREADS)
 #error "each work-item must load a whole number of vectors of each tile"
 #endif
+#if (WPTM % VWM) || (WPTN % VWN) || (PADA % VWM) || (PADB % VWN)
+#error "WPTM, PADA must be multiples of VWM and WPTN, PADB of VWN"
+#endif
 
-// Copy the TSK-deep slices of AT and B that start at row k0 into local memory.
-inline void load_tiles(const __global real* restrict AT,
-                       const __global real* restrict B,
-                       const int M, const int N, const int k0,
-                       const int offsetM, const int offsetN, const int tid,
-                       __local real* As, __local real* Bs)
-{
-    #pragma unroll
-    for (int l = 0; l < A_VECS / NTHREADS; l++) {
-        const int id = l * NTHREADS + tid;
-        const int row = id / (TSM / WIDTH);
-        const int col = (id % (TSM / WIDTH)) * WIDTH;
-        const realV v = VLOAD(0, AT + (size_t)(k0 + row) * M + offsetM + col);
-        VSTORE(v, 0, As + row * LDAS + col);
-    }
-    #pragma unroll
-    for (int l = 0; l < B_VECS / NTHREADS; l++) {
-        const int id = l * NTHREADS + tid;
-        const int row = id / (TSN / WIDTH);
-        const int col = (id % (TSN / WIDTH)) * WIDTH;
-        const realV v = VLOAD(0, B + (size_t)(k0 + row) * N + offsetN + col);
-        VSTORE(v, 0, Bs + row * LDBS + col);
-    }
-}
+#define CAT_(a, b) a##b
+#define CAT(a, b) CAT_(a, b)
+typedef real real1;
+
+// dst[0..VW) = the VW elements at the (VW-aligned) local address src.
+#if VWM == 1
+#define LOCAL_READ_M(dst, src) ((dst)[0] = *(src))
+#else
+#define LOCAL_READ_M(dst, src) CAT(vstore, VWM)(*(const __local CAT(real, VWM)*)(src), 0, (dst))
+#endif
+#if VWN == 1
+#define LOCAL_READ_N(dst, src) ((dst)[0] = *(src))
+#else
+#define LOCAL_READ_N(dst, src) CAT(vstore, VWN)(*(const __local CAT(real, VWN)*)(src), 0, (dst))
+#endif
+
+// Row (column) of the C tile held in register wm (wn) of work-item tidm (tidn).
+#define ROW_OF(wm) (((wm) / VWM) * (RTSM * VWM) + tidm * VWM + (wm) % VWM)
+#define COL_OF(wn) (((wn) / VWN) * (RTSN * VWN) + tidn * VWN + (wn) % VWN)
 
 // Local size (RTSN, RTSM): dimension 0 runs along N, the contiguous
 // dimension of C, so neighbouring work-items store neighbouring elements.
@@ -98,8 +109,31 @@ void gemm(const int M, const int N, const int K,
     const int offsetN = TSN * get_group_id(0);
     const int offsetM = TSM * get_group_id(1);
 
-    __local real Asub[2][TSK * LDAS];
-    __local real Bsub[2][TSK * LDBS];
+    __local real Asub[2][TSK * LDAS] __attribute__((aligned(16)));
+    __local real Bsub[2][TSK * LDBS] __attribute__((aligned(16)));
+
+    // Where this work-item's share of each tile lives: fixed for all tiles.
+    const __global real* pa[LPTA];
+    const __global real* pb[LPTB];
+    int la[LPTA], lb[LPTB];
+    #pragma unroll
+    for (int l = 0; l < LPTA; l++) {
+        const int id = l * NTHREADS + tid;
+        const int row = id / (TSM / WIDTH);
+        const int col = (id % (TSM / WIDTH)) * WIDTH;
+        pa[l] = AT + (size_t)row * M + offsetM + col;
+        la[l] = row * LDAS + col;
+    }
+    #pragma unroll
+    for (int l = 0; l < LPTB; l++) {
+        const int id = l * NTHREADS + tid;
+        const int row = id / (TSN / WIDTH);
+        const int col = (id % (TSN / WIDTH)) * WIDTH;
+        pb[l] = B + (size_t)row * N + offsetN + col;
+        lb[l] = row * LDBS + col;
+    }
+    const size_t stepA = (size_t)TSK * M;   // one tile further along K
+    const size_t stepB = (size_t)TSK * N;
 
     real acc[WPTM][WPTN];
     #pragma unroll
@@ -110,31 +144,38 @@ void gemm(const int M, const int N, const int K,
         }
     }
 
+    realV ra[LPTA], rb[LPTB];
     const int numTiles = K / TSK;
     if (numTiles > 0) {
-        load_tiles(AT, B, M, N, 0, offsetM, offsetN, tid, Asub[0], Bsub[0]);
+        #pragma unroll
+        for (int l = 0; l < LPTA; l++) VSTORE(VLOAD(0, pa[l]), 0, Asub[0] + la[l]);
+        #pragma unroll
+        for (int l = 0; l < LPTB; l++) VSTORE(VLOAD(0, pb[l]), 0, Bsub[0] + lb[l]);
     }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
     for (int t = 0; t < numTiles; t++) {
-        // One barrier per step: tile t is complete, and everyone is done
-        // with buffer (t+1)%2, which held tile t-1.
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (t + 1 < numTiles) {
-            load_tiles(AT, B, M, N, (t + 1) * TSK, offsetM, offsetN, tid,
-                       Asub[(t + 1) % 2], Bsub[(t + 1) % 2]);
+        const int more = t + 1 < numTiles;
+        if (more) {  // issue the next tile's global loads now; use them after the arithmetic
+            const size_t oa = (size_t)(t + 1) * stepA, ob = (size_t)(t + 1) * stepB;
+            #pragma unroll
+            for (int l = 0; l < LPTA; l++) ra[l] = VLOAD(0, pa[l] + oa);
+            #pragma unroll
+            for (int l = 0; l < LPTB; l++) rb[l] = VLOAD(0, pb[l] + ob);
         }
-        const __local real* As = Asub[t % 2];
-        const __local real* Bs = Bsub[t % 2];
+        const __local real* As = Asub[t & 1];
+        const __local real* Bs = Bsub[t & 1];
         #pragma unroll
         for (int k = 0; k < TSK; k++) {
             real areg[WPTM];
             real breg[WPTN];
             #pragma unroll
-            for (int wm = 0; wm < WPTM; wm++) {
-                areg[wm] = As[k * LDAS + tidm + wm * RTSM];
+            for (int g = 0; g < WPTM / VWM; g++) {
+                LOCAL_READ_M(areg + g * VWM, As + k * LDAS + g * (RTSM * VWM) + tidm * VWM);
             }
             #pragma unroll
-            for (int wn = 0; wn < WPTN; wn++) {
-                breg[wn] = Bs[k * LDBS + tidn + wn * RTSN];
+            for (int g = 0; g < WPTN / VWN; g++) {
+                LOCAL_READ_N(breg + g * VWN, Bs + k * LDBS + g * (RTSN * VWN) + tidn * VWN);
             }
             #pragma unroll
             for (int wm = 0; wm < WPTM; wm++) {
@@ -144,15 +185,24 @@ void gemm(const int M, const int N, const int K,
                 }
             }
         }
+        if (more) {  // the other buffer held tile t-1, which everyone finished before the last barrier
+            __local real* An = Asub[(t + 1) & 1];
+            __local real* Bn = Bsub[(t + 1) & 1];
+            #pragma unroll
+            for (int l = 0; l < LPTA; l++) VSTORE(ra[l], 0, An + la[l]);
+            #pragma unroll
+            for (int l = 0; l < LPTB; l++) VSTORE(rb[l], 0, Bn + lb[l]);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
     }
 
     // beta == 0 must not read C (BLAS semantics): C may hold garbage or NaN.
     #pragma unroll
     for (int wm = 0; wm < WPTM; wm++) {
-        const int row = offsetM + tidm + wm * RTSM;
+        const int row = offsetM + ROW_OF(wm);
         #pragma unroll
         for (int wn = 0; wn < WPTN; wn++) {
-            const int col = offsetN + tidn + wn * RTSN;
+            const int col = offsetN + COL_OF(wn);
             const size_t idx = (size_t)row * N + col;
             real r = alpha * acc[wm][wn];
             if (beta != ZERO) {
