@@ -128,13 +128,36 @@ def build(plan: Plan, a: Operand, b: Operand, c: Operand | None, *, alpha: float
     graph.dependencies[gname] = inputs
     graph.result_name = gname
     if split:
-        rname = f"dgemm-reduce-{token}"
-        graph.layers[rname] = MaterializedLayer({
-            (rname, i, j): (reduce_blocks, [(gname, i, j, s) for s in range(len(plan.segments))])
-            for i in range(len(plan.rows)) for j in range(len(plan.cols))})
-        graph.dependencies[rname] = {gname}
-        graph.result_name = rname
+        _add_tree_reduction(graph, plan, gname, token)
     return graph
+
+
+def _add_tree_reduction(graph: Graph, plan: Plan, gname: str, token: str, fan_in: int = 2) -> None:
+    """Sum the k segments of every C block pairwise, level by level.
+
+    Intermediate levels are ``dgemm-reduce-<token>-<level>``; the last is
+    ``dgemm-reduce-<token>`` with keys ``(name, i, j)``, the C blocks.
+    """
+    grid = [(i, j) for i in range(len(plan.rows)) for j in range(len(plan.cols))]
+    layer, keys = gname, {ij: [(gname, *ij, s) for s in range(len(plan.segments))] for ij in grid}
+    level = 0
+    while True:
+        last = all(len(v) <= fan_in for v in keys.values())
+        name = f"dgemm-reduce-{token}" if last else f"dgemm-reduce-{token}-{level}"
+        dsk, nxt = {}, {}
+        for ij, parts in keys.items():
+            groups = [parts[x:x + fan_in] for x in range(0, len(parts), fan_in)]
+            nxt[ij] = []
+            for g, group in enumerate(groups):
+                key = (name, *ij) if last else (name, *ij, g)
+                dsk[key] = (reduce_blocks, group)
+                nxt[ij].append(key)
+        graph.layers[name] = MaterializedLayer(dsk)
+        graph.dependencies[name] = {layer}
+        layer, keys, level = name, nxt, level + 1
+        if last:
+            graph.result_name = name
+            return
 
 
 def add_store(graph: Graph, plan: Plan, array, drop: tuple, token: str) -> str:
