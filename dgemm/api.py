@@ -97,7 +97,10 @@ def _check_scalar(x, name: str) -> float:
 def _check_block(block):
     if block is None:
         return None
-    vals = (block,) * 3 if isinstance(block, numbers.Integral) else tuple(block)
+    try:
+        vals = (block,) * 3 if isinstance(block, numbers.Integral) else tuple(block)
+    except TypeError:  # not iterable (e.g. a float): the same clear message as any other bad value
+        vals = ()
     if len(vals) != 3 or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) and v > 0
                                  for v in vals):
         raise ValueError(f"block must be a positive int or three positive ints (M, N, K), not {block!r}")
@@ -183,7 +186,7 @@ def _run(a, b, c, alpha, beta, trans_a, trans_b, out, client, overwrite, block, 
     future = client.compute(Delayed(done_key, g.hlg()))
     if progress:
         from distributed import progress as show_progress
-        show_progress(future)
+        show_progress(future, scheduler=client.scheduler.address)  # the client given, not just the default
     future.result()
     seconds = time.perf_counter() - t0
     mark_complete(result, {"seconds": seconds, "tflops": plan.flops / seconds / 1e12 if seconds else None})

@@ -150,6 +150,10 @@ class Operand:
                     i, j = j, i
                 return ZarrBlock(self.zarr, sr[i], sc[j], self.expand)
             return ref, None
+        if not sr or not sc:  # an empty axis (K == 0): no blocks, nothing for a task to reference
+            def no_ref(i, j):
+                raise IndexError(f"{self.what} has no blocks")
+            return no_ref, None
         chunks = (tuple(b - a for a, b in sr), tuple(b - a for a, b in sc))
         if isinstance(self.dask, np.ndarray):
             x = da.from_array(self.dask, chunks=chunks, name=f"dgemm-load-{self.what}-{tokenize(self.dask)}")

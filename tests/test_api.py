@@ -1,0 +1,497 @@
+"""dgemm.matmul and dgemm.gemm end to end on the session's two-worker cluster.
+
+Every result is compared with numpy in float64 on fresh random inputs;
+outputs given as existing arrays are pre-filled with NaN so a block that is
+never written shows up.
+"""
+from __future__ import annotations
+
+import os
+
+import dask.array as da
+import numpy as np
+import pytest
+import zarr
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import dgemm
+from _check import assert_nonfinite_like, check_product, randn, reference
+from dgemm.storage import COMPLETE_ATTR
+
+
+def zarr_in(path, data, chunks):
+    arr = zarr.create_array(store=str(path), shape=data.shape, chunks=chunks, dtype=data.dtype)
+    arr[...] = data
+    return arr
+
+
+def nan_out(path, shape, chunks, dtype):
+    """An existing output array whose every chunk holds NaN."""
+    arr = zarr.create_array(store=str(path), shape=shape, chunks=chunks, dtype=dtype, fill_value=0,
+                            config={"write_empty_chunks": True})
+    arr[...] = np.nan
+    return arr
+
+
+def assert_chunks_written(arr, ref, dtype, k):
+    """Every chunk of ``arr`` holds its part of ``ref`` (a missed chunk still holds NaN or fill)."""
+    from _check import assert_close
+    _, absref = None, None
+    shape = arr.shape
+    chunks = arr.chunks
+    grid = [range(0, s, c) for s, c in zip(shape, chunks)]
+    import itertools
+    for start in itertools.product(*grid):
+        sl = tuple(slice(s, min(s + c, n)) for s, c, n in zip(start, chunks, shape))
+        got = arr[sl]
+        assert np.isfinite(got).all(), f"chunk at {start} was not written (holds NaN)"
+        np.testing.assert_allclose(got, ref[sl], rtol=1e-3, atol=1e-3 * np.sqrt(max(k, 1)),
+                                   err_msg=f"chunk at {start}")
+    assert arr.nchunks_initialized == arr.nchunks
+
+
+@pytest.fixture
+def as_current(client):
+    """Make the session client the scheduler for dask's compute() within the test."""
+    with client.as_current():
+        yield client
+
+
+# -- Zarr to Zarr -------------------------------------------------------------
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_zarr_inputs_with_different_chunkings(client, tmp_path, rng, dtype):
+    A, B = randn(rng, (300, 200), dtype), randn(rng, (200, 170), dtype)
+    a = zarr_in(tmp_path / "a.zarr", A, (70, 33))
+    b = zarr_in(tmp_path / "b.zarr", B, (45, 64))
+    out = dgemm.matmul(tmp_path / "a.zarr", b, out=str(tmp_path / "c.zarr"), client=client, block=64)
+    assert isinstance(out, zarr.Array) and out.dtype == np.dtype(dtype)
+    check_product(out[...], A, B, dtype=dtype)
+    meta = out.attrs[COMPLETE_ATTR]
+    assert meta["complete"] is True and meta["operation"] == "matmul" and "C[300 x 200]" not in meta["plan"]
+    assert "C[300 x 170] = A[300 x 200] @ B[200 x 170]" in meta["plan"]
+    assert "a.zarr" in meta["a"]
+    reread = dgemm.open_result(str(tmp_path / "c.zarr"))
+    check_product(reread[...], A, B, dtype=dtype)
+    assert reread.nchunks_initialized == reread.nchunks
+    del a
+
+
+@pytest.mark.parametrize("out_chunks", [(37, 50), (300, 7), (64, 64)])
+def test_existing_out_with_its_own_chunks(client, tmp_path, rng, out_chunks):
+    A, B = randn(rng, (300, 150), "float32"), randn(rng, (150, 170), "float32")
+    a = zarr_in(tmp_path / "a.zarr", A, (70, 33))
+    out = nan_out(tmp_path / "c.zarr", (300, 170), out_chunks, "float32")
+    got = dgemm.matmul(a, B, out=out, client=client, block=64)
+    assert got.chunks == out_chunks
+    check_product(got[...], A, B, dtype="float32")
+    ref, _ = reference(A, B)
+    assert_chunks_written(zarr.open_array(str(tmp_path / "c.zarr"), mode="r"), ref, "float32", 150)
+    assert dgemm.open_result(str(tmp_path / "c.zarr")).attrs[COMPLETE_ATTR]["complete"]
+
+
+def test_mixed_dtypes_promote_to_float64(client, tmp_path, rng):
+    A, B = randn(rng, (90, 70), "float32"), randn(rng, (70, 80), "float64")
+    out = dgemm.matmul(zarr_in(tmp_path / "a.zarr", A, (30, 30)), B, out=str(tmp_path / "c.zarr"),
+                       client=client)
+    assert out.dtype == np.float64
+    check_product(out[...], A, B, dtype="float64")
+    C = randn(rng, (90, 80), "float32")
+    lazy = dgemm.gemm(A, B.astype("f4"), c=C.astype("f8"), beta=1.0, client=client)
+    assert lazy.dtype == np.float64
+
+
+SHAPES = {
+    "1x1": (1, 1, 1),
+    "K=1": (40, 30, 1),
+    "tall-skinny": (2000, 3, 4),
+    "skinny-k-long": (5, 6, 1500),
+    "primes": (127, 211, 97),
+    "block-multiples": (128, 64, 192),
+    "just-above-blocks": (129, 65, 193),
+    "just-below-blocks": (127, 63, 191),
+}
+
+
+@pytest.mark.parametrize("shape", list(SHAPES.values()), ids=list(SHAPES))
+def test_shapes(client, tmp_path, rng, shape):
+    m, n, k = shape
+    A, B = randn(rng, (m, k), "float32"), randn(rng, (k, n), "float32")
+    a = zarr_in(tmp_path / "a.zarr", A, (max(1, m // 2), max(1, k // 3)))
+    out = dgemm.matmul(a, B, out=str(tmp_path / "c.zarr"), client=client, block=64)
+    check_product(out[...], A, B, dtype="float32")
+
+
+# -- other inputs -------------------------------------------------------------
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_dask_inputs_with_irregular_chunks(as_current, rng, dtype):
+    A, B = randn(rng, (150, 130), dtype), randn(rng, (130, 110), dtype)
+    a = da.from_array(A, chunks=((10, 60, 80), (7, 100, 23)))
+    b = da.from_array(B, chunks=((50, 50, 30), (11, 99)))
+    lazy = dgemm.matmul(a, b, client=as_current, block=(64, 32, 48))
+    assert isinstance(lazy, da.Array) and lazy.shape == (150, 110) and lazy.dtype == np.dtype(dtype)
+    check_product(lazy.compute(), A, B, dtype=dtype)
+
+
+def test_dask_input_from_a_computation(as_current, rng):
+    A, B = randn(rng, (64, 50), "float64"), randn(rng, (50, 40), "float64")
+    a = da.from_array(A, chunks=(20, 20)) * 2 + 1         # a graph, not just stored blocks
+    check_product(dgemm.matmul(a, B, client=as_current).compute(), 2 * A + 1, B, dtype="float64")
+
+
+def test_numpy_inputs_and_lists(as_current, rng):
+    A, B = randn(rng, (33, 44), "float64"), randn(rng, (44, 22), "float64")
+    check_product(dgemm.matmul(A, B, client=as_current).compute(), A, B, dtype="float64")
+    check_product(dgemm.matmul(A.tolist(), B, client=as_current).compute(), A, B, dtype="float64")
+
+
+def test_lazy_result_compute_and_to_zarr(as_current, tmp_path, rng):
+    A, B = randn(rng, (100, 80), "float32"), randn(rng, (80, 90), "float32")
+    lazy = dgemm.matmul(zarr_in(tmp_path / "a.zarr", A, (50, 40)), B, client=as_current, block=32)
+    assert isinstance(lazy, da.Array)
+    assert any(name.startswith("dgemm-gemm-") for name in lazy.dask.layers)
+    check_product(lazy.compute(), A, B, dtype="float32")
+    lazy.to_zarr(str(tmp_path / "lazy.zarr"))
+    check_product(zarr.open_array(str(tmp_path / "lazy.zarr"), mode="r")[...], A, B, dtype="float32")
+    # and it composes with other dask operations
+    total = (lazy + 1).sum().compute()
+    ref, _ = reference(A, B)
+    np.testing.assert_allclose(total, (ref + 1).sum(), rtol=1e-4)
+
+
+# -- gemm ---------------------------------------------------------------------
+@pytest.mark.parametrize("trans_a", [False, True], ids=["A", "At"])
+@pytest.mark.parametrize("trans_b", [False, True], ids=["B", "Bt"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_gemm_transposes(client, tmp_path, rng, trans_a, trans_b, dtype):
+    m, n, k = 130, 90, 110
+    A = randn(rng, (k, m) if trans_a else (m, k), dtype)
+    B = randn(rng, (n, k) if trans_b else (k, n), dtype)
+    a = zarr_in(tmp_path / "a.zarr", A, (70, 33))
+    b = zarr_in(tmp_path / "b.zarr", B, (45, 64))
+    out = nan_out(tmp_path / "c.zarr", (m, n), (40, 40), dtype)
+    got = dgemm.gemm(a, b, trans_a=trans_a, trans_b=trans_b, out=out, client=client, block=64)
+    check_product(got[...], A, B, dtype=dtype, trans_a=trans_a, trans_b=trans_b)
+    assert got.attrs[COMPLETE_ATTR]["operation"] == "gemm"
+
+
+@pytest.mark.parametrize("c_kind", ["zarr", "dask", "numpy"])
+@pytest.mark.parametrize("alpha,beta", [(2.0, 0.5), (-1.0, 1.0), (0.25, -3.0)])
+def test_gemm_alpha_beta_c(client, tmp_path, rng, c_kind, alpha, beta):
+    A, B, C = randn(rng, (120, 70)), randn(rng, (70, 100)), randn(rng, (120, 100))
+    c = {"zarr": lambda: zarr_in(tmp_path / "cin.zarr", C, (50, 30)),
+         "dask": lambda: da.from_array(C, chunks=(33, 70)),
+         "numpy": lambda: C}[c_kind]()
+    out = dgemm.gemm(A, zarr_in(tmp_path / "b.zarr", B, (35, 50)), c=c, alpha=alpha, beta=beta,
+                     out=str(tmp_path / "c.zarr"), client=client, block=64)
+    check_product(out[...], A, B, alpha=alpha, beta=beta, c=C, dtype="float64")
+
+
+def test_gemm_beta_zero_ignores_c(client, tmp_path, rng):
+    A, B = randn(rng, (50, 40)), randn(rng, (40, 30))
+    C = np.full((50, 30), np.nan)
+    out = dgemm.gemm(A, B, c=C, alpha=3.0, beta=0.0, out=str(tmp_path / "c.zarr"), client=client)
+    check_product(out[...], A, B, alpha=3.0, dtype="float64")
+
+
+@pytest.mark.parametrize("same", ["array", "path"])
+def test_gemm_in_place_on_c(client, tmp_path, rng, same):
+    A, B, C = randn(rng, (100, 60)), randn(rng, (60, 80)), randn(rng, (100, 80))
+    c = zarr_in(tmp_path / "c.zarr", C, (30, 25))
+    out = c if same == "array" else str(tmp_path / "c.zarr")
+    got = dgemm.gemm(A, B, c=c if same == "array" else str(tmp_path / "c.zarr"), beta=-1.0, out=out,
+                     client=client, overwrite=same == "path", block=32)
+    assert got.chunks == (30, 25)
+    after = zarr.open_array(str(tmp_path / "c.zarr"), mode="r")
+    check_product(after[...], A, B, beta=-1.0, c=C, dtype="float64")
+    assert after.attrs[COMPLETE_ATTR]["complete"]
+
+
+# -- 1-D operands -------------------------------------------------------------
+@pytest.mark.parametrize("case", ["vec@mat", "mat@vec", "vec@vec"])
+@pytest.mark.parametrize("where", ["lazy", "zarr"])
+def test_vectors_like_numpy(as_current, tmp_path, rng, case, where):
+    M = randn(rng, (70, 90), "float32")
+    if case == "vec@mat":
+        a, b = randn(rng, 70, "float32"), M
+    elif case == "mat@vec":
+        a, b = M, randn(rng, 90, "float32")
+    else:
+        a, b = randn(rng, 150, "float32"), randn(rng, 150, "float32")
+    expected_shape = np.matmul(a, b).shape
+    za = zarr_in(tmp_path / "a.zarr", a, (33,) if a.ndim == 1 else (20, 40))
+    if where == "lazy":
+        res = dgemm.matmul(za, b, client=as_current, block=32)
+        assert res.shape == expected_shape
+        got = res.compute()
+    else:
+        res = dgemm.matmul(za, b, out=str(tmp_path / "c.zarr"), client=as_current, block=32)
+        assert res.shape == expected_shape and res.attrs[COMPLETE_ATTR]["complete"]
+        got = res[...]
+    got = np.asarray(got)
+    assert got.shape == expected_shape
+    check_product(got, a, b, dtype="float32")
+
+
+# -- empty and degenerate -----------------------------------------------------
+def test_k_zero(client, tmp_path, rng):
+    A, B = np.empty((6, 0), "f4"), np.empty((0, 5), "f4")
+    out = dgemm.matmul(zarr_in(tmp_path / "a.zarr", A, (3, 1)), B, out=str(tmp_path / "c.zarr"), client=client)
+    np.testing.assert_array_equal(out[...], np.zeros((6, 5)))
+    assert out.attrs[COMPLETE_ATTR]["complete"]
+    C = randn(rng, (6, 5), "f4")
+    got = dgemm.gemm(A, B, c=C, alpha=2.0, beta=-0.5, out=str(tmp_path / "g.zarr"), client=client)
+    np.testing.assert_array_equal(got[...], (-0.5 * C.astype("f8")).astype("f4"))
+    lazy = dgemm.gemm(da.from_array(A), da.from_array(B), c=da.from_array(C, chunks=(2, 5)), beta=3.0,
+                      client=client)
+    np.testing.assert_array_equal(client.compute(lazy).result(), (3.0 * C.astype("f8")).astype("f4"))
+    vv = dgemm.matmul(np.empty(0, "f8"), np.empty(0, "f8"), client=client)    # numpy: 0.0
+    assert vv.shape == () and client.compute(vv).result() == 0.0
+
+
+@pytest.mark.parametrize("shape", [(0, 5, 4), (5, 0, 4), (0, 0, 3), (0, 4, 0)])
+def test_empty_results(client, tmp_path, rng, shape):
+    m, n, k = shape
+    A, B = randn(rng, (m, k), "f4"), randn(rng, (k, n), "f4")
+    lazy = dgemm.matmul(A, B, client=client)
+    assert lazy.shape == (m, n) and lazy.dtype == np.float32
+    out = dgemm.matmul(A, B, out=str(tmp_path / "c.zarr"), client=client)
+    assert out.shape == (m, n) and out.dtype == np.float32
+    assert dgemm.open_result(str(tmp_path / "c.zarr")).attrs[COMPLETE_ATTR]["complete"]
+
+
+def test_nan_and_inf_propagate_like_numpy(client, tmp_path, rng):
+    A, B = randn(rng, (60, 50)), randn(rng, (50, 40))
+    A[3, 7] = np.nan
+    A[20, 1] = np.inf
+    B[4, 30] = -np.inf
+    B[9, 11] = np.inf
+    B[10, 11] = -np.inf
+    out = dgemm.matmul(zarr_in(tmp_path / "a.zarr", A, (25, 20)), B, out=str(tmp_path / "c.zarr"),
+                       client=client, block=32)
+    with np.errstate(invalid="ignore"):
+        ref = np.matmul(A, B)
+    assert np.isnan(ref).any() and np.isinf(ref).any()
+    assert_nonfinite_like(out[...], ref)
+
+
+# -- k split and blocks -------------------------------------------------------
+def test_k_split_over_workers(client, tmp_path, rng):
+    A, B = randn(rng, (40, 600), "float64"), randn(rng, (600, 30), "float64")
+    lazy = dgemm.matmul(zarr_in(tmp_path / "a.zarr", A, (40, 100)), B, client=client, block=(64, 64, 128))
+    assert any(n.startswith("dgemm-reduce-") for n in lazy.dask.layers)
+    check_product(client.compute(lazy).result(), A, B, dtype="float64")
+    out = dgemm.matmul(str(tmp_path / "a.zarr"), B, out=str(tmp_path / "c.zarr"), client=client,
+                       block=(64, 64, 128))
+    check_product(out[...], A, B, dtype="float64")
+    assert "k split into 2 segment(s)" in out.attrs[COMPLETE_ATTR]["plan"]
+
+
+@pytest.mark.parametrize("block", [1, 16, 100, (32, 48, 16), (1000, 1000, 1000)])
+def test_block_option(client, rng, block):
+    A, B = randn(rng, (70, 50), "float32"), randn(rng, (50, 60), "float32")
+    check_product(client.compute(dgemm.matmul(A, B, client=client, block=block)).result(), A, B,
+                  dtype="float32")
+
+
+def test_progress_bar(client, tmp_path, rng, capsys):
+    A, B = randn(rng, (50, 40), "float32"), randn(rng, (40, 30), "float32")
+    out = dgemm.matmul(A, B, out=str(tmp_path / "c.zarr"), client=client, progress=True)
+    check_product(out[...], A, B, dtype="float32")
+
+
+# -- outputs: overwrite, completion -------------------------------------------
+def test_overwrite_semantics(client, tmp_path, rng):
+    path = str(tmp_path / "c.zarr")
+    old = zarr.create_array(store=path, shape=(3, 3), dtype="f8")
+    old[...] = 7.0
+    A, B = randn(rng, (20, 10), "f4"), randn(rng, (10, 15), "f4")
+    with pytest.raises(FileExistsError, match="pass overwrite=True"):
+        dgemm.matmul(A, B, out=path, client=client)
+    kept = zarr.open_array(path, mode="r")
+    assert kept.shape == (3, 3) and (kept[...] == 7.0).all() and COMPLETE_ATTR not in kept.attrs
+    out = dgemm.matmul(A, B, out=path, client=client, overwrite=True)
+    assert out.shape == (20, 15) and out.dtype == np.float32
+    check_product(zarr.open_array(path, mode="r")[...], A, B, dtype="float32")
+    # running again over a finished result also needs overwrite
+    with pytest.raises(FileExistsError):
+        dgemm.matmul(A, B, out=path, client=client)
+    A2 = randn(rng, (20, 10), "f4")
+    dgemm.matmul(A2, B, out=path, client=client, overwrite=True)
+    check_product(dgemm.open_result(path)[...], A2, B, dtype="float32")
+
+
+def test_open_result_refuses_incomplete(tmp_path, rng):
+    plain = zarr.create_array(store=str(tmp_path / "plain.zarr"), shape=(2, 2), dtype="f8")
+    with pytest.raises(dgemm.IncompleteResultError, match="was not written by dgemm"):
+        dgemm.open_result(str(tmp_path / "plain.zarr"))
+    plain.attrs[COMPLETE_ATTR] = {"complete": False}
+    with pytest.raises(dgemm.IncompleteResultError, match="is incomplete"):
+        dgemm.open_result(str(tmp_path / "plain.zarr"))
+
+
+def test_failed_run_leaves_an_incomplete_output(client, tmp_path, rng):
+    A, B = randn(rng, (40, 30)), randn(rng, (30, 20))
+    a = zarr.create_array(store=str(tmp_path / "a.zarr"), shape=A.shape, chunks=(20, 30), dtype="f8",
+                          compressors=None)
+    a[...] = A
+    (tmp_path / "a.zarr" / "c" / "1" / "0").write_bytes(b"corrupt")      # one unreadable input chunk
+    with pytest.raises(Exception, match="could not read Zarr array"):
+        dgemm.matmul(str(tmp_path / "a.zarr"), B, out=str(tmp_path / "c.zarr"), client=client, block=16)
+    assert (tmp_path / "c.zarr").exists()
+    with pytest.raises(dgemm.IncompleteResultError, match="did not finish"):
+        dgemm.open_result(str(tmp_path / "c.zarr"))
+
+
+# -- bad inputs: clear errors before any work, nothing written ----------------
+def _bad_cases():
+    f4 = np.ones((4, 3), "f4")
+    g4 = np.ones((3, 5), "f4")
+
+    def existing(tmp, shape=(4, 5), dtype="f4", **kw):
+        return zarr.create_array(store=str(tmp / "existing.zarr"), shape=shape, dtype=dtype, **kw)
+
+    def group(tmp):
+        zarr.open_group(str(tmp / "group.zarr"), mode="w")
+        return str(tmp / "group.zarr")
+
+    def empty_dir(tmp):
+        (tmp / "empty").mkdir()
+        return str(tmp / "empty")
+
+    def plain_file(tmp):
+        (tmp / "file.bin").write_bytes(b"123")
+        return str(tmp / "file.bin")
+
+    def out_exists(tmp):
+        existing(tmp)
+        return dict(a=f4, b=g4, out=str(tmp / "existing.zarr"))
+
+    def out_is_a(tmp):
+        a = zarr_in(tmp / "a.zarr", np.ones((4, 4), "f4"), (2, 2))
+        return dict(a=a, b=np.ones((4, 4), "f4"), out=str(tmp / "a.zarr"), overwrite=True)
+
+    def read_only_out(tmp):
+        existing(tmp)
+        return dict(a=f4, b=g4, out=zarr.open_array(str(tmp / "existing.zarr"), mode="r"))
+
+    from zarr.storage import MemoryStore
+    M = "matmul"
+    G = "gemm"
+    return {
+        # name: (op, make kwargs(tmp), exception, message regex)
+        "shape-mismatch": (M, lambda t: dict(a=np.ones((5, 4)), b=np.ones((3, 6))), ValueError,
+                           r"a has shape \(5, 4\) and b has shape \(3, 6\).*\(4 != 3\)"),
+        "shape-mismatch-trans": (G, lambda t: dict(a=np.ones((5, 4)), b=np.ones((5, 6)), trans_a=False,
+                                                   trans_b=True), ValueError,
+                                 r"a has shape \(5, 4\) and b.T has shape \(5, 6\)"),
+        "shape-mismatch-vector": (M, lambda t: dict(a=np.ones(3), b=np.ones((4, 2))), ValueError,
+                                  r"a has shape \(3,\) and b has shape \(4, 2\)"),
+        "0-d": (M, lambda t: dict(a=np.float64(2.0), b=g4), ValueError, "0-dimensional"),
+        "3-d": (M, lambda t: dict(a=np.ones((2, 4, 3)), b=g4), ValueError, r"3 dimensions \(2, 4, 3\)"),
+        "gemm-1-d": (G, lambda t: dict(a=np.ones(3), b=g4), ValueError, r"gemm needs 2-D operands; a has shape"),
+        "int": (M, lambda t: dict(a=np.ones((4, 3), "i4"), b=g4), TypeError, "a has dtype int32"),
+        "complex": (M, lambda t: dict(a=f4, b=np.ones((3, 5), "c8")), TypeError, "b has dtype complex64"),
+        "float16": (M, lambda t: dict(a=np.ones((4, 3), "f2"), b=g4), TypeError, "a has dtype float16"),
+        "bool": (M, lambda t: dict(a=np.ones((4, 3), bool), b=g4), TypeError, "a has dtype bool"),
+        "object": (M, lambda t: dict(a=np.ones((4, 3), object), b=g4), TypeError, "a has dtype object"),
+        "string": (M, lambda t: dict(a=np.full((4, 3), "x"), b=g4), TypeError, "a has dtype <U1"),
+        "c-int": (G, lambda t: dict(a=f4, b=g4, c=np.ones((4, 5), "i8"), beta=1.0), TypeError, "c has dtype int64"),
+        "not-an-array": (M, lambda t: dict(a={"a": 1}, b=g4), TypeError, "a must be a zarr.Array"),
+        "out-exists": (M, out_exists, FileExistsError, "already exists; pass overwrite=True"),
+        "a-empty-dir": (M, lambda t: dict(a=empty_dir(t), b=g4), ValueError, "empty is not a Zarr array"),
+        "a-group": (M, lambda t: dict(a=group(t), b=g4), ValueError, "group.zarr is not a Zarr array"),
+        "b-plain-file": (M, lambda t: dict(a=f4, b=plain_file(t)), ValueError, "file.bin is not a Zarr array"),
+        "a-missing": (M, lambda t: dict(a=str(t / "nope.zarr"), b=g4), ValueError, "nope.zarr is not a Zarr array"),
+        "out-plain-file": (M, lambda t: dict(a=f4, b=g4, out=plain_file(t), overwrite=True), FileExistsError,
+                           "is a file, not a Zarr store"),
+        "c-wrong-shape": (G, lambda t: dict(a=f4, b=g4, c=np.ones((5, 4)), beta=1.0), ValueError,
+                          r"c has shape \(5, 4\), but op\(a\) @ op\(b\) has shape \(4, 5\)"),
+        "c-1-d": (G, lambda t: dict(a=f4, b=g4, c=np.ones(5), beta=1.0), ValueError, r"c has shape \(5,\)"),
+        "beta-without-c": (G, lambda t: dict(a=f4, b=g4, beta=0.5), ValueError, "beta=0.5 needs c"),
+        "block-zero": (M, lambda t: dict(a=f4, b=g4, block=0), ValueError, "block must be a positive int"),
+        "block-negative": (M, lambda t: dict(a=f4, b=g4, block=(64, -1, 64)), ValueError, r"not \(64, -1, 64\)"),
+        "block-two": (M, lambda t: dict(a=f4, b=g4, block=(64, 64)), ValueError, "three positive ints"),
+        "block-float": (M, lambda t: dict(a=f4, b=g4, block=1.5), (ValueError, TypeError), "block"),
+        "block-bool": (M, lambda t: dict(a=f4, b=g4, block=(True, 1, 1)), ValueError, "block must be"),
+        "block-string": (M, lambda t: dict(a=f4, b=g4, block="64"), ValueError, "block must be"),
+        "alpha-string": (G, lambda t: dict(a=f4, b=g4, alpha="2"), TypeError, "alpha must be a real number, not str"),
+        "alpha-none": (G, lambda t: dict(a=f4, b=g4, alpha=None), TypeError, "alpha must be a real number"),
+        "alpha-complex": (G, lambda t: dict(a=f4, b=g4, alpha=1j), TypeError, "not complex"),
+        "beta-bool": (G, lambda t: dict(a=f4, b=g4, c=np.ones((4, 5), "f4"), beta=True), TypeError,
+                      "beta must be a real number, not bool"),
+        "out-wrong-shape": (M, lambda t: dict(a=f4, b=g4, out=existing(t, shape=(5, 4))), ValueError,
+                            r"out has shape \(5, 4\), but the result has shape \(4, 5\)"),
+        "out-wrong-dtype": (M, lambda t: dict(a=f4, b=g4, out=existing(t, dtype="f8")), ValueError,
+                            "out has dtype float64, but the result is float32"),
+        "out-read-only-array": (M, read_only_out, PermissionError, "read-only"),
+        "out-memory-array": (M, lambda t: dict(a=f4, b=g4, out=zarr.create_array(
+            store=MemoryStore(), shape=(4, 5), dtype="f4")), ValueError, "in-memory Zarr store"),
+        "out-memory-store": (M, lambda t: dict(a=f4, b=g4, out=MemoryStore()), ValueError, "in-memory"),
+        "out-memory-url": (M, lambda t: dict(a=f4, b=g4, out="memory://c"), ValueError, "in-memory"),
+        "out-numpy": (M, lambda t: dict(a=f4, b=g4, out=np.empty((4, 5), "f4")), TypeError,
+                      "out must be a path, URL, zarr store or zarr.Array, not ndarray"),
+        "out-is-a": (M, out_is_a, ValueError, "is also the input a"),
+    }
+
+
+BAD = _bad_cases()
+
+
+@pytest.mark.parametrize("name", list(BAD))
+def test_bad_input(tmp_path, no_client, name):
+    op, make, exc, msg = BAD[name]
+    kwargs = make(tmp_path)
+    kwargs.setdefault("out", str(tmp_path / "out.zarr"))
+    before = sorted(p.name for p in tmp_path.iterdir())
+    existing = kwargs["out"] if isinstance(kwargs["out"], zarr.Array) else None
+    fn = dgemm.matmul if op == "matmul" else dgemm.gemm
+    with pytest.raises(exc, match=msg):
+        fn(client=no_client, **kwargs)
+    assert not (tmp_path / "out.zarr").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == before, "something was written"
+    if existing is not None:
+        assert COMPLETE_ATTR not in zarr.open_array(existing.store_path, mode="r").attrs
+    if os.path.isdir(tmp_path / "existing.zarr"):
+        assert COMPLETE_ATTR not in zarr.open_array(str(tmp_path / "existing.zarr"), mode="r").attrs
+
+
+def test_bad_input_out_not_writable(tmp_path, no_client):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        if os.access(ro, os.W_OK):
+            pytest.skip("running as root: a read-only directory is still writable, so there is nothing to refuse "
+                        "(test_storage checks the refusal with a patched os.access)")
+        with pytest.raises(PermissionError, match="not writable"):
+            dgemm.matmul(np.ones((2, 2)), np.ones((2, 2)), out=str(ro / "c.zarr"), client=no_client)
+        assert list(ro.iterdir()) == []
+    finally:
+        ro.chmod(0o755)
+
+
+def test_bad_input_out_not_writable_patched(tmp_path, no_client, monkeypatch):
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: False if str(p) == str(tmp_path / "ro") else real(p, mode))
+    (tmp_path / "ro").mkdir()
+    with pytest.raises(PermissionError, match="not writable"):
+        dgemm.matmul(np.ones((2, 2)), np.ones((2, 2)), out=str(tmp_path / "ro" / "c.zarr"), client=no_client)
+    assert list((tmp_path / "ro").iterdir()) == []
+
+
+# -- property test ------------------------------------------------------------
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_random_shapes_and_blocks(client, data):
+    m, n, k = (data.draw(st.integers(1, 150), label=x) for x in "mnk")
+    dtype = data.draw(st.sampled_from(["float32", "float64"]), label="dtype")
+    block = data.draw(st.tuples(*[st.integers(1, 160)] * 3), label="block")
+    a_chunks = data.draw(st.tuples(st.integers(1, m), st.integers(1, k)), label="a_chunks")
+    b_chunks = data.draw(st.tuples(st.integers(1, k), st.integers(1, n)), label="b_chunks")
+    seed = data.draw(st.integers(0, 2**32 - 1), label="seed")
+    rng = np.random.default_rng(seed)
+    A, B = randn(rng, (m, k), dtype), randn(rng, (k, n), dtype)
+    lazy = dgemm.matmul(da.from_array(A, chunks=a_chunks), da.from_array(B, chunks=b_chunks), client=client,
+                        block=block)
+    check_product(client.compute(lazy).result(), A, B, dtype=dtype)

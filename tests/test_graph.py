@@ -1,0 +1,146 @@
+"""The Dask graph: layers, annotations, task functions; run with dask's local scheduler.
+
+Under the synchronous scheduler the GEMM tasks use the process-wide device
+state (:func:`dgemm.worker.device_state`), so no cluster is needed here.
+"""
+from __future__ import annotations
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import zarr
+from dask.delayed import Delayed
+
+from _check import check_product, randn
+from dgemm import graph as graph_mod
+from dgemm.plan import make_plan
+from dgemm.storage import Operand, ZarrBlock, check_output, create_output
+
+TILES = (32, 32, 16)
+
+
+def build(a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, target=64, n_workers=1,
+          out_chunks=None):
+    A, B = Operand(a, "a"), Operand(b, "b")
+    if trans_a:
+        A.transpose()
+    if trans_b:
+        B.transpose()
+    C = Operand(c, "c") if c is not None else None
+    dtype = np.result_type(A.dtype, B.dtype, *([C.dtype] if C else []))
+    (m, k), (_, n) = A.shape, B.shape
+    plan = make_plan(m, n, k, dtype, TILES, a_chunks=A.chunks, b_chunks=B.chunks, target=target,
+                     n_workers=n_workers, out_chunks=out_chunks)
+    g = graph_mod.build(plan, A, B, C, alpha=alpha, beta=beta, token="test")
+    return plan, g
+
+
+def as_array(plan, g):
+    return da.Array(g.hlg(), g.result_name, chunks=(tuple(b - a for a, b in plan.rows),
+                                                   tuple(b - a for a, b in plan.cols)),
+                    dtype=plan.dtype, meta=np.empty((0, 0), plan.dtype))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def sync_scheduler():
+    with dask.config.set(scheduler="sync"):
+        yield
+
+
+def test_layers_and_annotations(tmp_path, rng):
+    a = zarr.create_array(store=str(tmp_path / "a.zarr"), shape=(100, 80), chunks=(70, 33), dtype="f4")
+    a[...] = randn(rng, (100, 80), "f4")
+    b = randn(rng, (80, 90), "f4")
+    plan, g = build(a, b, target=64)
+    names = set(g.layers)
+    gemm = [n for n in names if n.startswith("dgemm-gemm-")]
+    assert len(gemm) == 1 and g.result_name == gemm[0]
+    assert g.layers[gemm[0]].annotations == {"resources": {"GPU": 1}}
+    assert any(n.startswith("dgemm-load-b") for n in names)        # numpy input: load tasks
+    assert not any(n.startswith("dgemm-reduce-") for n in names)
+    assert len(g.layers[gemm[0]]) == len(plan.rows) * len(plan.cols)
+    # Zarr input: block references, not data, in the tasks
+    layer = g.layers[gemm[0]]
+    task = layer[next(iter(layer))]
+    assert task[0] is graph_mod.gemm_block
+    assert task[1] and all(isinstance(x, ZarrBlock) for x in task[1])
+    arr = zarr.create_array(store=str(tmp_path / "c.zarr"), shape=(100, 90), chunks=plan.block_shape[:2],
+                            dtype="f4")
+    done = graph_mod.add_store(g, plan, arr, (), "test")
+    assert done == "dgemm-done-test"
+    assert g.dependencies["dgemm-store-test"] == {g.result_name}
+    assert g.dependencies["dgemm-done-test"] == {"dgemm-store-test"}
+    assert not g.layers["dgemm-store-test"].annotations             # only GEMM tasks need the device
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("trans_a,trans_b", [(False, False), (True, False), (False, True), (True, True)])
+def test_graph_computes_the_product(rng, dtype, trans_a, trans_b):
+    m, n, k = 75, 61, 99
+    a = randn(rng, (k, m) if trans_a else (m, k), dtype)
+    b = randn(rng, (n, k) if trans_b else (k, n), dtype)
+    plan, g = build(da.from_array(a, chunks=(40, 27)), b, trans_a=trans_a, trans_b=trans_b, target=32)
+    assert len(plan.rows) > 1 and len(plan.cols) > 1 and len(plan.ks) > 1
+    check_product(as_array(plan, g).compute(), a, b, dtype=dtype, trans_a=trans_a, trans_b=trans_b)
+
+
+def test_k_split_adds_reduce_layer(rng):
+    a, b, c = randn(rng, (20, 300)), randn(rng, (300, 25)), randn(rng, (20, 25))
+    plan, g = build(a, b, c, alpha=0.5, beta=2.0, target=64, n_workers=3)
+    assert len(plan.segments) == 3 and len(plan.rows) * len(plan.cols) == 1
+    reduce = [n for n in g.layers if n.startswith("dgemm-reduce-")]
+    assert reduce == [g.result_name]
+    gemm = g.layers["dgemm-gemm-test"]
+    assert len(gemm) == 3
+    # c (beta) goes to the first k segment only, or it would be added three times
+    tasks = {key: gemm[key] for key in gemm}
+    betas = sorted(t[7] for t in tasks.values())
+    assert betas == [0.0, 0.0, 2.0]
+    check_product(as_array(plan, g).compute(), a, b, alpha=0.5, beta=2.0, c=c, dtype="float64")
+
+
+def test_beta_zero_does_not_load_c(rng):
+    a, b = randn(rng, (20, 30)), randn(rng, (30, 25))
+    c = np.full((20, 25), np.nan)
+    plan, g = build(a, b, c, beta=0.0)
+    assert not any(n.startswith("dgemm-load-c") for n in g.layers)
+    check_product(as_array(plan, g).compute(), a, b, dtype="float64")
+
+
+def test_store_layer_writes_every_block(tmp_path, rng):
+    a, b = randn(rng, (90, 70), "f4"), randn(rng, (70, 50), "f4")
+    plan, g = build(a, b, out_chunks=(37, 20))
+    spec = check_output(str(tmp_path / "c.zarr"), (90, 50), np.dtype("f4"), False)
+    arr = create_output(spec, plan.block_shape[:2], {})
+    arr[...] = np.nan
+    done = graph_mod.add_store(g, plan, arr, (), "test")
+    assert Delayed(done, g.hlg()).compute() == len(plan.rows) * len(plan.cols) == 9
+    check_product(arr[...], a, b, dtype="float32")
+
+
+def test_load_errors_name_the_block(tmp_path):
+    arr = zarr.create_array(store=str(tmp_path / "a.zarr"), shape=(4, 4), chunks=(2, 2), dtype="f8",
+                            compressors=None)
+    arr[...] = 1.0
+    (tmp_path / "a.zarr" / "c" / "0" / "0").write_bytes(b"not a chunk")
+    with pytest.raises(OSError, match=r"dgemm could not read Zarr array .*a.zarr rows 0:2, columns 0:2"):
+        graph_mod._load(ZarrBlock(arr, (0, 2), (0, 2)))
+    assert graph_mod._load(ZarrBlock(arr, (2, 4), (2, 4))).tolist() == [[1.0, 1.0], [1.0, 1.0]]
+
+
+def test_pairs_in_order():
+    a = [np.full((1, 1), i) for i in range(5)]
+    b = [np.full((1, 1), 10 + i) for i in range(5)]
+    got = list(graph_mod._pairs(a, b))
+    assert [(x[0, 0], y[0, 0]) for x, y in got] == [(i, 10 + i) for i in range(5)]
+    assert list(graph_mod._pairs([], [])) == []
+
+
+def test_reduce_blocks_does_not_modify_its_inputs(rng):
+    parts = [randn(rng, (3, 4)) for _ in range(3)]
+    copies = [p.copy() for p in parts]
+    out = graph_mod.reduce_blocks(parts)
+    np.testing.assert_array_equal(out, copies[0] + copies[1] + copies[2])
+    for p, q in zip(parts, copies):
+        np.testing.assert_array_equal(p, q)

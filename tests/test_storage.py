@@ -1,0 +1,262 @@
+"""Operands and outputs: wrapping inputs, block references, output checks (no cluster)."""
+from __future__ import annotations
+
+import os
+
+import dask.array as da
+import numpy as np
+import pytest
+import zarr
+
+from dgemm.storage import (COMPLETE_ATTR, Operand, ZarrBlock, check_dtype, check_output, create_output, load,
+                           location, mark_complete, store_block)
+
+
+def zarr_array(path, data, chunks):
+    arr = zarr.create_array(store=str(path), shape=data.shape, chunks=chunks, dtype=data.dtype)
+    arr[...] = data
+    return arr
+
+
+# -- dtypes -------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", ["int8", "int64", "uint16", "complex128", "float16", "bool", "O", "U4",
+                                   "datetime64[s]"])
+def test_check_dtype_refuses(dtype):
+    with pytest.raises(TypeError, match=r"x has dtype .*float32 and float64 only"):
+        check_dtype(dtype, "x")
+
+
+def test_check_dtype_accepts():
+    assert check_dtype(np.float32, "x") == np.float32 and check_dtype("float64", "x") == np.float64
+
+
+# -- operands -----------------------------------------------------------------
+def test_zarr_operand(tmp_path, rng):
+    data = rng.standard_normal((70, 45))
+    arr = zarr_array(tmp_path / "a.zarr", data, (20, 16))
+    for x in (arr, str(tmp_path / "a.zarr"), tmp_path / "a.zarr"):
+        op = Operand(x, "a")
+        assert op.zarr is not None and op.dask is None
+        assert (op.shape, op.stored_shape, op.chunks, op.ndim, op.dtype) == ((70, 45), (70, 45), (20, 16), 2,
+                                                                             np.float64)
+        assert "a.zarr" in op.label
+    op = Operand(str(tmp_path / "a.zarr"), "a")
+    assert op.zarr.read_only                    # paths are opened read-only
+    op.transpose()
+    assert (op.shape, op.stored_shape, op.chunks, op.trans) == ((45, 70), (70, 45), (16, 20), True)
+
+
+def test_dask_and_numpy_operands(rng):
+    data = rng.standard_normal((30, 20)).astype("f4")
+    op = Operand(da.from_array(data, chunks=((7, 23), (20,))), "b")
+    assert op.dask is not None and op.zarr is None and op.chunks == (7, 20) and op.dtype == np.float32
+    op = Operand(data, "b")
+    assert op.chunks == (None, None) and op.shape == (30, 20)
+    op = Operand(data.tolist(), "b")
+    assert op.dtype == np.float64 and op.shape == (30, 20)
+
+
+@pytest.mark.parametrize("axis,shape", [(0, (1, 9)), (1, (9, 1))])
+def test_promote_1d(tmp_path, rng, axis, shape):
+    v = rng.standard_normal(9)
+    for x in (v, zarr_array(tmp_path / f"v{axis}.zarr", v, (4,))):
+        op = Operand(x, "v")
+        assert op.ndim == 1
+        op.promote(axis)
+        assert op.stored_shape == shape and op.expand == axis
+        ref, coll = op.block_refs(((0, shape[0]),), ((0, shape[1]),))
+        got = load(ref(0, 0)) if op.zarr is not None else coll.compute(scheduler="sync")
+        np.testing.assert_array_equal(got, v.reshape(shape))
+    z = Operand(zarr_array(tmp_path / "c.zarr", v, (4,)), "v")
+    z.promote(axis)
+    assert z.chunks == ((1, 4) if axis == 0 else (4, 1))
+
+
+def test_bad_operands(tmp_path):
+    with pytest.raises(ValueError, match="0-dimensional"):
+        Operand(np.float64(3.0), "a")
+    with pytest.raises(ValueError, match=r"a has 3 dimensions \(2, 3, 4\)"):
+        Operand(np.zeros((2, 3, 4)), "a")
+    with pytest.raises(TypeError, match="int64"):
+        Operand(np.arange(6).reshape(2, 3), "a")
+    with pytest.raises(TypeError, match="must be a zarr.Array, a path or URL of one, a dask array or a numpy array, "
+                                        "not object"):
+        Operand(object(), "a")
+    with pytest.raises(TypeError, match="not dict"):
+        Operand({"x": 1}, "a")
+
+
+def test_paths_that_are_not_arrays(tmp_path):
+    (tmp_path / "empty").mkdir()
+    zarr.open_group(str(tmp_path / "group.zarr"), mode="w")
+    (tmp_path / "file.txt").write_text("hello")
+    for p in ("empty", "group.zarr", "file.txt", "missing.zarr"):
+        with pytest.raises(ValueError, match=f"b: .*{p} is not a Zarr array"):
+            Operand(str(tmp_path / p), "b")
+
+
+@pytest.mark.parametrize("trans", [False, True])
+def test_zarr_block_refs(tmp_path, rng, trans):
+    data = rng.standard_normal((50, 30))
+    op = Operand(zarr_array(tmp_path / "a.zarr", data, (20, 16)), "a")
+    if trans:
+        op.transpose()
+    logical = data.T if trans else data
+    rows = ((0, 17), (17, logical.shape[0]))
+    cols = ((0, 9), (9, 21), (21, logical.shape[1]))
+    ref, coll = op.block_refs(rows, cols)
+    assert coll is None                         # Zarr blocks are read by the workers
+    for i, (r0, r1) in enumerate(rows):
+        for j, (c0, c1) in enumerate(cols):
+            blk = ref(i, j)
+            assert isinstance(blk, ZarrBlock)
+            got = load(blk)
+            # stored orientation: the device does the transpose
+            np.testing.assert_array_equal(got, logical[r0:r1, c0:c1].T if trans else logical[r0:r1, c0:c1])
+    assert "a.zarr rows" in ref(0, 0).describe()
+
+
+@pytest.mark.parametrize("kind", ["numpy", "dask"])
+@pytest.mark.parametrize("trans", [False, True])
+def test_dask_block_refs(rng, kind, trans):
+    data = rng.standard_normal((40, 25))
+    x = data if kind == "numpy" else da.from_array(data, chunks=((13, 27), (6, 19)))
+    op = Operand(x, "b")
+    if trans:
+        op.transpose()
+    logical = data.T if trans else data
+    rows = ((0, 10), (10, logical.shape[0]))
+    cols = ((0, 7), (7, logical.shape[1]))
+    ref, coll = op.block_refs(rows, cols)
+    assert isinstance(coll, da.Array)
+    blocks = dict(zip([k for k in coll.__dask_keys__() for k in k], coll.to_delayed().ravel()))
+    for i, (r0, r1) in enumerate(rows):
+        for j, (c0, c1) in enumerate(cols):
+            key = ref(i, j)
+            assert key[0] == coll.name
+            got = blocks[key].compute(scheduler="sync")
+            np.testing.assert_array_equal(got, logical[r0:r1, c0:c1].T if trans else logical[r0:r1, c0:c1])
+
+
+@pytest.mark.parametrize("kind", ["numpy", "dask", "zarr"])
+def test_block_refs_of_an_empty_axis(tmp_path, kind):
+    data = np.empty((6, 0), "f4")
+    x = {"numpy": lambda: data, "dask": lambda: da.from_array(data),
+         "zarr": lambda: zarr_array(tmp_path / "e.zarr", data, (3, 1))}[kind]()
+    ref, coll = Operand(x, "a").block_refs(((0, 3), (3, 6)), ())
+    assert coll is None                         # K == 0: no blocks, no load tasks
+
+
+def test_location(tmp_path):
+    arr = zarr.create_array(store=str(tmp_path / "x.zarr"), shape=(2, 2), dtype="f4")
+    assert location(arr) == location(str(tmp_path / "x.zarr")) == location(tmp_path / "x.zarr/")
+    assert location("s3://bucket/x.zarr/") == "s3://bucket/x.zarr"
+    assert location(np.zeros(2)) is None
+
+
+# -- outputs ------------------------------------------------------------------
+def test_check_output_new_path(tmp_path):
+    spec = check_output(str(tmp_path / "c.zarr"), (3, 4), np.dtype("f4"), False)
+    assert (spec.shape, spec.dtype, spec.chunks) == ((3, 4), np.float32, None)
+    assert not (tmp_path / "c.zarr").exists()   # checking writes nothing
+    spec = check_output(tmp_path / "deeper" / "still" / "c.zarr", (3,), np.dtype("f8"), False)
+    assert not (tmp_path / "deeper").exists()
+    assert check_output("file://" + str(tmp_path / "d.zarr"), (1, 1), np.dtype("f8"), False).target.startswith("file://")
+
+
+def test_check_output_existing(tmp_path):
+    zarr.create_array(store=str(tmp_path / "c.zarr"), shape=(3, 4), dtype="f4")
+    with pytest.raises(FileExistsError, match="already exists; pass overwrite=True"):
+        check_output(str(tmp_path / "c.zarr"), (3, 4), np.dtype("f4"), False)
+    assert check_output(str(tmp_path / "c.zarr"), (5, 5), np.dtype("f8"), True).overwrite
+    (tmp_path / "plain").write_text("x")
+    with pytest.raises(FileExistsError, match="already exists"):
+        check_output(str(tmp_path / "plain"), (3, 4), np.dtype("f4"), False)
+    with pytest.raises(FileExistsError, match="is a file, not a Zarr store"):
+        check_output(str(tmp_path / "plain"), (3, 4), np.dtype("f4"), True)
+
+
+def test_check_output_zarr_array(tmp_path):
+    arr = zarr.create_array(store=str(tmp_path / "c.zarr"), shape=(6, 8), chunks=(4, 3), dtype="f4")
+    spec = check_output(arr, (6, 8), np.dtype("f4"), False)
+    assert spec.array is arr and spec.chunks == (4, 3)
+    with pytest.raises(ValueError, match=r"out has shape \(6, 8\), but the result has shape \(8, 6\)"):
+        check_output(arr, (8, 6), np.dtype("f4"), False)
+    with pytest.raises(ValueError, match="out has dtype float32, but the result is float64"):
+        check_output(arr, (6, 8), np.dtype("f8"), False)
+    ro = zarr.open_array(str(tmp_path / "c.zarr"), mode="r")
+    with pytest.raises(PermissionError, match="read-only"):
+        check_output(ro, (6, 8), np.dtype("f4"), False)
+    sharded = zarr.create_array(store=str(tmp_path / "s.zarr"), shape=(8, 8), chunks=(2, 2), shards=(4, 4),
+                                dtype="f8")
+    assert check_output(sharded, (8, 8), np.dtype("f8"), False).chunks == (4, 4)
+
+
+def test_check_output_memory(tmp_path):
+    from zarr.storage import MemoryStore
+    mem = zarr.create_array(store=MemoryStore(), shape=(2, 2), dtype="f4")
+    for out in (mem, MemoryStore(), "memory://x"):
+        with pytest.raises(ValueError, match="in-memory Zarr store"):
+            check_output(out, (2, 2), np.dtype("f4"), False)
+
+
+def test_check_output_bad_type():
+    with pytest.raises(TypeError, match="out must be a path, URL, zarr store or zarr.Array, not ndarray"):
+        check_output(np.zeros((2, 2)), (2, 2), np.dtype("f8"), False)
+
+
+def test_check_output_not_writable(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        if os.access(ro, os.W_OK):
+            pytest.skip("running as root: a read-only directory is still writable, so there is nothing to refuse")
+        with pytest.raises(PermissionError, match="not writable"):
+            check_output(str(ro / "c.zarr"), (2, 2), np.dtype("f8"), False)
+    finally:
+        ro.chmod(0o755)
+
+
+def test_check_output_unwritable_parent_is_refused(tmp_path, monkeypatch):
+    """The same check without relying on file permissions (which root ignores)."""
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: False if str(p) == str(tmp_path) else real(p, mode))
+    with pytest.raises(PermissionError, match=f"{tmp_path} does not allow writing"):
+        check_output(str(tmp_path / "new" / "c.zarr"), (2, 2), np.dtype("f8"), False)
+
+
+def test_create_mark_and_store(tmp_path, rng):
+    spec = check_output(str(tmp_path / "c.zarr"), (5, 7), np.dtype("f8"), False)
+    arr = create_output(spec, (2, 3), {"operation": "test"})
+    assert arr.chunks == (2, 3) and arr.attrs[COMPLETE_ATTR] == {"complete": False, "operation": "test"}
+    blk = rng.standard_normal((2, 3))
+    store_block(arr, (2, 4), (3, 6), blk)
+    np.testing.assert_array_equal(arr[2:4, 3:6], blk)
+    mark_complete(arr, {"seconds": 1.5})
+    again = zarr.open_array(str(tmp_path / "c.zarr"), mode="r")
+    assert again.attrs[COMPLETE_ATTR] == {"complete": True, "operation": "test", "seconds": 1.5}
+
+
+@pytest.mark.parametrize("drop,shape,region", [((0,), (7,), np.s_[3:6]), ((1,), (5,), np.s_[2:4]),
+                                                ((0, 1), (), ())])
+def test_store_block_drops_vector_axes(tmp_path, rng, drop, shape, region):
+    arr = zarr.create_array(store=str(tmp_path / "v.zarr"), shape=shape, dtype="f8", fill_value=np.nan)
+    if drop == (0, 1):
+        blk = rng.standard_normal((1, 1))
+        store_block(arr, (0, 1), (0, 1), blk, drop)
+        assert arr[()] == blk[0, 0]
+        return
+    rows, cols = ((0, 1), (3, 6)) if drop == (0,) else ((2, 4), (0, 1))
+    blk = rng.standard_normal((rows[1] - rows[0], cols[1] - cols[0]))
+    store_block(arr, rows, cols, blk, drop)
+    np.testing.assert_array_equal(arr[region], blk.ravel())
+
+
+def test_existing_array_as_output_keeps_chunks(tmp_path):
+    arr = zarr.create_array(store=str(tmp_path / "c.zarr"), shape=(6, 8), chunks=(4, 3), dtype="f4",
+                            attributes={"mine": 1})
+    spec = check_output(arr, (6, 8), np.dtype("f4"), False)
+    out = create_output(spec, (99, 99), {"operation": "x"})
+    assert out is arr and out.chunks == (4, 3)
+    assert out.attrs["mine"] == 1 and out.attrs[COMPLETE_ATTR]["complete"] is False
