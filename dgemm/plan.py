@@ -145,6 +145,6 @@ def make_plan(m: int, n: int, k: int, dtype, tiles: tuple[int, int, int], *,
     parts = 1
     if 0 < n_c < n_workers and nk > 1:
         parts = min(nk, -(-n_workers // n_c))
-    step = -(-nk // parts) if nk else 0
-    segments = tuple((s, min(s + step, nk)) for s in range(0, nk, step)) if nk else ((0, 0),)
+    # ``parts`` segments of (nearly) equal numbers of k-blocks: every one of them gets work
+    segments = tuple((s * nk // parts, (s + 1) * nk // parts) for s in range(parts)) if nk else ((0, 0),)
     return Plan(m, n, k, np.dtype(dtype), tuple(tiles), rows, cols, ks, segments)

@@ -89,8 +89,8 @@ def test_k_split_adds_reduce_layer(rng):
     a, b, c = randn(rng, (20, 300)), randn(rng, (300, 25)), randn(rng, (20, 25))
     plan, g = build(a, b, c, alpha=0.5, beta=2.0, target=64, n_workers=3)
     assert len(plan.segments) == 3 and len(plan.rows) * len(plan.cols) == 1
-    reduce = [n for n in g.layers if n.startswith("dgemm-reduce-")]
-    assert reduce == [g.result_name]
+    assert g.result_name == "dgemm-reduce-test"
+    assert g.dependencies["dgemm-reduce-test"] <= {n for n in g.layers if n.startswith("dgemm-")}
     gemm = g.layers["dgemm-gemm-test"]
     assert len(gemm) == 3
     # c (beta) goes to the first k segment only, or it would be added three times
@@ -98,6 +98,16 @@ def test_k_split_adds_reduce_layer(rng):
     betas = sorted(t[7] for t in tasks.values())
     assert betas == [0.0, 0.0, 2.0]
     check_product(as_array(plan, g).compute(), a, b, alpha=0.5, beta=2.0, c=c, dtype="float64")
+
+
+@pytest.mark.parametrize("segments", [2, 3, 5, 8])
+def test_k_split_reduction_sums_every_segment(rng, segments):
+    """However the segments are reduced (pairwise levels or at once), each is added exactly once."""
+    a, b = randn(rng, (30, 16 * segments + 5)), randn(rng, (16 * segments + 5, 20))
+    plan, g = build(a, b, target=16, n_workers=segments)
+    assert len(plan.segments) == segments
+    assert all(n.startswith(("dgemm-gemm-", "dgemm-reduce-", "dgemm-load-")) for n in g.layers)
+    check_product(as_array(plan, g).compute(), a, b, dtype="float64")
 
 
 def test_beta_zero_does_not_load_c(rng):

@@ -78,6 +78,12 @@ def test_plan_covers_everything(m, n, k, tiles, target, a_chunks, b_chunks, n_wo
     n_c = len(p.rows) * len(p.cols)
     if len(p.segments) > 1:
         assert n_c < n_workers and len(p.segments) <= len(p.ks)
+    if 0 < n_c < n_workers and len(p.ks) > 1:
+        # enough segments for every worker to have a C block or a k segment, each non-empty
+        assert len(p.segments) == min(len(p.ks), -(-n_workers // n_c))
+        assert all(s1 > s0 for s0, s1 in p.segments)
+        sizes = [s1 - s0 for s0, s1 in p.segments]
+        assert max(sizes) - min(sizes) <= 1
     assert p.n_tasks == n_c * len(p.segments)
     assert p.flops == 2.0 * m * n * k
 
@@ -88,6 +94,8 @@ def test_k_split_when_fewer_c_blocks_than_workers():
     assert p.segments == ((0, 2), (2, 4)) and p.n_tasks == 2
     p = make_plan(100, 100, 1000, "float32", (64, 64, 16), target=256, n_workers=8)
     assert len(p.segments) == 4                       # no more segments than k-blocks
+    p = make_plan(100, 100, 1000, "float32", (64, 64, 16), target=256, n_workers=3)
+    assert p.segments == ((0, 1), (1, 2), (2, 4))     # three workers: three segments
     p = make_plan(100, 100, 1000, "float32", (64, 64, 16), target=256, n_workers=1)
     assert p.segments == ((0, 4),)
     p = make_plan(100, 100, 100, "float32", (64, 64, 16), target=256, n_workers=4)
