@@ -2,7 +2,7 @@
 
 Usage (on the GPU machine): python bench/gpu_kernels.py OUTDIR [--budget S]
 Writes OUTDIR/kernels.json and prints a table.  cuBLAS is timed through
-torch in the same process (TF32 off for float32).
+torch in the same process (TF32 off for float32; dgemm.benchmarks.cublas).
 """
 from __future__ import annotations
 
@@ -14,40 +14,14 @@ import subprocess
 import sys
 import time
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from dgemm.benchmarks import cublas  # noqa: E402
 from dgemm.device import Device  # noqa: E402
 from dgemm.discovery import list_devices, select_devices  # noqa: E402
 from dgemm.kernelbench import KernelBench  # noqa: E402
 from dgemm.params import KernelParams  # noqa: E402
 from dgemm.tune import search  # noqa: E402
-
-
-def cublas(dtype, m, n, k, reps=5):
-    try:
-        import torch
-    except ImportError:
-        return None
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    dt = torch.float32 if dtype == "float32" else torch.float64
-    a = torch.randn(m, k, device="cuda", dtype=dt)
-    b = torch.randn(k, n, device="cuda", dtype=dt)
-    for _ in range(2):
-        a @ b
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        a @ b
-        e.record()
-        torch.cuda.synchronize()
-        ts.append(s.elapsed_time(e) / 1e3)
-    sec = float(np.median(ts))
-    return {"seconds": sec, "tflops": 2.0 * m * n * k / sec / 1e12}
 
 
 def main():

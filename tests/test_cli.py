@@ -118,6 +118,11 @@ def test_devices_shows_where_parameters_come_from(runner, monkeypatch, tmp_path)
         "params": {"TSM": 128, "TSN": 128, "TSK": 16, "WPTM": 8, "WPTN": 8, "WIDTH": 4}, "tuned": True}}}}
     (tmp_path / "db.json").write_text(json.dumps(db))
     monkeypatch.setenv("DGEMM_TUNING_DB", str(tmp_path / "db.json"))
+    # The shipped database without its device entries (it has tuned ones for the H100 now).
+    shipped = json.loads(dgemm.tuning.shipped_path().read_text())
+    shipped["device"] = {}
+    (tmp_path / "shipped.json").write_text(json.dumps(shipped))
+    monkeypatch.setattr(dgemm.tuning, "shipped_path", lambda: tmp_path / "shipped.json")
     r = runner.invoke(cli, ["devices"])
     assert r.exit_code == 0, r.output
     assert "user database, device entry 'NVIDIA H100 80GB HBM3' (tuned)" in r.output

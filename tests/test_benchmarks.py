@@ -1,0 +1,242 @@
+"""``dgemm bench kernel`` and :mod:`dgemm.benchmarks`: the JSON record, correctness
+checks that decide what counts, and peers that are skipped with a reason.
+
+Runs on the device use tiny sizes (64, 100) and two repetitions; the database
+is a fresh path under tmp_path, so the shipped entries choose the parameters.
+No test asserts on speed.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import dgemm
+import dgemm.benchmarks as bm
+from dgemm import tuning
+from dgemm.cli import cli
+from dgemm.discovery import DeviceInfo, list_devices
+from dgemm.kernelbench import KernelBench, Timing
+from dgemm.params import KernelParams
+
+DEVICES = list_devices()
+needs_device = pytest.mark.skipif(not DEVICES, reason="no OpenCL device (pip install pocl-binary-distribution)")
+ROOT = Path(__file__).resolve().parent.parent
+ROW_KEYS = {"size", "m", "n", "k", "status", "ok", "tflops", "seconds", "rel_err", "tolerance", "cublas",
+            "numpy", "ratio_to_cublas", "ratio_to_numpy"}
+TOP_KEYS = {"benchmark", "device", "driver", "date", "commit", "command", "dgemm_version", "reps", "sizes",
+            "peers", "dtypes", "failures"}
+
+
+def _pick():
+    cpus = [d for d in DEVICES if d.type == "CPU"]
+    return (cpus or DEVICES)[0]
+
+
+@pytest.fixture
+def runner():
+    return CliRunner()
+
+
+@pytest.fixture
+def fresh_db(tmp_path, monkeypatch):
+    """An empty user database: the shipped entries decide."""
+    monkeypatch.setenv("DGEMM_TUNING_DB", str(tmp_path / "no-user-tuning.json"))
+
+
+@pytest.fixture
+def no_cuda(monkeypatch):
+    """Neither torch nor cupy importable, whatever is installed."""
+    monkeypatch.setitem(sys.modules, "torch", None)
+    monkeypatch.setitem(sys.modules, "cupy", None)
+
+
+def _only_json(folder: Path) -> dict:
+    files = sorted(folder.glob("*.json"))
+    assert len(files) == 1, files
+    return json.loads(files[0].read_text()), files[0]
+
+
+# -- the command ------------------------------------------------------------------
+@needs_device
+def test_bench_kernel_writes_the_record(runner, tmp_path, fresh_db, no_cuda):
+    info = _pick()
+    out = tmp_path / "results"
+    r = runner.invoke(cli, ["bench", "kernel", "--device", info.id, "--dtypes", "float32,float64",
+                            "--sizes", "64,100", "--reps", "2", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    rec, path = _only_json(out)
+    date = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
+    assert path.name == f"kernel-{bm.device_slug(info.name)}-{date}.json"
+    assert TOP_KEYS <= set(rec)
+    assert rec["device"] == info.name and rec["driver"] == info.driver
+    assert datetime.datetime.fromisoformat(rec["date"]).utcoffset() == datetime.timedelta(0)
+    assert isinstance(rec["commit"], str) and rec["commit"]
+    assert rec["sizes"] == [64, 100] and rec["reps"] == 2 and rec["failures"] == 0
+    for dtype in ("float32", "float64") if info.fp64 else ("float32",):
+        e = rec["dtypes"][dtype]
+        c = tuning.lookup(info, dtype)
+        assert KernelParams.from_dict(e["params"]) == c.params
+        assert e["source"] == c.describe() and e["level"] == c.level and e["tuned"] == c.tuned
+        assert [row["size"] for row in e["sizes"]] == [64, 100]
+        for row in e["sizes"]:
+            assert ROW_KEYS <= set(row)
+            assert row["status"] == "ok" and row["ok"], row                 # nothing FAILED on this device
+            assert row["tflops"] > 0 and row["seconds"] > 0
+            assert 0 <= row["rel_err"] <= row["tolerance"]
+            assert row["cublas"] is None and row["ratio_to_cublas"] is None
+            assert row["cublas_skipped"] == rec["peers"]["cublas"]["reason"]
+            assert row["numpy"]["tflops"] > 0 and row["ratio_to_numpy"] > 0  # sizes <= 4096: numpy timed
+    cub = rec["peers"]["cublas"]
+    assert cub["available"] is False and cub["via"] is None
+    assert "torch" in cub["reason"] and "cupy" in cub["reason"]
+    assert rec["peers"]["numpy"]["available"] is True
+    assert "FAILED" not in r.output
+    assert str(path) in r.output and "TFLOPS" in r.output
+
+
+@needs_device
+def test_no_peers_and_numpy_size_limit(tmp_path, fresh_db, monkeypatch):
+    monkeypatch.setattr(bm, "NUMPY_MAX_SIZE", 64)
+    rec, path = bm.kernel_bench(_pick().id, dtypes=["float32"], sizes=[64, 100], reps=1, out_dir=tmp_path,
+                                command="test", log=None)
+    rows = rec["dtypes"]["float32"]["sizes"]
+    assert rows[0]["numpy"] is not None
+    assert rows[1]["numpy"] is None and "64" in rows[1]["numpy_skipped"]
+    assert json.loads(path.read_text())["command"] == "test"
+
+    rec, path2 = bm.kernel_bench(_pick().id, dtypes=["float32"], sizes=[64], reps=1, out_dir=tmp_path,
+                                 peers=False, log=None)
+    assert path2 != path and path2.name.endswith("-2.json")               # earlier records are kept
+    assert rec["peers"]["cublas"]["reason"] == rec["peers"]["numpy"]["reason"] == "--no-peers"
+    row = rec["dtypes"]["float32"]["sizes"][0]
+    assert row["cublas"] is None and row["numpy"] is None and row["numpy_skipped"] == "--no-peers"
+
+
+@needs_device
+def test_a_failed_check_is_reported_and_not_counted(runner, tmp_path, fresh_db, no_cuda, monkeypatch):
+    def wrong(self, params, reps=5, warmup=1):
+        return Timing(params, self.m, self.n, self.k, 1e-3, float("inf"), False)
+    monkeypatch.setattr(KernelBench, "run", wrong)
+    r = runner.invoke(cli, ["bench", "kernel", "--device", _pick().id, "--dtypes", "float32", "--sizes", "64",
+                            "--reps", "1", "--out", str(tmp_path)])
+    assert r.exit_code == 1
+    assert "FAILED" in r.output and "Error: 1 run(s) FAILED" in r.output
+    rec, _ = _only_json(tmp_path)                                          # written all the same
+    row = rec["dtypes"]["float32"]["sizes"][0]
+    assert (row["status"], row["ok"], row["tflops"], row["seconds"], row["ratio_to_numpy"]) == \
+        ("FAILED", False, None, None, None)
+    assert row["rel_err"] is None                                          # inf is not JSON: null
+    assert rec["failures"] == 1
+
+
+@needs_device
+def test_a_run_that_raises_is_an_error_not_a_crash(tmp_path, fresh_db, no_cuda, monkeypatch):
+    def boom(self, params, reps=5, warmup=1):
+        raise RuntimeError("out of device memory")
+    monkeypatch.setattr(KernelBench, "run", boom)
+    rec, _ = bm.kernel_bench(_pick().id, dtypes=["float32"], sizes=[64, 100], reps=1, out_dir=tmp_path, log=None)
+    rows = rec["dtypes"]["float32"]["sizes"]
+    assert [r["status"] for r in rows] == ["ERROR", "ERROR"] and rec["failures"] == 2
+    assert "out of device memory" in rows[0]["error"] and rows[0]["tflops"] is None
+
+
+def test_bench_is_a_group(runner):
+    r = runner.invoke(cli, ["bench", "--help"])
+    assert r.exit_code == 0 and "kernel" in r.output
+    assert "bench" in runner.invoke(cli, ["--help"]).output
+
+
+@pytest.mark.parametrize("bad", [["--dtypes", "float16"], ["--dtypes", ""], ["--sizes", "0"],
+                                 ["--sizes", "64,x"], ["--reps", "0"], ["--device", "no-such-device-xyz"]])
+def test_bench_kernel_argument_errors(runner, tmp_path, bad):
+    r = runner.invoke(cli, ["bench", "kernel", "--out", str(tmp_path / "out"), *bad])
+    assert r.exit_code == (2 if DEVICES or bad[0] != "--device" else 1), r.output
+    assert not (tmp_path / "out").exists()
+
+
+# -- peers ---------------------------------------------------------------------------
+def test_cublas_is_skipped_with_a_reason_without_torch_or_cupy(no_cuda):
+    backend, why = bm.cublas_backend()
+    assert backend is None
+    assert "torch is not installed" in why and "cupy is not installed" in why
+    assert bm.cublas("float32", 64, 64, 64) is None
+
+
+def test_cublas_is_skipped_when_torch_sees_no_cuda(monkeypatch):
+    fake = types.SimpleNamespace(__version__="0.0-test", cuda=types.SimpleNamespace(is_available=lambda: False))
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    monkeypatch.setitem(sys.modules, "cupy", None)
+    backend, why = bm.cublas_backend()
+    assert backend is None and "torch 0.0-test sees no CUDA device" in why
+
+
+def test_numpy_matmul():
+    import numpy as np
+    a = np.ones((32, 16), np.float32)
+    r = bm.numpy_matmul(a, a.T.copy(), reps=2)
+    assert r["seconds"] >= 0 and set(r) == {"seconds", "tflops"}
+
+
+# -- provenance ------------------------------------------------------------------------
+def test_command_line():
+    assert bm.command_line(["/x/.venv/bin/dgemm", "bench", "kernel", "--sizes", "64,128"]) == \
+        "dgemm bench kernel --sizes 64,128"
+    assert bm.command_line(["bench/kernel.py", "--out", "a b"]) == "bench/kernel.py --out 'a b'"
+    assert bm.command_line(["/x/dgemm/__main__.py", "bench", "kernel"]) == "python -m dgemm bench kernel"
+
+
+def test_git_commit_falls_back_to_the_environment(monkeypatch):
+    def no_git(*args, **kwargs):
+        raise FileNotFoundError("git")
+    monkeypatch.setattr(bm.subprocess, "run", no_git)
+    monkeypatch.setenv("DGEMM_COMMIT", "abc1234")
+    assert bm.git_commit() == ("abc1234", None)
+    monkeypatch.delenv("DGEMM_COMMIT")
+    assert bm.git_commit() == ("unknown", None)
+
+
+def test_result_path_does_not_overwrite(tmp_path):
+    info = DeviceInfo(0, 0, "P", "NVIDIA H100 80GB HBM3", "NVIDIA", "GPU", 1, 1, 1, 1, True, None, "")
+    p = bm.result_path(tmp_path, info, "2026-11-22T10:00:00+00:00")
+    assert p.name == "kernel-nvidia-h100-80gb-hbm3-2026-11-22.json"
+    p.write_text("{}")
+    assert bm.result_path(tmp_path, info, "2026-11-22T11:00:00+00:00").name == \
+        "kernel-nvidia-h100-80gb-hbm3-2026-11-22-2.json"
+
+
+def test_default_sizes():
+    gpu = DeviceInfo(0, 0, "P", "g", "v", "GPU", 1, 1, 1, 1, True, None, "")
+    cpu = DeviceInfo(0, 0, "P", "c", "v", "CPU", 1, 1, 1, 1, True, None, "")
+    assert bm.default_sizes(gpu) == [1024, 2048, 4096, 8192, 16384, 10000]
+    assert max(bm.default_sizes(cpu)) <= 1024
+
+
+# -- the scripts -------------------------------------------------------------------------
+@needs_device
+def test_bench_kernel_script(tmp_path):
+    env = {**os.environ, "DGEMM_TUNING_DB": str(tmp_path / "none.json")}
+    r = subprocess.run([sys.executable, "bench/kernel.py", "--device", _pick().id, "--dtypes", "float32",
+                        "--sizes", "64", "--reps", "1", "--no-peers", "--out", str(tmp_path / "out")],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr
+    rec, _ = _only_json(tmp_path / "out")
+    assert rec["command"].startswith("bench/kernel.py --device")
+    assert rec["dtypes"]["float32"]["sizes"][0]["status"] == "ok"
+
+
+def test_gpu_kernels_script_uses_the_shared_cublas():
+    # --help imports everything (dgemm.benchmarks.cublas included) and exits before touching a device.
+    r = subprocess.run([sys.executable, "bench/gpu_kernels.py", "--help"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0 and "--budget" in r.stdout, r.stderr
+    src = (ROOT / "bench" / "gpu_kernels.py").read_text()
+    assert "from dgemm.benchmarks import cublas" in src and "def cublas" not in src
+    assert dgemm.benchmarks.cublas is bm.cublas
