@@ -495,3 +495,19 @@ def test_random_shapes_and_blocks(client, data):
     lazy = dgemm.matmul(da.from_array(A, chunks=a_chunks), da.from_array(B, chunks=b_chunks), client=client,
                         block=block)
     check_product(client.compute(lazy).result(), A, B, dtype=dtype)
+
+
+# -- on the GPUs (skipped elsewhere) ------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_large_product_on_gpu_workers(tmp_path, rng, dtype):
+    from distributed import Client
+
+    A, B = randn(rng, (5000, 3000), dtype), randn(rng, (3000, 4500), dtype)
+    a = zarr_in(tmp_path / "a.zarr", A, (1000, 700))
+    b = zarr_in(tmp_path / "b.zarr", B, (500, 1500))
+    with dgemm.DeviceCluster("gpu", dashboard_address=":0") as cl, Client(cl, set_as_default=False) as c:
+        out = dgemm.matmul(a, b, out=str(tmp_path / "c.zarr"), client=c, block=2048)
+    check_product(dgemm.open_result(str(tmp_path / "c.zarr"))[...], A, B, dtype=dtype)
+    assert out.attrs[COMPLETE_ATTR]["complete"]

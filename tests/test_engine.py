@@ -277,3 +277,17 @@ def test_random_products(device, engines, data):
     seed = data.draw(st.integers(0, 2**32 - 1), label="seed")
     run(engines(device, dtype, params), np.random.default_rng(seed), m, n, k, trans_a=trans_a,
         trans_b=trans_b, splits=splits, use_c=use_c, alpha=1.25, beta=-0.5 if use_c else 0.0)
+
+
+# -- on a GPU (skipped elsewhere) ---------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_large_product_on_the_gpu(engines, rng, dtype):
+    from dgemm.discovery import list_devices
+    from conftest import get_device
+
+    info = next(d for d in list_devices() if d.type == "GPU")
+    e = engines(get_device(info), dtype)
+    m, n, k = 3000, 2500, 4100
+    run(e, rng, m, n, k, splits=(1024, 3000))
+    run(e, rng, m, n, k, trans_a=True, trans_b=True, alpha=0.5, beta=2.0, use_c=True)
