@@ -21,7 +21,7 @@ from dgemm.device import Device  # noqa: E402
 from dgemm.discovery import list_devices, select_devices  # noqa: E402
 from dgemm.kernelbench import KernelBench  # noqa: E402
 from dgemm.params import KernelParams  # noqa: E402
-from dgemm.tune import search  # noqa: E402
+from dgemm.tune import neighbours, search  # noqa: E402
 
 
 def main():
@@ -32,6 +32,8 @@ def main():
     ap.add_argument("--dtypes", default="float32,float64")
     ap.add_argument("--top", type=int, default=3)
     ap.add_argument("--device", default="gpu")
+    ap.add_argument("--seed-from", default=None,
+                    help="earlier kernels.json: its best parameter sets and their neighbours go first")
     ap.add_argument("--shapes", default="8192x8192x8192,10000x10000x10000,10240x10240x10240,"
                     "16384x16384x16384,16384x16384x256,256x16384x16384")
     args = ap.parse_args()
@@ -55,6 +57,9 @@ def main():
                 print(f"[{dtype} {i}/{n}] FAILED {msg}", flush=True)
 
         first = [dev.choice(dtype).params, KernelParams()]
+        if args.seed_from:
+            prev = json.load(open(args.seed_from))["dtypes"].get(dtype, {}).get("top", [])[:4]
+            first += neighbours([KernelParams.from_dict(t["params"]) for t in prev], info, dtype)
         best, results = search(dev, dtype, size=args.tune_size, budget=args.budget, first=first, report=report)
         ranked = sorted((r for r in results if r.ok), key=lambda r: r.seconds)
         bad = [r for r in results if not r.ok]
