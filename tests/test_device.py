@@ -56,6 +56,8 @@ INVALID = {
     "tsm-vs-wptm": KernelParams(TSM=64, WPTM=3),
     "pada-vs-width": KernelParams(PADA=2, WIDTH=4),
     "uneven-tile-load": KernelParams(TSM=64, TSN=64, TSK=8, WPTM=4, WPTN=4, WIDTH=8),
+    "vwm-vs-wptm": KernelParams(VWM=8),
+    "vwn-vs-padb": KernelParams(VWN=4, PADB=2, WIDTH=2),
 }
 # What the kernels' own #error directives say about each of those.
 PREPROCESSOR_ERRORS = {
@@ -63,6 +65,8 @@ PREPROCESSOR_ERRORS = {
     "tsm-vs-wptm": "TSM and TSN must be multiples of WPTM and WPTN",
     "pada-vs-width": "TSM, TSN, PADA and PADB must be multiples of WIDTH",
     "uneven-tile-load": "each work-item must load a whole number of vectors of each tile",
+    "vwm-vs-wptm": "WPTM, PADA must be multiples of VWM and WPTN, PADB of VWN",
+    "vwn-vs-padb": "WPTM, PADA must be multiples of VWM and WPTN, PADB of VWN",
 }
 
 

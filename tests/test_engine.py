@@ -17,17 +17,18 @@ from dgemm.params import KernelParams
 DTYPES = ["float32", "float64"]
 
 # Parameter sets that pass KernelParams.problems(): rectangular tiles,
-# non-power-of-2 register blocks, every vector width, padded local tiles and
-# TSK of 8, 16 and 32.
+# non-power-of-2 register blocks, every global vector width (WIDTH) and
+# local-memory vector width (VWM, VWN), padded local tiles and TSK of 8, 16
+# and 32.
 PARAM_SETS = {
     "pocl-default": KernelParams(TSM=32, TSN=32, TSK=16, WPTM=4, WPTN=4, WIDTH=4),
-    "class-default": KernelParams(),
-    "tsm96-wptm6": KernelParams(TSM=96, TSN=64, TSK=16, WPTM=6, WPTN=4, WIDTH=2),
+    "f64-shipped": KernelParams(TSM=64, TSN=64, TSK=8, WPTM=4, WPTN=4, WIDTH=2),
+    "tsm96-wptm6-vw2x4": KernelParams(TSM=96, TSN=64, TSK=16, WPTM=6, WPTN=4, WIDTH=2, VWM=2, VWN=4),
     "width1-odd-pads-tsk32": KernelParams(TSM=16, TSN=32, TSK=32, WPTM=2, WPTN=4, WIDTH=1, PADA=1, PADB=3),
     "rect-tsk8-pada2": KernelParams(TSM=64, TSN=32, TSK=8, WPTM=8, WPTN=2, WIDTH=2, PADA=2),
     "width8-pad8": KernelParams(TSM=32, TSN=64, TSK=32, WPTM=2, WPTN=8, WIDTH=8, PADA=8, PADB=8),
     "wpt3x5": KernelParams(TSM=48, TSN=40, TSK=16, WPTM=3, WPTN=5, WIDTH=1),
-    "f64-shipped": KernelParams(TSM=64, TSN=64, TSK=8, WPTM=4, WPTN=4, WIDTH=2),
+    "vw8x2-pads": KernelParams(TSM=64, TSN=32, TSK=16, WPTM=8, WPTN=2, WIDTH=2, VWM=8, VWN=2, PADA=8, PADB=2),
 }
 
 

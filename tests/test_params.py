@@ -12,6 +12,8 @@ VALID = [
     KernelParams(TSM=16, TSN=32, TSK=32, WPTM=2, WPTN=4, WIDTH=1, PADA=1, PADB=3),
     KernelParams(TSM=32, TSN=64, TSK=32, WPTM=2, WPTN=8, WIDTH=8, PADA=8, PADB=8),
     KernelParams(TSM=48, TSN=40, TSK=16, WPTM=3, WPTN=5, WIDTH=1),
+    KernelParams(TSM=96, TSN=64, TSK=16, WPTM=6, WPTN=4, WIDTH=2, VWM=2, VWN=4),
+    KernelParams(TSM=64, TSN=32, TSK=16, WPTM=8, WPTN=2, WIDTH=2, VWM=8, VWN=2, PADA=8, PADB=2),
 ]
 
 
@@ -34,6 +36,11 @@ INVALID = {
     "tsm-not-multiple-of-width": (dict(TSM=36, WPTM=4, WIDTH=8, TSN=64, WPTN=4), "TSM=36 must be a multiple of WIDTH=8"),
     "pada-not-multiple-of-width": (dict(PADA=2, WIDTH=4), "PADA=2 must be a multiple of WIDTH=4"),
     "padb-not-multiple-of-width": (dict(PADB=1, WIDTH=2), "PADB=1 must be a multiple of WIDTH=2"),
+    "vwm-3": (dict(VWM=3), "VWM=3 must be 1, 2, 4 or 8"),
+    "vwn-16": (dict(VWN=16), "VWN=16 must be 1, 2, 4 or 8"),
+    "vwm-vs-wptm": (dict(VWM=8), "WPTM=4 and PADA=0 must be multiples of VWM=8"),
+    "vwn-vs-padb": (dict(VWN=4, PADB=2, WIDTH=2), "WPTN=4 and PADB=2 must be multiples of VWN=4"),
+    "zero-vwn": (dict(VWN=0), "VWN=0 must be a positive integer"),
     "a-tile-uneven": (dict(TSM=64, TSN=64, TSK=8, WPTM=4, WPTN=4, WIDTH=8),
                       "the A tile (8x64, vectors of 8) does not split evenly over 256 work-items"),
     "b-tile-uneven": (dict(TSM=64, TSN=16, TSK=4, WPTM=1, WPTN=1, WIDTH=1),
@@ -69,7 +76,8 @@ def test_geometry():
 
 def test_defines_and_dict_round_trip():
     p = KernelParams(TSM=16, TSN=32, TSK=32, WPTM=2, WPTN=4, WIDTH=1, PADA=1, PADB=3)
-    assert p.defines() == {"TSM": 16, "TSN": 32, "TSK": 32, "WPTM": 2, "WPTN": 4, "WIDTH": 1, "PADA": 1, "PADB": 3}
+    assert p.defines() == {"TSM": 16, "TSN": 32, "TSK": 32, "WPTM": 2, "WPTN": 4, "WIDTH": 1, "VWM": 1, "VWN": 1,
+                           "PADA": 1, "PADB": 3}
     assert KernelParams.from_dict(p.as_dict()) == p
     assert KernelParams.from_dict({"TSM": "32", "WPTM": 2.0}) == KernelParams(TSM=32, WPTM=2)
     assert hash(p) == hash(KernelParams.from_dict(p.as_dict()))   # usable as a cache key
