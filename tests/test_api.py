@@ -184,6 +184,12 @@ def test_gemm_alpha_beta_c(client, tmp_path, rng, c_kind, alpha, beta):
     check_product(out[...], A, B, alpha=alpha, beta=beta, c=C, dtype="float64")
 
 
+def test_gemm_numpy_scalars(client, rng):
+    A, B, C = randn(rng, (40, 30), "f4"), randn(rng, (30, 20), "f4"), randn(rng, (40, 20), "f4")
+    lazy = dgemm.gemm(A, B, c=C, alpha=np.float32(0.5), beta=np.int64(2), client=client)
+    check_product(client.compute(lazy).result(), A, B, alpha=0.5, beta=2.0, c=C, dtype="float32")
+
+
 def test_gemm_beta_zero_ignores_c(client, tmp_path, rng):
     A, B = randn(rng, (50, 40)), randn(rng, (40, 30))
     C = np.full((50, 30), np.nan)
