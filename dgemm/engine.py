@@ -28,6 +28,15 @@ def roundup(x: int, m: int) -> int:
 
 INT32_MAX = 2**31 - 1
 
+# The padding kernels check bounds, so they run on a fixed work-group shape
+# over a rounded-up grid: a fixed shape lets drivers that specialise kernels
+# per launch shape (PoCL) compile them once, not once per edge-block size.
+LOCAL_2D = (16, 16)
+
+
+def _grid(x: int, y: int) -> tuple[int, int]:
+    return (roundup(max(x, 1), LOCAL_2D[0]), roundup(max(y, 1), LOCAL_2D[1]))
+
 
 @dataclass
 class Stats:
@@ -103,8 +112,8 @@ class BlockEngine:
             self.k.transpose_pad(q, (roundup(drows, tt), roundup(dcols, tt)), (tt, tt),
                                  np.int32(rows), np.int32(cols), raw, np.int32(drows), np.int32(dcols), out)
         else:
-            self.k.pad_zeros(q, (dcols, drows), None, np.int32(rows), np.int32(cols), np.int32(cols), raw,
-                             np.int32(drows), np.int32(dcols), out)
+            self.k.pad_zeros(q, _grid(dcols, drows), LOCAL_2D, np.int32(rows), np.int32(cols), np.int32(cols),
+                             raw, np.int32(drows), np.int32(dcols), out)
         return out
 
     # -- the product ----------------------------------------------------
@@ -175,7 +184,7 @@ class BlockEngine:
                 out[...] = 0
             return out
         dense = self._buf("dense", m * n)
-        self.k.unpad(q, (n, m), None, np.int32(m), np.int32(n), np.int32(np_), c_dev, dense)
+        self.k.unpad(q, _grid(n, m), LOCAL_2D, np.int32(m), np.int32(n), np.int32(np_), c_dev, dense)
         cl.enqueue_copy(q, out, dense, is_blocking=True)
         self.stats.bytes_down += out.nbytes
         self.stats.blocks += 1
