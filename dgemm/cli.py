@@ -179,6 +179,9 @@ def devices(as_json):
         names = {d["id"]: d["name"] for d in report["devices"]}
         chosen = ", ".join(f"{i} {names[i]}" for i in report["local_cluster"])
         click.echo(f"A local cluster ({why}) would use: {chosen}")
+    problem = discovery.nvidia_icd_problem()
+    if problem:  # GPUs missing from the list above, though the driver is installed
+        click.echo("Note: " + problem, err=True)
 
 
 # -- random -------------------------------------------------------------------

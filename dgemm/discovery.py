@@ -162,14 +162,32 @@ def worker_device(devices: list[DeviceInfo] | None = None) -> DeviceInfo:
     return select_devices(spec, devices)[0]
 
 
-def icd_hint() -> str:
-    """Explain a missing NVIDIA ICD registration, when that is the likely cause."""
-    vendors = glob.glob("/etc/OpenCL/vendors/*.icd")
-    registered = " ".join(open(f).read() for f in vendors if os.path.isfile(f))
-    libs = [p for pat in ("/usr/lib*/libnvidia-opencl.so*", "/usr/lib/*/libnvidia-opencl.so*",
-                          "/usr/local/nvidia/lib*/libnvidia-opencl.so*") for p in glob.glob(pat)]
+NVIDIA_LIB_GLOBS = ("/usr/lib*/libnvidia-opencl.so*", "/usr/lib/*/libnvidia-opencl.so*",
+                    "/usr/local/nvidia/lib*/libnvidia-opencl.so*")
+
+
+def nvidia_icd_problem(vendors_dir: str = "/etc/OpenCL/vendors",
+                       lib_globs: tuple[str, ...] = NVIDIA_LIB_GLOBS) -> str | None:
+    """Say so when NVIDIA's OpenCL driver library is installed but no ICD file registers it.
+
+    Container images often ship ``libnvidia-opencl.so.1`` without
+    ``/etc/OpenCL/vendors/nvidia.icd``; the ICD loader then shows no NVIDIA
+    platform at all.  Returns the explanation and the fix, or None.
+    """
+    registered = ""
+    for f in glob.glob(os.path.join(vendors_dir, "*.icd")):
+        if os.path.isfile(f):
+            with open(f) as fh:
+                registered += fh.read()
+    libs = [p for pat in lib_globs for p in glob.glob(pat)]
     if libs and "nvidia-opencl" not in registered:
-        return ("NVIDIA's OpenCL driver library is present (" + libs[0] + ") but no ICD file registers it: "
-                "run  mkdir -p /etc/OpenCL/vendors && echo libnvidia-opencl.so.1 > /etc/OpenCL/vendors/nvidia.icd")
-    return ("Install an OpenCL driver; for a CPU device: pip install pocl-binary-distribution "
-            "(pip install 'dgemm[pocl]').")
+        return (f"NVIDIA's OpenCL driver library is present ({libs[0]}) but no ICD file in {vendors_dir} "
+                f"registers it, so its GPUs are invisible to OpenCL: run  mkdir -p {vendors_dir} && "
+                f"echo libnvidia-opencl.so.1 > {vendors_dir}/nvidia.icd")
+    return None
+
+
+def icd_hint() -> str:
+    """What to do when no (suitable) OpenCL device is found."""
+    return nvidia_icd_problem() or ("Install an OpenCL driver; for a CPU device: pip install "
+                                    "pocl-binary-distribution (pip install 'dgemm[pocl]').")

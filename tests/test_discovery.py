@@ -157,3 +157,20 @@ def test_list_devices_on_this_host():
             assert info.architecture == f"pocl-{info.type.lower()}"
     assert sorted({(d.platform_index, d.device_index) for d in found}) == \
         [(d.platform_index, d.device_index) for d in found]
+
+
+def test_nvidia_icd_problem_names_the_missing_registration(tmp_path):
+    from dgemm.discovery import nvidia_icd_problem
+    lib = tmp_path / "lib" / "libnvidia-opencl.so.1"
+    lib.parent.mkdir()
+    lib.write_text("")
+    vendors = tmp_path / "vendors"
+    globs = (str(tmp_path / "lib" / "libnvidia-opencl.so*"),)
+    msg = nvidia_icd_problem(str(vendors), globs)
+    assert msg and str(lib) in msg and "nvidia.icd" in msg and str(vendors) in msg
+    vendors.mkdir()
+    (vendors / "pocl.icd").write_text("libpocl.so.2")
+    assert nvidia_icd_problem(str(vendors), globs) is not None
+    (vendors / "nvidia.icd").write_text("libnvidia-opencl.so.1")
+    assert nvidia_icd_problem(str(vendors), globs) is None
+    assert nvidia_icd_problem(str(vendors), (str(tmp_path / "nowhere" / "*.so"),)) is None
