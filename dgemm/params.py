@@ -10,7 +10,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-_FIELDS = ("TSM", "TSN", "TSK", "WPTM", "WPTN", "WIDTH", "VWM", "VWN", "PADA", "PADB")
+_FIELDS = ("TSM", "TSN", "TSK", "WPTM", "WPTN", "WIDTH", "VWM", "VWN", "PADA", "PADB", "GROUPM")
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,9 @@ class KernelParams:
         a work-item owns groups of VWM adjacent rows and VWN adjacent columns.
     PADA, PADB : int
         Extra elements per row of the local tiles (bank-conflict avoidance).
+    GROUPM : int
+        Work-group order: 0 is the launch order, ``g > 0`` walks bands of
+        ``g`` tile rows column by column (L2 reuse).
 
     Examples
     --------
@@ -51,6 +54,7 @@ class KernelParams:
     VWN: int = 1
     PADA: int = 0
     PADB: int = 0
+    GROUPM: int = 0
 
     @property
     def local_size(self) -> tuple[int, int]:
@@ -75,8 +79,9 @@ class KernelParams:
         out = []
         for f in _FIELDS:
             v = getattr(self, f)
-            if not isinstance(v, int) or v < (0 if f.startswith("PAD") else 1):
-                out.append(f"{f}={v!r} must be a {'non-negative' if f.startswith('PAD') else 'positive'} integer")
+            zero_ok = f.startswith("PAD") or f == "GROUPM"
+            if not isinstance(v, int) or v < (0 if zero_ok else 1):
+                out.append(f"{f}={v!r} must be a {'non-negative' if zero_ok else 'positive'} integer")
         if out:
             return out
         for f in ("WIDTH", "VWM", "VWN"):

@@ -67,7 +67,7 @@ def candidates(device_info, dtype, *, min_threads: int = 64, max_threads: int = 
 
 
 def neighbours(params: list[KernelParams], device_info, dtype) -> list[KernelParams]:
-    """Variants of good parameter sets: other vector widths and local padding, same tiles.
+    """Variants of good parameter sets: vector widths, local padding, TSK and group order.
 
     Used to focus a search around earlier winners before sampling the rest
     of the space.
@@ -75,9 +75,12 @@ def neighbours(params: list[KernelParams], device_info, dtype) -> list[KernelPar
     itemsize = np.dtype(dtype).itemsize
     out: list[KernelParams] = []
     for p in params:
-        for w, vwm, vwn, pad in itertools.product((1, 2, 4), (1, 2, 4), (1, 2, 4), (False, True)):
-            q = dataclasses.replace(p, WIDTH=w, VWM=vwm, VWN=vwn,
-                                    PADA=math.lcm(w, vwm) if pad else 0, PADB=math.lcm(w, vwn) if pad else 0)
+        variants = [dataclasses.replace(p, WIDTH=w, VWM=vwm, VWN=vwn,
+                                        PADA=math.lcm(w, vwm) if pad else 0, PADB=math.lcm(w, vwn) if pad else 0)
+                    for w, vwm, vwn, pad in itertools.product((1, 2, 4), (1, 2, 4), (1, 2, 4), (False, True))]
+        variants += [dataclasses.replace(p, TSK=tsk) for tsk in (8, 16, 32) if tsk != p.TSK]
+        variants += [dataclasses.replace(p, GROUPM=g) for g in (4, 8, 16) if g != p.GROUPM]
+        for q in variants:
             if q not in out and not q.problems(itemsize, device_info.max_work_group_size, device_info.local_mem):
                 out.append(q)
     return out

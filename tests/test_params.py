@@ -77,10 +77,16 @@ def test_geometry():
 def test_defines_and_dict_round_trip():
     p = KernelParams(TSM=16, TSN=32, TSK=32, WPTM=2, WPTN=4, WIDTH=1, PADA=1, PADB=3)
     assert p.defines() == {"TSM": 16, "TSN": 32, "TSK": 32, "WPTM": 2, "WPTN": 4, "WIDTH": 1, "VWM": 1, "VWN": 1,
-                           "PADA": 1, "PADB": 3}
+                           "PADA": 1, "PADB": 3, "GROUPM": 0}
     assert KernelParams.from_dict(p.as_dict()) == p
     assert KernelParams.from_dict({"TSM": "32", "WPTM": 2.0}) == KernelParams(TSM=32, WPTM=2)
     assert hash(p) == hash(KernelParams.from_dict(p.as_dict()))   # usable as a cache key
+
+
+def test_groupm_zero_or_positive():
+    assert KernelParams(GROUPM=0).problems(4) == []
+    assert KernelParams(GROUPM=8).problems(4) == []
+    assert any("GROUPM" in m for m in KernelParams(GROUPM=-1).problems(4))
 
 
 def test_from_dict_rejects_unknown_keys():
