@@ -32,6 +32,8 @@ def main():
     ap.add_argument("--dtypes", default="float32,float64")
     ap.add_argument("--top", type=int, default=3)
     ap.add_argument("--device", default="gpu")
+    ap.add_argument("--store", action="store_true",
+                    help="record the best correct candidate per dtype in the user tuning database")
     ap.add_argument("--seed-from", default=None,
                     help="earlier kernels.json: its best parameter sets and their neighbours go first")
     ap.add_argument("--shapes", default="8192x8192x8192,10000x10000x10000,10240x10240x10240,"
@@ -62,6 +64,13 @@ def main():
             first += neighbours([KernelParams.from_dict(t["params"]) for t in prev], info, dtype)
         best, results = search(dev, dtype, size=args.tune_size, budget=args.budget, first=first, report=report)
         ranked = sorted((r for r in results if r.ok), key=lambda r: r.seconds)
+        if args.store and ranked:
+            from dgemm import tuning
+            where = tuning.store(info, dtype, ranked[0].params, {
+                "tflops": ranked[0].tflops, "size": args.tune_size, "date": record["date"],
+                "generated_by": "bench/gpu_kernels.py (dgemm.tune.search)", "commit": record["commit"],
+                "driver": info.driver})
+            print(f"stored {ranked[0].params} ({ranked[0].tflops:.2f} TF) in {where}", flush=True)
         bad = [r for r in results if not r.ok]
         entry = {"tune_size": args.tune_size, "tried": len(results), "incorrect": len(bad),
                  "incorrect_examples": [{"params": r.params.as_dict(), "rel_err": r.rel_err} for r in bad[:5]],
