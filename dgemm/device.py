@@ -83,6 +83,9 @@ class Device:
         with self._lock:
             if key not in self._kernels:
                 bad = params.problems(dtype.itemsize, self.info.max_work_group_size, self.info.local_mem)
+                if params.MMA and not self.info.dmma:
+                    bad.append(f"MMA kernels need an NVIDIA GPU of compute capability >= 8.0, "
+                               f"not {self.info.name} ({self.info.architecture})")
                 if bad:
                     raise ValueError(f"invalid kernel parameters {params}: " + "; ".join(bad))
                 defines = {"PRECISION": DTYPES[dtype], **params.defines()}

@@ -38,6 +38,12 @@ class DeviceInfo:
         return f"{self.platform_index}:{self.device_index}"
 
     @property
+    def dmma(self) -> bool:
+        """NVIDIA compute capability >= 8.0: float64 ``mma.sync`` reachable through inline PTX."""
+        arch = self.architecture or ""
+        return arch.startswith("sm_") and arch[3:].isdigit() and int(arch[3:]) >= 80
+
+    @property
     def short_vendor(self) -> str:
         """The vendor as the tuning database names it (``NVIDIA``, ``AMD``...)."""
         v = self.vendor.lower()

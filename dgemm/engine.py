@@ -167,7 +167,8 @@ class BlockEngine:
             kp = roundup(k, p.TSK)
             at = self._stage(a, not trans_a, kp, mp, "a")
             bt = self._stage(b, trans_b, kp, np_, "b")
-            ev = self.k.gemm(q, (np_ // p.WPTN, mp // p.WPTM), p.local_size,
+            gsize, lsize = p.launch(mp, np_)
+            ev = self.k.gemm(q, gsize, lsize,
                              np.int32(mp), np.int32(np_), np.int32(kp), real(alpha), real(beta_k), at, bt, c_dev)
             ev.wait()
             self.stats.kernel_seconds += (ev.profile.end - ev.profile.start) * 1e-9

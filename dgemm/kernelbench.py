@@ -96,7 +96,8 @@ class KernelBench:
         cl.enqueue_fill_buffer(q, c, real(np.nan), 0, mp * np_ * self.dtype.itemsize)
         times = []
         for i in range(warmup + reps):
-            ev = kern.gemm(q, (np_ // params.WPTN, mp // params.WPTM), params.local_size,
+            gsize, lsize = params.launch(mp, np_)
+            ev = kern.gemm(q, gsize, lsize,
                            np.int32(mp), np.int32(np_), np.int32(kp), real(1.0), real(0.0), at, bp, c)
             ev.wait()
             if i >= warmup:

@@ -10,7 +10,8 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-_FIELDS = ("TSM", "TSN", "TSK", "WPTM", "WPTN", "WIDTH", "VWM", "VWN", "PADA", "PADB", "GROUPM")
+_FIELDS = ("TSM", "TSN", "TSK", "WPTM", "WPTN", "WIDTH", "VWM", "VWN", "PADA", "PADB", "GROUPM",
+           "MMA", "WARPSM", "WARPSN")
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,12 @@ class KernelParams:
     GROUPM : int
         Work-group order: 0 is the launch order, ``g > 0`` walks bands of
         ``g`` tile rows column by column (L2 reuse).
+    MMA : int
+        0: the FMA kernel (``gemm.cl``).  1: float64 on NVIDIA tensor cores
+        through inline PTX ``mma.sync`` (``gemm_dmma.cl``), where WPTM, WPTN,
+        VWM and VWN are unused and the work-group is WARPSM x WARPSN warps.
+    WARPSM, WARPSN : int
+        Warps of an MMA work-group along M and N.
 
     Examples
     --------
@@ -55,15 +62,32 @@ class KernelParams:
     PADA: int = 0
     PADB: int = 0
     GROUPM: int = 0
+    MMA: int = 0
+    WARPSM: int = 2
+    WARPSN: int = 2
 
     @property
     def local_size(self) -> tuple[int, int]:
         """Work-group shape (along N, along M), as the kernel requires."""
+        if self.MMA:
+            return (32 * self.WARPSN, self.WARPSM)
         return (self.TSN // self.WPTN, self.TSM // self.WPTM)
 
     @property
     def threads(self) -> int:
-        return (self.TSN // self.WPTN) * (self.TSM // self.WPTM)
+        x, y = self.local_size
+        return x * y
+
+    def launch(self, mp: int, np_: int) -> tuple[tuple[int, int], tuple[int, int]]:
+        """(global, local) sizes for a padded ``mp x np_`` C.
+
+        >>> KernelParams().launch(128, 256)
+        ((64, 32), (16, 16))
+        >>> KernelParams(MMA=1, TSM=64, TSN=64, WARPSM=2, WARPSN=2).launch(128, 256)
+        ((256, 4), (64, 2))
+        """
+        lx, ly = self.local_size
+        return ((np_ // self.TSN) * lx, (mp // self.TSM) * ly), (lx, ly)
 
     @property
     def tiles(self) -> tuple[int, int, int]:
@@ -79,11 +103,13 @@ class KernelParams:
         out = []
         for f in _FIELDS:
             v = getattr(self, f)
-            zero_ok = f.startswith("PAD") or f == "GROUPM"
+            zero_ok = f.startswith("PAD") or f in ("GROUPM", "MMA")
             if not isinstance(v, int) or v < (0 if zero_ok else 1):
                 out.append(f"{f}={v!r} must be a {'non-negative' if zero_ok else 'positive'} integer")
         if out:
             return out
+        if self.MMA:
+            return self._mma_problems(itemsize, max_work_group_size, local_mem_size)
         for f in ("WIDTH", "VWM", "VWN"):
             if getattr(self, f) not in (1, 2, 4, 8):
                 out.append(f"{f}={getattr(self, f)} must be 1, 2, 4 or 8")
@@ -101,6 +127,29 @@ class KernelParams:
                 if (self.TSK * ts // self.WIDTH) % self.threads:
                     out.append(f"the {name} tile ({self.TSK}x{ts}, vectors of {self.WIDTH}) does not split "
                                f"evenly over {self.threads} work-items")
+        if max_work_group_size is not None and self.threads > max_work_group_size:
+            out.append(f"{self.threads} work-items per group exceed the device's {max_work_group_size}")
+        if local_mem_size is not None and self.local_mem_bytes(itemsize) > local_mem_size:
+            out.append(f"{self.local_mem_bytes(itemsize)} bytes of local memory exceed the device's {local_mem_size}")
+        return out
+
+    def _mma_problems(self, itemsize, max_work_group_size, local_mem_size) -> list[str]:
+        out = []
+        if self.MMA != 1:
+            out.append(f"MMA={self.MMA} must be 0 (FMA) or 1 (float64 DMMA)")
+        if itemsize != 8:
+            out.append("the MMA kernel is float64 only")
+        if self.WIDTH not in (1, 2, 4, 8):
+            out.append(f"WIDTH={self.WIDTH} must be 1, 2, 4 or 8")
+        if self.TSM % (8 * self.WARPSM) or self.TSN % (8 * self.WARPSN) or self.TSK % 4:
+            out.append("TSM, TSN must be multiples of 8*WARPSM, 8*WARPSN and TSK of 4")
+        for f in ("TSM", "TSN", "PADA", "PADB"):
+            if getattr(self, f) % self.WIDTH:
+                out.append(f"{f}={getattr(self, f)} must be a multiple of WIDTH={self.WIDTH}")
+        if not out:
+            for name, ts in (("A", self.TSM), ("B", self.TSN)):
+                if (self.TSK * ts // self.WIDTH) % self.threads:
+                    out.append(f"the {name} tile does not split evenly over {self.threads} work-items")
         if max_work_group_size is not None and self.threads > max_work_group_size:
             out.append(f"{self.threads} work-items per group exceed the device's {max_work_group_size}")
         if local_mem_size is not None and self.local_mem_bytes(itemsize) > local_mem_size:

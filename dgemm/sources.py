@@ -9,7 +9,9 @@ from __future__ import annotations
 import importlib.resources
 from pathlib import Path
 
-KERNEL_FILES = ("common.cl", "gemm.cl", "padding.cl", "transpose.cl")
+KERNEL_FILES = ("common.cl", "tile_loads.cl", "gemm.cl", "gemm_dmma.cl", "padding.cl", "transpose.cl")
+# The translation units of the device program (the others are included by them).
+PROGRAM_FILES = ("gemm.cl", "gemm_dmma.cl", "padding.cl", "transpose.cl")
 
 
 def kernel_dir() -> Path:
@@ -35,4 +37,4 @@ def kernel_dir() -> Path:
 
 def program_source() -> str:
     """The translation unit built for a device: every kernel, one program."""
-    return "".join(f'#include "{name}"\n' for name in KERNEL_FILES[1:])
+    return "".join(f'#include "{name}"\n' for name in PROGRAM_FILES)

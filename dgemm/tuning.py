@@ -83,15 +83,22 @@ def lookup(info: DeviceInfo, dtype: str, databases: list[tuple[str, dict]] | Non
             entry = db.get(level, {}).get(key, {}).get(dtype)
             if entry:
                 params = KernelParams.from_dict(entry["params"])
-                if not params.problems(4 if dtype == "float32" else 8, info.max_work_group_size, info.local_mem):
+                if _usable(params, info, dtype):
                     return Choice(params, level, key, dbname, bool(entry.get("tuned", False)))
     for dbname, db in databases:
         entry = db.get("default", {}).get(dtype)
         if entry:
             params = KernelParams.from_dict(entry["params"])
-            if not params.problems(4 if dtype == "float32" else 8, info.max_work_group_size, info.local_mem):
+            if _usable(params, info, dtype):
                 return Choice(params, "default", "default", dbname, bool(entry.get("tuned", False)))
     return Choice(_fallback(info, dtype), "default", "built-in", "none", False)
+
+
+def _usable(params: KernelParams, info: DeviceInfo, dtype: str) -> bool:
+    """The device can build and run ``params`` (an architecture entry may not fit every device)."""
+    if params.MMA and not info.dmma:
+        return False
+    return not params.problems(4 if dtype == "float32" else 8, info.max_work_group_size, info.local_mem)
 
 
 def _fallback(info: DeviceInfo, dtype: str) -> KernelParams:

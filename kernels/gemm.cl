@@ -25,6 +25,11 @@
 // Every parameter has a default; the host passes tuned values with -D.
 #include "common.cl"
 
+#ifndef MMA
+#define MMA 0
+#endif
+#if MMA == 0  // the FMA kernel; gemm_dmma.cl holds the tensor-core one
+
 #ifndef TSM
 #define TSM 64
 #endif
@@ -49,11 +54,11 @@
 #ifndef PADA
 #define PADA 0
 #endif
-#ifndef GROUPM
-#define GROUPM 0
-#endif
 #ifndef PADB
 #define PADB 0
+#endif
+#ifndef GROUPM
+#define GROUPM 0
 #endif
 
 #define RTSM (TSM / WPTM)            // work-items along M
@@ -61,27 +66,18 @@
 #define NTHREADS (RTSM * RTSN)
 #define LDAS (TSM + PADA)            // local row pitch of the A tile
 #define LDBS (TSN + PADB)
-#define A_VECS (TSK * TSM / WIDTH)   // global vectors in one A tile
-#define B_VECS (TSK * TSN / WIDTH)
-#define LPTA (A_VECS / NTHREADS)     // ... loaded by each work-item
-#define LPTB (B_VECS / NTHREADS)
 
 #if (TSM % WPTM) || (TSN % WPTN)
 #error "TSM and TSN must be multiples of WPTM and WPTN"
-#endif
-#if (TSM % WIDTH) || (TSN % WIDTH) || (PADA % WIDTH) || (PADB % WIDTH)
-#error "TSM, TSN, PADA and PADB must be multiples of WIDTH"
-#endif
-#if (A_VECS % NTHREADS) || (B_VECS % NTHREADS)
-#error "each work-item must load a whole number of vectors of each tile"
 #endif
 #if (WPTM % VWM) || (WPTN % VWN) || (PADA % VWM) || (PADB % VWN)
 #error "WPTM, PADA must be multiples of VWM and WPTN, PADB of VWN"
 #endif
 
+#include "tile_loads.cl"
+
 #define CAT_(a, b) a##b
 #define CAT(a, b) CAT_(a, b)
-typedef real real1;
 
 // dst[0..VW) = the VW elements at the (VW-aligned) local address src.
 #if VWM == 1
@@ -111,46 +107,11 @@ void gemm(const int M, const int N, const int K,
     const int tidn = get_local_id(0);
     const int tidm = get_local_id(1);
     const int tid = tidm * RTSN + tidn;
-#if GROUPM > 0
-    // Launch order is x-fastest; walk each band of GROUPM tile rows column by column.
-    const int nx = get_num_groups(0), ny = get_num_groups(1);
-    const int lin = get_group_id(1) * nx + get_group_id(0);
-    const int band = lin / (GROUPM * nx);
-    const int first = band * GROUPM;
-    const int rows = min(ny - first, GROUPM);
-    const int within = lin - band * (GROUPM * nx);
-    const int offsetM = TSM * (first + within % rows);
-    const int offsetN = TSN * (within / rows);
-#else
-    const int offsetN = TSN * get_group_id(0);
-    const int offsetM = TSM * get_group_id(1);
-#endif
+    TILE_ORIGIN(offsetM, offsetN);
 
     __local real Asub[2][TSK * LDAS] __attribute__((aligned(16)));
     __local real Bsub[2][TSK * LDBS] __attribute__((aligned(16)));
-
-    // Where this work-item's share of each tile lives: fixed for all tiles.
-    const __global real* pa[LPTA];
-    const __global real* pb[LPTB];
-    int la[LPTA], lb[LPTB];
-    #pragma unroll
-    for (int l = 0; l < LPTA; l++) {
-        const int id = l * NTHREADS + tid;
-        const int row = id / (TSM / WIDTH);
-        const int col = (id % (TSM / WIDTH)) * WIDTH;
-        pa[l] = AT + (size_t)row * M + offsetM + col;
-        la[l] = row * LDAS + col;
-    }
-    #pragma unroll
-    for (int l = 0; l < LPTB; l++) {
-        const int id = l * NTHREADS + tid;
-        const int row = id / (TSN / WIDTH);
-        const int col = (id % (TSN / WIDTH)) * WIDTH;
-        pb[l] = B + (size_t)row * N + offsetN + col;
-        lb[l] = row * LDBS + col;
-    }
-    const size_t stepA = (size_t)TSK * M;   // one tile further along K
-    const size_t stepB = (size_t)TSK * N;
+    TILE_SETUP(AT, B, M, N, offsetM, offsetN, tid);
 
     real acc[WPTM][WPTN];
     #pragma unroll
@@ -161,24 +122,16 @@ void gemm(const int M, const int N, const int K,
         }
     }
 
-    realV ra[LPTA], rb[LPTB];
     const int numTiles = K / TSK;
     if (numTiles > 0) {
-        #pragma unroll
-        for (int l = 0; l < LPTA; l++) VSTORE(VLOAD(0, pa[l]), 0, Asub[0] + la[l]);
-        #pragma unroll
-        for (int l = 0; l < LPTB; l++) VSTORE(VLOAD(0, pb[l]), 0, Bsub[0] + lb[l]);
+        TILE_LOAD_DIRECT(0, Asub[0], Bsub[0]);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 
     for (int t = 0; t < numTiles; t++) {
         const int more = t + 1 < numTiles;
         if (more) {  // issue the next tile's global loads now; use them after the arithmetic
-            const size_t oa = (size_t)(t + 1) * stepA, ob = (size_t)(t + 1) * stepB;
-            #pragma unroll
-            for (int l = 0; l < LPTA; l++) ra[l] = VLOAD(0, pa[l] + oa);
-            #pragma unroll
-            for (int l = 0; l < LPTB; l++) rb[l] = VLOAD(0, pb[l] + ob);
+            TILE_FETCH(t + 1);
         }
         const __local real* As = Asub[t & 1];
         const __local real* Bs = Bsub[t & 1];
@@ -203,12 +156,7 @@ void gemm(const int M, const int N, const int K,
             }
         }
         if (more) {  // the other buffer held tile t-1, which everyone finished before the last barrier
-            __local real* An = Asub[(t + 1) & 1];
-            __local real* Bn = Bsub[(t + 1) & 1];
-            #pragma unroll
-            for (int l = 0; l < LPTA; l++) VSTORE(ra[l], 0, An + la[l]);
-            #pragma unroll
-            for (int l = 0; l < LPTB; l++) VSTORE(rb[l], 0, Bn + lb[l]);
+            TILE_COMMIT(Asub[(t + 1) & 1], Bsub[(t + 1) & 1]);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
@@ -229,3 +177,5 @@ void gemm(const int M, const int N, const int K,
         }
     }
 }
+
+#endif  // MMA == 0

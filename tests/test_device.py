@@ -107,3 +107,12 @@ def test_separate_device_objects_share_nothing(any_device):
     finally:
         d.close()
     assert d._kernels == {}
+
+
+def test_mma_kernel_refused_without_tensor_cores(device):
+    """The DMMA path is compiled out where it cannot run: a clear error, not a build failure."""
+    from dgemm.params import KernelParams
+    if device.info.dmma:
+        pytest.skip(f"{device.info.name} has float64 tensor cores; the refusal is for devices without")
+    with pytest.raises(ValueError, match="compute capability"):
+        device.kernels("float64", KernelParams(MMA=1, TSM=64, TSN=64, TSK=16, WIDTH=2, PADA=4, PADB=4))

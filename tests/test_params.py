@@ -77,7 +77,7 @@ def test_geometry():
 def test_defines_and_dict_round_trip():
     p = KernelParams(TSM=16, TSN=32, TSK=32, WPTM=2, WPTN=4, WIDTH=1, PADA=1, PADB=3)
     assert p.defines() == {"TSM": 16, "TSN": 32, "TSK": 32, "WPTM": 2, "WPTN": 4, "WIDTH": 1, "VWM": 1, "VWN": 1,
-                           "PADA": 1, "PADB": 3, "GROUPM": 0}
+                           "PADA": 1, "PADB": 3, "GROUPM": 0, "MMA": 0, "WARPSM": 2, "WARPSN": 2}
     assert KernelParams.from_dict(p.as_dict()) == p
     assert KernelParams.from_dict({"TSM": "32", "WPTM": 2.0}) == KernelParams(TSM=32, WPTM=2)
     assert hash(p) == hash(KernelParams.from_dict(p.as_dict()))   # usable as a cache key
@@ -98,3 +98,12 @@ def test_lcm_tiles():
     assert lcm_tiles([]) == KernelParams().tiles
     assert lcm_tiles([KernelParams(TSM=32, TSN=32, TSK=16, WPTM=4, WPTN=4)]) == (32, 32, 16)
     assert lcm_tiles([KernelParams(TSM=96, WPTM=6), KernelParams(TSM=64, TSN=40, WPTN=5, TSK=8)]) == (192, 320, 16)
+
+
+def test_mma_params_rules():
+    ok = KernelParams(MMA=1, TSM=64, TSN=64, TSK=16, WARPSM=2, WARPSN=2, WIDTH=2, PADA=4, PADB=4)
+    assert ok.problems(8) == [] and ok.threads == 128 and ok.local_size == (64, 2)
+    assert any("float64 only" in m for m in ok.problems(4))
+    assert KernelParams(MMA=1, TSM=48, TSN=64, WARPSM=4, WARPSN=2, WIDTH=2).problems(8)   # 48 % 32
+    assert KernelParams(MMA=1, TSK=6, WIDTH=2).problems(8)                                # TSK % 4
+    assert KernelParams(MMA=2).problems(8)

@@ -164,7 +164,7 @@ def test_tune_stores_nothing_when_nothing_is_correct(monkeypatch, tmp_path, devi
     assert out.best is None and out.stored is None
     assert len(out.incorrect) == 2 and out.failed == 2
     assert not db.exists()
-    assert out.choice.level != "device"
+    assert out.choice.database != "user"   # nothing of this run reached a database
 
 
 def _always_wrong():

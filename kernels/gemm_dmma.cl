@@ -1,0 +1,150 @@
+// Float64 GEMM on the tensor cores (DMMA) through inline PTX, for NVIDIA
+// GPUs of compute capability >= 8.0.  Same contract and the same tile
+// loading as gemm.cl (C = alpha * AT^T * B + beta * C, padded sizes); built
+// only with -DMMA=1, which the host passes only for such devices.
+//
+// A work-group of WARPSM x WARPSN warps computes a TSM x TSN tile of C; each
+// warp owns a (TSM/WARPSM) x (TSN/WARPSN) block of 8x8 fragments and issues
+// mma.sync.m8n8k4 (f64) per fragment and k-step of 4.  Fragment layout (PTX
+// ISA): lane l = 4*g + q holds A[g][q], B[q][g] and C[g][2q], C[g][2q+1].
+// PADA/PADB = 4 (mod 16) puts the four k-rows a half-warp reads in distinct
+// banks.
+#include "common.cl"
+
+#ifndef MMA
+#define MMA 0
+#endif
+#if MMA == 1
+
+#if PRECISION != 64
+#error "the DMMA kernel is float64 only"
+#endif
+
+#ifndef TSM
+#define TSM 64
+#endif
+#ifndef TSN
+#define TSN 64
+#endif
+#ifndef TSK
+#define TSK 16
+#endif
+#ifndef WARPSM
+#define WARPSM 2
+#endif
+#ifndef WARPSN
+#define WARPSN 2
+#endif
+#ifndef PADA
+#define PADA 4
+#endif
+#ifndef PADB
+#define PADB 4
+#endif
+#ifndef GROUPM
+#define GROUPM 0
+#endif
+
+#define NTHREADS (32 * WARPSM * WARPSN)
+#define WTM (TSM / WARPSM)           // warp tile
+#define WTN (TSN / WARPSN)
+#define MT (WTM / 8)                 // 8x8 fragments per warp
+#define NT (WTN / 8)
+#define LDAS (TSM + PADA)
+#define LDBS (TSN + PADB)
+
+#if (TSM % (8 * WARPSM)) || (TSN % (8 * WARPSN)) || (TSK % 4)
+#error "TSM, TSN must be multiples of 8 * WARPSM, 8 * WARPSN and TSK of 4"
+#endif
+
+#include "tile_loads.cl"
+
+#define DMMA(c0, c1, a, b)                                                     \
+    asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 "           \
+                 "{%0, %1}, {%2}, {%3}, {%0, %1};"                             \
+                 : "+d"(c0), "+d"(c1) : "d"(a), "d"(b))
+
+__kernel __attribute__((reqd_work_group_size(32 * WARPSN, WARPSM, 1)))
+void gemm(const int M, const int N, const int K,
+          const real alpha, const real beta,
+          const __global real* restrict AT,
+          const __global real* restrict B,
+          __global real* C)
+{
+    const int lane = get_local_id(0) & 31;
+    const int wn = get_local_id(0) >> 5;
+    const int wm = get_local_id(1);
+    const int tid = get_local_id(1) * (32 * WARPSN) + get_local_id(0);
+    const int g = lane >> 2, q = lane & 3;
+    TILE_ORIGIN(offsetM, offsetN);
+
+    __local real Asub[2][TSK * LDAS] __attribute__((aligned(16)));
+    __local real Bsub[2][TSK * LDBS] __attribute__((aligned(16)));
+    TILE_SETUP(AT, B, M, N, offsetM, offsetN, tid);
+
+    real acc[MT][NT][2];
+    #pragma unroll
+    for (int i = 0; i < MT; i++) {
+        #pragma unroll
+        for (int j = 0; j < NT; j++) {
+            acc[i][j][0] = ZERO;
+            acc[i][j][1] = ZERO;
+        }
+    }
+
+    const int numTiles = K / TSK;
+    if (numTiles > 0) {
+        TILE_LOAD_DIRECT(0, Asub[0], Bsub[0]);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    const int arow = wm * WTM + g;   // this lane's row in each A fragment
+    const int bcol = wn * WTN + g;   // ... and column in each B fragment
+    for (int t = 0; t < numTiles; t++) {
+        const int more = t + 1 < numTiles;
+        if (more) {
+            TILE_FETCH(t + 1);
+        }
+        const __local real* As = Asub[t & 1];
+        const __local real* Bs = Bsub[t & 1];
+        #pragma unroll
+        for (int kk = 0; kk < TSK; kk += 4) {
+            real a[MT], b[NT];
+            #pragma unroll
+            for (int i = 0; i < MT; i++) a[i] = As[(kk + q) * LDAS + arow + i * 8];
+            #pragma unroll
+            for (int j = 0; j < NT; j++) b[j] = Bs[(kk + q) * LDBS + bcol + j * 8];
+            #pragma unroll
+            for (int i = 0; i < MT; i++) {
+                #pragma unroll
+                for (int j = 0; j < NT; j++) {
+                    DMMA(acc[i][j][0], acc[i][j][1], a[i], b[j]);
+                }
+            }
+        }
+        if (more) {
+            TILE_COMMIT(Asub[(t + 1) & 1], Bsub[(t + 1) & 1]);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+
+    #pragma unroll
+    for (int i = 0; i < MT; i++) {
+        const int row = offsetM + wm * WTM + i * 8 + g;
+        #pragma unroll
+        for (int j = 0; j < NT; j++) {
+            #pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int col = offsetN + wn * WTN + j * 8 + 2 * q + h;
+                const size_t idx = (size_t)row * N + col;
+                real r = alpha * acc[i][j][h];
+                if (beta != ZERO) {
+                    r = fma(beta, C[idx], r);
+                }
+                C[idx] = r;
+            }
+        }
+    }
+}
+
+#endif  // MMA == 1
