@@ -13,13 +13,13 @@ import uuid
 import numpy as np
 
 from . import graph as graph_mod
-from .cluster import get_client, prepare, tiles_of
-from .plan import make_plan
-from .storage import (Operand, _is_zarr_array, check_dtype, check_output, create_output, location,
-                      mark_complete)
+from .cluster import device_limits, get_client, prepare, tiles_of
+from .plan import INT32_MAX, index_overflow, make_plan
+from .storage import (COMPLETE_ATTR, BlockMarkers, Operand, _is_zarr_array, check_dtype, check_output,
+                      create_output, location, mark_complete, run_id)
 
 
-def matmul(a, b, out=None, *, client=None, overwrite: bool = False, block=None,
+def matmul(a, b, out=None, *, client=None, overwrite: bool = False, resume: bool = False, block=None,
            devices: str | None = None, progress: bool = False):
     """Matrix product of two arrays, computed on the cluster's OpenCL devices.
 
@@ -40,8 +40,16 @@ def matmul(a, b, out=None, *, client=None, overwrite: bool = False, block=None,
         per OpenCL device (see :class:`dgemm.DeviceCluster`).
     overwrite : bool
         Replace an existing ``out`` path.
+    resume : bool
+        Finish an interrupted run: ``out`` (written by the same call that was
+        interrupted) keeps the blocks already stored, only the missing ones
+        are computed.  The same operands, options and block grid are
+        required (checked; anything else is refused).  An ``out`` that does
+        not exist yet is simply written.
     block : int or (int, int, int), optional
-        Preferred block sizes along M, N and K (rounded to kernel tiles).
+        Preferred block sizes along M, N and K (rounded to kernel tiles, and
+        shrunk where the devices' memory needs it).  Blocks beyond 32-bit
+        indexing (more than 2**31 - 1 elements) are refused.
     devices : str, optional
         Devices for a local cluster started by this call (``DGEMM_DEVICES``).
     progress : bool
@@ -60,12 +68,12 @@ def matmul(a, b, out=None, *, client=None, overwrite: bool = False, block=None,
     >>> np.allclose(c[:], np.asarray(...))                       # doctest: +SKIP
     """
     return _run(a, b, None, 1.0, 0.0, False, False, out, client, overwrite, block, devices,
-                progress, "matmul")
+                progress, "matmul", resume)
 
 
 def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 0.0, trans_a: bool = False,
-         trans_b: bool = False, out=None, client=None, overwrite: bool = False, block=None,
-         devices: str | None = None, progress: bool = False):
+         trans_b: bool = False, out=None, client=None, overwrite: bool = False, resume: bool = False,
+         block=None, devices: str | None = None, progress: bool = False):
     """General matrix multiply: ``alpha * op(a) @ op(b) + beta * c``.
 
     ``op(x)`` is ``x.T`` when the matching ``trans_*`` flag is set; the
@@ -85,13 +93,31 @@ def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 0.0, trans_a: bool =
         Use the transpose of ``a`` / ``b``.
     """
     return _run(a, b, c, alpha, beta, trans_a, trans_b, out, client, overwrite, block, devices,
-                progress, "gemm")
+                progress, "gemm", resume)
 
 
 def _check_scalar(x, name: str) -> float:
     if isinstance(x, bool) or not isinstance(x, numbers.Real):
         raise TypeError(f"{name} must be a real number, not {type(x).__name__}")
     return float(x)
+
+
+def _check_bool(x, name: str) -> bool:
+    if not isinstance(x, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, not {x!r}")
+    return bool(x)
+
+
+def _check_block_overflow(target, m: int, n: int, k: int) -> None:
+    """Refuse a ``block`` whose blocks would exceed the kernels' 32-bit indexing."""
+    if target is None:
+        return
+    bm, bn, bk = (min(t, max(e, 1)) for t, e in zip(target, (m, n, k)))
+    for what, x, y in (("C", bm, bn), ("A", bm, bk), ("B", bk, bn)):
+        if x * y > INT32_MAX:
+            raise ValueError(f"block={target} gives {what} blocks of {x} x {y} = {x * y} elements, more than the "
+                             f"2**31 - 1 the kernels index with 32-bit integers; use smaller blocks "
+                             f"(e.g. block=4096)")
 
 
 def _check_block(block):
@@ -107,9 +133,18 @@ def _check_block(block):
     return tuple(int(v) for v in vals)
 
 
-def _run(a, b, c, alpha, beta, trans_a, trans_b, out, client, overwrite, block, devices, progress, op):
+def _run(a, b, c, alpha, beta, trans_a, trans_b, out, client, overwrite, block, devices, progress, op,
+         resume=False):
     # ---- check everything the user gave, before any work ----
     alpha, beta = _check_scalar(alpha, "alpha"), _check_scalar(beta, "beta")
+    trans_a, trans_b = _check_bool(trans_a, "trans_a"), _check_bool(trans_b, "trans_b")
+    overwrite, resume = _check_bool(overwrite, "overwrite"), _check_bool(resume, "resume")
+    progress = _check_bool(progress, "progress")
+    if resume and out is None:
+        raise ValueError("resume=True finishes an interrupted run into out; give out")
+    if resume and overwrite:
+        raise ValueError("resume=True keeps the blocks already in out and overwrite=True discards them; "
+                         "choose one")
     target = _check_block(block)
     A, B = Operand(a, "a"), Operand(b, "b")
     drop: tuple = ()
@@ -144,15 +179,37 @@ def _run(a, b, c, alpha, beta, trans_a, trans_b, out, client, overwrite, block, 
     elif beta != 0:
         raise ValueError(f"beta={beta} needs c (the matrix to scale and add)")
     dtype = check_dtype(dtype, "the result")
+    _check_block_overflow(target, m, n, ka)
     full_shape = (m, n)
     shape = tuple(s for ax, s in enumerate(full_shape) if ax not in drop)
     if out is not None:
+        in_place = c is not None and location(out) is not None and location(c) == location(out)
         out = _resolve_in_place(out, a, b, c)
-    spec = check_output(out, shape, dtype, overwrite) if out is not None else None
+        if resume and in_place and beta != 0:
+            raise ValueError("cannot resume an in-place update (out is c): the blocks already written have "
+                             "replaced the C they were computed from; start again from a copy of C")
+    spec = check_output(out, shape, dtype, overwrite, resume) if out is not None else None
+    out_chunks = None
+    if spec is not None and spec.chunks is not None:
+        it = iter(spec.chunks)
+        out_chunks = tuple(1 if ax in drop else next(it) for ax in range(2))
+        why = index_overflow(*out_chunks, 1, (1, 1, 1))
+        if why:
+            raise ValueError(f"out's chunks {tuple(spec.chunks)} are too large for dgemm: {why} (the kernels index "
+                             "with 32-bit integers, and a task writes whole chunks); use smaller chunks")
+    fingerprint = None
+    if spec is not None:
+        fingerprint = {"operation": op, "shape": list(shape), "dtype": dtype.str, "a": A.identity(),
+                       "b": B.identity(), "c": C.identity() if C is not None and beta != 0 else None,
+                       "alpha": alpha, "beta": beta}
+        if spec.resume:
+            _check_resumable(spec.array, fingerprint)
+            if spec.array.attrs[COMPLETE_ATTR].get("complete"):
+                return spec.array          # finished already: nothing to do
 
     # ---- trivial shapes need no device ----
     if m == 0 or n == 0:
-        return _empty(spec, shape, dtype)
+        return _empty(spec, shape, dtype, fingerprint)
 
     # ---- cluster, plan, graph ----
     client = get_client(client, devices)
@@ -161,16 +218,12 @@ def _run(a, b, c, alpha, beta, trans_a, trans_b, out, client, overwrite, block, 
     if target is None:
         all_cpu = all(d["device"].type == "CPU" for d in workers.values())
         target = (1024,) * 3 if all_cpu else (4096,) * 3
-    out_chunks = None
-    if spec is not None and spec.chunks is not None:
-        it = iter(spec.chunks)
-        out_chunks = tuple(1 if ax in drop else next(it) for ax in range(2))
+    memory, max_alloc = device_limits(workers)
     plan = make_plan(m, n, ka, dtype, tiles, a_chunks=A.chunks, b_chunks=B.chunks, out_chunks=out_chunks,
-                     target=target, n_workers=len(workers))
+                     target=target, n_workers=len(workers), device_memory=memory, max_alloc=max_alloc)
     token = uuid.uuid4().hex[:12]
-    g = graph_mod.build(plan, A, B, C, alpha=alpha, beta=beta, token=token)
-
     if spec is None:
+        g = graph_mod.build(plan, A, B, C, alpha=alpha, beta=beta, token=token)
         import dask.array as da
         arr = da.Array(g.hlg(), g.result_name, chunks=(tuple(b - a for a, b in plan.rows),
                                                        tuple(b - a for a, b in plan.cols)),
@@ -178,19 +231,75 @@ def _run(a, b, c, alpha, beta, trans_a, trans_b, out, client, overwrite, block, 
         return arr[tuple(0 if ax in drop else slice(None) for ax in range(2))] if drop else arr
 
     chunks = tuple(s for ax, s in enumerate(plan.block_shape[:2]) if ax not in drop)
-    meta = {"operation": op, "a": A.label, "b": B.label, "plan": plan.explain()}
-    result = create_output(spec, chunks, meta)
-    done_key = graph_mod.add_store(g, plan, result, drop, token)
-    from dask.delayed import Delayed
+    grid = (len(plan.rows), len(plan.cols))
+    fingerprint["block"] = list(plan.block_shape[:2])
+    fingerprint["grid"] = list(grid)
+    run = run_id(fingerprint)
+    all_blocks = {(i, j) for i in range(grid[0]) for j in range(grid[1])}
+    if spec.resume:
+        result = spec.array
+        stored = result.attrs[COMPLETE_ATTR].get("run", {})
+        if stored.get("id") != run:
+            raise ValueError("cannot resume: " + (_differences(stored, fingerprint) or
+                                                  "out was cut into different blocks") +
+                             "; pass overwrite=True to start again")
+        markers = BlockMarkers(result, run)
+        todo = sorted(all_blocks - markers.done(grid))
+    else:
+        meta = {"operation": op, "a": A.label, "b": B.label, "plan": plan.explain(),
+                "run": {"id": run, **fingerprint}}
+        result = create_output(spec, chunks, meta)
+        markers = BlockMarkers(result, run)
+        markers.reset()
+        todo = sorted(all_blocks)
     t0 = time.perf_counter()
-    future = client.compute(Delayed(done_key, g.hlg()))
-    if progress:
-        from distributed import progress as show_progress
-        show_progress(future, scheduler=client.scheduler.address)  # the client given, not just the default
-    future.result()
+    if todo:
+        g = graph_mod.build(plan, A, B, C, alpha=alpha, beta=beta, token=token, blocks=todo)
+        done_key = graph_mod.add_store(g, plan, result, drop, token, markers, blocks=todo)
+        from dask.delayed import Delayed
+        future = client.compute(Delayed(done_key, g.hlg()))
+        if progress:
+            from distributed import progress as show_progress
+            show_progress(future, scheduler=client.scheduler.address)  # the client given, not just the default
+        future.result()
     seconds = time.perf_counter() - t0
-    mark_complete(result, {"seconds": seconds, "tflops": plan.flops / seconds / 1e12 if seconds else None})
+    missing = all_blocks - markers.done(grid)
+    if missing:  # never mark complete what is not: every block must have its marker
+        raise RuntimeError(f"dgemm: {len(missing)} of {len(all_blocks)} blocks of {result.store_path} have no "
+                           f"completion marker after the run (first: {min(missing)}); out is left incomplete, "
+                           "resume=True finishes it")
+    mark_complete(result, {"seconds": seconds, "tflops": plan.flops / seconds / 1e12 if seconds and
+                           len(todo) == len(all_blocks) else None,
+                           "blocks": len(all_blocks), "blocks_run": len(todo), "resumed": bool(spec.resume)})
     return result
+
+
+def _check_resumable(array, fingerprint: dict) -> None:
+    """Refuse to resume into an output made by a different product (before any work)."""
+    stored = array.attrs[COMPLETE_ATTR].get("run")
+    if not isinstance(stored, dict):
+        raise ValueError(f"cannot resume: out ({array.store_path}) records no dgemm run to resume "
+                         "(written by an older dgemm, or an empty product); pass overwrite=True to start again")
+    diff = _differences(stored, fingerprint)
+    if diff:
+        raise ValueError(f"cannot resume: out ({array.store_path}) was written by a different product: {diff}; "
+                         "pass overwrite=True to start again")
+
+
+def _differences(stored: dict, now: dict) -> str:
+    """What differs between a stored run fingerprint and this call's (ignoring the block fields not yet known)."""
+    out = []
+    for key, value in now.items():
+        old = stored.get(key)
+        if _plain(old) != _plain(value):
+            out.append(f"{key} was {old!r}, now {value!r}")
+    return "; ".join(out)
+
+
+def _plain(x):
+    """Lists and tuples alike, as JSON stores them."""
+    import json
+    return json.loads(json.dumps(x))
 
 
 def _resolve_in_place(out, a, b, c):
@@ -220,11 +329,12 @@ def _orig(x: Operand) -> tuple:
     return (x.stored_shape[1 - x.expand],) if x.expand is not None else x.stored_shape
 
 
-def _empty(spec, shape, dtype):
+def _empty(spec, shape, dtype, fingerprint):
     if spec is None:
         import dask.array as da
         return da.zeros(shape, dtype=dtype)
     chunks = tuple(max(s, 1) for s in shape)
-    result = create_output(spec, spec.chunks or chunks, {"operation": "empty"})
+    result = create_output(spec, spec.chunks or chunks,
+                           {"operation": "empty", "run": {"id": run_id(fingerprint), **fingerprint}})
     mark_complete(result, {"seconds": 0.0})
     return result

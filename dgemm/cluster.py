@@ -17,10 +17,88 @@ from distributed import Client, LocalCluster
 
 from .discovery import ENV_DEVICE, select_devices
 from .params import KernelParams, lcm_tiles
-from .worker import DgemmPlugin, describe_worker
+from .worker import PLUGIN_NAME, DgemmPlugin, describe_worker
 
 _local: dict = {}
 _local_lock = threading.Lock()
+
+# Caps the device memory dgemm plans for on a worker (bytes, or "512MiB", "2GB"...),
+# read in the worker's own environment: a device shared with other jobs, or a test.
+ENV_MEMORY_LIMIT = "DGEMM_DEVICE_MEMORY_LIMIT"
+
+
+def memory_limit_from_env(value: str | None) -> int | None:
+    """Parse ``DGEMM_DEVICE_MEMORY_LIMIT``.
+
+    >>> memory_limit_from_env("64MiB"), memory_limit_from_env("1000"), memory_limit_from_env("")
+    (67108864, 1000, None)
+    >>> memory_limit_from_env("lots")
+    Traceback (most recent call last):
+    ...
+    ValueError: DGEMM_DEVICE_MEMORY_LIMIT='lots' is not a size in bytes (like 1000, 512MiB or 2GB)
+    """
+    from dask.utils import parse_bytes
+
+    if value is None or not value.strip():
+        return None
+    try:
+        n = int(parse_bytes(value.strip()))
+    except (ValueError, TypeError):
+        n = -1
+    if n <= 0:
+        raise ValueError(f"{ENV_MEMORY_LIMIT}={value!r} is not a size in bytes (like 1000, 512MiB or 2GB)")
+    return n
+
+
+def describe_for_plan(dask_worker=None) -> dict | None:
+    """Run on a worker: :func:`dgemm.worker.describe_worker` plus what the planner needs.
+
+    Adds ``memory`` (bytes dgemm may assume the device has: its global
+    memory, capped by ``DGEMM_DEVICE_MEMORY_LIMIT`` in the worker's
+    environment) and ``max_alloc`` (the largest single buffer), and
+    ``host`` (to tell which workers share a device).
+    """
+    d = describe_worker(dask_worker)
+    if d is None or not d.get("ok"):
+        return d
+    try:
+        limit = memory_limit_from_env(os.environ.get(ENV_MEMORY_LIMIT))
+    except ValueError as e:
+        return {**d, "ok": False, "error": str(e)}
+    info = d["device"]
+    memory = info.global_mem if limit is None else min(info.global_mem, limit)
+    max_alloc = None
+    try:
+        max_alloc = int(dask_worker.plugins[PLUGIN_NAME].state.device.cl_device.max_mem_alloc_size)
+    except Exception:
+        pass
+    import socket
+    return {**d, "memory": memory, "memory_limit": limit, "max_alloc": max_alloc, "host": socket.gethostname()}
+
+
+def device_limits(workers: dict) -> tuple[int | None, int | None]:
+    """``(memory, max_alloc)`` a plan must fit: the smallest per-worker share over usable workers.
+
+    Workers on one device (the same device id on the same host) share its memory.
+    """
+    share: dict = {}
+    for d in workers.values():
+        key = (d.get("host"), d["device"].id)
+        share[key] = share.get(key, 0) + 1
+    memory = max_alloc = None
+    for d in workers.values():
+        mem = d.get("memory")
+        if mem is not None:
+            mem //= share[(d.get("host"), d["device"].id)]
+            memory = mem if memory is None else min(memory, mem)
+        ma = d.get("max_alloc")
+        if ma is not None:
+            max_alloc = ma if max_alloc is None else min(max_alloc, ma)
+    return memory, max_alloc
+
+
+# Worker deaths a task of a DeviceCluster may see (see DeviceCluster).
+ALLOWED_FAILURES = 10
 
 
 class NoDeviceWorkerError(RuntimeError):
@@ -39,19 +117,32 @@ class DeviceCluster(LocalCluster):
     threads_per_worker : int
         Threads per worker: GEMM tasks run one at a time per device (they ask
         for ``GPU=1``), the others (reduce, store) use the rest.
+    allowed_failures : int
+        Worker deaths a task may see before the run fails with
+        ``KilledWorker`` (the scheduler's ``allowed-failures``; dask's default
+        is 3).  A dying worker counts against *every* task assigned to it,
+        and GEMM tasks (resource-restricted, so never queued) are all assigned
+        up front, so with dask's default a run survives only three worker
+        deaths.  dgemm's default is :data:`ALLOWED_FAILURES`; a task that kills
+        every worker it runs on still fails after that many restarts.
     **kwargs
         Passed to :class:`distributed.LocalCluster`.  The scheduler and the
         dashboard listen on localhost unless ``host``/``dashboard_address``
         say otherwise.
     """
 
-    def __init__(self, devices: str | None = None, *, threads_per_worker: int = 2, **kwargs):
+    def __init__(self, devices: str | None = None, *, threads_per_worker: int = 2,
+                 allowed_failures: int | None = None, **kwargs):
+        import dask
+
         self.device_ids = [d.id for d in select_devices(devices)]
         kwargs.setdefault("host", "127.0.0.1")
         kwargs.setdefault("dashboard_address", "127.0.0.1:8787")
         kwargs.setdefault("resources", {"GPU": 1})
         kwargs.setdefault("silence_logs", logging.ERROR)
-        super().__init__(n_workers=0, threads_per_worker=threads_per_worker, processes=True, **kwargs)
+        allowed = ALLOWED_FAILURES if allowed_failures is None else int(allowed_failures)
+        with dask.config.set({"distributed.scheduler.allowed-failures": allowed}):  # read by the Scheduler
+            super().__init__(n_workers=0, threads_per_worker=threads_per_worker, processes=True, **kwargs)
         self.scale(len(self.device_ids))
         self.sync(self._correct_state)
 
@@ -121,10 +212,16 @@ def prepare(client: Client, dtype, timeout: float | None = None) -> dict:
     except TimeoutError:
         raise NoDeviceWorkerError(f"the cluster at {client.scheduler.address} has no workers "
                                   f"(waited {timeout:g} s)") from None
-    infos = client.run(describe_worker)
+    infos = client.run(describe_for_plan)
     if any(v is None for v in infos.values()):
-        client.register_plugin(DgemmPlugin(), name="dgemm")
-        infos = client.run(describe_worker)
+        if not _plugin_registered(client):
+            client.register_plugin(DgemmPlugin(), name=PLUGIN_NAME)
+        else:
+            # Registered already: these workers are (re)starting and set it up
+            # themselves.  Registering again would tear down every worker's
+            # device under the tasks of runs in flight.
+            _wait_for_plugin(client, infos, timeout)
+        infos = client.run(describe_for_plan)
     dtype = np.dtype(dtype)
     usable, reasons = {}, []
     for addr, d in infos.items():
@@ -140,6 +237,26 @@ def prepare(client: Client, dtype, timeout: float | None = None) -> dict:
         raise NoDeviceWorkerError("no worker of the cluster can run dgemm's GEMM tasks for "
                                   f"{dtype}: " + "; ".join(reasons))
     return usable
+
+
+def _plugin_registered(client) -> bool:
+    try:
+        return bool(client.run_on_scheduler(_scheduler_has_plugin))
+    except Exception:  # an old scheduler, or a stand-in client
+        return False
+
+
+def _scheduler_has_plugin(dask_scheduler=None) -> bool:
+    return PLUGIN_NAME in getattr(dask_scheduler, "worker_plugins", {})
+
+
+def _wait_for_plugin(client, infos: dict, timeout: float) -> None:
+    """Give workers that have not set up the plugin yet a moment (at most ``timeout``, 10 s)."""
+    import time
+    deadline = time.monotonic() + min(timeout, 10.0)
+    while any(v is None for v in infos.values()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+        infos = client.run(describe_for_plan)
 
 
 def tiles_of(workers: dict, dtype) -> tuple[int, int, int]:

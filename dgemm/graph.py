@@ -22,7 +22,7 @@ import numpy as np
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
 from .plan import Plan
-from .storage import Operand, ZarrBlock, load, store_block
+from .storage import BlockMarkers, Operand, load, read_error, store_block
 
 GPU = {"resources": {"GPU": 1}}
 
@@ -32,8 +32,7 @@ def _load(ref) -> np.ndarray:
     try:
         return load(ref)
     except Exception as e:
-        where = ref.describe() if isinstance(ref, ZarrBlock) else "an input block"
-        raise OSError(f"dgemm could not read {where}: {type(e).__name__}: {e}") from e
+        raise OSError(read_error(ref, e)) from e
 
 
 def _pairs(a_refs, b_refs):
@@ -67,9 +66,17 @@ def reduce_blocks(parts):
     return out
 
 
-def store(array, rows, cols, block, drop):
-    """Write one C block; returns its shape (the store holds the data, not dask)."""
+def store(array, rows, cols, block, drop, marker=None):
+    """Write one C block, then its completion marker; returns its shape (the store holds the data).
+
+    ``marker`` is ``(BlockMarkers, i, j)``.  The marker is written only after
+    every chunk of the block: a worker killed in between leaves the block
+    unmarked, and a re-run (dask's retry, or ``resume=True``) rewrites it.
+    """
     store_block(array, rows, cols, block, drop)
+    if marker is not None:
+        markers, i, j = marker
+        markers.mark(i, j)
     return block.shape
 
 
@@ -100,8 +107,8 @@ def _merge(graph: Graph, coll) -> str | None:
 
 
 def build(plan: Plan, a: Operand, b: Operand, c: Operand | None, *, alpha: float, beta: float,
-          token: str) -> Graph:
-    """The layers that compute every C block of ``plan``."""
+          token: str, blocks=None) -> Graph:
+    """The layers that compute the C blocks of ``plan`` (``blocks``: a list of ``(i, j)``, default all)."""
     graph = Graph({}, {}, "")
     a_ref, a_coll = a.block_refs(plan.rows, plan.ks)
     b_ref, b_coll = b.block_refs(plan.ks, plan.cols)
@@ -113,32 +120,38 @@ def build(plan: Plan, a: Operand, b: Operand, c: Operand | None, *, alpha: float
     split = len(plan.segments) > 1
     dt = plan.dtype.str
     dsk = {}
-    for i, (r0, r1) in enumerate(plan.rows):
-        for j, (c0, c1) in enumerate(plan.cols):
-            for s, (k0, k1) in enumerate(plan.segments):
-                key = (gname, i, j, s) if split else (gname, i, j)
-                first = s == 0
-                dsk[key] = (gemm_block,
-                            [a_ref(i, kk) for kk in range(k0, k1)],
-                            [b_ref(kk, j) for kk in range(k0, k1)],
-                            c_ref(i, j) if (use_c and first) else None,
-                            r1 - r0, c1 - c0, float(alpha), float(beta) if first else 0.0,
-                            a.trans, b.trans, dt)
+    for i, j in _blocks(plan, blocks):
+        (r0, r1), (c0, c1) = plan.rows[i], plan.cols[j]
+        for s, (k0, k1) in enumerate(plan.segments):
+            key = (gname, i, j, s) if split else (gname, i, j)
+            first = s == 0
+            dsk[key] = (gemm_block,
+                        [a_ref(i, kk) for kk in range(k0, k1)],
+                        [b_ref(kk, j) for kk in range(k0, k1)],
+                        c_ref(i, j) if (use_c and first) else None,
+                        r1 - r0, c1 - c0, float(alpha), float(beta) if first else 0.0,
+                        a.trans, b.trans, dt)
     graph.layers[gname] = MaterializedLayer(dsk, annotations=GPU)
     graph.dependencies[gname] = inputs
     graph.result_name = gname
     if split:
-        _add_tree_reduction(graph, plan, gname, token)
+        _add_tree_reduction(graph, plan, gname, token, blocks)
     return graph
 
 
-def _add_tree_reduction(graph: Graph, plan: Plan, gname: str, token: str, fan_in: int = 2) -> None:
+def _blocks(plan: Plan, blocks) -> list[tuple[int, int]]:
+    if blocks is None:
+        return [(i, j) for i in range(len(plan.rows)) for j in range(len(plan.cols))]
+    return sorted(blocks)
+
+
+def _add_tree_reduction(graph: Graph, plan: Plan, gname: str, token: str, blocks=None, fan_in: int = 2) -> None:
     """Sum the k segments of every C block pairwise, level by level.
 
     Intermediate levels are ``dgemm-reduce-<token>-<level>``; the last is
     ``dgemm-reduce-<token>`` with keys ``(name, i, j)``, the C blocks.
     """
-    grid = [(i, j) for i in range(len(plan.rows)) for j in range(len(plan.cols))]
+    grid = _blocks(plan, blocks)
     layer, keys = gname, {ij: [(gname, *ij, s) for s in range(len(plan.segments))] for ij in grid}
     level = 0
     while True:
@@ -160,11 +173,17 @@ def _add_tree_reduction(graph: Graph, plan: Plan, gname: str, token: str, fan_in
             return
 
 
-def add_store(graph: Graph, plan: Plan, array, drop: tuple, token: str) -> str:
-    """Add the store and done layers; return the key of the done task."""
+def add_store(graph: Graph, plan: Plan, array, drop: tuple, token: str, markers: BlockMarkers | None = None,
+              blocks=None) -> str:
+    """Add the store and done layers; return the key of the done task.
+
+    ``blocks`` (default all) must be those :func:`build` computed; with
+    ``markers`` each store task marks its block done after writing it.
+    """
     sname, dname = f"dgemm-store-{token}", f"dgemm-done-{token}"
-    dsk = {(sname, i, j): (store, array, plan.rows[i], plan.cols[j], (graph.result_name, i, j), drop)
-           for i in range(len(plan.rows)) for j in range(len(plan.cols))}
+    dsk = {(sname, i, j): (store, array, plan.rows[i], plan.cols[j], (graph.result_name, i, j), drop,
+                           None if markers is None else (markers, i, j))
+           for i, j in _blocks(plan, blocks)}
     graph.layers[sname] = MaterializedLayer(dsk)
     graph.dependencies[sname] = {graph.result_name}
     graph.layers[dname] = MaterializedLayer({dname: (done, list(dsk))})

@@ -7,6 +7,9 @@ reads matrix data.
 """
 from __future__ import annotations
 
+import hashlib
+import json
+import math
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -54,10 +57,49 @@ class ZarrBlock:
         path = getattr(self.array, "store_path", None) or getattr(self.array, "path", "?")
         return f"Zarr array {path} rows {self.rows[0]}:{self.rows[1]}, columns {self.cols[0]}:{self.cols[1]}"
 
+    def _region(self) -> tuple[slice, ...]:
+        if self.expand is None:
+            return (slice(*self.rows), slice(*self.cols))
+        return (slice(*(self.cols if self.expand == 0 else self.rows)),)
+
+    def bad_chunk(self) -> str | None:
+        """After a failed :meth:`load`: the first stored chunk of the region that cannot be read.
+
+        Reads the region chunk by chunk (shard by shard in a sharded array),
+        so it costs a second read of the block; only used to explain an error.
+        """
+        import itertools
+
+        arr = self.array
+        grid = tuple(getattr(arr, "shards", None) or arr.chunks)
+        ranges = [range(s.start // g, -(-s.stop // g)) for s, g in zip(self._region(), grid)]
+        for idx in itertools.product(*ranges):
+            sel = tuple(slice(i * g, min((i + 1) * g, n)) for i, g, n in zip(idx, grid, arr.shape))
+            try:
+                np.asarray(arr[sel])
+            except Exception as e:
+                key = arr.metadata.encode_chunk_key(idx)
+                path = arr.path.strip("/")
+                key = f"{path}/{key}" if path else key
+                return f"chunk {idx} (store key {key!r}): {type(e).__name__}: {e}"
+        return None
+
 
 def load(ref) -> np.ndarray:
     """Materialise a block reference (a :class:`ZarrBlock` or an array)."""
     return ref.load() if isinstance(ref, ZarrBlock) else np.asarray(ref)
+
+
+def read_error(ref, e: Exception) -> str:
+    """A message naming what could not be read: array, rows and columns, and the chunk when it can tell."""
+    if not isinstance(ref, ZarrBlock):
+        return f"dgemm could not read an input block: {type(e).__name__}: {e}"
+    try:
+        chunk = ref.bad_chunk()
+    except Exception:  # explaining must not hide the original error
+        chunk = None
+    where = f"{ref.describe()}, {chunk}" if chunk else f"{ref.describe()}: {type(e).__name__}: {e}"
+    return f"dgemm could not read {where}"
 
 
 class Operand:
@@ -82,9 +124,17 @@ class Operand:
             self.zarr = x
             self.label = f"{what} (Zarr {x.store_path})" if hasattr(x, "store_path") else what
             shape, dtype, chunks = tuple(x.shape), x.dtype, tuple(x.chunks)
+            meta = x.attrs.get(COMPLETE_ATTR)
+            if isinstance(meta, dict) and meta.get("complete") is False:
+                raise ValueError(f"{what} ({x.store_path}) is an incomplete dgemm output: the run that writes it "
+                                 "did not finish, so some of its blocks are missing; finish it first "
+                                 "(the same call with resume=True)")
         elif isinstance(x, da.Array):
             self.dask = x
             shape, dtype = tuple(x.shape), x.dtype
+            if any(math.isnan(s) for s in shape):
+                raise ValueError(f"{what} is a dask array of unknown shape {shape} (unknown chunk sizes); "
+                                 f"call {what}.compute_chunk_sizes() first")
             chunks = tuple(c[0] if c else 0 for c in x.chunks)
         elif isinstance(x, (np.ndarray, list, tuple)) or hasattr(x, "__array__"):
             arr = np.asarray(x)
@@ -119,6 +169,26 @@ class Operand:
 
     def transpose(self) -> None:
         self.trans = not self.trans
+
+    def identity(self) -> dict:
+        """What this operand is, as plain data: a resumed run must see the same one.
+
+        Zarr: where it is stored, its shape, dtype and chunks (not its
+        contents: rewriting an input between a run and its resumption is not
+        detected).  dask: the graph's name (a hash of its inputs).  numpy: a
+        hash of the data.
+        """
+        from dask.base import tokenize
+
+        d = {"shape": list(self.stored_shape), "dtype": self.dtype.str, "trans": self.trans, "expand": self.expand}
+        if self.zarr is not None:
+            d["zarr"] = location(self.zarr)
+            d["chunks"] = list(self.zarr.chunks)
+        elif isinstance(self.dask, np.ndarray):
+            d["numpy"] = tokenize(self.dask)
+        else:
+            d["dask"] = self.dask.name
+        return d
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -196,6 +266,7 @@ class OutputSpec:
     dtype: np.dtype
     overwrite: bool
     array: Any = None             # an existing zarr.Array given as ``out``
+    resume: bool = False          # ``array`` is an earlier dgemm output to finish
 
     @property
     def chunks(self) -> tuple[int, ...] | None:
@@ -205,11 +276,27 @@ class OutputSpec:
         return tuple(getattr(self.array, "shards", None) or self.array.chunks)
 
 
-def check_output(out, shape: tuple[int, ...], dtype: np.dtype, overwrite: bool) -> OutputSpec:
-    """Check that ``out`` can receive a ``shape``/``dtype`` result; write nothing."""
+def check_output(out, shape: tuple[int, ...], dtype: np.dtype, overwrite: bool,
+                 resume: bool = False) -> OutputSpec:
+    """Check that ``out`` can receive a ``shape``/``dtype`` result; write nothing.
+
+    With ``resume``, an existing ``out`` must be a dgemm output of that
+    shape and dtype, and is returned opened for writing (``spec.resume``);
+    a missing one gives a fresh output.
+    """
     from zarr.abc.store import Store
     from zarr.storage import MemoryStore
 
+    if resume:
+        existing = _open_for_resume(out)
+        if existing is not None:
+            spec = check_output(existing, shape, dtype, False)
+            meta = existing.attrs.get(COMPLETE_ATTR)
+            if not isinstance(meta, dict) or "complete" not in meta:
+                raise ValueError(f"cannot resume: out {_name(out)} was not written by dgemm "
+                                 f"(it has no {COMPLETE_ATTR!r} attribute); pass overwrite=True to replace it")
+            spec.resume = True
+            return spec
     if _is_zarr_array(out):
         if tuple(out.shape) != tuple(shape):
             raise ValueError(f"out has shape {tuple(out.shape)}, but the result has shape {tuple(shape)}")
@@ -248,6 +335,36 @@ def check_output(out, shape: tuple[int, ...], dtype: np.dtype, overwrite: bool) 
     return OutputSpec(target, tuple(shape), dtype, overwrite)
 
 
+def _name(out) -> str:
+    return repr(os.fspath(out)) if isinstance(out, (str, os.PathLike)) else str(getattr(out, "store_path", out))
+
+
+def _open_for_resume(out):
+    """The existing array at ``out`` opened for writing, or None when there is nothing there."""
+    import zarr
+    from zarr.abc.store import Store
+
+    if _is_zarr_array(out):
+        return out
+    if not isinstance(out, (str, os.PathLike, Store)):
+        return None  # check_output explains what is wrong with it
+    if isinstance(out, (str, os.PathLike)):
+        local = os.fspath(out)
+        if "://" not in local or local.startswith("file://"):
+            local = local[len("file://"):] if local.startswith("file://") else local
+            if not os.path.exists(local):
+                return None
+    elif not _exists(out):
+        return None
+    try:
+        return zarr.open_array(out, mode="r+")
+    except Exception as e:
+        if isinstance(out, (str, os.PathLike)) and not _exists(out):
+            return None
+        raise ValueError(f"cannot resume: out {_name(out)} exists but is not a Zarr array "
+                         f"({type(e).__name__}: {e})") from None
+
+
 def _refuse_memory(store) -> None:
     from zarr.storage import MemoryStore
     if isinstance(store, MemoryStore):
@@ -283,6 +400,68 @@ def location(x) -> str | None:
 
 
 COMPLETE_ATTR = "dgemm"
+MARKERS = ".dgemm"   # key prefix, inside the output's own prefix, of the per-block completion markers
+
+
+def run_id(fingerprint: dict) -> str:
+    """A short stable hash of a run's fingerprint (names its block markers).
+
+    >>> run_id({"a": 1}) == run_id({"a": 1}) != run_id({"a": 2})
+    True
+    """
+    return hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()[:16]
+
+
+class BlockMarkers:
+    """Which C blocks of one run are safely stored: one tiny store object per block.
+
+    A store task writes its block, then its marker ``<array>/.dgemm/done/<run>/<i>.<j>``.
+    Each block has its own key, so concurrent writers never touch the same
+    object (unlike a Zarr attribute, which is one JSON document), and the
+    markers live in the output's own store, so they work for any Zarr store
+    (local, fsspec/object stores) and go when the array is overwritten.  Zarr
+    ignores keys it does not know, so readers of the array never see them.
+    """
+
+    def __init__(self, array, run: str):
+        self.store = array.store
+        node = array.path.strip("/")
+        self.root = f"{node}/{MARKERS}" if node else MARKERS
+        self.prefix = f"{self.root}/done/{run}/"
+
+    def key(self, i: int, j: int) -> str:
+        return f"{self.prefix}{i}.{j}"
+
+    def mark(self, i: int, j: int) -> None:
+        from zarr.core.buffer import default_buffer_prototype
+        from zarr.core.sync import sync
+        sync(self.store.set(self.key(i, j), default_buffer_prototype().buffer.from_bytes(b"1")))
+
+    def done(self, grid: tuple[int, int] | None = None) -> set[tuple[int, int]]:
+        """The ``(i, j)`` of every marked block (``grid`` is needed by stores that cannot list keys)."""
+        from zarr.core.sync import sync
+
+        async def listed():
+            return [k async for k in self.store.list_prefix(self.prefix)]
+
+        if getattr(self.store, "supports_listing", True):
+            keys = sync(listed())
+            out = set()
+            for k in keys:
+                name = k[len(self.prefix):] if k.startswith(self.prefix) else k.rsplit("/", 1)[-1]
+                i, _, j = name.partition(".")
+                if i.isdigit() and j.isdigit():
+                    out.add((int(i), int(j)))
+            return out
+        if grid is None:
+            raise ValueError(f"{self.store} cannot list keys; pass the block grid")
+        return {(i, j) for i in range(grid[0]) for j in range(grid[1]) if sync(self.store.exists(self.key(i, j)))}
+
+    def reset(self) -> None:
+        """Remove every marker (of any run) of this array: a fresh run starts from none."""
+        from zarr.core.sync import sync
+        if getattr(self.store, "supports_deletes", True):
+            sync(self.store.delete_dir(self.root))
 
 
 def create_output(spec: OutputSpec, chunks: tuple[int, ...], meta: dict):
@@ -310,7 +489,9 @@ def store_block(array, rows: tuple[int, int], cols: tuple[int, int], block: np.n
     """Write one output block (whole chunks) into ``array``.
 
     ``drop`` names the axes of the 2-D block that the output does not have
-    (matmul with 1-D operands, as numpy squeezes them).
+    (matmul with 1-D operands, as numpy squeezes them).  Idempotent: writing
+    the same block again (a task re-run after a worker died) stores the same
+    chunks, each replaced whole.
     """
     region = tuple(slice(*r) for ax, r in enumerate((rows, cols)) if ax not in drop)
     array[region] = np.squeeze(block, axis=drop) if drop else block
