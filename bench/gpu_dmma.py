@@ -23,9 +23,9 @@ from dgemm.tune import search  # noqa: E402
 
 def dmma_candidates(info):
     out = []
-    for tsm, tsn, tsk, wm, wn, w, pad, gm in itertools.product(
-            (32, 64, 128), (32, 64, 128), (8, 16, 32), (1, 2, 4), (1, 2, 4), (1, 2), (0, 4), (0, 8)):
-        p = KernelParams(MMA=1, TSM=tsm, TSN=tsn, TSK=tsk, WARPSM=wm, WARPSN=wn, WIDTH=w,
+    for mma, tsm, tsn, tsk, wm, wn, w, pad, gm in itertools.product(
+            (4, 3, 2, 1), (32, 64, 128), (32, 64, 128), (8, 16, 32), (1, 2, 4), (1, 2, 4), (2,), (4,), (0, 8)):
+        p = KernelParams(MMA=mma, TSM=tsm, TSN=tsn, TSK=tsk, WARPSM=wm, WARPSN=wn, WIDTH=w,
                          PADA=pad, PADB=pad, GROUPM=gm)
         mt, nt = tsm // wm // 8, tsn // wn // 8
         if mt * nt > 32 or mt * nt < 4 or p.threads < 64:
@@ -34,7 +34,8 @@ def dmma_candidates(info):
             continue
         out.append(p)
     # likely-good first: more fragments per warp, padding on, no grouping
-    out.sort(key=lambda p: (-(p.TSM // p.WARPSM // 8) * (p.TSN // p.WARPSN // 8), -p.PADA, p.GROUPM, -p.TSK))
+    # interleave the shapes so each gets tried within the budget; bigger warp tiles first
+    out.sort(key=lambda p: (-(p.TSM // p.WARPSM // 8) * (p.TSN // p.WARPSN // 8), p.GROUPM, -p.TSK, -p.MMA))
     return out
 
 

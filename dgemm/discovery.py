@@ -40,8 +40,13 @@ class DeviceInfo:
     @property
     def dmma(self) -> bool:
         """NVIDIA compute capability >= 8.0: float64 ``mma.sync`` reachable through inline PTX."""
+        return self.compute_capability >= 80
+
+    @property
+    def compute_capability(self) -> int:
+        """NVIDIA compute capability as 10*major+minor (e.g. 90), 0 elsewhere."""
         arch = self.architecture or ""
-        return arch.startswith("sm_") and arch[3:].isdigit() and int(arch[3:]) >= 80
+        return int(arch[3:]) if arch.startswith("sm_") and arch[3:].isdigit() else 0
 
     @property
     def short_vendor(self) -> str:

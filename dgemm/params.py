@@ -36,9 +36,10 @@ class KernelParams:
         Work-group order: 0 is the launch order, ``g > 0`` walks bands of
         ``g`` tile rows column by column (L2 reuse).
     MMA : int
-        0: the FMA kernel (``gemm.cl``).  1: float64 on NVIDIA tensor cores
-        through inline PTX ``mma.sync`` (``gemm_dmma.cl``), where WPTM, WPTN,
-        VWM and VWN are unused and the work-group is WARPSM x WARPSN warps.
+        0: the FMA kernel (``gemm.cl``).  1-4: float64 on NVIDIA tensor cores
+        through inline PTX ``mma.sync`` (``gemm_dmma.cl``) of shape m8n8k4
+        (sm_80+), m16n8k4, m16n8k8, m16n8k16 (sm_90+); WPTM, WPTN, VWM and VWN
+        are then unused and the work-group is WARPSM x WARPSN warps.
     WARPSM, WARPSN : int
         Warps of an MMA work-group along M and N.
 
@@ -135,8 +136,14 @@ class KernelParams:
 
     def _mma_problems(self, itemsize, max_work_group_size, local_mem_size) -> list[str]:
         out = []
-        if self.MMA != 1:
-            out.append(f"MMA={self.MMA} must be 0 (FMA) or 1 (float64 DMMA)")
+        if self.MMA not in (1, 2, 3, 4):
+            out.append(f"MMA={self.MMA} must be 0 (FMA) or 1-4 (float64 DMMA m8n8k4, m16n8k4, m16n8k8, m16n8k16)")
+            return out
+        kstep = (4, 4, 8, 16)[self.MMA - 1]
+        if self.MMA >= 2 and (self.TSM // self.WARPSM // 8) % 2:
+            out.append("the m16 shapes (MMA>=2) need TSM/WARPSM to be a multiple of 16")
+        if self.TSK % kstep:
+            out.append(f"TSK={self.TSK} must be a multiple of the instruction's k={kstep}")
         if itemsize != 8:
             out.append("the MMA kernel is float64 only")
         if self.WIDTH not in (1, 2, 4, 8):

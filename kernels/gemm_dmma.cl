@@ -1,5 +1,6 @@
 // Float64 GEMM on the tensor cores (DMMA) through inline PTX, for NVIDIA
-// GPUs of compute capability >= 8.0.  Same contract and the same tile
+// GPUs of compute capability >= 8.0 (MMA=1: mma.m8n8k4) or 9.0 (MMA=2, 3, 4:
+// m16n8k4, m16n8k8, m16n8k16, Hopper's larger f64 shapes).  Same contract and the same tile
 // loading as gemm.cl (C = alpha * AT^T * B + beta * C, padded sizes); built
 // only with -DMMA=1, which the host passes only for such devices.
 //
@@ -14,7 +15,7 @@
 #ifndef MMA
 #define MMA 0
 #endif
-#if MMA == 1
+#if MMA >= 1
 
 #if PRECISION != 64
 #error "the DMMA kernel is float64 only"
@@ -53,16 +54,52 @@
 #define LDAS (TSM + PADA)
 #define LDBS (TSN + PADB)
 
-#if (TSM % (8 * WARPSM)) || (TSN % (8 * WARPSN)) || (TSK % 4)
-#error "TSM, TSN must be multiples of 8 * WARPSM, 8 * WARPSN and TSK of 4"
+// k per instruction; m16 shapes pair the 8-row fragments i, i+1 of a warp.
+#if MMA == 1
+#define KSTEP 4
+#elif MMA == 2
+#define KSTEP 4
+#elif MMA == 3
+#define KSTEP 8
+#elif MMA == 4
+#define KSTEP 16
+#else
+#error "MMA must be 1 (m8n8k4), 2 (m16n8k4), 3 (m16n8k8) or 4 (m16n8k16)"
+#endif
+#define KSUB (KSTEP / 4)
+
+#if (TSM % (8 * WARPSM)) || (TSN % (8 * WARPSN)) || (TSK % KSTEP)
+#error "TSM, TSN must be multiples of 8 * WARPSM, 8 * WARPSN and TSK of the instruction's k"
+#endif
+#if MMA >= 2 && (MT % 2)
+#error "the m16 shapes need an even number of 8-row fragments per warp"
 #endif
 
 #include "tile_loads.cl"
 
+// Lane 4g+q holds, for k-substep s (k = 4s + q): A rows g and g+8, B column g;
+// C rows g, g+8 at columns 2q, 2q+1.
 #define DMMA(c0, c1, a, b)                                                     \
     asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 "           \
                  "{%0, %1}, {%2}, {%3}, {%0, %1};"                             \
                  : "+d"(c0), "+d"(c1) : "d"(a), "d"(b))
+#define DMMA16K4(c0, c1, c2, c3, a0, a1, b0)                                   \
+    asm volatile("mma.sync.aligned.m16n8k4.row.col.f64.f64.f64.f64 "          \
+                 "{%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"         \
+                 : "+d"(c0), "+d"(c1), "+d"(c2), "+d"(c3)                      \
+                 : "d"(a0), "d"(a1), "d"(b0))
+#define DMMA16K8(c0, c1, c2, c3, a0, a1, a2, a3, b0, b1)                       \
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 "          \
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};" \
+                 : "+d"(c0), "+d"(c1), "+d"(c2), "+d"(c3)                      \
+                 : "d"(a0), "d"(a1), "d"(a2), "d"(a3), "d"(b0), "d"(b1))
+#define DMMA16K16(c0, c1, c2, c3, a0, a1, a2, a3, a4, a5, a6, a7, b0, b1, b2, b3) \
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f64.f64.f64.f64 "         \
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7, %8, %9, %10, %11}, "      \
+                 "{%12, %13, %14, %15}, {%0, %1, %2, %3};"                     \
+                 : "+d"(c0), "+d"(c1), "+d"(c2), "+d"(c3)                      \
+                 : "d"(a0), "d"(a1), "d"(a2), "d"(a3), "d"(a4), "d"(a5),       \
+                   "d"(a6), "d"(a7), "d"(b0), "d"(b1), "d"(b2), "d"(b3))
 
 __kernel __attribute__((reqd_work_group_size(32 * WARPSN, WARPSM, 1)))
 void gemm(const int M, const int N, const int K,
@@ -108,19 +145,43 @@ void gemm(const int M, const int N, const int K,
         const __local real* As = Asub[t & 1];
         const __local real* Bs = Bsub[t & 1];
         #pragma unroll
-        for (int kk = 0; kk < TSK; kk += 4) {
-            real a[MT], b[NT];
+        for (int kk = 0; kk < TSK; kk += KSTEP) {
+            real a[KSUB][MT], b[KSUB][NT];
             #pragma unroll
-            for (int i = 0; i < MT; i++) a[i] = As[(kk + q) * LDAS + arow + i * 8];
-            #pragma unroll
-            for (int j = 0; j < NT; j++) b[j] = Bs[(kk + q) * LDBS + bcol + j * 8];
+            for (int s = 0; s < KSUB; s++) {
+                #pragma unroll
+                for (int i = 0; i < MT; i++) a[s][i] = As[(kk + 4 * s + q) * LDAS + arow + i * 8];
+                #pragma unroll
+                for (int j = 0; j < NT; j++) b[s][j] = Bs[(kk + 4 * s + q) * LDBS + bcol + j * 8];
+            }
+#if MMA == 1
             #pragma unroll
             for (int i = 0; i < MT; i++) {
                 #pragma unroll
                 for (int j = 0; j < NT; j++) {
-                    DMMA(acc[i][j][0], acc[i][j][1], a[i], b[j]);
+                    DMMA(acc[i][j][0], acc[i][j][1], a[0][i], b[0][j]);
                 }
             }
+#else
+            #pragma unroll
+            for (int i = 0; i < MT; i += 2) {
+                #pragma unroll
+                for (int j = 0; j < NT; j++) {
+#if MMA == 2
+                    DMMA16K4(acc[i][j][0], acc[i][j][1], acc[i + 1][j][0], acc[i + 1][j][1],
+                             a[0][i], a[0][i + 1], b[0][j]);
+#elif MMA == 3
+                    DMMA16K8(acc[i][j][0], acc[i][j][1], acc[i + 1][j][0], acc[i + 1][j][1],
+                             a[0][i], a[0][i + 1], a[1][i], a[1][i + 1], b[0][j], b[1][j]);
+#else
+                    DMMA16K16(acc[i][j][0], acc[i][j][1], acc[i + 1][j][0], acc[i + 1][j][1],
+                              a[0][i], a[0][i + 1], a[1][i], a[1][i + 1],
+                              a[2][i], a[2][i + 1], a[3][i], a[3][i + 1],
+                              b[0][j], b[1][j], b[2][j], b[3][j]);
+#endif
+                }
+            }
+#endif
         }
         if (more) {
             TILE_COMMIT(Asub[(t + 1) & 1], Bsub[(t + 1) & 1]);
@@ -147,4 +208,4 @@ void gemm(const int M, const int N, const int K,
     }
 }
 
-#endif  // MMA == 1
+#endif  // MMA >= 1

@@ -106,4 +106,6 @@ def test_mma_params_rules():
     assert any("float64 only" in m for m in ok.problems(4))
     assert KernelParams(MMA=1, TSM=48, TSN=64, WARPSM=4, WARPSN=2, WIDTH=2).problems(8)   # 48 % 32
     assert KernelParams(MMA=1, TSK=6, WIDTH=2).problems(8)                                # TSK % 4
-    assert KernelParams(MMA=2).problems(8)
+    assert KernelParams(MMA=5).problems(8)
+    assert any("multiple of 16" in m for m in KernelParams(MMA=2, TSM=64, TSN=64, WARPSM=8, WARPSN=1, WIDTH=2).problems(8))
+    assert any("k=16" in m for m in KernelParams(MMA=4, TSK=8, WIDTH=2).problems(8))
