@@ -47,6 +47,11 @@ def main():
     info = select_devices("gpu")[0]
     dev = Device(info)
     cands = dmma_candidates(info)
+    # run 1's best m8n8k4 set (64x64x16, 1x4 warps) in every shape first
+    prev = KernelParams(MMA=1, TSM=64, TSN=64, TSK=16, WARPSM=1, WARPSN=4, WIDTH=2, PADA=4, PADB=4, GROUPM=8)
+    first = [__import__("dataclasses").replace(prev, MMA=m) for m in (4, 3, 2, 1)]
+    first += [__import__("dataclasses").replace(p, WARPSM=2, WARPSN=2) for p in first]
+    cands = first + [c for c in cands if c not in first]
     print(f"{len(cands)} DMMA candidates", flush=True)
 
     def report(i, n, t, best, msg):
