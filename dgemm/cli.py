@@ -3,10 +3,12 @@
 Commands: ``devices`` (what OpenCL devices there are and which kernel
 parameters each would use), ``random`` (write a random Zarr matrix),
 ``plan`` (how a product would be cut into blocks), ``matmul`` (multiply two
-Zarr arrays on a cluster), ``demo`` (a self-checking run on the local
-devices), ``tune`` (search kernel parameters for a device and store the best
-in the tuning database) and ``bench kernel`` (time the kernel against cuBLAS
-and numpy, writing a JSON record).
+Zarr arrays on a cluster), ``worker`` (one Dask worker per OpenCL device of
+this host, for an existing scheduler), ``cluster`` (a one-host cluster with
+the dashboard), ``demo`` (a self-checking run on the local devices),
+``tune`` (search kernel parameters for a device and store the best in the
+tuning database) and ``bench kernel`` (time the kernel against cuBLAS and
+numpy, writing a JSON record).
 
 Mistakes in what the user asked for end the command with a one-line
 ``Error: ...`` and exit status 2; a missing device or an unusable cluster
@@ -301,8 +303,11 @@ def _flops(sa, sb) -> float | None:
 @click.option("--devices", metavar="SPEC",
               help="Devices of the local cluster: gpu, cpu, all, ids like 0:1, or name parts, comma-separated.")
 @click.option("--progress/--no-progress", default=True, show_default=True, help="Show a progress bar.")
+@click.option("--report", "report", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="Write Dask's HTML performance report of the run (task stream, profiles, "
+                   "bandwidths) to FILE.")
 @click.pass_context
-def matmul(ctx, a, b, out, scheduler, dtype, overwrite, block, devices, progress):
+def matmul(ctx, a, b, out, scheduler, dtype, overwrite, block, devices, progress, report):
     """Compute OUT = A @ B for Zarr arrays A and B, writing OUT as a Zarr array."""
     import dgemm
 
@@ -312,6 +317,10 @@ def matmul(ctx, a, b, out, scheduler, dtype, overwrite, block, devices, progress
     if scheduler and devices:
         raise InputError("--devices chooses devices for a local cluster; the workers of --scheduler "
                          "have their own (set DGEMM_DEVICE in each worker's environment)")
+    if report:
+        folder = os.path.dirname(os.path.abspath(report))
+        if not os.path.isdir(folder):
+            raise InputError(f"--report {report}: the folder {folder} does not exist")
     for name, path in (("A", a), ("B", b)):
         if _same_local_path(out, path):
             # With --overwrite the output would be recreated (zeroed) before the
@@ -329,6 +338,14 @@ def matmul(ctx, a, b, out, scheduler, dtype, overwrite, block, devices, progress
                 raise click.ClickException(f"cannot connect to the scheduler at {scheduler}: {e}") from None
         else:
             stack.enter_context(closing_new_local_clusters())
+            if report:  # the report needs the client before the product starts
+                from .cluster import get_client
+                client = get_client(None, devices)
+        if report:
+            from distributed import performance_report
+            stack.enter_context(performance_report(filename=report))
+        from distributed import span
+        stack.enter_context(span("dgemm-matmul"))  # groups the product's tasks in Fine Performance Metrics
         try:
             result = dgemm.matmul(xa, xb, out=out, client=client, overwrite=overwrite, block=block,
                                   devices=devices, progress=progress)
@@ -346,6 +363,157 @@ def matmul(ctx, a, b, out, scheduler, dtype, overwrite, block, devices, progress
     if flops:
         click.echo(f"TFLOPS: {flops / seconds / 1e12:.4g}" if seconds else "TFLOPS: n/a")
     click.echo(f"written to: {out}")
+    if report:
+        click.echo(f"performance report: {report}")
+
+
+# -- worker and cluster ---------------------------------------------------------
+def _security(tls_ca_file, tls_cert, tls_key):
+    """TLS from the command line, else None (the Dask configuration's, e.g. deploy/tls/)."""
+    if not (tls_ca_file or tls_cert or tls_key):
+        return None
+    from distributed.security import Security
+    return Security(tls_ca_file=tls_ca_file, tls_worker_cert=tls_cert, tls_worker_key=tls_key,
+                    require_encryption=True)
+
+
+def _echo_workers(specs, scheduler):
+    for spec in specs:
+        d = spec["device"]
+        name = spec["name"] if spec["name"] not in (None, "") else "(unnamed)"
+        click.echo(f"worker {name}: device {d.id} {d.name} ({d.type}), {spec['nthreads']} threads, "
+                   f"resources {spec['resources']} -> {scheduler}")
+
+
+def _worker_options(f):
+    """Options ``dgemm worker`` and ``dgemm cluster`` share."""
+    for opt in reversed([
+        click.option("--devices", metavar="SPEC",
+                     help="Devices to start workers on: gpu, cpu, all, ids like 0:1, or name parts, "
+                          "comma-separated; a device named twice gets two workers "
+                          "(default: $DGEMM_DEVICES, else every GPU, else a CPU device)."),
+        click.option("--nthreads", type=click.IntRange(min=1), default=None,
+                     help="Threads per worker (default: the cores shared among the workers, at least 2)."),
+        click.option("--memory-limit", default="auto", show_default=True,
+                     help="Memory limit per worker: bytes (16GB), a fraction of this host's memory, 0 for "
+                          "none, or auto (this host's memory shared among the workers)."),
+    ]):
+        f = opt(f)
+    return f
+
+
+@cli.command(name="worker")
+@click.argument("scheduler", required=False, envvar="DASK_SCHEDULER_ADDRESS")
+@_worker_options
+@click.option("--scheduler-file", type=click.Path(dir_okay=False), default=None,
+              help="Read the scheduler's address from this file (as dask worker).")
+@click.option("--name", default=None,
+              help="Worker name; with several devices, worker i is NAME-i (as dask worker --nworkers).")
+@click.option("--resources", default=None, metavar="'NAME=N ...'",
+              help="More resources per worker; GPU=1 is always there.")
+@click.option("--host", default=None, help="Host (address) the workers listen on.")
+@click.option("--interface", default=None, help="Network interface the workers listen on, e.g. ib0.")
+@click.option("--protocol", default=None, help="Protocol: tcp, tls, ucx...")
+@click.option("--dashboard-address", default=":0", show_default=True,
+              help="Each worker's HTTP server (its /metrics); a fixed port P becomes P+i for worker i.")
+@click.option("--dashboard/--no-dashboard", default=True, show_default=True,
+              help="Run the workers' HTTP servers.")
+@click.option("--death-timeout", default=None, help="Seconds a worker waits for the scheduler before exiting.")
+@click.option("--local-directory", type=click.Path(file_okay=False), default=None,
+              help="Workers' scratch folder.")
+@click.option("--lifetime", default=None, help="Close the workers after this long, e.g. 1 hour.")
+@click.option("--lifetime-stagger", default="0 seconds", show_default=True,
+              help="Random variation of --lifetime between workers.")
+@click.option("--lifetime-restart/--no-lifetime-restart", default=False, show_default=True,
+              help="Restart the workers after --lifetime.")
+@click.option("--tls-ca-file", default=None, help="CA certificate (TLS).")
+@click.option("--tls-cert", default=None, help="Worker certificate (TLS).")
+@click.option("--tls-key", default=None, help="Worker private key (TLS).")
+@click.pass_context
+def worker_cmd(ctx, scheduler, devices, nthreads, memory_limit, scheduler_file, name, resources, host, interface,
+               protocol, dashboard_address, dashboard, death_timeout, local_directory, lifetime,
+               lifetime_stagger, lifetime_restart, tls_ca_file, tls_cert, tls_key):
+    """Start one Dask worker per OpenCL device of this host, connected to SCHEDULER.
+
+    Each worker runs under its own nanny, is pinned to its device
+    (DGEMM_DEVICE), advertises the resource GPU=1 and carries the dgemm
+    worker plugin, as `dask cuda worker` does for CUDA devices.  SCHEDULER
+    defaults to $DASK_SCHEDULER_ADDRESS.  The workers run until Ctrl-C
+    (SIGINT) or SIGTERM.  Accepts the flags dask-jobqueue passes to its
+    worker command (--name, --nthreads, --memory-limit, --death-timeout,
+    --local-directory, --interface, --protocol, --tls-*).
+    """
+    import asyncio
+
+    from .launch import parse_resources, run_workers, worker_specs
+
+    if not scheduler and not scheduler_file:
+        raise InputError("give the scheduler's address (SCHEDULER, $DASK_SCHEDULER_ADDRESS) or --scheduler-file")
+    with user_errors(ctx):
+        specs = worker_specs(devices, name=name, nthreads=nthreads, memory_limit=memory_limit,
+                             resources=parse_resources(resources),
+                             dashboard_address=dashboard_address if dashboard else None)
+    common = {"scheduler_file": scheduler_file, "host": host, "interface": interface, "protocol": protocol,
+              "security": _security(tls_ca_file, tls_cert, tls_key), "death_timeout": death_timeout,
+              "local_directory": local_directory, "lifetime": lifetime, "lifetime_stagger": lifetime_stagger,
+              "lifetime_restart": lifetime_restart}
+    _echo_workers(specs, scheduler or f"the scheduler in {scheduler_file}")
+    status = asyncio.run(run_workers(scheduler, specs, log=lambda m: click.echo(m, err=True),
+                                     **{k: v for k, v in common.items() if v is not None}))
+    if status:
+        raise click.ClickException("the workers could not start (see the log above)")
+
+
+@cli.command(name="cluster")
+@_worker_options
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address the scheduler and workers listen on (0.0.0.0 or a host name to accept "
+                   "dgemm worker processes from other hosts).")
+@click.option("--port", type=click.IntRange(min=0), default=8786, show_default=True,
+              help="Scheduler port (0: any free port).")
+@click.option("--dashboard-address", default=None,
+              help="Dashboard address (default: HOST:8787, or a free port if that is taken).")
+@click.option("--scheduler-file", type=click.Path(dir_okay=False), default=None,
+              help="Also write the scheduler's address to this file (for dgemm worker --scheduler-file).")
+@click.pass_context
+def cluster_cmd(ctx, devices, nthreads, memory_limit, host, port, dashboard_address, scheduler_file):
+    """Run a one-host cluster: a scheduler with the dashboard and one worker per device.
+
+    Prints the scheduler's address (for Client(...), dgemm matmul
+    --scheduler and more dgemm worker processes) and the dashboard's dgemm
+    page, then runs until Ctrl-C (SIGINT) or SIGTERM.
+    """
+    import asyncio
+
+    from .launch import run_workers, worker_specs
+
+    local = host not in ("0.0.0.0", "", "::")
+    with user_errors(ctx):
+        specs = worker_specs(devices, nthreads=nthreads, memory_limit=memory_limit,
+                             dashboard_address=f"{host}:0" if local else ":0")
+    dashboard_address = dashboard_address or f"{host}:8787"
+
+    async def run():
+        from distributed import Scheduler
+        from distributed.utils import format_dashboard_link
+
+        from .dashboard import DgemmDashboard, PLUGIN_NAME, ROUTE
+
+        async with Scheduler(host=host, port=port, dashboard_address=dashboard_address,
+                             scheduler_file=scheduler_file, plugins=[DgemmDashboard()]) as s:
+            assert PLUGIN_NAME in s.plugins
+            link = format_dashboard_link(s.ip if host in ("0.0.0.0", "") else host, s.http_server.port)
+            click.echo(f"scheduler: {s.address}")
+            click.echo(f"dashboard: {link}")
+            click.echo(f"dgemm page: {link.rsplit('/', 1)[0]}{ROUTE}")
+            _echo_workers(specs, s.address)
+            click.echo("press Ctrl-C to stop")
+            return await run_workers(s.address, specs, log=lambda m: click.echo(m, err=True),
+                                     **({"host": host} if local else {}))
+
+    status = asyncio.run(run())
+    if status:
+        raise click.ClickException("the workers could not start (see the log above)")
 
 
 # -- demo ---------------------------------------------------------------------

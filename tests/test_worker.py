@@ -123,3 +123,85 @@ def test_cluster_workers_describe_their_devices(client, rng):
     # tasks found the plugin's state, not a process-wide fallback
     fallback = client.run(lambda: worker_mod._process_state is None)
     assert all(fallback.values())
+
+
+# -- metering and reporting ------------------------------------------------------
+def test_metered_engine_splits_busy_time_and_records_products(cpu_state, rng):
+    e = cpu_state.engine("float32")
+    assert isinstance(e, worker_mod.MeteredEngine)
+    before = cpu_state.totals()
+    n_events = len(cpu_state.events)
+    a, b = randn(rng, (40, 24), "f4"), randn(rng, (24, 36), "f4")
+
+    def slow_pairs():  # a store that makes the device wait for the second pair
+        yield a[:, :12], b[:12]
+        import time
+        time.sleep(0.05)
+        yield a[:, 12:], b[12:]
+
+    out = e.product(slow_pairs(), 40, 36)
+    np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
+    after = cpu_state.totals()
+    d = {k: after[k] - before[k] for k in after}
+    assert d["blocks"] == 1 and d["flops"] == 2 * 40 * 36 * 24
+    assert d["read_wait_seconds"] >= 0.05
+    assert d["kernel_seconds"] + d["transfer_seconds"] + d["read_wait_seconds"] == pytest.approx(d["busy_seconds"])
+    assert len(cpu_state.events) == n_events + 1
+    seq, start, end, flops, nbytes = cpu_state.events[-1]
+    assert end >= start + 0.05 and flops == d["flops"] and nbytes == d["bytes_up"] + d["bytes_down"] > 0
+
+
+def test_snapshot_reports_the_device_and_recent_products(cpu_state):
+    snap = cpu_state.snapshot()
+    assert snap["ok"] and snap["device"] == cpu_state.device.info.name
+    assert snap["device_id"] == cpu_state.device.info.id and snap["started"] == cpu_state.started
+    assert set(worker_mod.COUNTERS) <= set(snap) and set(worker_mod.TASK_SECONDS) <= set(snap)
+    assert all(e[2] >= snap["time"] - worker_mod.EVENTS_SECONDS for e in snap["events"])
+    bad = DeviceState("nonexistent-device").snapshot()
+    assert bad["ok"] is False and bad["device"] is None and "nonexistent-device" in bad["error"]
+
+
+def test_task_seconds_from_fine_performance_metrics():
+    class W:
+        digests_total = {("execute", "span-1", "dgemm-store", "thread-cpu", "seconds"): 1.0,
+                         ("execute", "dgemm-store", "thread-noncpu", "seconds"): 0.5,
+                         ("execute", "dgemm-load-a", "thread-cpu", "seconds"): 0.25,
+                         ("execute", "dgemm-store", "memory-read", "bytes"): 99.0,
+                         ("execute", "sum", "thread-cpu", "seconds"): 7.0,
+                         "latency": 0.1}
+    assert worker_mod._task_seconds(W()) == {"store_seconds": 1.5, "load_seconds": 0.25, "reduce_seconds": 0.0}
+
+
+def test_plugin_set_up_before_registration_sets_resources_locally(any_device):
+    """Plugins given at start-up run before the worker registers: no RPC, the registration carries GPU=1."""
+    from distributed.core import Status
+
+    w = FakeWorker()
+    w.status = Status.init
+    w.state.available_resources = {}
+    plugin = DgemmPlugin(any_device.info.id)
+    asyncio.run(plugin.setup(w))
+    try:
+        assert w.resources_set == [] and w.state.total_resources == {"GPU": 1}
+        assert w.state.available_resources == {"GPU": 1}
+    finally:
+        plugin.teardown(w)
+
+
+def test_preload_adds_the_plugin():
+    class W:
+        _pending_plugins = ()
+    w = W()
+    worker_mod.dask_setup(w)
+    assert [type(p) for p in w._pending_plugins] == [DgemmPlugin]
+
+
+def test_plugin_pickles_without_its_state(any_device):
+    import pickle
+    p = DgemmPlugin("0:0", dashboard=False)
+    p.state = DeviceState(any_device.info.id)
+    try:
+        q = pickle.loads(pickle.dumps(p))
+        assert (q.device_spec, q.dashboard, q.state, q.worker) == ("0:0", False, None, None)
+    finally:
+        p.state.close()

@@ -1,0 +1,156 @@
+"""Starting device workers on this host: what ``dgemm worker`` and ``dgemm cluster`` run.
+
+As ``dask cuda worker`` does for CUDA, :func:`worker_specs` gives one Dask
+worker (under a nanny) per OpenCL device, each pinned to its device through
+``DGEMM_DEVICE`` in its environment, advertising ``GPU=1`` and carrying the
+:class:`~dgemm.worker.DgemmPlugin`; :func:`run_workers` runs them until a
+signal (SIGINT, SIGTERM) or until they all end.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+
+from .discovery import ENV_DEVICE, select_devices
+
+logger = logging.getLogger("dgemm.launch")
+
+
+def parse_resources(text: str | None) -> dict:
+    """``"GPU=1 MEM=2"`` or ``"A=1,B=2"`` as a dict of floats.
+
+    >>> parse_resources("A=1,B=2.5"), parse_resources(None)
+    ({'A': 1.0, 'B': 2.5}, {})
+    >>> parse_resources("A")
+    Traceback (most recent call last):
+    ...
+    ValueError: --resources 'A': expected NAME=QUANTITY items
+    """
+    out = {}
+    for item in (text or "").replace(",", " ").split():
+        name, eq, qty = item.partition("=")
+        try:
+            if not eq or not name:
+                raise ValueError
+            out[name] = float(qty)
+        except ValueError:
+            raise ValueError(f"--resources {text!r}: expected NAME=QUANTITY items") from None
+    return out
+
+
+def _port(address: str | None, i: int, n: int):
+    """The i-th worker's dashboard address: a fixed port p becomes p + i when there are several."""
+    if address is None or n == 1:
+        return address
+    host, _, port = str(address).rpartition(":")
+    if not port.isdigit() or int(port) == 0:
+        return address
+    return f"{host}:{int(port) + i}"
+
+
+def worker_specs(devices: str | None = None, *, name: str | None = None, nthreads: int | None = None,
+                 memory_limit: str | int | float | None = "auto", resources: dict | None = None,
+                 dashboard_address: str | None = ":0", device_infos=None) -> list[dict]:
+    """Keyword arguments of one :class:`distributed.Nanny` per selected device.
+
+    Parameters
+    ----------
+    devices : str, optional
+        Device specification (:func:`dgemm.discovery.select_devices`; default
+        ``$DGEMM_DEVICES``, else every GPU, else a CPU device).  A device
+        named twice gets two workers.
+    name : str, optional
+        Worker name; with several devices, worker ``i`` is ``name-i`` (as
+        ``dask worker --nworkers`` names them, which dask-jobqueue expects).
+    nthreads : int, optional
+        Threads per worker (default: this host's cores shared among the
+        workers, at least 2: GEMM tasks run one at a time per device, the
+        threads left read and write blocks).
+    memory_limit : str or number
+        Per worker; ``"auto"`` shares this host's memory among the workers.
+    resources : dict, optional
+        More resources per worker; ``GPU=1`` is always there.
+    dashboard_address : str, optional
+        Each worker's HTTP server (``/metrics``); a fixed port ``p`` becomes
+        ``p + i`` for worker ``i``.  None: no HTTP server.
+
+    >>> from dgemm.discovery import DeviceInfo
+    >>> d = [DeviceInfo(0, 0, "P", "gpu0", "v", "GPU", 1, 1, 1, 1, True, None, ""),
+    ...      DeviceInfo(0, 1, "P", "gpu1", "v", "GPU", 1, 1, 1, 1, True, None, "")]
+    >>> specs = worker_specs(None, name="job", nthreads=4, memory_limit="8GB", device_infos=d)
+    >>> [(s["name"], s["env"]["DGEMM_DEVICE"], s["resources"], s["nthreads"]) for s in specs]
+    [('job-0', '0:0', {'GPU': 1}, 4), ('job-1', '0:1', {'GPU': 1}, 4)]
+    """
+    from distributed.system import MEMORY_LIMIT
+    from distributed.worker_memory import parse_memory_limit
+
+    from .worker import DgemmPlugin
+
+    infos = select_devices(devices, device_infos)
+    n = len(infos)
+    cores = os.cpu_count() or 1
+    if nthreads is None:
+        nthreads = max(2, cores // n)
+    if nthreads < 1:
+        raise ValueError(f"--nthreads must be at least 1, not {nthreads}")
+    if memory_limit in (None, "auto"):
+        memory_limit = MEMORY_LIMIT // n
+    else:
+        try:  # what the worker will do with it, now: a mistake fails here, not in n processes
+            parse_memory_limit(memory_limit, nthreads, logger=logger)
+        except (ValueError, TypeError):
+            raise ValueError(f"--memory-limit {memory_limit!r}: expected bytes like 16GB, a fraction of this "
+                             "host's memory like 0.25, 0 (no limit) or auto") from None
+    specs = []
+    for i, info in enumerate(infos):
+        env = {ENV_DEVICE: info.id}
+        # Several PoCL workers on one host must not each spawn a thread per core.
+        if n > 1 and "POCL_MAX_PTHREAD_COUNT" not in os.environ:
+            env["POCL_MAX_PTHREAD_COUNT"] = str(max(1, cores // n))
+        wname = name if (n == 1 or name in (None, "")) else f"{name}-{i}"
+        specs.append({
+            "name": wname, "env": env, "nthreads": nthreads, "memory_limit": memory_limit,
+            "resources": {**(resources or {}), "GPU": 1}, "plugins": {DgemmPlugin()},
+            "dashboard": dashboard_address is not None,
+            "dashboard_address": _port(dashboard_address, i, n),
+            "device": info,
+        })
+    return specs
+
+
+async def run_workers(scheduler: str | None, specs: list[dict], log=None, **common) -> int:
+    """Start a nanny per spec and run until a signal or until every worker has ended.
+
+    ``common`` goes to every :class:`distributed.Nanny` (``scheduler_file``,
+    ``host``, ``interface``, ``protocol``, ``security``, ``death_timeout``,
+    ``local_directory``, ``lifetime``...); ``log`` (default: this module's
+    logger) gets a line when a signal comes or a worker fails.  Returns the
+    exit status: 0 after a signal or a normal end, 1 when a worker failed.
+    """
+    log = log or logger.info
+    from distributed import Nanny
+    from distributed._signals import wait_for_signals
+
+    nannies = [Nanny(scheduler, **{k: v for k, v in spec.items() if k != "device"}, **common) for spec in specs]
+
+    async def started_and_finished():
+        await asyncio.gather(*nannies)
+        await asyncio.gather(*(nanny.finished() for nanny in nannies))
+
+    signalled = asyncio.create_task(wait_for_signals())
+    running = asyncio.create_task(started_and_finished())
+    done, _ = await asyncio.wait([signalled, running], return_when=asyncio.FIRST_COMPLETED)
+    status = 0
+    if running in done and running.exception() is not None:
+        log(f"dgemm worker: a worker failed: {type(running.exception()).__name__}: {running.exception()}")
+        status = 1
+    if signalled in done:
+        log(f"dgemm worker: signal {signalled.result()}, closing the workers")
+    else:
+        signalled.cancel()
+    await asyncio.gather(*(nanny.close(timeout=10, reason="dgemm-worker-exit") for nanny in nannies),
+                         return_exceptions=True)
+    if not running.done():
+        running.cancel()
+    return status

@@ -1,0 +1,132 @@
+"""Prometheus series ``dgemm_*`` on the scheduler's and the workers' ``/metrics``.
+
+Distributed serves ``/metrics`` from ``prometheus_client``'s process-wide
+registry; dgemm adds one collector to it per process:
+
+* in a **worker** process, each dgemm worker's own figures (the device
+  totals of :meth:`dgemm.worker.DeviceState.snapshot`);
+* in the **scheduler** process, every worker's figures as their heartbeats
+  last reported them, plus the recent rate, running GEMM tasks and the
+  progress of matmuls (from :class:`dgemm.dashboard.DgemmDashboard`).
+
+Every series is labelled ``worker`` (address), ``name`` (worker name) and
+``device``.  Counters (``*_total``) only grow while a worker lives.
+
+==================================  ======================================================
+``dgemm_flops_total``               floating-point operations of the GEMM kernel (2 m n k)
+``dgemm_kernel_seconds_total``      seconds the GEMM kernel ran (OpenCL profiling)
+``dgemm_busy_seconds_total``        seconds in block products (kernel + transfer + read wait)
+``dgemm_transfer_seconds_total``    uploads, padding/transposing, unpadding and download
+``dgemm_read_wait_seconds_total``   waiting for the next A/B blocks from the store
+``dgemm_store_seconds_total``       ``dgemm-store`` tasks (writing C blocks)
+``dgemm_uploaded_bytes_total``      host to device
+``dgemm_downloaded_bytes_total``    device to host
+``dgemm_blocks_total``              block products finished (``dgemm-gemm`` tasks)
+``dgemm_device_info``               1, with ``device_id``, ``type``, ``driver``; 0 when the device failed
+``dgemm_gemm_tasks_running``        GEMM tasks executing now
+``dgemm_tflops``                    (scheduler) TFLOPS over the last seconds
+``dgemm_matmul_blocks``             (scheduler) per recent matmul, ``state`` = done or total
+==================================  ======================================================
+"""
+from __future__ import annotations
+
+import threading
+
+# (snapshot key, metric name without _total, help)
+COUNTER_FAMILIES = (
+    ("flops", "dgemm_flops", "Floating-point operations of the GEMM kernel (2 m n k per block product)"),
+    ("kernel_seconds", "dgemm_kernel_seconds", "Seconds the GEMM kernel ran on the device (OpenCL profiling)"),
+    ("busy_seconds", "dgemm_busy_seconds", "Seconds in block products: kernel, transfers and waiting for reads"),
+    ("transfer_seconds", "dgemm_transfer_seconds",
+     "Seconds of block products that were neither the GEMM kernel nor read waits: uploads, padding, download"),
+    ("read_wait_seconds", "dgemm_read_wait_seconds", "Seconds block products waited for A/B blocks from the store"),
+    ("store_seconds", "dgemm_store_seconds", "Seconds of dgemm-store tasks (writing C blocks)"),
+    ("bytes_up", "dgemm_uploaded_bytes", "Bytes uploaded from host to device"),
+    ("bytes_down", "dgemm_downloaded_bytes", "Bytes downloaded from device to host"),
+    ("blocks", "dgemm_blocks", "Block products finished (dgemm-gemm tasks)"),
+)
+LABELS = ["worker", "name", "device"]
+
+_registered = False
+_lock = threading.Lock()
+
+
+def rows() -> tuple[list, object | None]:
+    """``([(address, name, snapshot), ...], dashboard)`` for this process.
+
+    Where a scheduler with the dgemm dashboard runs in this process, its view
+    of every worker (and the dashboard, for matmul progress); else this
+    process's own dgemm workers.
+    """
+    from .dashboard import live_dashboards
+    from .worker import live_plugins
+
+    dashes = live_dashboards()
+    if dashes:
+        d = dashes[0]
+        return [(addr, w["name"], w["snapshot"]) for addr, w in d.workers().items() if w["alive"]], d
+    return [(w.address, str(w.name), p.metric(w)) for w, p in live_plugins()], None
+
+
+class DgemmCollector:
+    """The ``prometheus_client`` collector of the ``dgemm_*`` series (see the module doc)."""
+
+    def _families(self):
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        counters = {key: CounterMetricFamily(name, doc, labels=LABELS) for key, name, doc in COUNTER_FAMILIES}
+        info = GaugeMetricFamily("dgemm_device_info", "1 for a worker whose OpenCL device works, 0 otherwise",
+                                 labels=LABELS + ["device_id", "type", "driver"])
+        running = GaugeMetricFamily("dgemm_gemm_tasks_running", "GEMM tasks executing now", labels=LABELS)
+        tflops = GaugeMetricFamily("dgemm_tflops", "TFLOPS achieved over the last seconds (scheduler only)",
+                                   labels=LABELS)
+        blocks = GaugeMetricFamily("dgemm_matmul_blocks", "Block products of recent matmuls (scheduler only)",
+                                   labels=["matmul", "state"])
+        return counters, info, running, tflops, blocks
+
+    def describe(self):
+        counters, *others = self._families()
+        return [*counters.values(), *others]
+
+    def collect(self):
+        counters, info, running, tflops, blocks = self._families()
+        found, dash = rows()
+        for addr, name, snap in found:
+            if not snap:
+                continue
+            labels = [addr, name, snap.get("device") or ""]
+            for key, fam in counters.items():
+                fam.add_metric(labels, float(snap.get(key) or 0))
+            info.add_metric(labels + [snap.get("device_id") or "", snap.get("device_type") or "",
+                                      snap.get("driver") or ""], 1.0 if snap.get("ok") else 0.0)
+            running.add_metric(labels, float(snap.get("gemm_running") or 0))
+            if dash is not None:
+                tflops.add_metric(labels, dash.recent_tflops(addr))
+        if dash is not None:
+            for m in dash.matmuls():
+                blocks.add_metric([m["id"], "done"], float(m["blocks_done"]))
+                blocks.add_metric([m["id"], "total"], float(m["blocks_total"]))
+        yield from counters.values()
+        yield info
+        yield running
+        if dash is not None:
+            yield tflops
+            yield blocks
+
+
+def register() -> bool:
+    """Add the dgemm collector to ``prometheus_client``'s registry (once per process).
+
+    Returns False when ``prometheus_client`` is not installed (distributed
+    then serves no metrics either).
+    """
+    global _registered
+    try:
+        import prometheus_client
+    except ImportError:
+        return False
+    with _lock:
+        if not _registered:
+            prometheus_client.REGISTRY.register(DgemmCollector())
+            _registered = True
+    return True

@@ -1,0 +1,295 @@
+"""The dashboard's dgemm page, the ``dgemm_*`` Prometheus series and the Fine Performance Metrics.
+
+The page is checked in a real browser: headless Chromium (Debian's
+``chromium``, which ``.ci/run`` installs) loads ``/dgemm`` from the test
+cluster's scheduler after a matmul, and the test reads the rendered DOM and
+saves a screenshot to ``test-artifacts/``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import dgemm
+from _check import randn
+from dgemm.dashboard import DgemmDashboard, MatmulProgress, render_page
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+NO_CHROMIUM = ("no chromium on this host (Debian: apt-get install -y chromium; .ci/run installs it)")
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+SHAPES = ((192, 160), (160, 224))     # with block 32: 6 x 7 = 42 GEMM tasks, 5 k-steps each
+BLOCKS = 42
+
+
+def http_get(url: str, timeout: float = 10) -> str:
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.read().decode()
+
+
+def base_url(cluster) -> str:
+    return cluster.dashboard_link.rsplit("/", 1)[0]
+
+
+def page_data(cluster) -> dict | None:
+    try:
+        return json.loads(http_get(base_url(cluster) + "/dgemm/data.json"))
+    except urllib.error.HTTPError as e:
+        if e.code == 404:  # the page appears with the first dgemm worker plugin
+            return None
+        raise
+
+
+def wait_for(predicate, timeout: float = 30, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def run(cluster, client):
+    """One matmul on the session cluster; returns the dashboard data once the heartbeats show it."""
+    rng = np.random.default_rng(0)
+    A, B = randn(rng, SHAPES[0], "float32"), randn(rng, SHAPES[1], "float32")
+    before = page_data(cluster)
+    blocks_before = sum(w["blocks"] for w in before["workers"]) if before else 0
+    with tempfile.TemporaryDirectory() as d:
+        out = dgemm.matmul(A, B, out=os.path.join(d, "c.zarr"), client=client, block=32)
+        np.testing.assert_allclose(out[:], A @ B, rtol=1e-4, atol=1e-4)
+
+    def reported():
+        data = page_data(cluster)
+        if data is None or not data["matmuls"] or data["matmuls"][0]["state"] != "done":
+            return None
+        alive = [w for w in data["workers"] if w["alive"]]
+        if len(alive) < len(cluster.device_ids) or sum(w["blocks"] for w in alive) < blocks_before + BLOCKS:
+            return None
+        return data
+    return wait_for(reported, what="the workers' heartbeats to report the matmul")
+
+
+# -- the page's data -----------------------------------------------------------
+def test_page_data_after_a_matmul(run, cluster):
+    m = run["matmuls"][0]
+    assert m["blocks_done"] == m["blocks_total"] == BLOCKS
+    assert m["stores_done"] == m["stores_total"] > 0 and m["erred"] == 0
+    workers = [w for w in run["workers"] if w["alive"]]
+    assert {w["address"] for w in workers} == set(cluster.scheduler_info["workers"])
+    for w in workers:
+        assert w["ok"] and w["device"] and w["device_type"] in ("CPU", "GPU", "ACCELERATOR")
+        assert w["blocks"] > 0 and w["flops"] > 0 and w["bytes_up"] > 0 and w["bytes_down"] > 0
+        assert w["kernel_seconds"] > 0 and w["busy_seconds"] >= w["kernel_seconds"]
+        # busy time = kernel + transfer + read wait (the metered engine's split)
+        parts = w["kernel_seconds"] + w["transfer_seconds"] + w["read_wait_seconds"]
+        assert parts == pytest.approx(w["busy_seconds"], rel=1e-6)
+        assert w["store_seconds"] > 0
+        assert w["tflops_busy"] > 0 and w["tflops_kernel"] >= w["tflops_busy"]
+        assert w["series"] and w["tflops_peak"] > 0
+        assert max(s["tflops"] for s in w["series"]) == w["tflops_peak"]
+    # every flop of the run is in some second of the series
+    total = sum(s["tflops"] for w in workers for s in w["series"]) * 1e12
+    assert total == pytest.approx(sum(w["flops"] for w in workers), rel=1e-6)
+
+
+def test_page_link_and_fragment(run, cluster):
+    base = base_url(cluster)
+    assert '<div id="dgemm">' in http_get(base + "/dgemm")
+    frag = http_get(base + "/dgemm/fragment")
+    assert "<h2>Workers</h2>" in frag and "<html" not in frag
+    pytest.importorskip("bokeh", reason="the Dask dashboard's own pages need Bokeh")
+    status = http_get(base + "/status")
+    assert 'href="dgemm"' in status  # the navigation bar links the page
+
+
+def test_fine_performance_metrics_name_the_pipeline(run, client):
+    """The GEMM tasks report kernel, transfer and read-wait seconds, bytes and flop to distributed."""
+    def metrics():
+        m = client.run_on_scheduler(lambda dask_scheduler: {
+            k: v for k, v in dask_scheduler.cumulative_worker_metrics.items()
+            if isinstance(k, tuple) and k[:2] == ("execute", "dgemm-gemm")})
+        return m if m.get(("execute", "dgemm-gemm", "dgemm-kernel", "seconds")) else None
+    m = wait_for(metrics, what="fine performance metrics of the GEMM tasks")
+    for label, unit in (("dgemm-transfer", "seconds"), ("dgemm-upload", "bytes"),
+                        ("dgemm-download", "bytes"), ("dgemm-flop", "flop")):
+        assert m.get(("execute", "dgemm-gemm", label, unit), 0) > 0, (label, sorted(m))
+
+
+# -- in the browser --------------------------------------------------------------
+class TableText(HTMLParser):
+    """The text of each cell of each table, by table id."""
+
+    def __init__(self):
+        super().__init__()
+        self.tables: dict = {}
+        self._table = self._row = self._cell = None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table":
+            self._table = self.tables.setdefault(dict(attrs).get("id"), [])
+        elif tag == "tr" and self._table is not None:
+            self._row = []
+            self._table.append(self._row)
+        elif tag in ("td", "th") and self._row is not None:
+            self._cell = []
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._cell is not None:
+            self._row.append(" ".join(" ".join(self._cell).split()))
+            self._cell = None
+        elif tag == "table":
+            self._table = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def chromium(url: str, screenshot: Path, tmp_path: Path) -> str:
+    """Load ``url`` in headless Chromium (5 s of page time: the page refreshes itself); return the DOM."""
+    profile = tmp_path / "chromium-profile"
+    profile.mkdir()
+    cmd = [CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--window-size=1500,1150",
+           "--virtual-time-budget=5000", f"--screenshot={screenshot}", "--dump-dom", url]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r.stdout
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
+def test_dashboard_page_in_chromium(run, cluster, tmp_path):
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / "dgemm-dashboard.png"
+    shot.unlink(missing_ok=True)
+    dom = chromium(base_url(cluster) + "/dgemm", shot, tmp_path)
+    (ARTIFACTS / "dgemm-dashboard.html").write_text(dom)
+
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
+    # the page's script replaced the content with fresh fragments while Chromium ran it
+    assert 'data-refreshed="' in dom and 'data-refreshed="0"' not in dom
+    tables = TableText()
+    tables.feed(dom)
+    m_head, *m_rows = tables.tables["matmuls"]
+    ours = next(r for r in m_rows if r[m_head.index("matmul")] == run["matmuls"][0]["id"])
+    assert ours[m_head.index("state")] == "done"
+    assert ours[m_head.index("blocks done / total")] == f"{BLOCKS} / {BLOCKS}"
+    w_head, *w_rows = tables.tables["workers"]
+    alive = {w["name"]: w for w in run["workers"] if w["alive"]}
+    shown = {r[0].split()[0]: dict(zip(w_head, r)) for r in w_rows}
+    assert set(alive) <= set(shown)
+    for name, w in alive.items():
+        row = shown[name]
+        assert w["device"] in row["device"]
+        assert int(row["blocks"]) >= w["blocks"] > 0
+        for col in ("FLOP", "uploaded", "downloaded", "kernel", "transfer", "while busy", "kernel only", "peak"):
+            assert float(row[col].split()[0]) > 0, (col, row[col])
+    # a line per worker in the TFLOPS chart
+    assert dom.count('class="line"') >= 2 * len(alive) and "no samples yet" not in dom
+
+
+# -- Prometheus ---------------------------------------------------------------------
+def dgemm_samples(text: str) -> dict:
+    from prometheus_client.parser import text_string_to_metric_families
+    out: dict = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name.startswith("dgemm_"):
+                out.setdefault(s.name, {})[s.labels.get("worker", s.labels.get("matmul"))] = (s.labels, s.value)
+    return out
+
+
+COUNTERS = ("dgemm_flops_total", "dgemm_kernel_seconds_total", "dgemm_busy_seconds_total",
+            "dgemm_uploaded_bytes_total", "dgemm_downloaded_bytes_total", "dgemm_blocks_total")
+
+
+def test_prometheus_metrics(run, cluster, client):
+    pytest.importorskip("prometheus_client", reason="distributed serves /metrics through prometheus_client")
+    # the scheduler: every worker, as its heartbeats reported
+    sched = dgemm_samples(http_get(base_url(cluster) + "/metrics"))
+    workers = set(cluster.scheduler_info["workers"])
+    for name in COUNTERS + ("dgemm_store_seconds_total", "dgemm_transfer_seconds_total"):
+        assert workers <= set(sched[name]), name
+        assert all(sched[name][w][1] > 0 for w in workers), name
+    for w in workers:
+        labels, ok = sched["dgemm_device_info"][w]
+        assert ok == 1 and labels["device"] and labels["type"] and labels["device_id"]
+    assert sched["dgemm_matmul_blocks"][run["matmuls"][0]["id"]][1] == BLOCKS
+    assert "dgemm_tflops" in sched
+    # each worker: its own figures
+    ports = client.run(lambda dask_worker: dask_worker.http_server.port)
+    for addr, port in ports.items():
+        own = dgemm_samples(http_get(f"http://127.0.0.1:{port}/metrics"))
+        for name in COUNTERS:
+            assert set(own[name]) == {addr}, name
+            assert own[name][addr][1] >= sched[name][addr][1] > 0, name
+
+
+# -- the plugin's bookkeeping, without a cluster ------------------------------------
+def test_matmul_progress_states():
+    d = DgemmDashboard()
+    gemm = [("dgemm-gemm-aaaaaaaaaaa1", i, 0) for i in range(3)]
+    stores = [("dgemm-store-aaaaaaaaaaa1", i, 0) for i in range(3)]
+    d.update_graph(None, tasks=[*gemm, *stores, "dgemm-done-aaaaaaaaaaa1", ("sum-other", 0)], client="c1")
+    [m] = d.matmuls()
+    assert (m["state"], m["blocks_done"], m["blocks_total"], m["stores_total"]) == ("running", 0, 3, 3)
+    for k in [*gemm, *stores]:
+        d.transition(k, "waiting", "processing")
+        d.transition(k, "processing", "memory")
+    d.transition(gemm[0], "processing", "memory")      # counted once
+    assert d.matmuls()[0]["blocks_done"] == 3 and d.matmuls()[0]["state"] == "running"
+    d.transition("dgemm-done-aaaaaaaaaaa1", "processing", "memory")
+    m = d.matmuls()[0]
+    assert m["state"] == "done" and m["finished"] is not None
+
+    d.update_graph(None, tasks=[("dgemm-gemm-bbbbbbbbbbb2", 0, 0)], client="c1")
+    d.transition(("dgemm-gemm-bbbbbbbbbbb2", 0, 0), "processing", "erred")
+    d.update_graph(None, tasks=[("dgemm-gemm-ccccccccccc3", 0, 0)], client="c1")
+    d.transition(("dgemm-gemm-ccccccccccc3", 0, 0), "released", "forgotten")
+    states = {m["id"]: m["state"] for m in d.matmuls()}
+    assert states == {"aaaaaaaaaaa1": "done", "bbbbbbbbbbb2": "erred", "ccccccccccc3": "cancelled"}
+
+
+def test_finished_matmuls_are_trimmed():
+    d = DgemmDashboard(keep=2)
+    for i in range(5):
+        key = (f"dgemm-gemm-{i:012d}", 0, 0)
+        d.update_graph(None, tasks=[key])
+        d.transition(key, "processing", "memory")
+    assert [m["id"] for m in d.matmuls()] == [f"{i:012d}" for i in (4, 3, 2)]  # the newest may still run
+
+
+def test_render_escapes_and_handles_no_data():
+    page = render_page({"time": 1e9, "scheduler": "tcp://x:1", "workers": [], "matmuls": []})
+    assert "No matmul yet" in page and "No worker has reported" in page and "no samples yet" in page
+    w = {"address": "tcp://a:1", "name": "<script>x</script>", "alive": False, "ok": False, "error": "E<1>",
+         "device": None, "device_type": None, "device_id": None, "blocks": 0, "flops": 0.0, "bytes_up": 0,
+         "bytes_down": 0, "tflops_now": 0.0, "tflops_peak": 0.0, "tflops_busy": 0.0, "tflops_kernel": 0.0,
+         "series": []}
+    page = render_page({"time": 1e9, "scheduler": "tcp://x:1", "workers": [w], "matmuls": []})
+    assert "<script>x</script>" not in page and "&lt;script&gt;x&lt;/script&gt;" in page
+    assert "no device: E&lt;1&gt;" in page and "(gone)" in page
+
+
+def test_plugin_pickles_without_its_state():
+    import pickle
+    d = DgemmDashboard(interval=2.0)
+    d._matmuls["x"] = MatmulProgress("x", None, 0.0)
+    d2 = pickle.loads(pickle.dumps(d))
+    assert d2.interval == 2.0 and d2._matmuls == {} and d2.scheduler is None

@@ -1,0 +1,217 @@
+"""``dgemm worker`` and ``dgemm cluster``: device workers started the way ``dask cuda worker`` starts them.
+
+The end-to-end tests run the commands as subprocesses against a real
+scheduler (``dask scheduler`` in a subprocess for ``dgemm worker``), connect
+a client, run a matmul and stop the commands with a signal.
+"""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import dgemm
+from _check import randn
+from conftest import CLUSTER_DEVICES, DEVICES
+from dgemm.cli import cli
+from dgemm.discovery import DeviceInfo
+from dgemm.launch import parse_resources, worker_specs
+from dgemm.worker import DgemmPlugin, describe_worker
+
+needs_device = pytest.mark.skipif(not DEVICES, reason="no OpenCL device (pip install pocl-binary-distribution)")
+
+
+def _gpus(n):
+    return [DeviceInfo(0, i, "NVIDIA CUDA", f"GPU {i}", "NVIDIA", "GPU", 2**34, 2**16, 1024, 100, True, "sm_90", "1")
+            for i in range(n)]
+
+
+# -- the worker specifications -------------------------------------------------
+def test_one_worker_per_device_pinned_with_the_plugin(monkeypatch):
+    monkeypatch.delenv("POCL_MAX_PTHREAD_COUNT", raising=False)
+    specs = worker_specs(None, name="job", nthreads=3, memory_limit="4GB", resources={"SSD": 1.0},
+                         dashboard_address="127.0.0.1:8790", device_infos=_gpus(3))
+    assert [s["name"] for s in specs] == ["job-0", "job-1", "job-2"]
+    assert [s["env"]["DGEMM_DEVICE"] for s in specs] == ["0:0", "0:1", "0:2"]
+    assert all(s["resources"] == {"SSD": 1.0, "GPU": 1} for s in specs)
+    assert all(s["nthreads"] == 3 and s["memory_limit"] == "4GB" for s in specs)
+    assert [s["dashboard_address"] for s in specs] == ["127.0.0.1:8790", "127.0.0.1:8791", "127.0.0.1:8792"]
+    assert all(len(s["plugins"]) == 1 and isinstance(next(iter(s["plugins"])), DgemmPlugin) for s in specs)
+    assert all("POCL_MAX_PTHREAD_COUNT" in s["env"] for s in specs)
+
+
+def test_one_device_keeps_its_name_and_defaults(monkeypatch):
+    from distributed.system import MEMORY_LIMIT
+    [spec] = worker_specs("GPU 1", name="pod-7", device_infos=_gpus(2))
+    assert spec["name"] == "pod-7" and spec["env"] == {"DGEMM_DEVICE": "0:1"}
+    assert spec["nthreads"] >= 2 and spec["memory_limit"] == MEMORY_LIMIT
+    assert spec["dashboard"] and spec["dashboard_address"] == ":0"
+    specs = worker_specs("0:0,0:0", device_infos=_gpus(1), dashboard_address=None, memory_limit="auto")
+    assert [s["name"] for s in specs] == [None, None]          # dask names them by address
+    assert all(not s["dashboard"] for s in specs)
+    assert all(s["memory_limit"] == MEMORY_LIMIT // 2 for s in specs)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"memory_limit": "lots"}, "--memory-limit 'lots'"),
+    ({"nthreads": 0}, "--nthreads must be at least 1"),
+    ({"devices": "tpu"}, "no OpenCL device matches 'tpu'"),
+])
+def test_worker_spec_errors(kwargs, message):
+    devices = kwargs.pop("devices", None)
+    with pytest.raises((ValueError, LookupError), match=message):
+        worker_specs(devices, device_infos=_gpus(1), **kwargs)
+
+
+def test_parse_resources():
+    assert parse_resources("GPU=2 SSD=1,MEM=0.5") == {"GPU": 2.0, "SSD": 1.0, "MEM": 0.5}
+    with pytest.raises(ValueError, match="NAME=QUANTITY"):
+        parse_resources("=1")
+
+
+def test_worker_command_errors():
+    runner = CliRunner()
+    r = runner.invoke(cli, ["worker"], env={"DASK_SCHEDULER_ADDRESS": ""})
+    assert r.exit_code == 2 and "give the scheduler's address" in r.output
+    r = runner.invoke(cli, ["worker", "tcp://127.0.0.1:1", "--devices", "no-such-device"])
+    assert r.exit_code == 2 and "no OpenCL device matches 'no-such-device'" in r.output
+    r = runner.invoke(cli, ["worker", "tcp://127.0.0.1:1", "--resources", "GPU"])
+    assert r.exit_code == 2 and "NAME=QUANTITY" in r.output
+
+
+# -- end to end ------------------------------------------------------------------
+class Lines:
+    """Read a subprocess's output line by line, with a timeout."""
+
+    def __init__(self, proc):
+        self.q: queue.Queue = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._pump, args=(proc.stdout,), daemon=True).start()
+
+    def _pump(self, f):
+        for line in f:
+            self.q.put(line.rstrip("\n"))
+
+    def until(self, prefix: str, timeout: float = 60) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self.q.get(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"no line starting {prefix!r} within {timeout} s; output:\n"
+                                     + "\n".join(self.seen)) from None
+            self.seen.append(line)
+            if line.startswith(prefix):
+                return line
+
+
+def _stop(proc, sig=signal.SIGTERM, timeout=60) -> int:
+    if proc.poll() is None:
+        proc.send_signal(sig)
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise
+
+
+@pytest.fixture
+def scheduler_file(tmp_path):
+    """A ``dask scheduler`` subprocess; yields the path of its scheduler file."""
+    sf = tmp_path / "scheduler.json"
+    log = open(tmp_path / "scheduler.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "dask", "scheduler", "--host", "127.0.0.1", "--port", "0",
+                             "--dashboard-address", "127.0.0.1:0", "--scheduler-file", str(sf)],
+                            stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while not sf.exists() or not sf.read_text().strip():
+            assert proc.poll() is None, (tmp_path / "scheduler.log").read_text()
+            assert time.monotonic() < deadline, "the scheduler did not start"
+            time.sleep(0.1)
+        yield sf
+    finally:
+        _stop(proc)
+        log.close()
+
+
+@needs_device
+@pytest.mark.slow
+def test_dgemm_worker_joins_a_scheduler_and_multiplies(scheduler_file, tmp_path, rng):
+    from distributed import Client
+
+    n = len(CLUSTER_DEVICES.split(","))
+    log = open(tmp_path / "worker.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "dgemm", "worker", "--scheduler-file", str(scheduler_file),
+                             "--devices", CLUSTER_DEVICES, "--nthreads", "1", "--memory-limit", "2GB",
+                             "--name", "node"], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        with Client(scheduler_file=str(scheduler_file), timeout="30s") as c:
+            c.wait_for_workers(n, timeout=120)
+            info = c.run(lambda dask_worker: (dask_worker.name, os.environ.get("DGEMM_DEVICE"),
+                                              dict(dask_worker.state.total_resources)))
+            names = sorted(v[0] for v in info.values())
+            assert names == ([f"node-{i}" for i in range(n)] if n > 1 else ["node"])
+            assert sorted(v[1] for v in info.values()) == sorted(d.id for d in dgemm.discovery.select_devices(
+                CLUSTER_DEVICES))
+            assert all(v[2].get("GPU") == 1 for v in info.values())
+            # the plugin is there from the start, before any dgemm call registers it
+            described = c.run(describe_worker)
+            assert all(d is not None and d["ok"] for d in described.values()), described
+            assert "dgemm-dashboard" in c.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.plugins))
+
+            A, B = randn(rng, (96, 80), "float32"), randn(rng, (80, 112), "float32")
+            out = dgemm.matmul(A, B, out=str(tmp_path / "c.zarr"), client=c, block=32)
+            np.testing.assert_allclose(out[:], A @ B, rtol=1e-4, atol=1e-4)
+            port = c.scheduler_info()["services"]["dashboard"]
+            page = urllib.request.urlopen(f"http://127.0.0.1:{port}/dgemm/data.json", timeout=10).read()
+            assert json.loads(page)["matmuls"][0]["blocks_total"] == 12
+
+            assert _stop(proc) == 0
+            deadline = time.monotonic() + 30
+            while c.scheduler_info()["workers"]:
+                assert time.monotonic() < deadline, "the workers did not leave"
+                time.sleep(0.2)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        log.close()
+    text = (tmp_path / "worker.log").read_text()
+    assert "worker node" in text and "closing the workers" in text, text
+
+
+@needs_device
+@pytest.mark.slow
+def test_dgemm_cluster_serves_the_page_and_stops_on_ctrl_c(tmp_path):
+    from distributed import Client
+
+    proc = subprocess.Popen([sys.executable, "-m", "dgemm", "cluster", "--devices", "cpu", "--port", "0",
+                             "--dashboard-address", "127.0.0.1:0", "--nthreads", "1", "--memory-limit", "2GB"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        lines = Lines(proc)
+        address = lines.until("scheduler: ").split(": ", 1)[1]
+        page_url = lines.until("dgemm page: ").split(": ", 1)[1]
+        lines.until("press Ctrl-C")
+        assert address.startswith("tcp://127.0.0.1:")
+        page = urllib.request.urlopen(page_url, timeout=10).read().decode()
+        assert '<div id="dgemm">' in page
+        with Client(address, timeout="30s") as c:
+            c.wait_for_workers(1, timeout=120)
+            [d] = c.run(describe_worker).values()
+            assert d is not None and d["ok"] and d["resources"] == {"GPU": 1}
+        assert _stop(proc, signal.SIGINT) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
