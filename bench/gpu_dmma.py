@@ -21,6 +21,41 @@ from dgemm.params import KernelParams  # noqa: E402
 from dgemm.tune import search  # noqa: E402
 
 
+def tf32_candidates(info, mmas=(6, 5)):
+    out = []
+    for mma, tsm, tsn, tsk, wm, wn, gm in itertools.product(
+            mmas, (64, 128, 256), (64, 128, 256), (8, 16, 32), (1, 2, 4), (1, 2, 4), (0, 8)):
+        p = KernelParams(MMA=mma, TSM=tsm, TSN=tsn, TSK=tsk, WARPSM=wm, WARPSN=wn, WIDTH=4,
+                         PADA=8, PADB=8, GROUPM=gm)
+        mt, nt = tsm // wm // 8, tsn // wn // 8
+        if mt * nt > 64 or mt * nt < 8 or p.threads < 64:
+            continue
+        if p.problems(4, info.max_work_group_size, info.local_mem):
+            continue
+        out.append(p)
+    out.sort(key=lambda p: (-p.MMA, -(p.TSM // p.WARPSM // 8) * (p.TSN // p.WARPSN // 8), p.GROUPM, -p.TSK))
+    return out
+
+
+def cublas_tf32(n, reps=5):
+    import torch
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        a = torch.randn(n, n, device="cuda")
+        b = torch.randn(n, n, device="cuda")
+        a @ b
+        torch.cuda.synchronize()
+        ts = []
+        for _ in range(reps):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record(); a @ b; e.record(); torch.cuda.synchronize()
+            ts.append(s.elapsed_time(e) / 1e3)
+        ts.sort()
+        return {"seconds": ts[len(ts) // 2], "tflops": 2 * n**3 / ts[len(ts) // 2] / 1e12}
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = False
+
+
 def dmma_candidates(info):
     out = []
     for mma, tsm, tsn, tsk, wm, wn, w, pad, gm in itertools.product(
@@ -43,7 +78,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("--budget", type=float, default=150)
+    ap.add_argument("--dtype", default="float64")
     args = ap.parse_args()
+    if args.dtype == "float32":
+        return main_tf32(args)
     info = select_devices("gpu")[0]
     dev = Device(info)
     cands = dmma_candidates(info)
@@ -88,6 +126,59 @@ def main():
     if ranked:
         print("best", ranked[0].params, f"{ranked[0].tflops:.2f} TF at 4096^3")
         print(dev.build_log("float64", ranked[0].params)[-600:])
+
+
+def main_tf32(args):
+    """3xTF32 and TF32 kernels vs cuBLAS SGEMM (TF32 off) and cuBLAS TF32; accuracy on normal and wide-range data."""
+    import numpy as np
+    info = select_devices("gpu")[0]
+    dev = Device(info)
+    cands = tf32_candidates(info)
+    print(f"{len(cands)} TF32 candidates", flush=True)
+
+    def report(i, n, t, best, msg):
+        if msg:
+            print(f"[{i}/{n}] FAILED {msg[:400]}", flush=True)
+
+    best, results = search(dev, "float32", size=4096, budget=args.budget, first=cands,
+                           max_candidates=len(cands), report=report)
+    rec = {"device": info.name, "driver": info.driver, "commit": os.environ.get("DGEMM_COMMIT", "unknown"),
+           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "command": " ".join(sys.argv), "tried": len(results), "incorrect": sum(not r.ok for r in results),
+           "incorrect_examples": [{"params": r.params.as_dict(), "rel_err": r.rel_err}
+                                  for r in results if not r.ok][:5], "modes": {}}
+    fma = dev.choice("float32").params
+    for mode, mma in (("3xtf32", 6), ("tf32", 5)):
+        ranked = sorted((r for r in results if r.ok and r.params.MMA == mma), key=lambda r: r.seconds)
+        entry = {"top": [{"params": r.params.as_dict(), "tflops": r.tflops, "rel_err": r.rel_err}
+                         for r in ranked[:6]], "sizes": []}
+        rec["modes"][mode] = entry
+        if not ranked:
+            continue
+        p = ranked[0].params
+        for n in (8192, 16384):
+            kb = KernelBench(dev, "float32", n, n, n, seed=n)
+            t, tf = kb.run(p, reps=3), kb.run(fma, reps=3)
+            peer = cublas("float32", n, n, n)
+            peer_tf32 = cublas_tf32(n)
+            entry["sizes"].append({"n": n, "tflops": t.tflops, "rel_err": t.rel_err, "ok": t.ok,
+                                   "fma_tflops": tf.tflops, "fma_rel_err": tf.rel_err, "cublas_sgemm": peer,
+                                   "cublas_tf32": peer_tf32})
+            print(f"{mode} {n}^3: {t.tflops:.1f} TF err {t.rel_err:.1e} | FMA {tf.tflops:.1f} err {tf.rel_err:.1e}"
+                  f" | cuBLAS SGEMM {peer['tflops']:.1f}, TF32 {peer_tf32['tflops']:.1f}", flush=True)
+            del kb
+        # wide dynamic range: entries scaled by 2^U(-16, 16)
+        kb = KernelBench(dev, "float32", 4096, 4096, 4096, seed=7)
+        rng = np.random.default_rng(7)
+        kb.a = (kb.a * np.exp2(rng.uniform(-16, 16, kb.a.shape))).astype(np.float32)
+        kb.b = (kb.b * np.exp2(rng.uniform(-16, 16, kb.b.shape))).astype(np.float32)
+        kb._cache.clear()
+        t, tf = kb.run(p, reps=1), kb.run(fma, reps=1)
+        entry["wide_range_4096"] = {"rel_err": t.rel_err, "fma_rel_err": tf.rel_err}
+        print(f"{mode} wide-range 4096^3: err {t.rel_err:.1e} (FMA {tf.rel_err:.1e})", flush=True)
+        with open(os.path.join(args.out, "tf32.json"), "w") as f:
+            json.dump(rec, f, indent=1)
+    print("incorrect:", rec["incorrect"], rec["incorrect_examples"][:2])
 
 
 if __name__ == "__main__":

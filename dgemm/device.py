@@ -83,8 +83,8 @@ class Device:
         with self._lock:
             if key not in self._kernels:
                 bad = params.problems(dtype.itemsize, self.info.max_work_group_size, self.info.local_mem)
-                need = 90 if params.MMA >= 2 else 80
-                if params.MMA and self.info.compute_capability < need:
+                need = params.min_compute_capability
+                if need and self.info.compute_capability < need:
                     bad.append(f"MMA={params.MMA} kernels need an NVIDIA GPU of compute capability >= "
                                f"{need // 10}.{need % 10}, not {self.info.name} ({self.info.architecture})")
                 if bad:

@@ -38,8 +38,10 @@ class KernelParams:
     MMA : int
         0: the FMA kernel (``gemm.cl``).  1-4: float64 on NVIDIA tensor cores
         through inline PTX ``mma.sync`` (``gemm_dmma.cl``) of shape m8n8k4
-        (sm_80+), m16n8k4, m16n8k8, m16n8k16 (sm_90+); WPTM, WPTN, VWM and VWN
-        are then unused and the work-group is WARPSM x WARPSN warps.
+        (sm_80+), m16n8k4, m16n8k8, m16n8k16 (sm_90+); 5-6: float32 through
+        TF32 tensor cores, plain (5, TF32 accuracy) or error-compensated 3xTF32
+        (6, float32 accuracy), sm_80+.  WPTM, WPTN, VWM and VWN are then unused
+        and the work-group is WARPSM x WARPSN warps.
     WARPSM, WARPSN : int
         Warps of an MMA work-group along M and N.
 
@@ -136,16 +138,19 @@ class KernelParams:
 
     def _mma_problems(self, itemsize, max_work_group_size, local_mem_size) -> list[str]:
         out = []
-        if self.MMA not in (1, 2, 3, 4):
-            out.append(f"MMA={self.MMA} must be 0 (FMA) or 1-4 (float64 DMMA m8n8k4, m16n8k4, m16n8k8, m16n8k16)")
+        if self.MMA not in (1, 2, 3, 4, 5, 6):
+            out.append(f"MMA={self.MMA} must be 0 (FMA), 1-4 (float64 DMMA m8n8k4, m16n8k4, m16n8k8, "
+                       "m16n8k16) or 5-6 (float32 TF32, 3xTF32)")
             return out
-        kstep = (4, 4, 8, 16)[self.MMA - 1]
+        kstep = (4, 4, 8, 16, 8, 8)[self.MMA - 1]
         if self.MMA >= 2 and (self.TSM // self.WARPSM // 8) % 2:
             out.append("the m16 shapes (MMA>=2) need TSM/WARPSM to be a multiple of 16")
         if self.TSK % kstep:
             out.append(f"TSK={self.TSK} must be a multiple of the instruction's k={kstep}")
-        if itemsize != 8:
-            out.append("the MMA kernel is float64 only")
+        if self.MMA <= 4 and itemsize != 8:
+            out.append("the DMMA kernels (MMA 1-4) are float64 only")
+        if self.MMA >= 5 and itemsize != 4:
+            out.append("the TF32 kernels (MMA 5-6) are float32 only")
         if self.WIDTH not in (1, 2, 4, 8):
             out.append(f"WIDTH={self.WIDTH} must be 1, 2, 4 or 8")
         if self.TSM % (8 * self.WARPSM) or self.TSN % (8 * self.WARPSN) or self.TSK % 4:
@@ -162,6 +167,16 @@ class KernelParams:
         if local_mem_size is not None and self.local_mem_bytes(itemsize) > local_mem_size:
             out.append(f"{self.local_mem_bytes(itemsize)} bytes of local memory exceed the device's {local_mem_size}")
         return out
+
+    @property
+    def min_compute_capability(self) -> int:
+        """NVIDIA compute capability (10*major+minor) the kernel needs; 0 for the portable FMA kernel."""
+        return {0: 0, 1: 80, 2: 90, 3: 90, 4: 90, 5: 80, 6: 80}.get(self.MMA, 0)
+
+    @property
+    def precision(self) -> str:
+        """``"fma"``, ``"dmma"``, ``"tf32"`` or ``"3xtf32"``: the arithmetic this kernel does."""
+        return "fma" if self.MMA == 0 else "dmma" if self.MMA <= 4 else "tf32" if self.MMA == 5 else "3xtf32"
 
     def defines(self) -> dict[str, int]:
         return {f: getattr(self, f) for f in _FIELDS}

@@ -96,7 +96,7 @@ def lookup(info: DeviceInfo, dtype: str, databases: list[tuple[str, dict]] | Non
 
 def _usable(params: KernelParams, info: DeviceInfo, dtype: str) -> bool:
     """The device can build and run ``params`` (an architecture entry may not fit every device)."""
-    if params.MMA and info.compute_capability < (90 if params.MMA >= 2 else 80):
+    if params.min_compute_capability and info.compute_capability < params.min_compute_capability:
         return False
     return not params.problems(4 if dtype == "float32" else 8, info.max_work_group_size, info.local_mem)
 

@@ -17,8 +17,11 @@
 #endif
 #if MMA >= 1
 
-#if PRECISION != 64
-#error "the DMMA kernel is float64 only"
+#if MMA <= 4 && PRECISION != 64
+#error "MMA 1-4 (DMMA) are float64 only"
+#endif
+#if MMA >= 5 && PRECISION != 32
+#error "MMA 5-6 (TF32, 3xTF32) are float32 only"
 #endif
 
 #ifndef TSM
@@ -63,8 +66,10 @@
 #define KSTEP 8
 #elif MMA == 4
 #define KSTEP 16
+#elif MMA == 5 || MMA == 6
+#define KSTEP 8
 #else
-#error "MMA must be 1 (m8n8k4), 2 (m16n8k4), 3 (m16n8k8) or 4 (m16n8k16)"
+#error "MMA must be 1-4 (f64: m8n8k4, m16n8k4, m16n8k8, m16n8k16) or 5-6 (f32: TF32, 3xTF32)"
 #endif
 #define KSUB (KSTEP / 4)
 
@@ -100,6 +105,24 @@
                  : "+d"(c0), "+d"(c1), "+d"(c2), "+d"(c3)                      \
                  : "d"(a0), "d"(a1), "d"(a2), "d"(a3), "d"(a4), "d"(a5),       \
                    "d"(a6), "d"(a7), "d"(b0), "d"(b1), "d"(b2), "d"(b3))
+
+#if MMA >= 5
+// float32 through TF32 tensor cores.  TF32 keeps 10 mantissa bits; 3xTF32
+// splits x = big + small (both TF32) and adds small*big + big*small +
+// big*big, recovering float32 accuracy (the dropped small*small term is
+// below float32 rounding).
+inline uint tf32_bits(const float x)
+{
+    uint r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+#define MMA_TF32(c0, c1, c2, c3, a0, a1, a2, a3, b0, b1)                      \
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "        \
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};" \
+                 : "+f"(c0), "+f"(c1), "+f"(c2), "+f"(c3)                      \
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1))
+#endif
 
 __kernel __attribute__((reqd_work_group_size(32 * WARPSN, WARPSM, 1)))
 void gemm(const int M, const int N, const int K,
@@ -173,11 +196,32 @@ void gemm(const int M, const int N, const int K,
 #elif MMA == 3
                     DMMA16K8(acc[i][j][0], acc[i][j][1], acc[i + 1][j][0], acc[i + 1][j][1],
                              a[0][i], a[0][i + 1], a[1][i], a[1][i + 1], b[0][j], b[1][j]);
-#else
+#elif MMA == 4
                     DMMA16K16(acc[i][j][0], acc[i][j][1], acc[i + 1][j][0], acc[i + 1][j][1],
                               a[0][i], a[0][i + 1], a[1][i], a[1][i + 1],
                               a[2][i], a[2][i + 1], a[3][i], a[3][i + 1],
                               b[0][j], b[1][j], b[2][j], b[3][j]);
+#else
+                    {
+                        const uint ab0 = tf32_bits(a[0][i]), ab1 = tf32_bits(a[0][i + 1]);
+                        const uint ab2 = tf32_bits(a[1][i]), ab3 = tf32_bits(a[1][i + 1]);
+                        const uint bb0 = tf32_bits(b[0][j]), bb1 = tf32_bits(b[1][j]);
+#if MMA == 6
+                        const uint as0 = tf32_bits(a[0][i] - as_float(ab0));
+                        const uint as1 = tf32_bits(a[0][i + 1] - as_float(ab1));
+                        const uint as2 = tf32_bits(a[1][i] - as_float(ab2));
+                        const uint as3 = tf32_bits(a[1][i + 1] - as_float(ab3));
+                        const uint bs0 = tf32_bits(b[0][j] - as_float(bb0));
+                        const uint bs1 = tf32_bits(b[1][j] - as_float(bb1));
+                        // small terms first: they are added while the accumulator is smallest
+                        MMA_TF32(acc[i][j][0], acc[i][j][1], acc[i + 1][j][0], acc[i + 1][j][1],
+                                 as0, as1, as2, as3, bb0, bb1);
+                        MMA_TF32(acc[i][j][0], acc[i][j][1], acc[i + 1][j][0], acc[i + 1][j][1],
+                                 ab0, ab1, ab2, ab3, bs0, bs1);
+#endif
+                        MMA_TF32(acc[i][j][0], acc[i][j][1], acc[i + 1][j][0], acc[i + 1][j][1],
+                                 ab0, ab1, ab2, ab3, bb0, bb1);
+                    }
 #endif
                 }
             }
