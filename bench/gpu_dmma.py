@@ -33,7 +33,7 @@ def tf32_candidates(info, mmas=(6, 5)):
         if p.problems(4, info.max_work_group_size, info.local_mem):
             continue
         out.append(p)
-    out.sort(key=lambda p: (-p.MMA, -(p.TSM // p.WARPSM // 8) * (p.TSN // p.WARPSN // 8), p.GROUPM, -p.TSK))
+    out.sort(key=lambda p: (-(p.TSM // p.WARPSM // 8) * (p.TSN // p.WARPSN // 8), p.GROUPM, -p.TSK, -p.MMA))
     return out
 
 
