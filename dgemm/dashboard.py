@@ -60,6 +60,8 @@ def parse_key(key):
     ('reduce', '0123456789ab')
     >>> parse_key("dgemm-done-0123456789ab")
     ('done', '0123456789ab')
+    >>> parse_key(("dgemm-gemm-getitem-c734e3e927abd5a3bd6ed5d85c345e56", 0, 0))  # fused by dask
+    ('gemm', 'c734e3e927abd5a3bd6ed5d85c345e56')
     >>> parse_key(("dgemm-load-a-ffff", 0, 0)) is None, parse_key(("sum-ab", 0)) is None
     (True, True)
     """
@@ -69,8 +71,12 @@ def parse_key(key):
     for kind in KINDS:
         p = f"dgemm-{kind}-"
         if name.startswith(p):
-            return kind, name[len(p):].split("-", 1)[0]
+            parts = name[len(p):].split("-")
+            return kind, next((x for x in parts if len(x) >= 12 and all(c in _HEX for c in x)), parts[0])
     return None
+
+
+_HEX = frozenset("0123456789abcdef")
 
 
 class MatmulProgress:
