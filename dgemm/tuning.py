@@ -7,6 +7,7 @@ vendor -> default, and reports which entry it used.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass
@@ -47,10 +48,12 @@ class Choice:
     key: str            # the name matched at that level
     database: str       # "user" or "shipped"
     tuned: bool         # produced by the tuner (as opposed to a hand default)
+    note: str = ""      # e.g. why a requested precision fell back to the FMA kernel
 
     def describe(self) -> str:
         how = "tuned" if self.tuned else "untuned default; `dgemm tune` may help"
-        return f"{self.database} database, {self.level} entry {self.key!r} ({how})"
+        text = f"{self.database} database, {self.level} entry {self.key!r} ({how}; {self.params.precision} kernel)"
+        return f"{text}; {self.note}" if self.note else text
 
 
 def _keys(info: DeviceInfo) -> dict[str, str | None]:
@@ -58,8 +61,37 @@ def _keys(info: DeviceInfo) -> dict[str, str | None]:
             "default": "default"}
 
 
-def lookup(info: DeviceInfo, dtype: str, databases: list[tuple[str, dict]] | None = None) -> Choice:
-    """Choose kernel parameters for ``info`` and ``dtype`` ("float32"/"float64").
+PRECISIONS = {"float32": ("fma", "3xtf32", "tf32"), "float64": ("fma", "dmma")}
+
+
+def check_precision(dtype: str, precision: str | None) -> str | None:
+    """Validate a ``precision=`` option for a result dtype.
+
+    >>> check_precision("float32", "3xtf32")
+    '3xtf32'
+    >>> check_precision("float64", "tf32")
+    Traceback (most recent call last):
+    ...
+    ValueError: precision='tf32' is not available for float64; choose one of None, 'fma', 'dmma'
+    """
+    if precision is None:
+        return None
+    allowed = PRECISIONS[dtype]
+    if precision not in allowed:
+        raise ValueError(f"precision={precision!r} is not available for {dtype}; choose one of None, "
+                         + ", ".join(repr(p) for p in allowed))
+    return precision
+
+
+def lookup(info: DeviceInfo, dtype: str, databases: list[tuple[str, dict]] | None = None,
+           precision: str | None = None) -> Choice:
+    """Choose kernel parameters for ``info``, ``dtype`` ("float32"/"float64") and ``precision``.
+
+    ``precision=None`` takes the database's entry for the dtype: the most
+    accurate fast path (float32: the FMA kernel; float64: FMA or DMMA, both
+    exact).  A named precision takes entries ``"<dtype>:<precision>"`` (or a
+    dtype entry of that precision); a tensor-core precision the device lacks
+    falls back to the FMA kernel, and the choice says so in ``note``.
 
     Examples
     --------
@@ -71,27 +103,45 @@ def lookup(info: DeviceInfo, dtype: str, databases: list[tuple[str, dict]] | Non
     ('vendor', 32)
     >>> lookup(info, "float64", [("user", db)]).level
     'default'
+    >>> c = lookup(info, "float32", [("user", db)], precision="3xtf32")
+    >>> c.params.precision, c.note
+    ('fma', 'no 3xtf32 kernel for this device (needs NVIDIA compute capability >= 8.0); using the FMA kernel')
     """
     if databases is None:
         databases = [("user", _load(user_path())), ("shipped", _load(shipped_path()))]
+    if precision is None:
+        found = _find(info, dtype, [dtype], databases, None)
+    else:
+        found = _find(info, dtype, [f"{dtype}:{precision}", dtype], databases, precision)
+    if found is not None:
+        return found
+    if precision not in (None, "fma"):
+        fma = lookup(info, dtype, databases, "fma")
+        need = {"dmma": "8.0", "3xtf32": "8.0", "tf32": "8.0"}.get(precision, "?")
+        return dataclasses.replace(fma, note=f"no {precision} kernel for this device (needs NVIDIA compute "
+                                             f"capability >= {need}); using the FMA kernel")
+    return Choice(_fallback(info, dtype), "default", "built-in", "none", False)
+
+
+def _find(info, dtype, names, databases, want) -> Choice | None:
+    """First usable entry named one of ``names``, by level then database, of precision ``want``."""
     keys = _keys(info)
-    for level in LEVELS[:-1]:
+    for level in LEVELS:
         key = keys[level]
         if key is None:
             continue
         for dbname, db in databases:
-            entry = db.get(level, {}).get(key, {}).get(dtype)
-            if entry:
+            section = db.get("default", {}) if level == "default" else db.get(level, {}).get(key, {})
+            for name in names:
+                entry = section.get(name)
+                if not entry:
+                    continue
                 params = KernelParams.from_dict(entry["params"])
+                if want is not None and params.precision != want:
+                    continue
                 if _usable(params, info, dtype):
                     return Choice(params, level, key, dbname, bool(entry.get("tuned", False)))
-    for dbname, db in databases:
-        entry = db.get("default", {}).get(dtype)
-        if entry:
-            params = KernelParams.from_dict(entry["params"])
-            if _usable(params, info, dtype):
-                return Choice(params, "default", "default", dbname, bool(entry.get("tuned", False)))
-    return Choice(_fallback(info, dtype), "default", "built-in", "none", False)
+    return None
 
 
 def _usable(params: KernelParams, info: DeviceInfo, dtype: str) -> bool:

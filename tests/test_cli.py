@@ -125,8 +125,9 @@ def test_devices_shows_where_parameters_come_from(runner, monkeypatch, tmp_path)
     monkeypatch.setattr(dgemm.tuning, "shipped_path", lambda: tmp_path / "shipped.json")
     r = runner.invoke(cli, ["devices"])
     assert r.exit_code == 0, r.output
-    assert "user database, device entry 'NVIDIA H100 80GB HBM3' (tuned)" in r.output
-    assert "vendor entry 'NVIDIA' (untuned default; `dgemm tune` may help)" in r.output  # its float64
+    assert "user database, device entry 'NVIDIA H100 80GB HBM3' (tuned; fma kernel)" in r.output
+    assert "architecture entry 'sm_90' (tuned; dmma kernel)" in r.output              # its float64
+    assert "default entry 'default' (untuned default; `dgemm tune` may help; fma kernel)" in r.output  # Tiny GPU
     assert "float64: not supported (no cl_khr_fp64)" in r.output                        # Tiny GPU
     assert "fp64: no" in r.output and "architecture: sm_90" in r.output
     assert "would use: 0:0 NVIDIA H100 80GB HBM3, 1:0 Tiny GPU" in r.output              # all GPUs

@@ -95,8 +95,34 @@ def test_invalid_or_too_big_entries_are_skipped():
 
 def test_describe():
     c = Choice(P["vendor"], "vendor", "NVIDIA", "shipped", False)
-    assert c.describe() == "shipped database, vendor entry 'NVIDIA' (untuned default; `dgemm tune` may help)"
-    assert "(tuned)" in Choice(P["device"], "device", "X", "user", True).describe()
+    assert c.describe() == ("shipped database, vendor entry 'NVIDIA' (untuned default; `dgemm tune` may help; "
+                            "fma kernel)")
+    assert "(tuned; fma kernel)" in Choice(P["device"], "device", "X", "user", True).describe()
+    assert Choice(P["device"], "device", "X", "user", True, note="why").describe().endswith("; why")
+
+
+def test_precision_lookup_and_fallback():
+    """Named precisions find their entries; a tensor-core precision falls back to FMA where it cannot run."""
+    from dgemm.discovery import DeviceInfo
+    h100 = DeviceInfo(0, 0, "NVIDIA CUDA", "H", "NVIDIA Corporation", "GPU", 1, 49152, 1024, 132, True, "sm_90", "")
+    cpu = DeviceInfo(0, 0, "PoCL", "C", "Acme", "CPU", 1, 65536, 4096, 2, True, "pocl-cpu", "")
+    fma = {"TSM": 64, "TSN": 64, "TSK": 16, "WPTM": 4, "WPTN": 4, "WIDTH": 2}
+    dmma = {"TSM": 128, "TSN": 64, "TSK": 8, "WIDTH": 2, "PADA": 4, "PADB": 4, "MMA": 3, "WARPSM": 4, "WARPSN": 2}
+    x3 = {"TSM": 128, "TSN": 64, "TSK": 16, "WIDTH": 4, "PADA": 8, "PADB": 8, "MMA": 6, "WARPSM": 4, "WARPSN": 2}
+    db = {"architecture": {"sm_90": {"float64": {"params": dmma}, "float64:fma": {"params": fma},
+                                     "float32:3xtf32": {"params": x3}}},
+          "default": {"float32": {"params": fma}, "float64": {"params": fma}}}
+    dbs = [("shipped", db)]
+    assert lookup(h100, "float64", dbs).params.precision == "dmma"
+    assert lookup(h100, "float64", dbs, precision="fma").params.precision == "fma"
+    assert lookup(h100, "float32", dbs).params.precision == "fma"          # defaults never lose accuracy
+    assert lookup(h100, "float32", dbs, precision="3xtf32").params.MMA == 6
+    c = lookup(h100, "float32", dbs, precision="tf32")                      # no tf32 entry: FMA, said so
+    assert c.params.precision == "fma" and "tf32" in c.note
+    for prec in ("3xtf32", "tf32"):
+        c = lookup(cpu, "float32", dbs, precision=prec)
+        assert c.params.precision == "fma" and "compute capability" in c.note
+    assert lookup(cpu, "float64", dbs).params.precision == "fma"            # the sm_90 entry is not the CPU's
 
 
 def test_user_path_from_environment(tmp_path, monkeypatch):
@@ -146,11 +172,11 @@ def test_shipped_database_entries_are_valid():
     for level in ("device", "architecture", "vendor"):
         for key, by_dtype in db.get(level, {}).items():
             for dtype, e in by_dtype.items():
-                itemsize = {"float32": 4, "float64": 8}[dtype]
+                itemsize = {"float32": 4, "float64": 8}[dtype.split(":")[0]]
                 assert KernelParams.from_dict(e["params"]).problems(itemsize) == [], (level, key, dtype)
                 seen += 1
     for dtype, e in db["default"].items():
-        assert KernelParams.from_dict(e["params"]).problems({"float32": 4, "float64": 8}[dtype]) == []
+        assert KernelParams.from_dict(e["params"]).problems({"float32": 4, "float64": 8}[dtype.split(":")[0]]) == []
         seen += 1
     assert seen >= 2
 
