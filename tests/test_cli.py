@@ -1,4 +1,6 @@
-"""The ``dgemm`` command line: devices, random, plan, matmul and demo.
+"""The ``dgemm`` command line: devices, random, plan, matmul (with --report) and demo.
+
+``dgemm worker`` and ``dgemm cluster`` are tested in test_launch.py.
 
 Most tests run the commands in-process with click's CliRunner; the error
 cases also check that nothing was written and that no cluster was started
@@ -341,15 +343,47 @@ def test_matmul_on_the_local_cluster_with_a_cast(runner, ab, tmp_path):
     """A real run: float32 inputs cast to float64 on the way, several blocks along every axis."""
     pa, pb, a, b = ab
     out = tmp_path / "c.zarr"
+    report = tmp_path / "report.html"
     r = runner.invoke(cli, ["matmul", str(pa), str(pb), str(out), "--dtype", "float64", "--block", "64",
-                            "--no-progress"])
+                            "--no-progress", "--report", str(report)])
     assert r.exit_code == 0, r.output
     assert "shape: 300 x 100 float64" in r.output and "TFLOPS: " in r.output
     assert f"written to: {out}" in r.output
+    # Dask's performance report of the run, from the local cluster the command started
+    assert f"performance report: {report}" in r.output
+    html = report.read_text()
+    assert "Dask Performance Report" in html and "dgemm-gemm" in html
     c = dgemm.open_result(out)
     assert c.dtype == np.float64
     ref = a[:].astype(np.float64) @ b[:].astype(np.float64)
     np.testing.assert_allclose(c[:], ref, rtol=1e-10, atol=1e-10)
+
+
+@needs_device
+def test_matmul_on_a_scheduler_with_a_report_and_a_span(runner, ab, tmp_path, cluster, client):
+    """--scheduler: the command's own client on a running cluster; the run is one span, dgemm-matmul."""
+    pa, pb, a, b = ab
+    out, report = tmp_path / "c.zarr", tmp_path / "r.html"
+    r = runner.invoke(cli, ["matmul", str(pa), str(pb), str(out), "--scheduler", cluster.scheduler_address,
+                            "--block", "64", "--report", str(report)])
+    assert r.exit_code == 0, r.output
+    np.testing.assert_allclose(dgemm.open_result(out)[:], a[:] @ b[:], rtol=1e-4, atol=1e-4)
+    assert "dgemm-gemm" in report.read_text()
+
+    def spans(dask_scheduler):
+        ext = dask_scheduler.extensions["spans"]
+        return [(s.name, sorted(tg.name.split("-")[1] for tg in s.groups if tg.name.startswith("dgemm-")))
+                for s in ext.spans.values()]
+    found = [groups for name, groups in client.run_on_scheduler(spans) if name == ("dgemm-matmul",)]
+    assert found and any({"gemm", "store", "done"} <= set(g) for g in found), found
+
+
+def test_matmul_report_folder_must_exist(runner, ab, tmp_path, no_cluster):
+    pa, pb, _, _ = ab
+    r = runner.invoke(cli, ["matmul", str(pa), str(pb), str(tmp_path / "c.zarr"),
+                            "--report", str(tmp_path / "nowhere" / "r.html")])
+    assert r.exit_code == 2 and "does not exist" in r.output
+    assert not (tmp_path / "c.zarr").exists()
 
 
 # -- demo -----------------------------------------------------------------------
