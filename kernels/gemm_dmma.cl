@@ -167,6 +167,23 @@ void gemm(const int M, const int N, const int K,
         }
         const __local real* As = Asub[t & 1];
         const __local real* Bs = Bsub[t & 1];
+#if MMA == 6
+        // The tensor cores' float32 accumulation is not round-to-nearest: its
+        // error grows with K.  Each tile accumulates from zero in tacc and is
+        // added to acc with IEEE adds, so only TSK terms share a truncation.
+        real tacc[MT][NT][2];
+        #pragma unroll
+        for (int i = 0; i < MT; i++) {
+            #pragma unroll
+            for (int j = 0; j < NT; j++) {
+                tacc[i][j][0] = ZERO;
+                tacc[i][j][1] = ZERO;
+            }
+        }
+#define ACC tacc
+#else
+#define ACC acc
+#endif
         #pragma unroll
         for (int kk = 0; kk < TSK; kk += KSTEP) {
             real a[KSUB][MT], b[KSUB][NT];
@@ -214,12 +231,12 @@ void gemm(const int M, const int N, const int K,
                         const uint bs0 = tf32_bits(b[0][j] - as_float(bb0));
                         const uint bs1 = tf32_bits(b[1][j] - as_float(bb1));
                         // small terms first: they are added while the accumulator is smallest
-                        MMA_TF32(acc[i][j][0], acc[i][j][1], acc[i + 1][j][0], acc[i + 1][j][1],
+                        MMA_TF32(ACC[i][j][0], ACC[i][j][1], ACC[i + 1][j][0], ACC[i + 1][j][1],
                                  as0, as1, as2, as3, bb0, bb1);
-                        MMA_TF32(acc[i][j][0], acc[i][j][1], acc[i + 1][j][0], acc[i + 1][j][1],
+                        MMA_TF32(ACC[i][j][0], ACC[i][j][1], ACC[i + 1][j][0], ACC[i + 1][j][1],
                                  ab0, ab1, ab2, ab3, bs0, bs1);
 #endif
-                        MMA_TF32(acc[i][j][0], acc[i][j][1], acc[i + 1][j][0], acc[i + 1][j][1],
+                        MMA_TF32(ACC[i][j][0], ACC[i][j][1], ACC[i + 1][j][0], ACC[i + 1][j][1],
                                  ab0, ab1, ab2, ab3, bb0, bb1);
                     }
 #endif
@@ -227,6 +244,17 @@ void gemm(const int M, const int N, const int K,
             }
 #endif
         }
+#if MMA == 6
+        #pragma unroll
+        for (int i = 0; i < MT; i++) {
+            #pragma unroll
+            for (int j = 0; j < NT; j++) {
+                acc[i][j][0] += tacc[i][j][0];
+                acc[i][j][1] += tacc[i][j][1];
+            }
+        }
+#endif
+#undef ACC
         if (more) {
             TILE_COMMIT(Asub[(t + 1) & 1], Bsub[(t + 1) & 1]);
         }
