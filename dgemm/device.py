@@ -56,8 +56,9 @@ class Device:
         self._kernels: dict = {}
         self._lock = threading.Lock()
 
-    def choice(self, dtype) -> Choice:
-        return lookup(self.info, np.dtype(dtype).name)
+    def choice(self, dtype, precision: str | None = None) -> Choice:
+        """The tuning database's parameters for ``dtype`` (and ``precision``) on this device."""
+        return lookup(self.info, np.dtype(dtype).name, precision=precision)
 
     def check_dtype(self, dtype) -> np.dtype:
         dtype = np.dtype(dtype)

@@ -82,6 +82,15 @@ def any_device():
 
 
 @pytest.fixture(scope="session")
+def gpu_device():
+    """The first GPU device (tests marked ``gpu`` skip without one)."""
+    gpus = [d for d in DEVICES if d.type == "GPU"]
+    if not gpus:
+        pytest.skip(NO_GPU_REASON)
+    return get_device(gpus[0])
+
+
+@pytest.fixture(scope="session")
 def engines():
     """``engines(device, dtype, params=None)``: the session-cached engine."""
     return engine_for

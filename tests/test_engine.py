@@ -310,3 +310,46 @@ def test_grouped_work_group_order_covers_every_tile(device, dtype, groupm, rng):
     ref = a @ b
     assert np.all(np.isfinite(out))
     assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < (1e-5 if dtype == "float32" else 1e-13)
+
+
+@pytest.mark.gpu
+def test_tensor_core_paths_against_numpy_and_the_fma_kernel(gpu_device, rng):
+    """On a GPU with tensor cores: DMMA is float64-exact class, 3xTF32 at least as accurate as the
+    FMA kernel (normal and wide-range data), TF32 within TF32's bound; edge blocks, alpha/beta, transposes."""
+    from dgemm.kernelbench import tolerance
+    dev = gpu_device
+    if not dev.info.dmma:
+        pytest.skip(f"{dev.info.name} has no tensor-core paths (needs NVIDIA compute capability >= 8.0)")
+    m, n, ks = 1000, 700, (900, 333)
+
+    def data(dtype, trans, wide=False):
+        A = [rng.standard_normal((k, m) if trans[0] else (m, k)) for k in ks]
+        B = [rng.standard_normal((n, k) if trans[1] else (k, n)) for k in ks]
+        if wide:  # entries spread over 2^-16 .. 2^16
+            A = [a * np.exp2(rng.uniform(-16, 16, a.shape)) for a in A]
+            B = [b * np.exp2(rng.uniform(-16, 16, b.shape)) for b in B]
+        C = rng.standard_normal((m, n))
+        return [a.astype(dtype) for a in A], [b.astype(dtype) for b in B], C.astype(dtype)
+
+    def err(dtype, precision, A, B, C, trans):
+        params = dev.choice(dtype, precision).params
+        out = BlockEngine(dev, dtype, params).product(zip(A, B), m, n, alpha=1.5, beta=-0.5, c=C,
+                                                      trans_a=trans[0], trans_b=trans[1])
+        f = [x.astype(np.float64) for x in (*A, *B)]
+        A64, B64 = f[:len(A)], f[len(A):]
+        ref = 1.5 * sum((a.T if trans[0] else a) @ (b.T if trans[1] else b) for a, b in zip(A64, B64)) \
+            - 0.5 * C.astype(np.float64)
+        return params, float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
+
+    trans = (True, False)
+    p, e = err("float64", None, *data("float64", trans), trans)
+    assert p.precision == "dmma" and e < 1e-13
+    for wide in (False, True):
+        A, B, C = data("float32", (False, False), wide)
+        p_fma, e_fma = err("float32", "fma", A, B, C, (False, False))
+        p3, e3 = err("float32", "3xtf32", A, B, C, (False, False))
+        assert p_fma.precision == "fma" and p3.precision == "3xtf32"
+        assert e3 <= e_fma * 1.05, (wide, e3, e_fma)   # the claim the README makes
+    trans = (False, True)
+    p, e = err("float32", "tf32", *data("float32", trans), trans)
+    assert p.precision == "tf32" and e < tolerance("float32", sum(ks), "tf32")
