@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from dask.utils import format_bytes
 
 INT32_MAX = 2**31 - 1
 # Share of a device's memory a plan may fill (the rest: programs, the driver,
@@ -224,12 +225,12 @@ def make_plan(m: int, n: int, k: int, dtype, tiles: tuple[int, int, int], *,
         if why is None and (budget is not None or max_alloc is not None):
             total, largest = working_set(*cur, tiles, dtype.itemsize)
             if budget is not None and total > budget:
-                why = (f"a block product of {cur[0]} x {cur[1]} x {cur[2]} needs {total / 2**20:.1f} MiB of "
+                why = (f"a block product of {cur[0]} x {cur[1]} x {cur[2]} needs {format_bytes(total)} of "
                        f"device memory; {MEMORY_FRACTION:.0%} of the smallest device's "
-                       f"{device_memory / 2**20:.1f} MiB is {budget / 2**20:.1f} MiB")
+                       f"{format_bytes(device_memory)} is {format_bytes(budget)}")
             elif max_alloc is not None and largest > max_alloc:
-                why = (f"a block product of {cur[0]} x {cur[1]} x {cur[2]} needs a {largest / 2**20:.1f} MiB "
-                       f"buffer; the device allows {max_alloc / 2**20:.1f} MiB in one buffer")
+                why = (f"a block product of {cur[0]} x {cur[1]} x {cur[2]} needs a {format_bytes(largest)} "
+                       f"buffer; the device allows {format_bytes(max_alloc)} in one buffer")
         if why is None:
             break
         # Shrink the largest dimension that can shrink (C blocks are fixed by an existing output).

@@ -226,7 +226,7 @@ class Operand:
             return no_ref, None
         chunks = (tuple(b - a for a, b in sr), tuple(b - a for a, b in sc))
         if isinstance(self.dask, np.ndarray):
-            x = da.from_array(self.dask, chunks=chunks, name=f"dgemm-load-{self.what}-{tokenize(self.dask)}")
+            x = da.from_array(self.dask, chunks=chunks, name=f"dgemm-load-{self.what}-{tokenize(self.dask, chunks)}")
         else:
             x = self.dask.rechunk(chunks)
 
@@ -359,8 +359,6 @@ def _open_for_resume(out):
     try:
         return zarr.open_array(out, mode="r+")
     except Exception as e:
-        if isinstance(out, (str, os.PathLike)) and not _exists(out):
-            return None
         raise ValueError(f"cannot resume: out {_name(out)} exists but is not a Zarr array "
                          f"({type(e).__name__}: {e})") from None
 

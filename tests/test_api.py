@@ -348,6 +348,19 @@ def test_failed_run_leaves_an_incomplete_output(client, tmp_path, rng):
 
 # -- bad inputs: clear errors before any work, nothing written ----------------
 def _bad_cases():
+    """The bad-input table: ``name: (operation, make kwargs(tmp_path), exception, message regex)``.
+
+    Every row must fail with that exception and message *before any work*
+    (``client`` is a stand-in that fails the test if touched) and write
+    nothing.  Kinds: shape mismatches, dimensions, dtypes, scalars, option
+    values (block, booleans, resume), outputs (exists, read-only, wrong
+    shape/dtype, in-memory, not a store, the same as an input), paths that
+    are not Zarr arrays, inputs that are unfinished dgemm outputs or dask
+    arrays of unknown shape, and sizes beyond the kernels' 32-bit indexing.
+    Valid but special inputs are tested where they work: NaN/Inf follow
+    numpy (``test_nan_and_inf_propagate_like_numpy``), zero-size dimensions
+    give empty or zero results (``test_empty_results``, ``test_k_zero``).
+    """
     f4 = np.ones((4, 3), "f4")
     g4 = np.ones((3, 5), "f4")
 
@@ -377,6 +390,38 @@ def _bad_cases():
     def read_only_out(tmp):
         existing(tmp)
         return dict(a=f4, b=g4, out=zarr.open_array(str(tmp / "existing.zarr"), mode="r"))
+
+    def huge(tmp, name, shape, chunks):
+        """A Zarr array of ``shape`` with no chunk written (metadata only: any size costs nothing)."""
+        return zarr.create_array(store=str(tmp / name), shape=shape, chunks=chunks, dtype="f4")
+
+    def incomplete(tmp):
+        arr = zarr_in(tmp / "half.zarr", np.ones((4, 3), "f4"), (2, 3))
+        arr.attrs[COMPLETE_ATTR] = {"complete": False, "operation": "matmul"}
+        return dict(a=arr, b=g4)
+
+    def unknown_shape(tmp):
+        d = da.ones((4, 3), chunks=2, dtype="f4")
+        return dict(a=d[d[:, 0] > 0], b=g4)
+
+    def resume_plain(tmp):
+        existing(tmp)
+        return dict(a=f4, b=g4, out=str(tmp / "existing.zarr"), resume=True)
+
+    def resume_in_place(tmp):
+        c = zarr_in(tmp / "cc.zarr", np.ones((4, 5), "f4"), (2, 5))
+        return dict(a=f4, b=g4, c=c, beta=1.0, out=c, resume=True)
+
+    def resume_not_zarr(tmp):
+        (tmp / "junk").mkdir()
+        (tmp / "junk" / "x.txt").write_text("x")
+        return dict(a=f4, b=g4, out=str(tmp / "junk"), resume=True)
+
+    def out_chunks_overflow(tmp):
+        a = huge(tmp, "ha.zarr", (60000, 8), (10000, 8))
+        b = huge(tmp, "hb.zarr", (8, 60000), (8, 10000))
+        out = existing(tmp, shape=(60000, 60000), chunks=(50000, 50000))
+        return dict(a=a, b=b, out=out)
 
     from zarr.storage import MemoryStore
     M = "matmul"
@@ -435,6 +480,30 @@ def _bad_cases():
         "out-numpy": (M, lambda t: dict(a=f4, b=g4, out=np.empty((4, 5), "f4")), TypeError,
                       "out must be a path, URL, zarr store or zarr.Array, not ndarray"),
         "out-is-a": (M, out_is_a, ValueError, "is also the input a"),
+        "a-incomplete-dgemm-output": (M, incomplete, ValueError, r"half\.zarr\) is an incomplete dgemm output"),
+        "a-dask-unknown-shape": (M, unknown_shape, ValueError, r"unknown shape \(nan, 3\).*compute_chunk_sizes"),
+        "overwrite-not-bool": (M, lambda t: dict(a=f4, b=g4, overwrite="no"), TypeError,
+                               "overwrite must be True or False, not 'no'"),
+        "progress-not-bool": (M, lambda t: dict(a=f4, b=g4, progress=None), TypeError, "progress must be True or False"),
+        "trans-not-bool": (G, lambda t: dict(a=f4, b=np.ones((5, 3), "f4"), trans_b="T"), TypeError,
+                           "trans_b must be True or False, not 'T'"),
+        "resume-not-bool": (M, lambda t: dict(a=f4, b=g4, resume=1), TypeError, "resume must be True or False"),
+        "resume-without-out": (M, lambda t: dict(a=f4, b=g4, out=None, resume=True), ValueError,
+                               "resume=True finishes an interrupted run into out; give out"),
+        "resume-and-overwrite": (M, lambda t: dict(a=f4, b=g4, resume=True, overwrite=True), ValueError,
+                                 "choose one"),
+        "resume-not-dgemm-output": (M, resume_plain, ValueError, "cannot resume: .* was not written by dgemm"),
+        "resume-in-place": (G, resume_in_place, ValueError, "cannot resume an in-place update"),
+        "resume-out-not-zarr": (M, resume_not_zarr, ValueError, "cannot resume: .*junk' exists but is not a Zarr"),
+        "block-int32-overflow-c": (M, lambda t: dict(a=huge(t, "ha.zarr", (100000, 64), (10000, 64)),
+                                                     b=huge(t, "hb.zarr", (64, 100000), (64, 10000)),
+                                                     block=(50000, 50000, 64)), ValueError,
+                                   r"gives C blocks of 50000 x 50000 = 2500000000 elements, more than the 2\*\*31 - 1"),
+        "block-int32-overflow-a": (M, lambda t: dict(a=huge(t, "ha.zarr", (100000, 100000), (10000, 10000)),
+                                                     b=huge(t, "hb.zarr", (100000, 8), (10000, 8)),
+                                                     block=(60000, 8, 60000)), ValueError, "gives A blocks of 60000 x 60000"),
+        "out-chunks-int32-overflow": (M, out_chunks_overflow, ValueError,
+                                      r"out's chunks \(50000, 50000\) are too large for dgemm: a C block of 50000 x 50000"),
     }
 
 
@@ -446,8 +515,10 @@ def test_bad_input(tmp_path, no_client, name):
     op, make, exc, msg = BAD[name]
     kwargs = make(tmp_path)
     kwargs.setdefault("out", str(tmp_path / "out.zarr"))
+    if kwargs["out"] is None:
+        del kwargs["out"]
     before = sorted(p.name for p in tmp_path.iterdir())
-    existing = kwargs["out"] if isinstance(kwargs["out"], zarr.Array) else None
+    existing = kwargs.get("out") if isinstance(kwargs.get("out"), zarr.Array) else None
     fn = dgemm.matmul if op == "matmul" else dgemm.gemm
     with pytest.raises(exc, match=msg):
         fn(client=no_client, **kwargs)

@@ -136,3 +136,80 @@ def test_explain_and_bytes():
     assert "C[1000 x 600] = A[1000 x 700] @ B[700 x 600]  (float32)" in text
     assert "grid: 4 x 3 C blocks, 3 k-blocks" in text and "12 GEMM tasks" in text
     assert f"{p.flops / 1e9:.3f} GFLOP" in text
+
+
+# -- limits: 32-bit indexing and device memory ----------------------------------
+def test_huge_dimensions_are_split_within_32_bit_indexing():
+    """Whatever the size asked for, every padded block buffer stays below 2**31 elements."""
+    from dgemm.plan import INT32_MAX, index_overflow
+
+    p = make_plan(10**6, 10**6, 10**6, "float32", (64, 64, 16), target=10**6)
+    bm, bn, bk = p.block_shape
+    assert index_overflow(bm, bn, bk, (64, 64, 16)) is None
+    assert bm * bn <= INT32_MAX and bm * bk <= INT32_MAX and bk * bn <= INT32_MAX
+    assert len(p.rows) > 1 and len(p.cols) > 1 and "blocks shrunk: a C block of" in p.explain()
+    # a long thin product: only the long axis needs splitting
+    p = make_plan(3 * 10**9, 2, 3, "float64", (64, 64, 16), target=(10**10, 64, 64))
+    assert p.block_shape[0] * 64 <= INT32_MAX and len(p.rows) > 1
+
+
+@settings(max_examples=150, deadline=None)
+@given(m=st.integers(1, 10**7), n=st.integers(1, 10**7), k=st.integers(1, 10**7),
+       tiles=st.sampled_from([(32, 32, 16), (64, 64, 8), (96, 64, 16), (128, 128, 32)]),
+       target=st.tuples(*[st.integers(16, 10**6)] * 3),
+       memory=st.one_of(st.none(), st.integers(2**20, 2**36)),
+       dtype=st.sampled_from(["float32", "float64"]))
+def test_blocks_respect_every_limit(m, n, k, tiles, target, memory, dtype):
+    from dgemm.plan import MEMORY_FRACTION, PlanError, index_overflow, working_set
+
+    try:
+        p = make_plan(m, n, k, dtype, tiles, target=target, device_memory=memory)
+    except PlanError as e:
+        # only when even one tile does not fit
+        assert memory is not None and "no blocking" in str(e)
+        assert working_set(min(m, tiles[0]), min(n, tiles[1]), min(k, tiles[2]), tiles,
+                           np.dtype(dtype).itemsize)[0] > MEMORY_FRACTION * memory
+        return
+    bm, bn, bk = p.block_shape
+    assert index_overflow(bm, bn, bk, tiles) is None
+    if memory is not None:
+        assert p.device_bytes() <= MEMORY_FRACTION * memory
+    assert_partition(p.rows, m)
+    assert_partition(p.cols, n)
+    assert_partition(p.ks, k)
+
+
+def test_small_device_memory_shrinks_blocks():
+    from dgemm.plan import working_set
+
+    tiles = (64, 64, 16)
+    big = make_plan(5000, 5000, 5000, "float64", tiles, target=4096)
+    assert big.block_shape == (4096, 4096, 4096) and big.note == ""
+    p = make_plan(5000, 5000, 5000, "float64", tiles, target=4096, device_memory=64 * 2**20)
+    bm, bn, bk = p.block_shape
+    assert working_set(bm, bn, bk, tiles, 8)[0] <= 0.8 * 64 * 2**20
+    assert bm % 64 == 0 and bn % 64 == 0 and bk % 16 == 0
+    assert "blocks shrunk: a block product of 4096 x 4096 x 4096 needs 640.00 MiB of device memory; " \
+           "80% of the smallest device's 64.00 MiB is 51.20 MiB" in p.explain()
+    # the largest single buffer is capped too (CL_DEVICE_MAX_MEM_ALLOC_SIZE)
+    p = make_plan(5000, 5000, 5000, "float64", tiles, target=4096, max_alloc=2**20)
+    assert working_set(*p.block_shape, tiles, 8)[1] <= 2**20
+    assert "the device allows 1.00 MiB in one buffer" in p.note
+
+
+def test_device_memory_too_small_for_one_tile():
+    from dgemm.plan import PlanError
+    with pytest.raises(PlanError, match=r"no blocking of C\[500 x 500\] = A @ B\[500\] \(float64\) fits: a block "
+                                        r"product of 64 x 64 x 16 needs"):
+        make_plan(500, 500, 500, "float64", (64, 64, 16), device_memory=50_000)
+
+
+def test_fixed_output_chunks_shrink_only_k():
+    from dgemm.plan import PlanError
+    p = make_plan(1000, 1000, 5000, "float32", (32, 32, 16), out_chunks=(500, 500), target=4096,
+                  device_memory=8 * 2**20)
+    assert p.block_shape[:2] == (500, 500) and p.block_shape[2] < 4096
+    with pytest.raises(PlanError, match=r"C blocks are fixed to the output's chunks \(1000, 1000\)"):
+        make_plan(1000, 1000, 5000, "float32", (32, 32, 16), out_chunks=(1000, 1000), device_memory=8 * 2**20)
+    with pytest.raises(PlanError, match="a C block of 50016 x 50016 padded elements exceeds 2\\*\\*31 - 1"):
+        make_plan(60000, 60000, 8, "float32", (32, 32, 16), out_chunks=(50000, 50000))

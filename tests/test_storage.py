@@ -260,3 +260,145 @@ def test_existing_array_as_output_keeps_chunks(tmp_path):
     out = create_output(spec, (99, 99), {"operation": "x"})
     assert out is arr and out.chunks == (4, 3)
     assert out.attrs["mine"] == 1 and out.attrs[COMPLETE_ATTR]["complete"] is False
+
+
+# -- per-block completion markers ---------------------------------------------
+def test_block_markers_mark_list_and_reset(tmp_path):
+    from dgemm.storage import BlockMarkers
+
+    arr = zarr.create_array(store=str(tmp_path / "c.zarr"), shape=(6, 6), chunks=(3, 3), dtype="f8")
+    m = BlockMarkers(arr, "run1")
+    assert m.done() == set()
+    for ij in [(0, 0), (1, 1), (0, 1)]:
+        m.mark(*ij)
+    m.mark(1, 1)                                          # marking twice is harmless
+    assert m.done() == {(0, 0), (1, 1), (0, 1)}
+    assert BlockMarkers(arr, "run2").done() == set()      # another run's markers do not count
+    # one tiny object per block, next to the array's own keys; Zarr does not see them
+    assert (tmp_path / "c.zarr" / ".dgemm" / "done" / "run1" / "1.1").read_bytes() == b"1"
+    again = zarr.open_array(str(tmp_path / "c.zarr"), mode="r")
+    assert again.shape == (6, 6) and again.nchunks_initialized == 0
+    m.reset()
+    assert m.done() == set() and not (tmp_path / "c.zarr" / ".dgemm").exists()
+    # overwriting the array removes them too
+    m.mark(0, 0)
+    zarr.create_array(store=str(tmp_path / "c.zarr"), shape=(6, 6), chunks=(3, 3), dtype="f8", overwrite=True)
+    assert m.done() == set()
+
+
+def test_block_markers_in_a_group_and_without_listing(tmp_path):
+    from dgemm.storage import BlockMarkers
+
+    g = zarr.open_group(str(tmp_path / "g.zarr"), mode="w")
+    arr = g.create_array("sub/c", shape=(4, 4), chunks=(2, 2), dtype="f4")
+    m = BlockMarkers(arr, "r")
+    m.mark(1, 0)
+    assert (tmp_path / "g.zarr" / "sub" / "c" / ".dgemm" / "done" / "r" / "1.0").is_file()
+    assert m.done() == {(1, 0)}
+    assert set(zarr.open_group(str(tmp_path / "g.zarr"), mode="r").group_keys()) == {"sub"}
+
+    class NoListing:                       # a store that cannot list keys: markers are checked one by one
+        def __init__(self, store):
+            self._s = store
+            self.supports_listing = False
+
+        def __getattr__(self, name):
+            return getattr(self._s, name)
+
+    m.store = NoListing(m.store)
+    assert m.done(grid=(2, 2)) == {(1, 0)}
+    with pytest.raises(ValueError, match="cannot list keys; pass the block grid"):
+        m.done()
+
+
+def test_store_task_marks_its_block_after_writing(tmp_path, rng):
+    from dgemm.graph import store
+    from dgemm.storage import BlockMarkers
+
+    arr = zarr.create_array(store=str(tmp_path / "c.zarr"), shape=(4, 6), chunks=(2, 3), dtype="f8",
+                            fill_value=np.nan)
+    m = BlockMarkers(arr, "r")
+    blk = rng.standard_normal((2, 3))
+    assert store(arr, (2, 4), (3, 6), blk, (), (m, 1, 1)) == (2, 3)
+    np.testing.assert_array_equal(arr[2:4, 3:6], blk)
+    assert m.done() == {(1, 1)}
+
+    class Failing:
+        def __setitem__(self, key, value):
+            raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        store(Failing(), (0, 2), (0, 3), blk, (), (m, 0, 0))
+    assert m.done() == {(1, 1)}                              # a block that was not written is not marked
+
+
+# -- read errors name the chunk -------------------------------------------------
+@pytest.mark.parametrize("shards", [None, (4, 4)])
+def test_read_error_names_the_chunk_and_its_key(tmp_path, shards):
+    from dgemm.storage import read_error
+
+    arr = zarr.create_array(store=str(tmp_path / "a.zarr"), shape=(8, 8), chunks=(2, 2), shards=shards,
+                            dtype="f8", compressors=None)
+    arr[...] = 1.0
+    key = "c/1/1" if shards else "c/2/3"
+    (tmp_path / "a.zarr" / key).write_bytes(b"bad")
+    ref = ZarrBlock(arr, (4, 6), (4, 8))
+    with pytest.raises(Exception) as err:
+        ref.load()
+    msg = read_error(ref, err.value)
+    idx = "(1, 1)" if shards else "(2, 3)"
+    assert msg.startswith(f"dgemm could not read Zarr array file://{tmp_path}/a.zarr rows 4:6, columns 4:8, "
+                          f"chunk {idx} (store key '{key}'): ")
+    assert ZarrBlock(arr, (0, 2), (0, 2)).bad_chunk() is None                 # a good region has none
+    assert read_error(np.ones(2), ValueError("x")) == "dgemm could not read an input block: ValueError: x"
+
+
+def test_read_error_of_a_vector_and_in_a_group(tmp_path):
+    from dgemm.storage import read_error
+
+    g = zarr.open_group(str(tmp_path / "g.zarr"), mode="w")
+    v = g.create_array("v", shape=(10,), chunks=(4,), dtype="f4", compressors=None)
+    v[...] = 2.0
+    (tmp_path / "g.zarr" / "v" / "c" / "1").write_bytes(b"x")
+    ref = ZarrBlock(v, (0, 1), (0, 10), expand=0)
+    with pytest.raises(Exception) as err:
+        ref.load()
+    assert "chunk (1,) (store key 'v/c/1')" in read_error(ref, err.value)
+
+
+# -- resume: outputs and run identities ---------------------------------------------
+def test_check_output_for_resume(tmp_path):
+    path = str(tmp_path / "c.zarr")
+    fresh = check_output(path, (4, 5), np.dtype("f4"), False, resume=True)    # nothing there: a fresh output
+    assert fresh.array is None and not fresh.resume
+    arr = create_output(fresh, (2, 5), {"operation": "matmul"})
+    spec = check_output(path, (4, 5), np.dtype("f4"), False, resume=True)
+    assert spec.resume and spec.array is not None and spec.array.chunks == (2, 5) and not spec.array.read_only
+    with pytest.raises(ValueError, match=r"out has shape \(4, 5\), but the result has shape \(5, 4\)"):
+        check_output(path, (5, 4), np.dtype("f4"), False, resume=True)
+    with pytest.raises(ValueError, match="out has dtype float32, but the result is float64"):
+        check_output(path, (4, 5), np.dtype("f8"), False, resume=True)
+    assert check_output(arr, (4, 5), np.dtype("f4"), False, resume=True).resume
+    with pytest.raises(PermissionError, match="read-only"):
+        check_output(zarr.open_array(path, mode="r"), (4, 5), np.dtype("f4"), False, resume=True)
+
+
+def test_operand_identity(tmp_path):
+    from dgemm.storage import run_id
+
+    z = zarr_array(tmp_path / "a.zarr", np.ones((4, 3), "f4"), (2, 3))
+    ident = Operand(str(tmp_path / "a.zarr"), "a").identity()
+    assert ident == {"shape": [4, 3], "dtype": "<f4", "trans": False, "expand": None,
+                     "zarr": f"file://{tmp_path}/a.zarr", "chunks": [2, 3]}
+    assert Operand(z, "a").identity() == ident                       # a path and the opened array alike
+    x = np.arange(12.0).reshape(4, 3)
+    assert Operand(x, "a").identity() == Operand(x.copy(), "a").identity()
+    y = x.copy()
+    y[0, 0] = -1
+    assert Operand(x, "a").identity() != Operand(y, "a").identity()   # numpy: by content
+    d = da.from_array(x, chunks=2)
+    assert Operand(d, "a").identity()["dask"] == d.name
+    t = Operand(x, "a")
+    t.transpose()
+    assert t.identity()["trans"] is True
+    assert run_id({"x": [1, 2]}) == run_id({"x": [1, 2]}) != run_id({"x": [2, 1]})
