@@ -97,9 +97,11 @@ def test_page_data_after_a_matmul(run, cluster):
         assert w["ok"] and w["device"] and w["device_type"] in ("CPU", "GPU", "ACCELERATOR")
         assert w["blocks"] > 0 and w["flops"] > 0 and w["bytes_up"] > 0 and w["bytes_down"] > 0
         assert w["kernel_seconds"] > 0 and w["busy_seconds"] >= w["kernel_seconds"]
-        # busy time = kernel + transfer + read wait (the metered engine's split)
+        # busy time = kernel + transfer + read wait (the metered engine's split; transfer is clamped
+        # at zero where the device's profiling clock gives the kernel a hair more than the host saw)
         parts = w["kernel_seconds"] + w["transfer_seconds"] + w["read_wait_seconds"]
-        assert parts == pytest.approx(w["busy_seconds"], rel=1e-6)
+        assert parts >= w["busy_seconds"] * (1 - 1e-9)
+        assert parts == pytest.approx(w["busy_seconds"], rel=1e-2)
         assert w["store_seconds"] > 0
         assert w["tflops_busy"] > 0 and w["tflops_kernel"] >= w["tflops_busy"]
         assert w["series"] and w["tflops_peak"] > 0
