@@ -46,7 +46,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--k", type=int, default=32, help="K (default 32: tiny products, overhead-bound)")
     parser.add_argument("--block", type=int, default=32, help="C block size (default 32: 1024 blocks)")
     parser.add_argument("--dtype", default="float32")
-    parser.add_argument("--devices", default=os.environ.get("DGEMM_DEVICES", "cpu,cpu"))
+    parser.add_argument("--devices", default=os.environ.get("DGEMM_DEVICES", "cpu,cpu"),
+                        help="devices of the local cluster (default cpu,cpu)")
+    parser.add_argument("--scheduler", default=None, help="use the running cluster at this address instead")
     parser.add_argument("--null-tasks", type=int, default=2000)
     parser.add_argument("--out", default=None, help="JSON file (default bench/results/overhead-<device>-<date>.json)")
     args = parser.parse_args(argv)
@@ -70,8 +72,13 @@ def main(argv=None) -> dict:
     a[...] = A
     b = zarr.create_array(store=f"{folder}/b.zarr", shape=B.shape, chunks=(k, blk), dtype=B.dtype)
     b[...] = B
-    with dgemm.DeviceCluster(args.devices, dashboard_address=":0") as cluster, \
-            Client(cluster, set_as_default=False) as client:
+    import contextlib
+    with contextlib.ExitStack() as stack:
+        if args.scheduler:
+            client = stack.enter_context(Client(args.scheduler, set_as_default=False))
+        else:
+            cluster = stack.enter_context(dgemm.DeviceCluster(args.devices, dashboard_address=":0"))
+            client = stack.enter_context(Client(cluster, set_as_default=False))
         # warm up: kernels built, plugin set up, inputs' metadata cached
         dgemm.matmul(a, b[:, :blk], out=f"{folder}/warm.zarr", client=client, block=blk)
         infos = client.run(describe_for_plan)
@@ -114,6 +121,7 @@ def main(argv=None) -> dict:
         "null_tasks": args.null_tasks, "null_task_ms": 1e3 * null_wall / args.null_tasks,
         "max_abs_err": err,
     }
+    record["cluster"] = args.scheduler or f"DeviceCluster({args.devices!r})"
     path = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
                                     f"overhead-{device_slug(device.name)}-{date[:10]}.json")
     write_json(path, record)
