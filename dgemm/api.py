@@ -14,13 +14,14 @@ import numpy as np
 
 from . import graph as graph_mod
 from .cluster import device_limits, get_client, prepare, tiles_of
+from .tuning import check_precision
 from .plan import INT32_MAX, index_overflow, make_plan
 from .storage import (COMPLETE_ATTR, BlockMarkers, Operand, _is_zarr_array, check_dtype, check_output,
                       create_output, location, mark_complete, run_id)
 
 
 def matmul(a, b, out=None, *, client=None, overwrite: bool = False, resume: bool = False, block=None,
-           devices: str | None = None, progress: bool = False):
+           devices: str | None = None, progress: bool = False, precision: str | None = None):
     """Matrix product of two arrays, computed on the cluster's OpenCL devices.
 
     Follows :func:`numpy.matmul` for 1-D and 2-D operands: a 1-D first
@@ -54,6 +55,14 @@ def matmul(a, b, out=None, *, client=None, overwrite: bool = False, resume: bool
         Devices for a local cluster started by this call (``DGEMM_DEVICES``).
     progress : bool
         Show a progress bar while writing ``out``.
+    precision : {None, "fma", "3xtf32", "tf32", "dmma"}, optional
+        The arithmetic.  ``None`` (default) never loses accuracy: float32 runs
+        the FMA kernel, float64 the fastest exact kernel the device has (DMMA
+        tensor cores on NVIDIA compute capability >= 8.0).  float32 may ask for
+        ``"3xtf32"`` (tensor cores, error-compensated: measured at least as
+        accurate as FMA on the H100) or ``"tf32"`` (tensor cores, TF32
+        accuracy, about 3e-4 relative: an explicit fast mode); float64 for
+        ``"fma"``.  Devices without tensor cores run the FMA kernel instead.
 
     Returns
     -------
@@ -68,12 +77,12 @@ def matmul(a, b, out=None, *, client=None, overwrite: bool = False, resume: bool
     >>> np.allclose(c[:], np.asarray(...))                       # doctest: +SKIP
     """
     return _run(a, b, None, 1.0, 0.0, False, False, out, client, overwrite, block, devices,
-                progress, "matmul", resume)
+                progress, "matmul", resume, precision)
 
 
 def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 0.0, trans_a: bool = False,
          trans_b: bool = False, out=None, client=None, overwrite: bool = False, resume: bool = False,
-         block=None, devices: str | None = None, progress: bool = False):
+         block=None, devices: str | None = None, progress: bool = False, precision: str | None = None):
     """General matrix multiply: ``alpha * op(a) @ op(b) + beta * c``.
 
     ``op(x)`` is ``x.T`` when the matching ``trans_*`` flag is set; the
@@ -93,7 +102,7 @@ def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 0.0, trans_a: bool =
         Use the transpose of ``a`` / ``b``.
     """
     return _run(a, b, c, alpha, beta, trans_a, trans_b, out, client, overwrite, block, devices,
-                progress, "gemm", resume)
+                progress, "gemm", resume, precision)
 
 
 def _check_scalar(x, name: str) -> float:
@@ -134,7 +143,7 @@ def _check_block(block):
 
 
 def _run(a, b, c, alpha, beta, trans_a, trans_b, out, client, overwrite, block, devices, progress, op,
-         resume=False):
+         resume=False, precision=None):
     # ---- check everything the user gave, before any work ----
     alpha, beta = _check_scalar(alpha, "alpha"), _check_scalar(beta, "beta")
     trans_a, trans_b = _check_bool(trans_a, "trans_a"), _check_bool(trans_b, "trans_b")
@@ -179,6 +188,7 @@ def _run(a, b, c, alpha, beta, trans_a, trans_b, out, client, overwrite, block, 
     elif beta != 0:
         raise ValueError(f"beta={beta} needs c (the matrix to scale and add)")
     dtype = check_dtype(dtype, "the result")
+    precision = check_precision(dtype.name, precision)
     _check_block_overflow(target, m, n, ka)
     full_shape = (m, n)
     shape = tuple(s for ax, s in enumerate(full_shape) if ax not in drop)
@@ -214,7 +224,7 @@ def _run(a, b, c, alpha, beta, trans_a, trans_b, out, client, overwrite, block, 
     # ---- cluster, plan, graph ----
     client = get_client(client, devices)
     workers = prepare(client, dtype)
-    tiles = tiles_of(workers, dtype)
+    tiles = tiles_of(workers, dtype, precision)
     if target is None:
         all_cpu = all(d["device"].type == "CPU" for d in workers.values())
         target = (1024,) * 3 if all_cpu else (4096,) * 3
@@ -223,7 +233,7 @@ def _run(a, b, c, alpha, beta, trans_a, trans_b, out, client, overwrite, block, 
                      target=target, n_workers=len(workers), device_memory=memory, max_alloc=max_alloc)
     token = uuid.uuid4().hex[:12]
     if spec is None:
-        g = graph_mod.build(plan, A, B, C, alpha=alpha, beta=beta, token=token)
+        g = graph_mod.build(plan, A, B, C, alpha=alpha, beta=beta, token=token, precision=precision)
         import dask.array as da
         arr = da.Array(g.hlg(), g.result_name, chunks=(tuple(b - a for a, b in plan.rows),
                                                        tuple(b - a for a, b in plan.cols)),
@@ -254,7 +264,8 @@ def _run(a, b, c, alpha, beta, trans_a, trans_b, out, client, overwrite, block, 
         todo = sorted(all_blocks)
     t0 = time.perf_counter()
     if todo:
-        g = graph_mod.build(plan, A, B, C, alpha=alpha, beta=beta, token=token, blocks=todo)
+        g = graph_mod.build(plan, A, B, C, alpha=alpha, beta=beta, token=token, blocks=todo,
+                            precision=precision)
         done_key = graph_mod.add_store(g, plan, result, drop, token, markers, blocks=todo)
         from dask.delayed import Delayed
         future = client.compute(Delayed(done_key, g.hlg()))

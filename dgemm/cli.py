@@ -137,7 +137,10 @@ def device_report() -> dict:
             choice = tuning.lookup(info, dt)
             d["params"][dt] = {"params": choice.params.as_dict(), "source": choice.describe(),
                                "level": choice.level, "key": choice.key, "database": choice.database,
-                               "tuned": choice.tuned}
+                               "tuned": choice.tuned, "kernel": choice.params.precision,
+                               # precision= values this device runs natively (others fall back to FMA)
+                               "paths": [p for p in tuning.PRECISIONS[dt]
+                                         if not tuning.lookup(info, dt, precision=p).note]}
         out.append(d)
     report = {"devices": out, "local_cluster": [], "local_cluster_error": None}
     if devices:
@@ -173,6 +176,8 @@ def devices(as_json):
                 continue
             click.echo(f"      {dt}: {_fmt_params(p['params'])}")
             click.echo(f"      {' ' * len(dt)}  from the {p['source']}")
+            click.echo(f"      {' ' * len(dt)}  paths (precision=): " + ", ".join(
+                f"{x} (default)" if x == p["kernel"] else x for x in p["paths"]))
     env = os.environ.get(discovery.ENV_DEVICES)
     why = f"{discovery.ENV_DEVICES}={env}" if env else f"{discovery.ENV_DEVICES} unset"
     if report["local_cluster_error"]:

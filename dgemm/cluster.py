@@ -259,8 +259,8 @@ def _wait_for_plugin(client, infos: dict, timeout: float) -> None:
         infos = client.run(describe_for_plan)
 
 
-def tiles_of(workers: dict, dtype) -> tuple[int, int, int]:
-    """Tile sizes every usable worker's kernel divides."""
+def tiles_of(workers: dict, dtype, precision: str | None = None) -> tuple[int, int, int]:
+    """Tile sizes every usable worker's kernel (for ``precision``) divides."""
     import numpy as np
-    name = np.dtype(dtype).name
+    name = np.dtype(dtype).name if precision is None else f"{np.dtype(dtype).name}:{precision}"
     return lcm_tiles([KernelParams.from_dict(d["params"][name]["params"]) for d in workers.values()])

@@ -48,11 +48,11 @@ def _pairs(a_refs, b_refs):
             yield a, b
 
 
-def gemm_block(a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_b, dtype):
+def gemm_block(a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_b, dtype, precision=None):
     """One C block: ``alpha * sum_k op(A_ik) op(B_kj) + beta * C_ij`` on this worker's device."""
     from .worker import device_state
 
-    engine = device_state().engine(dtype)
+    engine = device_state().engine(dtype, precision)
     c = _load(c_ref) if c_ref is not None and beta != 0 else None
     return engine.product(_pairs(a_refs, b_refs), m, n, alpha=alpha, beta=beta, c=c,
                           trans_a=trans_a, trans_b=trans_b)
@@ -107,8 +107,11 @@ def _merge(graph: Graph, coll) -> str | None:
 
 
 def build(plan: Plan, a: Operand, b: Operand, c: Operand | None, *, alpha: float, beta: float,
-          token: str, blocks=None) -> Graph:
-    """The layers that compute the C blocks of ``plan`` (``blocks``: a list of ``(i, j)``, default all)."""
+          token: str, blocks=None, precision: str | None = None) -> Graph:
+    """The layers that compute the C blocks of ``plan`` (``blocks``: a list of ``(i, j)``, default all).
+
+    ``precision`` picks the kernel family on each worker (see :func:`dgemm.tuning.lookup`).
+    """
     graph = Graph({}, {}, "")
     a_ref, a_coll = a.block_refs(plan.rows, plan.ks)
     b_ref, b_coll = b.block_refs(plan.ks, plan.cols)
@@ -130,7 +133,7 @@ def build(plan: Plan, a: Operand, b: Operand, c: Operand | None, *, alpha: float
                         [b_ref(kk, j) for kk in range(k0, k1)],
                         c_ref(i, j) if (use_c and first) else None,
                         r1 - r0, c1 - c0, float(alpha), float(beta) if first else 0.0,
-                        a.trans, b.trans, dt)
+                        a.trans, b.trans, dt, precision)
     graph.layers[gname] = MaterializedLayer(dsk, annotations=GPU)
     graph.dependencies[gname] = inputs
     graph.result_name = gname

@@ -28,6 +28,7 @@ from distributed.core import Status
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from .discovery import ENV_DEVICE, select_devices
+from .tuning import PRECISIONS
 from .engine import BlockEngine
 
 PLUGIN_NAME = "dgemm"
@@ -132,17 +133,20 @@ class DeviceState:
         except Exception as e:  # reported to the client by describe()
             self.error = f"{type(e).__name__}: {e}"
 
-    def engine(self, dtype):
+    def engine(self, dtype, precision: str | None = None):
+        """The engine for ``dtype`` and ``precision`` (see :func:`dgemm.tuning.lookup`), built once."""
         from .device import DeviceError
         import numpy as np
 
         if self.device is None:
             raise DeviceError(f"this worker has no usable OpenCL device ({self.error})")
         dtype = np.dtype(dtype)
+        key = dtype if precision is None else (dtype, precision)
         with self._lock:
-            if dtype not in self._engines:
-                self._engines[dtype] = MeteredEngine(self.device, dtype, on_product=self._record)
-            return self._engines[dtype]
+            if key not in self._engines:
+                params = self.device.choice(dtype, precision).params
+                self._engines[key] = MeteredEngine(self.device, dtype, params, on_product=self._record)
+            return self._engines[key]
 
     def describe(self) -> dict:
         """Plain data about this worker's device, for the client's checks and ``dgemm devices``."""
@@ -155,6 +159,9 @@ class DeviceState:
                 continue
             choice = self.device.choice(dt)
             params[dt] = {"params": choice.params.as_dict(), "source": choice.describe()}
+            for prec in PRECISIONS[dt]:  # what each precision= would run here
+                c = self.device.choice(dt, prec)
+                params[f"{dt}:{prec}"] = {"params": c.params.as_dict(), "source": c.describe(), "note": c.note}
         stats = {str(k): vars(e.stats) for k, e in self._engines.items()}
         return {"ok": True, "device": info, "params": params, "stats": stats}
 

@@ -449,3 +449,19 @@ def test_demo_end_to_end(tmp_path):
     assert r["entries_checked"] >= 64 and r["max_rel_err"] <= r["tolerance"]
     assert r["tflops"] > 0 and r["seconds"] > 0 and r["device"]
     assert set(r) >= {"device", "date", "size", "dtype", "seconds", "tflops", "max_rel_err", "dashboard"}
+
+
+def test_devices_lists_the_tensor_core_paths(runner, monkeypatch, tmp_path):
+    """An sm_90 GPU shows DMMA (its float64 default) and the TF32 paths; the CPU device only FMA."""
+    monkeypatch.setattr(dgemm.discovery, "list_devices", _fake_devices)
+    monkeypatch.setenv("DGEMM_TUNING_DB", str(tmp_path / "none.json"))
+    r = runner.invoke(cli, ["devices", "--json"])
+    assert r.exit_code == 0, r.output
+    by_name = {d["name"]: d for d in json.loads(r.output)["devices"]}
+    h100, cpu = by_name["NVIDIA H100 80GB HBM3"], by_name["pthread-Some CPU"]
+    assert h100["params"]["float64"]["kernel"] == "dmma" and h100["params"]["float64"]["paths"] == ["fma", "dmma"]
+    assert h100["params"]["float32"]["kernel"] == "fma"          # float32 default never loses accuracy
+    assert h100["params"]["float32"]["paths"] == ["fma", "3xtf32", "tf32"]
+    assert cpu["params"]["float32"]["paths"] == ["fma"] and cpu["params"]["float64"]["paths"] == ["fma"]
+    r = runner.invoke(cli, ["devices"])
+    assert "paths (precision=): fma, dmma (default)" in r.output
