@@ -35,6 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .tuning import PRECISIONS
+
 DTYPES = ("float32", "float64")
 GPU_SIZES = (1024, 2048, 4096, 8192, 16384, 10000)
 CPU_SIZES = (256, 512, 1024)     # a CPU OpenCL device would take hours at the GPU sizes
@@ -329,53 +331,65 @@ def kernel_bench(device=None, dtypes=DTYPES, sizes=None, reps: int = 5, out_dir=
             log(f"{dtype}: skipped ({record['dtypes'][dtype]['skipped']})")
             write_json(path, record)
             continue
-        choice = dev.choice(dtype)
-        entry = {"params": choice.params.as_dict(), "source": choice.describe(), "level": choice.level,
-                 "key": choice.key, "database": choice.database, "tuned": choice.tuned, "sizes": []}
-        record["dtypes"][dtype] = entry
-        log(f"{dtype}: {' '.join(f'{k}={v}' for k, v in choice.params.as_dict().items())}"
-            f" from the {choice.describe()}")
-        for n in sizes:
-            row: dict = {"size": n, "m": n, "n": n, "k": n, "tolerance": float(tolerance(dtype, n))}
-            kb = None
-            try:
-                kb = KernelBench(dev, dtype, n, n, n, seed=seed + n)
-                t = kb.run(choice.params, reps=reps)
-            except Exception as e:  # out of device memory, a failed launch...: reported, not fatal
-                row.update(status="ERROR", ok=False, error=f"{type(e).__name__}: {' '.join(str(e).split())[:300]}",
-                           tflops=None, seconds=None, rel_err=None)
-            else:
-                row.update(status="ok" if t.ok else "FAILED", ok=t.ok, rel_err=t.rel_err,
-                           # a failed run's time is not a result
-                           seconds=t.seconds if t.ok else None,
-                           tflops=(t.tflops if t.seconds > 0 else None) if t.ok else None)
-            if not row["ok"]:
-                record["failures"] += 1
-            # cuBLAS
-            if backend is None:
-                row["cublas"], row["cublas_skipped"] = None, cublas_why
-            else:
-                try:
-                    row["cublas"] = cublas(dtype, n, n, n, reps=reps, backend=backend)
-                except Exception as e:  # out of CUDA memory...
-                    row["cublas"], row["cublas_skipped"] = None, f"{type(e).__name__}: {str(e)[:300]}"
-            # numpy, on the same inputs
-            if not peers:
-                row["numpy"], row["numpy_skipped"] = None, numpy_why
-            elif n > NUMPY_MAX_SIZE:
-                row["numpy"], row["numpy_skipped"] = None, f"size > {NUMPY_MAX_SIZE} (numpy is timed only up to it)"
-            elif kb is None:
-                row["numpy"], row["numpy_skipped"] = None, "no inputs (the kernel run failed to start)"
-            else:
-                row["numpy"] = numpy_matmul(kb.a, kb.b, reps=reps)
-            row["ratio_to_cublas"] = _ratio(row["tflops"], row["cublas"])
-            row["ratio_to_numpy"] = _ratio(row["tflops"], row["numpy"])
-            del kb
-            entry["sizes"].append(row)
-            write_json(path, record)
-            log(_row_line(dtype, row))
+        default = dev.choice(dtype).params.precision
+        # the database's choice, then every other path this device runs natively (tensor cores)
+        paths = [None] + [p for p in PRECISIONS[dtype] if p != default and not dev.choice(dtype, p).note]
+        for prec in paths:
+            _bench_path(dev, info, dtype, prec, sizes, reps, seed, backend, cublas_why, peers, numpy_why,
+                        record, path, log)
     write_json(path, record)
     return record, path
+
+
+def _bench_path(dev, info, dtype, prec, sizes, reps, seed, backend, cublas_why, peers, numpy_why,
+                record, path, log):
+    """Time one kernel path (``prec``: None for the database's choice) over ``sizes`` into ``record``."""
+    from .kernelbench import KernelBench, tolerance
+    choice = dev.choice(dtype, prec)
+    entry = {"params": choice.params.as_dict(), "source": choice.describe(), "level": choice.level,
+             "key": choice.key, "database": choice.database, "tuned": choice.tuned, "sizes": []}
+    record["dtypes"][dtype if prec is None else f"{dtype}:{prec}"] = entry
+    log(f"{dtype}: {' '.join(f'{k}={v}' for k, v in choice.params.as_dict().items())}"
+        f" from the {choice.describe()}")
+    for n in sizes:
+        row: dict = {"size": n, "m": n, "n": n, "k": n, "tolerance": float(tolerance(dtype, n, choice.params.precision))}
+        kb = None
+        try:
+            kb = KernelBench(dev, dtype, n, n, n, seed=seed + n)
+            t = kb.run(choice.params, reps=reps)
+        except Exception as e:  # out of device memory, a failed launch...: reported, not fatal
+            row.update(status="ERROR", ok=False, error=f"{type(e).__name__}: {' '.join(str(e).split())[:300]}",
+                       tflops=None, seconds=None, rel_err=None)
+        else:
+            row.update(status="ok" if t.ok else "FAILED", ok=t.ok, rel_err=t.rel_err,
+                       # a failed run's time is not a result
+                       seconds=t.seconds if t.ok else None,
+                       tflops=(t.tflops if t.seconds > 0 else None) if t.ok else None)
+        if not row["ok"]:
+            record["failures"] += 1
+        # cuBLAS
+        if backend is None:
+            row["cublas"], row["cublas_skipped"] = None, cublas_why
+        else:
+            try:
+                row["cublas"] = cublas(dtype, n, n, n, reps=reps, backend=backend)
+            except Exception as e:  # out of CUDA memory...
+                row["cublas"], row["cublas_skipped"] = None, f"{type(e).__name__}: {str(e)[:300]}"
+        # numpy, on the same inputs
+        if not peers:
+            row["numpy"], row["numpy_skipped"] = None, numpy_why
+        elif n > NUMPY_MAX_SIZE:
+            row["numpy"], row["numpy_skipped"] = None, f"size > {NUMPY_MAX_SIZE} (numpy is timed only up to it)"
+        elif kb is None:
+            row["numpy"], row["numpy_skipped"] = None, "no inputs (the kernel run failed to start)"
+        else:
+            row["numpy"] = numpy_matmul(kb.a, kb.b, reps=reps)
+        row["ratio_to_cublas"] = _ratio(row["tflops"], row["cublas"])
+        row["ratio_to_numpy"] = _ratio(row["tflops"], row["numpy"])
+        del kb
+        entry["sizes"].append(row)
+        write_json(path, record)
+        log(_row_line(dtype if prec is None else f"{dtype}:{prec}", row))
 
 
 def _numpy_blas() -> str | None:
