@@ -211,7 +211,7 @@ def _run(a, b, c, alpha, beta, trans_a, trans_b, out, client, overwrite, block, 
     if spec is not None:
         fingerprint = {"operation": op, "shape": list(shape), "dtype": dtype.str, "a": A.identity(),
                        "b": B.identity(), "c": C.identity() if C is not None and beta != 0 else None,
-                       "alpha": alpha, "beta": beta}
+                       "alpha": alpha, "beta": beta, "precision": precision}
         if spec.resume:
             _check_resumable(spec.array, fingerprint)
             if spec.array.attrs[COMPLETE_ATTR].get("complete"):

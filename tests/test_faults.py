@@ -253,6 +253,8 @@ def test_resume_after_a_failed_run_and_with_a_missing_out(client, tmp_path, rng)
     meta = result.attrs[COMPLETE_ATTR]
     assert done_before < meta["blocks"] and meta["blocks_run"] == meta["blocks"] - done_before
     check_product(dgemm.open_result(out)[...], A, B, dtype="float32")
+    with pytest.raises(ValueError, match="different product: precision was None, now 'tf32'"):
+        dgemm.matmul(a, B, out=out, client=client, block=32, resume=True, precision="tf32")
     fresh = dgemm.matmul(a, B, out=str(tmp_path / "new.zarr"), client=client, resume=True)
     assert fresh.attrs[COMPLETE_ATTR]["resumed"] is False
     check_product(fresh[...], A, B, dtype="float32")
