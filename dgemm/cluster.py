@@ -128,7 +128,8 @@ class DeviceCluster(LocalCluster):
     **kwargs
         Passed to :class:`distributed.LocalCluster`.  The scheduler and the
         dashboard listen on localhost unless ``host``/``dashboard_address``
-        say otherwise.
+        say otherwise; ``memory_limit`` (per worker) defaults to the host's
+        memory shared among the workers.
     """
 
     def __init__(self, devices: str | None = None, *, threads_per_worker: int = 2,
@@ -140,6 +141,10 @@ class DeviceCluster(LocalCluster):
         kwargs.setdefault("dashboard_address", "127.0.0.1:8787")
         kwargs.setdefault("resources", {"GPU": 1})
         kwargs.setdefault("silence_logs", logging.ERROR)
+        # LocalCluster's "auto" gives each worker memory in proportion to its threads, which with
+        # few threads per device is the whole host's memory each (or a sliver of it): share it.
+        from distributed.system import MEMORY_LIMIT
+        kwargs.setdefault("memory_limit", max(1, MEMORY_LIMIT // max(1, len(self.device_ids))))
         allowed = ALLOWED_FAILURES if allowed_failures is None else int(allowed_failures)
         with dask.config.set({"distributed.scheduler.allowed-failures": allowed}):  # read by the Scheduler
             super().__init__(n_workers=0, threads_per_worker=threads_per_worker, processes=True, **kwargs)
