@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import itertools
 import json
 import os
 import sys
@@ -18,23 +17,12 @@ from dgemm.device import Device  # noqa: E402
 from dgemm.discovery import select_devices  # noqa: E402
 from dgemm.kernelbench import KernelBench  # noqa: E402
 from dgemm.params import KernelParams  # noqa: E402
-from dgemm.tune import search  # noqa: E402
+from dgemm.tune import mma_candidates, search  # noqa: E402
 
 
-def tf32_candidates(info, mmas=(6,)):
-    out = []
-    for mma, tsm, tsn, tsk, wm, wn, gm in itertools.product(
-            mmas, (64, 128, 256), (64, 128, 256), (8, 16, 32), (1, 2, 4), (1, 2, 4), (0, 8)):
-        p = KernelParams(MMA=mma, TSM=tsm, TSN=tsn, TSK=tsk, WARPSM=wm, WARPSN=wn, WIDTH=4,
-                         PADA=8, PADB=8, GROUPM=gm)
-        mt, nt = tsm // wm // 8, tsn // wn // 8
-        if mt * nt > (32 if mma == 6 else 64) or mt * nt < 8 or p.threads < 64:
-            continue
-        if p.problems(4, info.max_work_group_size, info.local_mem):
-            continue
-        out.append(p)
-    out.sort(key=lambda p: (-(p.TSM // p.WARPSM // 8) * (p.TSN // p.WARPSN // 8), p.GROUPM, -p.TSK, -p.MMA))
-    return out
+def tf32_candidates(info):
+    """3xTF32 candidates (the space lives in dgemm.tune; plain TF32 is dgemm.tune.mma_candidates(..., "tf32"))."""
+    return mma_candidates(info, "float32", "3xtf32")
 
 
 def cublas_tf32(n, reps=5):
@@ -57,21 +45,7 @@ def cublas_tf32(n, reps=5):
 
 
 def dmma_candidates(info):
-    out = []
-    for mma, tsm, tsn, tsk, wm, wn, w, pad, gm in itertools.product(
-            (4, 3, 2, 1), (32, 64, 128), (32, 64, 128), (8, 16, 32), (1, 2, 4), (1, 2, 4), (2,), (4,), (0, 8)):
-        p = KernelParams(MMA=mma, TSM=tsm, TSN=tsn, TSK=tsk, WARPSM=wm, WARPSN=wn, WIDTH=w,
-                         PADA=pad, PADB=pad, GROUPM=gm)
-        mt, nt = tsm // wm // 8, tsn // wn // 8
-        if mt * nt > 32 or mt * nt < 4 or p.threads < 64:
-            continue
-        if p.problems(8, info.max_work_group_size, info.local_mem):
-            continue
-        out.append(p)
-    # likely-good first: more fragments per warp, padding on, no grouping
-    # interleave the shapes so each gets tried within the budget; bigger warp tiles first
-    out.sort(key=lambda p: (-(p.TSM // p.WARPSM // 8) * (p.TSN // p.WARPSN // 8), p.GROUPM, -p.TSK, -p.MMA))
-    return out
+    return mma_candidates(info, "float64", "dmma")
 
 
 def main():

@@ -594,8 +594,10 @@ def _timing_dict(t) -> dict:
                    "or the user cache folder).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="Also write the search's results to this JSON file.")
+@click.option("--precision", type=click.Choice(("fma", "dmma", "3xtf32", "tf32")), default=None,
+              help="Tune a tensor-core path (dmma: float64; 3xtf32, tf32: float32) instead of the FMA kernel.")
 @click.pass_context
-def tune_cmd(ctx, device_spec, dtype, budget, size, seed, max_candidates, database, json_path):
+def tune_cmd(ctx, device_spec, dtype, budget, size, seed, max_candidates, database, json_path, precision):
     """Search GEMM kernel parameters for a device and store the fastest correct set.
 
     Every candidate is checked against numpy; only correct ones count.  The
@@ -610,6 +612,10 @@ def tune_cmd(ctx, device_spec, dtype, budget, size, seed, max_candidates, databa
     with user_errors(ctx):
         info = _one_device(device_spec)
     wanted = list(DTYPES) if dtype == "both" else [dtype]
+    if precision is not None:  # a precision belongs to one dtype; "both" means that one
+        wanted = [dt for dt in wanted if precision in tuning.PRECISIONS[dt]]
+        if not wanted:
+            raise InputError(f"--precision {precision} is not available for --dtype {dtype}")
     if not info.fp64 and "float64" in wanted:
         if dtype == "float64":
             raise click.ClickException(f"device {info.name!r} has no double precision (cl_khr_fp64)")
@@ -648,7 +654,7 @@ def tune_cmd(ctx, device_spec, dtype, budget, size, seed, max_candidates, databa
 
         with user_errors(ctx):
             out = tune(dev, dt, size=size, budget=budget, seed=seed, max_candidates=max_candidates,
-                       database=database, report=progress)
+                       database=database, report=progress, precision=precision)
         tried = len(out.results) + len(out.errors)
         ranked = sorted((t for t in out.results if t.ok), key=lambda t: t.seconds)
         report["dtypes"][dt] = {

@@ -66,6 +66,37 @@ def candidates(device_info, dtype, *, min_threads: int = 64, max_threads: int = 
     return out
 
 
+def mma_candidates(device_info, dtype, precision: str) -> list[KernelParams]:
+    """The tensor-core kernels' space: instruction shape, tile, warps, grouping.
+
+    ``precision`` is ``"dmma"`` (float64: m8n8k4, m16n8k4/k8/k16),
+    ``"3xtf32"`` or ``"tf32"`` (float32).  Restrictions: the kernel's rules,
+    the device's compute capability and limits, at least 64 work-items, and
+    a warp tile of 4..32 (64 for plain TF32) 8x8 fragments so the
+    accumulators stay in registers.  Local rows are padded so the four
+    k-rows a half-warp reads fall in distinct banks (8 words).
+    """
+    itemsize = np.dtype(dtype).itemsize
+    if precision == "dmma":
+        mmas, pad, width, max_frag = (4, 3, 2, 1), 4, 2, 32
+    else:
+        mmas, pad, width, max_frag = ((6,) if precision == "3xtf32" else (5,)), 8, 4, (32 if precision == "3xtf32" else 64)
+    out = []
+    for mma, tsm, tsn, tsk, wm, wn, gm in itertools.product(
+            mmas, (32, 64, 128, 256), (32, 64, 128, 256), (8, 16, 32), (1, 2, 4), (1, 2, 4), (0, 8)):
+        p = KernelParams(MMA=mma, TSM=tsm, TSN=tsn, TSK=tsk, WARPSM=wm, WARPSN=wn, WIDTH=width,
+                         PADA=pad, PADB=pad, GROUPM=gm)
+        frags = (tsm // wm // 8) * (tsn // wn // 8)
+        if not (4 <= frags <= max_frag) or p.threads < 64:
+            continue
+        if device_info.compute_capability < p.min_compute_capability:
+            continue
+        if p.problems(itemsize, device_info.max_work_group_size, device_info.local_mem):
+            continue
+        out.append(p)
+    return out
+
+
 def neighbours(params: list[KernelParams], device_info, dtype) -> list[KernelParams]:
     """Variants of good parameter sets: vector widths, local padding, TSK and group order.
 
@@ -88,14 +119,18 @@ def neighbours(params: list[KernelParams], device_info, dtype) -> list[KernelPar
 
 def search(device: Device, dtype, *, size: int = 4096, budget: float = 60.0, seed: int = 0,
            first: list[KernelParams] | None = None, max_candidates: int | None = None,
-           report: Callable[[int, int, Timing | None, Timing | None, str], None] | None = None
-           ) -> tuple[Timing | None, list[Timing]]:
+           report: Callable[[int, int, Timing | None, Timing | None, str], None] | None = None,
+           precision: str | None = None) -> tuple[Timing | None, list[Timing]]:
     """Random search within ``budget`` seconds; returns the best correct timing and all results.
 
     ``first`` candidates (e.g. the current database entry and the defaults)
-    are tried before the random ones.
+    are tried before the random ones.  ``precision`` names a tensor-core
+    space (:func:`mma_candidates`) instead of the FMA kernel's.
     """
-    space = candidates(device.info, dtype)
+    if precision in ("dmma", "3xtf32", "tf32"):
+        space = mma_candidates(device.info, dtype, precision)
+    else:
+        space = candidates(device.info, dtype)
     rng = random.Random(seed)
     rng.shuffle(space)
     order = list(first or []) + [p for p in space if p not in (first or [])]
@@ -168,7 +203,8 @@ class TuneOutcome:
 
 def tune(device: Device, dtype, *, size: int | None = None, budget: float = 60.0, seed: int = 0,
          max_candidates: int | None = None, database=None,
-         report: Callable[[int, int, Timing | None, Timing | None, str], None] | None = None) -> TuneOutcome:
+         report: Callable[[int, int, Timing | None, Timing | None, str], None] | None = None,
+         precision: str | None = None) -> TuneOutcome:
     """Search (:func:`search`) and store the best correct candidate as this device's entry.
 
     The current choice of the database and the kernel's defaults are tried
@@ -184,9 +220,14 @@ def tune(device: Device, dtype, *, size: int | None = None, budget: float = 60.0
     info = device.info
     size = size or default_size(info)
     itemsize = np.dtype(dtype).itemsize
-    current = tuning.lookup(info, dtype, databases(database)).params
-    first = [p for p in dict.fromkeys([current, KernelParams()])
-             if not p.problems(itemsize, info.max_work_group_size, info.local_mem)]
+    precision = tuning.check_precision(dtype, precision)
+    mma = precision in ("dmma", "3xtf32", "tf32")
+    if mma and not mma_candidates(info, dtype, precision):
+        raise ValueError(f"{info.name} has no {precision} path (needs an NVIDIA GPU of compute capability >= 8.0)")
+    current = tuning.lookup(info, dtype, databases(database), precision=precision).params
+    first = [p for p in dict.fromkeys([current] + ([] if mma else [KernelParams()]))
+             if p.precision == (precision or "fma")
+             and not p.problems(itemsize, info.max_work_group_size, info.local_mem)]
     errors: list[str] = []
 
     def _report(i, n, t, best, msg):
@@ -197,7 +238,7 @@ def tune(device: Device, dtype, *, size: int | None = None, budget: float = 60.0
 
     t0 = time.monotonic()
     best, results = search(device, dtype, size=size, budget=budget, seed=seed, first=first,
-                           max_candidates=max_candidates, report=_report)
+                           max_candidates=max_candidates, report=_report, precision=precision)
     seconds = time.monotonic() - t0
     stored = None
     if best is not None:
@@ -205,6 +246,9 @@ def tune(device: Device, dtype, *, size: int | None = None, budget: float = 60.0
                  "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                  "generated_by": "dgemm tune", "dgemm_version": __version__, "driver": info.driver,
                  "rel_err": best.rel_err, "candidates_tried": len(results) + len(errors)}
-        stored = tuning.store(info, dtype, best.params, extra, path=Path(database) if database else None)
-    choice = tuning.lookup(info, dtype, databases(database))
+        # named precisions get their own entry; DMMA (exact) also becomes float64's default
+        keys = [dtype] if precision is None else [f"{dtype}:{precision}"] + ([dtype] if precision == "dmma" else [])
+        for key in keys:
+            stored = tuning.store(info, key, best.params, extra, path=Path(database) if database else None)
+    choice = tuning.lookup(info, dtype, databases(database), precision=precision)
     return TuneOutcome(dtype, size, best, results, errors, stored, choice, seconds)

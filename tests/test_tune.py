@@ -267,3 +267,25 @@ def test_tune_command_argument_errors(runner, tmp_path):
         r = runner.invoke(cli, ["tune", "--database", str(db), *bad])
         assert r.exit_code == 2, (bad, r.output)
     assert not db.exists()
+
+
+def test_mma_candidates_respect_the_rules():
+    from dgemm.discovery import DeviceInfo
+    from dgemm.tune import mma_candidates
+    h100 = DeviceInfo(0, 0, "NVIDIA CUDA", "H", "NVIDIA Corporation", "GPU", 80 << 30, 49152, 1024, 132, True,
+                      "sm_90", "")
+    a100 = DeviceInfo(0, 0, "NVIDIA CUDA", "A", "NVIDIA Corporation", "GPU", 40 << 30, 49152, 1024, 108, True,
+                      "sm_80", "")
+    for prec, dt, itemsize in (("dmma", "float64", 8), ("3xtf32", "float32", 4), ("tf32", "float32", 4)):
+        space = mma_candidates(h100, dt, prec)
+        assert space and all(p.precision == prec and not p.problems(itemsize, 1024, 49152) for p in space)
+    assert {p.MMA for p in mma_candidates(h100, "float64", "dmma")} == {1, 2, 3, 4}
+    assert {p.MMA for p in mma_candidates(a100, "float64", "dmma")} == {1}     # m16 f64 shapes need sm_90
+
+
+def test_tune_refuses_a_tensor_core_precision_the_device_lacks(device, tmp_path):
+    if device.info.dmma:
+        pytest.skip(f"{device.info.name} has tensor cores; the refusal is for devices without")
+    with pytest.raises(ValueError, match="has no 3xtf32 path"):
+        tune(device, "float32", size=64, budget=5, database=tmp_path / "db.json", precision="3xtf32")
+    assert not (tmp_path / "db.json").exists()
