@@ -111,8 +111,13 @@ class KernelParams:
                 out.append(f"{f}={v!r} must be a {'non-negative' if zero_ok else 'positive'} integer")
         if out:
             return out
-        if self.MMA:
-            return self._mma_problems(itemsize, max_work_group_size, local_mem_size)
+        out = self._mma_problems(itemsize) if self.MMA else self._fma_problems()
+        if out and self.MMA and out[0].startswith("MMA="):
+            return out
+        return out + self._shared_problems(itemsize, max_work_group_size, local_mem_size, bool(out))
+
+    def _fma_problems(self) -> list[str]:
+        out = []
         for f in ("WIDTH", "VWM", "VWN"):
             if getattr(self, f) not in (1, 2, 4, 8):
                 out.append(f"{f}={getattr(self, f)} must be 1, 2, 4 or 8")
@@ -122,10 +127,17 @@ class KernelParams:
             out.append(f"WPTN={self.WPTN} and PADB={self.PADB} must be multiples of VWN={self.VWN}")
         if self.TSM % self.WPTM or self.TSN % self.WPTN:
             out.append("TSM and TSN must be multiples of WPTM and WPTN")
+        return out
+
+    def _shared_problems(self, itemsize, max_work_group_size, local_mem_size, broken: bool) -> list[str]:
+        """Rules of the tile loading (tile_loads.cl) and the device's limits, common to both kernels."""
+        out = []
+        if self.WIDTH not in (1, 2, 4, 8):
+            return out  # already reported
         for f in ("TSM", "TSN", "PADA", "PADB"):
             if getattr(self, f) % self.WIDTH:
                 out.append(f"{f}={getattr(self, f)} must be a multiple of WIDTH={self.WIDTH}")
-        if not out:
+        if not out and not broken:
             for name, ts in (("A", self.TSM), ("B", self.TSN)):
                 if (self.TSK * ts // self.WIDTH) % self.threads:
                     out.append(f"the {name} tile ({self.TSK}x{ts}, vectors of {self.WIDTH}) does not split "
@@ -136,7 +148,7 @@ class KernelParams:
             out.append(f"{self.local_mem_bytes(itemsize)} bytes of local memory exceed the device's {local_mem_size}")
         return out
 
-    def _mma_problems(self, itemsize, max_work_group_size, local_mem_size) -> list[str]:
+    def _mma_problems(self, itemsize) -> list[str]:
         out = []
         if self.MMA not in (1, 2, 3, 4, 5, 6):
             out.append(f"MMA={self.MMA} must be 0 (FMA), 1-4 (float64 DMMA m8n8k4, m16n8k4, m16n8k8, "
@@ -155,17 +167,6 @@ class KernelParams:
             out.append(f"WIDTH={self.WIDTH} must be 1, 2, 4 or 8")
         if self.TSM % (8 * self.WARPSM) or self.TSN % (8 * self.WARPSN) or self.TSK % 4:
             out.append("TSM, TSN must be multiples of 8*WARPSM, 8*WARPSN and TSK of 4")
-        for f in ("TSM", "TSN", "PADA", "PADB"):
-            if getattr(self, f) % self.WIDTH:
-                out.append(f"{f}={getattr(self, f)} must be a multiple of WIDTH={self.WIDTH}")
-        if not out:
-            for name, ts in (("A", self.TSM), ("B", self.TSN)):
-                if (self.TSK * ts // self.WIDTH) % self.threads:
-                    out.append(f"the {name} tile does not split evenly over {self.threads} work-items")
-        if max_work_group_size is not None and self.threads > max_work_group_size:
-            out.append(f"{self.threads} work-items per group exceed the device's {max_work_group_size}")
-        if local_mem_size is not None and self.local_mem_bytes(itemsize) > local_mem_size:
-            out.append(f"{self.local_mem_bytes(itemsize)} bytes of local memory exceed the device's {local_mem_size}")
         return out
 
     @property
