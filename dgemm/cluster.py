@@ -217,7 +217,7 @@ def prepare(client: Client, dtype, timeout: float | None = None) -> dict:
     except TimeoutError:
         raise NoDeviceWorkerError(f"the cluster at {client.scheduler.address} has no workers "
                                   f"(waited {timeout:g} s)") from None
-    infos = client.run(describe_for_plan)
+    infos = _describe_all(client)
     if any(v is None for v in infos.values()):
         if not _plugin_registered(client):
             client.register_plugin(DgemmPlugin(), name=PLUGIN_NAME)
@@ -226,11 +226,13 @@ def prepare(client: Client, dtype, timeout: float | None = None) -> dict:
             # themselves.  Registering again would tear down every worker's
             # device under the tasks of runs in flight.
             _wait_for_plugin(client, infos, timeout)
-        infos = client.run(describe_for_plan)
+        infos = _describe_all(client)
     dtype = np.dtype(dtype)
     usable, reasons = {}, []
     for addr, d in infos.items():
-        if d is None or not d["ok"]:
+        if isinstance(d, BaseException):
+            reasons.append(f"{addr}: did not answer ({type(d).__name__}: {d})")
+        elif d is None or not d["ok"]:
             reasons.append(f"{addr}: {d['error'] if d else 'plugin missing'}")
         elif dtype == np.float64 and not d["device"].fp64:
             reasons.append(f"{addr}: {d['device'].name} has no double precision (cl_khr_fp64)")
@@ -261,7 +263,12 @@ def _wait_for_plugin(client, infos: dict, timeout: float) -> None:
     deadline = time.monotonic() + min(timeout, 10.0)
     while any(v is None for v in infos.values()) and time.monotonic() < deadline:
         time.sleep(0.2)
-        infos = client.run(describe_for_plan)
+        infos = _describe_all(client)
+
+
+def _describe_all(client) -> dict:
+    """Every worker's :func:`describe_for_plan`; a worker that cannot answer (dying) gives its error."""
+    return client.run(describe_for_plan, on_error="return")
 
 
 def tiles_of(workers: dict, dtype, precision: str | None = None) -> tuple[int, int, int]:

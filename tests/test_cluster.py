@@ -205,7 +205,7 @@ class FakeClient:
     def wait_for_workers(self, n, timeout=None):
         pass
 
-    def run(self, fn):
+    def run(self, fn, **kw):
         return self.answers[0] if not self.registered else self.answers[1]
 
     def register_plugin(self, plugin, name=None):
@@ -231,7 +231,7 @@ def test_prepare_registers_the_plugin_once_and_filters_workers():
 
 def test_prepare_explains_every_unusable_worker():
     after = {"w1": desc(INFO32), "w3": desc(INFO64, gpu=0), "w4": desc(None, ok=False, error="LookupError: xyz"),
-             "w5": None}
+             "w5": None, "w6": OSError("connection reset")}
     c = FakeClient({"w1": None}, after)
     with pytest.raises(NoDeviceWorkerError) as err:
         prepare(c, "float64", timeout=1)
@@ -241,6 +241,7 @@ def test_prepare_explains_every_unusable_worker():
     assert "w3: no GPU resource" in msg
     assert "w4: LookupError: xyz" in msg
     assert "w5: plugin missing" in msg
+    assert "w6: did not answer (OSError: connection reset)" in msg      # a worker dying meanwhile
 
 
 def test_tiles_of():
