@@ -46,7 +46,8 @@ def matmul(a, b, out=None, *, client=None, overwrite: bool = False, resume: bool
         interrupted) keeps the blocks already stored, only the missing ones
         are computed.  The same operands, options and block grid are
         required (checked; anything else is refused).  An ``out`` that does
-        not exist yet is simply written.
+        not exist yet is simply written.  The finished output's
+        ``attrs["dgemm"]`` records ``blocks``, ``blocks_run`` and ``resumed``.
     block : int or (int, int, int), optional
         Preferred block sizes along M, N and K (rounded to kernel tiles, and
         shrunk where the devices' memory needs it).  Blocks beyond 32-bit
