@@ -304,6 +304,10 @@ def _flops(sa, sb) -> float | None:
 @click.option("--dtype", type=click.Choice(DTYPES), default=None,
               help="Cast the inputs (lazily, block by block) to this dtype first.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing OUT.")
+@click.option("--resume", is_flag=True,
+              help="Finish an interrupted run into OUT: only the blocks it has not stored are computed.")
+@click.option("--precision", type=click.Choice(("fma", "dmma", "3xtf32", "tf32")), default=None,
+              help="Kernel path (default: never loses accuracy; see `dgemm devices` for a device's paths).")
 @click.option("--block", type=BlockParam(), default=None, help="Preferred block size N, or M,N,K.")
 @click.option("--devices", metavar="SPEC",
               help="Devices of the local cluster: gpu, cpu, all, ids like 0:1, or name parts, comma-separated.")
@@ -312,7 +316,7 @@ def _flops(sa, sb) -> float | None:
               help="Write Dask's HTML performance report of the run (task stream, profiles, "
                    "bandwidths) to FILE.")
 @click.pass_context
-def matmul(ctx, a, b, out, scheduler, dtype, overwrite, block, devices, progress, report):
+def matmul(ctx, a, b, out, scheduler, dtype, overwrite, resume, precision, block, devices, progress, report):
     """Compute OUT = A @ B for Zarr arrays A and B, writing OUT as a Zarr array."""
     import dgemm
 
@@ -353,7 +357,7 @@ def matmul(ctx, a, b, out, scheduler, dtype, overwrite, block, devices, progress
         stack.enter_context(span("dgemm-matmul"))  # groups the product's tasks in Fine Performance Metrics
         try:
             result = dgemm.matmul(xa, xb, out=out, client=client, overwrite=overwrite, block=block,
-                                  devices=devices, progress=progress)
+                                  devices=devices, progress=progress, resume=resume, precision=precision)
         except TypeError as e:
             if "float32 and float64 only" not in str(e):
                 raise

@@ -465,3 +465,25 @@ def test_devices_lists_the_tensor_core_paths(runner, monkeypatch, tmp_path):
     assert cpu["params"]["float32"]["paths"] == ["fma"] and cpu["params"]["float64"]["paths"] == ["fma"]
     r = runner.invoke(cli, ["devices"])
     assert "paths (precision=): fma, dmma (default)" in r.output
+
+
+def test_matmul_resume_and_precision_options(runner, tmp_path, client, monkeypatch):
+    """--resume finishes an output (here: already complete, so nothing runs); --precision is checked."""
+    rng = np.random.default_rng(3)
+    import zarr
+    for name, shape in (("a", (60, 40)), ("b", (40, 30))):
+        z = zarr.create_array(str(tmp_path / f"{name}.zarr"), shape=shape, chunks=(32, 32), dtype="f8")
+        z[...] = rng.standard_normal(shape)
+    monkeypatch.setattr("distributed.Client", lambda *a, **k: client)
+    args = ["matmul", str(tmp_path / "a.zarr"), str(tmp_path / "b.zarr"), str(tmp_path / "c.zarr"),
+            "--scheduler", "tcp://stand-in:0", "--no-progress"]
+    r = runner.invoke(cli, args + ["--precision", "fma"])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(cli, args + ["--resume"])            # a different precision: refused, named
+    assert r.exit_code == 2 and "precision was 'fma', now None" in r.output
+    r = runner.invoke(cli, args + ["--resume", "--precision", "fma"])
+    assert r.exit_code == 0, r.output
+    a, b = (zarr.open_array(str(tmp_path / f"{n}.zarr"))[...] for n in "ab")
+    np.testing.assert_allclose(zarr.open_array(str(tmp_path / "c.zarr"))[...], a @ b, rtol=1e-12, atol=1e-12)
+    r = runner.invoke(cli, args + ["--overwrite", "--precision", "tf32"])
+    assert r.exit_code == 2 and "precision='tf32' is not available for float64" in r.output

