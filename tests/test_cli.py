@@ -474,7 +474,14 @@ def test_matmul_resume_and_precision_options(runner, tmp_path, client, monkeypat
     for name, shape in (("a", (60, 40)), ("b", (40, 30))):
         z = zarr.create_array(str(tmp_path / f"{name}.zarr"), shape=shape, chunks=(32, 32), dtype="f8")
         z[...] = rng.standard_normal(shape)
-    monkeypatch.setattr("distributed.Client", lambda *a, **k: client)
+    class Borrowed:  # the command closes the client it opens; the session's must stay open
+        def __enter__(self):
+            return client
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr("distributed.Client", lambda *a, **k: Borrowed())
     args = ["matmul", str(tmp_path / "a.zarr"), str(tmp_path / "b.zarr"), str(tmp_path / "c.zarr"),
             "--scheduler", "tcp://stand-in:0", "--no-progress"]
     r = runner.invoke(cli, args + ["--precision", "fma"])
