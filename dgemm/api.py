@@ -226,15 +226,18 @@ def _run(a, b, c, alpha, beta, trans_a, trans_b, out, client, overwrite, block, 
     client = get_client(client, devices)
     workers = prepare(client, dtype)
     tiles = tiles_of(workers, dtype, precision)
+    exact = target is not None
     if target is None:
         all_cpu = all(d["device"].type == "CPU" for d in workers.values())
         target = (1024,) * 3 if all_cpu else (4096,) * 3
     memory, max_alloc = device_limits(workers)
     plan = make_plan(m, n, ka, dtype, tiles, a_chunks=A.chunks, b_chunks=B.chunks, out_chunks=out_chunks,
-                     target=target, n_workers=len(workers), device_memory=memory, max_alloc=max_alloc)
+                     target=target, n_workers=len(workers), device_memory=memory, max_alloc=max_alloc,
+                     exact=exact)
     token = uuid.uuid4().hex[:12]
     if spec is None:
-        g = graph_mod.build(plan, A, B, C, alpha=alpha, beta=beta, token=token, precision=precision)
+        g = graph_mod.build(plan, A, B, C, alpha=alpha, beta=beta, token=token, precision=precision,
+                            workers=sorted(workers))
         import dask.array as da
         arr = da.Array(g.hlg(), g.result_name, chunks=(tuple(b - a for a, b in plan.rows),
                                                        tuple(b - a for a, b in plan.cols)),
@@ -266,7 +269,7 @@ def _run(a, b, c, alpha, beta, trans_a, trans_b, out, client, overwrite, block, 
     t0 = time.perf_counter()
     if todo:
         g = graph_mod.build(plan, A, B, C, alpha=alpha, beta=beta, token=token, blocks=todo,
-                            precision=precision)
+                            precision=precision, workers=sorted(workers))
         done_key = graph_mod.add_store(g, plan, result, drop, token, markers, blocks=todo)
         from dask.delayed import Delayed
         future = client.compute(Delayed(done_key, g.hlg()))

@@ -230,17 +230,27 @@ def _default_target(selection) -> int:
               help="Plan for this dtype (default: the inputs' common dtype).")
 @click.option("--workers", type=click.IntRange(min=1), default=None,
               help="Devices to plan for (default: those a local cluster would use).")
+@click.option("--read-gbps", type=click.FloatRange(min=0, min_open=True), default=5.0, show_default=True,
+              help="Store read rate per worker assumed by the time floor (GB/s).")
+@click.option("--write-gbps", type=click.FloatRange(min=0, min_open=True), default=2.0, show_default=True,
+              help="Store write rate per worker (GB/s).")
+@click.option("--pcie-gbps", type=click.FloatRange(min=0, min_open=True), default=20.0, show_default=True,
+              help="Host-device copy rate per device (GB/s).")
+@click.option("--tflops", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Kernel rate per device (default: the tuning database's figure for the device, if any).")
 @click.pass_context
-def plan(ctx, a, b, block, dtype, workers):
-    """Show how A @ B (two Zarr arrays) would be cut into blocks; needs no cluster.
+def plan(ctx, a, b, block, dtype, workers, read_gbps, write_gbps, pcie_gbps, tflops):
+    """Show how A @ B (two Zarr arrays) would be cut into blocks, the bytes moved and the time floor.
 
-    Uses the default kernel tiles; a real run uses those of its devices'
-    kernels, which may differ.
+    Needs no cluster.  Uses the first local device's kernel tiles, memory and
+    recorded kernel rate when there is one (else the default tiles); a real
+    run uses those of its workers' devices, which may differ.
     """
     from . import discovery
     from .params import KernelParams
-    from .plan import make_plan
+    from .plan import MEMORY_FRACTION, Rates, make_plan
     from .storage import Operand, check_dtype
+    from .tuning import lookup
 
     try:
         selection = discovery.select_devices(None)
@@ -258,9 +268,18 @@ def plan(ctx, a, b, block, dtype, workers):
                              f"{B.stored_shape}; the contracted dimensions differ ({k} != {kb})")
         dt = check_dtype(dtype or np.result_type(A.dtype, B.dtype), "the result")
         target = block if block is not None else _default_target(selection)
-        p = make_plan(m, n, k, dt, KernelParams().tiles, a_chunks=A.chunks, b_chunks=B.chunks,
-                      target=target, n_workers=workers or max(len(selection), 1))
+        tiles, memory, rate = KernelParams().tiles, None, None
+        if selection:
+            choice = lookup(selection[0], dt.name)
+            tiles, memory, rate = choice.params.tiles, selection[0].global_mem, choice.tflops
+        n_workers = workers or max(len(selection), 1)
+        p = make_plan(m, n, k, dt, tiles, a_chunks=A.chunks, b_chunks=B.chunks, target=target,
+                      n_workers=n_workers, device_memory=memory, exact=block is not None)
+        rates = Rates(read=read_gbps * 1e9, write=write_gbps * 1e9, pcie=pcie_gbps * 1e9,
+                      flops=(tflops or rate or 0) * 1e12 or None)
+        cache = None if memory is None else max(0.0, MEMORY_FRACTION * memory - 2 * p.device_bytes())
     click.echo(p.explain())
+    click.echo(p.explain_estimate(n_workers, rates, cache))
 
 
 # -- matmul -------------------------------------------------------------------

@@ -6,12 +6,15 @@ cached on the :class:`Device`.
 """
 from __future__ import annotations
 
+import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from . import sources
 from .discovery import DeviceInfo, cl_device, worker_device
+from .panels import PanelCache
 from .params import KernelParams
 from .tuning import Choice, lookup
 
@@ -52,9 +55,20 @@ class Device:
         self.info = info or worker_device()
         self.cl_device = cl_device(self.info)
         self.context = cl.Context([self.cl_device])
-        self.queue = cl.CommandQueue(self.context, properties=cl.command_queue_properties.PROFILING_ENABLE)
+        profiling = cl.command_queue_properties.PROFILING_ENABLE
+        self.queue = cl.CommandQueue(self.context, properties=profiling)            # GEMM kernels
+        self.transfer_queue = cl.CommandQueue(self.context, properties=profiling)   # uploads, staging
+        self.cache = PanelCache(0)   # the worker sets its budget (dgemm.worker.DeviceState)
+        self._pool: ThreadPoolExecutor | None = None
         self._kernels: dict = {}
         self._lock = threading.Lock()
+
+    def pool(self) -> ThreadPoolExecutor:
+        """The threads that read blocks from their stores and upload them (``DGEMM_READ_THREADS``, default 8)."""
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(read_threads(), thread_name_prefix="dgemm-read")
+            return self._pool
 
     def choice(self, dtype, precision: str | None = None) -> Choice:
         """The tuning database's parameters for ``dtype`` (and ``precision``) on this device."""
@@ -108,5 +122,21 @@ class Device:
         return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, max(int(nbytes), 1))
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+        self.cache.clear()
         self._kernels.clear()
         self.queue.finish()
+        self.transfer_queue.finish()
+
+
+def read_threads() -> int:
+    """Threads a device reads and uploads with: ``DGEMM_READ_THREADS``, else 8 (fewer on small machines).
+
+    Reading a Zarr chunk is mostly copying and decoding outside the GIL, so
+    several threads keep the disk (or the page cache) and PCIe busy together.
+    """
+    try:
+        return max(1, int(os.environ["DGEMM_READ_THREADS"]))
+    except (KeyError, ValueError):
+        return max(2, min(8, os.cpu_count() or 2))

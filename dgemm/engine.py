@@ -4,17 +4,30 @@ Host blocks arrive at their true sizes.  On the device they are zero-padded
 to tile multiples (transposed to the kernel's k-major A layout on the way
 where needed), multiplied and accumulated over k in one device buffer, and
 the padding is cut off before the single download.
+
+Two command queues share the device: uploads (and the padding and transpose
+kernels that follow them) go on the transfer queue, GEMM kernels on the
+compute queue, each kernel waiting only for the events of its own inputs.
+:meth:`BlockEngine.stream` reads and uploads the next blocks in a pool of
+threads while the device multiplies the current ones, and keeps staged
+blocks in the device's :class:`~dgemm.panels.PanelCache` for the next
+block product that needs them.
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .device import Device, Kernels
+from .panels import PanelCache
+from .storage import ZarrBlock, load, read_error
 
 
 def roundup(x: int, m: int) -> int:
@@ -40,22 +53,45 @@ def _grid(x: int, y: int) -> tuple[int, int]:
 
 @dataclass
 class Stats:
-    """What an engine has done: the figures the dashboard and benchmarks read."""
+    """What an engine has done: the figures the dashboard and benchmarks read.
+
+    Seconds named ``read``/``upload`` are summed over the threads that read
+    and upload in the background, so they can exceed the wall time;
+    ``wait_seconds`` is what the product itself spent waiting for its
+    inputs, the part of reading and uploading that was not hidden.
+    """
 
     flops: float = 0.0
     bytes_up: int = 0
     bytes_down: int = 0
+    bytes_read: int = 0
     kernel_seconds: float = 0.0
+    read_seconds: float = 0.0
+    upload_seconds: float = 0.0
+    download_seconds: float = 0.0
+    wait_seconds: float = 0.0
     blocks: int = 0
     busy_seconds: float = 0.0
     extra: dict = field(default_factory=dict)
 
 
+def _env_int(name: str, default: int) -> int:
+    try:
+        return max(1, int(os.environ.get(name, "")))
+    except ValueError:
+        return default
+
+
+# Steps (A and B block pairs) a product reads ahead of the one the device works on.
+PREFETCH = _env_int("DGEMM_PREFETCH", 4)
+
+
 class BlockEngine:
     """Runs block products of one dtype on one :class:`Device`.
 
-    The engine keeps its device buffers between calls (grown as needed) and
-    serialises calls with a lock: a device runs one block product at a time.
+    The engine keeps its accumulator buffers between calls (grown as needed)
+    and serialises calls with a lock: a device runs one block product at a
+    time, while the next product's inputs may already be uploading.
     """
 
     def __init__(self, device: Device, dtype, params=None):
@@ -66,6 +102,18 @@ class BlockEngine:
         self.stats = Stats()
         self._buffers: dict = {}
         self._lock = threading.Lock()
+        # pyopencl sets a kernel's arguments and enqueues it in two calls: threads must not interleave them
+        self._launch = threading.Lock()
+        self._count = threading.Lock()
+
+    @property
+    def cache(self) -> PanelCache:
+        return self.device.cache
+
+    def _add(self, **amounts) -> None:
+        with self._count:
+            for name, value in amounts.items():
+                setattr(self.stats, name, getattr(self.stats, name) + value)
 
     # -- buffers --------------------------------------------------------
     def _buf(self, name: str, elements: int):
@@ -83,38 +131,68 @@ class BlockEngine:
         self._buffers.clear()
 
     # -- staging --------------------------------------------------------
-    def _stage(self, host: np.ndarray, transpose: bool, drows: int, dcols: int, dest: str):
-        """Upload ``host`` and lay it out as a zero-padded ``drows x dcols`` buffer.
+    def _stage_into(self, q, host: np.ndarray, transpose: bool, drows: int, dcols: int, out):
+        """Upload ``host`` into ``out`` as a zero-padded ``drows x dcols`` block; returns the last event.
 
         ``transpose`` stores ``host.T``.  An aligned block in the right layout
-        goes straight into place; others pass through a staging buffer and the
-        padding or transposing kernel.
+        is copied straight into place (None: the copy is finished); others go
+        through a staging buffer and the padding or transposing kernel.
         """
         import pyopencl as cl
 
-        q = self.device.queue
-        host = np.ascontiguousarray(host, dtype=self.dtype)
         rows, cols = host.shape
         for n in (rows * cols, drows * dcols):
             if n > INT32_MAX:
                 raise ValueError(f"a block of {n} elements is too large for 32-bit indexing; use smaller blocks")
-        out = self._buf(dest, drows * dcols)
-        self.stats.bytes_up += host.nbytes
+        t0 = time.perf_counter()
+        ev = None
         if not transpose and (rows, cols) == (drows, dcols):
             if host.size:
                 cl.enqueue_copy(q, out, host, is_blocking=True)
-            return out
-        raw = self._buf("staging", rows * cols)
-        if host.size:
-            cl.enqueue_copy(q, raw, host, is_blocking=True)
-        if transpose:
-            tt = self.k.transpose_tile
-            self.k.transpose_pad(q, (roundup(drows, tt), roundup(dcols, tt)), (tt, tt),
-                                 np.int32(rows), np.int32(cols), raw, np.int32(drows), np.int32(dcols), out)
         else:
-            self.k.pad_zeros(q, _grid(dcols, drows), LOCAL_2D, np.int32(rows), np.int32(cols), np.int32(cols),
-                             raw, np.int32(drows), np.int32(dcols), out)
-        return out
+            # Its own staging buffer, so concurrent uploads never share one; OpenCL keeps it
+            # alive until the kernel that reads it has run.
+            raw = self.device.buffer(rows * cols * self.dtype.itemsize)
+            if host.size:
+                cl.enqueue_copy(q, raw, host, is_blocking=True)
+            with self._launch:
+                if transpose:
+                    tt = self.k.transpose_tile
+                    ev = self.k.transpose_pad(q, (roundup(drows, tt), roundup(dcols, tt)), (tt, tt),
+                                              np.int32(rows), np.int32(cols), raw, np.int32(drows),
+                                              np.int32(dcols), out)
+                else:
+                    ev = self.k.pad_zeros(q, _grid(dcols, drows), LOCAL_2D, np.int32(rows), np.int32(cols),
+                                          np.int32(cols), raw, np.int32(drows), np.int32(dcols), out)
+            q.flush()  # another queue will wait on ``ev``: it must be submitted
+        self._add(bytes_up=host.nbytes, upload_seconds=time.perf_counter() - t0)
+        return ev
+
+    def upload(self, host: np.ndarray, transpose: bool, drows: int, dcols: int):
+        """A new device buffer holding ``host`` staged as ``drows x dcols``; returns ``(buffer, event)``."""
+        host = np.ascontiguousarray(host, dtype=self.dtype)
+        out = self.device.buffer(drows * dcols * self.dtype.itemsize)
+        return out, self._stage_into(self.device.transfer_queue, host, transpose, drows, dcols, out)
+
+    def _fetch(self, ref, transpose: bool, drows: int, dcols: int):
+        """Read a block from its store (in a pool thread) and upload it."""
+        t0 = time.perf_counter()
+        try:
+            host = load(ref)
+        except Exception as e:
+            raise OSError(read_error(ref, e)) from e
+        self._add(read_seconds=time.perf_counter() - t0, bytes_read=host.nbytes)
+        return self.upload(host, transpose, drows, dcols)
+
+    def _staged(self, ref, transpose: bool, drows: int, dcols: int, scope):
+        """The cache entry (pinned) of ``ref`` staged as ``drows x dcols``, read in the background on a miss."""
+        key = None
+        if isinstance(ref, ZarrBlock):   # blocks held by dask arrive as arrays and are not kept
+            key = (scope, ref.key(), transpose, drows, dcols, self.dtype.str)
+        nbytes = drows * dcols * self.dtype.itemsize
+        entry, _ = self.cache.acquire(
+            key, nbytes, lambda: self.device.pool().submit(self._fetch, ref, transpose, drows, dcols))
+        return entry
 
     # -- the product ----------------------------------------------------
     def product(self, pairs: Iterable[tuple[np.ndarray, np.ndarray]], m: int, n: int, *,
@@ -133,60 +211,165 @@ class BlockEngine:
         c : ndarray, optional
             The ``m x n`` block of C; read only when ``beta != 0``.
         """
+        mp, np_ = self._padded(m, n)
+
+        def steps():
+            for a, b in pairs:
+                k = self._check(a.shape, b.shape, m, n, trans_a, trans_b)
+                if k and m and n:
+                    kp = roundup(k, self.params.TSK)
+                    yield k, self.upload(a, not trans_a, kp, mp), self.upload(b, trans_b, kp, np_)
+        return self._run(steps, m, n, alpha, beta, c)
+
+    def stream(self, a_refs: Sequence, b_refs: Sequence, m: int, n: int, *, alpha: float = 1.0,
+               beta: float = 0.0, c: np.ndarray | None = None, trans_a: bool = False, trans_b: bool = False,
+               scope=None, then=None, prefetch: int = PREFETCH) -> np.ndarray:
+        """Like :meth:`product`, from block references that are read and uploaded ahead of the device.
+
+        Parameters
+        ----------
+        a_refs, b_refs : sequences
+            The k-blocks of A and B: :class:`~dgemm.storage.ZarrBlock`
+            references (read in the device's pool of threads, and kept in its
+            panel cache) or arrays.
+        scope : hashable, optional
+            Names the run: cached blocks are shared only within one scope, so
+            an input rewritten between two runs is never served stale.
+        then : (a_refs, b_refs, m, n), optional
+            The block product expected next on this device; its first blocks
+            are read once this product's own reads are all under way.
+        prefetch : int
+            How many k steps to read ahead.
+        """
+        mp, np_ = self._padded(m, n)
+        plan = []
+        for a, b in zip(a_refs, b_refs, strict=True):
+            k = self._check(_shape(a), _shape(b), m, n, trans_a, trans_b)
+            if k and m and n:
+                plan.append((k, a, b))
+        nxt = []
+        if then is not None:
+            ta, tb, tm, tn = then
+            tmp, tnp = self._padded(tm, tn)
+            for a, b in list(zip(ta, tb))[:prefetch]:
+                kp = roundup(_shape(a)[0] if trans_a else _shape(a)[1], self.params.TSK)
+                nxt += [(a, not trans_a, kp, tmp), (b, trans_b, kp, tnp)]
+
+        def request(k, a, b):
+            kp = roundup(k, self.params.TSK)
+            ea = self._staged(a, not trans_a, kp, mp, scope)
+            try:
+                eb = self._staged(b, trans_b, kp, np_, scope)
+            except BaseException:
+                self.cache.release(ea)
+                raise
+            return k, ea, eb
+
+        def steps():
+            pending = deque()
+            ahead = iter(plan)
+            try:
+                for item in ahead:
+                    pending.append(request(*item))
+                    if len(pending) >= prefetch:
+                        break
+                while pending:
+                    k, ea, eb = pending.popleft()
+                    item = next(ahead, None)
+                    if item is not None:
+                        pending.append(request(*item))
+                    else:   # all of ours are under way: warm the cache for the next product
+                        while nxt:
+                            self.cache.release(self._staged(*nxt.pop(0), scope))
+                    try:
+                        yield k, ea.future.result(), eb.future.result()
+                    finally:
+                        self.cache.release(ea)
+                        self.cache.release(eb)
+            finally:
+                for _, ea, eb in pending:
+                    self.cache.release(ea)
+                    self.cache.release(eb)
+        return self._run(steps, m, n, alpha, beta, c)
+
+    def _padded(self, m: int, n: int) -> tuple[int, int]:
+        return roundup(max(m, 1), self.params.TSM), roundup(max(n, 1), self.params.TSN)
+
+    @staticmethod
+    def _check(a_shape, b_shape, m, n, trans_a, trans_b) -> int:
+        k = a_shape[0] if trans_a else a_shape[1]
+        kb = b_shape[1] if trans_b else b_shape[0]
+        ma = a_shape[1] if trans_a else a_shape[0]
+        nb = b_shape[0] if trans_b else b_shape[1]
+        if k != kb or ma != m or nb != n:
+            raise ValueError(f"block shapes do not fit: A {tuple(a_shape)}, B {tuple(b_shape)} for C {(m, n)}")
+        return k
+
+    def _run(self, steps, m, n, alpha, beta, c) -> np.ndarray:
         with self._lock:
             t0 = time.perf_counter()
             try:
-                return self._product(pairs, m, n, alpha, beta, c, trans_a, trans_b)
+                return self._measured(lambda: self._accumulate(steps(), m, n, alpha, beta, c))
             finally:
-                self.stats.busy_seconds += time.perf_counter() - t0
+                self._add(busy_seconds=time.perf_counter() - t0)
 
-    def _product(self, pairs, m, n, alpha, beta, c, trans_a, trans_b):
+    def _measured(self, fn):
+        """Run one product (subclasses measure it)."""
+        return fn()
+
+    def _accumulate(self, steps, m, n, alpha, beta, c) -> np.ndarray:
+        """Enqueue one GEMM per step into the C accumulator, then unpad and download it once."""
         import pyopencl as cl
 
         p, q = self.params, self.device.queue
-        mp, np_ = roundup(max(m, 1), p.TSM), roundup(max(n, 1), p.TSN)
+        mp, np_ = self._padded(m, n)
         real = self.dtype.type
         use_c = c is not None and beta != 0
         if use_c:
             if c.shape != (m, n):
                 raise ValueError(f"C block has shape {c.shape}, expected {(m, n)}")
-            c_dev = self._stage(c, False, mp, np_, "c")
+            c_dev = self._buf("c", mp * np_)
+            self._stage_into(q, np.ascontiguousarray(c, dtype=self.dtype), False, mp, np_, c_dev)
         else:
             c_dev = self._buf("c", mp * np_)
         beta_k = beta if use_c else 0.0
-        did = False
-        for a, b in pairs:
-            k = a.shape[0] if trans_a else a.shape[1]
-            kb = b.shape[1] if trans_b else b.shape[0]
-            ma = a.shape[1] if trans_a else a.shape[0]
-            nb = b.shape[0] if trans_b else b.shape[1]
-            if k != kb or ma != m or nb != n:
-                raise ValueError(f"block shapes do not fit: A {a.shape}, B {b.shape} for C {(m, n)}")
-            if k == 0 or m == 0 or n == 0:
-                continue
-            kp = roundup(k, p.TSK)
-            at = self._stage(a, not trans_a, kp, mp, "a")
-            bt = self._stage(b, trans_b, kp, np_, "b")
-            gsize, lsize = p.launch(mp, np_)
-            ev = self.k.gemm(q, gsize, lsize,
-                             np.int32(mp), np.int32(np_), np.int32(kp), real(alpha), real(beta_k), at, bt, c_dev)
-            ev.wait()
-            self.stats.kernel_seconds += (ev.profile.end - ev.profile.start) * 1e-9
-            self.stats.flops += 2.0 * m * n * k
-            beta_k = 1.0
-            did = True
+        events, flops = [], 0.0
+        gsize, lsize = p.launch(mp, np_)
+        try:
+            while True:
+                t0 = time.perf_counter()
+                step = next(steps, None)
+                self._add(wait_seconds=time.perf_counter() - t0)
+                if step is None:
+                    break
+                k, (at, a_ev), (bt, b_ev) = step
+                wait = [e for e in (a_ev, b_ev) if e is not None] or None
+                events.append(self.k.gemm(q, gsize, lsize, np.int32(mp), np.int32(np_),
+                                          np.int32(roundup(k, p.TSK)), real(alpha), real(beta_k), at, bt, c_dev,
+                                          wait_for=wait))
+                q.flush()
+                flops += 2.0 * m * n * k
+                beta_k = 1.0
+        finally:
+            steps.close()   # releases the cache pins of steps not taken (after an error)
         out = np.empty((m, n), dtype=self.dtype)
         if m == 0 or n == 0:
             return out
-        if not did:  # K == 0: the product is empty, only beta * C remains
-            if use_c:
-                out[...] = real(beta) * c
-            else:
-                out[...] = 0
+        if not events:  # K == 0: the product is empty, only beta * C remains
+            out[...] = real(beta) * c if use_c else 0
             return out
         dense = self._buf("dense", m * n)
         self.k.unpad(q, _grid(n, m), LOCAL_2D, np.int32(m), np.int32(n), np.int32(np_), c_dev, dense)
-        cl.enqueue_copy(q, out, dense, is_blocking=True)
-        self.stats.bytes_down += out.nbytes
-        self.stats.blocks += 1
+        down = cl.enqueue_copy(q, out, dense, is_blocking=True)
+        self._add(kernel_seconds=sum(_seconds(e) for e in events), flops=flops, bytes_down=out.nbytes, blocks=1,
+                  download_seconds=_seconds(down))
         return out
+
+
+def _seconds(event) -> float:
+    """How long a finished command ran on the device (from the queue's profiling)."""
+    return (event.profile.end - event.profile.start) * 1e-9
+
+
+def _shape(ref) -> tuple[int, int]:
+    return ref.shape if isinstance(ref, ZarrBlock) else np.shape(ref)

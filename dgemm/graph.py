@@ -15,13 +15,12 @@ references and are read by the worker that needs them.
 """
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
-from .plan import Plan
+from .plan import Plan, assign
 from .storage import BlockMarkers, Operand, load, read_error, store_block
 
 GPU = {"resources": {"GPU": 1}}
@@ -35,27 +34,25 @@ def _load(ref) -> np.ndarray:
         raise OSError(read_error(ref, e)) from e
 
 
-def _pairs(a_refs, b_refs):
-    """Yield loaded (A_ik, B_kj) pairs, reading the next pair while the device works on this one."""
-    if not a_refs:
-        return
-    with ThreadPoolExecutor(2) as pool:
-        nxt = (pool.submit(_load, a_refs[0]), pool.submit(_load, b_refs[0]))
-        for idx in range(len(a_refs)):
-            a, b = nxt[0].result(), nxt[1].result()
-            if idx + 1 < len(a_refs):
-                nxt = (pool.submit(_load, a_refs[idx + 1]), pool.submit(_load, b_refs[idx + 1]))
-            yield a, b
+def gemm_block(a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_b, dtype, precision=None,
+               scope=None, reserve=0, then=None):
+    """One C block: ``alpha * sum_k op(A_ik) op(B_kj) + beta * C_ij`` on this worker's device.
 
-
-def gemm_block(a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_b, dtype, precision=None):
-    """One C block: ``alpha * sum_k op(A_ik) op(B_kj) + beta * C_ij`` on this worker's device."""
+    The A and B blocks are read and uploaded ahead of the device and kept in
+    its panel cache for the run ``scope`` (see
+    :meth:`dgemm.engine.BlockEngine.stream`); ``reserve`` is the device memory
+    the product itself needs besides the cache; ``then`` names the block
+    product this worker is expected to run next, whose first blocks are
+    read while this one finishes.
+    """
     from .worker import device_state
 
-    engine = device_state().engine(dtype, precision)
+    state = device_state()
+    engine = state.engine(dtype, precision)
+    state.plan_cache(reserve)
     c = _load(c_ref) if c_ref is not None and beta != 0 else None
-    return engine.product(_pairs(a_refs, b_refs), m, n, alpha=alpha, beta=beta, c=c,
-                          trans_a=trans_a, trans_b=trans_b)
+    return engine.stream(a_refs, b_refs, m, n, alpha=alpha, beta=beta, c=c, trans_a=trans_a, trans_b=trans_b,
+                         scope=scope, then=then)
 
 
 def reduce_blocks(parts):
@@ -107,10 +104,15 @@ def _merge(graph: Graph, coll) -> str | None:
 
 
 def build(plan: Plan, a: Operand, b: Operand, c: Operand | None, *, alpha: float, beta: float,
-          token: str, blocks=None, precision: str | None = None) -> Graph:
+          token: str, blocks=None, precision: str | None = None, workers=None) -> Graph:
     """The layers that compute the C blocks of ``plan`` (``blocks``: a list of ``(i, j)``, default all).
 
     ``precision`` picks the kernel family on each worker (see :func:`dgemm.tuning.lookup`).
+    ``workers`` (addresses of the device workers) places the blocks for
+    locality (:func:`dgemm.plan.assign`): each worker gets a rectangle of C
+    blocks and runs it row by row, so its A and B panels are read once into
+    its device's cache.  The placement is loose: if a worker dies, its blocks
+    go to the others.
     """
     graph = Graph({}, {}, "")
     a_ref, a_coll = a.block_refs(plan.rows, plan.ks)
@@ -122,19 +124,36 @@ def build(plan: Plan, a: Operand, b: Operand, c: Operand | None, *, alpha: float
     gname = f"dgemm-gemm-{token}"
     split = len(plan.segments) > 1
     dt = plan.dtype.str
-    dsk = {}
-    for i, j in _blocks(plan, blocks):
-        (r0, r1), (c0, c1) = plan.rows[i], plan.cols[j]
-        for s, (k0, k1) in enumerate(plan.segments):
+    reserve = plan.device_bytes()
+    grid = _blocks(plan, blocks)
+    tasks = [(i, j, s) for i, j in grid for s in range(len(plan.segments))]
+    order = assign(tasks, len(workers) if workers else 1, plan)
+
+    def refs(i, j, s):
+        k0, k1 = plan.segments[s]
+        return [a_ref(i, kk) for kk in range(k0, k1)], [b_ref(kk, j) for kk in range(k0, k1)]
+
+    dsk, where, priority = {}, {}, {}
+    for w, mine in enumerate(order):
+        for pos, (i, j, s) in enumerate(mine):
+            (r0, r1), (c0, c1) = plan.rows[i], plan.cols[j]
             key = (gname, i, j, s) if split else (gname, i, j)
             first = s == 0
-            dsk[key] = (gemm_block,
-                        [a_ref(i, kk) for kk in range(k0, k1)],
-                        [b_ref(kk, j) for kk in range(k0, k1)],
+            then = None
+            if pos + 1 < len(mine):
+                ni, nj, ns = mine[pos + 1]
+                then = (*refs(ni, nj, ns), plan.rows[ni][1] - plan.rows[ni][0], plan.cols[nj][1] - plan.cols[nj][0])
+            dsk[key] = (gemm_block, *refs(i, j, s),
                         c_ref(i, j) if (use_c and first) else None,
                         r1 - r0, c1 - c0, float(alpha), float(beta) if first else 0.0,
-                        a.trans, b.trans, dt, precision)
-    graph.layers[gname] = MaterializedLayer(dsk, annotations=GPU)
+                        a.trans, b.trans, dt, precision, token, reserve, then)
+            if workers:
+                where[key] = [workers[w]]
+            priority[key] = len(mine) - pos   # each worker runs its blocks in the order given
+    annotations = {**GPU, "priority": priority.__getitem__}
+    if workers:
+        annotations.update(workers=where.__getitem__, allow_other_workers=True)
+    graph.layers[gname] = MaterializedLayer(dsk, annotations=annotations)
     graph.dependencies[gname] = inputs
     graph.result_name = gname
     if split:

@@ -81,19 +81,22 @@ def bounds(extent: int, size: int) -> tuple[tuple[int, int], ...]:
     return tuple((s, min(s + size, extent)) for s in range(0, extent, max(size, 1)))
 
 
-def block_size(extent: int, target: int, tile: int, chunk: int | None = None) -> int:
+def block_size(extent: int, target: int, tile: int, chunk: int | None = None, slack: int = 2) -> int:
     """Choose a block size along one axis.
 
     The result is a multiple of ``tile`` (and of ``chunk`` when the common
-    multiple is no larger than ``target``), at most about ``target``, and the
-    whole ``extent`` when that is smaller.
+    multiple is at most ``slack`` times ``target``: a block that cuts a
+    chunk makes every block sharing it read the whole chunk again), at most about
+    ``target`` otherwise, and the whole ``extent`` when that is smaller.
 
     >>> block_size(10000, 4096, 64)
     4096
-    >>> block_size(10000, 4096, 64, chunk=1000)   # lcm(64, 1000) = 8000 > 4096
+    >>> block_size(10000, 4096, 64, chunk=1000)   # lcm(64, 1000) = 8000 < 2 * 4096
+    8000
+    >>> block_size(10000, 4096, 64, chunk=1000 * 9)   # lcm = 72000: too large, cut chunks
     4096
-    >>> block_size(10000, 4096, 64, chunk=1024)
-    4096
+    >>> block_size(32768, 4096, 128, chunk=8192)  # one block per chunk
+    8192
     >>> block_size(300, 4096, 64)
     300
     """
@@ -102,10 +105,25 @@ def block_size(extent: int, target: int, tile: int, chunk: int | None = None) ->
     unit = tile
     if chunk and chunk > 0:
         common = math.lcm(tile, chunk)
-        if common <= max(target, tile):
+        if common <= slack * max(target, tile):
             unit = common
     size = max(unit, (target // unit) * unit)
     return extent if size >= extent else size
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Per-worker rates a plan's time floor assumes (bytes/s; flop/s, None when unknown).
+
+    The defaults are conservative guesses for a local NVMe disk (or the page
+    cache) and PCIe 4/5 with pageable host memory; ``dgemm plan`` takes
+    measured ones.
+    """
+
+    read: float = 5e9
+    write: float = 2e9
+    pcie: float = 20e9
+    flops: float | None = None
 
 
 @dataclass(frozen=True)
@@ -149,9 +167,84 @@ class Plan:
             f"blocks: {bm} x {bn} (C), k-blocks of {bk}; kernel tiles {self.tiles}",
             f"grid: {len(self.rows)} x {len(self.cols)} C blocks, {len(self.ks)} k-blocks, "
             f"k split into {len(self.segments)} segment(s): {self.n_tasks} GEMM tasks",
-            f"work: {self.flops / 1e9:.3f} GFLOP; input bytes read {self.bytes_read() / 1e6:.1f} MB, "
+            f"work: {self.flops / 1e9:.3f} GFLOP; input bytes {self.bytes_read() / 1e6:.1f} MB if no block were reused, "
             f"output bytes written {self.m * self.n * self.dtype.itemsize / 1e6:.1f} MB",
             *([self.note] if self.note else []),
+        ])
+
+    def tasks(self) -> list[tuple[int, int, int]]:
+        """Every GEMM task ``(i, j, segment)``."""
+        return [(i, j, s) for i in range(len(self.rows)) for j in range(len(self.cols))
+                for s in range(len(self.segments))]
+
+    def estimate(self, n_workers: int = 1, rates: Rates | None = None, cache_bytes: float | None = None) -> dict:
+        """Predict bytes moved and the time floor when the blocks are placed by :func:`assign`.
+
+        Each worker reads an A or B block once while its panel cache
+        (``cache_bytes``, default unlimited) holds every block it touches;
+        otherwise its A panels once (it runs a row at a time) and its B
+        blocks once per task.  The floor of a worker is its slowest resource
+        (store reads, PCIe, kernel, store writes), all overlapped, plus the
+        pipeline's fill (the first k step read and uploaded) and drain (the
+        last C block downloaded and written).  The run's floor is its
+        slowest worker's.
+        """
+        rates = rates or Rates()
+        item = self.dtype.itemsize
+        rm = [b - a for a, b in self.rows]
+        cn = [b - a for a, b in self.cols]
+        seg_k = [self.ks[b - 1][1] - self.ks[a][0] if b > a else 0 for a, b in self.segments]
+        per = []
+        for part in assign(self.tasks(), n_workers, self):
+            if not part:
+                continue
+            a_pieces = {(i, s): rm[i] * seg_k[s] * item for i, _, s in part}
+            b_pieces = {(j, s): seg_k[s] * cn[j] * item for _, j, s in part}
+            once = sum(a_pieces.values()) + sum(b_pieces.values())
+            if cache_bytes is None or once <= cache_bytes:
+                read = once
+            else:
+                read = sum(a_pieces.values()) + sum(seg_k[s] * cn[j] * item for _, j, s in part)
+            flops = sum(2.0 * rm[i] * cn[j] * seg_k[s] for i, j, s in part)
+            write = sum(rm[i] * cn[j] * item for i, j, s in part)
+            i, j, s = part[0]
+            bk = self.block_shape[2]
+            first = (rm[i] + cn[j]) * bk * item
+            last = rm[part[-1][0]] * cn[part[-1][1]] * item
+            times = {"read": read / rates.read, "upload": read / rates.pcie, "download": write / rates.pcie,
+                     "write": write / rates.write}
+            if rates.flops:
+                times["kernel"] = flops / rates.flops
+            fill = first / rates.read + first / rates.pcie
+            drain = last / rates.pcie + last / rates.write
+            per.append({"tasks": len(part), "bytes_read": read, "bytes_written": write, "flops": flops,
+                        "seconds": times, "fill": fill, "drain": drain,
+                        "floor": max(times.values()) + fill + drain, "bound": max(times, key=times.get)})
+        slow = max(per, key=lambda w: w["floor"])
+        return {"workers": per, "floor_seconds": slow["floor"], "bound": slow["bound"],
+                "bytes_read": sum(w["bytes_read"] for w in per),
+                "bytes_written": sum(w["bytes_written"] for w in per),
+                "tflops_ceiling": self.flops / slow["floor"] / 1e12 if slow["floor"] else None,
+                "rates": vars(rates)}
+
+    def explain_estimate(self, n_workers: int = 1, rates: Rates | None = None,
+                         cache_bytes: float | None = None) -> str:
+        """:meth:`estimate` as text."""
+        e = self.estimate(n_workers, rates, cache_bytes)
+        r = e["rates"]
+        w = max(e["workers"], key=lambda x: x["floor"])
+        split = ", ".join(f"{k} {v:.2f} s" for k, v in w["seconds"].items())
+        assumed = (f"assuming per worker: store reads {r['read'] / 1e9:.1f} GB/s, writes {r['write'] / 1e9:.1f} GB/s, "
+                   f"PCIe {r['pcie'] / 1e9:.1f} GB/s, kernel " +
+                   (f"{r['flops'] / 1e12:.3g} TFLOPS" if r["flops"] else "rate unknown (not counted)"))
+        return "\n".join([
+            f"placement: {len(e['workers'])} worker(s), up to {max(x['tasks'] for x in e['workers'])} tasks each; "
+            f"reads {e['bytes_read'] / 1e9:.2f} GB from the store in all (each block once per worker while the "
+            f"device cache holds it), writes {e['bytes_written'] / 1e9:.2f} GB",
+            f"busiest worker: {split}; fill {w['fill']:.2f} s, drain {w['drain']:.2f} s",
+            f"time floor {e['floor_seconds']:.2f} s ({e['bound']}-bound)"
+            + (f", at most {e['tflops_ceiling']:.3g} TFLOPS end to end" if e["tflops_ceiling"] else ""),
+            assumed,
         ])
 
     def device_bytes(self) -> int:
@@ -163,7 +256,7 @@ class Plan:
 def make_plan(m: int, n: int, k: int, dtype, tiles: tuple[int, int, int], *,
               a_chunks=(None, None), b_chunks=(None, None), out_chunks=None,
               target: int | tuple[int, int, int] = 4096, n_workers: int = 1,
-              device_memory: int | None = None, max_alloc: int | None = None) -> Plan:
+              device_memory: int | None = None, max_alloc: int | None = None, exact: bool = False) -> Plan:
     """Plan ``C[m x n] = A[m x k] @ B[k x n]``.
 
     Parameters
@@ -183,6 +276,9 @@ def make_plan(m: int, n: int, k: int, dtype, tiles: tuple[int, int, int], *,
         block product may use :data:`MEMORY_FRACTION` of it.
     max_alloc : int, optional
         The largest single buffer a device allows (``CL_DEVICE_MAX_MEM_ALLOC_SIZE``).
+    exact : bool
+        ``target`` is the user's: blocks may follow the chunks only up to it,
+        not up to twice it.
 
     Blocks are halved (the largest dimension first, K on ties) until they
     stay within 32-bit indexing and the memory limits; when even one tile
@@ -205,19 +301,20 @@ def make_plan(m: int, n: int, k: int, dtype, tiles: tuple[int, int, int], *,
     budget = None if device_memory is None else int(device_memory * MEMORY_FRACTION)
     ka, kb = a_chunks[1], b_chunks[0]
     shrunk = []
+    slack = 1 if exact else 2
 
     def sizes():
         if out_chunks is not None:
             bm, bn = out_chunks
         else:
-            bm = block_size(m, targets[0], tm, a_chunks[0])
-            bn = block_size(n, targets[1], tn, b_chunks[1])
+            bm = block_size(m, targets[0], tm, a_chunks[0], slack)
+            bn = block_size(n, targets[1], tn, b_chunks[1], slack)
         gk = targets[2]
         if ka and kb:
-            kchunk = math.lcm(ka, kb) if math.lcm(ka, kb) <= max(gk, tk) else max(ka, kb)
+            kchunk = math.lcm(ka, kb) if math.lcm(ka, kb) <= slack * max(gk, tk) else max(ka, kb)
         else:
             kchunk = ka or kb
-        return [bm, bn, block_size(k, gk, tk, kchunk)]
+        return [bm, bn, block_size(k, gk, tk, kchunk, slack)]
 
     while True:
         cur = sizes()
@@ -254,3 +351,73 @@ def make_plan(m: int, n: int, k: int, dtype, tiles: tuple[int, int, int], *,
     segments = tuple((s * nk // parts, (s + 1) * nk // parts) for s in range(parts)) if nk else ((0, 0),)
     note = f"blocks shrunk: {shrunk[0]}" if shrunk else ""
     return Plan(m, n, k, dtype, tuple(tiles), rows, cols, ks, segments, note)
+
+
+# -- placement ----------------------------------------------------------------
+def _snake(tasks) -> list:
+    """Tasks ``(i, j, s)`` row by row, every other row backwards, so consecutive rows share a B panel.
+
+    >>> _snake([(0, 0, 0), (0, 1, 0), (1, 0, 0), (1, 1, 0)])
+    [(0, 0, 0), (0, 1, 0), (1, 1, 0), (1, 0, 0)]
+    """
+    return sorted(tasks, key=lambda t: (t[0], t[1] if t[0] % 2 == 0 else -t[1], t[2]))
+
+
+def _split(items: list, parts: int) -> list[list]:
+    """``items`` cut into ``parts`` contiguous runs of nearly equal length.
+
+    >>> _split([1, 2, 3, 4, 5], 2)
+    [[1, 2, 3], [4, 5]]
+    """
+    q, r = divmod(len(items), parts)
+    start = [p * q + min(p, r) for p in range(parts + 1)]
+    return [items[start[p]:start[p + 1]] for p in range(parts)]
+
+
+def _panel_bytes(part, plan: Plan | None) -> float:
+    """Bytes a worker reads for its tasks when its cache keeps every panel (A rows + B columns it touches)."""
+    if plan is None:
+        return len({t[0] for t in part}) + len({t[1] for t in part})
+    k = plan.k * plan.dtype.itemsize
+    return (sum(plan.rows[i][1] - plan.rows[i][0] for i in {t[0] for t in part}) * k
+            + sum(plan.cols[j][1] - plan.cols[j][0] for j in {t[1] for t in part}) * k)
+
+
+def assign(tasks, n_workers: int, plan: Plan | None = None) -> list[list]:
+    """Share GEMM tasks ``(i, j, s)`` among ``n_workers`` for locality; each worker's list is in run order.
+
+    Candidates are every ``pr x pc = n_workers`` grid of rectangles of C
+    blocks and contiguous runs of the row-by-row order; the one with the
+    fewest tasks on its busiest worker wins, then the one reading the fewest
+    panel bytes in all.  Within a worker tasks go row by row (see
+    :func:`_snake`), so the A panel of a row is reused along it and the B
+    panels along the columns.
+
+    >>> tasks = [(i, j, 0) for i in range(4) for j in range(4)]
+    >>> [sorted({(i // 2, j // 2) for i, j, _ in part}) for part in assign(tasks, 4)]
+    [[(0, 0)], [(0, 1)], [(1, 0)], [(1, 1)]]
+    >>> [len(p) for p in assign(tasks, 3)]
+    [6, 5, 5]
+    >>> assign([(0, 0, 0), (0, 0, 1)], 2)      # k split: one segment each
+    [[(0, 0, 0)], [(0, 0, 1)]]
+    """
+    tasks = list(tasks)
+    if n_workers <= 1 or len(tasks) <= 1:
+        return [_snake(tasks)] + [[] for _ in range(max(n_workers, 1) - 1)]
+    rows = sorted({t[0] for t in tasks})
+    cols = sorted({t[1] for t in tasks})
+    candidates = [[_snake(p) for p in _split(_snake(tasks), n_workers)]]
+    for pr in range(1, n_workers + 1):
+        if n_workers % pr:
+            continue
+        pc = n_workers // pr
+        if pr > len(rows) or pc > len(cols):
+            continue
+        rgroup = {r: g for g, part in enumerate(_split(rows, pr)) for r in part}
+        cgroup = {c: g for g, part in enumerate(_split(cols, pc)) for c in part}
+        parts = [[] for _ in range(n_workers)]
+        for t in tasks:
+            parts[rgroup[t[0]] * pc + cgroup[t[1]]].append(t)
+        candidates.append([_snake(p) for p in parts])
+    return min(candidates, key=lambda parts: (max(len(p) for p in parts),
+                                              sum(_panel_bytes(p, plan) for p in parts)))

@@ -53,6 +53,16 @@ class ZarrBlock:
         v = np.asarray(self.array[lo:hi])
         return v[None, :] if self.expand == 0 else v[:, None]
 
+    @property
+    def shape(self) -> tuple[int, int]:
+        """The block's 2-D shape as :meth:`load` returns it (a promoted 1-D block has a 1 on its new axis)."""
+        return (self.rows[1] - self.rows[0], self.cols[1] - self.cols[0])
+
+    def key(self) -> tuple:
+        """What the block holds, hashable: the same region of the same array gives the same key."""
+        return (str(getattr(self.array, "store_path", id(self.array))), getattr(self.array, "path", ""),
+                self.rows, self.cols, self.expand)
+
     def describe(self) -> str:
         path = getattr(self.array, "store_path", None) or getattr(self.array, "path", "?")
         return f"Zarr array {path} rows {self.rows[0]}:{self.rows[1]}, columns {self.cols[0]}:{self.cols[1]}"

@@ -49,6 +49,7 @@ class Choice:
     database: str       # "user" or "shipped"
     tuned: bool         # produced by the tuner (as opposed to a hand default)
     note: str = ""      # e.g. why a requested precision fell back to the FMA kernel
+    tflops: float | None = None   # the rate the tuner recorded for this entry, if any (for plan estimates)
 
     def describe(self) -> str:
         how = "tuned" if self.tuned else "untuned default; `dgemm tune` may help"
@@ -140,7 +141,9 @@ def _find(info, dtype, names, databases, want) -> Choice | None:
                 if want is not None and params.precision != want:
                     continue
                 if _usable(params, info, dtype):
-                    return Choice(params, level, key, dbname, bool(entry.get("tuned", False)))
+                    rates = [v for f, v in entry.items() if f.startswith("tflops") and isinstance(v, (int, float))]
+                    return Choice(params, level, key, dbname, bool(entry.get("tuned", False)),
+                                  tflops=float(rates[0]) if rates else None)
     return None
 
 

@@ -39,7 +39,9 @@ logger = logging.getLogger(__name__)
 # Counters of one device, summed over its engines (one per dtype); the
 # dashboard, the Prometheus collector and ``describe()`` read these names.
 COUNTERS = ("flops", "bytes_up", "bytes_down", "kernel_seconds", "busy_seconds", "blocks",
-            "transfer_seconds", "read_wait_seconds")
+            "transfer_seconds", "read_wait_seconds", "bytes_read", "read_seconds", "upload_seconds",
+            "download_seconds")
+EXTRA = ("transfer_seconds", "read_wait_seconds")   # kept in Stats.extra, the others are Stats fields
 # Block products a worker remembers, and how old the ones it reports may be: the
 # scheduler samples every second, so each product reaches it at least once.
 EVENTS_KEPT = 512
@@ -48,27 +50,13 @@ EVENTS_SECONDS = 15.0
 TASK_SECONDS = {"store_seconds": "dgemm-store", "load_seconds": "dgemm-load", "reduce_seconds": "dgemm-reduce"}
 
 
-def _timed(pairs, wait: list):
-    """Yield from ``pairs``, adding the seconds spent waiting for each item to ``wait[0]``."""
-    it = iter(pairs)
-    while True:
-        t0 = time.perf_counter()
-        try:
-            item = next(it)
-        except StopIteration:
-            wait[0] += time.perf_counter() - t0
-            return
-        wait[0] += time.perf_counter() - t0
-        yield item
-
-
 class MeteredEngine(BlockEngine):
     """A :class:`~dgemm.engine.BlockEngine` that also tells where a block product's time went.
 
     Besides the engine's :class:`~dgemm.engine.Stats`, each product adds to
-    ``stats.extra``: ``read_wait_seconds`` (waiting for the next A/B pair
-    from the store) and ``transfer_seconds`` (the rest of the busy time that
-    is not the GEMM kernel: uploads, padding, transposes, the download).
+    ``stats.extra``: ``read_wait_seconds`` (the product waiting for its
+    inputs: the reading and uploading the pipeline did not hide) and
+    ``transfer_seconds`` (uploads, padding, transposes and the download).
     Inside a Dask task the same figures go to distributed's Fine Performance
     Metrics (``dgemm-kernel``, ``dgemm-transfer``, ``dgemm-read-wait``
     seconds; ``dgemm-upload``/``dgemm-download`` bytes; ``dgemm-flop``).
@@ -79,25 +67,25 @@ class MeteredEngine(BlockEngine):
         self.stats.extra.setdefault("read_wait_seconds", 0.0)
         self.stats.extra.setdefault("transfer_seconds", 0.0)
         self.on_product = on_product
-        self._meter_lock = threading.Lock()
 
-    def product(self, pairs, m, n, **kwargs):
-        with self._meter_lock:  # one product at a time (as the engine), so the deltas are this call's
-            s = self.stats
-            before = (s.flops, s.bytes_up, s.bytes_down, s.kernel_seconds, s.busy_seconds)
-            wait = [0.0]
-            start = time.time()
-            try:
-                return super().product(_timed(pairs, wait), m, n, **kwargs)
-            finally:
-                flops, up, down, kernel, busy = (a - b for a, b in zip(
-                    (s.flops, s.bytes_up, s.bytes_down, s.kernel_seconds, s.busy_seconds), before))
-                transfer = max(0.0, busy - kernel - wait[0])
-                s.extra["read_wait_seconds"] += wait[0]
-                s.extra["transfer_seconds"] += transfer
-                _digest(kernel, transfer, wait[0], up, down, flops)
-                if self.on_product is not None and flops:
-                    self.on_product(start, time.time(), flops, up + down)
+    _FIELDS = ("flops", "bytes_up", "bytes_down", "kernel_seconds", "wait_seconds", "upload_seconds",
+               "download_seconds")
+
+    def _measured(self, fn):
+        s = self.stats
+        before = [getattr(s, f) for f in self._FIELDS]
+        start = time.time()
+        try:
+            return fn()
+        finally:
+            flops, up, down, kernel, wait, upload, download = (
+                getattr(s, f) - b for f, b in zip(self._FIELDS, before))
+            transfer = upload + download
+            s.extra["read_wait_seconds"] += wait
+            s.extra["transfer_seconds"] += transfer
+            _digest(kernel, transfer, wait, up, down, flops)
+            if self.on_product is not None and flops:
+                self.on_product(start, time.time(), flops, up + down)
 
 
 def _digest(kernel, transfer, wait, up, down, flops) -> None:
@@ -175,8 +163,31 @@ class DeviceState:
         for e in list(self._engines.values()):
             st = e.stats
             for k in COUNTERS:
-                out[k] += st.extra.get(k, 0.0) if k in ("transfer_seconds", "read_wait_seconds") else getattr(st, k)
+                out[k] += st.extra.get(k, 0.0) if k in EXTRA else getattr(st, k)
+        if self.device is not None:
+            out.update(self.device.cache.stats())
         return out
+
+    def plan_cache(self, reserve: int) -> int:
+        """Give the panel cache the device memory a run leaves: its share less ``reserve`` bytes.
+
+        ``reserve`` is what the plan says one block product holds besides
+        its cached inputs (accumulator, staging, inputs in flight).  The
+        share is :data:`dgemm.plan.MEMORY_FRACTION` of the device memory,
+        or of ``DGEMM_DEVICE_MEMORY_LIMIT`` when that is smaller; CPU
+        devices (whose memory is the host's) keep a quarter of it.
+        """
+        from .cluster import ENV_MEMORY_LIMIT, memory_limit_from_env
+        from .plan import MEMORY_FRACTION
+
+        info = self.device.info
+        memory = info.global_mem
+        limit = memory_limit_from_env(os.environ.get(ENV_MEMORY_LIMIT))
+        if limit:
+            memory = min(memory, limit)
+        share = MEMORY_FRACTION * memory * (0.25 if info.type == "CPU" else 1.0)
+        self.device.cache.budget = max(0, int(share - reserve))
+        return self.device.cache.budget
 
     def snapshot(self, dask_worker=None) -> dict:
         """Plain data for the dashboard and the metrics: the device and its running totals.
@@ -341,8 +352,10 @@ def device_state() -> DeviceState:
         plugin = get_worker().plugins.get(PLUGIN_NAME)
         if plugin is not None and plugin.state is not None:
             return plugin.state
-    except ValueError:
-        pass
+    except ValueError:   # not in a task: e.g. ``client.run``; a worker process holds one live plugin
+        live = [p.state for _, p in live_plugins()]
+        if len(live) == 1:
+            return live[0]
     with _process_lock:
         if _process_state is None:
             _process_state = DeviceState()

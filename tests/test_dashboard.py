@@ -97,11 +97,9 @@ def test_page_data_after_a_matmul(run, cluster):
         assert w["ok"] and w["device"] and w["device_type"] in ("CPU", "GPU", "ACCELERATOR")
         assert w["blocks"] > 0 and w["flops"] > 0 and w["bytes_up"] > 0 and w["bytes_down"] > 0
         assert w["kernel_seconds"] > 0 and w["busy_seconds"] >= w["kernel_seconds"]
-        # busy time = kernel + transfer + read wait (the metered engine's split; transfer is clamped
-        # at zero where the device's profiling clock gives the kernel a hair more than the host saw)
-        parts = w["kernel_seconds"] + w["transfer_seconds"] + w["read_wait_seconds"]
-        assert parts >= w["busy_seconds"] * (1 - 1e-9)
-        assert parts == pytest.approx(w["busy_seconds"], rel=1e-2)
+        # kernels, transfers (in the read threads, partly ahead of the product) and the wait for
+        # inputs overlap: the wait is within the busy time, transfers are thread-seconds
+        assert 0 <= w["read_wait_seconds"] <= w["busy_seconds"] and w["transfer_seconds"] > 0
         assert w["store_seconds"] > 0
         assert w["tflops_busy"] > 0 and w["tflops_kernel"] >= w["tflops_busy"]
         assert w["series"] and w["tflops_peak"] > 0

@@ -353,3 +353,113 @@ def test_tensor_core_paths_against_numpy_and_the_fma_kernel(gpu_device, rng):
     trans = (False, True)
     p, e = err("float32", "tf32", *data("float32", trans), trans)
     assert p.precision == "tf32" and e < tolerance("float32", sum(ks), "tf32")
+
+
+# -- streaming from block references, with the device's panel cache ------------
+@pytest.fixture
+def cached(any_device):
+    """The device with a panel cache of ``budget`` bytes (set by the test), emptied afterwards."""
+    cache = any_device.cache
+    saved = cache.budget
+    cache.clear()
+    yield any_device
+    cache.budget = saved
+    cache.clear()
+    assert all(e.pins == 0 for e in cache._entries.values())
+
+
+def zarr_refs(tmp_path, rng, name, shape, chunks, k_bounds, axis, fixed, dtype="float64"):
+    """A random Zarr matrix and the references to its k blocks (``axis``: which axis k runs along)."""
+    import zarr
+    from dgemm.storage import ZarrBlock
+
+    arr = zarr.create_array(store=str(tmp_path / name), shape=shape, chunks=chunks, dtype=dtype)
+    arr[...] = randn(rng, shape, dtype)
+    refs = [ZarrBlock(arr, kb, fixed) if axis == 0 else ZarrBlock(arr, fixed, kb) for kb in k_bounds]
+    return arr[...], refs
+
+
+@pytest.mark.parametrize("trans_a,trans_b", [(False, False), (True, False), (False, True)])
+def test_stream_from_zarr_matches_numpy(cached, engines, tmp_path, rng, trans_a, trans_b):
+    """Irregular k blocks read in the pool, staged in the cache, accumulated: poisoned accumulators stay unseen."""
+    m, n, k = 45, 70, 100
+    ks = ((0, 33), (33, 64), (64, 100))
+    e = engines(cached, "float64")
+    poison(e, 64, 96, 128)
+    cached.cache.budget = 1 << 30
+    a, a_refs = zarr_refs(tmp_path, rng, "a.zarr", (k, m) if trans_a else (m, k), (17, 29), ks,
+                          0 if trans_a else 1, (0, m))
+    b, b_refs = zarr_refs(tmp_path, rng, "b.zarr", (n, k) if trans_b else (k, n), (31, 23), ks,
+                          1 if trans_b else 0, (0, n))
+    c = randn(rng, (m, n))
+    got = e.stream(a_refs, b_refs, m, n, alpha=0.5, beta=2.0, c=c, trans_a=trans_a, trans_b=trans_b, scope="t")
+    check_product(got, a, b, alpha=0.5, beta=2.0, c=c, dtype="float64", trans_a=trans_a, trans_b=trans_b)
+
+
+def test_stream_reads_each_block_once_per_scope(cached, tmp_path, rng):
+    """A second product in the same scope is served from the device; another scope reads again."""
+    m, n, k = 40, 30, 60
+    ks = ((0, 20), (20, 40), (40, 60))
+    e = BlockEngine(cached, "float32")
+    cached.cache.budget = 1 << 30
+    a, a_refs = zarr_refs(tmp_path, rng, "a.zarr", (m, k), (20, 20), ks, 1, (0, m), "float32")
+    b, b_refs = zarr_refs(tmp_path, rng, "b.zarr", (k, n), (20, 30), ks, 0, (0, n), "float32")
+    first = e.stream(a_refs, b_refs, m, n, scope="run1")
+    read = e.stats.bytes_read
+    assert read == (m * k + k * n) * 4
+    hits = cached.cache.hits
+    again = e.stream(a_refs, b_refs, m, n, scope="run1")
+    assert e.stats.bytes_read == read and cached.cache.hits == hits + 6
+    np.testing.assert_array_equal(again, first)
+    e.stream(a_refs, b_refs, m, n, scope="run2")     # a new run never trusts blocks of an old one
+    assert e.stats.bytes_read == 2 * read
+    check_product(first, a, b, dtype="float32")
+
+
+def test_stream_stays_within_the_cache_budget(cached, tmp_path, rng):
+    """With room for two staged blocks, older blocks are evicted and the result is still right."""
+    m = n = 32
+    ks = tuple((s, s + 16) for s in range(0, 128, 16))
+    e = BlockEngine(cached, "float32")
+    p = e.params
+    staged = roundup(16, p.TSK) * max(roundup(m, p.TSM), roundup(n, p.TSN)) * 4
+    cached.cache.budget = 2 * staged
+    a, a_refs = zarr_refs(tmp_path, rng, "a.zarr", (m, 128), (32, 16), ks, 1, (0, m), "float32")
+    b, b_refs = zarr_refs(tmp_path, rng, "b.zarr", (128, n), (16, 32), ks, 0, (0, n), "float32")
+    got = e.stream(a_refs, b_refs, m, n, scope="s", prefetch=1)
+    assert cached.cache.bytes <= 2 * staged and cached.cache.evictions >= len(ks) * 2 - 2
+    check_product(got, a, b, dtype="float32")
+
+
+def test_stream_read_error_names_the_block_and_is_not_kept(cached, tmp_path, rng):
+    """A damaged chunk fails the product with its array and region, and leaves nothing pinned or cached."""
+    m, n, k = 16, 16, 32
+    ks = ((0, 16), (16, 32))
+    e = BlockEngine(cached, "float32")
+    cached.cache.budget = 1 << 30
+    a, a_refs = zarr_refs(tmp_path, rng, "a.zarr", (m, k), (16, 16), ks, 1, (0, m), "float32")
+    b, b_refs = zarr_refs(tmp_path, rng, "b.zarr", (k, n), (16, 16), ks, 0, (0, n), "float32")
+    chunk = tmp_path / "b.zarr" / "c" / "1" / "0"
+    assert chunk.exists()
+    chunk.write_bytes(b"not a chunk")
+    with pytest.raises(OSError, match=r"b\.zarr.*rows 16:32"):
+        e.stream(a_refs, b_refs, m, n, scope="bad")
+    assert not any(key[1] == b_refs[1].key() for key in cached.cache.keys())
+
+
+def test_stream_reads_the_next_product_ahead(cached, tmp_path, rng):
+    """``then`` puts the next product's first blocks in the cache; running it then reads only the rest."""
+    m, n, k = 32, 32, 64
+    ks = ((0, 16), (16, 32), (32, 48), (48, 64))
+    e = BlockEngine(cached, "float32")
+    cached.cache.budget = 1 << 30
+    a, a_refs = zarr_refs(tmp_path, rng, "a.zarr", (m, k), (32, 16), ks, 1, (0, m), "float32")
+    b, b_refs = zarr_refs(tmp_path, rng, "b.zarr", (k, 2 * n), (16, 32), ks, 0, (0, n), "float32")
+    b2_refs = [type(r)(r.array, r.rows, (n, 2 * n)) for r in b_refs]      # the next C block: B's next columns
+    e.stream(a_refs, b_refs, m, n, scope="p", then=(a_refs, b2_refs, m, n), prefetch=2)
+    for f in [en.future for en in cached.cache._entries.values()]:
+        f.result()
+    read = e.stats.bytes_read
+    got = e.stream(a_refs, b2_refs, m, n, scope="p", prefetch=2)
+    assert e.stats.bytes_read - read == 2 * 16 * n * 4          # B blocks 3 and 4 only; A is cached
+    check_product(got, a, b[:, n:], dtype="float32")

@@ -56,7 +56,9 @@ def test_layers_and_annotations(tmp_path, rng):
     names = set(g.layers)
     gemm = [n for n in names if n.startswith("dgemm-gemm-")]
     assert len(gemm) == 1 and g.result_name == gemm[0]
-    assert g.layers[gemm[0]].annotations == {"resources": {"GPU": 1}}
+    ann = g.layers[gemm[0]].annotations
+    assert ann["resources"] == {"GPU": 1} and "workers" not in ann      # no workers given: no placement
+    assert sorted(ann["priority"](k) for k in g.layers[gemm[0]]) == list(range(1, len(g.layers[gemm[0]]) + 1))
     assert any(n.startswith("dgemm-load-b") for n in names)        # numpy input: load tasks
     assert not any(n.startswith("dgemm-reduce-") for n in names)
     assert len(g.layers[gemm[0]]) == len(plan.rows) * len(plan.cols)
@@ -139,12 +141,34 @@ def test_load_errors_name_the_block(tmp_path):
     assert graph_mod._load(ZarrBlock(arr, (2, 4), (2, 4))).tolist() == [[1.0, 1.0], [1.0, 1.0]]
 
 
-def test_pairs_in_order():
-    a = [np.full((1, 1), i) for i in range(5)]
-    b = [np.full((1, 1), 10 + i) for i in range(5)]
-    got = list(graph_mod._pairs(a, b))
-    assert [(x[0, 0], y[0, 0]) for x, y in got] == [(i, 10 + i) for i in range(5)]
-    assert list(graph_mod._pairs([], [])) == []
+def test_blocks_are_placed_in_rectangles_and_run_row_by_row(tmp_path, rng):
+    """With workers given, each gets a rectangle of C blocks (loosely), in snake order, told what comes next."""
+    a = zarr.create_array(store=str(tmp_path / "a.zarr"), shape=(256, 128), chunks=(64, 64), dtype="f4")
+    b = zarr.create_array(store=str(tmp_path / "b.zarr"), shape=(128, 256), chunks=(64, 64), dtype="f4")
+    a[...], b[...] = randn(rng, (256, 128), "f4"), randn(rng, (128, 256), "f4")
+    workers = ["tcp://w0", "tcp://w1", "tcp://w2", "tcp://w3"]
+    A, B = Operand(a, "a"), Operand(b, "b")
+    plan = make_plan(256, 256, 128, "float32", (32, 32, 16), target=64, n_workers=4)
+    g = graph_mod.build(plan, A, B, None, alpha=1.0, beta=0.0, token="t", workers=workers)
+    layer = g.layers[g.result_name]
+    ann = layer.annotations
+    assert ann["allow_other_workers"] is True and ann["resources"] == {"GPU": 1}
+    mine = {w: sorted((k for k in layer if ann["workers"](k) == [w]), key=lambda k: -ann["priority"](k))
+            for w in workers}
+    for w, keys in mine.items():
+        ij = [k[1:] for k in keys]
+        rows, cols = {i for i, _ in ij}, {j for _, j in ij}
+        assert len(ij) == 4 and len(rows) == 2 and len(cols) == 2       # a 2 x 2 rectangle each
+        assert ij[0][0] == ij[1][0] and ij[2][0] == ij[3][0] and ij[1][1] == ij[2][1]   # snake: row, then back
+        for key, nxt in zip(keys, keys[1:] + [None]):
+            then = layer[key][-1]
+            if nxt is None:
+                assert then is None
+            else:       # the next block's refs and shape
+                keys_of = lambda refs: [r.key() for r in refs]  # noqa: E731
+                assert keys_of(then[0]) == keys_of(layer[nxt][1]) and keys_of(then[1]) == keys_of(layer[nxt][2])
+                assert then[2:] == layer[nxt][4:6]
+    check_product(as_array(plan, g).compute(), a[...], b[...], dtype="float32")
 
 
 def test_reduce_blocks_does_not_modify_its_inputs(rng):

@@ -33,7 +33,9 @@ def test_block_size_rules():
     assert block_size(10000, 4096, 64) == 4096
     assert block_size(10000, 4000, 64) == 3968                  # rounded down to the tile
     assert block_size(10000, 4096, 96) == 4032
-    assert block_size(10000, 4096, 64, chunk=1000) == 4096      # lcm 8000 too big: tile only
+    assert block_size(10000, 4096, 64, chunk=1000) == 8000      # lcm 8000 <= 2 x target: whole chunks
+    assert block_size(10000, 4096, 64, chunk=9000) == 4096      # lcm 72000 too big: tile only
+    assert block_size(32768, 4096, 256, chunk=8192) == 8192     # never cut a chunk into quarters
     assert block_size(10000, 4096, 64, chunk=1536) == 3072      # lcm(64, 1536) = 1536
     assert block_size(10000, 4096, 64, chunk=33) == 2112        # lcm 2112 <= 4096 ...
     assert block_size(10000, 4300, 64, chunk=33) == 4224        # ... whole multiples of 2112
@@ -51,8 +53,9 @@ def test_block_size_properties(extent, target, tile, chunk):
         assert extent <= max(target, tile, math.lcm(tile, chunk) if chunk else tile)
     else:
         assert b % tile == 0 and b < extent
-        assert b <= max(target, tile)
-        if chunk and math.lcm(tile, chunk) <= max(target, tile):
+        whole_chunks = chunk and math.lcm(tile, chunk) <= 2 * max(target, tile)
+        assert b <= max(target, tile, math.lcm(tile, chunk) if whole_chunks else tile)
+        if whole_chunks:
             assert b % chunk == 0
 
 
@@ -108,7 +111,10 @@ def test_blocks_follow_storage_chunks_and_tiles():
     assert p.block_shape == (384, 384, 400)
     p = make_plan(1000, 1000, 1000, "float64", (32, 32, 16), a_chunks=(96, 200), b_chunks=(200, 64),
                   target=300)
-    assert p.block_shape == (288, 256, 288)     # lcm(16, 200) = 400 > 300: the k tile only
+    assert p.block_shape == (288, 256, 400)     # lcm(16, 200) = 400 <= 2 x 300: whole k chunks
+    p = make_plan(1000, 1000, 1000, "float64", (32, 32, 16), a_chunks=(96, 200), b_chunks=(200, 64),
+                  target=150)
+    assert p.block_shape == (96, 128, 144)      # 400 > 2 x 150: the k tile only
     # different k-chunkings of A and B: blocks follow their common multiple when that is small
     p = make_plan(500, 500, 1000, "float32", (32, 32, 16), a_chunks=(None, 48), b_chunks=(80, None), target=300)
     assert p.block_shape[2] == 240

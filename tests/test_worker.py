@@ -144,9 +144,10 @@ def test_metered_engine_splits_busy_time_and_records_products(cpu_state, rng):
     after = cpu_state.totals()
     d = {k: after[k] - before[k] for k in after}
     assert d["blocks"] == 1 and d["flops"] == 2 * 40 * 36 * 24
-    assert d["read_wait_seconds"] >= 0.05
-    assert d["kernel_seconds"] + d["transfer_seconds"] + d["read_wait_seconds"] == pytest.approx(d["busy_seconds"],
-                                                                                                rel=1e-2)
+    # waiting, uploading and the kernels overlap now: each is within the product's busy time
+    assert 0.05 <= d["read_wait_seconds"] <= d["busy_seconds"]
+    assert 0 < d["kernel_seconds"] <= d["busy_seconds"] and 0 < d["transfer_seconds"] <= d["busy_seconds"]
+    assert d["transfer_seconds"] == pytest.approx(d["upload_seconds"] + d["download_seconds"])
     assert len(cpu_state.events) == n_events + 1
     seq, start, end, flops, nbytes = cpu_state.events[-1]
     assert end >= start + 0.05 and flops == d["flops"] and nbytes == d["bytes_up"] + d["bytes_down"] > 0

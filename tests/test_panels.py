@@ -1,0 +1,65 @@
+"""The panel cache: reuse, eviction order, pins, failures."""
+from __future__ import annotations
+
+from concurrent.futures import Future
+
+import pytest
+
+from dgemm.panels import PanelCache
+
+
+def ready(x):
+    f = Future()
+    f.set_result(x)
+    return f
+
+
+def test_least_recently_used_goes_first():
+    cache = PanelCache(budget=30)
+    for key in "abc":
+        cache.release(cache.acquire(key, 10, lambda k=key: ready(k))[0])
+    cache.release(cache.acquire("a", 10, lambda: ready("again"))[0])       # a is now the most recent
+    cache.release(cache.acquire("d", 10, lambda: ready("d"))[0])
+    assert cache.keys() == ["c", "a", "d"] and cache.evictions == 1 and cache.bytes == 30
+
+
+def test_pinned_entries_stay_even_over_budget():
+    cache = PanelCache(budget=10)
+    a, _ = cache.acquire("a", 10, lambda: ready("a"))
+    b, _ = cache.acquire("b", 10, lambda: ready("b"))          # a is in use: both kept, over budget
+    assert cache.keys() == ["a", "b"] and cache.bytes == 20 and cache.peak == 20
+    cache.release(a)
+    assert cache.keys() == ["b"] and cache.bytes == 10        # released over budget: evicted at once
+    cache.release(b)
+    assert cache.stats()["cache_entries"] == 1
+
+
+def test_a_failed_read_is_forgotten_so_the_next_asker_retries():
+    cache = PanelCache(budget=100)
+    f = Future()
+    e, hit = cache.acquire("x", 10, lambda: f)
+    f.set_exception(OSError("disk"))
+    with pytest.raises(OSError):
+        e.future.result()
+    cache.release(e)
+    assert cache.keys() == [] and cache.bytes == 0
+    e2, hit = cache.acquire("x", 10, lambda: ready("ok"))
+    assert not hit and e2.future.result() == "ok"
+    cache.release(e2)
+
+
+def test_unkeyed_entries_are_never_stored():
+    cache = PanelCache(budget=100)
+    e, hit = cache.acquire(None, 10, lambda: ready(1))
+    assert not hit and e.future.result() == 1 and cache.keys() == [] and cache.bytes == 0
+    cache.release(e)
+
+
+def test_a_failing_maker_leaves_nothing_behind():
+    cache = PanelCache(budget=100)
+
+    def boom():
+        raise RuntimeError("pool shut down")
+    with pytest.raises(RuntimeError):
+        cache.acquire("y", 10, boom)
+    assert cache.keys() == [] and cache.bytes == 0
