@@ -60,8 +60,26 @@ class Device:
         self.transfer_queue = cl.CommandQueue(self.context, properties=profiling)   # uploads, staging
         self.cache = PanelCache(0)   # the worker sets its budget (dgemm.worker.DeviceState)
         self._pool: ThreadPoolExecutor | None = None
+        self._local = threading.local()
         self._kernels: dict = {}
         self._lock = threading.Lock()
+
+    def staging(self, nbytes: int) -> np.ndarray:
+        """This thread's page-locked host buffer of at least ``nbytes`` (uint8), kept for the thread's next block.
+
+        Copies from page-locked memory run at the bus's speed (54 GB/s on an
+        H100 against 6.5 GB/s from ordinary memory, through NVIDIA's
+        OpenCL); the driver allocates it for ``ALLOC_HOST_PTR`` buffers.
+        """
+        import pyopencl as cl
+
+        held = getattr(self._local, "staging", None)
+        if held is None or held[1].nbytes < nbytes:
+            buf = cl.Buffer(self.context, cl.mem_flags.READ_WRITE | cl.mem_flags.ALLOC_HOST_PTR, max(nbytes, 1))
+            host, _ = cl.enqueue_map_buffer(self.transfer_queue, buf, cl.map_flags.READ | cl.map_flags.WRITE, 0,
+                                            (max(nbytes, 1),), np.uint8, is_blocking=True)
+            held = self._local.staging = (buf, host)
+        return held[1][:nbytes]
 
     def pool(self) -> ThreadPoolExecutor:
         """The threads that read blocks from their stores and upload them (``DGEMM_READ_THREADS``, default 8)."""

@@ -463,3 +463,29 @@ def test_stream_reads_the_next_product_ahead(cached, tmp_path, rng):
     got = e.stream(a_refs, b2_refs, m, n, scope="p", prefetch=2)
     assert e.stats.bytes_read - read == 2 * 16 * n * 4          # B blocks 3 and 4 only; A is cached
     check_product(got, a, b[:, n:], dtype="float32")
+
+
+def test_stream_reads_raw_chunks_without_zarr(cached, tmp_path, rng, monkeypatch):
+    """Blocks that are whole raw chunks go file -> page-locked memory -> device; edge blocks through zarr."""
+    import dgemm.engine as engine_mod
+
+    m, n, k = 40, 24, 50                      # k: chunks of 16, the last cut short (an edge block)
+    ks = ((0, 16), (16, 32), (32, 48), (48, 50))
+    e = BlockEngine(cached, "float32")
+    cached.cache.budget = 1 << 30
+    a, a_refs = zarr_refs(tmp_path, rng, "a.zarr", (m, k), (40, 16), ks, 1, (0, m), "float32")
+    b, b_refs = zarr_refs(tmp_path, rng, "b.zarr", (k, n), (16, 24), ks, 0, (0, n), "float32")
+    through_zarr = []
+    real_load = engine_mod.load
+    monkeypatch.setattr(engine_mod, "load", lambda ref: through_zarr.append(ref) or real_load(ref))
+    import zarr
+    for name in ("a.zarr", "b.zarr"):     # make them raw: no compressor (zarr_refs used the default)
+        arr = zarr.open_array(str(tmp_path / name))
+        raw = zarr.create_array(store=str(tmp_path / ("raw-" + name)), shape=arr.shape, chunks=arr.chunks,
+                                dtype=arr.dtype, compressors=None)
+        raw[...] = arr[...]
+    a_raw = [type(r)(zarr.open_array(str(tmp_path / "raw-a.zarr")), r.rows, r.cols) for r in a_refs]
+    b_raw = [type(r)(zarr.open_array(str(tmp_path / "raw-b.zarr")), r.rows, r.cols) for r in b_refs]
+    got = e.stream(a_raw, b_raw, m, n, scope="raw")
+    check_product(got, a, b, dtype="float32")
+    assert sorted(r.cols if r in a_raw else r.rows for r in through_zarr) == [(48, 50), (48, 50)]

@@ -402,3 +402,35 @@ def test_operand_identity(tmp_path):
     t.transpose()
     assert t.identity()["trans"] is True
     assert run_id({"x": [1, 2]}) == run_id({"x": [1, 2]}) != run_id({"x": [2, 1]})
+
+
+# -- raw chunks read without zarr ---------------------------------------------
+def test_a_raw_chunk_is_read_straight_from_its_file(tmp_path, rng):
+    import zarr
+    from dgemm.storage import ZarrBlock
+
+    x = rng.standard_normal((10, 7)).astype("f4")
+    raw = zarr.create_array(store=str(tmp_path / "raw.zarr"), shape=(10, 7), chunks=(4, 3), dtype="f4",
+                            compressors=None)
+    raw[...] = x
+    inner = ZarrBlock(raw, (4, 8), (3, 6))
+    assert inner.chunk_file() and inner.chunk_file().endswith("c/1/1")
+    out = np.full((4, 3), np.nan, "f4")
+    assert inner.read_into(out)
+    np.testing.assert_array_equal(out, x[4:8, 3:6])
+    # everything else goes through zarr: an edge chunk cut short, two chunks, a compressed or
+    # missing chunk, a 1-D operand, a big-endian array
+    assert ZarrBlock(raw, (8, 10), (0, 3)).chunk_file() is None
+    assert ZarrBlock(raw, (0, 8), (0, 3)).chunk_file() is None
+    packed = zarr.create_array(store=str(tmp_path / "z.zarr"), shape=(10, 7), chunks=(4, 3), dtype="f4")
+    packed[...] = x
+    assert ZarrBlock(packed, (4, 8), (3, 6)).chunk_file() is None
+    empty = zarr.create_array(store=str(tmp_path / "e.zarr"), shape=(10, 7), chunks=(4, 3), dtype="f4",
+                              compressors=None)
+    assert ZarrBlock(empty, (4, 8), (3, 6)).chunk_file() is None
+    assert ZarrBlock(raw, (0, 1), (0, 3), expand=0).chunk_file() is None
+    big = zarr.create_array(store=str(tmp_path / "be.zarr"), shape=(10, 7), chunks=(4, 3), dtype=">f4",
+                            compressors=None)
+    big[...] = x
+    assert ZarrBlock(big, (4, 8), (3, 6)).chunk_file() is None
+    assert not ZarrBlock(packed, (4, 8), (3, 6)).read_into(out)
