@@ -133,18 +133,21 @@ def run_dgemm(a, b, out_path, devices, n):
                    threading.Thread(target=gpu_memory_sampler, args=(stop, gpu_peak), daemon=True)]
         for t in threads:
             t.start()
-        t0 = time.perf_counter()
+        t0, wall0 = time.perf_counter(), time.time()
         c = dgemm.matmul(a, b, out=out_path, overwrite=True, client=client)
         seconds = time.perf_counter() - t0
         stop.set()
         after = client.run(totals)
+        events = client.run(lambda: [list(e) for e in device_state().events])
+        timeline = {w: [(round(s - wall0, 3), round(e - wall0, 3)) for _, s, e, f, _ in ev if s >= wall0]
+                    for w, ev in events.items()}
         delta = {w: {k: (after[w][k] - before[w].get(k, 0)) if not k.startswith("cache_") else after[w][k]
                      for k in after[w]} for w in after}
         attrs = dict(c.attrs.get("dgemm", {}))
     from dgemm.demo import check_sample
     err = check_sample(a, b, c, n_rows=6, n_cols=6)
     return {"seconds": seconds, "tflops": 2 * n ** 3 / seconds / 1e12, "workers": delta, "check": err,
-            "peak_rss": rss_peak, "peak_gpu_mib": gpu_peak, "plan": attrs.get("plan")}
+            "peak_rss": rss_peak, "peak_gpu_mib": gpu_peak, "plan": attrs.get("plan"), "timeline": timeline}
 
 
 def run_cupy(a_path, b_path, out_path, n):

@@ -61,6 +61,8 @@ class Device:
         self.cache = PanelCache(0)   # the worker sets its budget (dgemm.worker.DeviceState)
         self._pool: ThreadPoolExecutor | None = None
         self._local = threading.local()
+        self._free: list = []          # page-locked download buffers no array uses now
+        self._pinned_bytes = 0
         self._kernels: dict = {}
         self._lock = threading.Lock()
 
@@ -80,6 +82,41 @@ class Device:
                                             (max(nbytes, 1),), np.uint8, is_blocking=True)
             held = self._local.staging = (buf, host)
         return held[1][:nbytes]
+
+    def host_array(self, shape: tuple[int, ...], dtype) -> np.ndarray:
+        """A new array in page-locked memory, for downloads; ordinary memory beyond ``DGEMM_PINNED_BYTES``.
+
+        The memory returns to the device's free list when the array (and
+        every view of it) is gone, so C blocks downloaded one after another
+        reuse a few pinned buffers instead of pinning memory each time.
+        """
+        import weakref
+
+        import pyopencl as cl
+
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(shape)) * dtype.itemsize
+        with self._lock:
+            fits = [e for e in self._free if e[1].nbytes >= nbytes]
+            entry = min(fits, key=lambda e: e[1].nbytes) if fits else None
+            if entry is not None:
+                self._free.remove(entry)
+            elif self._pinned_bytes + nbytes > pinned_limit() or nbytes == 0:
+                return np.empty(shape, dtype)
+            else:
+                self._pinned_bytes += nbytes
+        if entry is None:
+            buf = cl.Buffer(self.context, cl.mem_flags.READ_WRITE | cl.mem_flags.ALLOC_HOST_PTR, nbytes)
+            host, _ = cl.enqueue_map_buffer(self.transfer_queue, buf, cl.map_flags.READ | cl.map_flags.WRITE, 0,
+                                            (nbytes,), np.uint8, is_blocking=True)
+            entry = (buf, host)
+        arr = entry[1][:nbytes].view(dtype).reshape(shape)
+        weakref.finalize(arr, self._give_back, entry)
+        return arr
+
+    def _give_back(self, entry) -> None:
+        with self._lock:
+            self._free.append(entry)
 
     def pool(self) -> ThreadPoolExecutor:
         """The threads that read blocks from their stores and upload them (``DGEMM_READ_THREADS``, default 8)."""
@@ -146,6 +183,14 @@ class Device:
         self._kernels.clear()
         self.queue.finish()
         self.transfer_queue.finish()
+
+
+def pinned_limit() -> int:
+    """Bytes of page-locked download buffers a device may hold: ``DGEMM_PINNED_BYTES``, default 4 GiB."""
+    try:
+        return max(0, int(os.environ["DGEMM_PINNED_BYTES"]))
+    except (KeyError, ValueError):
+        return 4 << 30
 
 
 def read_threads() -> int:

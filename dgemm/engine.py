@@ -360,12 +360,12 @@ class BlockEngine:
                 beta_k = 1.0
         finally:
             steps.close()   # releases the cache pins of steps not taken (after an error)
-        out = np.empty((m, n), dtype=self.dtype)
-        if m == 0 or n == 0:
+        if m == 0 or n == 0 or not events:
+            out = np.empty((m, n), dtype=self.dtype)
+            if m and n:  # K == 0: the product is empty, only beta * C remains
+                out[...] = real(beta) * c if use_c else 0
             return out
-        if not events:  # K == 0: the product is empty, only beta * C remains
-            out[...] = real(beta) * c if use_c else 0
-            return out
+        out = self.device.host_array((m, n), self.dtype)   # page-locked: the download runs at bus speed
         dense = self._buf("dense", m * n)
         self.k.unpad(q, _grid(n, m), LOCAL_2D, np.int32(m), np.int32(n), np.int32(np_), c_dev, dense)
         down = cl.enqueue_copy(q, out, dense, is_blocking=True)

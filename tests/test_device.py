@@ -116,3 +116,35 @@ def test_mma_kernel_refused_without_tensor_cores(device):
         pytest.skip(f"{device.info.name} has float64 tensor cores; the refusal is for devices without")
     with pytest.raises(ValueError, match="compute capability"):
         device.kernels("float64", KernelParams(MMA=1, TSM=64, TSN=64, TSK=16, WIDTH=2, PADA=4, PADB=4))
+
+
+def test_download_arrays_reuse_page_locked_memory(any_device, monkeypatch):
+    """A freed download array gives its pinned buffer back; past the limit arrays are ordinary memory."""
+    import gc
+
+    monkeypatch.setenv("DGEMM_PINNED_BYTES", str(any_device._pinned_bytes + 64 * 64 * 8))
+    a = any_device.host_array((64, 64), "float64")
+    a[...] = 1.5
+    owner = a.base
+    assert owner is not None and a.flags.c_contiguous and a.shape == (64, 64)
+    b = any_device.host_array((64, 64), "float64")            # over the limit: not pinned
+    assert b.base is None
+    addr = a.__array_interface__["data"][0]
+    del a, owner
+    gc.collect()
+    c = any_device.host_array((32, 64), "float32")             # smaller: fits the returned buffer
+    assert c.__array_interface__["data"][0] == addr
+    c[...] = 2.0
+    assert (c == 2.0).all()
+
+
+def test_staging_is_per_thread_and_grows(any_device):
+    from concurrent.futures import ThreadPoolExecutor
+
+    s1 = any_device.staging(100)
+    assert s1.nbytes == 100 and any_device.staging(50).__array_interface__["data"][0] == \
+        s1.__array_interface__["data"][0]
+    with ThreadPoolExecutor(1) as pool:
+        other = pool.submit(lambda: any_device.staging(100).__array_interface__["data"][0]).result()
+    assert other != s1.__array_interface__["data"][0]
+    assert any_device.staging(10_000).nbytes == 10_000
