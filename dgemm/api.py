@@ -236,8 +236,7 @@ def _run(a, b, c, alpha, beta, trans_a, trans_b, out, client, overwrite, block, 
                      exact=exact)
     token = uuid.uuid4().hex[:12]
     if spec is None:
-        g = graph_mod.build(plan, A, B, C, alpha=alpha, beta=beta, token=token, precision=precision,
-                            workers=sorted(workers))
+        g = graph_mod.build(plan, A, B, C, alpha=alpha, beta=beta, token=token, precision=precision)
         import dask.array as da
         arr = da.Array(g.hlg(), g.result_name, chunks=(tuple(b - a for a, b in plan.rows),
                                                        tuple(b - a for a, b in plan.cols)),
@@ -269,7 +268,7 @@ def _run(a, b, c, alpha, beta, trans_a, trans_b, out, client, overwrite, block, 
     t0 = time.perf_counter()
     if todo:
         g = graph_mod.build(plan, A, B, C, alpha=alpha, beta=beta, token=token, blocks=todo,
-                            precision=precision, workers=sorted(workers))
+                            precision=precision)
         done_key = graph_mod.add_store(g, plan, result, drop, token, markers, blocks=todo)
         from dask.delayed import Delayed
         future = client.compute(Delayed(done_key, g.hlg()))
