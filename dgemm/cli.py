@@ -775,6 +775,77 @@ def bench_kernel(ctx, device_spec, dtypes, sizes, reps, out_dir, no_peers):
         raise click.ClickException(f"{record['failures']} run(s) FAILED (see {path})")
 
 
+@bench.command(name="e2e")
+@click.option("--size", type=click.IntRange(min=1), default=None,
+              help="Square product M = N = K (default: 32768 with a GPU, 1024 on CPU devices).")
+@click.option("--shape", default=None, metavar="M,N,K", help="A non-square product instead of --size.")
+@click.option("--dtype", type=click.Choice(DTYPES), default="float32", show_default=True)
+@click.option("--chunks", type=click.IntRange(min=1), default=8192, show_default=True,
+              help="Zarr chunk side of the inputs (capped to the matrix).")
+@click.option("--devices", metavar="SPEC",
+              help="Devices of dgemm's local cluster, one worker each: gpu, 0,1, cpu,cpu... (as for matmul).")
+@click.option("--scheduler", metavar="ADDR",
+              help="Time dgemm on the running cluster at ADDR instead of a local one.")
+@click.option("--gpus", default=None, metavar="1,2,...",
+              help="Also a scaling table: dgemm on the first 1, 2... devices of --devices, each its own cluster.")
+@click.option("--store", type=click.Path(file_okay=False), default=None,
+              help="Folder for the Zarr files, e.g. /dev/shm or a local disk (a dgemm-e2e-* folder is made "
+                   "in it; default: the temporary folder).")
+@click.option("--keep", is_flag=True, help="Keep the Zarr files (inputs and outputs).")
+@click.option("--no-peers", is_flag=True, help="Time dgemm only, not dask.array + cupy, cuBLAS, dask.array + numpy.")
+@click.option("--numpy-size", type=click.IntRange(min=1), default=4096, show_default=True,
+              help="Side cap of the dask.array + numpy comparison (dgemm runs at that size too).")
+@click.option("--kernel-size", type=click.IntRange(min=1), default=None,
+              help="Side of the in-memory kernel timing (default: the full size when its buffers fit "
+                   "32-bit indexing, else sides capped at 32768).")
+@click.option("--reps", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Timed repetitions of each end-to-end run (the median counts).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="bench/results", show_default=True,
+              help="Folder of the JSON record e2e-<device>-<date>.json.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs.")
+@click.pass_context
+def bench_e2e(ctx, size, shape, dtype, chunks, devices, scheduler, gpus, store, keep, no_peers, numpy_size,
+              kernel_size, reps, out_dir, seed):
+    """Time dgemm from Zarr to Zarr against dask.array + cupy, cuBLAS and dask.array + numpy.
+
+    Writes random A and B as uncompressed Zarr arrays, then on those inputs
+    times dgemm.matmul (kernels built first) with the workers' counters,
+    peak memory and a sampled correctness check, dgemm's kernel in device
+    memory, and the peers that can run here.  A wrong dgemm result makes
+    the command fail.
+    """
+    from .e2e import e2e_bench, format_table
+
+    if size is not None and shape is not None:
+        raise InputError("give --size or --shape, not both")
+    mnk = _csv(shape, "shape", _size) if shape is not None else None
+    if mnk is not None and len(mnk) != 3:
+        raise InputError(f"--shape {shape!r}: give three sizes M,N,K")
+    gpu_counts = _csv(gpus, "gpus", _size) if gpus is not None else None
+    if scheduler and (devices or gpu_counts):
+        raise InputError("--devices and --gpus start local clusters; the workers of --scheduler have their own "
+                         "devices")
+    with user_errors(ctx), contextlib.ExitStack() as stack:
+        client = None
+        if scheduler:
+            from distributed import Client
+            try:
+                client = stack.enter_context(Client(scheduler, timeout="10s"))
+            except (OSError, TimeoutError) as e:
+                raise click.ClickException(f"cannot connect to the scheduler at {scheduler}: {e}") from None
+        record, path = e2e_bench(size, shape=mnk, dtype=dtype, chunks=chunks, devices=devices, gpus=gpu_counts,
+                                 store=store, keep=keep, peers=not no_peers, numpy_size=numpy_size,
+                                 kernel_size=kernel_size, reps=reps, out_dir=out_dir, client=client, seed=seed,
+                                 log=click.echo)
+    click.echo()
+    click.echo(format_table(record))
+    if keep:
+        click.echo(f"Zarr files kept in {record['store']}")
+    click.echo(f"record written to {path}")
+    if record["failures"]:
+        raise click.ClickException(f"{record['failures']} dgemm run(s) FAILED (see {path})")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``dgemm`` console script."""
     cli.main(args=argv, prog_name="dgemm")

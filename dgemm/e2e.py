@@ -1,0 +1,1026 @@
+"""The end-to-end benchmark behind ``dgemm bench e2e``: Zarr in, Zarr out, against its peers.
+
+One run generates A (m x k) and B (k x n) as uncompressed Zarr arrays and
+times, on those same inputs:
+
+* **dgemm**: ``dgemm.matmul(A, B, out=C)`` on a :class:`~dgemm.cluster.DeviceCluster`
+  (one worker per device), kernels built beforehand, wall clock.  The
+  workers' counters (:meth:`dgemm.worker.DeviceState.totals`) are read
+  before and after, and every numeric one is reported per worker and summed;
+  worker RSS and GPU memory are sampled while it runs; a sample of C is
+  checked against float64 numpy, and a wrong result fails the run.
+* **dgemm's kernel in memory**, on the device a worker uses (a task on that
+  worker, so no second OpenCL context holds device memory), at the same size
+  when its buffers fit 32-bit indexing, else at ``kernel_size``.
+* **dask.array + cupy** (threaded scheduler, same chunks), when cupy sees a
+  CUDA device.
+* **cuBLAS in memory** (:func:`dgemm.benchmarks.cublas`), at the full size
+  when it fits in GPU memory, else at dgemm's block size.
+* **dask.array + numpy** at a smaller size, with dgemm at that size too.
+* Optionally a **scaling table**: dgemm on the first 1, 2, ... devices, each
+  on its own cluster.
+
+A peer that cannot run is recorded as ``None`` with the reason.  The JSON
+record (:func:`e2e_bench`) goes to ``bench/results/e2e-<device>-<date>.json``.
+"""
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from .benchmarks import DEFAULT_OUT, command_line, cublas, cublas_backend, device_slug, git_commit, utc_now, \
+    write_json
+
+DEFAULT_CHUNKS = 8192
+DEFAULT_GPU_SIZE = 32768
+DEFAULT_CPU_SIZE = 1024
+NUMPY_SIZE = 4096                 # the dask.array + numpy peer is slow: it runs at most at this size
+KERNEL_MAX_SIDE = 32768           # 32768^2 elements fit 32-bit indexing with room for padding
+INT32_MAX = 2**31 - 1
+SAMPLE_SECONDS = 0.2              # memory sampling interval
+WRITE_BYTES_IN_FLIGHT = 8 * 2**30  # input generation: bound on chunks held by the writer threads
+CHECK_SAMPLES = 16                # rows and columns of C checked against numpy
+GPU_MEMORY_FRACTION = 0.8         # share of free GPU memory the cuBLAS peer may take
+
+
+# -- inputs -----------------------------------------------------------------------
+def write_random(path, shape, chunks, dtype="float32", seed: int = 0, threads: int | None = None):
+    """Write a standard-normal matrix as an uncompressed Zarr array, chunks in parallel threads.
+
+    Each chunk has its own generator (spawned from ``seed``), so the array
+    depends on ``seed``, ``shape`` and ``chunks`` only, not on the thread
+    count.  numpy's generators release the GIL, which makes this several
+    times faster than :func:`dgemm.demo.random_zarr` (one generator, one
+    chunk row at a time) on a many-core host.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        Where to create the array; an existing one is replaced.
+    shape, chunks : (int, int)
+    dtype : {"float32", "float64"}
+    seed : int
+    threads : int, optional
+        Writer threads; by default the CPU count, fewer when chunks are so
+        large that they would hold more than 8 GiB at once.
+
+    Returns
+    -------
+    zarr.Array
+    """
+    import zarr
+
+    dt = np.dtype(dtype)
+    (m, n), (cr, cc) = shape, chunks
+    arr = zarr.create_array(store=os.fspath(path), shape=(m, n), chunks=(cr, cc), dtype=dt, compressors=None,
+                            fill_value=0, overwrite=True)
+    blocks = [(i, j) for i in range(0, m, cr) for j in range(0, n, cc)]
+    seeds = np.random.SeedSequence(seed).spawn(len(blocks))
+    # a chunk is held twice while it is written (the numbers and zarr's bytes)
+    fit = max(1, WRITE_BYTES_IN_FLIGHT // max(1, 2 * cr * cc * dt.itemsize))
+    threads = threads or max(1, min(os.cpu_count() or 1, fit, len(blocks)))
+
+    def write(item):
+        (i, j), ss = item
+        arr[i:i + cr, j:j + cc] = np.random.default_rng(ss).standard_normal((min(cr, m - i), min(cc, n - j)),
+                                                                            dtype=dt)
+
+    with ThreadPoolExecutor(threads) as ex:
+        for _ in ex.map(write, zip(blocks, seeds)):  # re-raises a writer's error
+            pass
+    return arr
+
+
+def _dir_bytes(path) -> int | None:
+    """Bytes of the files under a local folder (what a store holds), None when not a local folder."""
+    path = os.fspath(path)
+    if not os.path.isdir(path):
+        return None
+    total = 0
+    for root, _, files in os.walk(path):
+        for f in files:
+            with contextlib.suppress(OSError):
+                total += os.path.getsize(os.path.join(root, f))
+    return total
+
+
+def make_inputs(folder: Path, m: int, n: int, k: int, chunks: int, dtype: str, seed: int, tag: str = "") -> dict:
+    """Write A (m x k) and B (k x n) into ``folder``; their paths, chunks, bytes and the write time."""
+    out = {"seconds": 0.0, "writer": "threads"}
+    for name, shape, s in (("a", (m, k), seed), ("b", (k, n), seed + 1)):
+        path = folder / f"{name}{tag}.zarr"
+        ch = (min(chunks, max(shape[0], 1)), min(chunks, max(shape[1], 1)))
+        t0 = time.perf_counter()
+        write_random(path, shape, ch, dtype, seed=s)
+        sec = time.perf_counter() - t0
+        out["seconds"] += sec
+        nbytes = shape[0] * shape[1] * np.dtype(dtype).itemsize
+        out[name] = {"path": str(path), "shape": list(shape), "chunks": list(ch), "bytes": nbytes,
+                     "bytes_on_disk": _dir_bytes(path), "seconds": sec,
+                     "write_gbps": nbytes / sec / 1e9 if sec > 0 else None}
+    return out
+
+
+# -- worker side ------------------------------------------------------------------------
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_))
+
+
+def _plain(x):
+    """A numpy scalar as the Python number JSON writes."""
+    return x.item() if isinstance(x, np.generic) else x
+
+
+def _is_peak(key: str) -> bool:
+    """A high-water mark (``peak_device_bytes``, ``cache_peak_bytes``): its delta would mean nothing."""
+    return "peak" in key.split("_")
+
+
+def _worker_probe(dask_worker=None) -> dict:
+    """Run on each worker (``client.run``): its pid, device and every numeric dgemm counter."""
+    from . import worker as worker_mod
+
+    plugin = dask_worker.plugins.get(worker_mod.PLUGIN_NAME) if dask_worker is not None else None
+    state = plugin.state if plugin is not None and plugin.state is not None else worker_mod.device_state()
+    counters = {k: _plain(v) for k, v in state.totals().items() if _is_number(v)}
+    # The store, load and reduce tasks' seconds live in the worker's Fine Performance Metrics.
+    task_keys = getattr(worker_mod, "TASK_SECONDS", {})
+    if dask_worker is not None and task_keys:
+        with contextlib.suppress(Exception):
+            snap = state.snapshot(dask_worker)
+            counters.update({k: _plain(snap[k]) for k in task_keys if k in snap and _is_number(snap[k])
+                             and k not in counters})
+    return {"pid": os.getpid(), "device": state.device.info.name if state.device is not None else None,
+            "counters": counters}
+
+
+def counter_delta(before: dict, after: dict) -> dict:
+    """``after - before`` for every numeric counter; peaks (``peak_*``, ``*_peak_*``) keep their ``after`` value.
+
+    >>> counter_delta({"flops": 1.0, "peak_device_bytes": 5}, {"flops": 4.0, "peak_device_bytes": 3, "x": 2})
+    {'flops': 3.0, 'peak_device_bytes': 3, 'x': 2}
+    """
+    out = {}
+    for key, value in after.items():
+        if not _is_number(value):
+            continue
+        old = before.get(key, 0)
+        out[key] = value if _is_peak(key) else value - (old if _is_number(old) else 0)
+    return out
+
+
+def sum_counters(per_worker: list[dict]) -> dict:
+    """Counters summed over workers; peaks take the maximum.
+
+    >>> sum_counters([{"blocks": 2, "peak_x": 1}, {"blocks": 3, "peak_x": 7}])
+    {'blocks': 5, 'peak_x': 7}
+    """
+    total: dict = {}
+    for counters in per_worker:
+        for key, value in counters.items():
+            if key not in total:
+                total[key] = value
+            elif _is_peak(key):
+                total[key] = max(total[key], value)
+            else:
+                total[key] += value
+    return total
+
+
+def _kernel_rate(dtype: str, m: int, n: int, k: int, reps: int, seed: int) -> dict:
+    """Run as a task on a worker: dgemm's kernel alone, on that worker's device, in its memory.
+
+    Uses the parameters the worker's engine uses for ``dtype``; the inputs
+    are released before returning, so the e2e run that follows has the
+    device's memory.
+    """
+    from .kernelbench import KernelBench, tolerance
+    from .worker import device_state
+
+    dev = device_state().device
+    if dev is None:
+        raise RuntimeError(f"the worker has no usable OpenCL device ({device_state().error})")
+    choice = dev.choice(dtype)
+    kb = KernelBench(dev, dtype, m, n, k, seed=seed)
+    try:
+        t = kb.run(choice.params, reps=reps)
+    finally:
+        del kb
+        gc.collect()  # the device buffers go with the last reference
+    return {"m": m, "n": n, "k": k, "reps": reps, "device": dev.info.name, "params": choice.params.as_dict(),
+            "source": choice.describe(), "seconds": t.seconds if t.ok else None,
+            "tflops": t.tflops if t.ok and t.seconds > 0 else None, "rel_err": t.rel_err,
+            "tolerance": float(tolerance(dtype, k, choice.params.precision)), "ok": t.ok,
+            "status": "ok" if t.ok else "FAILED"}
+
+
+# -- memory sampling ----------------------------------------------------------------------
+def gpu_memory_used() -> dict[int, float]:
+    """Memory used on each NVIDIA GPU, in MiB (``nvidia-smi``); raises when it cannot be read."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        raise FileNotFoundError("nvidia-smi not found")
+    r = subprocess.run([exe, "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
+                       capture_output=True, text=True, timeout=10)
+    if r.returncode != 0:
+        raise RuntimeError(f"nvidia-smi failed: {' '.join((r.stderr or r.stdout).split())[:200]}")
+    used = {}
+    for line in r.stdout.strip().splitlines():
+        idx, _, mib = line.partition(",")
+        used[int(idx)] = float(mib)
+    return used
+
+
+class MemorySampler:
+    """Peak RSS of some processes and peak GPU memory used, sampled in a background thread.
+
+    Use as a context manager around the timed work; :meth:`result` gives
+    the peaks.  GPU memory comes from ``nvidia-smi``; without it the GPU
+    entry is ``None`` and ``gpu_skipped`` says why.
+    """
+
+    def __init__(self, pids, interval: float = SAMPLE_SECONDS):
+        import psutil
+
+        self.interval = interval
+        self.procs = {}
+        for pid in pids:
+            with contextlib.suppress(psutil.Error):
+                self.procs[pid] = psutil.Process(pid)
+        self.rss_peak: dict[int, int] = {}
+        self.rss_total_peak = 0
+        self.gpu_base: dict[int, float] | None = None
+        self.gpu_peak: dict[int, float] = {}
+        self.gpu_skipped: str | None = None
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="dgemm-e2e-memory", daemon=True)
+
+    def _sample(self) -> None:
+        import psutil
+
+        total = 0
+        for pid, p in self.procs.items():
+            try:
+                rss = p.memory_info().rss
+            except psutil.Error:  # the process ended (a worker restarted)
+                continue
+            total += rss
+            self.rss_peak[pid] = max(self.rss_peak.get(pid, 0), rss)
+        self.rss_total_peak = max(self.rss_total_peak, total)
+        if self.gpu_skipped is None:
+            try:
+                used = gpu_memory_used()
+            except Exception as e:
+                self.gpu_skipped = f"{type(e).__name__}: {e}"
+            else:
+                if self.gpu_base is None:
+                    self.gpu_base = used
+                for i, v in used.items():
+                    self.gpu_peak[i] = max(self.gpu_peak.get(i, 0.0), v)
+        self.samples += 1
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def __enter__(self):
+        self._sample()  # the baseline, before the work starts
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+        return False
+
+    def result(self) -> dict:
+        gpu = None
+        if self.gpu_skipped is None and self.gpu_base is not None:
+            gpu = {"peak_used_mib": {str(i): v for i, v in self.gpu_peak.items()},
+                   "before_used_mib": {str(i): v for i, v in self.gpu_base.items()},
+                   "peak_added_mib": {str(i): v - self.gpu_base.get(i, 0.0) for i, v in self.gpu_peak.items()}}
+        return {"interval_seconds": self.interval, "samples": self.samples,
+                "rss_peak_bytes": {str(pid): v for pid, v in self.rss_peak.items()},
+                "rss_total_peak_bytes": self.rss_total_peak, "gpu": gpu, "gpu_skipped": self.gpu_skipped}
+
+
+# -- dgemm ------------------------------------------------------------------------------------
+def _err(e: BaseException) -> str:
+    return f"{type(e).__name__}: {' '.join(str(e).split())[:400]}"
+
+
+def _check(a_path, b_path, c_path) -> dict:
+    """:func:`dgemm.demo.check_sample` of the stored result (sampled rows and columns, float64)."""
+    import zarr
+
+    from .demo import check_sample
+
+    za, zb, zc = (zarr.open_array(os.fspath(p), mode="r") for p in (a_path, b_path, c_path))
+    return check_sample(za, zb, zc, n_rows=CHECK_SAMPLES, n_cols=CHECK_SAMPLES)
+
+
+def _flops(m: int, n: int, k: int) -> float:
+    return 2.0 * m * n * k
+
+
+def _tflops(flops: float, seconds: float | None) -> float | None:
+    return flops / seconds / 1e12 if seconds else None
+
+
+def time_dgemm(client, workers: list[str], a_path, b_path, out_path, m: int, n: int, k: int, reps: int = 1,
+               keep: bool = False) -> dict:
+    """Time ``dgemm.matmul(a, b, out=out)`` on ``client`` (kernels already built) and check the result.
+
+    Returns the wall times (median counts), TFLOPS, the sampled check, the
+    workers' counter deltas and their sum, the time split, bytes moved, peak
+    memory and the output's ``dgemm`` attributes (plan, dgemm's own seconds).
+    The output is removed afterwards unless ``keep``.
+    """
+    import zarr
+
+    import dgemm
+
+    before = client.run(_worker_probe, workers=workers)
+    times = []
+    with MemorySampler([p["pid"] for p in before.values()]) as mem:
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            dgemm.matmul(os.fspath(a_path), os.fspath(b_path), out=os.fspath(out_path), overwrite=True,
+                         client=client)
+            times.append(time.perf_counter() - t0)
+    after = client.run(_worker_probe, workers=workers)
+    seconds = float(np.median(times))
+    per_worker = {}
+    for addr, p in after.items():
+        old = before.get(addr, {"counters": {}, "pid": None})
+        per_worker[addr] = {"device": p["device"], "pid": p["pid"], "restarted": p["pid"] != old["pid"],
+                            "counters": counter_delta(old["counters"], p["counters"]),
+                            # levels such as cache_bytes read better as they are than as deltas
+                            "after": p["counters"], "rss_peak_bytes": mem.rss_peak.get(p["pid"])}
+    total = sum_counters([w["counters"] for w in per_worker.values()])
+    zc = zarr.open_array(os.fspath(out_path), mode="r")
+    attrs = dict(zc.attrs).get("dgemm", {})
+    check = _check(a_path, b_path, out_path)
+    entry = {
+        "m": m, "n": n, "k": k, "workers": len(workers), "reps": reps, "times": times, "seconds": seconds,
+        "tflops": _tflops(_flops(m, n, k), seconds), "dgemm_seconds": attrs.get("seconds"),
+        "check": check, "ok": check["passed"], "status": "ok" if check["passed"] else "FAILED",
+        "counters": {"per_worker": per_worker, "total": total,
+                     "after_total": sum_counters([w["after"] for w in per_worker.values()])},
+        "split": time_split(total, sum(times), len(workers)),
+        "bytes": _bytes(total, out_path, m, n, k, zc.dtype.itemsize, reps),
+        "memory": mem.result(), "plan": attrs.get("plan"), "attrs": attrs,
+        "output_compressors": [c.to_dict() for c in zc.compressors],
+    }
+    if not keep:
+        shutil.rmtree(os.fspath(out_path), ignore_errors=True)
+    return entry
+
+
+def time_split(total: dict, wall: float, n_workers: int) -> dict:
+    """Where the workers' time went: every ``*_seconds`` counter, and its share of wall x workers.
+
+    The shares overlap (a GEMM task's busy time contains its kernel,
+    transfer and read-wait time; store tasks run beside GEMM tasks), so
+    they need not add up to one.
+
+    >>> time_split({"kernel_seconds": 2.0, "blocks": 4}, 4.0, 1)
+    {'wall_seconds': 4.0, 'workers': 1, 'seconds': {'kernel_seconds': 2.0}, 'share': {'kernel_seconds': 0.5}}
+    """
+    secs = {k: v for k, v in total.items() if k.endswith("_seconds") and _is_number(v)}
+    denom = wall * max(n_workers, 1)
+    return {"wall_seconds": wall, "workers": n_workers, "seconds": secs,
+            "share": {k: (v / denom if denom > 0 else None) for k, v in secs.items()}}
+
+
+def _bytes(total: dict, out_path, m, n, k, itemsize, reps) -> dict:
+    """Bytes the run read, moved and wrote; ``*_per_input`` above 1 means re-reads or re-uploads."""
+    inputs = (m * k + k * n) * itemsize * reps
+    out = {"inputs": inputs, "output": m * n * itemsize * reps, "output_on_disk": _dir_bytes(out_path)}
+    for key, name, base in (("bytes_read", "read_per_input", inputs), ("bytes_up", "up_per_input", inputs),
+                            ("bytes_down", "down_per_output", out["output"])):
+        if key in total:
+            out[key] = total[key]
+            out[name] = total[key] / base if base else None
+    return out
+
+
+def _warm_up(client, workers: list[str], dtype: str, folder: Path) -> float:
+    """Build every worker's kernels and run one small product, so the timed runs compile nothing."""
+    import dgemm
+
+    from .demo import _build_kernels
+
+    t0 = time.perf_counter()
+    client.run(_build_kernels, dtype, workers=workers)
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((128, 128)).astype(dtype) for _ in range(2))
+    out = folder / "warmup.zarr"
+    dgemm.matmul(a, b, out=os.fspath(out), overwrite=True, client=client)
+    shutil.rmtree(out, ignore_errors=True)
+    return time.perf_counter() - t0
+
+
+@contextlib.contextmanager
+def _cluster(devices: str | None, client=None):
+    """``client``, or a new :class:`DeviceCluster` (closed on exit) with its client and start time."""
+    if client is not None:
+        yield client, None
+        return
+    from distributed import Client
+
+    from .cluster import DeviceCluster
+
+    t0 = time.perf_counter()
+    cluster = DeviceCluster(devices, dashboard_address="127.0.0.1:0")
+    c = Client(cluster, set_as_default=False)
+    try:
+        c.wait_for_workers(len(cluster.device_ids), timeout=120)
+        yield c, time.perf_counter() - t0
+    finally:
+        with contextlib.suppress(Exception):
+            c.close()
+        with contextlib.suppress(Exception):
+            cluster.close()
+
+
+def _ready(client, dtype: str) -> tuple[list[str], list[str], dict]:
+    """Usable workers' addresses and device names, and their descriptions (:func:`dgemm.cluster.prepare`)."""
+    from .cluster import prepare
+
+    usable = prepare(client, dtype)
+    addrs = sorted(usable)
+    return addrs, [usable[a]["device"].name for a in addrs], usable
+
+
+# -- peers ----------------------------------------------------------------------------------
+def cupy_status():
+    """``(cupy, None)`` when cupy sees a CUDA device, else ``(None, why not)``."""
+    try:
+        import cupy
+    except ImportError:
+        return None, "cupy is not installed"
+    except Exception as e:  # a broken install (missing CUDA libraries...) raises other errors
+        return None, f"cupy cannot be imported ({_err(e)})"
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as e:  # no driver: CUDARuntimeError
+        return None, f"cupy sees no CUDA device ({_err(e)})"
+    if count < 1:
+        return None, "cupy sees no CUDA device"
+    return cupy, None
+
+
+def time_dask(a_path, b_path, out_path, reps: int = 1, cupy=None, compressors="auto", keep: bool = False,
+              pids=()) -> dict:
+    """Time dask.array's ``A @ B`` from Zarr to Zarr on the threaded scheduler, and check the result.
+
+    With ``cupy``, the blocks are moved to the GPU (``map_blocks(cupy.asarray)``)
+    and back (``map_blocks(cupy.asnumpy)``); the GPU memory pool is freed
+    after every repetition.  The output has the inputs' chunks and
+    ``compressors`` (dgemm's output codec, for a like-with-like write).
+    """
+    import dask.array as da
+    import zarr
+
+    za, zb = (zarr.open_array(os.fspath(p), mode="r") for p in (a_path, b_path))
+    dtype = np.result_type(za.dtype, zb.dtype)
+    A, B = da.from_zarr(za), da.from_zarr(zb)
+    if cupy is not None:
+        A = A.map_blocks(cupy.asarray, dtype=za.dtype, meta=cupy.empty((0, 0), za.dtype))
+        B = B.map_blocks(cupy.asarray, dtype=zb.dtype, meta=cupy.empty((0, 0), zb.dtype))
+        _cupy_warm_up(cupy, dtype)
+    C = A @ B
+    if cupy is not None:
+        C = C.map_blocks(cupy.asnumpy, dtype=dtype, meta=np.empty((0, 0), dtype))
+    times = []
+    with MemorySampler(pids or [os.getpid()]) as mem:
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            z = zarr.create_array(store=os.fspath(out_path), shape=C.shape, chunks=C.chunksize, dtype=dtype,
+                                  compressors=compressors, fill_value=0, overwrite=True)
+            # each block is one output chunk (or its ragged edge), so no lock; da.to_zarr would merge a
+            # whole axis into one chunk when the size is not a multiple of the chunks
+            da.store(C, z, lock=False, scheduler="threads")
+            times.append(time.perf_counter() - t0)
+            if cupy is not None:
+                _free_cupy(cupy)
+    m, k = za.shape
+    n = zb.shape[1]
+    seconds = float(np.median(times))
+    check = _check(a_path, b_path, out_path)
+    entry = {"m": m, "n": n, "k": k, "reps": reps, "times": times, "seconds": seconds,
+             "tflops": _tflops(_flops(m, n, k), seconds), "scheduler": "threads", "chunks": list(C.chunksize),
+             "check": check, "ok": check["passed"], "output_on_disk": _dir_bytes(out_path),
+             "memory": mem.result()}
+    if not keep:
+        shutil.rmtree(os.fspath(out_path), ignore_errors=True)
+    return entry
+
+
+def _cupy_warm_up(cupy, dtype) -> None:
+    """cuBLAS's handle and cupy's kernels are made on first use: not in the timed run."""
+    x = cupy.ones((256, 256), dtype=dtype)
+    cupy.asnumpy((x @ x).sum())
+    del x
+    _free_cupy(cupy)
+
+
+def _free_cupy(cupy) -> None:
+    cupy.cuda.Device().synchronize()
+    cupy.get_default_memory_pool().free_all_blocks()
+    cupy.get_default_pinned_memory_pool().free_all_blocks()
+
+
+def _cuda_free_bytes(backend: str) -> int | None:
+    try:
+        if backend == "torch":
+            import torch
+            return int(torch.cuda.mem_get_info()[0])
+        import cupy
+        return int(cupy.cuda.runtime.memGetInfo()[0])
+    except Exception:
+        return None
+
+
+def cublas_shape(m: int, n: int, k: int, itemsize: int, free: int | None, block: list | None) -> tuple:
+    """The product cuBLAS is timed at: the full one if A, B and C fit in ``free`` GPU bytes,
+    else a square of dgemm's largest block side (halved until it fits).
+
+    >>> cublas_shape(1000, 1000, 1000, 4, 10**9, [512, 512])
+    (1000, 1000, 1000)
+    >>> cublas_shape(100000, 100000, 100000, 4, 10**10, [16384, 8192])
+    (16384, 16384, 16384)
+    >>> cublas_shape(100000, 100000, 100000, 4, 10**9, [16384, 8192])   # 3 x 8192^2 x 4 B > 0.8 GB
+    (4096, 4096, 4096)
+    """
+    budget = GPU_MEMORY_FRACTION * free if free else None
+
+    def fits(a, b, c):
+        return budget is None or (a * c + c * b + a * b) * itemsize <= budget
+
+    if fits(m, n, k):
+        return m, n, k
+    side = max(block) if block else 8192
+    side = min(side, max(m, n, k))
+    while side > 256 and not fits(side, side, side):
+        side //= 2
+    return side, side, side
+
+
+def time_cublas(dtype: str, m: int, n: int, k: int, block: list | None, reps: int) -> tuple[dict | None, str | None]:
+    """cuBLAS in GPU memory (:func:`dgemm.benchmarks.cublas`); ``(None, why)`` when there is none."""
+    backend, why = cublas_backend()
+    if backend is None:
+        return None, why
+    shape = cublas_shape(m, n, k, np.dtype(dtype).itemsize, _cuda_free_bytes(backend), block)
+    r = cublas(dtype, *shape, reps=max(reps, 3), backend=backend)
+    if r is None:
+        return None, "cuBLAS could not be timed"
+    full = shape == (m, n, k)
+    return {**r, "m": shape[0], "n": shape[1], "k": shape[2], "via": backend, "tf32": False, "full_size": full,
+            "note": None if full else "the full product does not fit in GPU memory: timed at dgemm's block size"}, None
+
+
+# -- the benchmark -------------------------------------------------------------------------
+def _fits_int32(m: int, n: int, k: int) -> bool:
+    """Whether every buffer of an in-memory ``m x n x k`` product (padded) stays within 32-bit indexing."""
+    r = lambda x: -(-x // 256) * 256  # noqa: E731 - generous padding to any kernel tile
+    return max(r(m) * r(k), r(k) * r(n), r(m) * r(n)) <= INT32_MAX
+
+
+def kernel_shape(m: int, n: int, k: int, kernel_size: int | None) -> tuple[int, int, int]:
+    """The in-memory kernel's product: ``kernel_size`` cubed if given, else the full one if it fits
+    32-bit indexing, else each side capped at :data:`KERNEL_MAX_SIDE`.
+
+    >>> kernel_shape(65536, 65536, 65536, None), kernel_shape(4096, 4096, 100, None), kernel_shape(9, 9, 9, 4)
+    ((32768, 32768, 32768), (4096, 4096, 100), (4, 4, 4))
+    """
+    if kernel_size:
+        return kernel_size, kernel_size, kernel_size
+    if _fits_int32(m, n, k):
+        return m, n, k
+    return tuple(min(x, KERNEL_MAX_SIDE) for x in (m, n, k))
+
+
+def resolve_shape(size: int | None, shape, devices: str | None) -> tuple[int, int, int]:
+    """``(m, n, k)`` from ``shape`` or the square ``size``; by default 32768 with a GPU, 1024 on CPU devices."""
+    if size is not None and shape is not None:
+        raise ValueError("give size or shape, not both")
+    if shape is not None:
+        vals = tuple(int(x) for x in shape)
+        if len(vals) != 3 or min(vals) < 1:
+            raise ValueError(f"shape must be three positive integers M, N, K, not {shape!r}")
+        return vals
+    if size is None:
+        from .discovery import select_devices
+        size = DEFAULT_GPU_SIZE if any(d.type == "GPU" for d in select_devices(devices)) else DEFAULT_CPU_SIZE
+    if int(size) < 1:
+        raise ValueError(f"size must be positive, not {size}")
+    return int(size), int(size), int(size)
+
+
+def result_path(out_dir, devices: list[str], date: str) -> Path:
+    """``<out_dir>/e2e-<device>[-xN]-<YYYY-MM-DD>.json``, with ``-2``, ``-3``... rather than overwriting.
+
+    >>> result_path("r", ["NVIDIA H100", "NVIDIA H100"], "2026-11-22T10:00:00+00:00").name
+    'e2e-nvidia-h100-x2-2026-11-22.json'
+    """
+    names = list(dict.fromkeys(devices))
+    slug = "-".join(device_slug(x) for x in names) or "device"
+    if len(devices) > 1:
+        slug += f"-x{len(devices)}"
+    out_dir = Path(out_dir)
+    stem = f"e2e-{slug}-{date[:10]}"
+    path = out_dir / f"{stem}.json"
+    i = 2
+    while path.exists():
+        path = out_dir / f"{stem}-{i}.json"
+        i += 1
+    return path
+
+
+def _ratio(x: dict | None, y: dict | None) -> float | None:
+    if not x or not y or not x.get("tflops") or not y.get("tflops"):
+        return None
+    return x["tflops"] / y["tflops"]
+
+
+def _versions() -> dict:
+    import dask
+    import zarr
+    out = {"python": sys.version.split()[0], "numpy": np.__version__, "dask": dask.__version__,
+           "zarr": zarr.__version__}
+    with contextlib.suppress(Exception):
+        import pyopencl
+        out["pyopencl"] = pyopencl.VERSION_TEXT
+    return out
+
+
+def e2e_bench(size: int | None = None, *, shape=None, dtype: str = "float32", chunks: int = DEFAULT_CHUNKS,
+              devices: str | None = None, gpus=None, store=None, keep: bool = False, peers: bool = True,
+              numpy_size: int | None = None, kernel_size: int | None = None, reps: int = 1,
+              out_dir=DEFAULT_OUT, client=None, seed: int = 0, command: str | None = None,
+              log: Callable[[str], None] | None = print) -> tuple[dict, Path | None]:
+    """Time dgemm from Zarr to Zarr against its peers on the same inputs, and write the JSON record.
+
+    Parameters
+    ----------
+    size : int, optional
+        Square side ``m = n = k``; default 32768 when a selected device is a
+        GPU, 1024 otherwise.
+    shape : (int, int, int), optional
+        ``(m, n, k)`` instead of ``size``.
+    dtype : {"float32", "float64"}
+    chunks : int
+        Zarr chunk side of the inputs (capped to the matrix).
+    devices : str, optional
+        Devices of the cluster dgemm runs on (as :class:`~dgemm.cluster.DeviceCluster`
+        takes them); ignored for the main runs when ``client`` is given.
+    gpus : sequence of int, optional
+        Scaling table: dgemm on the first 1, 2, ... devices of ``devices``,
+        each on its own cluster; the count the main run used reuses its result.
+    store : path, optional
+        Folder for the Zarr files: a new ``dgemm-e2e-*`` folder is made in it
+        (default: in the system's temporary folder).
+    keep : bool
+        Keep the Zarr files (inputs and outputs); otherwise they are removed.
+    peers : bool
+        Time dask.array + cupy, cuBLAS and dask.array + numpy.
+    numpy_size : int, optional
+        Side cap of the dask.array + numpy comparison (default 4096); dgemm
+        runs at that size too.
+    kernel_size : int, optional
+        Square side of the in-memory kernel timing (default: the full size
+        when it fits 32-bit indexing, else sides capped at 32768).
+    reps : int
+        Timed repetitions of each end-to-end run (the median counts).
+    out_dir : path, optional
+        Folder of the record (:func:`result_path`); ``None`` writes nothing.
+    client : distributed.Client, optional
+        Run the main dgemm timings on this cluster instead of starting one;
+        it is not closed.
+    seed : int
+        Seed of the inputs.
+    command : str, optional
+        The command line to record (default: :func:`dgemm.benchmarks.command_line`).
+    log : callable, optional
+        Called with one line per step.
+
+    Returns
+    -------
+    (dict, Path or None)
+        The record and its file.  ``record["failures"]`` counts dgemm runs
+        (end to end or kernel) that failed their check or raised; peers'
+        problems go to ``record["errors"]`` only.
+    """
+    import dgemm
+
+    from .discovery import select_devices
+
+    log = log or (lambda line: None)
+    dtype = np.dtype(dtype).name
+    if dtype not in ("float32", "float64"):
+        raise TypeError(f"dgemm supports float32 and float64, not {dtype}")
+    m, n, k = resolve_shape(size, shape, devices)
+    for name, v in (("chunks", chunks), ("reps", reps), ("numpy_size", numpy_size), ("kernel_size", kernel_size)):
+        if v is not None and int(v) < 1:
+            raise ValueError(f"{name} must be positive, not {v}")
+    small = tuple(min(x, numpy_size or NUMPY_SIZE) for x in (m, n, k))
+    kshape = kernel_shape(m, n, k, kernel_size)
+    gpus = sorted({int(g) for g in gpus}) if gpus else []
+    selection = select_devices(devices) if gpus else None  # a given client's workers may be on other hosts
+    if gpus and (gpus[0] < 1 or gpus[-1] > len(selection)):
+        raise ValueError(f"gpus {gpus}: the devices {devices!r} give {len(selection)} device(s)")
+
+    commit, dirty = git_commit()
+    record = {
+        "benchmark": "e2e", "date": utc_now(), "commit": commit, "commit_dirty": dirty,
+        "command": command or command_line(), "dgemm_version": dgemm.__version__, **_versions(),
+        "host": os.uname().nodename, "cpus": os.cpu_count(),
+        "devices_spec": devices, "m": m, "n": n, "k": k, "dtype": dtype, "chunks": chunks, "reps": reps,
+        "flops": _flops(m, n, k), "small": {"m": small[0], "n": small[1], "k": small[2]},
+        "failures": 0, "errors": [],
+    }
+    if store:
+        os.makedirs(store, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix="dgemm-e2e-", dir=os.fspath(store) if store else None))
+    record["store"] = str(folder)
+    path = None
+
+    def save():
+        if path is not None:
+            write_json(path, record)
+
+    def failed(stage: str, e: BaseException):
+        record["failures"] += 1
+        record["errors"].append({"stage": stage, "error": _err(e)})
+        log(f"{stage}: ERROR {_err(e)}")
+
+    try:
+        log(f"writing A ({m} x {k}) and B ({k} x {n}) {dtype}, chunks {chunks}, to {folder}")
+        record["inputs"] = make_inputs(folder, m, n, k, chunks, dtype, seed)
+        log(f"inputs: {_fmt_bytes(record['inputs']['a']['bytes'] + record['inputs']['b']['bytes'])} "
+            f"in {record['inputs']['seconds']:.1f} s")
+        if small != (m, n, k):
+            record["inputs_small"] = make_inputs(folder, *small, chunks, dtype, seed + 2, tag="_small")
+        ins = record["inputs"]
+        ins_small = record.get("inputs_small", ins)
+
+        # ---- dgemm on the main cluster: kernel in memory, end to end, the small size ----
+        with _cluster(devices, client) as (c, start_seconds):
+            workers, names, usable = _ready(c, dtype)
+            path = result_path(out_dir, names, record["date"]) if out_dir is not None else None
+            info = usable[workers[0]]["device"]
+            record.update(device=", ".join(dict.fromkeys(names)), devices=names, workers=len(workers),
+                          device_type=info.type, driver=info.driver, platform=info.platform,
+                          cluster_start_seconds=start_seconds)
+            record["warmup_seconds"] = _warm_up(c, workers, dtype, folder)
+            log(f"cluster: {len(workers)} worker(s) on {record['device']}; warm-up {record['warmup_seconds']:.1f} s")
+            record["kernel"] = _time_kernel(c, workers[0], dtype, kshape, reps, seed, failed, log)
+            save()
+            record["dgemm"] = _run_dgemm("dgemm", c, workers, ins, folder / "c_dgemm.zarr", (m, n, k), reps, keep,
+                                         failed, log)
+            save()
+            # at the full size already, the main run is the one to compare with dask.array + numpy
+            record["small_is_full"] = small == (m, n, k)
+            record["dgemm_small"] = None if record["small_is_full"] else _run_dgemm(
+                "dgemm small", c, workers, ins_small, folder / "c_dgemm_small.zarr", small, reps, keep, failed, log)
+            save()
+
+        # ---- scaling: the first 1, 2, ... devices, each on its own cluster ----
+        if gpus:
+            record["scaling"] = _scaling(gpus, selection, record, ins, folder, (m, n, k), dtype, reps, failed, log)
+            save()
+        else:
+            record["scaling"] = None
+
+        # ---- peers, after dgemm's clusters are gone (the GPU to themselves) ----
+        record["peers"] = _peers(peers, record, ins, ins_small, folder, (m, n, k), dtype, reps, keep, log)
+        record["ratios"] = _ratios(record)
+        record["ok"] = record["failures"] == 0
+        save()
+    finally:
+        record["kept"] = bool(keep)
+        if not keep:
+            shutil.rmtree(folder, ignore_errors=True)
+        if path is not None and path.exists():
+            save()
+    return record, path
+
+
+def _fmt_bytes(n: float) -> str:
+    from dask.utils import format_bytes
+    return format_bytes(int(n))
+
+
+def _time_kernel(client, addr, dtype, kshape, reps, seed, failed, log) -> dict | None:
+    """dgemm's kernel in memory, as a task on ``addr`` (it holds the GPU resource, like a GEMM task)."""
+    try:
+        fut = client.submit(_kernel_rate, dtype, *kshape, max(reps, 3), seed, workers=[addr],
+                            allow_other_workers=False, resources={"GPU": 1}, pure=False,
+                            key=f"dgemm-e2e-kernel-{uuid.uuid4().hex[:8]}")
+        r = fut.result()
+    except Exception as e:
+        failed("kernel", e)
+        return {"m": kshape[0], "n": kshape[1], "k": kshape[2], "status": "ERROR", "ok": False, "error": _err(e),
+                "seconds": None, "tflops": None}
+    if not r["ok"]:
+        failed("kernel", RuntimeError(f"wrong result: rel_err {r['rel_err']:.3g} > {r['tolerance']:.3g}"))
+    log(f"kernel in memory {'x'.join(map(str, kshape))}: {_fmt(r['tflops'], '.4g')} TFLOPS ({r['status']})")
+    return r
+
+
+def _run_dgemm(stage, client, workers, ins, out, mnk, reps, keep, failed, log) -> dict:
+    m, n, k = mnk
+    try:
+        r = time_dgemm(client, workers, ins["a"]["path"], ins["b"]["path"], out, m, n, k, reps, keep)
+    except Exception as e:
+        failed(stage, e)
+        return {"m": m, "n": n, "k": k, "status": "ERROR", "ok": False, "error": _err(e), "seconds": None,
+                "tflops": None}
+    if not r["ok"]:
+        failed(stage, RuntimeError(f"wrong result: max relative error {r['check']['max_rel_err']:.3g} > "
+                                   f"{r['check']['tolerance']:.3g}"))
+    log(f"{stage} {m}x{n}x{k}: {r['seconds']:.3f} s, {_fmt(r['tflops'], '.4g')} TFLOPS, "
+        f"max rel err {r['check']['max_rel_err']:.2g} ({r['status']})")
+    return r
+
+
+def _scaling(gpus, selection, record, ins, folder, mnk, dtype, reps, failed, log) -> list[dict]:
+    """dgemm on the first g devices of ``selection``, for each g; speed-up and efficiency against g = 1."""
+    rows = []
+    for g in gpus:
+        ids = [d.id for d in selection[:g]]
+        if g == record["workers"] and record["dgemm"].get("seconds") is not None:
+            r, reused = record["dgemm"], True
+        else:
+            reused = False
+            try:
+                with _cluster(",".join(ids)) as (c, _):
+                    workers, _, _ = _ready(c, dtype)
+                    _warm_up(c, workers, dtype, folder)
+                    r = _run_dgemm(f"dgemm on {g} device(s)", c, workers, ins, folder / f"c_dgemm_{g}.zarr", mnk,
+                                   reps, False, failed, log)
+            except Exception as e:
+                failed(f"scaling {g}", e)
+                r = {"seconds": None, "tflops": None, "ok": False, "error": _err(e)}
+        rows.append({"gpus": g, "devices": [d.name for d in selection[:g]], "device_ids": ids,
+                     "seconds": r.get("seconds"), "tflops": r.get("tflops"), "ok": r.get("ok"),
+                     "reused_main_run": reused, "error": r.get("error")})
+    base = rows[0] if rows and rows[0]["gpus"] == 1 else None
+    for row in rows:
+        speedup = (base["seconds"] / row["seconds"]) if base and base["seconds"] and row["seconds"] else None
+        row["speedup"] = speedup
+        row["efficiency"] = speedup / row["gpus"] if speedup is not None else None
+    return rows
+
+
+def _peers(peers, record, ins, ins_small, folder, mnk, dtype, reps, keep, log) -> dict:
+    out: dict = {}
+    if not peers:
+        for name in ("dask_cupy", "cublas", "dask_numpy"):
+            out[name], out[f"{name}_skipped"] = None, "--no-peers"
+        return out
+    # dgemm's output codec, so that the peers' writes cost the same (zarr's default if dgemm left none)
+    compressors = (record.get("dgemm") or {}).get("output_compressors", "auto")
+    out["output_compressors"] = compressors
+    # dask.array + cupy at the full size
+    cupy, why = cupy_status()
+    out["dask_cupy"], out["dask_cupy_skipped"] = None, why
+    if cupy is not None:
+        try:
+            out["dask_cupy"] = time_dask(ins["a"]["path"], ins["b"]["path"], folder / "c_cupy.zarr", reps, cupy=cupy,
+                                         compressors=compressors, keep=keep)
+            log(f"dask.array + cupy: {out['dask_cupy']['seconds']:.3f} s, "
+                f"{_fmt(out['dask_cupy']['tflops'], '.4g')} TFLOPS")
+        except Exception as e:
+            out["dask_cupy_skipped"] = _err(e)
+            record["errors"].append({"stage": "dask_cupy", "error": _err(e)})
+            log(f"dask.array + cupy: ERROR {_err(e)}")
+        finally:
+            with contextlib.suppress(Exception):
+                _free_cupy(cupy)
+    else:
+        log(f"dask.array + cupy: not timed ({why})")
+    # cuBLAS in GPU memory
+    try:
+        block = (record.get("dgemm") or {}).get("attrs", {}).get("run", {}).get("block")
+        out["cublas"], out["cublas_skipped"] = time_cublas(dtype, *mnk, block, reps)
+    except Exception as e:  # out of CUDA memory...
+        out["cublas"], out["cublas_skipped"] = None, _err(e)
+        record["errors"].append({"stage": "cublas", "error": _err(e)})
+    log(f"cuBLAS: {_fmt((out['cublas'] or {}).get('tflops'), '.4g')} TFLOPS"
+        if out["cublas"] else f"cuBLAS: not timed ({out['cublas_skipped']})")
+    # dask.array + numpy at the small size
+    try:
+        out["dask_numpy"], out["dask_numpy_skipped"] = time_dask(
+            ins_small["a"]["path"], ins_small["b"]["path"], folder / "c_numpy.zarr", reps,
+            compressors=compressors, keep=keep), None
+        log(f"dask.array + numpy {'x'.join(str(record['small'][x]) for x in 'mnk')}: "
+            f"{out['dask_numpy']['seconds']:.3f} s, {_fmt(out['dask_numpy']['tflops'], '.4g')} TFLOPS")
+    except Exception as e:
+        out["dask_numpy"], out["dask_numpy_skipped"] = None, _err(e)
+        record["errors"].append({"stage": "dask_numpy", "error": _err(e)})
+    return out
+
+
+def _ratios(record: dict) -> dict:
+    d, peers = record.get("dgemm"), record.get("peers") or {}
+    kern = record.get("kernel")
+    workers = record.get("workers") or 1
+    per_device = {"tflops": d["tflops"] / workers} if d and d.get("tflops") else None
+    return {"dgemm_to_dask_cupy": _ratio(d, peers.get("dask_cupy")),
+            "dgemm_to_kernel": _ratio(d, kern),
+            "dgemm_per_device_to_kernel": _ratio(per_device, kern),
+            "dgemm_to_cublas": _ratio(d, peers.get("cublas")),
+            "dgemm_small_to_dask_numpy": _ratio(record.get("dgemm_small") or d, peers.get("dask_numpy"))}
+
+
+# -- the table ----------------------------------------------------------------------------
+def _fmt(x, spec: str, missing: str = "-") -> str:
+    return missing if x is None else format(x, spec)
+
+
+def _row(name: str, r: dict | None, why: str | None = None) -> str:
+    if r is None:
+        return f"{name:26} not timed: {why}"
+    if r.get("error"):
+        return f"{name:26} ERROR {r['error']}"
+    size = f"{r['m']}x{r['n']}x{r['k']}"
+    check = r.get("check")
+    err = check["max_rel_err"] if check else r.get("rel_err")
+    status = ("ok" if r.get("ok", True) else "FAILED") if "ok" in r else ""
+    return (f"{name:26} {size:>20} {_fmt(r.get('seconds'), '10.4g'):>10} {_fmt(r.get('tflops'), '9.4g'):>9} "
+            f"{_fmt(err, '8.2g'):>8}  {status}")
+
+
+def format_table(record: dict) -> str:
+    """The record as text: one line per timed run, then ratios, time split, memory and scaling."""
+    lines = [f"device(s): {record.get('device')} x{record.get('workers')} ({record.get('device_type')}, "
+             f"driver {record.get('driver')}); commit {record['commit']}"
+             f"{' (modified)' if record.get('commit_dirty') else ''}; {record['date']}",
+             f"C = A @ B, {record['m']} x {record['n']} x {record['k']} {record['dtype']}, chunks {record['chunks']}, "
+             f"reps {record['reps']}; store {record['store']}"]
+    ins = record.get("inputs")
+    if ins:
+        lines.append(f"inputs: A {_fmt_bytes(ins['a']['bytes'])}, B {_fmt_bytes(ins['b']['bytes'])}, written in "
+                     f"{ins['seconds']:.2f} s")
+    lines.append(f"{'run':26} {'m x n x k':>20} {'seconds':>10} {'TFLOPS':>9} {'rel_err':>8}  check")
+    peers = record.get("peers") or {}
+    lines.append(_row(f"dgemm e2e ({record.get('workers')} worker(s))", record.get("dgemm")))
+    lines.append(_row("dgemm kernel (in memory)", record.get("kernel")))
+    lines.append(_row("dask.array + cupy", peers.get("dask_cupy"), peers.get("dask_cupy_skipped")))
+    lines.append(_row("cuBLAS (in memory)", peers.get("cublas"), peers.get("cublas_skipped")))
+    if record.get("dgemm_small"):
+        lines.append(_row("dgemm e2e (small)", record.get("dgemm_small")))
+    lines.append(_row("dask.array + numpy", peers.get("dask_numpy"), peers.get("dask_numpy_skipped")))
+    r = record.get("ratios") or {}
+    lines.append("ratios: " + "; ".join(f"{name} {_fmt(r.get(key), '.3g')}" for name, key in (
+        ("dgemm/dask+cupy", "dgemm_to_dask_cupy"), ("dgemm/kernel", "dgemm_to_kernel"),
+        ("dgemm per device/kernel", "dgemm_per_device_to_kernel"), ("dgemm/cuBLAS", "dgemm_to_cublas"),
+        ("dgemm/dask+numpy (small)", "dgemm_small_to_dask_numpy"))))
+    d = record.get("dgemm") or {}
+    if d.get("split"):
+        sp = d["split"]
+        parts = [f"{k.removesuffix('_seconds')} {v:.3g} s ({_fmt(sp['share'][k], '.0%')})"
+                 for k, v in sorted(sp["seconds"].items())]
+        lines.append(f"dgemm time split (worker-seconds; share of wall x {sp['workers']} worker(s)): " + ", ".join(parts))
+    if d.get("bytes"):
+        b = d["bytes"]
+        moved = ", ".join(f"{key} {_fmt_bytes(b[key])}" for key in ("bytes_read", "bytes_up", "bytes_down") if key in b)
+        lines.append(f"dgemm bytes: inputs {_fmt_bytes(b['inputs'])}, output {_fmt_bytes(b['output'])} "
+                     f"({_fmt_bytes(b['output_on_disk']) if b.get('output_on_disk') is not None else '?'} on disk)"
+                     + (f"; {moved}" if moved else ""))
+    if d.get("memory"):
+        mem = d["memory"]
+        gpu = mem["gpu"]
+        gpu_s = (", ".join(f"GPU {i}: {v:.0f} MiB (+{mem['gpu']['peak_added_mib'][i]:.0f})"
+                           for i, v in gpu["peak_used_mib"].items()) if gpu else f"GPU: n/a ({mem['gpu_skipped']})")
+        lines.append(f"dgemm peak memory: worker RSS {_fmt_bytes(mem['rss_total_peak_bytes'])} in all; {gpu_s}")
+    if record.get("scaling"):
+        lines.append(f"{'devices':>8} {'seconds':>10} {'TFLOPS':>9} {'speed-up':>9} {'efficiency':>10}")
+        for row in record["scaling"]:
+            lines.append(f"{row['gpus']:>8} {_fmt(row['seconds'], '10.4g'):>10} {_fmt(row['tflops'], '9.4g'):>9} "
+                         f"{_fmt(row['speedup'], '9.3g'):>9} {_fmt(row['efficiency'], '10.1%'):>10}"
+                         + (f"  ERROR {row['error']}" if row.get("error") else ""))
+    for e in record.get("errors", []):
+        lines.append(f"error in {e['stage']}: {e['error']}")
+    n_failed = record.get("failures")
+    lines.append("result: OK" if n_failed == 0 else f"result: {n_failed} FAILURE(S)")
+    return "\n".join(lines)
