@@ -331,6 +331,7 @@ class OutputSpec:
     overwrite: bool
     array: Any = None             # an existing zarr.Array given as ``out``
     resume: bool = False          # ``array`` is an earlier dgemm output to finish
+    compressors: Any = "auto"     # codecs of a new output (zarr.create_array's ``compressors``)
 
     @property
     def chunks(self) -> tuple[int, ...] | None:
@@ -535,7 +536,7 @@ def create_output(spec: OutputSpec, chunks: tuple[int, ...], meta: dict):
         spec.array.attrs.update(attrs)
         return spec.array
     return zarr.create_array(store=spec.target, shape=spec.shape, chunks=chunks, dtype=spec.dtype,
-                             fill_value=0, overwrite=spec.overwrite, attributes=attrs,
+                             fill_value=0, overwrite=spec.overwrite, attributes=attrs, compressors=spec.compressors,
                              config={"write_empty_chunks": True})
 
 

@@ -56,6 +56,22 @@ def as_current(client):
 
 
 # -- Zarr to Zarr -------------------------------------------------------------
+def test_output_compressors(client, tmp_path, rng):
+    """compressors=None writes raw chunks (the fast read path's format); "auto" keeps zarr's default."""
+    from zarr.codecs import BytesCodec
+
+    A, B = randn(rng, (96, 64), "float32"), randn(rng, (64, 80), "float32")
+    raw = dgemm.matmul(A, B, out=str(tmp_path / "raw.zarr"), client=client, compressors=None)
+    assert [type(c) for c in raw.metadata.codecs] == [BytesCodec]
+    check_product(raw[...], A, B, dtype="float32")
+    packed = dgemm.matmul(A, B, out=str(tmp_path / "packed.zarr"), client=client)
+    assert len(packed.metadata.codecs) > 1
+    with pytest.raises(ValueError, match="lazy result"):
+        dgemm.matmul(A, B, client=client, compressors=None)
+    with pytest.raises(ValueError, match="keeps its own codecs"):
+        dgemm.matmul(A, B, out=packed, client=client, compressors=None, overwrite=True)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_zarr_inputs_with_different_chunkings(client, tmp_path, rng, dtype):
     A, B = randn(rng, (300, 200), dtype), randn(rng, (200, 170), dtype)
