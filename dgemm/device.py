@@ -110,9 +110,11 @@ class Device:
             host, _ = cl.enqueue_map_buffer(self.transfer_queue, buf, cl.map_flags.READ | cl.map_flags.WRITE, 0,
                                             (nbytes,), np.uint8, is_blocking=True)
             entry = (buf, host)
-        arr = entry[1][:nbytes].view(dtype).reshape(shape)
-        weakref.finalize(arr, self._give_back, entry)
-        return arr
+        lease = _Lease(entry[1], tuple(shape), dtype)
+        # Views of the array keep ``lease`` (their base), not the array: numpy collapses view chains
+        # down to the first non-array base, so the memory is given back only when the last view is gone.
+        weakref.finalize(lease, self._give_back, entry)
+        return np.asarray(lease)
 
     def _give_back(self, entry) -> None:
         with self._lock:
@@ -183,6 +185,15 @@ class Device:
         self._kernels.clear()
         self.queue.finish()
         self.transfer_queue.finish()
+
+
+class _Lease:
+    """Page-locked memory lent to one array and its views (their numpy ``base``)."""
+
+    def __init__(self, host: np.ndarray, shape: tuple[int, ...], dtype: np.dtype):
+        self._host = host
+        self.__array_interface__ = {"shape": shape, "typestr": dtype.str, "version": 3,
+                                    "data": (host.__array_interface__["data"][0], False)}
 
 
 def pinned_limit() -> int:

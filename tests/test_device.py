@@ -119,23 +119,28 @@ def test_mma_kernel_refused_without_tensor_cores(device):
 
 
 def test_download_arrays_reuse_page_locked_memory(any_device, monkeypatch):
-    """A freed download array gives its pinned buffer back; past the limit arrays are ordinary memory."""
+    """A freed download array gives its pinned buffer back, only once no view of it is left."""
     import gc
 
-    monkeypatch.setenv("DGEMM_PINNED_BYTES", str(any_device._pinned_bytes + 64 * 64 * 8))
-    a = any_device.host_array((64, 64), "float64")
+    dev = Device(any_device.info)          # its own free list
+    monkeypatch.setenv("DGEMM_PINNED_BYTES", str(64 * 64 * 8))
+    a = dev.host_array((64, 64), "float64")
     a[...] = 1.5
-    owner = a.base
-    assert owner is not None and a.flags.c_contiguous and a.shape == (64, 64)
-    b = any_device.host_array((64, 64), "float64")            # over the limit: not pinned
+    assert a.flags.c_contiguous and a.flags.writeable and a.shape == (64, 64)
+    b = dev.host_array((64, 64), "float64")            # over the limit: ordinary memory
     assert b.base is None
     addr = a.__array_interface__["data"][0]
-    del a, owner
+    view = a[:, 3]                                      # a view outlives its array (dask slices results)
+    del a
     gc.collect()
-    c = any_device.host_array((32, 64), "float32")             # smaller: fits the returned buffer
-    assert c.__array_interface__["data"][0] == addr
-    c[...] = 2.0
-    assert (c == 2.0).all()
+    c = dev.host_array((64, 64), "float64")            # the memory is still the view's: not lent again
+    assert c.__array_interface__["data"][0] != addr and (view == 1.5).all()
+    del view
+    gc.collect()
+    d = dev.host_array((32, 64), "float32")            # now it comes back (smaller fits)
+    assert d.__array_interface__["data"][0] == addr
+    d[...] = 2.0
+    assert (d == 2.0).all()
 
 
 def test_staging_is_per_thread_and_grows(any_device):
