@@ -205,7 +205,7 @@ def main():
             rec["ratio_vs_dask_cupy"] = rec["dask_cupy"]["seconds"] / rec["dgemm"]["seconds"]
         except Exception as e:  # noqa: BLE001 - recorded
             rec["dask_cupy"] = {"error": f"{type(e).__name__}: {e}"}
-    with open(os.path.join(out_dir, f"stream-{n}-{devices.replace(',', '_')}.json"), "w") as f:
+    with open(os.path.join(out_dir, f"stream-{n}-{devices.replace(',', '_').replace(':', '-')}.json"), "w") as f:
         json.dump(rec, f, indent=1, default=str)
     print(json.dumps({k: v for k, v in rec.items() if k != "dgemm"}, default=str), flush=True)
     shutil.rmtree(store, ignore_errors=True)
