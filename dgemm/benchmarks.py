@@ -202,8 +202,12 @@ def default_sizes(info) -> list[int]:
 
 def result_path(out_dir, info, date: str) -> Path:
     """``<out_dir>/kernel-<device>-<YYYY-MM-DD>.json``, with ``-2``, ``-3``... rather than overwriting."""
+    return unique_path(out_dir, f"kernel-{device_slug(info.name)}-{date[:10]}")
+
+
+def unique_path(out_dir, stem: str) -> Path:
+    """``<out_dir>/<stem>.json``, or ``<stem>-2.json``, ``-3``... so no record is overwritten."""
     out_dir = Path(out_dir)
-    stem = f"kernel-{device_slug(info.name)}-{date[:10]}"
     path = out_dir / f"{stem}.json"
     i = 2
     while path.exists():

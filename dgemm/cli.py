@@ -283,6 +283,17 @@ def plan(ctx, a, b, block, dtype, workers, read_gbps, write_gbps, pcie_gbps, tfl
 
 
 # -- matmul -------------------------------------------------------------------
+def _connect(stack: contextlib.ExitStack, scheduler: str | None):
+    """A client of ``scheduler`` closed with ``stack``, or None without one; a clear error if unreachable."""
+    if not scheduler:
+        return None
+    from distributed import Client
+    try:
+        return stack.enter_context(Client(scheduler, timeout="10s"))
+    except (OSError, TimeoutError) as e:
+        raise click.ClickException(f"cannot connect to the scheduler at {scheduler}: {e}") from None
+
+
 def _operand(path: str, dtype: str | None):
     """``path`` itself, or a lazily cast dask array when ``dtype`` differs from the stored one.
 
@@ -357,14 +368,8 @@ def matmul(ctx, a, b, out, scheduler, dtype, overwrite, resume, precision, block
     t0 = time.perf_counter()
     with user_errors(ctx), contextlib.ExitStack() as stack:
         (xa, sa), (xb, sb) = _operand(a, dtype), _operand(b, dtype)
-        client = None
-        if scheduler:
-            from distributed import Client
-            try:
-                client = stack.enter_context(Client(scheduler, timeout="10s"))
-            except (OSError, TimeoutError) as e:
-                raise click.ClickException(f"cannot connect to the scheduler at {scheduler}: {e}") from None
-        else:
+        client = _connect(stack, scheduler)
+        if not scheduler:
             stack.enter_context(closing_new_local_clusters())
             if report:  # the report needs the client before the product starts
                 from .cluster import get_client
@@ -826,13 +831,7 @@ def bench_e2e(ctx, size, shape, dtype, chunks, devices, scheduler, gpus, store, 
         raise InputError("--devices and --gpus start local clusters; the workers of --scheduler have their own "
                          "devices")
     with user_errors(ctx), contextlib.ExitStack() as stack:
-        client = None
-        if scheduler:
-            from distributed import Client
-            try:
-                client = stack.enter_context(Client(scheduler, timeout="10s"))
-            except (OSError, TimeoutError) as e:
-                raise click.ClickException(f"cannot connect to the scheduler at {scheduler}: {e}") from None
+        client = _connect(stack, scheduler)
         record, path = e2e_bench(size, shape=mnk, dtype=dtype, chunks=chunks, devices=devices, gpus=gpu_counts,
                                  store=store, keep=keep, peers=not no_peers, numpy_size=numpy_size,
                                  kernel_size=kernel_size, reps=reps, out_dir=out_dir, client=client, seed=seed,

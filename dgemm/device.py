@@ -73,15 +73,20 @@ class Device:
         H100 against 6.5 GB/s from ordinary memory, through NVIDIA's
         OpenCL); the driver allocates it for ``ALLOC_HOST_PTR`` buffers.
         """
-        import pyopencl as cl
-
         held = getattr(self._local, "staging", None)
         if held is None or held[1].nbytes < nbytes:
-            buf = cl.Buffer(self.context, cl.mem_flags.READ_WRITE | cl.mem_flags.ALLOC_HOST_PTR, max(nbytes, 1))
-            host, _ = cl.enqueue_map_buffer(self.transfer_queue, buf, cl.map_flags.READ | cl.map_flags.WRITE, 0,
-                                            (max(nbytes, 1),), np.uint8, is_blocking=True)
-            held = self._local.staging = (buf, host)
+            held = self._local.staging = self._page_locked(nbytes)
         return held[1][:nbytes]
+
+    def _page_locked(self, nbytes: int):
+        """``(buffer, host view)``: driver-allocated host memory (``ALLOC_HOST_PTR``), mapped for the host."""
+        import pyopencl as cl
+
+        nbytes = max(int(nbytes), 1)
+        buf = cl.Buffer(self.context, cl.mem_flags.READ_WRITE | cl.mem_flags.ALLOC_HOST_PTR, nbytes)
+        host, _ = cl.enqueue_map_buffer(self.transfer_queue, buf, cl.map_flags.READ | cl.map_flags.WRITE, 0,
+                                        (nbytes,), np.uint8, is_blocking=True)
+        return buf, host
 
     def host_array(self, shape: tuple[int, ...], dtype) -> np.ndarray:
         """A new array in page-locked memory, for downloads; ordinary memory beyond ``DGEMM_PINNED_BYTES``.
@@ -91,8 +96,6 @@ class Device:
         reuse a few pinned buffers instead of pinning memory each time.
         """
         import weakref
-
-        import pyopencl as cl
 
         dtype = np.dtype(dtype)
         nbytes = int(np.prod(shape)) * dtype.itemsize
@@ -106,10 +109,7 @@ class Device:
             else:
                 self._pinned_bytes += nbytes
         if entry is None:
-            buf = cl.Buffer(self.context, cl.mem_flags.READ_WRITE | cl.mem_flags.ALLOC_HOST_PTR, nbytes)
-            host, _ = cl.enqueue_map_buffer(self.transfer_queue, buf, cl.map_flags.READ | cl.map_flags.WRITE, 0,
-                                            (nbytes,), np.uint8, is_blocking=True)
-            entry = (buf, host)
+            entry = self._page_locked(nbytes)
         lease = _Lease(entry[1], tuple(shape), dtype)
         # Views of the array keep ``lease`` (their base), not the array: numpy collapses view chains
         # down to the first non-array base, so the memory is given back only when the last view is gone.

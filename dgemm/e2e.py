@@ -41,8 +41,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .benchmarks import DEFAULT_OUT, command_line, cublas, cublas_backend, device_slug, git_commit, utc_now, \
-    write_json
+from .benchmarks import DEFAULT_OUT, command_line, cublas, cublas_backend, device_slug, git_commit, unique_path, \
+    utc_now, write_json
 
 DEFAULT_CHUNKS = 8192
 DEFAULT_GPU_SIZE = 32768
@@ -645,14 +645,7 @@ def result_path(out_dir, devices: list[str], date: str) -> Path:
     slug = "-".join(device_slug(x) for x in names) or "device"
     if len(devices) > 1:
         slug += f"-x{len(devices)}"
-    out_dir = Path(out_dir)
-    stem = f"e2e-{slug}-{date[:10]}"
-    path = out_dir / f"{stem}.json"
-    i = 2
-    while path.exists():
-        path = out_dir / f"{stem}-{i}.json"
-        i += 1
-    return path
+    return unique_path(out_dir, f"e2e-{slug}-{date[:10]}")
 
 
 def _ratio(x: dict | None, y: dict | None) -> float | None:
