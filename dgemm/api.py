@@ -15,6 +15,7 @@ import uuid
 import numpy as np
 
 from . import graph as graph_mod
+from . import placement
 from .cluster import device_limits, get_client, prepare, tiles_of
 from .tuning import check_precision
 from .plan import INT32_MAX, index_overflow, make_plan
@@ -283,8 +284,10 @@ def _run(a, b, c, alpha, beta, trans_a, trans_b, out, client, overwrite, block, 
         todo = sorted(all_blocks)
     t0 = time.perf_counter()
     if todo:
+        # each worker its rectangle of C blocks, so it reads only its share of A and B
+        where = sorted(workers) if len(workers) > 1 and placement.ensure(client) else None
         g = graph_mod.build(plan, A, B, C, alpha=alpha, beta=beta, token=token, blocks=todo,
-                            precision=precision)
+                            precision=precision, workers=where)
         done_key = graph_mod.add_store(g, plan, result, drop, token, markers, blocks=todo)
         from dask.delayed import Delayed
         future = client.compute(Delayed(done_key, g.hlg()))

@@ -112,12 +112,9 @@ def build(plan: Plan, a: Operand, b: Operand, c: Operand | None, *, alpha: float
     locality (:func:`dgemm.plan.assign`): each worker gets a rectangle of C
     blocks and runs it row by row, so its A and B panels are read once into
     its device's cache.  The placement is loose: if a worker dies, its blocks
-    go to the others.  :func:`dgemm.matmul` does not place blocks yet: when
-    every worker dies at once, distributed (2026.8) parks such tasks as
-    "no-worker" and never offers them to the restarted workers, whose
-    addresses are new, so the run would hang (``tests/test_faults.py``
-    caught it).  Without placement, blocks still run in this order
-    (priorities) and each worker's cache serves the panels it has read.
+    go to the others; if every worker dies at once,
+    :class:`dgemm.placement.PlacementPlugin` (which must be on the scheduler)
+    hands them to the workers that come back.
     """
     graph = Graph({}, {}, "")
     a_ref, a_coll = a.block_refs(plan.rows, plan.ks)
