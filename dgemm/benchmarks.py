@@ -152,9 +152,13 @@ def numpy_matmul(a: np.ndarray, b: np.ndarray, reps: int = 5) -> dict:
 def git_commit() -> tuple[str, bool | None]:
     """``(short commit, dirty)`` of the checkout dgemm runs from.
 
-    Falls back to ``$DGEMM_COMMIT`` (for copies without ``.git``), else
-    ``"unknown"``; ``dirty`` (tracked files modified) is ``None`` when unknown.
+    ``$DGEMM_COMMIT``, when set, names the commit: a copy of the tree (the
+    GPU machine's) may carry a stale ``.git``, or none.  Else git is asked;
+    else ``"unknown"``.  ``dirty`` (tracked files modified) is ``None`` when
+    git was not asked.
     """
+    if os.environ.get("DGEMM_COMMIT"):
+        return os.environ["DGEMM_COMMIT"], None
     here = os.path.dirname(os.path.abspath(__file__))
     try:
         r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True,
@@ -165,7 +169,7 @@ def git_commit() -> tuple[str, bool | None]:
             return r.stdout.strip(), (bool(s.stdout.strip()) if s.returncode == 0 else None)
     except (OSError, subprocess.SubprocessError):
         pass
-    return os.environ.get("DGEMM_COMMIT") or "unknown", None
+    return "unknown", None
 
 
 def command_line(argv: list[str] | None = None) -> str:

@@ -808,9 +808,11 @@ def bench_kernel(ctx, device_spec, dtypes, sizes, reps, out_dir, no_peers):
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="bench/results", show_default=True,
               help="Folder of the JSON record e2e-<device>-<date>.json.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs.")
+@click.option("--uncompressed", is_flag=True,
+              help="Store C without compression (dgemm and the peers); default: Zarr's default codec.")
 @click.pass_context
 def bench_e2e(ctx, size, shape, dtype, chunks, devices, scheduler, gpus, store, keep, no_peers, numpy_size,
-              kernel_size, reps, out_dir, seed):
+              kernel_size, reps, out_dir, seed, uncompressed):
     """Time dgemm from Zarr to Zarr against dask.array + cupy, cuBLAS and dask.array + numpy.
 
     Writes random A and B as uncompressed Zarr arrays, then on those inputs
@@ -835,7 +837,7 @@ def bench_e2e(ctx, size, shape, dtype, chunks, devices, scheduler, gpus, store, 
         record, path = e2e_bench(size, shape=mnk, dtype=dtype, chunks=chunks, devices=devices, gpus=gpu_counts,
                                  store=store, keep=keep, peers=not no_peers, numpy_size=numpy_size,
                                  kernel_size=kernel_size, reps=reps, out_dir=out_dir, client=client, seed=seed,
-                                 log=click.echo)
+                                 compressors=None if uncompressed else "auto", log=click.echo)
     click.echo()
     click.echo(format_table(record))
     if keep:
@@ -843,6 +845,22 @@ def bench_e2e(ctx, size, shape, dtype, chunks, devices, scheduler, gpus, store, 
     click.echo(f"record written to {path}")
     if record["failures"]:
         raise click.ClickException(f"{record['failures']} dgemm run(s) FAILED (see {path})")
+
+
+@bench.command(name="plot")
+@click.argument("records", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), required=True, help="The PNG to write.")
+@click.pass_context
+def bench_plot(ctx, records, out_path):
+    """Plot TFLOPS and parallel efficiency against GPU count from e2e records made with --gpus."""
+    with user_errors(ctx):
+        try:
+            from .plots import load_records, scaling_plot
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise InputError("dgemm bench plot needs matplotlib: pip install 'dgemm[plot]'") from None
+        path = scaling_plot(load_records(records), out_path)
+    click.echo(f"plot written to {path}")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -163,8 +163,21 @@ class DeviceCluster(LocalCluster):
         n = len(self.device_ids)
         if n > 1 and "POCL_MAX_PTHREAD_COUNT" not in os.environ:
             env["POCL_MAX_PTHREAD_COUNT"] = str(max(1, (os.cpu_count() or 1) // n))
+        # The host's cores shared out for reading blocks: a big host with a few GPUs reads faster
+        # with more threads per device (from /dev/shm a thread copies about 3.4 GB/s).
+        if "DGEMM_READ_THREADS" not in os.environ:
+            env["DGEMM_READ_THREADS"] = str(reader_share(os.cpu_count() or 1, n))
         spec["options"].update(env=env, name=i)
         return {i: spec}
+
+
+def reader_share(cpus: int, devices: int) -> int:
+    """Reader threads per device worker on a host of ``cpus`` cores: its share of them, 2 to 16.
+
+    >>> reader_share(64, 4), reader_share(16, 1), reader_share(2, 2), reader_share(256, 2)
+    (16, 16, 2, 16)
+    """
+    return max(2, min(16, cpus // max(1, devices)))
 
 
 def local_client(devices: str | None = None) -> Client:

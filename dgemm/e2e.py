@@ -343,13 +343,14 @@ def _tflops(flops: float, seconds: float | None) -> float | None:
 
 
 def time_dgemm(client, workers: list[str], a_path, b_path, out_path, m: int, n: int, k: int, reps: int = 1,
-               keep: bool = False) -> dict:
+               keep: bool = False, compressors="auto") -> dict:
     """Time ``dgemm.matmul(a, b, out=out)`` on ``client`` (kernels already built) and check the result.
 
     Returns the wall times (median counts), TFLOPS, the sampled check, the
     workers' counter deltas and their sum, the time split, bytes moved, peak
     memory and the output's ``dgemm`` attributes (plan, dgemm's own seconds).
-    The output is removed afterwards unless ``keep``.
+    The output is removed afterwards unless ``keep``.  ``compressors`` is
+    passed to :func:`dgemm.matmul` for the output (``None``: uncompressed).
     """
     import zarr
 
@@ -361,7 +362,7 @@ def time_dgemm(client, workers: list[str], a_path, b_path, out_path, m: int, n: 
         for _ in range(reps):
             t0 = time.perf_counter()
             dgemm.matmul(os.fspath(a_path), os.fspath(b_path), out=os.fspath(out_path), overwrite=True,
-                         client=client)
+                         client=client, compressors=compressors)
             times.append(time.perf_counter() - t0)
     after = client.run(_worker_probe, workers=workers)
     seconds = float(np.median(times))
@@ -669,7 +670,7 @@ def e2e_bench(size: int | None = None, *, shape=None, dtype: str = "float32", ch
               devices: str | None = None, gpus=None, store=None, keep: bool = False, peers: bool = True,
               numpy_size: int | None = None, kernel_size: int | None = None, reps: int = 1,
               out_dir=DEFAULT_OUT, client=None, seed: int = 0, command: str | None = None,
-              log: Callable[[str], None] | None = print) -> tuple[dict, Path | None]:
+              compressors="auto", log: Callable[[str], None] | None = print) -> tuple[dict, Path | None]:
     """Time dgemm from Zarr to Zarr against its peers on the same inputs, and write the JSON record.
 
     Parameters
@@ -694,7 +695,8 @@ def e2e_bench(size: int | None = None, *, shape=None, dtype: str = "float32", ch
     keep : bool
         Keep the Zarr files (inputs and outputs); otherwise they are removed.
     peers : bool
-        Time dask.array + cupy, cuBLAS and dask.array + numpy.
+        Time dask.array + cupy, cuBLAS and dask.array + numpy (and dgemm at
+        the small size, which only the dask.array + numpy peer needs).
     numpy_size : int, optional
         Side cap of the dask.array + numpy comparison (default 4096); dgemm
         runs at that size too.
@@ -712,6 +714,9 @@ def e2e_bench(size: int | None = None, *, shape=None, dtype: str = "float32", ch
         Seed of the inputs.
     command : str, optional
         The command line to record (default: :func:`dgemm.benchmarks.command_line`).
+    compressors : "auto" or None or codecs
+        dgemm's output codecs (:func:`dgemm.matmul`'s ``compressors``; the
+        peers write with the same); ``None`` stores C uncompressed.
     log : callable, optional
         Called with one line per step.
 
@@ -748,6 +753,7 @@ def e2e_bench(size: int | None = None, *, shape=None, dtype: str = "float32", ch
         "host": os.uname().nodename, "cpus": os.cpu_count(),
         "devices_spec": devices, "m": m, "n": n, "k": k, "dtype": dtype, "chunks": chunks, "reps": reps,
         "flops": _flops(m, n, k), "small": {"m": small[0], "n": small[1], "k": small[2]},
+        "compressors": compressors if isinstance(compressors, str) or compressors is None else repr(compressors),
         "failures": 0, "errors": [],
     }
     if store:
@@ -770,7 +776,7 @@ def e2e_bench(size: int | None = None, *, shape=None, dtype: str = "float32", ch
         record["inputs"] = make_inputs(folder, m, n, k, chunks, dtype, seed)
         log(f"inputs: {_fmt_bytes(record['inputs']['a']['bytes'] + record['inputs']['b']['bytes'])} "
             f"in {record['inputs']['seconds']:.1f} s")
-        if small != (m, n, k):
+        if small != (m, n, k) and peers:
             record["inputs_small"] = make_inputs(folder, *small, chunks, dtype, seed + 2, tag="_small")
         ins = record["inputs"]
         ins_small = record.get("inputs_small", ins)
@@ -788,17 +794,19 @@ def e2e_bench(size: int | None = None, *, shape=None, dtype: str = "float32", ch
             record["kernel"] = _time_kernel(c, workers[0], dtype, kshape, reps, seed, failed, log)
             save()
             record["dgemm"] = _run_dgemm("dgemm", c, workers, ins, folder / "c_dgemm.zarr", (m, n, k), reps, keep,
-                                         failed, log)
+                                         failed, log, compressors)
             save()
             # at the full size already, the main run is the one to compare with dask.array + numpy
             record["small_is_full"] = small == (m, n, k)
-            record["dgemm_small"] = None if record["small_is_full"] else _run_dgemm(
-                "dgemm small", c, workers, ins_small, folder / "c_dgemm_small.zarr", small, reps, keep, failed, log)
+            record["dgemm_small"] = None if record["small_is_full"] or not peers else _run_dgemm(
+                "dgemm small", c, workers, ins_small, folder / "c_dgemm_small.zarr", small, reps, keep, failed, log,
+                compressors)
             save()
 
         # ---- scaling: the first 1, 2, ... devices, each on its own cluster ----
         if gpus:
-            record["scaling"] = _scaling(gpus, selection, record, ins, folder, (m, n, k), dtype, reps, failed, log)
+            record["scaling"] = _scaling(gpus, selection, record, ins, folder, (m, n, k), dtype, reps, failed, log,
+                                         compressors)
             save()
         else:
             record["scaling"] = None
@@ -839,10 +847,10 @@ def _time_kernel(client, addr, dtype, kshape, reps, seed, failed, log) -> dict |
     return r
 
 
-def _run_dgemm(stage, client, workers, ins, out, mnk, reps, keep, failed, log) -> dict:
+def _run_dgemm(stage, client, workers, ins, out, mnk, reps, keep, failed, log, compressors="auto") -> dict:
     m, n, k = mnk
     try:
-        r = time_dgemm(client, workers, ins["a"]["path"], ins["b"]["path"], out, m, n, k, reps, keep)
+        r = time_dgemm(client, workers, ins["a"]["path"], ins["b"]["path"], out, m, n, k, reps, keep, compressors)
     except Exception as e:
         failed(stage, e)
         return {"m": m, "n": n, "k": k, "status": "ERROR", "ok": False, "error": _err(e), "seconds": None,
@@ -855,8 +863,13 @@ def _run_dgemm(stage, client, workers, ins, out, mnk, reps, keep, failed, log) -
     return r
 
 
-def _scaling(gpus, selection, record, ins, folder, mnk, dtype, reps, failed, log) -> list[dict]:
-    """dgemm on the first g devices of ``selection``, for each g; speed-up and efficiency against g = 1."""
+def _scaling(gpus, selection, record, ins, folder, mnk, dtype, reps, failed, log, compressors="auto") -> list[dict]:
+    """dgemm on the first g devices of ``selection``, for each g; speed-up and efficiency against g = 1.
+
+    Each row keeps its run's wall times, time split, bytes and each worker's
+    counters (:func:`worker_split`), so a row that scales badly shows where
+    its time went.
+    """
     rows = []
     for g in gpus:
         ids = [d.id for d in selection[:g]]
@@ -869,19 +882,38 @@ def _scaling(gpus, selection, record, ins, folder, mnk, dtype, reps, failed, log
                     workers, _, _ = _ready(c, dtype)
                     _warm_up(c, workers, dtype, folder)
                     r = _run_dgemm(f"dgemm on {g} device(s)", c, workers, ins, folder / f"c_dgemm_{g}.zarr", mnk,
-                                   reps, False, failed, log)
+                                   reps, False, failed, log, compressors)
             except Exception as e:
                 failed(f"scaling {g}", e)
                 r = {"seconds": None, "tflops": None, "ok": False, "error": _err(e)}
         rows.append({"gpus": g, "devices": [d.name for d in selection[:g]], "device_ids": ids,
-                     "seconds": r.get("seconds"), "tflops": r.get("tflops"), "ok": r.get("ok"),
-                     "reused_main_run": reused, "error": r.get("error")})
+                     "seconds": r.get("seconds"), "times": r.get("times"),
+                     "best_seconds": min(r["times"]) if r.get("times") else None,
+                     "tflops": r.get("tflops"), "ok": r.get("ok"), "reused_main_run": reused, "error": r.get("error"),
+                     "split": r.get("split"), "bytes": r.get("bytes"), "workers": worker_split(r)})
     base = rows[0] if rows and rows[0]["gpus"] == 1 else None
     for row in rows:
         speedup = (base["seconds"] / row["seconds"]) if base and base["seconds"] and row["seconds"] else None
         row["speedup"] = speedup
         row["efficiency"] = speedup / row["gpus"] if speedup is not None else None
     return rows
+
+
+SPLIT_KEYS = ("blocks", "busy_seconds", "kernel_seconds", "read_wait_seconds", "read_seconds", "upload_seconds",
+              "download_seconds", "store_seconds", "bytes_read", "cache_hits", "cache_misses", "cache_evictions")
+
+
+def worker_split(run: dict) -> dict:
+    """Per worker of a :func:`time_dgemm` run: its device and the counters that say where its time went.
+
+    >>> worker_split({"counters": {"per_worker": {"tcp://a:1": {"device": "X", "counters": {"blocks": 2,
+    ...     "kernel_seconds": 1.5, "flops": 8.0}}}}})
+    {'tcp://a:1': {'device': 'X', 'blocks': 2, 'kernel_seconds': 1.5}}
+    """
+    per = ((run or {}).get("counters") or {}).get("per_worker") or {}
+    return {addr: {"device": w.get("device"),
+                   **{k: w["counters"][k] for k in SPLIT_KEYS if k in w.get("counters", {})}}
+            for addr, w in sorted(per.items())}
 
 
 def _peers(peers, record, ins, ins_small, folder, mnk, dtype, reps, keep, log) -> dict:
@@ -1012,6 +1044,10 @@ def format_table(record: dict) -> str:
             lines.append(f"{row['gpus']:>8} {_fmt(row['seconds'], '10.4g'):>10} {_fmt(row['tflops'], '9.4g'):>9} "
                          f"{_fmt(row['speedup'], '9.3g'):>9} {_fmt(row['efficiency'], '10.1%'):>10}"
                          + (f"  ERROR {row['error']}" if row.get("error") else ""))
+            for addr, w in (row.get("workers") or {}).items():
+                lines.append(f"{'':8}   {addr}: {w.get('blocks', '?')} blocks; " + ", ".join(
+                    f"{k.removesuffix('_seconds')} {w[k]:.3g} s" for k in SPLIT_KEYS if k.endswith("_seconds") and k in w)
+                    + (f"; read {_fmt_bytes(w['bytes_read'])}" if "bytes_read" in w else ""))
     for e in record.get("errors", []):
         lines.append(f"error in {e['stage']}: {e['error']}")
     n_failed = record.get("failures")

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .device import Device, Kernels
+from .device import Device, Kernels, read_threads
 from .panels import PanelCache
 from .storage import ZarrBlock, load, read_error
 
@@ -82,8 +82,9 @@ def _env_int(name: str, default: int) -> int:
         return default
 
 
-# Steps (A and B block pairs) a product reads ahead of the one the device works on.
-PREFETCH = _env_int("DGEMM_PREFETCH", 4)
+# Steps (A and B block pairs) a product reads ahead of the one the device works on: enough to keep
+# the reader threads busy when A's panel is cached and each step reads one block of B.
+PREFETCH = _env_int("DGEMM_PREFETCH", max(4, read_threads() // 2))
 
 
 class BlockEngine:

@@ -203,6 +203,12 @@ def test_git_commit_falls_back_to_the_environment(monkeypatch):
     assert bm.git_commit() == ("unknown", None)
 
 
+def test_the_environment_names_the_commit_before_git(monkeypatch):
+    """A copy of the tree may carry a stale .git: the commit the caller names wins."""
+    monkeypatch.setenv("DGEMM_COMMIT", "abc1234")
+    assert bm.git_commit() == ("abc1234", None)
+
+
 def test_result_path_does_not_overwrite(tmp_path):
     info = DeviceInfo(0, 0, "P", "NVIDIA H100 80GB HBM3", "NVIDIA", "GPU", 1, 1, 1, 1, True, None, "")
     p = bm.result_path(tmp_path, info, "2026-11-22T10:00:00+00:00")

@@ -154,8 +154,10 @@ def test_small_size_and_keep(client, tmp_path, no_cuda):
 @needs_device
 def test_scaling_table_on_one_then_two_devices(client, tmp_path, no_cuda):
     rec, _ = e2e.e2e_bench(128, chunks=64, devices="cpu,cpu", gpus=[2, 1], peers=False, client=client,
-                           out_dir=tmp_path, log=None)
+                           out_dir=tmp_path, log=None, compressors=None)
     assert rec["ok"], rec["errors"]
+    assert rec["dgemm"]["output_compressors"] == [] and rec["compressors"] is None
+    assert rec["dgemm_small"] is None and "inputs_small" not in rec      # only the numpy peer needs it
     rows = rec["scaling"]
     assert [r["gpus"] for r in rows] == [1, 2]
     one, two = rows
@@ -164,7 +166,14 @@ def test_scaling_table_on_one_then_two_devices(client, tmp_path, no_cuda):
     assert all(r["ok"] and r["tflops"] > 0 for r in rows)
     assert two["efficiency"] == pytest.approx(two["speedup"] / 2)
     assert rec["peers"]["dask_numpy"] is None and rec["peers"]["dask_numpy_skipped"] == "--no-peers"
-    assert "speed-up" in e2e.format_table(rec)
+    for row in rows:     # each worker's share of the work and where its time went
+        assert len(row["workers"]) == row["gpus"]
+        assert all(w["kernel_seconds"] > 0 and w["bytes_read"] > 0 for w in row["workers"].values() if w["blocks"])
+        assert len(row["times"]) == 1 and row["best_seconds"] == row["seconds"]
+    one_blocks, two_blocks = (sum(w["blocks"] for w in r["workers"].values()) for r in rows)
+    assert one_blocks == two_blocks > 0                                   # the same plan, shared out
+    table = e2e.format_table(rec)
+    assert "speed-up" in table and " blocks; busy " in table
 
 
 @needs_device
