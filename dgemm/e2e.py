@@ -360,9 +360,11 @@ def time_dgemm(client, workers: list[str], a_path, b_path, out_path, m: int, n: 
     times = []
     with MemorySampler([p["pid"] for p in before.values()]) as mem:
         for _ in range(reps):
+            # each repetition writes a new out: removing the last one is not part of the product
+            shutil.rmtree(os.fspath(out_path), ignore_errors=True)
             t0 = time.perf_counter()
-            dgemm.matmul(os.fspath(a_path), os.fspath(b_path), out=os.fspath(out_path), overwrite=True,
-                         client=client, compressors=compressors)
+            dgemm.matmul(os.fspath(a_path), os.fspath(b_path), out=os.fspath(out_path), client=client,
+                         compressors=compressors)
             times.append(time.perf_counter() - t0)
     after = client.run(_worker_probe, workers=workers)
     seconds = float(np.median(times))
@@ -512,6 +514,8 @@ def time_dask(a_path, b_path, out_path, reps: int = 1, cupy=None, compressors="a
     times = []
     with MemorySampler(pids or [os.getpid()]) as mem:
         for _ in range(reps):
+            # each repetition writes a new out: removing the last one is not part of the product
+            shutil.rmtree(os.fspath(out_path), ignore_errors=True)
             t0 = time.perf_counter()
             z = zarr.create_array(store=os.fspath(out_path), shape=C.shape, chunks=C.chunksize, dtype=dtype,
                                   compressors=compressors, fill_value=0, overwrite=True)

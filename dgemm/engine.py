@@ -82,9 +82,10 @@ def _env_int(name: str, default: int) -> int:
         return default
 
 
-# Steps (A and B block pairs) a product reads ahead of the one the device works on: enough to keep
-# the reader threads busy when A's panel is cached and each step reads one block of B.
-PREFETCH = _env_int("DGEMM_PREFETCH", max(4, read_threads() // 2))
+# Steps (A and B block pairs) a product reads ahead of the one the device works on: one per reader
+# thread, so all of them stay busy when A's panel is cached and each step reads one block of B (on
+# 4 H200s sharing a host, 4 steps ahead left half the readers idle and the products waited on them).
+PREFETCH = _env_int("DGEMM_PREFETCH", max(4, read_threads()))
 
 
 class BlockEngine:
