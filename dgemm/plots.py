@@ -52,7 +52,7 @@ def scaling_plot(records: list[dict], path) -> Path:
         line, = ax_t.plot(g, t, "o-", label=_label(rec))
         one = dict(zip(g, t)).get(1)
         if one is not None:
-            ax_t.plot(counts, [one * c for c in counts], ":", color=line.get_color(), label="ideal")
+            ax_t.plot(counts, [one * c for c in counts], ":", color=line.get_color(), label=f"ideal ({rec['dtype']})")
         ax_e.plot(g, e, "o-", color=line.get_color(), label=_label(rec))
     ax_t.set(xlabel="GPUs (one worker each)", ylabel="TFLOPS, Zarr to Zarr", xticks=counts, title="Throughput")
     ax_e.set(xlabel="GPUs (one worker each)", ylabel="parallel efficiency", xticks=counts, ylim=(0, 1.05),
