@@ -84,9 +84,12 @@ def cublas(dtype, m: int, n: int, k: int, reps: int = 5, backend: str | None = N
     """Median time of cuBLAS's ``(m x k) @ (k x n)`` on CUDA device 0; ``None`` when there is no cuBLAS.
 
     Timed with CUDA events after two warm-up products, through torch (TF32
-    off for float32) or, failing that, cupy (``backend`` forces one).
-    Returns ``{"seconds": ..., "tflops": ...}``.
+    off for float32) or, failing that, cupy (``backend`` forces one).  The
+    product is checked too, as every timed dgemm run is: sampled rows and
+    columns of C against float64 (computed on the GPU from the same inputs).
+    Returns ``{"seconds", "tflops", "rel_err", "tolerance", "ok"}``.
     """
+    from .kernelbench import tolerance
     if backend is None:
         backend, _ = cublas_backend()
     if backend is None:
@@ -102,6 +105,8 @@ def cublas(dtype, m: int, n: int, k: int, reps: int = 5, backend: str | None = N
         b = torch.randn(k, n, device="cuda", dtype=dt)
         for _ in range(2):
             a @ b
+        i, j = (torch.linspace(0, x - 1, SAMPLES, device="cuda").long() for x in (m, n))
+        err = _sampled_error((a @ b)[i][:, j].double(), a[i].double() @ b[:, j].double(), torch)
         torch.cuda.synchronize()
         for _ in range(reps):
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -119,6 +124,9 @@ def cublas(dtype, m: int, n: int, k: int, reps: int = 5, backend: str | None = N
         b = rng.standard_normal((k, n), dtype=dtype)
         for _ in range(2):
             a @ b
+        i, j = (cupy.linspace(0, x - 1, SAMPLES).astype(cupy.int64) for x in (m, n))
+        err = _sampled_error((a @ b)[i][:, j].astype(cupy.float64),
+                             a[i].astype(cupy.float64) @ b[:, j].astype(cupy.float64), cupy)
         cupy.cuda.Device().synchronize()
         for _ in range(reps):
             s, e = cupy.cuda.Event(), cupy.cuda.Event()
@@ -132,7 +140,18 @@ def cublas(dtype, m: int, n: int, k: int, reps: int = 5, backend: str | None = N
     else:
         raise ValueError(f"unknown cuBLAS backend {backend!r}; use 'torch' or 'cupy'")
     sec = float(np.median(ts))
-    return {"seconds": sec, "tflops": 2.0 * m * n * k / sec / 1e12}
+    tol = float(tolerance(dtype, k))
+    return {"seconds": sec, "tflops": 2.0 * m * n * k / sec / 1e12, "rel_err": err, "tolerance": tol,
+            "ok": err <= tol}
+
+
+SAMPLES = 16   # rows and columns of cuBLAS's C checked
+
+
+def _sampled_error(got, ref, xp) -> float:
+    """Largest difference relative to the largest reference entry (``xp``: torch or cupy)."""
+    scale = float(xp.abs(ref).max())
+    return float(xp.abs(got - ref).max()) / scale if scale > 0 else float(xp.abs(got).max())
 
 
 def numpy_matmul(a: np.ndarray, b: np.ndarray, reps: int = 5) -> dict:
@@ -383,6 +402,11 @@ def _bench_path(dev, info, dtype, prec, sizes, reps, seed, backend, cublas_why, 
                 row["cublas"] = cublas(dtype, n, n, n, reps=reps, backend=backend)
             except Exception as e:  # out of CUDA memory...
                 row["cublas"], row["cublas_skipped"] = None, f"{type(e).__name__}: {str(e)[:300]}"
+            else:
+                if not row["cublas"]["ok"]:   # a wrong product is no peer to compare with
+                    row["cublas"], row["cublas_skipped"] = None, (
+                        f"cuBLAS's product failed its check: {row['cublas']['rel_err']:.3g} > "
+                        f"{row['cublas']['tolerance']:.3g}")
         # numpy, on the same inputs
         if not peers:
             row["numpy"], row["numpy_skipped"] = None, numpy_why

@@ -597,6 +597,8 @@ def time_cublas(dtype: str, m: int, n: int, k: int, block: list | None, reps: in
     r = cublas(dtype, *shape, reps=max(reps, 3), backend=backend)
     if r is None:
         return None, "cuBLAS could not be timed"
+    if not r["ok"]:
+        return None, f"cuBLAS's product failed its check (rel_err {r['rel_err']:.3g} > {r['tolerance']:.3g})"
     full = shape == (m, n, k)
     return {**r, "m": shape[0], "n": shape[1], "k": shape[2], "via": backend, "tf32": False, "full_size": full,
             "note": None if full else "the full product does not fit in GPU memory: timed at dgemm's block size"}, None
