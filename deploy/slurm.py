@@ -18,7 +18,11 @@ process; its dashboard (with the dgemm page at /dgemm) is printed at the start. 
 """
 from __future__ import annotations
 
-import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))   # run as a script or loaded by path
+from _jobqueue import run  # noqa: E402
 
 
 def options(gpus_per_node: int = 4, cores: int = 32, memory: str = "256GB", partition: str | None = None,
@@ -38,36 +42,7 @@ def options(gpus_per_node: int = 4, cores: int = 32, memory: str = "256GB", part
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("a"), ap.add_argument("b"), ap.add_argument("out")
-    ap.add_argument("--jobs", type=int, default=1, help="GPU nodes")
-    ap.add_argument("--gpus-per-node", type=int, default=4)
-    ap.add_argument("--cores", type=int, default=32, help="cores per job")
-    ap.add_argument("--memory", default="256GB", help="memory per job")
-    ap.add_argument("--partition"), ap.add_argument("--account")
-    ap.add_argument("--walltime", default="02:00:00")
-    ap.add_argument("--prologue", action="append", default=[],
-                    help="a line run before the worker, e.g. 'source ~/venvs/dgemm/bin/activate' (repeatable)")
-    ap.add_argument("--dry-run", action="store_true", help="print the job script and stop")
-    args = ap.parse_args(argv)
-    kw = options(args.gpus_per_node, args.cores, args.memory, args.partition, args.account, args.walltime,
-                 tuple(args.prologue))
-    if args.dry_run:
-        from dask_jobqueue.slurm import SLURMJob
-        print(SLURMJob(scheduler="tcp://SCHEDULER:8786", name="dgemm-0", **kw).job_script())
-        return
-
-    import dgemm
-    from dask_jobqueue import SLURMCluster
-    from distributed import Client
-
-    with SLURMCluster(**kw, scheduler_options={"preload": ["dgemm.dashboard"]}) as cluster, \
-            Client(cluster) as client:
-        print("dashboard:", cluster.dashboard_link, " dgemm page:", cluster.dashboard_link.rsplit("/", 1)[0] + "/dgemm")
-        cluster.scale(jobs=args.jobs)
-        client.wait_for_workers(args.jobs * args.gpus_per_node, timeout=3600)
-        c = dgemm.matmul(args.a, args.b, out=args.out, client=client, progress=True)
-        print(f"\n{args.out}: {c.shape} {c.dtype}")
+    run(__doc__, options, "dask_jobqueue.SLURMCluster", "dask_jobqueue.slurm.SLURMJob", "partition", argv)
 
 
 if __name__ == "__main__":
