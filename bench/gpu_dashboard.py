@@ -28,7 +28,7 @@ def main() -> None:
     import dgemm
     from distributed import Client
 
-    from dgemm.demo import random_zarr
+    from dgemm.benchmarks.demo import random_zarr
 
     ap = argparse.ArgumentParser()
     ap.add_argument("out")

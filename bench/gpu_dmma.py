@@ -13,15 +13,15 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from dgemm.benchmarks import cublas  # noqa: E402
-from dgemm.device import Device  # noqa: E402
-from dgemm.discovery import select_devices  # noqa: E402
-from dgemm.kernelbench import KernelBench  # noqa: E402
-from dgemm.params import KernelParams  # noqa: E402
-from dgemm.tune import mma_candidates, search  # noqa: E402
+from dgemm.opencl.device import Device  # noqa: E402
+from dgemm.opencl.discovery import select_devices  # noqa: E402
+from dgemm.tuning.timing import KernelBench  # noqa: E402
+from dgemm.tuning.params import KernelParams  # noqa: E402
+from dgemm.tuning.search import mma_candidates, search  # noqa: E402
 
 
 def tf32_candidates(info):
-    """3xTF32 candidates (the space lives in dgemm.tune; plain TF32 is dgemm.tune.mma_candidates(..., "tf32"))."""
+    """3xTF32 candidates (the space lives in dgemm.tuning.search; plain TF32 is dgemm.tuning.search.mma_candidates(..., "tf32"))."""
     return mma_candidates(info, "float32", "3xtf32")
 
 

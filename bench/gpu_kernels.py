@@ -17,11 +17,11 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from dgemm.benchmarks import cublas  # noqa: E402
-from dgemm.device import Device  # noqa: E402
-from dgemm.discovery import list_devices, select_devices  # noqa: E402
-from dgemm.kernelbench import KernelBench  # noqa: E402
-from dgemm.params import KernelParams  # noqa: E402
-from dgemm.tune import neighbours, search  # noqa: E402
+from dgemm.opencl.device import Device  # noqa: E402
+from dgemm.opencl.discovery import list_devices, select_devices  # noqa: E402
+from dgemm.tuning.timing import KernelBench  # noqa: E402
+from dgemm.tuning.params import KernelParams  # noqa: E402
+from dgemm.tuning.search import neighbours, search  # noqa: E402
 
 
 def main():
@@ -65,10 +65,10 @@ def main():
         best, results = search(dev, dtype, size=args.tune_size, budget=args.budget, first=first, report=report)
         ranked = sorted((r for r in results if r.ok), key=lambda r: r.seconds)
         if args.store and ranked:
-            from dgemm import tuning
+            from dgemm.tuning import database as tuning
             where = tuning.store(info, dtype, ranked[0].params, {
                 "tflops": ranked[0].tflops, "size": args.tune_size, "date": record["date"],
-                "generated_by": "bench/gpu_kernels.py (dgemm.tune.search)", "commit": record["commit"],
+                "generated_by": "bench/gpu_kernels.py (dgemm.tuning.search.search)", "commit": record["commit"],
                 "driver": info.driver})
             print(f"stored {ranked[0].params} ({ranked[0].tflops:.2f} TF) in {where}", flush=True)
         bad = [r for r in results if not r.ok]

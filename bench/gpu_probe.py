@@ -15,9 +15,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from dgemm.device import Device  # noqa: E402
-from dgemm.discovery import select_devices  # noqa: E402
-from dgemm.kernelbench import KernelBench  # noqa: E402
+from dgemm.opencl.device import Device  # noqa: E402
+from dgemm.opencl.discovery import select_devices  # noqa: E402
+from dgemm.tuning.timing import KernelBench  # noqa: E402
 
 
 def cublas_dgemm_modes(n=8192, reps=5):

@@ -62,8 +62,8 @@ def write_rate(path, chunk, threads, count=8):
 def pcie_rate():
     """Pageable and pinned host -> device upload through NVIDIA's OpenCL, one thread."""
     import pyopencl as cl
-    from dgemm.device import Device
-    from dgemm.discovery import select_devices
+    from dgemm.opencl.device import Device
+    from dgemm.opencl.discovery import select_devices
     dev = Device(select_devices("gpu")[0])
     host = np.ones(64 << 20, np.float32)     # 256 MB
     buf = dev.buffer(host.nbytes)
@@ -153,7 +153,7 @@ def run_dgemm(a, b, out_path, devices, n):
         delta = {w: {k: (after[w][k] - before[w].get(k, 0)) if not k.startswith("cache_") else after[w][k]
                      for k in after[w]} for w in after}
         attrs = dict(c.attrs.get("dgemm", {}))
-    from dgemm.demo import check_sample
+    from dgemm.benchmarks.demo import check_sample
     err = check_sample(a, b, c, n_rows=6, n_cols=6)
     return {"seconds": seconds, "tflops": 2 * n ** 3 / seconds / 1e12, "cold_seconds": cold, "workers": delta, "check": err,
             "peak_rss": rss_peak, "peak_gpu_mib": gpu_peak, "plan": attrs.get("plan"), "timeline": timeline}

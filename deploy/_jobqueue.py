@@ -28,7 +28,7 @@ def run(doc: str, options, cluster: str, job: str, queue_flag: str, argv=None) -
     import dgemm
     from distributed import Client
 
-    with _load(cluster)(**kw, scheduler_options={"preload": ["dgemm.dashboard"]}) as c, Client(c) as client:
+    with _load(cluster)(**kw, scheduler_options={"preload": ["dgemm.scheduler"]}) as c, Client(c) as client:
         print("dashboard:", c.dashboard_link, " dgemm page:", c.dashboard_link.rsplit("/", 1)[0] + "/dgemm")
         c.scale(jobs=args.jobs)
         client.wait_for_workers(args.jobs * args.gpus_per_node, timeout=3600)

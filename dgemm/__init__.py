@@ -4,13 +4,13 @@
 >>> sorted(n for n in dgemm.__all__ if not n[0].isupper())
 ['gemm', 'list_devices', 'make_plan', 'matmul', 'open_result']
 """
-from .api import gemm, matmul
-from .cluster import DeviceCluster, NoDeviceWorkerError
-from .device import DeviceError
-from .discovery import list_devices
-from .plan import make_plan
-from .results import IncompleteResultError, open_result
-from .worker import DgemmPlugin
+from dgemm.api import gemm, matmul
+from dgemm.cluster import DeviceCluster, NoDeviceWorkerError
+from dgemm.opencl.device import DeviceError
+from dgemm.opencl.discovery import list_devices
+from dgemm.plan import make_plan
+from dgemm.results import IncompleteResultError, open_result
+from dgemm.worker import DgemmPlugin
 
 __version__ = "0.1.0"
 

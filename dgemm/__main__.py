@@ -1,5 +1,5 @@
 """``python -m dgemm ...`` runs the command-line interface."""
-from .cli import main
+from dgemm.cli import main
 
 if __name__ == "__main__":
     main()

@@ -14,12 +14,12 @@ import uuid
 
 import numpy as np
 
-from . import graph as graph_mod
-from . import placement
-from .cluster import device_limits, get_client, prepare, tiles_of
-from .tuning import check_precision
-from .plan import INT32_MAX, index_overflow, make_plan
-from .storage import (COMPLETE_ATTR, BlockMarkers, Operand, _is_zarr_array, check_dtype, check_output,
+from dgemm import graph as graph_mod
+from dgemm.scheduler import placement
+from dgemm.cluster import device_limits, get_client, prepare, tiles_of
+from dgemm.tuning.database import check_precision
+from dgemm.plan import INT32_MAX, index_overflow, make_plan
+from dgemm.storage import (COMPLETE_ATTR, BlockMarkers, Operand, _is_zarr_array, check_dtype, check_output,
                       create_output, location, mark_complete, run_id)
 
 

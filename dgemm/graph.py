@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
-from .plan import Plan, assign
-from .storage import BlockMarkers, Operand, load, read_error, store_block
+from dgemm.plan import Plan, assign
+from dgemm.storage import BlockMarkers, Operand, load, read_error, store_block
 
 GPU = {"resources": {"GPU": 1}}
 
@@ -40,12 +40,12 @@ def gemm_block(a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_b, dtype
 
     The A and B blocks are read and uploaded ahead of the device and kept in
     its panel cache for the run ``scope`` (see
-    :meth:`dgemm.engine.BlockEngine.stream`); ``reserve`` is the device memory
+    :meth:`dgemm.opencl.engine.BlockEngine.stream`); ``reserve`` is the device memory
     the product itself needs besides the cache; ``then`` names the block
     product this worker is expected to run next, whose first blocks are
     read while this one finishes.
     """
-    from .worker import device_state
+    from dgemm.worker import device_state
 
     state = device_state()
     engine = state.engine(dtype, precision)
@@ -107,13 +107,13 @@ def build(plan: Plan, a: Operand, b: Operand, c: Operand | None, *, alpha: float
           token: str, blocks=None, precision: str | None = None, workers=None) -> Graph:
     """The layers that compute the C blocks of ``plan`` (``blocks``: a list of ``(i, j)``, default all).
 
-    ``precision`` picks the kernel family on each worker (see :func:`dgemm.tuning.lookup`).
+    ``precision`` picks the kernel family on each worker (see :func:`dgemm.tuning.database.lookup`).
     ``workers`` (addresses of the device workers) places the blocks for
     locality (:func:`dgemm.plan.assign`): each worker gets a rectangle of C
     blocks and runs it row by row, so its A and B panels are read once into
     its device's cache.  The placement is loose: if a worker dies, its blocks
     go to the others; if every worker dies at once,
-    :class:`dgemm.placement.PlacementPlugin` (which must be on the scheduler)
+    :class:`dgemm.scheduler.placement.PlacementPlugin` (which must be on the scheduler)
     hands them to the workers that come back.
     """
     graph = Graph({}, {}, "")

@@ -7,7 +7,7 @@ registry; dgemm adds one collector to it per process:
   totals of :meth:`dgemm.worker.DeviceState.snapshot`);
 * in the **scheduler** process, every worker's figures as their heartbeats
   last reported them, plus the recent rate, running GEMM tasks and the
-  progress of matmuls (from :class:`dgemm.dashboard.DgemmDashboard`).
+  progress of matmuls (from :class:`dgemm.scheduler.dashboard.DgemmDashboard`).
 
 Every series is labelled ``worker`` (address), ``name`` (worker name) and
 ``device``.  Counters (``*_total``) only grow while a worker lives.
@@ -58,8 +58,8 @@ def rows() -> tuple[list, object | None]:
     of every worker (and the dashboard, for matmul progress); else this
     process's own dgemm workers.
     """
-    from .dashboard import live_dashboards
-    from .worker import live_plugins
+    from dgemm.scheduler.dashboard import live_dashboards
+    from dgemm.worker import live_plugins
 
     dashes = live_dashboards()
     if dashes:

@@ -1,7 +1,7 @@
 """Reading results back: a finished output carries a completion marker."""
 from __future__ import annotations
 
-from .storage import COMPLETE_ATTR
+from dgemm.storage import COMPLETE_ATTR
 
 
 class IncompleteResultError(RuntimeError):

@@ -19,7 +19,7 @@ import pytest
 _SESSION_TMP = tempfile.mkdtemp(prefix="dgemm-tests-")
 os.environ.setdefault("DGEMM_TUNING_DB", os.path.join(_SESSION_TMP, "no-user-tuning.json"))
 
-from dgemm.discovery import list_devices  # noqa: E402
+from dgemm.opencl.discovery import list_devices  # noqa: E402
 
 DEVICES = list_devices()
 HAS_GPU = any(d.type == "GPU" for d in DEVICES)
@@ -45,8 +45,8 @@ _engine_cache: dict = {}
 
 
 def get_device(info):
-    """One :class:`dgemm.device.Device` per OpenCL device for the whole session."""
-    from dgemm.device import Device
+    """One :class:`dgemm.opencl.device.Device` per OpenCL device for the whole session."""
+    from dgemm.opencl.device import Device
     if info.id not in _device_cache:
         _device_cache[info.id] = Device(info)
     return _device_cache[info.id]
@@ -54,7 +54,7 @@ def get_device(info):
 
 def engine_for(device, dtype, params=None):
     """The session's :class:`BlockEngine` for ``device``, ``dtype`` and ``params`` (built once)."""
-    from dgemm.engine import BlockEngine
+    from dgemm.opencl.engine import BlockEngine
     dtype = np.dtype(dtype)
     if dtype == np.float64 and not device.info.fp64:
         pytest.skip(f"{device.info.name} has no double precision (cl_khr_fp64)")

@@ -20,11 +20,11 @@ from click.testing import CliRunner
 
 import dgemm
 import dgemm.benchmarks as bm
-from dgemm import tuning
+from dgemm.tuning import database as tuning
 from dgemm.cli import cli
-from dgemm.discovery import DeviceInfo, list_devices
-from dgemm.kernelbench import KernelBench, Timing
-from dgemm.params import KernelParams
+from dgemm.opencl.discovery import DeviceInfo, list_devices
+from dgemm.tuning.timing import KernelBench, Timing
+from dgemm.tuning.params import KernelParams
 
 DEVICES = list_devices()
 needs_device = pytest.mark.skipif(not DEVICES, reason="no OpenCL device (pip install pocl-binary-distribution)")

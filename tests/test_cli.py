@@ -22,14 +22,14 @@ from click.testing import CliRunner
 
 import dgemm
 import dgemm.cluster
-import dgemm.demo
-import dgemm.discovery
-import dgemm.tuning
+import dgemm.benchmarks.demo
+import dgemm.opencl.discovery
+import dgemm.tuning.database
 from dgemm.cli import cli, main
-from dgemm.demo import check_sample, random_zarr
-from dgemm.discovery import DeviceInfo
+from dgemm.benchmarks.demo import check_sample, random_zarr
+from dgemm.opencl.discovery import DeviceInfo
 
-HAVE_DEVICE = bool(dgemm.discovery.list_devices())
+HAVE_DEVICE = bool(dgemm.opencl.discovery.list_devices())
 needs_device = pytest.mark.skipif(not HAVE_DEVICE, reason="no OpenCL device (pip install pocl-binary-distribution)")
 
 
@@ -89,9 +89,9 @@ def test_main_runs_the_group(capsys):
 def test_devices_lists_this_hosts_devices(runner):
     r = runner.invoke(cli, ["devices"])
     assert r.exit_code == 0, r.output
-    for d in dgemm.discovery.list_devices():
+    for d in dgemm.opencl.discovery.list_devices():
         assert f"{d.id}  {d.name}" in r.output
-        assert dgemm.tuning.lookup(d, "float32").describe() in r.output
+        assert dgemm.tuning.database.lookup(d, "float32").describe() in r.output
     assert "fp64: " in r.output and "architecture: " in r.output
     assert "would use:" in r.output
 
@@ -101,30 +101,30 @@ def test_devices_json_matches_discovery(runner):
     r = runner.invoke(cli, ["devices", "--json"])
     assert r.exit_code == 0, r.output
     report = json.loads(r.output)
-    infos = dgemm.discovery.list_devices()
+    infos = dgemm.opencl.discovery.list_devices()
     assert [d["id"] for d in report["devices"]] == [d.id for d in infos]
     for d, info in zip(report["devices"], infos):
         assert d["name"] == info.name and d["fp64"] == info.fp64
-        choice = dgemm.tuning.lookup(info, "float32")
+        choice = dgemm.tuning.database.lookup(info, "float32")
         assert d["params"]["float32"]["params"] == choice.params.as_dict()
         assert d["params"]["float32"]["source"] == choice.describe()
-    assert report["local_cluster"] == [d.id for d in dgemm.discovery.select_devices(None)]
+    assert report["local_cluster"] == [d.id for d in dgemm.opencl.discovery.select_devices(None)]
 
 
 def test_devices_shows_where_parameters_come_from(runner, monkeypatch, tmp_path):
     """Tuned, untuned and unsupported dtypes are told apart; independent of this host's devices."""
     devices = _fake_devices()
-    monkeypatch.setattr(dgemm.discovery, "list_devices", lambda: devices)
+    monkeypatch.setattr(dgemm.opencl.discovery, "list_devices", lambda: devices)
     monkeypatch.delenv("DGEMM_DEVICES", raising=False)
     db = {"device": {"NVIDIA H100 80GB HBM3": {"float32": {
         "params": {"TSM": 128, "TSN": 128, "TSK": 16, "WPTM": 8, "WPTN": 8, "WIDTH": 4}, "tuned": True}}}}
     (tmp_path / "db.json").write_text(json.dumps(db))
     monkeypatch.setenv("DGEMM_TUNING_DB", str(tmp_path / "db.json"))
     # The shipped database without its device entries (it has tuned ones for the H100 now).
-    shipped = json.loads(dgemm.tuning.shipped_path().read_text())
+    shipped = json.loads(dgemm.tuning.database.shipped_path().read_text())
     shipped["device"] = {}
     (tmp_path / "shipped.json").write_text(json.dumps(shipped))
-    monkeypatch.setattr(dgemm.tuning, "shipped_path", lambda: tmp_path / "shipped.json")
+    monkeypatch.setattr(dgemm.tuning.database, "shipped_path", lambda: tmp_path / "shipped.json")
     r = runner.invoke(cli, ["devices"])
     assert r.exit_code == 0, r.output
     assert "user database, device entry 'NVIDIA H100 80GB HBM3' (tuned; fma kernel)" in r.output
@@ -142,13 +142,13 @@ def test_devices_shows_where_parameters_come_from(runner, monkeypatch, tmp_path)
 
 def test_devices_none_found_explains_nvidia_icd(runner, monkeypatch):
     """No platform, but NVIDIA's library is installed and unregistered: say how to register it."""
-    monkeypatch.setattr(dgemm.discovery, "list_devices", lambda: [])
+    monkeypatch.setattr(dgemm.opencl.discovery, "list_devices", lambda: [])
 
     def fake_glob(pattern):
         if pattern.startswith("/etc/OpenCL/vendors"):
             return []
         return ["/usr/lib/x86_64-linux-gnu/libnvidia-opencl.so.1"] if "nvidia-opencl" in pattern else []
-    monkeypatch.setattr(dgemm.discovery.glob, "glob", fake_glob)
+    monkeypatch.setattr(dgemm.opencl.discovery.glob, "glob", fake_glob)
     for args in (["devices"], ["devices", "--json"]):
         r = runner.invoke(cli, args)
         assert r.exit_code == 1
@@ -181,7 +181,7 @@ def test_random_writes_panels_of_whole_chunks(tmp_path, monkeypatch):
         writes.append((sel, np.shape(value)))
         return real(self, sel, value)
     monkeypatch.setattr(zarr.Array, "__setitem__", spy)
-    monkeypatch.setattr(dgemm.demo, "PANEL_BYTES", 2 * 10 * 8 * 8)   # two 10 x 8 float64 chunks
+    monkeypatch.setattr(dgemm.benchmarks.demo, "PANEL_BYTES", 2 * 10 * 8 * 8)   # two 10 x 8 float64 chunks
     random_zarr(tmp_path / "p.zarr", (25, 30), (10, 8), "float64", seed=0)
     shapes = [s for _, s in writes]
     assert max(r * c for r, c in shapes) <= 2 * 10 * 8
@@ -416,7 +416,7 @@ def test_demo_reports_a_failed_check(runner, tmp_path, monkeypatch):
                "dtype": "float32", "seconds": 1.0, "tflops": 1e-9, "max_rel_err": float("nan"),
                "tolerance": 1e-6, "entries_checked": 64, "passed": False, "dashboard": "http://x/status",
                "kernel_build_seconds": 0.0, "host": "h", "dgemm_version": "0", "folder": None}
-    monkeypatch.setattr(dgemm.demo, "run_demo", lambda **kw: dict(figures))
+    monkeypatch.setattr(dgemm.benchmarks.demo, "run_demo", lambda **kw: dict(figures))
     path = tmp_path / "results" / "r.json"
     r = runner.invoke(cli, ["demo", "--size", "8", "--json", str(path)])
     assert r.exit_code == 1
@@ -427,11 +427,11 @@ def test_demo_reports_a_failed_check(runner, tmp_path, monkeypatch):
 
 def test_demo_default_size(monkeypatch):
     gpu, _, cpu = _fake_devices()
-    monkeypatch.setattr(dgemm.discovery, "list_devices", lambda: [cpu])
-    assert dgemm.demo.default_size(None) == 1024
-    monkeypatch.setattr(dgemm.discovery, "list_devices", lambda: [gpu, cpu])
-    assert dgemm.demo.default_size(None) == 16384
-    assert dgemm.demo.default_size("cpu") == 1024
+    monkeypatch.setattr(dgemm.opencl.discovery, "list_devices", lambda: [cpu])
+    assert dgemm.benchmarks.demo.default_size(None) == 1024
+    monkeypatch.setattr(dgemm.opencl.discovery, "list_devices", lambda: [gpu, cpu])
+    assert dgemm.benchmarks.demo.default_size(None) == 16384
+    assert dgemm.benchmarks.demo.default_size("cpu") == 1024
 
 
 @needs_device
@@ -453,7 +453,7 @@ def test_demo_end_to_end(tmp_path):
 
 def test_devices_lists_the_tensor_core_paths(runner, monkeypatch, tmp_path):
     """An sm_90 GPU shows DMMA (its float64 default) and the TF32 paths; the CPU device only FMA."""
-    monkeypatch.setattr(dgemm.discovery, "list_devices", _fake_devices)
+    monkeypatch.setattr(dgemm.opencl.discovery, "list_devices", _fake_devices)
     monkeypatch.setenv("DGEMM_TUNING_DB", str(tmp_path / "none.json"))
     r = runner.invoke(cli, ["devices", "--json"])
     assert r.exit_code == 0, r.output

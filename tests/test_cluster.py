@@ -14,14 +14,14 @@ import dgemm
 from _check import check_product, randn
 from dgemm import cluster as cluster_mod
 from dgemm.cluster import NoDeviceWorkerError, get_client, prepare, tiles_of
-from dgemm.discovery import DeviceInfo
-from dgemm.params import KernelParams
+from dgemm.opencl.discovery import DeviceInfo
+from dgemm.tuning.params import KernelParams
 
 CLUSTER_KW = dict(processes=True, threads_per_worker=2, dashboard_address=":0", silence_logs=50)
 
 
 def test_device_cluster_pins_one_worker_per_device(cluster, client):
-    assert cluster.device_ids == [d.id for d in dgemm.discovery.select_devices(os.environ.get(
+    assert cluster.device_ids == [d.id for d in dgemm.opencl.discovery.select_devices(os.environ.get(
         "DGEMM_TEST_DEVICES", "cpu,cpu"))]
     envs = client.run(lambda: (os.environ.get("DGEMM_DEVICE"), os.environ.get("POCL_MAX_PTHREAD_COUNT")))
     assert sorted(e[0] for e in envs.values()) == sorted(cluster.device_ids)

@@ -23,7 +23,7 @@ import pytest
 
 import dgemm
 from _check import randn
-from dgemm.dashboard import DgemmDashboard, MatmulProgress, render_page
+from dgemm.scheduler.dashboard import DgemmDashboard, MatmulProgress, render_page
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"

@@ -7,8 +7,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from dgemm.device import Device, DeviceError, Kernels
-from dgemm.params import KernelParams
+from dgemm.opencl.device import Device, DeviceError, Kernels
+from dgemm.tuning.params import KernelParams
 
 
 @pytest.mark.parametrize("dtype", ["int32", "int64", "complex64", "float16", "bool", "object", "U3"])
@@ -111,7 +111,7 @@ def test_separate_device_objects_share_nothing(any_device):
 
 def test_mma_kernel_refused_without_tensor_cores(device):
     """The DMMA path is compiled out where it cannot run: a clear error, not a build failure."""
-    from dgemm.params import KernelParams
+    from dgemm.tuning.params import KernelParams
     if device.info.dmma:
         pytest.skip(f"{device.info.name} has float64 tensor cores; the refusal is for devices without")
     with pytest.raises(ValueError, match="compute capability"):

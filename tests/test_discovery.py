@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from dgemm import discovery
-from dgemm.discovery import DeviceInfo, cl_device, icd_hint, list_devices, select_devices, worker_device
+from dgemm.opencl import discovery
+from dgemm.opencl.discovery import DeviceInfo, cl_device, icd_hint, list_devices, select_devices, worker_device
 
 
 def dev(pi, di, name, type_, vendor="v"):
@@ -160,7 +160,7 @@ def test_list_devices_on_this_host():
 
 
 def test_nvidia_icd_problem_names_the_missing_registration(tmp_path):
-    from dgemm.discovery import nvidia_icd_problem
+    from dgemm.opencl.discovery import nvidia_icd_problem
     lib = tmp_path / "lib" / "libnvidia-opencl.so.1"
     lib.parent.mkdir()
     lib.write_text("")

@@ -1,4 +1,4 @@
-"""``dgemm bench e2e`` and :mod:`dgemm.e2e`: the record of an end-to-end run is complete
+"""``dgemm bench e2e`` and :mod:`dgemm.benchmarks.e2e`: the record of an end-to-end run is complete
 and correct, peers that cannot run say why, a wrong result fails the run.
 
 Runs on the session's two-worker cluster (the ``client`` fixture, never
@@ -22,10 +22,10 @@ from click.testing import CliRunner
 
 import dgemm
 import dgemm.cluster
-from dgemm import e2e
+from dgemm.benchmarks import e2e
 from dgemm.benchmarks import device_slug
 from dgemm.cli import cli
-from dgemm.discovery import list_devices
+from dgemm.opencl.discovery import list_devices
 
 DEVICES = list_devices()
 needs_device = pytest.mark.skipif(not DEVICES, reason="no OpenCL device (pip install pocl-binary-distribution)")

@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from _check import assert_nonfinite_like, check_product, randn, reference
-from dgemm.engine import BlockEngine, roundup
-from dgemm.params import KernelParams
+from dgemm.opencl.engine import BlockEngine, roundup
+from dgemm.tuning.params import KernelParams
 
 DTYPES = ["float32", "float64"]
 
@@ -284,7 +284,7 @@ def test_random_products(device, engines, data):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_large_product_on_the_gpu(engines, rng, dtype):
-    from dgemm.discovery import list_devices
+    from dgemm.opencl.discovery import list_devices
     from conftest import get_device
 
     info = next(d for d in list_devices() if d.type == "GPU")
@@ -316,7 +316,7 @@ def test_grouped_work_group_order_covers_every_tile(device, dtype, groupm, rng):
 def test_tensor_core_paths_against_numpy_and_the_fma_kernel(gpu_device, rng):
     """On a GPU with tensor cores: DMMA is float64-exact class, 3xTF32 at least as accurate as the
     FMA kernel (normal and wide-range data), TF32 within TF32's bound; edge blocks, alpha/beta, transposes."""
-    from dgemm.kernelbench import tolerance
+    from dgemm.tuning.timing import tolerance
     dev = gpu_device
     if not dev.info.dmma:
         pytest.skip(f"{dev.info.name} has no tensor-core paths (needs NVIDIA compute capability >= 8.0)")
@@ -467,7 +467,7 @@ def test_stream_reads_the_next_product_ahead(cached, tmp_path, rng):
 
 def test_stream_reads_raw_chunks_without_zarr(cached, tmp_path, rng, monkeypatch):
     """Blocks that are whole raw chunks go file -> page-locked memory -> device; edge blocks through zarr."""
-    import dgemm.engine as engine_mod
+    import dgemm.opencl.engine as engine_mod
 
     m, n, k = 40, 24, 50                      # k: chunks of 16, the last cut short (an edge block)
     ks = ((0, 16), (16, 32), (32, 48), (48, 50))

@@ -355,7 +355,7 @@ def test_too_little_device_memory_is_a_clear_error_before_any_work(fault_client,
 def test_device_limits_take_the_smallest_share():
     """The plan fits the smallest device memory, shared by the workers on one device."""
     from dgemm.cluster import device_limits
-    from dgemm.discovery import DeviceInfo
+    from dgemm.opencl.discovery import DeviceInfo
 
     def info(dev, mem):
         return DeviceInfo(0, dev, "P", f"d{dev}", "v", "GPU", mem, 65536, 1024, 1, True, None, "")
@@ -374,7 +374,7 @@ def test_device_limits_take_the_smallest_share():
 
 def test_describe_for_plan_reads_the_limit_in_the_worker(monkeypatch):
     from dgemm.cluster import describe_for_plan
-    from dgemm.discovery import DeviceInfo
+    from dgemm.opencl.discovery import DeviceInfo
 
     class W:
         plugins: dict = {}
@@ -399,8 +399,8 @@ def test_prepare_does_not_register_the_plugin_twice():
     """Workers still starting (after a restart) are waited for, not re-registered: that would tear
     down every worker's device under the tasks of runs in flight."""
     from dgemm.cluster import prepare
-    from dgemm.discovery import DeviceInfo
-    from dgemm.params import KernelParams
+    from dgemm.opencl.discovery import DeviceInfo
+    from dgemm.tuning.params import KernelParams
 
     info = DeviceInfo(0, 0, "P", "d", "v", "GPU", 2**30, 65536, 1024, 1, True, None, "")
     ready = {"ok": True, "device": info, "params": {"float32": {"params": KernelParams().as_dict()}},

@@ -24,8 +24,8 @@ import dgemm
 from _check import randn
 from conftest import CLUSTER_DEVICES, DEVICES
 from dgemm.cli import cli
-from dgemm.discovery import DeviceInfo
-from dgemm.launch import parse_resources, worker_specs
+from dgemm.opencl.discovery import DeviceInfo
+from dgemm.cluster.launch import parse_resources, worker_specs
 from dgemm.worker import DgemmPlugin, describe_worker
 
 needs_device = pytest.mark.skipif(not DEVICES, reason="no OpenCL device (pip install pocl-binary-distribution)")
@@ -163,7 +163,7 @@ def test_dgemm_worker_joins_a_scheduler_and_multiplies(scheduler_file, tmp_path,
                                               dict(dask_worker.state.total_resources)))
             names = sorted(v[0] for v in info.values())
             assert names == ([f"node-{i}" for i in range(n)] if n > 1 else ["node"])
-            assert sorted(v[1] for v in info.values()) == sorted(d.id for d in dgemm.discovery.select_devices(
+            assert sorted(v[1] for v in info.values()) == sorted(d.id for d in dgemm.opencl.discovery.select_devices(
                 CLUSTER_DEVICES))
             assert all(v[2].get("GPU") == 1 for v in info.values())
             # the plugin is there from the start, before any dgemm call registers it

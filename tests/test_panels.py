@@ -5,7 +5,7 @@ from concurrent.futures import Future
 
 import pytest
 
-from dgemm.panels import PanelCache
+from dgemm.opencl.panels import PanelCache
 
 
 def ready(x):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from dgemm.params import KernelParams, lcm_tiles
+from dgemm.tuning.params import KernelParams, lcm_tiles
 
 VALID = [
     KernelParams(),

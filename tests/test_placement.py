@@ -6,6 +6,8 @@ hands the plugin); the death of every worker during a placed run is
 """
 from __future__ import annotations
 
+import asyncio
+
 from types import SimpleNamespace
 
 import numpy as np
@@ -14,7 +16,7 @@ import zarr
 
 import dgemm
 from _check import check_product, randn
-from dgemm.placement import PLUGIN_NAME, PlacementPlugin, ensure
+from dgemm.scheduler.placement import PLUGIN_NAME, PlacementPlugin, ensure
 
 
 def worker(address, name, gpu=1):
@@ -43,7 +45,7 @@ def test_a_restarted_worker_takes_back_its_own_blocks():
     old0, old1 = worker("tcp://h:1", "gpu-0"), worker("tcp://h:2", "gpu-1")
     plugin = PlacementPlugin()
     sched = scheduler([old0, old1], [])
-    plugin.start(sched)
+    asyncio.run(plugin.start(sched))
     mine, theirs = task([old0.address]), task([old1.address])
     sched.workers.clear()                       # every worker died; the tasks were parked
     sched.unrunnable.update({mine: 0.0, theirs: 0.0})
@@ -59,7 +61,7 @@ def test_blocks_whose_worker_lives_are_left_alone():
     alive = worker("tcp://h:1", "gpu-0")
     plugin = PlacementPlugin()
     sched = scheduler([alive], [])
-    plugin.start(sched)
+    asyncio.run(plugin.start(sched))
     t = task([alive.address])
     sched.unrunnable[t] = 0.0
     joined(plugin, sched, worker("tcp://h:2", "gpu-1"))
@@ -69,7 +71,7 @@ def test_blocks_whose_worker_lives_are_left_alone():
 def test_strict_placement_and_workers_without_the_resource_are_left_alone():
     plugin = PlacementPlugin()
     sched = scheduler([], [])
-    plugin.start(sched)
+    asyncio.run(plugin.start(sched))
     strict = task(["tcp://h:1"], loose=False)
     loose = task(["tcp://h:1"])
     sched.unrunnable.update({strict: 0.0, loose: 0.0})

@@ -6,7 +6,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from dgemm import plots
+from dgemm.benchmarks import plots
 from dgemm.cli import cli
 
 pytest.importorskip("matplotlib", reason="dgemm bench plot needs matplotlib (the plot and test extras have it)")

@@ -3,7 +3,7 @@ correct candidates can win, and that a tuned entry is stored and then used.
 
 Searches on the real device use tiny products (64) and two or three
 candidates; the rules of the search itself are checked with a stand-in for
-:class:`~dgemm.kernelbench.KernelBench` whose timings and errors are chosen
+:class:`~dgemm.tuning.timing.KernelBench` whose timings and errors are chosen
 by the test.  No test asserts on speed.
 """
 from __future__ import annotations
@@ -17,13 +17,13 @@ import pytest
 from click.testing import CliRunner
 
 import dgemm
-import dgemm.tune
-from dgemm import tuning
+import dgemm.tuning.search
+from dgemm.tuning import database as tuning
 from dgemm.cli import cli
-from dgemm.discovery import DeviceInfo, list_devices
-from dgemm.kernelbench import Timing
-from dgemm.params import KernelParams
-from dgemm.tune import candidates, databases, default_size, search, tune
+from dgemm.opencl.discovery import DeviceInfo, list_devices
+from dgemm.tuning.timing import Timing
+from dgemm.tuning.params import KernelParams
+from dgemm.tuning.search import candidates, databases, default_size, search, tune
 
 DEVICES = list_devices()
 needs_device = pytest.mark.skipif(not DEVICES, reason="no OpenCL device (pip install pocl-binary-distribution)")
@@ -52,14 +52,14 @@ def small_space(monkeypatch):
     """Let search() draw from the first 20 candidates (the real list, cached) instead of recomputing."""
     def fake(info, dtype, **kw):
         return list(_candidates(info, dtype)[:20])
-    monkeypatch.setattr(dgemm.tune, "candidates", fake)
+    monkeypatch.setattr(dgemm.tuning.search, "candidates", fake)
 
 
 @pytest.fixture(scope="module")
 def device():
     if not DEVICES:
         pytest.skip("no OpenCL device (pip install pocl-binary-distribution)")
-    from dgemm.device import Device
+    from dgemm.opencl.device import Device
     return Device(_pick())
 
 
@@ -83,7 +83,7 @@ def test_candidates_respect_the_restrictions(info, dtype):
         assert 64 <= p.threads <= min(512, info.max_work_group_size), p
         assert p.local_mem_bytes(itemsize) <= info.local_mem, p
         assert min_acc <= p.WPTM * p.WPTN <= max_acc, p
-        for f, values in dgemm.tune.SPACE.items():
+        for f, values in dgemm.tuning.search.SPACE.items():
             if f != "PAD":
                 assert getattr(p, f) in values, (f, p)
 
@@ -125,7 +125,7 @@ def _fake_bench(monkeypatch, outcomes):
             seconds, ok = out
             return Timing(params, self.m, self.n, self.k, seconds, 1e-7 if ok else 0.5, ok)
 
-    monkeypatch.setattr(dgemm.tune, "KernelBench", FakeBench)
+    monkeypatch.setattr(dgemm.tuning.search, "KernelBench", FakeBench)
     return runs
 
 
@@ -158,7 +158,7 @@ def test_search_with_nothing_correct_returns_none(monkeypatch, small_space):
 
 
 def test_tune_stores_nothing_when_nothing_is_correct(monkeypatch, tmp_path, device, small_space):
-    monkeypatch.setattr(dgemm.tune, "KernelBench", _always_wrong())
+    monkeypatch.setattr(dgemm.tuning.search, "KernelBench", _always_wrong())
     db = tmp_path / "tuning.json"
     out = tune(device, "float32", size=64, budget=30, max_candidates=2, database=db)
     assert out.best is None and out.stored is None
@@ -184,7 +184,7 @@ def test_search_on_the_device_returns_a_correct_best(device):
     best, results = search(device, "float32", size=64, budget=30, seed=0, first=first, max_candidates=2)
     assert results and best is not None
     assert best.ok and best in results
-    assert best.rel_err <= dgemm.kernelbench.tolerance("float32", 64)
+    assert best.rel_err <= dgemm.tuning.timing.tolerance("float32", 64)
     assert best.seconds == min(t.seconds for t in results if t.ok)
     assert results[0].params == first[0]
 
@@ -248,7 +248,7 @@ def test_tune_command_database_option(runner, tmp_path, monkeypatch, small_space
 @needs_device
 def test_tune_command_without_a_correct_candidate_fails_and_stores_nothing(runner, tmp_path, monkeypatch,
                                                                           small_space):
-    monkeypatch.setattr(dgemm.tune, "KernelBench", _always_wrong())
+    monkeypatch.setattr(dgemm.tuning.search, "KernelBench", _always_wrong())
     db = tmp_path / "tuning.json"
     r = runner.invoke(cli, ["tune", "--device", _pick().id, "--dtype", "float32", "--size", "64",
                             "--budget", "30", "--max-candidates", "2", "--database", str(db)])
@@ -270,8 +270,8 @@ def test_tune_command_argument_errors(runner, tmp_path):
 
 
 def test_mma_candidates_respect_the_rules():
-    from dgemm.discovery import DeviceInfo
-    from dgemm.tune import mma_candidates
+    from dgemm.opencl.discovery import DeviceInfo
+    from dgemm.tuning.search import mma_candidates
     h100 = DeviceInfo(0, 0, "NVIDIA CUDA", "H", "NVIDIA Corporation", "GPU", 80 << 30, 49152, 1024, 132, True,
                       "sm_90", "")
     a100 = DeviceInfo(0, 0, "NVIDIA CUDA", "A", "NVIDIA Corporation", "GPU", 40 << 30, 49152, 1024, 108, True,

@@ -5,10 +5,10 @@ import json
 
 import pytest
 
-from dgemm import tuning
-from dgemm.discovery import DeviceInfo
-from dgemm.params import KernelParams
-from dgemm.tuning import LEVELS, Choice, lookup, shipped_path, store, user_path
+from dgemm.tuning import database as tuning
+from dgemm.opencl.discovery import DeviceInfo
+from dgemm.tuning.params import KernelParams
+from dgemm.tuning.database import LEVELS, Choice, lookup, shipped_path, store, user_path
 
 INFO = DeviceInfo(0, 0, "Plat", "Acme X1", "Acme Corporation", "GPU", 2**30, 65536, 1024, 8, True, "acme-arch", "1.0")
 
@@ -103,7 +103,7 @@ def test_describe():
 
 def test_precision_lookup_and_fallback():
     """Named precisions find their entries; a tensor-core precision falls back to FMA where it cannot run."""
-    from dgemm.discovery import DeviceInfo
+    from dgemm.opencl.discovery import DeviceInfo
     h100 = DeviceInfo(0, 0, "NVIDIA CUDA", "H", "NVIDIA Corporation", "GPU", 1, 49152, 1024, 132, True, "sm_90", "")
     cpu = DeviceInfo(0, 0, "PoCL", "C", "Acme", "CPU", 1, 65536, 4096, 2, True, "pocl-cpu", "")
     fma = {"TSM": 64, "TSN": 64, "TSK": 16, "WPTM": 4, "WPTN": 4, "WIDTH": 2}

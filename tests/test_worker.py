@@ -9,7 +9,7 @@ import pytest
 import dgemm
 from _check import randn
 from dgemm import worker as worker_mod
-from dgemm.device import DeviceError
+from dgemm.opencl.device import DeviceError
 from dgemm.worker import DeviceState, DgemmPlugin, describe_worker, device_state
 
 
@@ -37,7 +37,7 @@ def test_describe(cpu_state, rng):
     d = cpu_state.describe()
     assert d["ok"] is True and d["device"] == cpu_state.device.info
     for dt in ("float32", "float64") if cpu_state.device.info.fp64 else ("float32",):
-        p = dgemm.params.KernelParams.from_dict(d["params"][dt]["params"])
+        p = dgemm.tuning.params.KernelParams.from_dict(d["params"][dt]["params"])
         assert p == cpu_state.device.choice(dt).params
         assert "database" in d["params"][dt]["source"]
     e = cpu_state.engine("float32")
@@ -117,7 +117,7 @@ def test_cluster_workers_describe_their_devices(client, rng):
     assert len(infos) == 2
     for d in infos.values():
         assert d["ok"] and d["resources"].get("GPU") == 1
-        assert isinstance(d["device"], dgemm.discovery.DeviceInfo)
+        assert isinstance(d["device"], dgemm.opencl.discovery.DeviceInfo)
     done = sum(d["stats"].get("float32", {}).get("blocks", 0) for d in infos.values())
     assert done >= 4
     # tasks found the plugin's state, not a process-wide fallback

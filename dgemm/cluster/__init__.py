@@ -15,9 +15,9 @@ import threading
 
 from distributed import Client, LocalCluster
 
-from .discovery import ENV_DEVICE, select_devices
-from .params import KernelParams, lcm_tiles
-from .worker import PLUGIN_NAME, DgemmPlugin, describe_worker
+from dgemm.opencl.discovery import ENV_DEVICE, select_devices
+from dgemm.tuning.params import KernelParams, lcm_tiles
+from dgemm.worker import PLUGIN_NAME, DgemmPlugin, describe_worker
 
 _local: dict = {}
 _local_lock = threading.Lock()
@@ -111,7 +111,7 @@ class DeviceCluster(LocalCluster):
     Parameters
     ----------
     devices : str, optional
-        Which devices (see :func:`dgemm.discovery.select_devices`; default
+        Which devices (see :func:`dgemm.opencl.discovery.select_devices`; default
         ``$DGEMM_DEVICES``, else all GPUs, else a CPU device).  Naming a
         device twice starts two workers on it.
     threads_per_worker : int

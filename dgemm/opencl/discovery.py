@@ -2,7 +2,7 @@
 
 Enumerating platforms and devices is cheap and safe in any process (the
 client included); contexts and queues are made only in workers
-(:mod:`dgemm.device`).
+(:mod:`dgemm.opencl.device`).
 """
 from __future__ import annotations
 

@@ -12,11 +12,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from . import sources
-from .discovery import DeviceInfo, cl_device, worker_device
-from .panels import PanelCache
-from .params import KernelParams
-from .tuning import Choice, lookup
+from dgemm.opencl import sources
+from dgemm.opencl.discovery import DeviceInfo, cl_device, worker_device
+from dgemm.opencl.panels import PanelCache
+from dgemm.tuning.params import KernelParams
+from dgemm.tuning.database import Choice, lookup
 
 DTYPES = {np.dtype("float32"): 32, np.dtype("float64"): 64}
 
@@ -45,7 +45,7 @@ class Device:
     Parameters
     ----------
     info : DeviceInfo, optional
-        The device; by default the one :func:`dgemm.discovery.worker_device`
+        The device; by default the one :func:`dgemm.opencl.discovery.worker_device`
         picks from the environment.
     """
 

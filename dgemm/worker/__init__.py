@@ -7,7 +7,7 @@ device works advertises the resource ``GPU=1``, which the GEMM tasks ask for.
 
 The plugin also makes the worker report what its device does: a worker
 metric (``dgemm``, sent to the scheduler with every heartbeat, read there by
-the dashboard page :mod:`dgemm.dashboard`), the ``dgemm_*`` Prometheus
+the dashboard page :mod:`dgemm.scheduler.dashboard`), the ``dgemm_*`` Prometheus
 series on the worker's ``/metrics`` (:mod:`dgemm.metrics`), and Fine
 Performance Metrics of the GEMM tasks (kernel, transfer and read-wait
 seconds, bytes up and down, flop) through distributed's ``context_meter``.
@@ -27,9 +27,9 @@ from collections import deque
 from distributed.core import Status
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from .discovery import ENV_DEVICE, select_devices
-from .tuning import PRECISIONS
-from .engine import BlockEngine
+from dgemm.opencl.discovery import ENV_DEVICE, select_devices
+from dgemm.tuning.database import PRECISIONS
+from dgemm.opencl.engine import BlockEngine
 
 PLUGIN_NAME = "dgemm"
 METRIC_NAME = "dgemm"  # key of the worker metric in the scheduler's WorkerState.metrics
@@ -51,9 +51,9 @@ TASK_SECONDS = {"store_seconds": "dgemm-store", "load_seconds": "dgemm-load", "r
 
 
 class MeteredEngine(BlockEngine):
-    """A :class:`~dgemm.engine.BlockEngine` that also tells where a block product's time went.
+    """A :class:`~dgemm.opencl.engine.BlockEngine` that also tells where a block product's time went.
 
-    Besides the engine's :class:`~dgemm.engine.Stats`, each product adds to
+    Besides the engine's :class:`~dgemm.opencl.engine.Stats`, each product adds to
     ``stats.extra``: ``read_wait_seconds`` (the product waiting for its
     inputs: the reading and uploading the pipeline did not hide) and
     ``transfer_seconds`` (uploads, padding, transposes and the download).
@@ -105,7 +105,7 @@ class DeviceState:
     """A device and its engines (one per dtype), or the reason there is none."""
 
     def __init__(self, spec: str | None = None):
-        from .device import Device
+        from dgemm.opencl.device import Device
 
         self.device = None
         self.error = None
@@ -122,8 +122,8 @@ class DeviceState:
             self.error = f"{type(e).__name__}: {e}"
 
     def engine(self, dtype, precision: str | None = None):
-        """The engine for ``dtype`` and ``precision`` (see :func:`dgemm.tuning.lookup`), built once."""
-        from .device import DeviceError
+        """The engine for ``dtype`` and ``precision`` (see :func:`dgemm.tuning.database.lookup`), built once."""
+        from dgemm.opencl.device import DeviceError
         import numpy as np
 
         if self.device is None:
@@ -177,8 +177,8 @@ class DeviceState:
         or of ``DGEMM_DEVICE_MEMORY_LIMIT`` when that is smaller; CPU
         devices (whose memory is the host's) keep a quarter of it.
         """
-        from .cluster import ENV_MEMORY_LIMIT, memory_limit_from_env
-        from .plan import MEMORY_FRACTION
+        from dgemm.cluster import ENV_MEMORY_LIMIT, memory_limit_from_env
+        from dgemm.plan import MEMORY_FRACTION
 
         info = self.device.info
         memory = info.global_mem
@@ -225,7 +225,7 @@ class DgemmPlugin(WorkerPlugin):
     ----------
     device : str, optional
         Device specification for every worker (see
-        :func:`dgemm.discovery.select_devices`); by default each worker reads
+        :func:`dgemm.opencl.discovery.select_devices`); by default each worker reads
         ``DGEMM_DEVICE`` from its environment.
     """
 
@@ -254,7 +254,7 @@ class DgemmPlugin(WorkerPlugin):
         # Reported to the scheduler with every heartbeat (WorkerState.metrics["dgemm"]).
         worker.metrics[METRIC_NAME] = self.metric
         _LIVE_PLUGINS.add(self)
-        from . import metrics
+        from dgemm import metrics
         metrics.register()
         if self.dashboard:
             await _register_dashboard(worker)
@@ -323,7 +323,7 @@ async def _register_dashboard(worker) -> None:
     """Make sure the scheduler serves the dgemm dashboard page (once; any worker may ask first)."""
     from distributed.protocol.pickle import dumps
 
-    from .dashboard import PLUGIN_NAME as DASHBOARD, DgemmDashboard
+    from dgemm.scheduler.dashboard import PLUGIN_NAME as DASHBOARD, DgemmDashboard
     try:
         await worker.scheduler.register_scheduler_plugin(plugin=dumps(DgemmDashboard()), name=DASHBOARD,
                                                          idempotent=True)

@@ -12,9 +12,9 @@ import asyncio
 import logging
 import os
 
-from .discovery import ENV_DEVICE, select_devices
+from dgemm.opencl.discovery import ENV_DEVICE, select_devices
 
-logger = logging.getLogger("dgemm.launch")
+logger = logging.getLogger("dgemm.cluster.launch")
 
 
 def parse_resources(text: str | None) -> dict:
@@ -57,7 +57,7 @@ def worker_specs(devices: str | None = None, *, name: str | None = None, nthread
     Parameters
     ----------
     devices : str, optional
-        Device specification (:func:`dgemm.discovery.select_devices`; default
+        Device specification (:func:`dgemm.opencl.discovery.select_devices`; default
         ``$DGEMM_DEVICES``, else every GPU, else a CPU device).  A device
         named twice gets two workers.
     name : str, optional
@@ -75,7 +75,7 @@ def worker_specs(devices: str | None = None, *, name: str | None = None, nthread
         Each worker's HTTP server (``/metrics``); a fixed port ``p`` becomes
         ``p + i`` for worker ``i``.  None: no HTTP server.
 
-    >>> from dgemm.discovery import DeviceInfo
+    >>> from dgemm.opencl.discovery import DeviceInfo
     >>> d = [DeviceInfo(0, 0, "P", "gpu0", "v", "GPU", 1, 1, 1, 1, True, None, ""),
     ...      DeviceInfo(0, 1, "P", "gpu1", "v", "GPU", 1, 1, 1, 1, True, None, "")]
     >>> specs = worker_specs(None, name="job", nthreads=4, memory_limit="8GB", device_infos=d)
@@ -85,7 +85,7 @@ def worker_specs(devices: str | None = None, *, name: str | None = None, nthread
     from distributed.system import MEMORY_LIMIT
     from distributed.worker_memory import parse_memory_limit
 
-    from .worker import DgemmPlugin
+    from dgemm.worker import DgemmPlugin
 
     infos = select_devices(devices, device_infos)
     n = len(infos)

@@ -27,7 +27,7 @@ def scaling_plot(records: list[dict], path) -> Path:
     Parameters
     ----------
     records : list of dict
-        e2e records (:func:`dgemm.e2e.e2e_bench`) with a scaling table; one
+        e2e records (:func:`dgemm.benchmarks.e2e.e2e_bench`) with a scaling table; one
         line each.
     path : path
         The PNG to write.

@@ -24,7 +24,7 @@ import time
 import click
 import numpy as np
 
-from . import __version__
+from dgemm import __version__
 
 DTYPES = ("float32", "float64")
 
@@ -40,7 +40,7 @@ class InputError(click.ClickException):
 
 
 def _environment_errors() -> tuple:
-    from .cluster import NoDeviceWorkerError
+    from dgemm.cluster import NoDeviceWorkerError
     return (PermissionError, NoDeviceWorkerError)
 
 
@@ -118,14 +118,15 @@ def device_report() -> dict:
     Returns
     -------
     dict
-        ``devices``: one dict per device (its :class:`~dgemm.discovery.DeviceInfo`
+        ``devices``: one dict per device (its :class:`~dgemm.opencl.discovery.DeviceInfo`
         fields, ``id`` and, per dtype it supports, the chosen ``params`` and
         where they came from); ``local_cluster``: ids of the devices a local
         cluster would use, or ``local_cluster_error`` explaining why none.
     """
     import dataclasses
 
-    from . import discovery, tuning
+    from dgemm.opencl import discovery
+    from dgemm.tuning import database as tuning
 
     devices = discovery.list_devices()
     out = []
@@ -155,7 +156,7 @@ def device_report() -> dict:
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def devices(as_json):
     """List OpenCL devices and the GEMM kernel parameters each would use."""
-    from . import discovery
+    from dgemm.opencl import discovery
 
     report = device_report()
     if not report["devices"]:
@@ -204,7 +205,7 @@ def devices(as_json):
 @click.pass_context
 def random(ctx, path, shape, chunks, dtype, seed, overwrite):
     """Write a random standard-normal matrix to the Zarr array PATH, one chunk row at a time."""
-    from .demo import random_zarr
+    from dgemm.benchmarks.demo import random_zarr
 
     t0 = time.perf_counter()
     with user_errors(ctx):
@@ -246,11 +247,11 @@ def plan(ctx, a, b, block, dtype, workers, read_gbps, write_gbps, pcie_gbps, tfl
     recorded kernel rate when there is one (else the default tiles); a real
     run uses those of its workers' devices, which may differ.
     """
-    from . import discovery
-    from .params import KernelParams
-    from .plan import MEMORY_FRACTION, Rates, make_plan
-    from .storage import Operand, check_dtype
-    from .tuning import lookup
+    from dgemm.opencl import discovery
+    from dgemm.tuning.params import KernelParams
+    from dgemm.plan import MEMORY_FRACTION, Rates, make_plan
+    from dgemm.storage import Operand, check_dtype
+    from dgemm.tuning.database import lookup
 
     try:
         selection = discovery.select_devices(None)
@@ -350,8 +351,8 @@ def matmul(ctx, a, b, out, scheduler, dtype, overwrite, resume, precision, block
     """Compute OUT = A @ B for Zarr arrays A and B, writing OUT as a Zarr array."""
     import dgemm
 
-    from .demo import closing_new_local_clusters
-    from .storage import COMPLETE_ATTR
+    from dgemm.benchmarks.demo import closing_new_local_clusters
+    from dgemm.storage import COMPLETE_ATTR
 
     if scheduler and devices:
         raise InputError("--devices chooses devices for a local cluster; the workers of --scheduler "
@@ -372,7 +373,7 @@ def matmul(ctx, a, b, out, scheduler, dtype, overwrite, resume, precision, block
         if not scheduler:
             stack.enter_context(closing_new_local_clusters())
             if report:  # the report needs the client before the product starts
-                from .cluster import get_client
+                from dgemm.cluster import get_client
                 client = get_client(None, devices)
         if report:
             from distributed import performance_report
@@ -478,7 +479,7 @@ def worker_cmd(ctx, scheduler, devices, nthreads, memory_limit, scheduler_file, 
     """
     import asyncio
 
-    from .launch import parse_resources, run_workers, worker_specs
+    from dgemm.cluster.launch import parse_resources, run_workers, worker_specs
 
     if not scheduler and not scheduler_file:
         raise InputError("give the scheduler's address (SCHEDULER, $DASK_SCHEDULER_ADDRESS) or --scheduler-file")
@@ -518,7 +519,7 @@ def cluster_cmd(ctx, devices, nthreads, memory_limit, host, port, dashboard_addr
     """
     import asyncio
 
-    from .launch import run_workers, worker_specs
+    from dgemm.cluster.launch import run_workers, worker_specs
 
     local = host not in ("0.0.0.0", "", "::")
     with user_errors(ctx):
@@ -530,7 +531,7 @@ def cluster_cmd(ctx, devices, nthreads, memory_limit, host, port, dashboard_addr
         from distributed import Scheduler
         from distributed.utils import format_dashboard_link
 
-        from .dashboard import DgemmDashboard, PLUGIN_NAME, ROUTE
+        from dgemm.scheduler.dashboard import DgemmDashboard, PLUGIN_NAME, ROUTE
 
         async with Scheduler(host=host, port=port, dashboard_address=dashboard_address,
                              scheduler_file=scheduler_file, plugins=[DgemmDashboard()]) as s:
@@ -563,7 +564,7 @@ def cluster_cmd(ctx, devices, nthreads, memory_limit, host, port, dashboard_addr
 @click.pass_context
 def demo(ctx, size, dtype, devices, keep, seed, json_path):
     """Multiply two random Zarr matrices on the local devices and check the result against numpy."""
-    from .demo import run_demo
+    from dgemm.benchmarks.demo import run_demo
 
     with user_errors(ctx):
         r = run_demo(size=size, dtype=dtype, devices=devices, keep=keep, seed=seed, log=click.echo)
@@ -592,7 +593,7 @@ def demo(ctx, size, dtype, devices, keep, seed, json_path):
 # -- tune ---------------------------------------------------------------------
 def _one_device(spec: str | None):
     """The first device ``spec`` selects (as ``select_devices``); exit 1 when there is none at all."""
-    from . import discovery
+    from dgemm.opencl import discovery
 
     if not discovery.list_devices():
         raise click.ClickException("no OpenCL device found. " + discovery.icd_hint())
@@ -632,10 +633,10 @@ def tune_cmd(ctx, device_spec, dtype, budget, size, seed, max_candidates, databa
     best becomes the device's entry in the user tuning database (or
     --database), which dgemm then uses on that device.
     """
-    from . import tuning
-    from .benchmarks import command_line, git_commit, utc_now, write_json
-    from .device import Device, DeviceError
-    from .tune import default_size, tune
+    from dgemm.tuning import database as tuning
+    from dgemm.benchmarks import command_line, git_commit, utc_now, write_json
+    from dgemm.opencl.device import Device, DeviceError
+    from dgemm.tuning.search import default_size, tune
 
     with user_errors(ctx):
         info = _one_device(device_spec)
@@ -765,7 +766,7 @@ def bench_kernel(ctx, device_spec, dtypes, sizes, reps, out_dir, no_peers):
     in the same run: cuBLAS (through torch, TF32 off, or cupy) where CUDA is
     available, and numpy in the same dtype for sizes up to 4096.
     """
-    from .benchmarks import format_table, kernel_bench
+    from dgemm.benchmarks import format_table, kernel_bench
 
     dts = _csv(dtypes, "dtypes", _dtype_name)
     size_list = _csv(sizes, "sizes", _size) if sizes is not None else None
@@ -821,7 +822,7 @@ def bench_e2e(ctx, size, shape, dtype, chunks, devices, scheduler, gpus, store, 
     memory, and the peers that can run here.  A wrong dgemm result makes
     the command fail.
     """
-    from .e2e import e2e_bench, format_table
+    from dgemm.benchmarks.e2e import e2e_bench, format_table
 
     if size is not None and shape is not None:
         raise InputError("give --size or --shape, not both")
@@ -855,7 +856,7 @@ def bench_plot(ctx, records, out_path):
     """Plot TFLOPS and parallel efficiency against GPU count from e2e records made with --gpus."""
     with user_errors(ctx):
         try:
-            from .plots import load_records, scaling_plot
+            from dgemm.benchmarks.plots import load_records, scaling_plot
             import matplotlib  # noqa: F401
         except ImportError:
             raise InputError("dgemm bench plot needs matplotlib: pip install 'dgemm[plot]'") from None

@@ -47,7 +47,7 @@ class PlacementPlugin(SchedulerPlugin):
     def __init__(self):
         self.names: dict[str, object] = {}   # every address seen -> worker name
 
-    def start(self, scheduler) -> None:
+    async def start(self, scheduler) -> None:   # the scheduler awaits its plugins' start
         self.names.update({addr: ws.name for addr, ws in scheduler.workers.items()})
 
     def add_worker(self, scheduler=None, worker=None) -> None:

@@ -2,7 +2,7 @@
 
 :func:`kernel_bench` times the kernel with the parameters the tuning
 database chooses for a device, at a list of square sizes, on
-device-resident inputs (:class:`dgemm.kernelbench.KernelBench`).  Every
+device-resident inputs (:class:`dgemm.tuning.timing.KernelBench`).  Every
 timed run is checked against float64 numpy on sampled rows and columns; a
 run that fails the check is reported as FAILED and its time is not counted.
 
@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .tuning import PRECISIONS
+from dgemm.tuning.database import PRECISIONS
 
 DTYPES = ("float32", "float64")
 GPU_SIZES = (1024, 2048, 4096, 8192, 16384, 10000)
@@ -89,7 +89,7 @@ def cublas(dtype, m: int, n: int, k: int, reps: int = 5, backend: str | None = N
     columns of C against float64 (computed on the GPU from the same inputs).
     Returns ``{"seconds", "tflops", "rel_err", "tolerance", "ok"}``.
     """
-    from .kernelbench import tolerance
+    from dgemm.tuning.timing import tolerance
     if backend is None:
         backend, _ = cublas_backend()
     if backend is None:
@@ -273,9 +273,9 @@ def kernel_bench(device=None, dtypes=DTYPES, sizes=None, reps: int = 5, out_dir=
     Parameters
     ----------
     device : Device, DeviceInfo or str, optional
-        The device: a :class:`dgemm.device.Device`, a
-        :class:`~dgemm.discovery.DeviceInfo`, or a specification as
-        :func:`dgemm.discovery.select_devices` takes it (first match).
+        The device: a :class:`dgemm.opencl.device.Device`, a
+        :class:`~dgemm.opencl.discovery.DeviceInfo`, or a specification as
+        :func:`dgemm.opencl.discovery.select_devices` takes it (first match).
         Default: the first device a local cluster would use.
     dtypes : sequence of {"float32", "float64"}
         float64 is skipped (with the reason recorded) on a device without it.
@@ -302,9 +302,9 @@ def kernel_bench(device=None, dtypes=DTYPES, sizes=None, reps: int = 5, out_dir=
     """
     import dgemm
 
-    from . import discovery
-    from .device import Device
-    from .kernelbench import KernelBench, tolerance
+    from dgemm.opencl import discovery
+    from dgemm.opencl.device import Device
+    from dgemm.tuning.timing import KernelBench, tolerance
 
     log = log or (lambda line: None)
     if isinstance(device, Device):
@@ -371,7 +371,7 @@ def kernel_bench(device=None, dtypes=DTYPES, sizes=None, reps: int = 5, out_dir=
 def _bench_path(dev, info, dtype, prec, sizes, reps, seed, backend, cublas_why, peers, numpy_why,
                 record, path, log):
     """Time one kernel path (``prec``: None for the database's choice) over ``sizes`` into ``record``."""
-    from .kernelbench import KernelBench, tolerance
+    from dgemm.tuning.timing import KernelBench, tolerance
     choice = dev.choice(dtype, prec)
     entry = {"params": choice.params.as_dict(), "source": choice.describe(), "level": choice.level,
              "key": choice.key, "database": choice.database, "tuned": choice.tuned, "sizes": []}

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .device import Device
-from .engine import roundup
-from .params import KernelParams
+from dgemm.opencl.device import Device
+from dgemm.opencl.engine import roundup
+from dgemm.tuning.params import KernelParams
 
 
 @dataclass

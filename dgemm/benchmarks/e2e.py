@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .benchmarks import DEFAULT_OUT, command_line, cublas, cublas_backend, device_slug, git_commit, unique_path, \
+from dgemm.benchmarks import DEFAULT_OUT, command_line, cublas, cublas_backend, device_slug, git_commit, unique_path, \
     utc_now, write_json
 
 DEFAULT_CHUNKS = 8192
@@ -63,7 +63,7 @@ def write_random(path, shape, chunks, dtype="float32", seed: int = 0, threads: i
     Each chunk has its own generator (spawned from ``seed``), so the array
     depends on ``seed``, ``shape`` and ``chunks`` only, not on the thread
     count.  numpy's generators release the GIL, which makes this several
-    times faster than :func:`dgemm.demo.random_zarr` (one generator, one
+    times faster than :func:`dgemm.benchmarks.demo.random_zarr` (one generator, one
     chunk row at a time) on a many-core host.
 
     Parameters
@@ -151,7 +151,7 @@ def _is_peak(key: str) -> bool:
 
 def _worker_probe(dask_worker=None) -> dict:
     """Run on each worker (``client.run``): its pid, device and every numeric dgemm counter."""
-    from . import worker as worker_mod
+    from dgemm import worker as worker_mod
 
     plugin = dask_worker.plugins.get(worker_mod.PLUGIN_NAME) if dask_worker is not None else None
     state = plugin.state if plugin is not None and plugin.state is not None else worker_mod.device_state()
@@ -207,8 +207,8 @@ def _kernel_rate(dtype: str, m: int, n: int, k: int, reps: int, seed: int) -> di
     are released before returning, so the e2e run that follows has the
     device's memory.
     """
-    from .kernelbench import KernelBench, tolerance
-    from .worker import device_state
+    from dgemm.tuning.timing import KernelBench, tolerance
+    from dgemm.worker import device_state
 
     dev = device_state().device
     if dev is None:
@@ -325,10 +325,10 @@ def _err(e: BaseException) -> str:
 
 
 def _check(a_path, b_path, c_path) -> dict:
-    """:func:`dgemm.demo.check_sample` of the stored result (sampled rows and columns, float64)."""
+    """:func:`dgemm.benchmarks.demo.check_sample` of the stored result (sampled rows and columns, float64)."""
     import zarr
 
-    from .demo import check_sample
+    from dgemm.benchmarks.demo import check_sample
 
     za, zb, zc = (zarr.open_array(os.fspath(p), mode="r") for p in (a_path, b_path, c_path))
     return check_sample(za, zb, zc, n_rows=CHECK_SAMPLES, n_cols=CHECK_SAMPLES)
@@ -427,7 +427,7 @@ def _warm_up(client, workers: list[str], dtype: str, folder: Path) -> float:
     """Build every worker's kernels and run one small product, so the timed runs compile nothing."""
     import dgemm
 
-    from .demo import _build_kernels
+    from dgemm.benchmarks.demo import _build_kernels
 
     t0 = time.perf_counter()
     client.run(_build_kernels, dtype, workers=workers)
@@ -447,7 +447,7 @@ def _cluster(devices: str | None, client=None):
         return
     from distributed import Client
 
-    from .cluster import DeviceCluster
+    from dgemm.cluster import DeviceCluster
 
     t0 = time.perf_counter()
     cluster = DeviceCluster(devices, dashboard_address="127.0.0.1:0")
@@ -464,7 +464,7 @@ def _cluster(devices: str | None, client=None):
 
 def _ready(client, dtype: str) -> tuple[list[str], list[str], dict]:
     """Usable workers' addresses and device names, and their descriptions (:func:`dgemm.cluster.prepare`)."""
-    from .cluster import prepare
+    from dgemm.cluster import prepare
 
     usable = prepare(client, dtype)
     addrs = sorted(usable)
@@ -635,7 +635,7 @@ def resolve_shape(size: int | None, shape, devices: str | None) -> tuple[int, in
             raise ValueError(f"shape must be three positive integers M, N, K, not {shape!r}")
         return vals
     if size is None:
-        from .discovery import select_devices
+        from dgemm.opencl.discovery import select_devices
         size = DEFAULT_GPU_SIZE if any(d.type == "GPU" for d in select_devices(devices)) else DEFAULT_CPU_SIZE
     if int(size) < 1:
         raise ValueError(f"size must be positive, not {size}")
@@ -735,7 +735,7 @@ def e2e_bench(size: int | None = None, *, shape=None, dtype: str = "float32", ch
     """
     import dgemm
 
-    from .discovery import select_devices
+    from dgemm.opencl.discovery import select_devices
 
     log = log or (lambda line: None)
     dtype = np.dtype(dtype).name

@@ -208,7 +208,7 @@ def closing_new_local_clusters():
     :func:`dgemm.cluster.close_local` would also close clusters the caller
     (a notebook, a test session) started before and still uses.
     """
-    from . import cluster as cluster_mod
+    from dgemm import cluster as cluster_mod
 
     before = {id(entry[0]) for entry in cluster_mod._local.values()}
     try:
@@ -227,7 +227,7 @@ def closing_new_local_clusters():
 
 def _build_kernels(dtype: str, dask_worker=None) -> float:
     """Run on each worker: build its kernels now, so the timed run does not include compiling."""
-    from .worker import PLUGIN_NAME
+    from dgemm.worker import PLUGIN_NAME
     t0 = time.perf_counter()
     plugin = dask_worker.plugins.get(PLUGIN_NAME) if dask_worker is not None else None
     if plugin is not None and plugin.state is not None and plugin.state.device is not None:
@@ -237,7 +237,7 @@ def _build_kernels(dtype: str, dask_worker=None) -> float:
 
 def default_size(devices: str | None = None) -> int:
     """The demo's matrix size: small for CPU devices, large enough to be fair to a GPU."""
-    from .discovery import select_devices
+    from dgemm.opencl.discovery import select_devices
     chosen = select_devices(devices)
     return DEFAULT_GPU_SIZE if any(d.type == "GPU" for d in chosen) else DEFAULT_CPU_SIZE
 
@@ -262,7 +262,7 @@ def run_demo(size: int | None = None, dtype: str = "float32", devices: str | Non
         16384 when one is a GPU.
     dtype : {"float32", "float64"}
     devices : str, optional
-        Devices for the local cluster (see :func:`dgemm.discovery.select_devices`).
+        Devices for the local cluster (see :func:`dgemm.opencl.discovery.select_devices`).
     keep : str or os.PathLike, optional
         Folder to write ``a.zarr``, ``b.zarr`` and ``c.zarr`` into and keep;
         by default a temporary folder, removed afterwards.
@@ -286,8 +286,8 @@ def run_demo(size: int | None = None, dtype: str = "float32", devices: str | Non
     LookupError
         No OpenCL device matches ``devices``.
     """
-    from . import __version__, matmul
-    from .cluster import local_client, prepare
+    from dgemm import __version__, matmul
+    from dgemm.cluster import local_client, prepare
 
     dtype = np.dtype(dtype).name
     if size is None:

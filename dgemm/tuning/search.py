@@ -20,10 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .device import Device
-from .kernelbench import KernelBench, Timing
-from .params import KernelParams
-from .tuning import Choice
+from dgemm.opencl.device import Device
+from dgemm.tuning.timing import KernelBench, Timing
+from dgemm.tuning.params import KernelParams
+from dgemm.tuning.database import Choice
 
 SPACE = {
     "TSM": (32, 64, 96, 128, 192, 256),
@@ -173,8 +173,8 @@ def default_size(info) -> int:
 
 
 def databases(path=None) -> list[tuple[str, dict]]:
-    """The databases :func:`dgemm.tuning.lookup` reads, with ``path`` as the user database if given."""
-    from . import tuning
+    """The databases :func:`dgemm.tuning.database.lookup` reads, with ``path`` as the user database if given."""
+    from dgemm.tuning import database as tuning
     user = Path(path) if path is not None else tuning.user_path()
     return [("user", tuning._load(user)), ("shipped", tuning._load(tuning.shipped_path()))]
 
@@ -214,7 +214,8 @@ def tune(device: Device, dtype, *, size: int | None = None, budget: float = 60.0
     """
     import datetime
 
-    from . import __version__, tuning
+    from dgemm import __version__
+    from dgemm.tuning import database as tuning
 
     dtype = device.check_dtype(dtype).name
     info = device.info

@@ -1,8 +1,7 @@
 """Where the OpenCL C sources are.
 
-The ``.cl`` files live in the top-level ``kernels/`` folder of the repository
-and are installed as the package ``dgemm.kernels``.  This is the one place
-that knows that.
+The ``.cl`` files live in ``dgemm/kernels/``, installed with the package as
+data.  This is the one place that knows that.
 """
 from __future__ import annotations
 
@@ -22,14 +21,7 @@ def kernel_dir() -> Path:
     >>> (kernel_dir() / "gemm.cl").is_file()
     True
     """
-    try:
-        path = Path(str(importlib.resources.files("dgemm.kernels")))
-        if (path / "gemm.cl").is_file():
-            return path
-    except ModuleNotFoundError:
-        pass
-    # Running from a source checkout that is on sys.path but not installed.
-    path = Path(__file__).resolve().parent.parent / "kernels"
+    path = Path(str(importlib.resources.files("dgemm"))) / "kernels"
     if (path / "gemm.cl").is_file():
         return path
     raise FileNotFoundError("dgemm's OpenCL kernels (gemm.cl) were not found")

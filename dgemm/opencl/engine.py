@@ -10,7 +10,7 @@ kernels that follow them) go on the transfer queue, GEMM kernels on the
 compute queue, each kernel waiting only for the events of its own inputs.
 :meth:`BlockEngine.stream` reads and uploads the next blocks in a pool of
 threads while the device multiplies the current ones, and keeps staged
-blocks in the device's :class:`~dgemm.panels.PanelCache` for the next
+blocks in the device's :class:`~dgemm.opencl.panels.PanelCache` for the next
 block product that needs them.
 """
 from __future__ import annotations
@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .device import Device, Kernels, read_threads
-from .panels import PanelCache
-from .storage import ZarrBlock, load, read_error
+from dgemm.opencl.device import Device, Kernels, read_threads
+from dgemm.opencl.panels import PanelCache
+from dgemm.storage import ZarrBlock, load, read_error
 
 
 def roundup(x: int, m: int) -> int:

@@ -1,0 +1,16 @@
+"""Code that runs in the scheduler process: the dashboard page and block placement.
+
+``dask scheduler --preload dgemm.scheduler`` installs both plugins from the
+start (workers with the dgemm plugin add the dashboard themselves, and
+:func:`dgemm.matmul` adds placement, so the preload is optional).
+"""
+from __future__ import annotations
+
+
+def dask_setup(scheduler):
+    """Preload hook: the dgemm dashboard page and the placement plugin on this scheduler."""
+    from dgemm.scheduler.dashboard import PLUGIN_NAME as DASHBOARD, DgemmDashboard
+    from dgemm.scheduler.placement import PLUGIN_NAME as PLACEMENT, PlacementPlugin
+
+    scheduler.add_plugin(DgemmDashboard(), name=DASHBOARD, idempotent=True)
+    scheduler.add_plugin(PlacementPlugin(), name=PLACEMENT, idempotent=True)
