@@ -1,0 +1,3 @@
+from dgemm.cli import main
+
+main()

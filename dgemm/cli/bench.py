@@ -1,0 +1,157 @@
+"""``dgemm bench``: benchmarks that write JSON records."""
+from __future__ import annotations
+
+import contextlib
+
+import click
+
+from dgemm.cli.common import InputError, connect, one_device, one_line, cli, user_errors
+from dgemm.dtypes import DTYPES
+
+
+def _csv(value: str, what: str, convert):
+    items = [v.strip() for v in str(value).split(",") if v.strip()]
+    if not items:
+        raise InputError(f"--{what} needs at least one value")
+    try:
+        return [convert(v) for v in items]
+    except ValueError as e:
+        raise InputError(f"--{what} {value!r}: {one_line(e)}") from None
+
+
+def _dtype_name(v: str) -> str:
+    if v not in DTYPES:
+        raise ValueError(f"{v!r} is not float32 or float64")
+    return v
+
+
+def _size(v: str) -> int:
+    n = int(v)
+    if n < 1:
+        raise ValueError(f"{n} is not a positive size")
+    return n
+
+
+@cli.group()
+def bench():
+    """Benchmarks that write JSON records (by default into bench/results/)."""
+
+
+@bench.command(name="kernel")
+@click.option("--device", "device_spec", metavar="SPEC",
+              help="The device (as for tune; default: the first device a local cluster would use).")
+@click.option("--dtypes", default="float32,float64", show_default=True,
+              help="Comma-separated dtypes (float64 is skipped on devices without it).")
+@click.option("--sizes", default=None,
+              help="Comma-separated square sizes, timed in this order (default: 1024,2048,4096,8192,16384,10000; "
+                   "256,512,1024 on a CPU device).")
+@click.option("--reps", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Timed repetitions per size (the median counts).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="bench/results", show_default=True,
+              help="Folder of the JSON record kernel-<device>-<date>.json.")
+@click.option("--no-peers", is_flag=True, help="Time dgemm's kernel only, not cuBLAS and numpy.")
+@click.pass_context
+def bench_kernel(ctx, device_spec, dtypes, sizes, reps, out_dir, no_peers):
+    """Time the GEMM kernel alone, with the parameters the tuning database chooses.
+
+    Runs on device-resident inputs; every run is checked against numpy and
+    one that fails is reported as FAILED (its time does not count).  Peers
+    in the same run: cuBLAS (through torch, TF32 off, or cupy) where CUDA is
+    available, and numpy in the same dtype for sizes up to 4096.
+    """
+    from dgemm.benchmarks import format_table, kernel_bench
+
+    dts = _csv(dtypes, "dtypes", _dtype_name)
+    size_list = _csv(sizes, "sizes", _size) if sizes is not None else None
+    with user_errors(ctx):
+        info = one_device(device_spec)
+        record, path = kernel_bench(info, dtypes=dts, sizes=size_list, reps=reps, out_dir=out_dir,
+                                    peers=not no_peers, log=click.echo)
+    click.echo()
+    click.echo(format_table(record))
+    click.echo(f"record written to {path}")
+    if record["failures"]:
+        raise click.ClickException(f"{record['failures']} run(s) FAILED (see {path})")
+
+
+@bench.command(name="e2e")
+@click.option("--size", type=click.IntRange(min=1), default=None,
+              help="Square product M = N = K (default: 32768 with a GPU, 1024 on CPU devices).")
+@click.option("--shape", default=None, metavar="M,N,K", help="A non-square product instead of --size.")
+@click.option("--dtype", type=click.Choice(DTYPES), default="float32", show_default=True)
+@click.option("--chunks", type=click.IntRange(min=1), default=8192, show_default=True,
+              help="Zarr chunk side of the inputs (capped to the matrix).")
+@click.option("--devices", metavar="SPEC",
+              help="Devices of dgemm's local cluster, one worker each: gpu, 0,1, cpu,cpu... (as for matmul).")
+@click.option("--scheduler", metavar="ADDR",
+              help="Time dgemm on the running cluster at ADDR instead of a local one.")
+@click.option("--gpus", default=None, metavar="1,2,...",
+              help="Also a scaling table: dgemm on the first 1, 2... devices of --devices, each its own cluster.")
+@click.option("--store", type=click.Path(file_okay=False), default=None,
+              help="Folder for the Zarr files, e.g. /dev/shm or a local disk (a dgemm-e2e-* folder is made "
+                   "in it; default: the temporary folder).")
+@click.option("--keep", is_flag=True, help="Keep the Zarr files (inputs and outputs).")
+@click.option("--no-peers", is_flag=True, help="Time dgemm only, not dask.array + cupy, cuBLAS, dask.array + numpy.")
+@click.option("--numpy-size", type=click.IntRange(min=1), default=4096, show_default=True,
+              help="Side cap of the dask.array + numpy comparison (dgemm runs at that size too).")
+@click.option("--kernel-size", type=click.IntRange(min=1), default=None,
+              help="Side of the in-memory kernel timing (default: the full size when its buffers fit "
+                   "32-bit indexing, else sides capped at 32768).")
+@click.option("--reps", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Timed repetitions of each end-to-end run (the median counts).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="bench/results", show_default=True,
+              help="Folder of the JSON record e2e-<device>-<date>.json.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs.")
+@click.option("--uncompressed", is_flag=True,
+              help="Store C without compression (dgemm and the peers); default: Zarr's default codec.")
+@click.pass_context
+def bench_e2e(ctx, size, shape, dtype, chunks, devices, scheduler, gpus, store, keep, no_peers, numpy_size,
+              kernel_size, reps, out_dir, seed, uncompressed):
+    """Time dgemm from Zarr to Zarr against dask.array + cupy, cuBLAS and dask.array + numpy.
+
+    Writes random A and B as uncompressed Zarr arrays, then on those inputs
+    times dgemm.matmul (kernels built first) with the workers' counters,
+    peak memory and a sampled correctness check, dgemm's kernel in device
+    memory, and the peers that can run here.  A wrong dgemm result makes
+    the command fail.
+    """
+    from dgemm.benchmarks.e2e import e2e_bench, format_table
+
+    if size is not None and shape is not None:
+        raise InputError("give --size or --shape, not both")
+    mnk = _csv(shape, "shape", _size) if shape is not None else None
+    if mnk is not None and len(mnk) != 3:
+        raise InputError(f"--shape {shape!r}: give three sizes M,N,K")
+    gpu_counts = _csv(gpus, "gpus", _size) if gpus is not None else None
+    if scheduler and (devices or gpu_counts):
+        raise InputError("--devices and --gpus start local clusters; the workers of --scheduler have their own "
+                         "devices")
+    with user_errors(ctx), contextlib.ExitStack() as stack:
+        client = connect(stack, scheduler)
+        record, path = e2e_bench(size, shape=mnk, dtype=dtype, chunks=chunks, devices=devices, gpus=gpu_counts,
+                                 store=store, keep=keep, peers=not no_peers, numpy_size=numpy_size,
+                                 kernel_size=kernel_size, reps=reps, out_dir=out_dir, client=client, seed=seed,
+                                 compressors=None if uncompressed else "auto", log=click.echo)
+    click.echo()
+    click.echo(format_table(record))
+    if keep:
+        click.echo(f"Zarr files kept in {record['store']}")
+    click.echo(f"record written to {path}")
+    if record["failures"]:
+        raise click.ClickException(f"{record['failures']} dgemm run(s) FAILED (see {path})")
+
+
+@bench.command(name="plot")
+@click.argument("records", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), required=True, help="The PNG to write.")
+@click.pass_context
+def bench_plot(ctx, records, out_path):
+    """Plot TFLOPS and parallel efficiency against GPU count from e2e records made with --gpus."""
+    with user_errors(ctx):
+        try:
+            from dgemm.benchmarks.plots import load_records, scaling_plot
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise InputError("dgemm bench plot needs matplotlib: pip install 'dgemm[plot]'") from None
+        path = scaling_plot(load_records(records), out_path)
+    click.echo(f"plot written to {path}")

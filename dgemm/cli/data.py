@@ -1,0 +1,99 @@
+"""``dgemm random`` (a random test matrix in Zarr) and ``dgemm plan`` (how a product would be cut)."""
+from __future__ import annotations
+
+import time
+
+import click
+import numpy as np
+
+from dgemm.cli.common import BlockParam, fmt_bytes, cli, user_errors
+from dgemm.dtypes import DTYPES
+
+
+@cli.command()
+@click.argument("path")
+@click.option("--shape", nargs=2, type=click.IntRange(min=0), required=True, metavar="M N",
+              help="Rows and columns.")
+@click.option("--chunks", nargs=2, type=click.IntRange(min=1), required=True, metavar="R C",
+              help="Zarr chunk shape.")
+@click.option("--dtype", type=click.Choice(DTYPES), default="float64", show_default=True)
+@click.option("--seed", type=int, default=None, help="Random seed (default: fresh entropy).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing array at PATH.")
+@click.pass_context
+def random(ctx, path, shape, chunks, dtype, seed, overwrite):
+    """Write a random standard-normal matrix to the Zarr array PATH, one chunk row at a time."""
+    from dgemm.benchmarks.demo import random_zarr
+
+    t0 = time.perf_counter()
+    with user_errors(ctx):
+        arr = random_zarr(path, shape, chunks, dtype, seed=seed, overwrite=overwrite)
+    seconds = time.perf_counter() - t0
+    nbytes = arr.size * arr.dtype.itemsize
+    click.echo(f"wrote {path}: {arr.shape[0]} x {arr.shape[1]} {arr.dtype}, chunks {arr.chunks[0]} x "
+               f"{arr.chunks[1]}, {fmt_bytes(nbytes)} in {seconds:.2f} s")
+
+
+def _default_target(selection) -> int:
+    # The same rule dgemm.matmul applies once it sees the workers.
+    return 1024 if selection and all(d.type == "CPU" for d in selection) else 4096
+
+
+@cli.command()
+@click.argument("a")
+@click.argument("b")
+@click.option("--block", type=BlockParam(), default=None,
+              help="Preferred block size N, or M,N,K (default: 1024 on CPU devices, 4096 otherwise).")
+@click.option("--dtype", type=click.Choice(DTYPES), default=None,
+              help="Plan for this dtype (default: the inputs' common dtype).")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Devices to plan for (default: those a local cluster would use).")
+@click.option("--read-gbps", type=click.FloatRange(min=0, min_open=True), default=5.0, show_default=True,
+              help="Store read rate per worker assumed by the time floor (GB/s).")
+@click.option("--write-gbps", type=click.FloatRange(min=0, min_open=True), default=2.0, show_default=True,
+              help="Store write rate per worker (GB/s).")
+@click.option("--pcie-gbps", type=click.FloatRange(min=0, min_open=True), default=20.0, show_default=True,
+              help="Host-device copy rate per device (GB/s).")
+@click.option("--tflops", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Kernel rate per device (default: the tuning database's figure for the device, if any).")
+@click.pass_context
+def plan(ctx, a, b, block, dtype, workers, read_gbps, write_gbps, pcie_gbps, tflops):
+    """Show how A @ B (two Zarr arrays) would be cut into blocks, the bytes moved and the time floor.
+
+    Needs no cluster.  Uses the first local device's kernel tiles, memory and
+    recorded kernel rate when there is one (else the default tiles); a real
+    run uses those of its workers' devices, which may differ.
+    """
+    from dgemm.opencl import discovery
+    from dgemm.tuning.params import KernelParams
+    from dgemm.plan import MEMORY_FRACTION, Rates, make_plan
+    from dgemm.storage import Operand, check_dtype
+    from dgemm.tuning.database import lookup
+
+    try:
+        selection = discovery.select_devices(None)
+    except LookupError:  # planning needs no device; fall back to GPU-sized blocks
+        selection = []
+    with user_errors(ctx):
+        A, B = Operand(a, "a"), Operand(b, "b")
+        if A.ndim == 1:
+            A.promote(0)
+        if B.ndim == 1:
+            B.promote(1)
+        (m, k), (kb, n) = A.shape, B.shape
+        if k != kb:
+            raise ValueError(f"shapes do not match: a has shape {A.stored_shape} and b has shape "
+                             f"{B.stored_shape}; the contracted dimensions differ ({k} != {kb})")
+        dt = check_dtype(dtype or np.result_type(A.dtype, B.dtype), "the result")
+        target = block if block is not None else _default_target(selection)
+        tiles, memory, rate = KernelParams().tiles, None, None
+        if selection:
+            choice = lookup(selection[0], dt.name)
+            tiles, memory, rate = choice.params.tiles, selection[0].global_mem, choice.tflops
+        n_workers = workers or max(len(selection), 1)
+        p = make_plan(m, n, k, dt, tiles, a_chunks=A.chunks, b_chunks=B.chunks, target=target,
+                      n_workers=n_workers, device_memory=memory, exact=block is not None)
+        rates = Rates(read=read_gbps * 1e9, write=write_gbps * 1e9, pcie=pcie_gbps * 1e9,
+                      flops=(tflops or rate or 0) * 1e12 or None)
+        cache = None if memory is None else max(0.0, MEMORY_FRACTION * memory - 2 * p.device_bytes())
+    click.echo(p.explain())
+    click.echo(p.explain_estimate(n_workers, rates, cache))

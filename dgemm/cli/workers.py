@@ -1,0 +1,154 @@
+"""``dgemm worker`` (one Dask worker per device of this host) and ``dgemm cluster`` (a one-host cluster)."""
+from __future__ import annotations
+
+import click
+
+from dgemm.cli.common import InputError, cli, user_errors
+
+
+def _security(tls_ca_file, tls_cert, tls_key):
+    """TLS from the command line, else None (the Dask configuration's, e.g. deploy/tls/)."""
+    if not (tls_ca_file or tls_cert or tls_key):
+        return None
+    from distributed.security import Security
+    return Security(tls_ca_file=tls_ca_file, tls_worker_cert=tls_cert, tls_worker_key=tls_key,
+                    require_encryption=True)
+
+
+def _echo_workers(specs, scheduler):
+    for spec in specs:
+        d = spec["device"]
+        name = spec["name"] if spec["name"] not in (None, "") else "(unnamed)"
+        click.echo(f"worker {name}: device {d.id} {d.name} ({d.type}), {spec['nthreads']} threads, "
+                   f"resources {spec['resources']} -> {scheduler}")
+
+
+def _worker_options(f):
+    """Options ``dgemm worker`` and ``dgemm cluster`` share."""
+    for opt in reversed([
+        click.option("--devices", metavar="SPEC",
+                     help="Devices to start workers on: gpu, cpu, all, ids like 0:1, or name parts, "
+                          "comma-separated; a device named twice gets two workers "
+                          "(default: $DGEMM_DEVICES, else every GPU, else a CPU device)."),
+        click.option("--nthreads", type=click.IntRange(min=1), default=None,
+                     help="Threads per worker (default: the cores shared among the workers, at least 2)."),
+        click.option("--memory-limit", default="auto", show_default=True,
+                     help="Memory limit per worker: bytes (16GB), a fraction of this host's memory, 0 for "
+                          "none, or auto (this host's memory shared among the workers)."),
+    ]):
+        f = opt(f)
+    return f
+
+
+@cli.command(name="worker")
+@click.argument("scheduler", required=False, envvar="DASK_SCHEDULER_ADDRESS")
+@_worker_options
+@click.option("--scheduler-file", type=click.Path(dir_okay=False), default=None,
+              help="Read the scheduler's address from this file (as dask worker).")
+@click.option("--name", default=None,
+              help="Worker name; with several devices, worker i is NAME-i (as dask worker --nworkers).")
+@click.option("--resources", default=None, metavar="'NAME=N ...'",
+              help="More resources per worker; GPU=1 is always there.")
+@click.option("--host", default=None, help="Host (address) the workers listen on.")
+@click.option("--interface", default=None, help="Network interface the workers listen on, e.g. ib0.")
+@click.option("--protocol", default=None, help="Protocol: tcp, tls, ucx...")
+@click.option("--dashboard-address", default=":0", show_default=True,
+              help="Each worker's HTTP server (its /metrics); a fixed port P becomes P+i for worker i.")
+@click.option("--dashboard/--no-dashboard", default=True, show_default=True,
+              help="Run the workers' HTTP servers.")
+@click.option("--death-timeout", default=None, help="Seconds a worker waits for the scheduler before exiting.")
+@click.option("--local-directory", type=click.Path(file_okay=False), default=None,
+              help="Workers' scratch folder.")
+@click.option("--lifetime", default=None, help="Close the workers after this long, e.g. 1 hour.")
+@click.option("--lifetime-stagger", default="0 seconds", show_default=True,
+              help="Random variation of --lifetime between workers.")
+@click.option("--lifetime-restart/--no-lifetime-restart", default=False, show_default=True,
+              help="Restart the workers after --lifetime.")
+@click.option("--tls-ca-file", default=None, help="CA certificate (TLS).")
+@click.option("--tls-cert", default=None, help="Worker certificate (TLS).")
+@click.option("--tls-key", default=None, help="Worker private key (TLS).")
+@click.pass_context
+def worker_cmd(ctx, scheduler, devices, nthreads, memory_limit, scheduler_file, name, resources, host, interface,
+               protocol, dashboard_address, dashboard, death_timeout, local_directory, lifetime,
+               lifetime_stagger, lifetime_restart, tls_ca_file, tls_cert, tls_key):
+    """Start one Dask worker per OpenCL device of this host, connected to SCHEDULER.
+
+    Each worker runs under its own nanny, is pinned to its device
+    (DGEMM_DEVICE), advertises the resource GPU=1 and carries the dgemm
+    worker plugin, as `dask cuda worker` does for CUDA devices.  SCHEDULER
+    defaults to $DASK_SCHEDULER_ADDRESS.  The workers run until Ctrl-C
+    (SIGINT) or SIGTERM.  Accepts the flags dask-jobqueue passes to its
+    worker command (--name, --nthreads, --memory-limit, --death-timeout,
+    --local-directory, --interface, --protocol, --tls-*).
+    """
+    import asyncio
+
+    from dgemm.cluster.launch import parse_resources, run_workers, worker_specs
+
+    if not scheduler and not scheduler_file:
+        raise InputError("give the scheduler's address (SCHEDULER, $DASK_SCHEDULER_ADDRESS) or --scheduler-file")
+    with user_errors(ctx):
+        specs = worker_specs(devices, name=name, nthreads=nthreads, memory_limit=memory_limit,
+                             resources=parse_resources(resources),
+                             dashboard_address=dashboard_address if dashboard else None)
+    common = {"scheduler_file": scheduler_file, "host": host, "interface": interface, "protocol": protocol,
+              "security": _security(tls_ca_file, tls_cert, tls_key), "death_timeout": death_timeout,
+              "local_directory": local_directory, "lifetime": lifetime, "lifetime_stagger": lifetime_stagger,
+              "lifetime_restart": lifetime_restart}
+    _echo_workers(specs, scheduler or f"the scheduler in {scheduler_file}")
+    status = asyncio.run(run_workers(scheduler, specs, log=lambda m: click.echo(m, err=True),
+                                     **{k: v for k, v in common.items() if v is not None}))
+    if status:
+        raise click.ClickException("the workers could not start (see the log above)")
+
+
+@cli.command(name="cluster")
+@_worker_options
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address the scheduler and workers listen on (0.0.0.0 or a host name to accept "
+                   "dgemm worker processes from other hosts).")
+@click.option("--port", type=click.IntRange(min=0), default=8786, show_default=True,
+              help="Scheduler port (0: any free port).")
+@click.option("--dashboard-address", default=None,
+              help="Dashboard address (default: HOST:8787, or a free port if that is taken).")
+@click.option("--scheduler-file", type=click.Path(dir_okay=False), default=None,
+              help="Also write the scheduler's address to this file (for dgemm worker --scheduler-file).")
+@click.pass_context
+def cluster_cmd(ctx, devices, nthreads, memory_limit, host, port, dashboard_address, scheduler_file):
+    """Run a one-host cluster: a scheduler with the dashboard and one worker per device.
+
+    Prints the scheduler's address (for Client(...), dgemm matmul
+    --scheduler and more dgemm worker processes) and the dashboard's dgemm
+    page, then runs until Ctrl-C (SIGINT) or SIGTERM.
+    """
+    import asyncio
+
+    from dgemm.cluster.launch import run_workers, worker_specs
+
+    local = host not in ("0.0.0.0", "", "::")
+    with user_errors(ctx):
+        specs = worker_specs(devices, nthreads=nthreads, memory_limit=memory_limit,
+                             dashboard_address=f"{host}:0" if local else ":0")
+    dashboard_address = dashboard_address or f"{host}:8787"
+
+    async def run():
+        from distributed import Scheduler
+        from distributed.utils import format_dashboard_link
+
+        from dgemm.scheduler.dashboard import DgemmDashboard, PLUGIN_NAME, ROUTE
+
+        async with Scheduler(host=host, port=port, dashboard_address=dashboard_address,
+                             scheduler_file=scheduler_file, plugins=[DgemmDashboard()]) as s:
+            assert PLUGIN_NAME in s.plugins
+            link = format_dashboard_link(s.ip if host in ("0.0.0.0", "") else host, s.http_server.port)
+            click.echo(f"scheduler: {s.address}")
+            click.echo(f"dashboard: {link}")
+            click.echo(f"dgemm page: {link.rsplit('/', 1)[0]}{ROUTE}")
+            _echo_workers(specs, s.address)
+            click.echo("press Ctrl-C to stop")
+            return await run_workers(s.address, specs, log=lambda m: click.echo(m, err=True),
+                                     **({"host": host} if local else {}))
+
+    status = asyncio.run(run())
+    if status:
+        raise click.ClickException("the workers could not start (see the log above)")
