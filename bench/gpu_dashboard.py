@@ -6,6 +6,9 @@ the middle of a run and after both, its JSON, and the scheduler's and a
 worker's ``/metrics``.  The pages are self-contained HTML (inline CSS and
 SVG): render them anywhere, e.g. ``chromium --headless --screenshot=...``.
 
+Every file is named ``<date>-<device>-dashboard-<what>`` (the scheme of
+``bench/results/``, :func:`dgemm.benchmarks.records.result_stem`).
+
 Usage (on the GPU machine): ``python3 bench/gpu_dashboard.py OUT_DIR [--size N]``
 """
 from __future__ import annotations
@@ -24,13 +27,19 @@ def get(url: str) -> str:
         return r.read().decode()
 
 
+def _device_name() -> str:
+    from dgemm.worker import device_state
+    return device_state().device.info.name
+
+
 def main() -> None:
     import dgemm
     from distributed import Client
 
-    from dgemm.benchmarks.demo import random_zarr
+    from dgemm.benchmarks.inputs import random_zarr
+    from dgemm.benchmarks.records import result_stem, utc_now
 
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out")
     ap.add_argument("--size", type=int, default=16384)
     ap.add_argument("--chunk", type=int, default=4096)
@@ -41,6 +50,8 @@ def main() -> None:
     with dgemm.DeviceCluster(dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as client:
         base = cluster.dashboard_link.rsplit("/", 1)[0]
         print("dashboard", base, "devices", cluster.device_ids, flush=True)
+        names = list(client.run(_device_name).values())
+        stem = os.path.join(args.out, result_stem(utc_now(), names, "dashboard"))
         with tempfile.TemporaryDirectory(dir=os.environ.get("DGEMM_BENCH_TMP")) as d:
             for dt in ("float32", "float64"):
                 t0 = time.perf_counter()
@@ -63,7 +74,7 @@ def main() -> None:
                                 and m["blocks_total"] / 3 <= m["blocks_done"] <= 2 * m["blocks_total"] / 3
                                 and saved["running"] is None):
                             saved["running"] = get(base + "/dgemm")
-                            with open(f"{args.out}/dashboard-running.html", "w") as f:
+                            with open(f"{stem}-running.html", "w") as f:
                                 f.write(saved["running"])
                             print("saved the page mid-run:", m["blocks_done"], "/", m["blocks_total"], flush=True)
                     except Exception as e:  # keep watching
@@ -82,15 +93,15 @@ def main() -> None:
             stop.set()
             th.join()
             time.sleep(2.5)  # the last heartbeats
-            with open(f"{args.out}/dashboard-done.html", "w") as f:
+            with open(f"{stem}-done.html", "w") as f:
                 f.write(get(base + "/dgemm"))
             data = json.loads(get(base + "/dgemm/data.json"))
-            with open(f"{args.out}/dashboard-data.json", "w") as f:
+            with open(f"{stem}-data.json", "w") as f:
                 json.dump(data, f, indent=1)
             metrics = get(base + "/metrics")
             ports = client.run(lambda dask_worker: dask_worker.http_server.port)
             worker_metrics = get(f"http://127.0.0.1:{next(iter(ports.values()))}/metrics")
-            with open(f"{args.out}/metrics.txt", "w") as f:
+            with open(f"{stem}-metrics.txt", "w") as f:
                 f.write("# scheduler /metrics (dgemm_ lines)\n")
                 f.writelines(ln + "\n" for ln in metrics.splitlines() if "dgemm_" in ln)
                 f.write("# a worker's /metrics (dgemm_ lines)\n")

@@ -7,8 +7,8 @@ Multiplies a ``size x k`` by a ``k x size`` Zarr matrix in ``block x block``
 C blocks on a local DeviceCluster (one GEMM and one store task per block,
 plus one "done" task), with the work per task kept tiny so the time is
 mostly overhead, and writes a JSON record (device, date, commit, command)
-to ``bench/results/overhead-<device>-<date>.json`` unless ``--out`` says
-otherwise.  Figures:
+to ``bench/results/<date>-<device>-overhead.json`` unless ``--out`` says
+otherwise.  Runs against the installed dgemm (``pip install -e .``).  Figures:
 
 ``wall_per_task_ms``      wall time / tasks: what a task costs in throughput.
 ``compute_per_task_ms``   mean time inside the task functions (dask's task stream).
@@ -22,13 +22,11 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import os
 import platform
-import sys
 import tempfile
 import time
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _noop(x):
@@ -50,7 +48,7 @@ def main(argv=None) -> dict:
                         help="devices of the local cluster (default cpu,cpu)")
     parser.add_argument("--scheduler", default=None, help="use the running cluster at this address instead")
     parser.add_argument("--null-tasks", type=int, default=2000)
-    parser.add_argument("--out", default=None, help="JSON file (default bench/results/overhead-<device>-<date>.json)")
+    parser.add_argument("--out", default=None, help="JSON file (default bench/results/<date>-<device>-overhead.json)")
     args = parser.parse_args(argv)
 
     import dask
@@ -60,7 +58,7 @@ def main(argv=None) -> dict:
     from distributed import Client, get_task_stream
 
     import dgemm
-    from dgemm.benchmarks import command_line, device_slug, git_commit, utc_now, write_json
+    from dgemm.benchmarks.records import command_line, git_commit, result_path, utc_now, write_json
     from dgemm.cluster import describe_for_plan
 
     size, k, blk = args.size, args.k, args.block
@@ -72,7 +70,6 @@ def main(argv=None) -> dict:
     a[...] = A
     b = zarr.create_array(store=f"{folder}/b.zarr", shape=B.shape, chunks=(k, blk), dtype=B.dtype)
     b[...] = B
-    import contextlib
     with contextlib.ExitStack() as stack:
         if args.scheduler:
             client = stack.enter_context(Client(args.scheduler, set_as_default=False))
@@ -122,8 +119,8 @@ def main(argv=None) -> dict:
         "max_abs_err": err,
     }
     record["cluster"] = args.scheduler or f"DeviceCluster({args.devices!r})"
-    path = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
-                                    f"overhead-{device_slug(device.name)}-{date[:10]}.json")
+    path = args.out or result_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"), date,
+                                   device.name, "overhead")
     write_json(path, record)
     print(f"{tasks} tasks ({dict(counts)}) in {wall:.2f} s on {len(infos)} workers x {threads // len(infos)} "
           f"threads ({os.cpu_count()} CPUs): {record['wall_per_task_ms']:.2f} ms/task wall, "

@@ -3,17 +3,19 @@
 Every setting lives in the ``dgemm`` namespace of Dask's configuration, with
 its default in ``dgemm/dgemm.yaml`` (shipped with the package).  As for any
 Dask setting, a value comes from, lowest priority first: the shipped
-default, a user's YAML (``~/.config/dask/*.yaml``), a ``DASK_DGEMM__*``
-environment variable (``DASK_DGEMM__READ_THREADS=4``), ``dask.config.set``
-(``dask.config.set({"dgemm.read-threads": 4})``).  The ``DGEMM_*``
-variables documented before this module existed keep working and, where
-set, win over all of these: they are how a launcher pins each worker
-process (``DGEMM_DEVICE``), and a variable set for one command should
-not be overridden by a YAML file.
+default, a user's YAML (``~/.config/dask/*.yaml``) or a ``DASK_DGEMM__*``
+environment variable (``DASK_DGEMM__READ_THREADS=4``), then
+``dask.config.set`` (``dask.config.set({"dgemm.read-threads": 4})``).  The
+``DGEMM_*`` variables documented before this module existed keep working
+and, where set (and not empty), win over all of these: they are how a
+launcher pins each worker process (``DGEMM_DEVICE``), and a variable set
+for one command should not be overridden by a YAML file.  A value of
+``null`` (None) anywhere means the shipped default.
 
-A local cluster's workers inherit the client's configuration (distributed
-sends it to the processes it spawns) and environment; workers started
-elsewhere read their own.
+A local cluster's workers inherit the client's configuration (distributed's
+nanny sends it to the process it spawns) and environment; workers started
+elsewhere read their own.  Each setting is read where it acts: the
+client's for ``devices`` and ``worker-timeout``, the worker's for the rest.
 
 >>> get("worker-timeout") > 0
 True
@@ -21,6 +23,11 @@ True
 >>> with dask.config.set({"dgemm.read-threads": 3}):
 ...     get("read-threads")
 3
+>>> with dask.config.set({"dgemm.read-threads": "many"}):
+...     get("read-threads")
+Traceback (most recent call last):
+...
+ValueError: dgemm.read-threads='many' must be a positive integer
 """
 from __future__ import annotations
 
@@ -32,22 +39,22 @@ from typing import Any, Callable
 import dask.config
 import yaml
 
-_YAML = Path(__file__).with_name("dgemm.yaml")
-with open(_YAML) as _f:
+with open(Path(__file__).with_name("dgemm.yaml")) as _f:
     DEFAULTS = yaml.safe_load(_f)
 dask.config.update_defaults(DEFAULTS)
 
 
+def _blank(value) -> bool:
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
 def _text(value, name) -> str | None:
-    value = None if value is None else str(value).strip()
-    return value or None
+    return None if _blank(value) else str(value).strip()
 
 
-def _bytes(value, name) -> int | None:
+def _size(value, name) -> int:
     from dask.utils import parse_bytes
 
-    if value is None or (isinstance(value, str) and not value.strip()):
-        return None
     try:
         n = int(parse_bytes(value.strip()) if isinstance(value, str) else value)
     except (ValueError, TypeError):
@@ -57,14 +64,25 @@ def _bytes(value, name) -> int | None:
     return n
 
 
+def _bytes(value, name) -> int | None:
+    return None if _blank(value) else _size(value, name)
+
+
+def _positive_bytes(value, name) -> int | None:
+    n = _bytes(value, name)
+    if n == 0:
+        raise ValueError(f"{name}={value!r} must be more than 0 bytes")
+    return n
+
+
 def _positive_int(value, name) -> int | None:
-    if value is None or (isinstance(value, str) and not value.strip()):
+    if _blank(value):
         return None
     try:
-        n = int(value)
+        n = int(value.strip() if isinstance(value, str) else value)
     except (ValueError, TypeError):
         n = 0
-    if n < 1 or isinstance(value, bool):
+    if n < 1 or isinstance(value, bool) or (isinstance(value, float) and n != value):
         raise ValueError(f"{name}={value!r} must be a positive integer")
     return n
 
@@ -72,50 +90,74 @@ def _positive_int(value, name) -> int | None:
 def _seconds(value, name) -> float | None:
     from dask.utils import parse_timedelta
 
-    if value is None or (isinstance(value, str) and not value.strip()):
+    if _blank(value):
         return None
     try:
-        s = float(parse_timedelta(value, default="seconds"))
+        s = float(parse_timedelta(value.strip() if isinstance(value, str) else value, default="seconds"))
     except (ValueError, TypeError, KeyError):
         s = -1.0
-    if s <= 0:
+    if s <= 0 or isinstance(value, bool):
         raise ValueError(f"{name}={value!r} is not a duration (like 60, 90s or 2 minutes)")
     return s
 
 
 @dataclass(frozen=True)
 class Setting:
-    """One setting: its key in the ``dgemm`` namespace, its ``DGEMM_*`` variable, parser and meaning."""
+    """One setting: its key in the ``dgemm`` namespace, its ``DGEMM_*`` variable, parser and meaning.
+
+    ``parse(value, name)`` turns a raw value (a string from the environment,
+    anything from YAML or ``dask.config.set``) into the setting's value, None
+    when unset, and raises :class:`ValueError` naming ``name`` (the variable
+    or key the value came from) when it cannot.
+    """
 
     key: str
-    env: str | None
+    env: str
     parse: Callable[[Any, str], Any]
     doc: str
+
+    @property
+    def dask_env(self) -> str:
+        """The ``DASK_DGEMM__*`` variable Dask reads this setting from."""
+        return "DASK_DGEMM__" + self.key.upper().replace("-", "_")
+
+    @property
+    def default(self):
+        """The shipped default (``dgemm/dgemm.yaml``), None when decided at run time."""
+        return DEFAULTS["dgemm"].get(self.key)
 
 
 SETTINGS = {s.key: s for s in (
     Setting("devices", "DGEMM_DEVICES", _text,
-            "Devices of a local cluster: gpu, cpu, all, platform:device ids, name parts (comma-separated; "
-            "a device named twice gets two workers). Unset: every GPU, else a CPU device."),
+            "Devices of a local cluster: `gpu`, `cpu`, `all`, `platform:device` ids, parts of names "
+            "(comma-separated; a device named twice gets two workers). Unset: every GPU, else a CPU device."),
     Setting("device", "DGEMM_DEVICE", _text,
-            "The one device a worker process opens (set per worker by `dgemm worker` and the local cluster). "
-            "Unset: the first GPU, else a CPU device."),
-    Setting("device-memory-limit", "DGEMM_DEVICE_MEMORY_LIMIT", _bytes,
-            "Caps the device memory dgemm plans for on a worker (bytes or 4GiB); read where the worker runs."),
+            "The one device a worker process opens (set per worker by `dgemm worker`, `dgemm cluster` and "
+            "the local cluster). Unset: the first GPU, else a CPU device."),
+    Setting("device-memory-limit", "DGEMM_DEVICE_MEMORY_LIMIT", _positive_bytes,
+            "Caps the device memory dgemm plans for on a worker (bytes or `4GiB`): a device shared with "
+            "other jobs. Read where the worker runs."),
     Setting("worker-timeout", "DGEMM_WORKER_TIMEOUT", _seconds,
             "Seconds a call waits for the cluster's first worker (and for its device) before giving up."),
     Setting("read-threads", "DGEMM_READ_THREADS", _positive_int,
             "Threads per device worker that read and upload blocks. Unset: the host's cores shared among "
             "its device workers, 2 to 8."),
     Setting("prefetch", "DGEMM_PREFETCH", _positive_int,
-            "k steps a block product reads ahead. Unset: one per reader thread, at least 4."),
+            "k steps a block product reads ahead of the device. Unset: one per reader thread, at least 4."),
     Setting("pinned-bytes", "DGEMM_PINNED_BYTES", _bytes,
             "Page-locked memory a device may hold for downloaded C blocks (beyond it: ordinary memory)."),
     Setting("tuning-db", "DGEMM_TUNING_DB", _text,
-            "The user tuning database (a JSON file). Unset: tuning.json in the user cache folder."),
+            "The user tuning database (a JSON file). Unset: `tuning.json` in the user cache folder."),
     Setting("commit", "DGEMM_COMMIT", _text,
-            "The commit benchmark records name (a copy of the tree may carry a stale .git, or none)."),
+            "The commit benchmark records name (a copy of the tree may carry a stale `.git`, or none)."),
 )}
+
+
+def _setting(key: str) -> Setting:
+    try:
+        return SETTINGS[key]
+    except KeyError:
+        raise KeyError(f"{key!r} is not a dgemm setting; settings: {', '.join(SETTINGS)}") from None
 
 
 def get(key: str):
@@ -128,13 +170,34 @@ def get(key: str):
     KeyError
         ``key`` is not a dgemm setting.
     """
-    s = SETTINGS[key]
-    raw = os.environ.get(s.env) if s.env else None
-    if raw is not None and raw.strip():
+    s = _setting(key)
+    raw = os.environ.get(s.env)
+    if not _blank(raw):
         return s.parse(raw, s.env)
-    return s.parse(dask.config.get(f"dgemm.{key}", default=None), f"dgemm.{key}")
+    value = dask.config.get(f"dgemm.{key}", default=None)
+    if value is None:
+        value = s.default
+    return s.parse(value, f"dgemm.{key}")
 
 
-def environment(key: str) -> str | None:
-    """The ``DGEMM_*`` variable of ``key``: how a launcher sets it in a worker process's environment."""
-    return SETTINGS[key].env
+def environment(key: str) -> str:
+    """The ``DGEMM_*`` variable of ``key``: how a launcher sets it in a worker process's environment.
+
+    >>> environment("device")
+    'DGEMM_DEVICE'
+    """
+    return _setting(key).env
+
+
+def settings_table() -> str:
+    """Every setting as a Markdown table (the README's "Settings" section).
+
+    >>> print(settings_table().splitlines()[2][:61])
+    | `devices` | `DGEMM_DEVICES` | `DASK_DGEMM__DEVICES` | unset
+    """
+    rows = ["| Key (`dgemm.`) | Variable | Dask variable | Default | Meaning |",
+            "|---|---|---|---|---|"]
+    for s in SETTINGS.values():
+        default = "unset" if s.default is None else f"`{s.default}`"
+        rows.append(f"| `{s.key}` | `{s.env}` | `{s.dask_env}` | {default} | {s.doc} |")
+    return "\n".join(rows) + "\n"

@@ -1,4 +1,4 @@
-"""The Dask graph of a GEMM, and the per-block task functions it calls.
+"""The Dask graph of a GEMM, built on the client; its tasks run :mod:`dgemm.worker.tasks`.
 
 Layers, named for the dashboard's task stream:
 
@@ -17,71 +17,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
 from dgemm.plan import Plan, assign
-from dgemm.storage import BlockMarkers, Operand, load, read_error, store_block
+from dgemm.storage import BlockMarkers, Operand
+from dgemm.worker.tasks import done, gemm_block, reduce_blocks, store
 
 GPU = {"resources": {"GPU": 1}}
 
 
-# -- task functions (run in workers) ------------------------------------------
-def _load(ref) -> np.ndarray:
-    try:
-        return load(ref)
-    except Exception as e:
-        raise OSError(read_error(ref, e)) from e
-
-
-def gemm_block(a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_b, dtype, precision=None,
-               scope=None, reserve=0, then=None):
-    """One C block: ``alpha * sum_k op(A_ik) op(B_kj) + beta * C_ij`` on this worker's device.
-
-    The A and B blocks are read and uploaded ahead of the device and kept in
-    its panel cache for the run ``scope`` (see
-    :meth:`dgemm.opencl.engine.BlockEngine.stream`); ``reserve`` is the device memory
-    the product itself needs besides the cache; ``then`` names the block
-    product this worker is expected to run next, whose first blocks are
-    read while this one finishes.
-    """
-    from dgemm.worker import device_state
-
-    state = device_state()
-    engine = state.engine(dtype, precision)
-    state.plan_cache(reserve)
-    c = _load(c_ref) if c_ref is not None and beta != 0 else None
-    return engine.stream(a_refs, b_refs, m, n, alpha=alpha, beta=beta, c=c, trans_a=trans_a, trans_b=trans_b,
-                         scope=scope, then=then)
-
-
-def reduce_blocks(parts):
-    """Sum the k segments of one C block."""
-    out = parts[0].copy()
-    for p in parts[1:]:
-        out += p
-    return out
-
-
-def store(array, rows, cols, block, drop, marker=None):
-    """Write one C block, then its completion marker; returns its shape (the store holds the data).
-
-    ``marker`` is ``(BlockMarkers, i, j)``.  The marker is written only after
-    every chunk of the block: a worker killed in between leaves the block
-    unmarked, and a re-run (dask's retry, or ``resume=True``) rewrites it.
-    """
-    store_block(array, rows, cols, block, drop)
-    if marker is not None:
-        markers, i, j = marker
-        markers.mark(i, j)
-    return block.shape
-
-
-def done(shapes):
-    return len(shapes)
-
-
-# -- graph construction (client) ----------------------------------------------
 @dataclass
 class Graph:
     layers: dict
@@ -135,6 +79,12 @@ def build(plan: Plan, a: Operand, b: Operand, c: Operand | None, *, alpha: float
         k0, k1 = plan.segments[s]
         return [a_ref(i, kk) for kk in range(k0, k1)], [b_ref(kk, j) for kk in range(k0, k1)]
 
+    # The next product's blocks are a hint only where they are ZarrBlocks, read by the worker: other
+    # references are graph keys, which would make dask fetch them as dependencies of this task, and
+    # the engine would upload them uncached only to drop them.  The engine reads the hint's A and B
+    # blocks in pairs, so a hint of one side alone cannot be given.
+    hint = a.zarr is not None and b.zarr is not None
+
     dsk, where, priority = {}, {}, {}
     for w, mine in enumerate(order):
         for pos, (i, j, s) in enumerate(mine):
@@ -142,7 +92,7 @@ def build(plan: Plan, a: Operand, b: Operand, c: Operand | None, *, alpha: float
             key = (gname, i, j, s) if split else (gname, i, j)
             first = s == 0
             then = None
-            if pos + 1 < len(mine):
+            if hint and pos + 1 < len(mine):
                 ni, nj, ns = mine[pos + 1]
                 then = (*refs(ni, nj, ns), plan.rows[ni][1] - plan.rows[ni][0], plan.cols[nj][1] - plan.cols[nj][0])
             dsk[key] = (gemm_block, *refs(i, j, s),

@@ -1,13 +1,16 @@
 """Prometheus series ``dgemm_*`` on the scheduler's and the workers' ``/metrics``.
 
 Distributed serves ``/metrics`` from ``prometheus_client``'s process-wide
-registry; dgemm adds one collector to it per process:
+registry; dgemm adds one collector to it per process, which asks the
+sources the process's dgemm code added (this module imports none of it):
 
 * in a **worker** process, each dgemm worker's own figures (the device
-  totals of :meth:`dgemm.worker.DeviceState.snapshot`);
+  totals of :meth:`dgemm.worker.DeviceState.snapshot`; the worker plugin
+  calls :func:`add_worker_source`);
 * in the **scheduler** process, every worker's figures as their heartbeats
   last reported them, plus the recent rate, running GEMM tasks and the
-  progress of matmuls (from :class:`dgemm.scheduler.dashboard.DgemmDashboard`).
+  progress of matmuls (:class:`dgemm.scheduler.dashboard.DgemmDashboard`
+  calls :func:`add_scheduler_source`).
 
 Every series is labelled ``worker`` (address), ``name`` (worker name) and
 ``device``.  Counters (``*_total``) only grow while a worker lives.
@@ -47,25 +50,66 @@ COUNTER_FAMILIES = (
 )
 LABELS = ["worker", "name", "device"]
 
+# Where the figures come from (see add_worker_source, add_scheduler_source).
+_worker_sources: list = []
+_scheduler_sources: list = []
 _registered = False
 _lock = threading.Lock()
 
 
-def rows() -> tuple[list, object | None]:
-    """``([(address, name, snapshot), ...], dashboard)`` for this process.
+def add_worker_source(source) -> bool:
+    """Report the workers ``source()`` returns: ``[(address, name, snapshot), ...]``.
 
-    Where a scheduler with the dgemm dashboard runs in this process, its view
-    of every worker (and the dashboard, for matmul progress); else this
-    process's own dgemm workers.
+    The worker plugin adds one, listing the dgemm workers of its process
+    (``snapshot``: :meth:`dgemm.worker.DeviceState.snapshot`).  Adding a
+    source more than once adds it once.  Returns False when
+    ``prometheus_client`` is not installed (distributed then serves no
+    metrics either).
     """
-    from dgemm.scheduler.dashboard import live_dashboards
-    from dgemm.worker import live_plugins
+    return _add(_worker_sources, source)
 
-    dashes = live_dashboards()
-    if dashes:
-        d = dashes[0]
-        return [(addr, w["name"], w["snapshot"]) for addr, w in d.workers().items() if w["alive"]], d
-    return [(w.address, str(w.name), p.metric(w)) for w, p in live_plugins()], None
+
+def add_scheduler_source(source) -> bool:
+    """Report what a scheduler knows: ``source()`` returns None or ``(rows, matmuls)``.
+
+    ``rows`` are ``(address, name, snapshot, tflops)`` of every live worker,
+    ``tflops`` its recent rate; ``matmuls`` are dicts with ``id``,
+    ``blocks_done`` and ``blocks_total``.  None means no scheduler of this
+    process has the figures (:class:`dgemm.scheduler.dashboard.DgemmDashboard`
+    is not running).  Where a scheduler source answers, the worker sources
+    are not asked: a scheduler's view already holds the workers of its
+    process.  Returns False without ``prometheus_client``.
+    """
+    return _add(_scheduler_sources, source)
+
+
+def _add(sources: list, source) -> bool:
+    global _registered
+    try:
+        import prometheus_client
+    except ImportError:
+        return False
+    with _lock:
+        if source not in sources:
+            sources.append(source)
+        if not _registered:
+            prometheus_client.REGISTRY.register(DgemmCollector())
+            _registered = True
+    return True
+
+
+def rows() -> tuple[list, list | None]:
+    """``([(address, name, snapshot, tflops), ...], matmuls)`` for this process, from its sources.
+
+    Where a scheduler source answers, its view of every worker and the
+    recent matmuls; else this process's own dgemm workers (``tflops`` and
+    ``matmuls`` None).
+    """
+    for source in list(_scheduler_sources):
+        found = source()
+        if found is not None:
+            return found
+    return [(*r, None) for source in list(_worker_sources) for r in source()], None
 
 
 class DgemmCollector:
@@ -90,8 +134,8 @@ class DgemmCollector:
 
     def collect(self):
         counters, info, running, tflops, blocks = self._families()
-        found, dash = rows()
-        for addr, name, snap in found:
+        found, matmuls = rows()
+        for addr, name, snap, rate in found:
             if not snap:
                 continue
             labels = [addr, name, snap.get("device") or ""]
@@ -100,33 +144,16 @@ class DgemmCollector:
             info.add_metric(labels + [snap.get("device_id") or "", snap.get("device_type") or "",
                                       snap.get("driver") or ""], 1.0 if snap.get("ok") else 0.0)
             running.add_metric(labels, float(snap.get("gemm_running") or 0))
-            if dash is not None:
-                tflops.add_metric(labels, dash.recent_tflops(addr))
-        if dash is not None:
-            for m in dash.matmuls():
+            if rate is not None:
+                tflops.add_metric(labels, rate)
+        if matmuls is not None:
+            for m in matmuls:
                 blocks.add_metric([m["id"], "done"], float(m["blocks_done"]))
                 blocks.add_metric([m["id"], "total"], float(m["blocks_total"]))
         yield from counters.values()
         yield info
         yield running
-        if dash is not None:
+        if matmuls is not None:
             yield tflops
             yield blocks
 
-
-def register() -> bool:
-    """Add the dgemm collector to ``prometheus_client``'s registry (once per process).
-
-    Returns False when ``prometheus_client`` is not installed (distributed
-    then serves no metrics either).
-    """
-    global _registered
-    try:
-        import prometheus_client
-    except ImportError:
-        return False
-    with _lock:
-        if not _registered:
-            prometheus_client.REGISTRY.register(DgemmCollector())
-            _registered = True
-    return True

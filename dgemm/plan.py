@@ -9,7 +9,7 @@ reduction adds the pieces.
 
 Two limits cap the blocks.  Every device buffer of a block product (A and B
 panels and C, padded to the kernel tiles) must stay within 32-bit indexing
-(:data:`INT32_MAX` elements), so a huge matrix is always split.  And when
+(:data:`dgemm.sizes.INT32_MAX` elements), so a huge matrix is always split.  And when
 the devices' memory is known, the working set of one block product
 (:func:`working_set`) must fit in the smallest device's share: the plan
 shrinks blocks until it does, or says clearly that even one tile does not.
@@ -22,7 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 from dask.utils import format_bytes
 
-INT32_MAX = 2**31 - 1
+from dgemm.sizes import INT32_MAX, roundup
+
 # Share of a device's memory a plan may fill (the rest: programs, the driver,
 # another dtype's engine).
 MEMORY_FRACTION = 0.8
@@ -32,8 +33,17 @@ class PlanError(ValueError):
     """No blocking of the product fits the devices' limits."""
 
 
-def _roundup(x: int, m: int) -> int:
-    return -(-x // m) * m
+def default_target(device_types) -> int:
+    """The block size asked for when the user gives none, by the types of the devices that will run it.
+
+    ``device_types`` are OpenCL device types (``"CPU"``, ``"GPU"``, ...):
+    1024 when every device is a CPU, else 4096 (also when none is known).
+
+    >>> default_target(["CPU", "CPU"]), default_target(["CPU", "GPU"]), default_target([])
+    (1024, 4096, 4096)
+    """
+    types = list(device_types)
+    return 1024 if types and all(t == "CPU" for t in types) else 4096
 
 
 def working_set(bm: int, bn: int, bk: int, tiles: tuple[int, int, int], itemsize: int) -> tuple[int, int]:
@@ -49,7 +59,7 @@ def working_set(bm: int, bn: int, bk: int, tiles: tuple[int, int, int], itemsize
     (106112, 65536)
     """
     tm, tn, tk = tiles
-    mp, np_, kp = _roundup(max(bm, 1), tm), _roundup(max(bn, 1), tn), _roundup(max(bk, 1), tk)
+    mp, np_, kp = roundup(max(bm, 1), tm), roundup(max(bn, 1), tn), roundup(max(bk, 1), tk)
     buffers = (kp * mp, kp * np_, mp * np_, max(bm * bk, bk * bn, bm * bn), bm * bn)
     return itemsize * sum(buffers), itemsize * max(buffers)
 
@@ -63,7 +73,7 @@ def index_overflow(bm: int, bn: int, bk: int, tiles: tuple[int, int, int]) -> st
     'a C block of 50048 x 50048 padded elements exceeds 2**31 - 1'
     """
     tm, tn, tk = tiles
-    mp, np_, kp = _roundup(max(bm, 1), tm), _roundup(max(bn, 1), tn), _roundup(max(bk, 1), tk)
+    mp, np_, kp = roundup(max(bm, 1), tm), roundup(max(bn, 1), tn), roundup(max(bk, 1), tk)
     for what, x, y in (("a C block", mp, np_), ("an A block", mp, kp), ("a B block", kp, np_)):
         if x * y > INT32_MAX:
             return f"{what} of {x} x {y} padded elements exceeds 2**31 - 1"

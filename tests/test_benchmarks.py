@@ -1,5 +1,5 @@
-"""``dgemm bench kernel`` and :mod:`dgemm.benchmarks`: the JSON record, correctness
-checks that decide what counts, and peers that are skipped with a reason.
+"""``dgemm bench kernel`` and :mod:`dgemm.benchmarks` (kernel, peers, records): the JSON record,
+correctness checks that decide what counts, and peers that are skipped with a reason.
 
 Runs on the device use tiny sizes (64, 100) and two repetitions; the database
 is a fresh path under tmp_path, so the shipped entries choose the parameters.
@@ -15,11 +15,13 @@ import sys
 import types
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
-import dgemm
-import dgemm.benchmarks as bm
+from dgemm.accuracy import sampled_error, tolerance
+from dgemm.benchmarks import kernel as bm
+from dgemm.benchmarks import peers, records
 from dgemm.tuning import database as tuning
 from dgemm.cli import cli
 from dgemm.opencl.discovery import DeviceInfo, list_devices
@@ -74,7 +76,7 @@ def test_bench_kernel_writes_the_record(runner, tmp_path, fresh_db, no_cuda):
     assert r.exit_code == 0, r.output
     rec, path = _only_json(out)
     date = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
-    assert path.name == f"kernel-{bm.device_slug(info.name)}-{date}.json"
+    assert path.name == f"{date}-{records.device_slug(info.name)}-kernel.json"
     assert TOP_KEYS <= set(rec)
     assert rec["device"] == info.name and rec["driver"] == info.driver
     assert datetime.datetime.fromisoformat(rec["date"]).utcoffset() == datetime.timedelta(0)
@@ -164,58 +166,73 @@ def test_bench_kernel_argument_errors(runner, tmp_path, bad):
 
 # -- peers ---------------------------------------------------------------------------
 def test_cublas_is_skipped_with_a_reason_without_torch_or_cupy(no_cuda):
-    backend, why = bm.cublas_backend()
+    backend, why = peers.cublas_backend()
     assert backend is None
     assert "torch is not installed" in why and "cupy is not installed" in why
-    assert bm.cublas("float32", 64, 64, 64) is None
+    assert peers.cublas("float32", 64, 64, 64) is None
 
 
 def test_cublas_is_skipped_when_torch_sees_no_cuda(monkeypatch):
     fake = types.SimpleNamespace(__version__="0.0-test", cuda=types.SimpleNamespace(is_available=lambda: False))
     monkeypatch.setitem(sys.modules, "torch", fake)
     monkeypatch.setitem(sys.modules, "cupy", None)
-    backend, why = bm.cublas_backend()
+    backend, why = peers.cublas_backend()
     assert backend is None and "torch 0.0-test sees no CUDA device" in why
 
 
 def test_numpy_matmul():
-    import numpy as np
     a = np.ones((32, 16), np.float32)
-    r = bm.numpy_matmul(a, a.T.copy(), reps=2)
+    r = peers.numpy_matmul(a, a.T.copy(), reps=2)
     assert r["seconds"] >= 0 and set(r) == {"seconds", "tflops"}
 
 
 # -- provenance ------------------------------------------------------------------------
 def test_command_line():
-    assert bm.command_line(["/x/.venv/bin/dgemm", "bench", "kernel", "--sizes", "64,128"]) == \
+    assert records.command_line(["/x/.venv/bin/dgemm", "bench", "kernel", "--sizes", "64,128"]) == \
         "dgemm bench kernel --sizes 64,128"
-    assert bm.command_line(["bench/kernel.py", "--out", "a b"]) == "bench/kernel.py --out 'a b'"
-    assert bm.command_line(["/x/dgemm/__main__.py", "bench", "kernel"]) == "python -m dgemm bench kernel"
+    assert records.command_line(["bench/overhead.py", "--out", "a b"]) == "bench/overhead.py --out 'a b'"
+    assert records.command_line(["/x/dgemm/__main__.py", "bench", "kernel"]) == "python -m dgemm bench kernel"
 
 
 def test_git_commit_falls_back_to_the_environment(monkeypatch):
     def no_git(*args, **kwargs):
         raise FileNotFoundError("git")
-    monkeypatch.setattr(bm.subprocess, "run", no_git)
+    monkeypatch.setattr(records.subprocess, "run", no_git)
     monkeypatch.setenv("DGEMM_COMMIT", "abc1234")
-    assert bm.git_commit() == ("abc1234", None)
+    assert records.git_commit() == ("abc1234", None)
     monkeypatch.delenv("DGEMM_COMMIT")
-    assert bm.git_commit() == ("unknown", None)
+    assert records.git_commit() == ("unknown", None)
 
 
 def test_the_environment_names_the_commit_before_git(monkeypatch):
     """A copy of the tree may carry a stale .git: the commit the caller names wins."""
     monkeypatch.setenv("DGEMM_COMMIT", "abc1234")
-    assert bm.git_commit() == ("abc1234", None)
+    assert records.git_commit() == ("abc1234", None)
+
+
+def test_the_commit_setting_names_the_commit(monkeypatch):
+    """The commit comes through dgemm.config: a Dask setting works as the variable does."""
+    import dask
+
+    monkeypatch.delenv("DGEMM_COMMIT", raising=False)
+    with dask.config.set({"dgemm.commit": "def5678"}):
+        assert records.git_commit() == ("def5678", None)
 
 
 def test_result_path_does_not_overwrite(tmp_path):
-    info = DeviceInfo(0, 0, "P", "NVIDIA H100 80GB HBM3", "NVIDIA", "GPU", 1, 1, 1, 1, True, None, "")
-    p = bm.result_path(tmp_path, info, "2026-11-22T10:00:00+00:00")
-    assert p.name == "kernel-nvidia-h100-80gb-hbm3-2026-11-22.json"
+    p = records.result_path(tmp_path, "2026-11-22T10:00:00+00:00", "NVIDIA H100 80GB HBM3", "kernel")
+    assert p.name == "2026-11-22-nvidia-h100-80gb-hbm3-kernel.json"
     p.write_text("{}")
-    assert bm.result_path(tmp_path, info, "2026-11-22T11:00:00+00:00").name == \
-        "kernel-nvidia-h100-80gb-hbm3-2026-11-22-2.json"
+    assert records.result_path(tmp_path, "2026-11-22T11:00:00+00:00", "NVIDIA H100 80GB HBM3", "kernel").name == \
+        "2026-11-22-nvidia-h100-80gb-hbm3-kernel-2.json"
+
+
+def test_existing_results_follow_the_naming_scheme():
+    """Every record the writers make is named <date>-<device>-<benchmark>[-<detail>]; so are most kept ones."""
+    import re
+    names = [p.name for p in (ROOT / "bench" / "results").glob("*.json")]
+    scheme = re.compile(r"^\d{4}-\d\d-\d\d-[a-z0-9-]+\.json$")
+    assert sum(bool(scheme.match(n)) for n in names) > len(names) / 2, names
 
 
 def test_default_sizes():
@@ -225,35 +242,57 @@ def test_default_sizes():
     assert max(bm.default_sizes(cpu)) <= 1024
 
 
-# -- the scripts -------------------------------------------------------------------------
+# -- correctness checks ----------------------------------------------------------------
+@pytest.mark.parametrize("precision", ["fma", "tf32"])
+def test_the_check_catches_a_lost_k_tile(precision):
+    """Every timed run is checked with dgemm.accuracy: a kernel that skips one k-tile of 8 must fail."""
+    rng = np.random.default_rng(0)
+    k = 4096
+    a, b = rng.standard_normal((64, k)).astype("f4"), rng.standard_normal((k, 64)).astype("f4")
+    rows, cols = rng.choice(64, 24, replace=False), rng.choice(64, 24, replace=False)
+    good = (a.astype("f8") @ b.astype("f8")).astype("f4")
+    lost = (a[:, 8:].astype("f8") @ b[8:].astype("f8")).astype("f4")
+    assert sampled_error(a, b, good, rows, cols) <= tolerance("float32", k, precision)
+    assert sampled_error(a, b, lost, rows, cols) > 2 * tolerance("float32", k, precision)
+    nan = good.copy()
+    nan[rows[0], 0] = np.nan
+    assert sampled_error(a, b, nan, rows, cols) == float("inf")
+
+
+# -- the command line and the scripts -------------------------------------------------------
 @needs_device
-def test_bench_kernel_script(tmp_path):
+def test_bench_kernel_in_a_subprocess_records_its_command(tmp_path):
     env = {**os.environ, "DGEMM_TUNING_DB": str(tmp_path / "none.json")}
-    r = subprocess.run([sys.executable, "bench/kernel.py", "--device", _pick().id, "--dtypes", "float32",
-                        "--sizes", "64", "--reps", "1", "--no-peers", "--out", str(tmp_path / "out")],
-                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    r = subprocess.run([sys.executable, "-m", "dgemm", "bench", "kernel", "--device", _pick().id, "--dtypes",
+                        "float32", "--sizes", "64", "--reps", "1", "--no-peers", "--out", str(tmp_path / "out")],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stderr
     rec, _ = _only_json(tmp_path / "out")
-    assert rec["command"].startswith("bench/kernel.py --device")
+    assert rec["command"].startswith("python -m dgemm bench kernel --device")
     assert rec["dtypes"]["float32"]["sizes"][0]["status"] == "ok"
 
 
-def test_gpu_kernels_script_uses_the_shared_cublas():
-    # --help imports everything (dgemm.benchmarks.cublas included) and exits before touching a device.
-    r = subprocess.run([sys.executable, "bench/gpu_kernels.py", "--help"], cwd=ROOT, capture_output=True,
+SCRIPTS = sorted(p.name for p in (ROOT / "bench").glob("*.py"))
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_bench_scripts_run_against_the_installed_package(script, tmp_path):
+    """No script edits sys.path: each imports dgemm as installed (--help imports it and exits)."""
+    assert "sys.path" not in (ROOT / "bench" / script).read_text()
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / script), "--help"], cwd=tmp_path, capture_output=True,
                        text=True, timeout=120)
-    assert r.returncode == 0 and "--budget" in r.stdout, r.stderr
-    src = (ROOT / "bench" / "gpu_kernels.py").read_text()
-    assert "from dgemm.benchmarks import cublas" in src and "def cublas" not in src
-    assert dgemm.benchmarks.cublas is bm.cublas
+    assert r.returncode == 0 and "usage" in r.stdout.lower(), r.stderr
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_cublas_peer_checks_its_product(dtype):
-    """The peer's own product is checked like dgemm's (ran on the H100: rel_err 1.7e-6 / 3.9e-15)."""
-    backend, why = bm.cublas_backend()
+    """The peer's own product is checked like dgemm's (bench/NOTES.md has the H100's figures)."""
+    backend, why = peers.cublas_backend()
     if backend is None:
         pytest.skip(f"no cuBLAS here: {why}")
-    r = bm.cublas(dtype, 1000, 3000, 500, reps=2, backend=backend)
+    r = peers.cublas(dtype, 1000, 3000, 500, reps=2, backend=backend)
     assert r["ok"] and 0 <= r["rel_err"] <= r["tolerance"] and r["tflops"] > 0
+    if dtype == "float32":   # beside dgemm's tf32 path: cuBLAS with TF32, checked against TF32's bound
+        r = peers.cublas(dtype, 1000, 3000, 500, reps=2, backend=backend, tf32=True)
+        assert r["ok"] and r["tf32"] and r["tolerance"] > tolerance("float32", 500)

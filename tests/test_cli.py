@@ -23,10 +23,12 @@ from click.testing import CliRunner
 import dgemm
 import dgemm.cluster
 import dgemm.benchmarks.demo
+import dgemm.benchmarks.inputs
 import dgemm.opencl.discovery
 import dgemm.tuning.database
 from dgemm.cli import cli, main
-from dgemm.benchmarks.demo import check_sample, random_zarr
+from dgemm.accuracy import check_sample
+from dgemm.benchmarks.inputs import random_zarr
 from dgemm.opencl.discovery import DeviceInfo
 
 HAVE_DEVICE = bool(dgemm.opencl.discovery.list_devices())
@@ -44,6 +46,7 @@ def no_cluster(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a local cluster was started before the arguments were checked")
     monkeypatch.setattr(dgemm.cluster, "local_client", refuse)
+    monkeypatch.setattr(dgemm.cluster.local, "local_client", refuse)     # what get_client calls
 
 
 @pytest.fixture
@@ -181,7 +184,7 @@ def test_random_writes_panels_of_whole_chunks(tmp_path, monkeypatch):
         writes.append((sel, np.shape(value)))
         return real(self, sel, value)
     monkeypatch.setattr(zarr.Array, "__setitem__", spy)
-    monkeypatch.setattr(dgemm.benchmarks.demo, "PANEL_BYTES", 2 * 10 * 8 * 8)   # two 10 x 8 float64 chunks
+    monkeypatch.setattr(dgemm.benchmarks.inputs, "PANEL_BYTES", 2 * 10 * 8 * 8)   # two 10 x 8 float64 chunks
     random_zarr(tmp_path / "p.zarr", (25, 30), (10, 8), "float64", seed=0)
     shapes = [s for _, s in writes]
     assert max(r * c for r, c in shapes) <= 2 * 10 * 8

@@ -12,8 +12,11 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 
 import dgemm
 from _check import check_product, randn
-from dgemm import cluster as cluster_mod
+from dgemm import config
 from dgemm.cluster import NoDeviceWorkerError, get_client, prepare, tiles_of
+from dgemm.cluster import local as cluster_mod
+from dgemm.cluster.launch import worker_specs
+from dgemm.opencl.device import reader_share
 from dgemm.opencl.discovery import DeviceInfo
 from dgemm.tuning.params import KernelParams
 
@@ -31,6 +34,22 @@ def test_device_cluster_pins_one_worker_per_device(cluster, client):
     assert sorted(w.name for w in cluster.workers.values()) == list(range(len(cluster.device_ids)))
     resources = client.run(lambda dask_worker: dict(dask_worker.state.total_resources))
     assert all(r.get("GPU") == 1 for r in resources.values())
+
+
+def test_device_cluster_and_dgemm_worker_give_a_worker_the_same_spec(cluster, client):
+    """One spec for both launchers: the same environment, threads and memory for the same devices."""
+    n = len(cluster.device_ids)
+    specs = worker_specs(",".join(cluster.device_ids))
+    assert [d.id for d in (s["device"] for s in specs)] == cluster.device_ids
+    for i, spec in enumerate(specs):
+        options = cluster.worker_spec[i]["options"]
+        assert options["env"] == spec["env"]
+        assert options["env"][config.environment("device")] == cluster.device_ids[i]
+        assert options["nthreads"] == spec["nthreads"] and options["memory_limit"] == spec["memory_limit"]
+    if n > 1 and config.get("read-threads") is None:
+        # each worker reads with its share of the host's cores, set in its environment
+        shares = client.run(lambda: config.get("read-threads"))
+        assert set(shares.values()) == {reader_share(os.cpu_count() or 1, n)}
 
 
 def test_device_cluster_has_no_spare_devices(cluster):

@@ -23,7 +23,8 @@ import pytest
 
 import dgemm
 from _check import randn
-from dgemm.scheduler.dashboard import DgemmDashboard, MatmulProgress, render_page
+from dgemm.scheduler.dashboard import DgemmDashboard, MatmulProgress
+from dgemm.scheduler.page import render_page
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
@@ -294,3 +295,30 @@ def test_plugin_pickles_without_its_state():
     d._matmuls["x"] = MatmulProgress("x", None, 0.0)
     d2 = pickle.loads(pickle.dumps(d))
     assert d2.interval == 2.0 and d2._matmuls == {} and d2.scheduler is None
+
+
+def test_collector_asks_its_sources(monkeypatch):
+    """Worker sources, unless a scheduler source (a running dashboard) answers for every worker."""
+    pytest.importorskip("prometheus_client")
+    from dgemm import metrics
+
+    monkeypatch.setattr(metrics, "_worker_sources", [])
+    monkeypatch.setattr(metrics, "_scheduler_sources", [])
+
+    def families():
+        return {f.name: {s.labels.get("worker") or (s.labels["matmul"], s.labels["state"]): s.value
+                         for s in f.samples} for f in metrics.DgemmCollector().collect()}
+
+    snap = {"device": "dev", "device_id": "0:0", "device_type": "CPU", "driver": "1", "ok": True,
+            "flops": 5.0, "blocks": 2}
+    assert metrics.add_worker_source(lambda: [("tcp://w:1", "w1", snap)])
+    f = families()
+    assert f["dgemm_flops"] == {"tcp://w:1": 5.0} and f["dgemm_blocks"] == {"tcp://w:1": 2.0}
+    assert "dgemm_tflops" not in f and "dgemm_matmul_blocks" not in f
+    metrics.add_scheduler_source(lambda: None)        # no dashboard running here: the workers' own figures
+    assert families()["dgemm_flops"] == {"tcp://w:1": 5.0}
+    seen = ([("tcp://w:2", "w2", {**snap, "flops": 7.0}, 2.5)], [{"id": "t", "blocks_done": 1, "blocks_total": 4}])
+    metrics.add_scheduler_source(lambda: seen)
+    f = families()
+    assert f["dgemm_flops"] == {"tcp://w:2": 7.0} and f["dgemm_tflops"] == {"tcp://w:2": 2.5}
+    assert f["dgemm_matmul_blocks"] == {("t", "done"): 1.0, ("t", "total"): 4.0}

@@ -79,6 +79,19 @@ def test_environment_variables(monkeypatch):
         worker_device(ALL)
 
 
+def test_devices_from_the_dask_configuration(monkeypatch):
+    """The devices and device settings through dask.config; a DGEMM_* variable wins."""
+    import dask
+
+    monkeypatch.delenv("DGEMM_DEVICES", raising=False)
+    monkeypatch.delenv("DGEMM_DEVICE", raising=False)
+    with dask.config.set({"dgemm.devices": "cpu,1:1", "dgemm.device": "1:1"}):
+        assert select_devices(None, ALL) == [CPU0, GPU1]
+        assert worker_device(ALL) == GPU1
+        monkeypatch.setenv("DGEMM_DEVICE", "0:0")
+        assert worker_device(ALL) == CPU0
+
+
 def test_device_info_properties():
     assert GPU1.id == "1:1"
     assert GPU0.short_vendor == "NVIDIA"

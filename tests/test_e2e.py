@@ -22,8 +22,9 @@ from click.testing import CliRunner
 
 import dgemm
 import dgemm.cluster
-from dgemm.benchmarks import e2e
-from dgemm.benchmarks import device_slug
+from dgemm.benchmarks import e2e, peers
+from dgemm.benchmarks.inputs import random_zarr
+from dgemm.benchmarks.records import device_slug
 from dgemm.cli import cli
 from dgemm.opencl.discovery import list_devices
 
@@ -34,7 +35,7 @@ BASE_COUNTERS = {"flops", "bytes_up", "bytes_down", "kernel_seconds", "busy_seco
                  "transfer_seconds", "read_wait_seconds"}
 TOP_KEYS = {"benchmark", "date", "commit", "command", "dgemm_version", "device", "devices", "workers", "driver",
             "m", "n", "k", "dtype", "chunks", "reps", "inputs", "kernel", "dgemm", "dgemm_small", "peers",
-            "ratios", "scaling", "failures", "errors", "ok", "store", "kept"}
+            "ratios", "scaling", "failures", "errors", "ok", "store", "kept", "host_rates"}
 
 
 @pytest.fixture
@@ -116,6 +117,14 @@ def test_record_is_complete_and_correct(client, tmp_path, dtype, no_cuda):
     assert d["memory"]["gpu"] is None and "nvidia-smi" in d["memory"]["gpu_skipped"]
     assert "256" in d["plan"] and d["attrs"]["complete"] is True
 
+    hr = rec["host_rates"]        # the host's floor, measured beside the run
+    assert set(hr["read_gbps"]) == {"1", "4", "8"} and all(v > 0 for v in hr["read_gbps"].values())
+    assert set(hr["write_gbps"]) == {"1", "4"} and all(v > 0 for v in hr["write_gbps"].values())
+    copy = hr["copy_gbps"]
+    assert hr["copy_skipped"] is None and copy["bytes"] > 0
+    assert all(copy[k] > 0 for k in ("upload_pageable", "upload_pinned", "download_pageable"))
+    assert "host rates, GB/s: store read" in e2e.format_table(rec)
+
     k = rec["kernel"]
     assert k["ok"] and k["tflops"] > 0 and (k["m"], k["n"], k["k"]) == (256, 256, 256)
     p = rec["peers"]
@@ -195,7 +204,7 @@ def test_cli_writes_the_json_record(runner, tmp_path, lend, no_cuda):
     assert r.exit_code == 0, r.output
     rec, path = _only_json(out)
     date = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
-    assert path.name == f"e2e-{device_slug(rec['devices'][0])}-x2-{date}.json"
+    assert path.name == f"{date}-{device_slug(rec['devices'][0])}-x2-e2e-128-float32.json"
     assert rec["ok"] and rec["workers"] == 2
     assert "dask.array + numpy" in r.output and "not timed: cupy is not installed" in r.output
     assert f"record written to {path}" in r.output
@@ -239,9 +248,12 @@ def test_counters_deltas_keep_peaks_and_sum_over_workers():
     assert total["flops"] == 40 and total["peak_device_bytes"] == 90 and total["cache_peak_bytes"] == 9
 
 
-def test_write_random_is_the_same_whatever_the_threads(tmp_path):
-    a = e2e.write_random(tmp_path / "a.zarr", (50, 70), (16, 32), "float32", seed=3, threads=1)
-    b = e2e.write_random(tmp_path / "b.zarr", (50, 70), (16, 32), "float32", seed=3, threads=4)
+def test_random_zarr_is_the_same_whatever_the_threads(tmp_path, monkeypatch):
+    a = random_zarr(tmp_path / "a.zarr", (50, 70), (16, 32), "float32", seed=3, threads=1)
+    b = random_zarr(tmp_path / "b.zarr", (50, 70), (16, 32), "float32", seed=3, threads=4)
+    monkeypatch.setattr("dgemm.benchmarks.inputs.PANEL_BYTES", 16 * 32 * 4)    # one chunk per write
+    c = random_zarr(tmp_path / "c.zarr", (50, 70), (16, 32), "float32", seed=3, threads=3)
+    np.testing.assert_array_equal(a[...], c[...])
     assert a.compressors == () and a.chunks == (16, 32) and a.dtype == np.float32
     np.testing.assert_array_equal(a[...], b[...])
     assert 0.5 < a[...].std() < 1.5
@@ -273,8 +285,8 @@ def test_dask_peer_with_a_stand_in_cupy(tmp_path):
         asarray=np.asarray, asnumpy=np.asarray, empty=np.empty, ones=np.ones,
         get_default_memory_pool=lambda: pool, get_default_pinned_memory_pool=lambda: pool,
         cuda=types.SimpleNamespace(Device=lambda: types.SimpleNamespace(synchronize=lambda: None)))
-    e2e.write_random(tmp_path / "a.zarr", (64, 48), (32, 32), "float64", seed=1)
-    e2e.write_random(tmp_path / "b.zarr", (48, 40), (32, 32), "float64", seed=2)
+    random_zarr(tmp_path / "a.zarr", (64, 48), (32, 32), "float64", seed=1)
+    random_zarr(tmp_path / "b.zarr", (48, 40), (32, 32), "float64", seed=2)
     r = e2e.time_dask(tmp_path / "a.zarr", tmp_path / "b.zarr", tmp_path / "c.zarr", reps=2, cupy=fake,
                       compressors=[{"name": "zstd", "configuration": {"level": 0, "checksum": False}}], keep=True)
     assert r["check"]["passed"] and (r["m"], r["n"], r["k"]) == (64, 40, 48) and len(r["times"]) == 2
@@ -283,5 +295,5 @@ def test_dask_peer_with_a_stand_in_cupy(tmp_path):
 
 
 def test_cupy_status_without_cupy(no_cuda):
-    assert e2e.cupy_status() == (None, "cupy is not installed")
-    assert e2e.time_cublas("float32", 64, 64, 64, None, 1)[0] is None
+    assert peers.cupy_status() == (None, "cupy is not installed")
+    assert peers.time_cublas("float32", 64, 64, 64, None, 1)[0] is None

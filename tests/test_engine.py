@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from _check import assert_nonfinite_like, check_product, randn, reference
-from dgemm.opencl.engine import BlockEngine, roundup
+from dgemm.opencl.engine import BlockEngine
+from dgemm.sizes import roundup
 from dgemm.tuning.params import KernelParams
 
 DTYPES = ["float32", "float64"]
@@ -316,7 +317,7 @@ def test_grouped_work_group_order_covers_every_tile(device, dtype, groupm, rng):
 def test_tensor_core_paths_against_numpy_and_the_fma_kernel(gpu_device, rng):
     """On a GPU with tensor cores: DMMA is float64-exact class, 3xTF32 at least as accurate as the
     FMA kernel (normal and wide-range data), TF32 within TF32's bound; edge blocks, alpha/beta, transposes."""
-    from dgemm.tuning.timing import tolerance
+    from dgemm.accuracy import tolerance
     dev = gpu_device
     if not dev.info.dmma:
         pytest.skip(f"{dev.info.name} has no tensor-core paths (needs NVIDIA compute capability >= 8.0)")
@@ -429,6 +430,29 @@ def test_stream_stays_within_the_cache_budget(cached, tmp_path, rng):
     got = e.stream(a_refs, b_refs, m, n, scope="s", prefetch=1)
     assert cached.cache.bytes <= 2 * staged and cached.cache.evictions >= len(ks) * 2 - 2
     check_product(got, a, b, dtype="float32")
+
+
+def test_stream_reads_the_prefetch_setting_when_it_starts(cached, tmp_path, rng, monkeypatch):
+    """Without ``prefetch=``, each product reads the ``prefetch`` setting then: a later change counts."""
+    import dask
+
+    import dgemm.opencl.engine as engine_mod
+
+    monkeypatch.delenv("DGEMM_PREFETCH", raising=False)
+    seen = []
+    monkeypatch.setattr(engine_mod, "default_prefetch",
+                        lambda real=engine_mod.default_prefetch: seen.append(real()) or seen[-1])
+    m = n = 16
+    ks = ((0, 16), (16, 32))
+    e = BlockEngine(cached, "float32")
+    cached.cache.budget = 1 << 30
+    a, a_refs = zarr_refs(tmp_path, rng, "a.zarr", (m, 32), (16, 16), ks, 1, (0, m), "float32")
+    b, b_refs = zarr_refs(tmp_path, rng, "b.zarr", (32, n), (16, 16), ks, 0, (0, n), "float32")
+    for steps in (1, 3):
+        with dask.config.set({"dgemm.prefetch": steps}):
+            got = e.stream(a_refs, b_refs, m, n, scope=f"p{steps}")
+        check_product(got, a, b, dtype="float32")
+    assert seen == [1, 3]
 
 
 def test_stream_read_error_names_the_block_and_is_not_kept(cached, tmp_path, rng):

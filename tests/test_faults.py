@@ -381,7 +381,7 @@ def test_describe_for_plan_reads_the_limit_in_the_worker(monkeypatch):
         state = type("S", (), {"total_resources": {"GPU": 1}})()
 
     info = DeviceInfo(0, 0, "P", "d", "v", "GPU", 2**30, 65536, 1024, 1, True, None, "")
-    monkeypatch.setattr("dgemm.cluster.describe_worker",
+    monkeypatch.setattr("dgemm.cluster.readiness.describe_worker",
                         lambda w: {"ok": True, "device": info, "params": {}, "stats": {}, "resources": {}})
     monkeypatch.delenv("DGEMM_DEVICE_MEMORY_LIMIT", raising=False)
     assert describe_for_plan(W())["memory"] == 2**30

@@ -16,6 +16,7 @@ from _check import check_product, randn
 from dgemm import graph as graph_mod
 from dgemm.plan import make_plan
 from dgemm.storage import Operand, ZarrBlock, check_output, create_output
+from dgemm.worker.tasks import gemm_block, read_block, reduce_blocks
 
 TILES = (32, 32, 16)
 
@@ -65,7 +66,7 @@ def test_layers_and_annotations(tmp_path, rng):
     # Zarr input: block references, not data, in the tasks
     layer = g.layers[gemm[0]]
     task = layer[next(iter(layer))]
-    assert task[0] is graph_mod.gemm_block
+    assert task[0] is gemm_block
     assert task[1] and all(isinstance(x, ZarrBlock) for x in task[1])
     arr = zarr.create_array(store=str(tmp_path / "c.zarr"), shape=(100, 90), chunks=plan.block_shape[:2],
                             dtype="f4")
@@ -137,8 +138,8 @@ def test_load_errors_name_the_block(tmp_path):
     arr[...] = 1.0
     (tmp_path / "a.zarr" / "c" / "0" / "0").write_bytes(b"not a chunk")
     with pytest.raises(OSError, match=r"dgemm could not read Zarr array .*a.zarr rows 0:2, columns 0:2"):
-        graph_mod._load(ZarrBlock(arr, (0, 2), (0, 2)))
-    assert graph_mod._load(ZarrBlock(arr, (2, 4), (2, 4))).tolist() == [[1.0, 1.0], [1.0, 1.0]]
+        read_block(ZarrBlock(arr, (0, 2), (0, 2)))
+    assert read_block(ZarrBlock(arr, (2, 4), (2, 4))).tolist() == [[1.0, 1.0], [1.0, 1.0]]
 
 
 def test_blocks_are_placed_in_rectangles_and_run_row_by_row(tmp_path, rng):
@@ -171,10 +172,74 @@ def test_blocks_are_placed_in_rectangles_and_run_row_by_row(tmp_path, rng):
     check_product(as_array(plan, g).compute(), a[...], b[...], dtype="float32")
 
 
+def gemm_dependencies(g) -> dict:
+    """Each GEMM task's dependencies, as the schedulers (local and distributed) find them.
+
+    Both convert the graph with ``convert_legacy_graph``, which finds keys
+    anywhere in a task's arguments, nested lists and tuples too
+    (``HighLevelGraph.get_all_dependencies`` misses those).
+    """
+    from dask._task_spec import convert_legacy_graph
+
+    tasks = convert_legacy_graph(dict(g.hlg()))
+    return {key: set(tasks[key].dependencies) for key in g.layers[g.result_name]}
+
+
+@pytest.mark.parametrize("beta", [0.0, 2.0])
+@pytest.mark.parametrize("kinds", [("numpy", "dask"), ("dask", "numpy"), ("zarr", "numpy")])
+def test_gemm_tasks_depend_only_on_their_own_blocks(tmp_path, rng, kinds, beta):
+    """Blocks held by dask are no prefetch hint: as graph keys they would become extra dependencies."""
+    def operand(kind, name, data):
+        if kind == "numpy":
+            return data
+        if kind == "dask":
+            return da.from_array(data, chunks=32)
+        arr = zarr.create_array(store=str(tmp_path / f"{name}.zarr"), shape=data.shape, chunks=(32, 32),
+                                dtype=data.dtype)
+        arr[...] = data
+        return arr
+
+    a, b, c = randn(rng, (96, 64)), randn(rng, (64, 96)), randn(rng, (96, 96))
+    plan, g = build(operand(kinds[0], "a", a), operand(kinds[1], "b", b), c, beta=beta, target=32)
+    nk = len(plan.ks)
+    assert len(plan.rows) == len(plan.cols) == 3 and nk == 2
+    layer = g.layers[g.result_name]
+    for key, deps in gemm_dependencies(g).items():
+        _, i, j = key
+        task = layer[key]
+        a_keys = [] if kinds[0] == "zarr" else task[1]
+        want = {*a_keys, *task[2], *([task[3]] if beta else [])}
+        assert deps == want and len(deps) == len(a_keys) + nk + (beta != 0), key
+        assert [k[1:] for k in a_keys] == [(i, kk) for kk in range(len(a_keys))]     # its own A row
+        assert [k[1:] for k in task[2]] == [(kk, j) for kk in range(nk)]            # its own B column
+        assert not beta or task[3][1:] == (i, j)
+        assert task[-1] is None                                  # no hint
+    check_product(as_array(plan, g).compute(), a, b, beta=beta, c=c, dtype="float64")
+
+
+def test_zarr_operands_get_the_next_products_blocks_as_a_hint(tmp_path, rng):
+    a = zarr.create_array(store=str(tmp_path / "a.zarr"), shape=(96, 64), chunks=(32, 32), dtype="f8")
+    b = zarr.create_array(store=str(tmp_path / "b.zarr"), shape=(64, 96), chunks=(32, 32), dtype="f8")
+    a[...], b[...] = randn(rng, (96, 64)), randn(rng, (64, 96))
+    plan, g = build(a, b, target=32)
+    layer = g.layers[g.result_name]
+    assert all(not deps for deps in gemm_dependencies(g).values())   # Zarr blocks are read by the task
+    order = sorted(layer, key=lambda k: -layer.annotations["priority"](k))
+    for key, nxt in zip(order, order[1:] + [None]):
+        then = layer[key][-1]
+        if nxt is None:
+            assert then is None
+        else:
+            assert all(isinstance(r, ZarrBlock) for r in then[0] + then[1])
+            assert [r.key() for r in then[0]] == [r.key() for r in layer[nxt][1]]
+            assert [r.key() for r in then[1]] == [r.key() for r in layer[nxt][2]]
+            assert then[2:] == layer[nxt][4:6]
+
+
 def test_reduce_blocks_does_not_modify_its_inputs(rng):
     parts = [randn(rng, (3, 4)) for _ in range(3)]
     copies = [p.copy() for p in parts]
-    out = graph_mod.reduce_blocks(parts)
+    out = reduce_blocks(parts)
     np.testing.assert_array_equal(out, copies[0] + copies[1] + copies[2])
     for p, q in zip(parts, copies):
         np.testing.assert_array_equal(p, q)

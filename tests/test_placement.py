@@ -10,13 +10,13 @@ import asyncio
 
 from types import SimpleNamespace
 
-import numpy as np
 import pytest
 import zarr
 
 import dgemm
 from _check import check_product, randn
-from dgemm.scheduler.placement import PLUGIN_NAME, PlacementPlugin, ensure
+from dgemm.names import PLACEMENT_PLUGIN
+from dgemm.scheduler.placement import PlacementPlugin, ensure
 
 
 def worker(address, name, gpu=1):
@@ -89,7 +89,7 @@ def test_the_plugin_is_registered_once(client):
     n = client.run_on_scheduler(lambda dask_scheduler: sum(isinstance(p, PlacementPlugin)
                                                            for p in dask_scheduler.plugins.values()))
     assert n == 1
-    assert client.run_on_scheduler(lambda dask_scheduler: PLUGIN_NAME in dask_scheduler.plugins)
+    assert client.run_on_scheduler(lambda dask_scheduler: PLACEMENT_PLUGIN in dask_scheduler.plugins)
 
 
 def test_a_scheduler_without_the_plugin_means_no_placement():

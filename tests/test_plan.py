@@ -147,7 +147,8 @@ def test_explain_and_bytes():
 # -- limits: 32-bit indexing and device memory ----------------------------------
 def test_huge_dimensions_are_split_within_32_bit_indexing():
     """Whatever the size asked for, every padded block buffer stays below 2**31 elements."""
-    from dgemm.plan import INT32_MAX, index_overflow
+    from dgemm.plan import index_overflow
+    from dgemm.sizes import INT32_MAX
 
     p = make_plan(10**6, 10**6, 10**6, "float32", (64, 64, 16), target=10**6)
     bm, bn, bk = p.block_shape

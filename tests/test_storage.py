@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import zarr
 
-from dgemm.storage import (COMPLETE_ATTR, Operand, ZarrBlock, check_dtype, check_output, create_output, load,
-                           location, mark_complete, store_block)
+from dgemm.dtypes import check_dtype
+from dgemm.storage import (COMPLETE_ATTR, Operand, ZarrBlock, check_output, create_output, load, location,
+                           mark_complete, store_block)
 
 
 def zarr_array(path, data, chunks):
@@ -312,7 +313,7 @@ def test_block_markers_in_a_group_and_without_listing(tmp_path):
 
 
 def test_store_task_marks_its_block_after_writing(tmp_path, rng):
-    from dgemm.graph import store
+    from dgemm.worker.tasks import store
     from dgemm.storage import BlockMarkers
 
     arr = zarr.create_array(store=str(tmp_path / "c.zarr"), shape=(4, 6), chunks=(2, 3), dtype="f8",

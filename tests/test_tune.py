@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 import dgemm
+import dgemm.accuracy
 import dgemm.tuning.search
 from dgemm.tuning import database as tuning
 from dgemm.cli import cli
@@ -184,7 +185,7 @@ def test_search_on_the_device_returns_a_correct_best(device):
     best, results = search(device, "float32", size=64, budget=30, seed=0, first=first, max_candidates=2)
     assert results and best is not None
     assert best.ok and best in results
-    assert best.rel_err <= dgemm.tuning.timing.tolerance("float32", 64)
+    assert best.rel_err <= dgemm.accuracy.tolerance("float32", 64)
     assert best.seconds == min(t.seconds for t in results if t.ok)
     assert results[0].params == first[0]
 
@@ -289,3 +290,40 @@ def test_tune_refuses_a_tensor_core_precision_the_device_lacks(device, tmp_path)
     with pytest.raises(ValueError, match="has no 3xtf32 path"):
         tune(device, "float32", size=64, budget=5, database=tmp_path / "db.json", precision="3xtf32")
     assert not (tmp_path / "db.json").exists()
+
+
+def test_tune_tries_earlier_winners_and_their_neighbours_first(monkeypatch, tmp_path, device, small_space):
+    """``around`` (dgemm tune --around REPORT) puts earlier winners right after the current choice and defaults."""
+    from dgemm.tuning.search import earlier_winners, neighbours
+    runs = _fake_bench(monkeypatch, {})
+    winner = _candidates(device.info, "float32")[5]
+    report = {"dtypes": {"float32": {"top": [{"params": winner.as_dict()}]}}}
+    around = earlier_winners(report, "float32")
+    assert around == [winner]
+    tune(device, "float32", size=64, budget=30, max_candidates=4, database=tmp_path / "db.json", around=around)
+    current = tuning.lookup(device.info, "float32", databases(tmp_path / "none.json")).params
+    expected = list(dict.fromkeys([current, KernelParams(), winner] + neighbours([winner], device.info, "float32")))
+    assert runs == expected[:4]
+
+
+@needs_device
+def test_tune_command_several_precisions_in_one_call(runner, tmp_path, monkeypatch):
+    """--precision given twice: one search each, in one call, named dtype:precision in the report."""
+    from dgemm.tuning.search import TuneOutcome
+    info = _pick()
+    runs = []
+
+    def fake_tune(dev, dt, precision=None, **kw):
+        runs.append((dt, precision))
+        return TuneOutcome(dt, precision, 64, None, [], [], None, tuning.lookup(info, dt), 0.0)
+
+    monkeypatch.setattr(dgemm.tuning.search, "tune", fake_tune)
+    report = tmp_path / "tune.json"
+    r = runner.invoke(cli, ["tune", "--device", info.id, "--precision", "3xtf32", "--precision", "dmma",
+                            "--database", str(tmp_path / "db.json"), "--json", str(report)])
+    assert r.exit_code == 1 and "no correct kernel parameters found for float32:3xtf32" in r.output
+    wanted = [("float32", "3xtf32")] + ([("float64", "dmma")] if info.fp64 else [])
+    assert runs == wanted
+    assert set(json.loads(report.read_text())["dtypes"]) == {f"{d}:{p}" for d, p in wanted}
+    r = runner.invoke(cli, ["tune", "--dtype", "float64", "--precision", "tf32", "--database", str(tmp_path / "d")])
+    assert r.exit_code == 2 and "--precision tf32 is not available for float64" in r.output

@@ -8,9 +8,10 @@ import pytest
 
 import dgemm
 from _check import randn
-from dgemm import worker as worker_mod
+from dgemm import names, worker as worker_mod
 from dgemm.opencl.device import DeviceError
-from dgemm.worker import DeviceState, DgemmPlugin, describe_worker, device_state
+from dgemm.worker import DeviceState, DgemmPlugin, build_kernels, describe_worker, device_state
+from dgemm.worker import state as state_mod
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +58,7 @@ def test_state_without_a_device():
 
 
 def test_process_wide_state_outside_a_worker(any_device, monkeypatch):
-    monkeypatch.setattr(worker_mod, "_process_state", None)
+    monkeypatch.setattr(state_mod, "_process_state", None)
     s1 = device_state()
     assert s1 is device_state()
     assert s1.device is not None, s1.error
@@ -121,14 +122,14 @@ def test_cluster_workers_describe_their_devices(client, rng):
     done = sum(d["stats"].get("float32", {}).get("blocks", 0) for d in infos.values())
     assert done >= 4
     # tasks found the plugin's state, not a process-wide fallback
-    fallback = client.run(lambda: worker_mod._process_state is None)
+    fallback = client.run(lambda: state_mod._process_state is None)
     assert all(fallback.values())
 
 
 # -- metering and reporting ------------------------------------------------------
 def test_metered_engine_splits_busy_time_and_records_products(cpu_state, rng):
     e = cpu_state.engine("float32")
-    assert isinstance(e, worker_mod.MeteredEngine)
+    assert isinstance(e, state_mod.MeteredEngine)
     before = cpu_state.totals()
     n_events = len(cpu_state.events)
     a, b = randn(rng, (40, 24), "f4"), randn(rng, (24, 36), "f4")
@@ -157,8 +158,8 @@ def test_snapshot_reports_the_device_and_recent_products(cpu_state):
     snap = cpu_state.snapshot()
     assert snap["ok"] and snap["device"] == cpu_state.device.info.name
     assert snap["device_id"] == cpu_state.device.info.id and snap["started"] == cpu_state.started
-    assert set(worker_mod.COUNTERS) <= set(snap) and set(worker_mod.TASK_SECONDS) <= set(snap)
-    assert all(e[2] >= snap["time"] - worker_mod.EVENTS_SECONDS for e in snap["events"])
+    assert set(names.COUNTERS) <= set(snap) and set(names.TASK_SECONDS) <= set(snap)
+    assert all(e[2] >= snap["time"] - state_mod.EVENTS_SECONDS for e in snap["events"])
     bad = DeviceState("nonexistent-device").snapshot()
     assert bad["ok"] is False and bad["device"] is None and "nonexistent-device" in bad["error"]
 
@@ -171,7 +172,7 @@ def test_task_seconds_from_fine_performance_metrics():
                          ("execute", "dgemm-store", "memory-read", "bytes"): 99.0,
                          ("execute", "sum", "thread-cpu", "seconds"): 7.0,
                          "latency": 0.1}
-    assert worker_mod._task_seconds(W()) == {"store_seconds": 1.5, "load_seconds": 0.25, "reduce_seconds": 0.0}
+    assert state_mod.task_seconds(W()) == {"store_seconds": 1.5, "load_seconds": 0.25, "reduce_seconds": 0.0}
 
 
 def test_plugin_set_up_before_registration_sets_resources_locally(any_device):
@@ -207,3 +208,54 @@ def test_plugin_pickles_without_its_state(any_device):
         assert (q.device_spec, q.dashboard, q.state, q.worker) == ("0:0", False, None, None)
     finally:
         p.state.close()
+
+
+def test_plan_cache_reads_the_device_memory_limit_setting(cpu_state, monkeypatch):
+    import dask
+
+    monkeypatch.delenv("DGEMM_DEVICE_MEMORY_LIMIT", raising=False)
+    cpu = 0.25 if cpu_state.device.info.type == "CPU" else 1.0
+    with dask.config.set({"dgemm.device-memory-limit": "100MB"}):
+        assert cpu_state.plan_cache(1000) == int(0.8 * 100e6 * cpu - 1000)
+    monkeypatch.setenv("DGEMM_DEVICE_MEMORY_LIMIT", "40MB")        # the variable wins
+    with dask.config.set({"dgemm.device-memory-limit": "100MB"}):
+        assert cpu_state.plan_cache(0) == int(0.8 * 40e6 * cpu)
+
+
+def test_build_kernels_builds_the_workers_engine(any_device):
+    w = FakeWorker()
+    plugin = DgemmPlugin(any_device.info.id)
+    asyncio.run(plugin.setup(w))
+    try:
+        assert build_kernels("float32", dask_worker=w) >= 0    # no plugin among the worker's: nothing built
+        assert plugin.state._engines == {}
+        w.plugins[plugin.name] = plugin
+        assert build_kernels("float32", "fma", dask_worker=w) > 0
+        assert list(plugin.state._engines) == [(np.dtype("float32"), "fma")]
+    finally:
+        plugin.teardown(w)
+
+
+def test_a_live_plugin_reports_its_worker(any_device):
+    """The plugin attaches its state to its worker: the metrics' worker source and device_state() find it."""
+    from distributed.core import Status
+
+    from dgemm import metrics
+    from dgemm.worker.plugin import metric_rows
+
+    w = FakeWorker()
+    w.address, w.name, w.status, w.metrics = "tcp://127.0.0.1:1", "w-0", Status.running, {}
+    plugin = DgemmPlugin(any_device.info.id, dashboard=False)
+    asyncio.run(plugin.setup(w))
+    try:
+        assert (w, plugin.state) in state_mod.live_states()
+        assert w.metrics[names.WORKER_METRIC] == plugin.metric
+        [row] = [r for r in metric_rows() if r[0] == w.address]
+        assert row[1] == "w-0" and row[2]["device_id"] == any_device.info.id
+        if metrics.add_worker_source(metric_rows):                    # with prometheus_client
+            assert metric_rows in metrics._worker_sources
+        if len(state_mod.live_states()) == 1:                         # outside a task: the worker's state
+            assert device_state() is plugin.state
+    finally:
+        plugin.teardown(w)
+    assert (w, plugin.state) not in state_mod.live_states() and names.WORKER_METRIC not in w.metrics

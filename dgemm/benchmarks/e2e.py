@@ -14,14 +14,18 @@ times, on those same inputs:
   when its buffers fit 32-bit indexing, else at ``kernel_size``.
 * **dask.array + cupy** (threaded scheduler, same chunks), when cupy sees a
   CUDA device.
-* **cuBLAS in memory** (:func:`dgemm.benchmarks.cublas`), at the full size
+* **cuBLAS in memory** (:func:`dgemm.benchmarks.peers.time_cublas`), at the full size
   when it fits in GPU memory, else at dgemm's block size.
 * **dask.array + numpy** at a smaller size, with dgemm at that size too.
 * Optionally a **scaling table**: dgemm on the first 1, 2, ... devices, each
   on its own cluster.
 
+Beside them, the host's rates that bound the run (:mod:`dgemm.benchmarks.rates`):
+store reads and writes of whole chunks, and a worker's host-device copies.
 A peer that cannot run is recorded as ``None`` with the reason.  The JSON
-record (:func:`e2e_bench`) goes to ``bench/results/e2e-<device>-<date>.json``.
+record (:func:`e2e_bench`) goes to
+``bench/results/<date>-<device>[-xN]-e2e-<size>-<dtype>.json``
+(:func:`dgemm.benchmarks.records.result_path`).
 """
 from __future__ import annotations
 
@@ -36,74 +40,28 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
-from dgemm.benchmarks import DEFAULT_OUT, command_line, cublas, cublas_backend, device_slug, git_commit, unique_path, \
-    utc_now, write_json
+from dgemm.accuracy import check_sample, tolerance
+from dgemm.benchmarks.inputs import random_zarr
+from dgemm.benchmarks.peers import cupy_status, time_cublas
+from dgemm.benchmarks.rates import host_rates
+from dgemm.benchmarks.records import DEFAULT_OUT, command_line, git_commit, result_path, utc_now, write_json
+from dgemm.dtypes import DTYPES
+from dgemm.sizes import INT32_MAX, roundup
 
 DEFAULT_CHUNKS = 8192
-DEFAULT_GPU_SIZE = 32768
-DEFAULT_CPU_SIZE = 1024
+E2E_GPU_SIZE = 32768              # default side with a GPU: inputs of 4 GiB each in float32
+E2E_CPU_SIZE = 1024
 NUMPY_SIZE = 4096                 # the dask.array + numpy peer is slow: it runs at most at this size
 KERNEL_MAX_SIDE = 32768           # 32768^2 elements fit 32-bit indexing with room for padding
-INT32_MAX = 2**31 - 1
 SAMPLE_SECONDS = 0.2              # memory sampling interval
-WRITE_BYTES_IN_FLIGHT = 8 * 2**30  # input generation: bound on chunks held by the writer threads
 CHECK_SAMPLES = 16                # rows and columns of C checked against numpy
-GPU_MEMORY_FRACTION = 0.8         # share of free GPU memory the cuBLAS peer may take
 
 
 # -- inputs -----------------------------------------------------------------------
-def write_random(path, shape, chunks, dtype="float32", seed: int = 0, threads: int | None = None):
-    """Write a standard-normal matrix as an uncompressed Zarr array, chunks in parallel threads.
-
-    Each chunk has its own generator (spawned from ``seed``), so the array
-    depends on ``seed``, ``shape`` and ``chunks`` only, not on the thread
-    count.  numpy's generators release the GIL, which makes this several
-    times faster than :func:`dgemm.benchmarks.demo.random_zarr` (one generator, one
-    chunk row at a time) on a many-core host.
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        Where to create the array; an existing one is replaced.
-    shape, chunks : (int, int)
-    dtype : {"float32", "float64"}
-    seed : int
-    threads : int, optional
-        Writer threads; by default the CPU count, fewer when chunks are so
-        large that they would hold more than 8 GiB at once.
-
-    Returns
-    -------
-    zarr.Array
-    """
-    import zarr
-
-    dt = np.dtype(dtype)
-    (m, n), (cr, cc) = shape, chunks
-    arr = zarr.create_array(store=os.fspath(path), shape=(m, n), chunks=(cr, cc), dtype=dt, compressors=None,
-                            fill_value=0, overwrite=True)
-    blocks = [(i, j) for i in range(0, m, cr) for j in range(0, n, cc)]
-    seeds = np.random.SeedSequence(seed).spawn(len(blocks))
-    # a chunk is held twice while it is written (the numbers and zarr's bytes)
-    fit = max(1, WRITE_BYTES_IN_FLIGHT // max(1, 2 * cr * cc * dt.itemsize))
-    threads = threads or max(1, min(os.cpu_count() or 1, fit, len(blocks)))
-
-    def write(item):
-        (i, j), ss = item
-        arr[i:i + cr, j:j + cc] = np.random.default_rng(ss).standard_normal((min(cr, m - i), min(cc, n - j)),
-                                                                            dtype=dt)
-
-    with ThreadPoolExecutor(threads) as ex:
-        for _ in ex.map(write, zip(blocks, seeds)):  # re-raises a writer's error
-            pass
-    return arr
-
-
 def _dir_bytes(path) -> int | None:
     """Bytes of the files under a local folder (what a store holds), None when not a local folder."""
     path = os.fspath(path)
@@ -124,7 +82,7 @@ def make_inputs(folder: Path, m: int, n: int, k: int, chunks: int, dtype: str, s
         path = folder / f"{name}{tag}.zarr"
         ch = (min(chunks, max(shape[0], 1)), min(chunks, max(shape[1], 1)))
         t0 = time.perf_counter()
-        write_random(path, shape, ch, dtype, seed=s)
+        random_zarr(path, shape, ch, dtype, seed=s, overwrite=True)
         sec = time.perf_counter() - t0
         out["seconds"] += sec
         nbytes = shape[0] * shape[1] * np.dtype(dtype).itemsize
@@ -151,14 +109,15 @@ def _is_peak(key: str) -> bool:
 
 def _worker_probe(dask_worker=None) -> dict:
     """Run on each worker (``client.run``): its pid, device and every numeric dgemm counter."""
-    from dgemm import worker as worker_mod
+    from dgemm.names import TASK_SECONDS, WORKER_PLUGIN
+    from dgemm.worker import device_state
 
-    plugin = dask_worker.plugins.get(worker_mod.PLUGIN_NAME) if dask_worker is not None else None
-    state = plugin.state if plugin is not None and plugin.state is not None else worker_mod.device_state()
+    plugin = dask_worker.plugins.get(WORKER_PLUGIN) if dask_worker is not None else None
+    state = plugin.state if plugin is not None and plugin.state is not None else device_state()
     counters = {k: _plain(v) for k, v in state.totals().items() if _is_number(v)}
     # The store, load and reduce tasks' seconds live in the worker's Fine Performance Metrics.
-    task_keys = getattr(worker_mod, "TASK_SECONDS", {})
-    if dask_worker is not None and task_keys:
+    task_keys = TASK_SECONDS
+    if dask_worker is not None:
         with contextlib.suppress(Exception):
             snap = state.snapshot(dask_worker)
             counters.update({k: _plain(snap[k]) for k in task_keys if k in snap and _is_number(snap[k])
@@ -207,7 +166,7 @@ def _kernel_rate(dtype: str, m: int, n: int, k: int, reps: int, seed: int) -> di
     are released before returning, so the e2e run that follows has the
     device's memory.
     """
-    from dgemm.tuning.timing import KernelBench, tolerance
+    from dgemm.tuning.timing import KernelBench
     from dgemm.worker import device_state
 
     dev = device_state().device
@@ -223,7 +182,7 @@ def _kernel_rate(dtype: str, m: int, n: int, k: int, reps: int, seed: int) -> di
     return {"m": m, "n": n, "k": k, "reps": reps, "device": dev.info.name, "params": choice.params.as_dict(),
             "source": choice.describe(), "seconds": t.seconds if t.ok else None,
             "tflops": t.tflops if t.ok and t.seconds > 0 else None, "rel_err": t.rel_err,
-            "tolerance": float(tolerance(dtype, k, choice.params.precision)), "ok": t.ok,
+            "tolerance": tolerance(dtype, k, choice.params.precision), "ok": t.ok,
             "status": "ok" if t.ok else "FAILED"}
 
 
@@ -325,10 +284,8 @@ def _err(e: BaseException) -> str:
 
 
 def _check(a_path, b_path, c_path) -> dict:
-    """:func:`dgemm.benchmarks.demo.check_sample` of the stored result (sampled rows and columns, float64)."""
+    """:func:`dgemm.accuracy.check_sample` of the stored result (sampled rows and columns, float64)."""
     import zarr
-
-    from dgemm.benchmarks.demo import check_sample
 
     za, zb, zc = (zarr.open_array(os.fspath(p), mode="r") for p in (a_path, b_path, c_path))
     return check_sample(za, zb, zc, n_rows=CHECK_SAMPLES, n_cols=CHECK_SAMPLES)
@@ -427,10 +384,10 @@ def _warm_up(client, workers: list[str], dtype: str, folder: Path) -> float:
     """Build every worker's kernels and run one small product, so the timed runs compile nothing."""
     import dgemm
 
-    from dgemm.benchmarks.demo import _build_kernels
+    from dgemm.worker import build_kernels
 
     t0 = time.perf_counter()
-    client.run(_build_kernels, dtype, workers=workers)
+    client.run(build_kernels, dtype, workers=workers)
     rng = np.random.default_rng(0)
     a, b = (rng.standard_normal((128, 128)).astype(dtype) for _ in range(2))
     out = folder / "warmup.zarr"
@@ -472,23 +429,6 @@ def _ready(client, dtype: str) -> tuple[list[str], list[str], dict]:
 
 
 # -- peers ----------------------------------------------------------------------------------
-def cupy_status():
-    """``(cupy, None)`` when cupy sees a CUDA device, else ``(None, why not)``."""
-    try:
-        import cupy
-    except ImportError:
-        return None, "cupy is not installed"
-    except Exception as e:  # a broken install (missing CUDA libraries...) raises other errors
-        return None, f"cupy cannot be imported ({_err(e)})"
-    try:
-        count = cupy.cuda.runtime.getDeviceCount()
-    except Exception as e:  # no driver: CUDARuntimeError
-        return None, f"cupy sees no CUDA device ({_err(e)})"
-    if count < 1:
-        return None, "cupy sees no CUDA device"
-    return cupy, None
-
-
 def time_dask(a_path, b_path, out_path, reps: int = 1, cupy=None, compressors="auto", keep: bool = False,
               pids=()) -> dict:
     """Time dask.array's ``A @ B`` from Zarr to Zarr on the threaded scheduler, and check the result.
@@ -552,62 +492,11 @@ def _free_cupy(cupy) -> None:
     cupy.get_default_pinned_memory_pool().free_all_blocks()
 
 
-def _cuda_free_bytes(backend: str) -> int | None:
-    try:
-        if backend == "torch":
-            import torch
-            return int(torch.cuda.mem_get_info()[0])
-        import cupy
-        return int(cupy.cuda.runtime.memGetInfo()[0])
-    except Exception:
-        return None
-
-
-def cublas_shape(m: int, n: int, k: int, itemsize: int, free: int | None, block: list | None) -> tuple:
-    """The product cuBLAS is timed at: the full one if A, B and C fit in ``free`` GPU bytes,
-    else a square of dgemm's largest block side (halved until it fits).
-
-    >>> cublas_shape(1000, 1000, 1000, 4, 10**9, [512, 512])
-    (1000, 1000, 1000)
-    >>> cublas_shape(100000, 100000, 100000, 4, 10**10, [16384, 8192])
-    (16384, 16384, 16384)
-    >>> cublas_shape(100000, 100000, 100000, 4, 10**9, [16384, 8192])   # 3 x 8192^2 x 4 B > 0.8 GB
-    (4096, 4096, 4096)
-    """
-    budget = GPU_MEMORY_FRACTION * free if free else None
-
-    def fits(a, b, c):
-        return budget is None or (a * c + c * b + a * b) * itemsize <= budget
-
-    if fits(m, n, k):
-        return m, n, k
-    side = max(block) if block else 8192
-    side = min(side, max(m, n, k))
-    while side > 256 and not fits(side, side, side):
-        side //= 2
-    return side, side, side
-
-
-def time_cublas(dtype: str, m: int, n: int, k: int, block: list | None, reps: int) -> tuple[dict | None, str | None]:
-    """cuBLAS in GPU memory (:func:`dgemm.benchmarks.cublas`); ``(None, why)`` when there is none."""
-    backend, why = cublas_backend()
-    if backend is None:
-        return None, why
-    shape = cublas_shape(m, n, k, np.dtype(dtype).itemsize, _cuda_free_bytes(backend), block)
-    r = cublas(dtype, *shape, reps=max(reps, 3), backend=backend)
-    if r is None:
-        return None, "cuBLAS could not be timed"
-    if not r["ok"]:
-        return None, f"cuBLAS's product failed its check (rel_err {r['rel_err']:.3g} > {r['tolerance']:.3g})"
-    full = shape == (m, n, k)
-    return {**r, "m": shape[0], "n": shape[1], "k": shape[2], "via": backend, "tf32": False, "full_size": full,
-            "note": None if full else "the full product does not fit in GPU memory: timed at dgemm's block size"}, None
-
-
 # -- the benchmark -------------------------------------------------------------------------
 def _fits_int32(m: int, n: int, k: int) -> bool:
     """Whether every buffer of an in-memory ``m x n x k`` product (padded) stays within 32-bit indexing."""
-    r = lambda x: -(-x // 256) * 256  # noqa: E731 - generous padding to any kernel tile
+    def r(x):
+        return roundup(x, 256)   # generous padding to any kernel tile
     return max(r(m) * r(k), r(k) * r(n), r(m) * r(n)) <= INT32_MAX
 
 
@@ -636,23 +525,20 @@ def resolve_shape(size: int | None, shape, devices: str | None) -> tuple[int, in
         return vals
     if size is None:
         from dgemm.opencl.discovery import select_devices
-        size = DEFAULT_GPU_SIZE if any(d.type == "GPU" for d in select_devices(devices)) else DEFAULT_CPU_SIZE
+        size = E2E_GPU_SIZE if any(d.type == "GPU" for d in select_devices(devices)) else E2E_CPU_SIZE
     if int(size) < 1:
         raise ValueError(f"size must be positive, not {size}")
     return int(size), int(size), int(size)
 
 
-def result_path(out_dir, devices: list[str], date: str) -> Path:
-    """``<out_dir>/e2e-<device>[-xN]-<YYYY-MM-DD>.json``, with ``-2``, ``-3``... rather than overwriting.
+def result_detail(m: int, n: int, k: int, dtype: str) -> str:
+    """The record name's detail: the size (or M x N x K) and the dtype.
 
-    >>> result_path("r", ["NVIDIA H100", "NVIDIA H100"], "2026-11-22T10:00:00+00:00").name
-    'e2e-nvidia-h100-x2-2026-11-22.json'
+    >>> result_detail(32768, 32768, 32768, "float64"), result_detail(96, 64, 32, "float32")
+    ('32768-float64', '96x64x32-float32')
     """
-    names = list(dict.fromkeys(devices))
-    slug = "-".join(device_slug(x) for x in names) or "device"
-    if len(devices) > 1:
-        slug += f"-x{len(devices)}"
-    return unique_path(out_dir, f"e2e-{slug}-{date[:10]}")
+    size = str(m) if m == n == k else f"{m}x{n}x{k}"
+    return f"{size}-{dtype}"
 
 
 def _ratio(x: dict | None, y: dict | None) -> float | None:
@@ -712,14 +598,15 @@ def e2e_bench(size: int | None = None, *, shape=None, dtype: str = "float32", ch
     reps : int
         Timed repetitions of each end-to-end run (the median counts).
     out_dir : path, optional
-        Folder of the record (:func:`result_path`); ``None`` writes nothing.
+        Folder of the record (:func:`dgemm.benchmarks.records.result_path`, detail
+        :func:`result_detail`); ``None`` writes nothing.
     client : distributed.Client, optional
         Run the main dgemm timings on this cluster instead of starting one;
         it is not closed.
     seed : int
         Seed of the inputs.
     command : str, optional
-        The command line to record (default: :func:`dgemm.benchmarks.command_line`).
+        The command line to record (default: :func:`dgemm.benchmarks.records.command_line`).
     compressors : "auto" or None or codecs
         dgemm's output codecs (:func:`dgemm.matmul`'s ``compressors``; the
         peers write with the same); ``None`` stores C uncompressed.
@@ -739,7 +626,7 @@ def e2e_bench(size: int | None = None, *, shape=None, dtype: str = "float32", ch
 
     log = log or (lambda line: None)
     dtype = np.dtype(dtype).name
-    if dtype not in ("float32", "float64"):
+    if dtype not in DTYPES:
         raise TypeError(f"dgemm supports float32 and float64, not {dtype}")
     m, n, k = resolve_shape(size, shape, devices)
     for name, v in (("chunks", chunks), ("reps", reps), ("numpy_size", numpy_size), ("kernel_size", kernel_size)):
@@ -790,7 +677,8 @@ def e2e_bench(size: int | None = None, *, shape=None, dtype: str = "float32", ch
         # ---- dgemm on the main cluster: kernel in memory, end to end, the small size ----
         with _cluster(devices, client) as (c, start_seconds):
             workers, names, usable = _ready(c, dtype)
-            path = result_path(out_dir, names, record["date"]) if out_dir is not None else None
+            path = (result_path(out_dir, record["date"], names, "e2e", result_detail(m, n, k, dtype))
+                    if out_dir is not None else None)
             info = usable[workers[0]]["device"]
             record.update(device=", ".join(dict.fromkeys(names)), devices=names, workers=len(workers),
                           device_type=info.type, driver=info.driver, platform=info.platform,
@@ -798,6 +686,8 @@ def e2e_bench(size: int | None = None, *, shape=None, dtype: str = "float32", ch
             record["warmup_seconds"] = _warm_up(c, workers, dtype, folder)
             log(f"cluster: {len(workers)} worker(s) on {record['device']}; warm-up {record['warmup_seconds']:.1f} s")
             record["kernel"] = _time_kernel(c, workers[0], dtype, kshape, reps, seed, failed, log)
+            save()
+            record["host_rates"] = _host_rates(c, workers[0], ins, folder, dtype, record["errors"], log)
             save()
             record["dgemm"] = _run_dgemm("dgemm", c, workers, ins, folder / "c_dgemm.zarr", (m, n, k), reps, keep,
                                          failed, log, compressors)
@@ -850,6 +740,22 @@ def _time_kernel(client, addr, dtype, kshape, reps, seed, failed, log) -> dict |
     if not r["ok"]:
         failed("kernel", RuntimeError(f"wrong result: rel_err {r['rel_err']:.3g} > {r['tolerance']:.3g}"))
     log(f"kernel in memory {'x'.join(map(str, kshape))}: {_fmt(r['tflops'], '.4g')} TFLOPS ({r['status']})")
+    return r
+
+
+def _host_rates(client, addr, ins, folder, dtype, errors, log) -> dict | None:
+    """The store's and ``addr``'s bus rates (:func:`dgemm.benchmarks.rates.host_rates`); None if they fail."""
+    try:
+        r = host_rates(ins["a"]["path"], folder, ins["a"]["chunks"], dtype, client, addr)
+    except Exception as e:  # a full disk...: the benchmark goes on without them
+        errors.append({"stage": "host_rates", "error": _err(e)})
+        log(f"host rates: ERROR {_err(e)}")
+        return None
+    copy = r["copy_gbps"]
+    log("host rates (GB/s): read " + ", ".join(f"{v:.3g} ({t} thr)" for t, v in r["read_gbps"].items() if v)
+        + "; write " + ", ".join(f"{v:.3g} ({t} thr)" for t, v in r["write_gbps"].items() if v)
+        + (f"; upload {_fmt(copy['upload_pageable'], '.3g')} pageable, {_fmt(copy['upload_pinned'], '.3g')} pinned"
+           if copy else f"; copies not timed ({r['copy_skipped']})"))
     return r
 
 
@@ -1026,6 +932,15 @@ def format_table(record: dict) -> str:
         ("dgemm/dask+cupy", "dgemm_to_dask_cupy"), ("dgemm/kernel", "dgemm_to_kernel"),
         ("dgemm per device/kernel", "dgemm_per_device_to_kernel"), ("dgemm/cuBLAS", "dgemm_to_cublas"),
         ("dgemm/dask+numpy (small)", "dgemm_small_to_dask_numpy"))))
+    hr = record.get("host_rates")
+    if hr:
+        copy = hr.get("copy_gbps") or {}
+        lines.append("host rates, GB/s: store read " + ", ".join(
+            f"{_fmt(v, '.3g')} ({t} thr)" for t, v in hr["read_gbps"].items()) + "; store write " + ", ".join(
+            f"{_fmt(v, '.3g')} ({t} thr)" for t, v in hr["write_gbps"].items())
+            + (f"; upload {_fmt(copy.get('upload_pageable'), '.3g')} pageable, "
+               f"{_fmt(copy.get('upload_pinned'), '.3g')} pinned; download {_fmt(copy.get('download_pageable'), '.3g')}"
+               if copy else f"; copies: {hr.get('copy_skipped')}"))
     d = record.get("dgemm") or {}
     if d.get("split"):
         sp = d["split"]

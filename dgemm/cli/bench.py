@@ -48,7 +48,7 @@ def bench():
 @click.option("--reps", type=click.IntRange(min=1), default=5, show_default=True,
               help="Timed repetitions per size (the median counts).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="bench/results", show_default=True,
-              help="Folder of the JSON record kernel-<device>-<date>.json.")
+              help="Folder of the JSON record <date>-<device>-kernel.json.")
 @click.option("--no-peers", is_flag=True, help="Time dgemm's kernel only, not cuBLAS and numpy.")
 @click.pass_context
 def bench_kernel(ctx, device_spec, dtypes, sizes, reps, out_dir, no_peers):
@@ -56,10 +56,11 @@ def bench_kernel(ctx, device_spec, dtypes, sizes, reps, out_dir, no_peers):
 
     Runs on device-resident inputs; every run is checked against numpy and
     one that fails is reported as FAILED (its time does not count).  Peers
-    in the same run: cuBLAS (through torch, TF32 off, or cupy) where CUDA is
-    available, and numpy in the same dtype for sizes up to 4096.
+    in the same run: cuBLAS (through torch or cupy; TF32 off except beside
+    the tf32 path) where CUDA is available, and numpy in the same dtype for
+    sizes up to 4096.
     """
-    from dgemm.benchmarks import format_table, kernel_bench
+    from dgemm.benchmarks.kernel import format_table, kernel_bench
 
     dts = _csv(dtypes, "dtypes", _dtype_name)
     size_list = _csv(sizes, "sizes", _size) if sizes is not None else None
@@ -100,7 +101,7 @@ def bench_kernel(ctx, device_spec, dtypes, sizes, reps, out_dir, no_peers):
 @click.option("--reps", type=click.IntRange(min=1), default=1, show_default=True,
               help="Timed repetitions of each end-to-end run (the median counts).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="bench/results", show_default=True,
-              help="Folder of the JSON record e2e-<device>-<date>.json.")
+              help="Folder of the JSON record <date>-<device>[-xN]-e2e-<size>-<dtype>.json.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs.")
 @click.option("--uncompressed", is_flag=True,
               help="Store C without compression (dgemm and the peers); default: Zarr's default codec.")
@@ -112,7 +113,8 @@ def bench_e2e(ctx, size, shape, dtype, chunks, devices, scheduler, gpus, store, 
     Writes random A and B as uncompressed Zarr arrays, then on those inputs
     times dgemm.matmul (kernels built first) with the workers' counters,
     peak memory and a sampled correctness check, dgemm's kernel in device
-    memory, and the peers that can run here.  A wrong dgemm result makes
+    memory, the peers that can run here, and the host's store read and
+    write rates and a worker's host-device copy rates.  A wrong dgemm result makes
     the command fail.
     """
     from dgemm.benchmarks.e2e import e2e_bench, format_table

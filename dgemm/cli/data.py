@@ -21,8 +21,8 @@ from dgemm.dtypes import DTYPES
 @click.option("--overwrite", is_flag=True, help="Replace an existing array at PATH.")
 @click.pass_context
 def random(ctx, path, shape, chunks, dtype, seed, overwrite):
-    """Write a random standard-normal matrix to the Zarr array PATH, one chunk row at a time."""
-    from dgemm.benchmarks.demo import random_zarr
+    """Write a random standard-normal matrix to the Zarr array PATH, chunks in parallel threads."""
+    from dgemm.benchmarks.inputs import random_zarr
 
     t0 = time.perf_counter()
     with user_errors(ctx):
@@ -31,11 +31,6 @@ def random(ctx, path, shape, chunks, dtype, seed, overwrite):
     nbytes = arr.size * arr.dtype.itemsize
     click.echo(f"wrote {path}: {arr.shape[0]} x {arr.shape[1]} {arr.dtype}, chunks {arr.chunks[0]} x "
                f"{arr.chunks[1]}, {fmt_bytes(nbytes)} in {seconds:.2f} s")
-
-
-def _default_target(selection) -> int:
-    # The same rule dgemm.matmul applies once it sees the workers.
-    return 1024 if selection and all(d.type == "CPU" for d in selection) else 4096
 
 
 @cli.command()
@@ -65,8 +60,9 @@ def plan(ctx, a, b, block, dtype, workers, read_gbps, write_gbps, pcie_gbps, tfl
     """
     from dgemm.opencl import discovery
     from dgemm.tuning.params import KernelParams
-    from dgemm.plan import MEMORY_FRACTION, Rates, make_plan
-    from dgemm.storage import Operand, check_dtype
+    from dgemm.dtypes import check_dtype
+    from dgemm.plan import MEMORY_FRACTION, Rates, default_target, make_plan
+    from dgemm.storage import Operand
     from dgemm.tuning.database import lookup
 
     try:
@@ -84,7 +80,7 @@ def plan(ctx, a, b, block, dtype, workers, read_gbps, write_gbps, pcie_gbps, tfl
             raise ValueError(f"shapes do not match: a has shape {A.stored_shape} and b has shape "
                              f"{B.stored_shape}; the contracted dimensions differ ({k} != {kb})")
         dt = check_dtype(dtype or np.result_type(A.dtype, B.dtype), "the result")
-        target = block if block is not None else _default_target(selection)
+        target = block if block is not None else default_target(d.type for d in selection)
         tiles, memory, rate = KernelParams().tiles, None, None
         if selection:
             choice = lookup(selection[0], dt.name)

@@ -1,9 +1,6 @@
 """``dgemm demo``: the self-checking demonstration."""
 from __future__ import annotations
 
-import json
-import os
-
 import click
 
 from dgemm.cli.common import cli, user_errors
@@ -19,11 +16,12 @@ from dgemm.dtypes import DTYPES
               help="Write a.zarr, b.zarr and c.zarr into this folder and keep them.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
-              help="Also write the figures to this JSON file (e.g. bench/results/<host>.json).")
+              help="Also write the figures to this JSON file (e.g. bench/results/<date>-<device>-demo.json).")
 @click.pass_context
 def demo(ctx, size, dtype, devices, keep, seed, json_path):
     """Multiply two random Zarr matrices on the local devices and check the result against numpy."""
     from dgemm.benchmarks.demo import run_demo
+    from dgemm.benchmarks.records import write_json
 
     with user_errors(ctx):
         r = run_demo(size=size, dtype=dtype, devices=devices, keep=keep, seed=seed, log=click.echo)
@@ -38,11 +36,7 @@ def demo(ctx, size, dtype, devices, keep, seed, json_path):
     if r["folder"]:
         click.echo(f"kept: {r['folder']}")
     if json_path:
-        os.makedirs(os.path.dirname(os.path.abspath(json_path)), exist_ok=True)
-        with open(json_path, "w") as f:
-            # NaN is not JSON: a non-finite error is recorded as null (and "passed": false).
-            json.dump({k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()}, f, indent=2)
-            f.write("\n")
+        write_json(json_path, r)   # a non-finite error is recorded as null (and "passed": false)
         click.echo(f"figures written to {json_path}")
     if not r["passed"]:
         raise click.ClickException(f"the result does not match numpy: max relative error "

@@ -68,7 +68,7 @@ def matmul(ctx, a, b, out, scheduler, dtype, overwrite, resume, precision, block
     """Compute OUT = A @ B for Zarr arrays A and B, writing OUT as a Zarr array."""
     import dgemm
 
-    from dgemm.benchmarks.demo import closing_new_local_clusters
+    from dgemm.cluster.local import closing_new_local_clusters
     from dgemm.storage import COMPLETE_ATTR
 
     if scheduler and devices:

@@ -6,14 +6,8 @@ import time
 
 import click
 
-from dgemm import __version__
-from dgemm.cli.common import InputError, fmt_params, one_device, one_line, cli, user_errors
+from dgemm.cli.common import fmt_params, one_device, one_line, cli, user_errors
 from dgemm.dtypes import ALL_PRECISIONS, DTYPES
-
-
-def _timing_dict(t) -> dict:
-    return {"params": t.params.as_dict(), "tflops": t.tflops if t.seconds > 0 else None,
-            "seconds": t.seconds, "rel_err": t.rel_err, "ok": t.ok}
 
 
 @cli.command(name="tune")
@@ -23,63 +17,68 @@ def _timing_dict(t) -> dict:
 @click.option("--dtype", type=click.Choice((*DTYPES, "both")), default="both", show_default=True,
               help="Tune for this dtype; both: one search each (float64 only where the device has it).")
 @click.option("--budget", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
-              help="Seconds of search per dtype (the candidate under way when it runs out finishes).")
+              help="Seconds of each search (the candidate under way when it runs out finishes).")
 @click.option("--size", type=click.IntRange(min=1), default=None,
               help="Side of the timed product (default: 4096 on a GPU, 256 on a CPU device).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the search order and inputs.")
 @click.option("--max-candidates", type=click.IntRange(min=1), default=None,
-              help="Try at most this many candidates per dtype (default: as many as the budget allows).")
+              help="Try at most this many candidates per search (default: as many as the budget allows).")
 @click.option("--database", type=click.Path(dir_okay=False), default=None,
               help="Store into this tuning database (default: the user database, $DGEMM_TUNING_DB "
                    "or the user cache folder).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="Also write the search's results to this JSON file.")
-@click.option("--precision", type=click.Choice(ALL_PRECISIONS), default=None,
-              help="Tune a tensor-core path (dmma: float64; 3xtf32, tf32: float32) instead of the FMA kernel.")
+@click.option("--precision", type=click.Choice(ALL_PRECISIONS), multiple=True,
+              help="Tune a tensor-core path (dmma: float64; 3xtf32, tf32: float32) instead of the FMA kernel; "
+                   "give it several times to tune several paths in one call.")
+@click.option("--around", "around_path", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="An earlier --json report: its fastest sets and their variants are tried first.")
 @click.pass_context
-def tune_cmd(ctx, device_spec, dtype, budget, size, seed, max_candidates, database, json_path, precision):
+def tune_cmd(ctx, device_spec, dtype, budget, size, seed, max_candidates, database, json_path, precision,
+             around_path):
     """Search GEMM kernel parameters for a device and store the fastest correct set.
 
     Every candidate is checked against numpy; only correct ones count.  The
     best becomes the device's entry in the user tuning database (or
     --database), which dgemm then uses on that device.
     """
-    from dgemm.tuning import database as tuning
-    from dgemm.benchmarks import command_line, git_commit, utc_now, write_json
+    import json
+
+    from dgemm.benchmarks.records import write_json
     from dgemm.opencl.device import Device, DeviceError
-    from dgemm.tuning.search import default_size, tune
+    from dgemm.tuning import database as tuning
+    from dgemm.tuning.search import default_size, earlier_winners, plan_runs, report_header, tune, tune_key
 
     with user_errors(ctx):
         info = one_device(device_spec)
-    wanted = list(DTYPES) if dtype == "both" else [dtype]
-    if precision is not None:  # a precision belongs to one dtype; "both" means that one
-        wanted = [dt for dt in wanted if precision in tuning.PRECISIONS[dt]]
-        if not wanted:
-            raise InputError(f"--precision {precision} is not available for --dtype {dtype}")
-    if not info.fp64 and "float64" in wanted:
-        if dtype == "float64":
+        wanted = list(DTYPES) if dtype == "both" else [dtype]
+        runs = plan_runs(wanted, precision)
+    if not info.fp64 and any(dt == "float64" for dt, _ in runs):
+        if dtype == "float64" or all(dt == "float64" for dt, _ in runs):
             raise click.ClickException(f"device {info.name!r} has no double precision (cl_khr_fp64)")
-        wanted.remove("float64")
+        runs = [(dt, p) for dt, p in runs if dt != "float64"]
         click.echo(f"{info.name} has no double precision (cl_khr_fp64): tuning float32 only")
+    earlier = None
+    if around_path:
+        with open(around_path) as f:
+            earlier = json.load(f)
     size = size or default_size(info)
     db_path = os.path.abspath(database) if database else str(tuning.user_path())
     click.echo(f"tuning {info.id} {info.name} ({info.type}; driver {info.driver}) at {size} x {size} x {size}, "
-               f"{budget:g} s per dtype; database {db_path}")
+               f"{budget:g} s per search; database {db_path}")
     try:
         dev = Device(info)
     except DeviceError as e:
         raise click.ClickException(one_line(e)) from None
-    report = {"device": info.name, "device_id": info.id, "driver": info.driver, "architecture": info.architecture,
-              "date": utc_now(), "commit": git_commit()[0], "command": command_line(),
-              "dgemm_version": __version__, "size": size, "budget": budget, "seed": seed,
-              "database": db_path, "dtypes": {}}
+    report = report_header(info, size=size, budget=budget, seed=seed, database=db_path)
     nothing = []
-    for dt in wanted:
+    for dt, prec in runs:
+        name = tune_key(dt, prec)
         t0 = time.monotonic()
         count = {"failed": 0}
 
-        def progress(i, n, t, best, msg, dt=dt, t0=t0, count=count):
-            head = f"  {dt} [{i + 1:>{len(str(n))}}/{n} {time.monotonic() - t0:4.0f}s]"
+        def progress(i, n, t, best, msg, name=name, t0=t0, count=count):
+            head = f"  {name} [{i + 1:>{len(str(n))}}/{n} {time.monotonic() - t0:4.0f}s]"
             if t is None:
                 count["failed"] += 1
                 click.echo(f"{head} ERROR {msg}")
@@ -94,27 +93,21 @@ def tune_cmd(ctx, device_spec, dtype, budget, size, seed, max_candidates, databa
 
         with user_errors(ctx):
             out = tune(dev, dt, size=size, budget=budget, seed=seed, max_candidates=max_candidates,
-                       database=database, report=progress, precision=precision)
-        tried = len(out.results) + len(out.errors)
-        ranked = sorted((t for t in out.results if t.ok), key=lambda t: t.seconds)
-        report["dtypes"][dt] = {
-            "tried": tried, "failed": out.failed, "seconds": out.seconds,
-            "best": _timing_dict(out.best) if out.best else None,
-            "top": [_timing_dict(t) for t in ranked[:10]],
-            "incorrect": [_timing_dict(t) for t in out.incorrect[:10]], "errors": out.errors[:10],
-            "stored": str(out.stored) if out.stored else None,
-            "now_used": {"params": out.choice.params.as_dict(), "source": out.choice.describe(),
-                         "level": out.choice.level, "tuned": out.choice.tuned}}
+                       database=database, report=progress, precision=prec,
+                       around=earlier_winners(earlier, dt, prec) if earlier else None)
+        entry = report["dtypes"][name] = out.as_dict()
         if out.best is None:
-            nothing.append(dt)
-            click.echo(f"{dt}: no correct candidate among {tried} tried ({out.failed} failed); nothing stored")
+            nothing.append(name)
+            click.echo(f"{name}: no correct candidate among {entry['tried']} tried ({out.failed} failed); "
+                       "nothing stored")
             continue
         b = out.best
-        click.echo(f"{dt}: best {b.tflops:.4g} TFLOPS (rel_err {b.rel_err:.2g}) with {fmt_params(b.params.as_dict())}; "
-                   f"{tried} candidates tried in {out.seconds:.0f} s, {out.failed} failed")
-        click.echo(f"{dt}: stored in {out.stored}")
-        click.echo(f"{dt} on {info.name} now uses {fmt_params(out.choice.params.as_dict())}")
-        click.echo(f"{' ' * len(dt)}  from the {out.choice.describe()}")
+        click.echo(f"{name}: best {b.tflops:.4g} TFLOPS (rel_err {b.rel_err:.2g}) with "
+                   f"{fmt_params(b.params.as_dict())}; {entry['tried']} candidates tried in {out.seconds:.0f} s, "
+                   f"{out.failed} failed")
+        click.echo(f"{name}: stored in {out.stored}")
+        click.echo(f"{name} on {info.name} now uses {fmt_params(out.choice.params.as_dict())}")
+        click.echo(f"{' ' * len(name)}  from the {out.choice.describe()}")
     if database and db_path != os.path.abspath(tuning.user_path()):
         click.echo(f"note: dgemm reads this database only with DGEMM_TUNING_DB={db_path}; "
                    f"otherwise it reads {tuning.user_path()}")

@@ -135,11 +135,12 @@ def cluster_cmd(ctx, devices, nthreads, memory_limit, host, port, dashboard_addr
         from distributed import Scheduler
         from distributed.utils import format_dashboard_link
 
-        from dgemm.scheduler.dashboard import DgemmDashboard, PLUGIN_NAME, ROUTE
+        from dgemm.names import DASHBOARD_PLUGIN
+        from dgemm.scheduler.dashboard import DgemmDashboard, ROUTE
 
         async with Scheduler(host=host, port=port, dashboard_address=dashboard_address,
                              scheduler_file=scheduler_file, plugins=[DgemmDashboard()]) as s:
-            assert PLUGIN_NAME in s.plugins
+            assert DASHBOARD_PLUGIN in s.plugins
             link = format_dashboard_link(s.ip if host in ("0.0.0.0", "") else host, s.http_server.port)
             click.echo(f"scheduler: {s.address}")
             click.echo(f"dashboard: {link}")

@@ -2,17 +2,19 @@
 
 As ``dask cuda worker`` does for CUDA, :func:`worker_specs` gives one Dask
 worker (under a nanny) per OpenCL device, each pinned to its device through
-``DGEMM_DEVICE`` in its environment, advertising ``GPU=1`` and carrying the
-:class:`~dgemm.worker.DgemmPlugin`; :func:`run_workers` runs them until a
-signal (SIGINT, SIGTERM) or until they all end.
+``DGEMM_DEVICE`` in its environment (what :func:`dgemm.cluster.spec.device_worker`
+gives it, as under a :class:`~dgemm.cluster.DeviceCluster`), advertising
+``GPU=1`` and carrying the :class:`~dgemm.worker.DgemmPlugin`;
+:func:`run_workers` runs them until a signal (SIGINT, SIGTERM) or until
+they all end.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 
-from dgemm.opencl.discovery import ENV_DEVICE, select_devices
+from dgemm.cluster.spec import device_worker
+from dgemm.opencl.discovery import select_devices
 
 logger = logging.getLogger("dgemm.cluster.launch")
 
@@ -58,15 +60,15 @@ def worker_specs(devices: str | None = None, *, name: str | None = None, nthread
     ----------
     devices : str, optional
         Device specification (:func:`dgemm.opencl.discovery.select_devices`; default
-        ``$DGEMM_DEVICES``, else every GPU, else a CPU device).  A device
-        named twice gets two workers.
+        the ``devices`` setting, ``$DGEMM_DEVICES``, else every GPU, else a
+        CPU device).  A device named twice gets two workers.
     name : str, optional
         Worker name; with several devices, worker ``i`` is ``name-i`` (as
         ``dask worker --nworkers`` names them, which dask-jobqueue expects).
     nthreads : int, optional
         Threads per worker (default: this host's cores shared among the
         workers, at least 2: GEMM tasks run one at a time per device, the
-        threads left read and write blocks).
+        other threads store and reduce blocks).
     memory_limit : str or number
         Per worker; ``"auto"`` shares this host's memory among the workers.
     resources : dict, optional
@@ -82,38 +84,28 @@ def worker_specs(devices: str | None = None, *, name: str | None = None, nthread
     >>> [(s["name"], s["env"]["DGEMM_DEVICE"], s["resources"], s["nthreads"]) for s in specs]
     [('job-0', '0:0', {'GPU': 1}, 4), ('job-1', '0:1', {'GPU': 1}, 4)]
     """
-    from distributed.system import MEMORY_LIMIT
     from distributed.worker_memory import parse_memory_limit
 
     from dgemm.worker import DgemmPlugin
 
     infos = select_devices(devices, device_infos)
-    n = len(infos)
-    cores = os.cpu_count() or 1
-    if nthreads is None:
-        nthreads = max(2, cores // n)
-    if nthreads < 1:
+    ids = [info.id for info in infos]
+    if nthreads is not None and nthreads < 1:
         raise ValueError(f"--nthreads must be at least 1, not {nthreads}")
-    if memory_limit in (None, "auto"):
-        memory_limit = MEMORY_LIMIT // n
-    else:
+    if memory_limit not in (None, "auto"):
         try:  # what the worker will do with it, now: a mistake fails here, not in n processes
-            parse_memory_limit(memory_limit, nthreads, logger=logger)
+            parse_memory_limit(memory_limit, nthreads or 1, logger=logger)
         except (ValueError, TypeError):
             raise ValueError(f"--memory-limit {memory_limit!r}: expected bytes like 16GB, a fraction of this "
                              "host's memory like 0.25, 0 (no limit) or auto") from None
     specs = []
     for i, info in enumerate(infos):
-        env = {ENV_DEVICE: info.id}
-        # Several PoCL workers on one host must not each spawn a thread per core.
-        if n > 1 and "POCL_MAX_PTHREAD_COUNT" not in os.environ:
-            env["POCL_MAX_PTHREAD_COUNT"] = str(max(1, cores // n))
-        wname = name if (n == 1 or name in (None, "")) else f"{name}-{i}"
+        w = device_worker(i, ids, name=name, nthreads=nthreads, memory_limit=memory_limit)
         specs.append({
-            "name": wname, "env": env, "nthreads": nthreads, "memory_limit": memory_limit,
+            "name": w.name, "env": w.env, "nthreads": w.nthreads, "memory_limit": w.memory_limit,
             "resources": {**(resources or {}), "GPU": 1}, "plugins": {DgemmPlugin()},
             "dashboard": dashboard_address is not None,
-            "dashboard_address": _port(dashboard_address, i, n),
+            "dashboard_address": _port(dashboard_address, i, len(infos)),
             "device": info,
         })
     return specs

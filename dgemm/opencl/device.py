@@ -12,13 +12,16 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from dgemm import config
+from dgemm.dtypes import SUPPORTED
 from dgemm.opencl import sources
 from dgemm.opencl.discovery import DeviceInfo, cl_device, worker_device
 from dgemm.opencl.panels import PanelCache
 from dgemm.tuning.params import KernelParams
 from dgemm.tuning.database import Choice, lookup
 
-DTYPES = {np.dtype("float32"): 32, np.dtype("float64"): 64}
+# the kernels' PRECISION macro: bits of the element type
+PRECISION_BITS = {dt: dt.itemsize * 8 for dt in SUPPORTED}
 
 
 class DeviceError(RuntimeError):
@@ -69,9 +72,9 @@ class Device:
     def staging(self, nbytes: int) -> np.ndarray:
         """This thread's page-locked host buffer of at least ``nbytes`` (uint8), kept for the thread's next block.
 
-        Copies from page-locked memory run at the bus's speed (54 GB/s on an
-        H100 against 6.5 GB/s from ordinary memory, through NVIDIA's
-        OpenCL); the driver allocates it for ``ALLOC_HOST_PTR`` buffers.
+        Copies from page-locked memory run at the bus's speed, several times
+        faster than from ordinary memory (bench/NOTES.md has the figures);
+        the driver allocates it for ``ALLOC_HOST_PTR`` buffers.
         """
         held = getattr(self._local, "staging", None)
         if held is None or held[1].nbytes < nbytes:
@@ -89,7 +92,7 @@ class Device:
         return buf, host
 
     def host_array(self, shape: tuple[int, ...], dtype) -> np.ndarray:
-        """A new array in page-locked memory, for downloads; ordinary memory beyond ``DGEMM_PINNED_BYTES``.
+        """A new array in page-locked memory, for downloads; ordinary memory beyond :func:`pinned_limit`.
 
         The memory returns to the device's free list when the array (and
         every view of it) is gone, so C blocks downloaded one after another
@@ -121,7 +124,7 @@ class Device:
             self._free.append(entry)
 
     def pool(self) -> ThreadPoolExecutor:
-        """The threads that read blocks from their stores and upload them (``DGEMM_READ_THREADS``, default 8)."""
+        """The threads that read blocks from their stores and upload them (:func:`read_threads` of them)."""
         with self._lock:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(read_threads(), thread_name_prefix="dgemm-read")
@@ -133,7 +136,7 @@ class Device:
 
     def check_dtype(self, dtype) -> np.dtype:
         dtype = np.dtype(dtype)
-        if dtype not in DTYPES:
+        if dtype not in SUPPORTED:
             raise TypeError(f"dgemm supports float32 and float64, not {dtype}")
         if dtype == np.float64 and not self.info.fp64:
             raise DeviceError(f"device {self.info.name!r} has no double precision (cl_khr_fp64); "
@@ -161,7 +164,7 @@ class Device:
                                f"{need // 10}.{need % 10}, not {self.info.name} ({self.info.architecture})")
                 if bad:
                     raise ValueError(f"invalid kernel parameters {params}: " + "; ".join(bad))
-                defines = {"PRECISION": DTYPES[dtype], **params.defines()}
+                defines = {"PRECISION": PRECISION_BITS[dtype], **params.defines()}
                 options = [f"-D{k}={v}" for k, v in defines.items()]
                 options += ["-I", str(sources.kernel_dir()), *extra_options]
                 program = cl.Program(self.context, sources.program_source()).build(options=options)
@@ -197,20 +200,28 @@ class _Lease:
 
 
 def pinned_limit() -> int:
-    """Bytes of page-locked download buffers a device may hold: ``DGEMM_PINNED_BYTES``, default 4 GiB."""
-    try:
-        return max(0, int(os.environ["DGEMM_PINNED_BYTES"]))
-    except (KeyError, ValueError):
-        return 4 << 30
+    """Bytes of page-locked download buffers a device may hold: the ``pinned-bytes`` setting."""
+    return config.get("pinned-bytes")
+
+
+def reader_share(cpus: int, devices: int) -> int:
+    """Reader threads per device worker on a host of ``cpus`` cores and ``devices`` device workers: 2 to 8.
+
+    More than 8 per device only contend for the host's memory bandwidth
+    (measured on the H100 machine: bench/NOTES.md).
+
+    >>> reader_share(64, 4), reader_share(16, 1), reader_share(2, 2), reader_share(12, 4)
+    (8, 8, 2, 3)
+    """
+    return max(2, min(8, cpus // max(1, devices)))
 
 
 def read_threads() -> int:
-    """Threads a device reads and uploads with: ``DGEMM_READ_THREADS``, else 8 (fewer on small machines).
+    """Threads a device reads and uploads with: the ``read-threads`` setting (``DGEMM_READ_THREADS``).
 
-    Reading a Zarr chunk is mostly copying and decoding outside the GIL, so
-    several threads keep the disk (or the page cache) and PCIe busy together.
+    Unset, this host's :func:`reader_share` for one device; launchers that
+    put several device workers on a host set each one's share.  Reading a
+    Zarr chunk is mostly copying and decoding outside the GIL, so several
+    threads keep the disk (or the page cache) and PCIe busy together.
     """
-    try:
-        return max(1, int(os.environ["DGEMM_READ_THREADS"]))
-    except (KeyError, ValueError):
-        return max(2, min(8, os.cpu_count() or 2))
+    return config.get("read-threads") or reader_share(os.cpu_count() or 1, 1)

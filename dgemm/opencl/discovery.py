@@ -10,8 +10,10 @@ import glob
 import os
 from dataclasses import dataclass
 
-ENV_DEVICE = "DGEMM_DEVICE"      # the one device a worker process uses
-ENV_DEVICES = "DGEMM_DEVICES"    # which devices the local cluster uses
+from dgemm import config
+
+# The variables of the "device" (the one device a worker process uses) and "devices" (which
+# devices a local cluster uses) settings, as launchers and messages name them.
 
 
 @dataclass(frozen=True)
@@ -121,8 +123,8 @@ def select_devices(spec: str | None = None, devices: list[DeviceInfo] | None = N
     ``spec`` is a comma-separated list whose items are ``gpu``, ``cpu``,
     ``all``, a ``platform:device`` id, or a substring of a device name; an
     item may repeat to put several workers on one device.  ``None`` (and
-    ``$DGEMM_DEVICES`` unset) means every GPU, else the first CPU device,
-    else the first device.
+    the ``devices`` setting, ``$DGEMM_DEVICES``, unset) means every GPU,
+    else the first CPU device, else the first device.
 
     >>> d = [DeviceInfo(0, 0, "P", "cpu0", "v", "CPU", 1, 1, 1, 1, True, None, ""),
     ...      DeviceInfo(1, 0, "Q", "gpu0", "v", "GPU", 1, 1, 1, 1, True, None, "")]
@@ -138,7 +140,7 @@ def select_devices(spec: str | None = None, devices: list[DeviceInfo] | None = N
     if devices is None:
         devices = list_devices()
     if spec is None:
-        spec = os.environ.get(ENV_DEVICES) or None
+        spec = config.get("devices")
     if not devices:
         raise LookupError("no OpenCL device found. " + icd_hint())
     if spec is None:
@@ -168,9 +170,8 @@ def select_devices(spec: str | None = None, devices: list[DeviceInfo] | None = N
 
 
 def worker_device(devices: list[DeviceInfo] | None = None) -> DeviceInfo:
-    """The device a worker process uses: ``$DGEMM_DEVICE``, else the first GPU, else a CPU."""
-    spec = os.environ.get(ENV_DEVICE) or None
-    return select_devices(spec, devices)[0]
+    """The device a worker process uses: the ``device`` setting (``$DGEMM_DEVICE``), else as select_devices."""
+    return select_devices(config.get("device"), devices)[0]
 
 
 NVIDIA_LIB_GLOBS = ("/usr/lib*/libnvidia-opencl.so*", "/usr/lib/*/libnvidia-opencl.so*",

@@ -15,31 +15,21 @@ block product that needs them.
 """
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from dgemm import config
 from dgemm.opencl.device import Device, Kernels, read_threads
 from dgemm.opencl.panels import PanelCache
+from dgemm.sizes import INT32_MAX, roundup
 from dgemm.storage import ZarrBlock, load, read_error
 
 
-def roundup(x: int, m: int) -> int:
-    """Smallest multiple of ``m`` that is >= ``x``.
-
-    >>> roundup(100, 32), roundup(96, 32), roundup(0, 32)
-    (128, 96, 0)
-    """
-    return -(-x // m) * m
-
-
-INT32_MAX = 2**31 - 1
 
 # The padding kernels check bounds, so they run on a fixed work-group shape
 # over a rounded-up grid: a fixed shape lets drivers that specialise kernels
@@ -75,17 +65,16 @@ class Stats:
     extra: dict = field(default_factory=dict)
 
 
-def _env_int(name: str, default: int) -> int:
-    try:
-        return max(1, int(os.environ.get(name, "")))
-    except ValueError:
-        return default
+def default_prefetch() -> int:
+    """k steps (A and B block pairs) a product reads ahead: the ``prefetch`` setting (``DGEMM_PREFETCH``).
 
-
-# Steps (A and B block pairs) a product reads ahead of the one the device works on: one per reader
-# thread, so all of them stay busy when A's panel is cached and each step reads one block of B (on
-# 4 H200s sharing a host, 4 steps ahead left half the readers idle and the products waited on them).
-PREFETCH = _env_int("DGEMM_PREFETCH", max(4, read_threads()))
+    Unset, one per reader thread (at least 4), so all of them stay busy when
+    A's panel is cached and each step reads one block of B (on 4 H200s
+    sharing a host, 4 steps ahead left half the readers idle and the
+    products waited on them).  Read when a product starts, so a setting
+    changed later counts.
+    """
+    return config.get("prefetch") or max(4, read_threads())
 
 
 class BlockEngine:
@@ -233,7 +222,7 @@ class BlockEngine:
 
     def stream(self, a_refs: Sequence, b_refs: Sequence, m: int, n: int, *, alpha: float = 1.0,
                beta: float = 0.0, c: np.ndarray | None = None, trans_a: bool = False, trans_b: bool = False,
-               scope=None, then=None, prefetch: int = PREFETCH) -> np.ndarray:
+               scope=None, then=None, prefetch: int | None = None) -> np.ndarray:
         """Like :meth:`product`, from block references that are read and uploaded ahead of the device.
 
         Parameters
@@ -248,9 +237,11 @@ class BlockEngine:
         then : (a_refs, b_refs, m, n), optional
             The block product expected next on this device; its first blocks
             are read once this product's own reads are all under way.
-        prefetch : int
-            How many k steps to read ahead.
+        prefetch : int, optional
+            How many k steps to read ahead (default :func:`default_prefetch`).
         """
+        if prefetch is None:
+            prefetch = default_prefetch()
         mp, np_ = self._padded(m, n)
         plan = []
         for a, b in zip(a_refs, b_refs, strict=True):

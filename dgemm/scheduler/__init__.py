@@ -6,11 +6,13 @@ start (workers with the dgemm plugin add the dashboard themselves, and
 """
 from __future__ import annotations
 
+from dgemm.names import DASHBOARD_PLUGIN, PLACEMENT_PLUGIN
+
 
 def dask_setup(scheduler):
     """Preload hook: the dgemm dashboard page and the placement plugin on this scheduler."""
-    from dgemm.scheduler.dashboard import PLUGIN_NAME as DASHBOARD, DgemmDashboard
-    from dgemm.scheduler.placement import PLUGIN_NAME as PLACEMENT, PlacementPlugin
+    from dgemm.scheduler.dashboard import DgemmDashboard
+    from dgemm.scheduler.placement import PlacementPlugin
 
-    scheduler.add_plugin(DgemmDashboard(), name=DASHBOARD, idempotent=True)
-    scheduler.add_plugin(PlacementPlugin(), name=PLACEMENT, idempotent=True)
+    scheduler.add_plugin(DgemmDashboard(), name=DASHBOARD_PLUGIN, idempotent=True)
+    scheduler.add_plugin(PlacementPlugin(), name=PLACEMENT_PLUGIN, idempotent=True)

@@ -23,7 +23,8 @@ import logging
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
-PLUGIN_NAME = "dgemm-placement"
+from dgemm.names import PLACEMENT_PLUGIN
+
 logger = logging.getLogger(__name__)
 
 
@@ -42,7 +43,7 @@ class PlacementPlugin(SchedulerPlugin):
     """
 
     idempotent = True   # one per scheduler, whichever client registers it first
-    name = PLUGIN_NAME
+    name = PLACEMENT_PLUGIN
 
     def __init__(self):
         self.names: dict[str, object] = {}   # every address seen -> worker name
@@ -87,7 +88,7 @@ def ensure(client) -> bool:
     worker is free, which is correct, only with more reading.
     """
     try:
-        client.register_plugin(PlacementPlugin(), name=PLUGIN_NAME)
+        client.register_plugin(PlacementPlugin(), name=PLACEMENT_PLUGIN)
     except Exception as e:   # noqa: BLE001 - any failure means: run without placement
         logger.warning("dgemm: block placement off (the scheduler did not take its plugin: %s: %s)",
                        type(e).__name__, e)

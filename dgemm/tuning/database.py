@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from dgemm import config
 from dgemm.opencl.discovery import DeviceInfo
-from dgemm.tuning.params import KernelParams
+from dgemm.tuning.params import KernelParams, min_compute_capability
 
 LEVELS = ("device", "architecture", "vendor", "default")
 
@@ -24,15 +24,16 @@ def shipped_path() -> Path:
 
 
 def user_path() -> Path:
-    """``$DGEMM_TUNING_DB``, else ``<user cache>/dgemm/tuning.json``."""
-    env = os.environ.get("DGEMM_TUNING_DB")
-    if env:
-        return Path(env)
+    """The ``tuning-db`` setting (``$DGEMM_TUNING_DB``), else ``<user cache>/dgemm/tuning.json``."""
+    configured = config.get("tuning-db")
+    if configured:
+        return Path(configured)
     import platformdirs
     return Path(platformdirs.user_cache_dir("dgemm")) / "tuning.json"
 
 
-def _load(path: Path) -> dict:
+def load(path: Path) -> dict:
+    """The database at ``path`` as plain data; empty when there is no file."""
     if not path.is_file():
         return {}
     with open(path) as f:
@@ -62,28 +63,6 @@ def _keys(info: DeviceInfo) -> dict[str, str | None]:
             "default": "default"}
 
 
-PRECISIONS = {"float32": ("fma", "3xtf32", "tf32"), "float64": ("fma", "dmma")}
-
-
-def check_precision(dtype: str, precision: str | None) -> str | None:
-    """Validate a ``precision=`` option for a result dtype.
-
-    >>> check_precision("float32", "3xtf32")
-    '3xtf32'
-    >>> check_precision("float64", "tf32")
-    Traceback (most recent call last):
-    ...
-    ValueError: precision='tf32' is not available for float64; choose one of None, 'fma', 'dmma'
-    """
-    if precision is None:
-        return None
-    allowed = PRECISIONS[dtype]
-    if precision not in allowed:
-        raise ValueError(f"precision={precision!r} is not available for {dtype}; choose one of None, "
-                         + ", ".join(repr(p) for p in allowed))
-    return precision
-
-
 def lookup(info: DeviceInfo, dtype: str, databases: list[tuple[str, dict]] | None = None,
            precision: str | None = None) -> Choice:
     """Choose kernel parameters for ``info``, ``dtype`` ("float32"/"float64") and ``precision``.
@@ -109,7 +88,7 @@ def lookup(info: DeviceInfo, dtype: str, databases: list[tuple[str, dict]] | Non
     ('fma', 'no 3xtf32 kernel for this device (needs NVIDIA compute capability >= 8.0); using the FMA kernel')
     """
     if databases is None:
-        databases = [("user", _load(user_path())), ("shipped", _load(shipped_path()))]
+        databases = [("user", load(user_path())), ("shipped", load(shipped_path()))]
     if precision is None:
         found = _find(info, dtype, [dtype], databases, None)
     else:
@@ -118,10 +97,10 @@ def lookup(info: DeviceInfo, dtype: str, databases: list[tuple[str, dict]] | Non
         return found
     if precision not in (None, "fma"):
         fma = lookup(info, dtype, databases, "fma")
-        need = {"dmma": "8.0", "3xtf32": "8.0", "tf32": "8.0"}.get(precision, "?")
+        need = min_compute_capability(precision)
         return dataclasses.replace(fma, note=f"no {precision} kernel for this device (needs NVIDIA compute "
-                                             f"capability >= {need}); using the FMA kernel")
-    return Choice(_fallback(info, dtype), "default", "built-in", "none", False)
+                                             f"capability >= {need // 10}.{need % 10}); using the FMA kernel")
+    return Choice(FALLBACK, "default", "built-in", "none", False)
 
 
 def _find(info, dtype, names, databases, want) -> Choice | None:
@@ -154,15 +133,15 @@ def _usable(params: KernelParams, info: DeviceInfo, dtype: str) -> bool:
     return not params.problems(4 if dtype == "float32" else 8, info.max_work_group_size, info.local_mem)
 
 
-def _fallback(info: DeviceInfo, dtype: str) -> KernelParams:
-    """Small enough for any OpenCL device with 256 work-items and 16 KB of local memory."""
-    return KernelParams(TSM=32, TSN=32, TSK=16, WPTM=2, WPTN=2, WIDTH=1)
+# The parameters when no database has an entry: small enough for any OpenCL device with 256
+# work-items and 16 KB of local memory.
+FALLBACK = KernelParams(TSM=32, TSN=32, TSK=16, WPTM=2, WPTN=2, WIDTH=1)
 
 
 def store(info: DeviceInfo, dtype: str, params: KernelParams, extra: dict, path: Path | None = None) -> Path:
     """Record tuned parameters for a device in the user database (or ``path``)."""
     path = path or user_path()
-    db = _load(path)
+    db = load(path)
     entry = {"params": params.as_dict(), "tuned": True, **extra}
     db.setdefault("device", {}).setdefault(info.name, {})[dtype] = entry
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -10,6 +10,55 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
+
+@dataclass(frozen=True)
+class MmaKind:
+    """What one value of :attr:`KernelParams.MMA` means: the arithmetic, the instruction, the hardware."""
+
+    precision: str                   # the precision= path it implements (dgemm.dtypes.PRECISIONS)
+    dtype: str | None                # the one dtype it computes; None: any (the FMA kernel)
+    shape: tuple[int, int, int] | None   # the mma.sync instruction's m, n, k; None: no tensor cores
+    compute_capability: int          # NVIDIA compute capability (10*major+minor) it needs; 0: any device
+
+    @property
+    def instruction(self) -> str:
+        """``m16n8k8`` and the like; ``fma`` for the FMA kernel."""
+        return "fma" if self.shape is None else "m{}n{}k{}".format(*self.shape)
+
+
+# Every value MMA may take: the one table the kernel's rules, the tuner's search space and the
+# tuning database's fallbacks read (kernels/gemm_dmma.cl implements 1-6).
+MMA_KINDS = {
+    0: MmaKind("fma", None, None, 0),
+    1: MmaKind("dmma", "float64", (8, 8, 4), 80),
+    2: MmaKind("dmma", "float64", (16, 8, 4), 90),
+    3: MmaKind("dmma", "float64", (16, 8, 8), 90),
+    4: MmaKind("dmma", "float64", (16, 8, 16), 90),
+    5: MmaKind("tf32", "float32", (16, 8, 8), 80),     # TF32 accuracy
+    6: MmaKind("3xtf32", "float32", (16, 8, 8), 80),   # error-compensated: float32 accuracy
+}
+
+
+def mma_values(precision: str) -> tuple[int, ...]:
+    """The MMA values implementing ``precision``.
+
+    >>> mma_values("dmma"), mma_values("fma")
+    ((1, 2, 3, 4), (0,))
+    """
+    return tuple(v for v, kind in MMA_KINDS.items() if kind.precision == precision)
+
+
+def min_compute_capability(precision: str) -> int:
+    """The lowest NVIDIA compute capability any kernel of ``precision`` needs (0: any device).
+
+    >>> min_compute_capability("dmma"), min_compute_capability("fma")
+    (80, 0)
+    """
+    return min(MMA_KINDS[v].compute_capability for v in mma_values(precision))
+
+
 _FIELDS = ("TSM", "TSN", "TSK", "WPTM", "WPTN", "WIDTH", "VWM", "VWN", "PADA", "PADB", "GROUPM",
            "MMA", "WARPSM", "WARPSN")
 
@@ -36,12 +85,13 @@ class KernelParams:
         Work-group order: 0 is the launch order, ``g > 0`` walks bands of
         ``g`` tile rows column by column (L2 reuse).
     MMA : int
-        0: the FMA kernel (``gemm.cl``).  1-4: float64 on NVIDIA tensor cores
-        through inline PTX ``mma.sync`` (``gemm_dmma.cl``) of shape m8n8k4
-        (sm_80+), m16n8k4, m16n8k8, m16n8k16 (sm_90+); 5-6: float32 through
-        TF32 tensor cores, plain (5, TF32 accuracy) or error-compensated 3xTF32
-        (6, float32 accuracy), sm_80+.  WPTM, WPTN, VWM and VWN are then unused
-        and the work-group is WARPSM x WARPSN warps.
+        0: the FMA kernel (``gemm.cl``).  Otherwise NVIDIA tensor cores through
+        inline PTX ``mma.sync`` (``gemm_dmma.cl``), one value per precision and
+        instruction shape (:data:`MMA_KINDS`): 1-4 float64 (DMMA m8n8k4 on
+        sm_80+, m16n8k4, m16n8k8, m16n8k16 on sm_90+), 5-6 float32 through TF32,
+        plain (5, TF32 accuracy) or error-compensated 3xTF32 (6, float32
+        accuracy).  WPTM, WPTN, VWM and VWN are then unused and the
+        work-group is WARPSM x WARPSN warps.
     WARPSM, WARPSN : int
         Warps of an MMA work-group along M and N.
 
@@ -150,19 +200,19 @@ class KernelParams:
 
     def _mma_problems(self, itemsize) -> list[str]:
         out = []
-        if self.MMA not in (1, 2, 3, 4, 5, 6):
-            out.append(f"MMA={self.MMA} must be 0 (FMA), 1-4 (float64 DMMA m8n8k4, m16n8k4, m16n8k8, "
-                       "m16n8k16) or 5-6 (float32 TF32, 3xTF32)")
+        kind = MMA_KINDS.get(self.MMA)
+        if kind is None:
+            out.append(f"MMA={self.MMA} must be one of " + ", ".join(
+                f"{v} ({k.precision} {k.instruction})" for v, k in MMA_KINDS.items()))
             return out
-        kstep = (4, 4, 8, 16, 8, 8)[self.MMA - 1]
-        if self.MMA >= 2 and (self.TSM // self.WARPSM // 8) % 2:
-            out.append("the m16 shapes (MMA>=2) need TSM/WARPSM to be a multiple of 16")
+        m_step, _, kstep = kind.shape
+        if m_step == 16 and (self.TSM // self.WARPSM // 8) % 2:
+            out.append(f"the m16 shapes (MMA={self.MMA}) need TSM/WARPSM to be a multiple of 16")
         if self.TSK % kstep:
             out.append(f"TSK={self.TSK} must be a multiple of the instruction's k={kstep}")
-        if self.MMA <= 4 and itemsize != 8:
-            out.append("the DMMA kernels (MMA 1-4) are float64 only")
-        if self.MMA >= 5 and itemsize != 4:
-            out.append("the TF32 kernels (MMA 5-6) are float32 only")
+        if itemsize != np.dtype(kind.dtype).itemsize:
+            out.append(f"the {kind.precision} kernels (MMA {', '.join(map(str, mma_values(kind.precision)))}) "
+                       f"are {kind.dtype} only")
         if self.WIDTH not in (1, 2, 4, 8):
             out.append(f"WIDTH={self.WIDTH} must be 1, 2, 4 or 8")
         if self.TSM % (8 * self.WARPSM) or self.TSN % (8 * self.WARPSN) or self.TSK % 4:
@@ -170,14 +220,25 @@ class KernelParams:
         return out
 
     @property
+    def kind(self) -> MmaKind:
+        """The :data:`MMA_KINDS` entry of this kernel (raises KeyError for an MMA value there is none of)."""
+        return MMA_KINDS[self.MMA]
+
+    @property
     def min_compute_capability(self) -> int:
         """NVIDIA compute capability (10*major+minor) the kernel needs; 0 for the portable FMA kernel."""
-        return {0: 0, 1: 80, 2: 90, 3: 90, 4: 90, 5: 80, 6: 80}.get(self.MMA, 0)
+        kind = MMA_KINDS.get(self.MMA)
+        return kind.compute_capability if kind is not None else 0
 
     @property
     def precision(self) -> str:
-        """``"fma"``, ``"dmma"``, ``"tf32"`` or ``"3xtf32"``: the arithmetic this kernel does."""
-        return "fma" if self.MMA == 0 else "dmma" if self.MMA <= 4 else "tf32" if self.MMA == 5 else "3xtf32"
+        """``"fma"``, ``"dmma"``, ``"tf32"`` or ``"3xtf32"``: the arithmetic this kernel does.
+
+        >>> KernelParams(MMA=3).precision, KernelParams(MMA=6).precision
+        ('dmma', '3xtf32')
+        """
+        kind = MMA_KINDS.get(self.MMA)
+        return kind.precision if kind is not None else "invalid"   # problems() says why
 
     def defines(self) -> dict[str, int]:
         return {f: getattr(self, f) for f in _FIELDS}

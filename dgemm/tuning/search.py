@@ -14,16 +14,17 @@ import itertools
 import math
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from dgemm.dtypes import check_precision
 from dgemm.opencl.device import Device
-from dgemm.tuning.timing import KernelBench, Timing
-from dgemm.tuning.params import KernelParams
 from dgemm.tuning.database import Choice
+from dgemm.tuning.params import KernelParams, min_compute_capability, mma_values
+from dgemm.tuning.timing import KernelBench, Timing
 
 SPACE = {
     "TSM": (32, 64, 96, 128, 192, 256),
@@ -77,10 +78,12 @@ def mma_candidates(device_info, dtype, precision: str) -> list[KernelParams]:
     k-rows a half-warp reads fall in distinct banks (8 words).
     """
     itemsize = np.dtype(dtype).itemsize
+    # largest k first, as the seeded shuffle of the search has always received them
+    mmas = sorted(mma_values(precision), reverse=True)
     if precision == "dmma":
-        mmas, pad, width, max_frag = (4, 3, 2, 1), 4, 2, 32
+        pad, width, max_frag = 4, 2, 32
     else:
-        mmas, pad, width, max_frag = ((6,) if precision == "3xtf32" else (5,)), 8, 4, (32 if precision == "3xtf32" else 64)
+        pad, width, max_frag = 8, 4, (32 if precision == "3xtf32" else 64)
     out = []
     for mma, tsm, tsn, tsk, wm, wn, gm in itertools.product(
             mmas, (32, 64, 128, 256), (32, 64, 128, 256), (8, 16, 32), (1, 2, 4), (1, 2, 4), (0, 8)):
@@ -127,7 +130,7 @@ def search(device: Device, dtype, *, size: int = 4096, budget: float = 60.0, see
     are tried before the random ones.  ``precision`` names a tensor-core
     space (:func:`mma_candidates`) instead of the FMA kernel's.
     """
-    if precision in ("dmma", "3xtf32", "tf32"):
+    if precision not in (None, "fma"):
         space = mma_candidates(device.info, dtype, precision)
     else:
         space = candidates(device.info, dtype)
@@ -157,26 +160,21 @@ def search(device: Device, dtype, *, size: int = 4096, budget: float = 60.0, see
     return best, results
 
 
-def iter_sizes(sizes: str) -> Iterator[int]:
-    for s in sizes.split(","):
-        yield int(s)
-
-
 # -- tune and store ---------------------------------------------------------------
-DEFAULT_GPU_SIZE = 4096
-DEFAULT_CPU_SIZE = 256
+TUNE_GPU_SIZE = 4096
+TUNE_CPU_SIZE = 256     # a CPU device is slow to build for and to run
 
 
 def default_size(info) -> int:
     """Side of the product the tuner times: 4096, or 256 on a CPU device (slow to build and run)."""
-    return DEFAULT_CPU_SIZE if info.type == "CPU" else DEFAULT_GPU_SIZE
+    return TUNE_CPU_SIZE if info.type == "CPU" else TUNE_GPU_SIZE
 
 
 def databases(path=None) -> list[tuple[str, dict]]:
     """The databases :func:`dgemm.tuning.database.lookup` reads, with ``path`` as the user database if given."""
     from dgemm.tuning import database as tuning
     user = Path(path) if path is not None else tuning.user_path()
-    return [("user", tuning._load(user)), ("shipped", tuning._load(tuning.shipped_path()))]
+    return [("user", tuning.load(user)), ("shipped", tuning.load(tuning.shipped_path()))]
 
 
 @dataclass
@@ -184,6 +182,7 @@ class TuneOutcome:
     """What :func:`tune` found for one dtype, and what the database chooses afterwards."""
 
     dtype: str
+    precision: str | None        # the path tuned (None: the dtype's default entry)
     size: int
     best: Timing | None          # the fastest correct candidate
     results: list[Timing]        # every candidate that ran (correct or not)
@@ -200,15 +199,51 @@ class TuneOutcome:
     def failed(self) -> int:
         return len(self.errors) + len(self.incorrect)
 
+    def as_dict(self, top: int = 10) -> dict:
+        """Plain data for a JSON report: counts, the best, the ``top`` correct ones, failures, the choice now."""
+        ranked = sorted((t for t in self.results if t.ok), key=lambda t: t.seconds)
+        return {"dtype": self.dtype, "precision": self.precision, "size": self.size,
+                "tried": len(self.results) + len(self.errors), "failed": self.failed, "seconds": self.seconds,
+                "best": timing_dict(self.best) if self.best else None,
+                "top": [timing_dict(t) for t in ranked[:top]],
+                "incorrect": [timing_dict(t) for t in self.incorrect[:top]], "errors": self.errors[:top],
+                "stored": str(self.stored) if self.stored else None,
+                "now_used": {"params": self.choice.params.as_dict(), "source": self.choice.describe(),
+                             "level": self.choice.level, "tuned": self.choice.tuned}}
+
+
+def timing_dict(t: Timing) -> dict:
+    """One timed candidate as plain data."""
+    return {"params": t.params.as_dict(), "tflops": t.tflops if t.seconds > 0 else None,
+            "seconds": t.seconds, "rel_err": t.rel_err, "ok": t.ok}
+
+
+def earlier_winners(report: dict, dtype: str, precision: str | None = None, count: int = 4) -> list[KernelParams]:
+    """The ``count`` fastest correct parameter sets of an earlier search (a ``dgemm tune --json`` report).
+
+    >>> r = {"dtypes": {"float32": {"top": [{"params": {"TSM": 32}}, {"params": {"TSM": 64}}]}}}
+    >>> [p.TSM for p in earlier_winners(r, "float32", count=1)], earlier_winners(r, "float64")
+    ([32], [])
+    """
+    entry = report.get("dtypes", {}).get(tune_key(dtype, precision), {})
+    return [KernelParams.from_dict(t["params"]) for t in entry.get("top", [])[:count]]
+
+
+def tune_key(dtype: str, precision: str | None) -> str:
+    """How a tuning run is named in reports and the database: ``float32``, or ``float32:3xtf32``."""
+    return dtype if precision is None else f"{dtype}:{precision}"
+
 
 def tune(device: Device, dtype, *, size: int | None = None, budget: float = 60.0, seed: int = 0,
          max_candidates: int | None = None, database=None,
          report: Callable[[int, int, Timing | None, Timing | None, str], None] | None = None,
-         precision: str | None = None) -> TuneOutcome:
+         precision: str | None = None, around: list[KernelParams] | None = None) -> TuneOutcome:
     """Search (:func:`search`) and store the best correct candidate as this device's entry.
 
     The current choice of the database and the kernel's defaults are tried
-    first.  The entry goes to the user database (``database`` instead when
+    first, then ``around`` (earlier winners, e.g. :func:`earlier_winners`)
+    and their :func:`neighbours`, then the rest of the space in random
+    order.  The entry goes to the user database (``database`` instead when
     given) with its provenance: TFLOPS and size of the timed product, date,
     dgemm version and driver.  Nothing is stored when no candidate was correct.
     """
@@ -221,12 +256,16 @@ def tune(device: Device, dtype, *, size: int | None = None, budget: float = 60.0
     info = device.info
     size = size or default_size(info)
     itemsize = np.dtype(dtype).itemsize
-    precision = tuning.check_precision(dtype, precision)
-    mma = precision in ("dmma", "3xtf32", "tf32")
+    precision = check_precision(dtype, precision)
+    mma = precision not in (None, "fma")
     if mma and not mma_candidates(info, dtype, precision):
-        raise ValueError(f"{info.name} has no {precision} path (needs an NVIDIA GPU of compute capability >= 8.0)")
+        need = min_compute_capability(precision)
+        raise ValueError(f"{info.name} has no {precision} path (needs an NVIDIA GPU of compute capability "
+                         f">= {need // 10}.{need % 10})")
     current = tuning.lookup(info, dtype, databases(database), precision=precision).params
-    first = [p for p in dict.fromkeys([current] + ([] if mma else [KernelParams()]))
+    around = list(around or [])
+    first = [p for p in dict.fromkeys([current] + ([] if mma else [KernelParams()]) + around
+                                      + neighbours(around, info, dtype))
              if p.precision == (precision or "fma")
              and not p.problems(itemsize, info.max_work_group_size, info.local_mem)]
     errors: list[str] = []
@@ -248,8 +287,42 @@ def tune(device: Device, dtype, *, size: int | None = None, budget: float = 60.0
                  "generated_by": "dgemm tune", "dgemm_version": __version__, "driver": info.driver,
                  "rel_err": best.rel_err, "candidates_tried": len(results) + len(errors)}
         # named precisions get their own entry; DMMA (exact) also becomes float64's default
-        keys = [dtype] if precision is None else [f"{dtype}:{precision}"] + ([dtype] if precision == "dmma" else [])
+        keys = [tune_key(dtype, precision)] + ([dtype] if precision == "dmma" else [])
         for key in keys:
             stored = tuning.store(info, key, best.params, extra, path=Path(database) if database else None)
     choice = tuning.lookup(info, dtype, databases(database), precision=precision)
-    return TuneOutcome(dtype, size, best, results, errors, stored, choice, seconds)
+    return TuneOutcome(dtype, precision, size, best, results, errors, stored, choice, seconds)
+
+
+def plan_runs(dtypes, precisions=()) -> list[tuple[str, str | None]]:
+    """The ``(dtype, precision)`` searches asked for: each precision with the dtype it belongs to.
+
+    No precision: one search per dtype, of its default path.
+
+    >>> plan_runs(["float32", "float64"], ["dmma", "3xtf32", "tf32"])
+    [('float32', '3xtf32'), ('float32', 'tf32'), ('float64', 'dmma')]
+    >>> plan_runs(["float64"], ["tf32"])
+    Traceback (most recent call last):
+    ...
+    ValueError: --precision tf32 is not available for float64
+    """
+    from dgemm.dtypes import PRECISIONS
+
+    if not precisions:
+        return [(dt, None) for dt in dtypes]
+    runs = [(dt, p) for dt in dtypes for p in precisions if p in PRECISIONS[dt]]
+    orphans = [p for p in precisions if not any(p == q for _, q in runs)]
+    if orphans:
+        raise ValueError(f"--precision {', '.join(orphans)} is not available for {' or '.join(dtypes)}")
+    return runs
+
+
+def report_header(info, *, size: int, budget: float, seed: int, database: str) -> dict:
+    """The provenance of a ``dgemm tune --json`` report: device, date, commit, command and the search's settings."""
+    from dgemm import __version__
+    from dgemm.benchmarks.records import command_line, git_commit, utc_now
+
+    return {"device": info.name, "device_id": info.id, "driver": info.driver, "architecture": info.architecture,
+            "date": utc_now(), "commit": git_commit()[0], "command": command_line(),
+            "dgemm_version": __version__, "size": size, "budget": budget, "seed": seed,
+            "database": database, "dtypes": {}}

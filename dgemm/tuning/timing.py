@@ -1,8 +1,9 @@
 """Timing the GEMM kernel alone on device-resident data, with a correctness check.
 
 Used by the tuner and by the kernel benchmark.  A timed run counts only if
-its output passes :func:`check`: rows and columns sampled from C are compared
-with float64 numpy products of the same inputs.
+its output passes the check of :mod:`dgemm.accuracy`: whole rows and columns
+sampled from C, against float64 numpy products of the same inputs, within
+the tolerance of the kernel's precision.
 """
 from __future__ import annotations
 
@@ -11,9 +12,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dgemm.accuracy import sampled_error, tolerance
 from dgemm.opencl.device import Device
-from dgemm.opencl.engine import roundup
+from dgemm.sizes import roundup
 from dgemm.tuning.params import KernelParams
+
+SAMPLES = 24    # rows and columns of every timed C that are checked
 
 
 @dataclass
@@ -23,43 +27,12 @@ class Timing:
     n: int
     k: int
     seconds: float          # median kernel time (profiling events)
-    rel_err: float          # worst relative error over the sampled rows/columns
+    rel_err: float          # worst entry error over the sampled rows and columns (dgemm.accuracy)
     ok: bool
 
     @property
     def tflops(self) -> float:
         return 2.0 * self.m * self.n * self.k / self.seconds / 1e12
-
-
-TF32_EPS = 2.0 ** -10   # TF32 keeps 10 explicit mantissa bits
-
-
-def tolerance(dtype, k: int, precision: str = "fma") -> float:
-    """Relative error a correct kernel stays under (sum of k products).
-
-    Plain TF32 rounds every input to 10 mantissa bits, so its bound uses
-    TF32's epsilon; every other path must meet its dtype's.
-    """
-    if precision == "tf32":
-        return max(8.0, np.sqrt(k) / 4.0) * TF32_EPS
-    eps = np.finfo(np.dtype(dtype)).eps
-    return max(50.0, 4.0 * np.sqrt(k)) * eps
-
-
-def check(a: np.ndarray, b: np.ndarray, c: np.ndarray, rng, samples: int = 24) -> float:
-    """Worst relative error of sampled rows and columns of ``c`` against ``a @ b`` in float64."""
-    m, n = c.shape
-    rows = rng.choice(m, size=min(samples, m), replace=False)
-    cols = rng.choice(n, size=min(samples, n), replace=False)
-    a64, b64 = a.astype(np.float64, copy=False), b.astype(np.float64, copy=False)
-    err = 0.0
-    ref_r = a64[rows] @ b64
-    ref_c = a64 @ b64[:, cols]
-    for ref, got in ((ref_r, c[rows].astype(np.float64)), (ref_c, c[:, cols].astype(np.float64))):
-        if not np.all(np.isfinite(got)):
-            return float("inf")
-        err = max(err, float(np.linalg.norm(got - ref) / np.linalg.norm(ref)))
-    return err
 
 
 class KernelBench:
@@ -113,6 +86,8 @@ class KernelBench:
                 times.append((ev.profile.end - ev.profile.start) * 1e-9)
         out = np.empty((mp, np_), self.dtype)
         cl.enqueue_copy(q, out, c, is_blocking=True)
-        err = check(self.a, self.b, out[:self.m, :self.n], self.rng)
+        rows = self.rng.choice(self.m, size=min(SAMPLES, self.m), replace=False)
+        cols = self.rng.choice(self.n, size=min(SAMPLES, self.n), replace=False)
+        err = sampled_error(self.a, self.b, out[:self.m, :self.n], rows, cols)
         return Timing(params, self.m, self.n, self.k, statistics.median(times), err,
                       bool(err <= tolerance(self.dtype, self.k, params.precision)))

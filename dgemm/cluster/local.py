@@ -1,0 +1,136 @@
+"""Local clusters: one worker process per OpenCL device of this host, and the process-wide one.
+
+Without a client, dgemm uses the current distributed client, else starts
+(and reuses) a :class:`DeviceCluster`: a local cluster with one worker
+process per OpenCL device, each pinned to its device by its environment and
+advertising ``GPU=1``.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import threading
+
+from distributed import Client, LocalCluster
+
+from dgemm import config
+from dgemm.cluster.spec import device_worker
+from dgemm.opencl.discovery import select_devices
+
+# The local clusters started by local_client, by their devices: {key: (cluster, client)}.
+_started: dict = {}
+_started_lock = threading.Lock()
+
+# Worker deaths a task of a DeviceCluster may see (see DeviceCluster).
+ALLOWED_FAILURES = 10
+
+
+class DeviceCluster(LocalCluster):
+    """A local cluster with one worker process per OpenCL device.
+
+    Each worker gets what :func:`dgemm.cluster.spec.device_worker` gives a
+    device worker (its device, its share of the host's cores and memory),
+    as under ``dgemm worker``; its name is its index.
+
+    Parameters
+    ----------
+    devices : str, optional
+        Which devices (see :func:`dgemm.opencl.discovery.select_devices`; default
+        the ``devices`` setting, ``$DGEMM_DEVICES``, else all GPUs, else a CPU
+        device).  Naming a device twice starts two workers on it.
+    threads_per_worker : int, optional
+        Threads per worker (default: the host's cores shared among the
+        workers, at least 2): GEMM tasks run one at a time per device (they
+        ask for ``GPU=1``), the others (reduce, store) use the rest.
+    allowed_failures : int
+        Worker deaths a task may see before the run fails with
+        ``KilledWorker`` (the scheduler's ``allowed-failures``; dask's default
+        is 3).  A dying worker counts against *every* task assigned to it,
+        and GEMM tasks (resource-restricted, so never queued) are all assigned
+        up front, so with dask's default a run survives only three worker
+        deaths.  dgemm's default is :data:`ALLOWED_FAILURES`; a task that kills
+        every worker it runs on still fails after that many restarts.
+    **kwargs
+        Passed to :class:`distributed.LocalCluster`.  The scheduler and the
+        dashboard listen on localhost unless ``host``/``dashboard_address``
+        say otherwise; ``memory_limit`` (per worker; default or ``"auto"``)
+        is the host's memory shared among the workers.
+    """
+
+    def __init__(self, devices: str | None = None, *, threads_per_worker: int | None = None,
+                 allowed_failures: int | None = None, **kwargs):
+        import dask
+
+        self.device_ids = [d.id for d in select_devices(devices)]
+        kwargs.setdefault("host", "127.0.0.1")
+        kwargs.setdefault("dashboard_address", "127.0.0.1:8787")
+        kwargs.setdefault("resources", {"GPU": 1})
+        kwargs.setdefault("silence_logs", logging.ERROR)
+        # LocalCluster's "auto" gives each worker memory in proportion to its threads, which with
+        # few threads per device is the whole host's memory each (or a sliver of it): share it.
+        first = device_worker(0, self.device_ids, nthreads=threads_per_worker,
+                              memory_limit=kwargs.pop("memory_limit", "auto"))
+        allowed = ALLOWED_FAILURES if allowed_failures is None else int(allowed_failures)
+        with dask.config.set({"distributed.scheduler.allowed-failures": allowed}):  # read by the Scheduler
+            super().__init__(n_workers=0, threads_per_worker=first.nthreads, memory_limit=first.memory_limit,
+                             processes=True, **kwargs)
+        self.scale(len(self.device_ids))
+        self.sync(self._correct_state)
+
+    def new_worker_spec(self):
+        free = sorted(set(range(len(self.device_ids))) - set(self.worker_spec))
+        if not free:
+            raise ValueError(f"this cluster has {len(self.device_ids)} devices; it cannot have more workers")
+        i = free[0]
+        spec = copy.deepcopy(self.new_spec)
+        # nthreads and memory_limit (the same for every worker) are in new_spec since __init__
+        env = {**(spec["options"].get("env") or {}), **device_worker(i, self.device_ids).env}
+        spec["options"].update(env=env, name=i)
+        return {i: spec}
+
+
+def local_client(devices: str | None = None) -> Client:
+    """The process-wide local :class:`DeviceCluster` client (one per ``devices``), started on first use."""
+    key = devices or config.get("devices") or ""
+    with _started_lock:
+        entry = _started.get(key)
+        if entry is not None and entry[1].status == "running":
+            return entry[1]
+        cluster = DeviceCluster(devices)
+        client = Client(cluster, set_as_default=True)
+        _started[key] = (cluster, client)
+        return client
+
+
+def get_client(client: Client | None = None, devices: str | None = None) -> Client:
+    """``client``, else the current distributed client, else the local device cluster."""
+    if client is not None:
+        return client
+    try:
+        from distributed import default_client
+        return default_client()
+    except ValueError:
+        return local_client(devices)
+
+
+@contextlib.contextmanager
+def closing_new_local_clusters():
+    """Close the local dgemm clusters started inside the block (by :func:`local_client`), and only those.
+
+    Clusters the caller (a notebook, a test session) started before and
+    still uses stay open.
+    """
+    before = {id(entry[0]) for entry in _started.values()}
+    try:
+        yield
+    finally:
+        with _started_lock:
+            new = {key: entry for key, entry in _started.items() if id(entry[0]) not in before}
+            for key in new:
+                del _started[key]
+        for cluster, client in new.values():
+            with contextlib.suppress(Exception):
+                client.close()
+            with contextlib.suppress(Exception):
+                cluster.close()

@@ -1,0 +1,145 @@
+"""Making a cluster's workers dgemm-ready, and what a plan may assume of them.
+
+Given any client, :func:`prepare` registers the worker plugin and checks
+that some worker can run GEMM tasks; :func:`device_limits` and
+:func:`tiles_of` turn the usable workers' descriptions into the limits a
+plan must fit.
+"""
+from __future__ import annotations
+
+from distributed import Client
+
+from dgemm import config
+from dgemm.names import WORKER_PLUGIN
+from dgemm.tuning.params import KernelParams, lcm_tiles
+from dgemm.worker import DgemmPlugin, describe_worker
+
+
+def describe_for_plan(dask_worker=None) -> dict | None:
+    """Run on a worker: :func:`dgemm.worker.describe_worker` plus what the planner needs.
+
+    Adds ``memory`` (bytes dgemm may assume the device has: its global
+    memory, capped by the worker's ``device-memory-limit`` setting,
+    ``DGEMM_DEVICE_MEMORY_LIMIT``), ``max_alloc`` (the largest single
+    buffer) and ``host`` (to tell which workers share a device).
+    """
+    d = describe_worker(dask_worker)
+    if d is None or not d.get("ok"):
+        return d
+    try:
+        limit = config.get("device-memory-limit")
+    except ValueError as e:
+        return {**d, "ok": False, "error": str(e)}
+    info = d["device"]
+    memory = info.global_mem if limit is None else min(info.global_mem, limit)
+    max_alloc = None
+    try:
+        max_alloc = int(dask_worker.plugins[WORKER_PLUGIN].state.device.cl_device.max_mem_alloc_size)
+    except Exception:
+        pass
+    import socket
+    return {**d, "memory": memory, "memory_limit": limit, "max_alloc": max_alloc, "host": socket.gethostname()}
+
+
+def device_limits(workers: dict) -> tuple[int | None, int | None]:
+    """``(memory, max_alloc)`` a plan must fit: the smallest per-worker share over usable workers.
+
+    Workers on one device (the same device id on the same host) share its memory.
+    """
+    share: dict = {}
+    for d in workers.values():
+        key = (d.get("host"), d["device"].id)
+        share[key] = share.get(key, 0) + 1
+    memory = max_alloc = None
+    for d in workers.values():
+        mem = d.get("memory")
+        if mem is not None:
+            mem //= share[(d.get("host"), d["device"].id)]
+            memory = mem if memory is None else min(memory, mem)
+        ma = d.get("max_alloc")
+        if ma is not None:
+            max_alloc = ma if max_alloc is None else min(max_alloc, ma)
+    return memory, max_alloc
+
+
+class NoDeviceWorkerError(RuntimeError):
+    """No worker of the cluster can run dgemm's GEMM tasks."""
+
+
+def prepare(client: Client, dtype, timeout: float | None = None) -> dict:
+    """Make every worker dgemm-ready; return ``{address: description}`` of usable ones.
+
+    Raises
+    ------
+    NoDeviceWorkerError
+        When no worker (within ``timeout`` seconds, default the
+        ``worker-timeout`` setting, ``$DGEMM_WORKER_TIMEOUT``) has a working
+        device for ``dtype``.
+    """
+    import numpy as np
+
+    timeout = config.get("worker-timeout") if timeout is None else timeout
+    try:
+        client.wait_for_workers(1, timeout=timeout)
+    except TimeoutError:
+        raise NoDeviceWorkerError(f"the cluster at {client.scheduler.address} has no workers "
+                                  f"(waited {timeout:g} s)") from None
+    infos = _describe_all(client)
+    if any(v is None for v in infos.values()):
+        if not _plugin_registered(client):
+            client.register_plugin(DgemmPlugin(), name=WORKER_PLUGIN)
+        else:
+            # Registered already: these workers are (re)starting and set it up
+            # themselves.  Registering again would tear down every worker's
+            # device under the tasks of runs in flight.
+            _wait_for_plugin(client, infos, timeout)
+        infos = _describe_all(client)
+    dtype = np.dtype(dtype)
+    usable, reasons = {}, []
+    for addr, d in infos.items():
+        if isinstance(d, BaseException):
+            reasons.append(f"{addr}: did not answer ({type(d).__name__}: {d})")
+        elif d is None or not d["ok"]:
+            reasons.append(f"{addr}: {d['error'] if d else 'plugin missing'}")
+        elif dtype == np.float64 and not d["device"].fp64:
+            reasons.append(f"{addr}: {d['device'].name} has no double precision (cl_khr_fp64)")
+        elif not d["resources"].get("GPU"):
+            reasons.append(f"{addr}: no GPU resource")
+        else:
+            usable[addr] = d
+    if not usable:
+        raise NoDeviceWorkerError("no worker of the cluster can run dgemm's GEMM tasks for "
+                                  f"{dtype}: " + "; ".join(reasons))
+    return usable
+
+
+def _plugin_registered(client) -> bool:
+    try:
+        return bool(client.run_on_scheduler(_scheduler_has_plugin))
+    except Exception:  # an old scheduler, or a stand-in client
+        return False
+
+
+def _scheduler_has_plugin(dask_scheduler=None) -> bool:
+    return WORKER_PLUGIN in getattr(dask_scheduler, "worker_plugins", {})
+
+
+def _wait_for_plugin(client, infos: dict, timeout: float) -> None:
+    """Give workers that have not set up the plugin yet a moment (at most ``timeout``, 10 s)."""
+    import time
+    deadline = time.monotonic() + min(timeout, 10.0)
+    while any(v is None for v in infos.values()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+        infos = _describe_all(client)
+
+
+def _describe_all(client) -> dict:
+    """Every worker's :func:`describe_for_plan`; a worker that cannot answer (dying) gives its error."""
+    return client.run(describe_for_plan, on_error="return")
+
+
+def tiles_of(workers: dict, dtype, precision: str | None = None) -> tuple[int, int, int]:
+    """Tile sizes every usable worker's kernel (for ``precision``) divides."""
+    import numpy as np
+    name = np.dtype(dtype).name if precision is None else f"{np.dtype(dtype).name}:{precision}"
+    return lcm_tiles([KernelParams.from_dict(d["params"][name]["params"]) for d in workers.values()])

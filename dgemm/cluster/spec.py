@@ -1,0 +1,91 @@
+"""One device worker of a host: what both launchers give it.
+
+:class:`~dgemm.cluster.local.DeviceCluster` (a local cluster in the
+client's process) and :func:`~dgemm.cluster.launch.worker_specs` (behind
+``dgemm worker`` and ``dgemm cluster``, the SLURM and Kubernetes path) start
+one worker process per device.  :func:`device_worker` says, for the i-th of
+the host's n device workers, what that worker gets, so the two cannot drift.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from dgemm import config
+from dgemm.opencl.device import reader_share
+
+
+@dataclass(frozen=True)
+class DeviceWorker:
+    """What one device worker of a host gets.
+
+    Attributes
+    ----------
+    device : str
+        Its device's ``platform:device`` id.
+    name : str or None
+        Its worker name; None lets Dask name it by its address.
+    env : dict
+        Variables of its process: its device, and where several device
+        workers share the host, their shares of its cores (PoCL's threads, the
+        reader threads) unless those are set already.
+    nthreads : int
+        Dask threads: the host's cores shared among its device workers, at
+        least 2 (GEMM tasks run one at a time per device; the other threads
+        store and reduce blocks).
+    memory_limit : int, str or float
+        Dask's memory limit: the host's memory shared among its device
+        workers, or what the caller asked for.
+    """
+
+    device: str
+    name: str | None
+    env: dict
+    nthreads: int
+    memory_limit: int | str | float
+
+
+def device_worker(i: int, devices: Sequence[str], *, name: str | None = None, nthreads: int | None = None,
+                  memory_limit: int | str | float | None = "auto", cpus: int | None = None) -> DeviceWorker:
+    """The ``i``-th worker of a host whose device workers use ``devices`` (ids; one may repeat).
+
+    Parameters
+    ----------
+    i : int
+        Which worker: it opens ``devices[i]``.
+    devices : sequence of str
+        Every device worker's device on this host, in order.
+    name : str, optional
+        The workers' name: worker ``i`` of several is ``name-i`` (as ``dask
+        worker --nworkers`` names them, which dask-jobqueue expects).
+    nthreads : int, optional
+        Threads per worker (default: this host's cores shared, at least 2).
+    memory_limit : str or number, optional
+        Per worker; ``"auto"`` or None share this host's memory.
+    cpus : int, optional
+        This host's cores (default :func:`os.cpu_count`).
+
+    >>> w = device_worker(1, ["0:0", "0:1"], name="job", cpus=16, memory_limit="8GB")
+    >>> w.name, w.nthreads, w.memory_limit, w.env[config.environment("device")]
+    ('job-1', 8, '8GB', '0:1')
+    """
+    from distributed.system import MEMORY_LIMIT
+
+    n = len(devices)
+    cpus = cpus or os.cpu_count() or 1
+    env = {config.environment("device"): devices[i]}
+    # Several device workers on one host share its cores: PoCL must not spawn a thread per core
+    # in each, and each reads blocks with its share of reader threads.  Where the user set either,
+    # it stays theirs (a worker inherits the environment and, under a nanny, the configuration).
+    if n > 1 and "POCL_MAX_PTHREAD_COUNT" not in os.environ:
+        env["POCL_MAX_PTHREAD_COUNT"] = str(max(1, cpus // n))
+    if n > 1 and config.get("read-threads") is None:
+        env[config.environment("read-threads")] = str(reader_share(cpus, n))
+    return DeviceWorker(
+        device=devices[i],
+        name=name if (n == 1 or name in (None, "")) else f"{name}-{i}",
+        env=env,
+        nthreads=max(2, cpus // n) if nthreads is None else nthreads,
+        memory_limit=MEMORY_LIMIT // n if memory_limit in (None, "auto") else memory_limit,
+    )

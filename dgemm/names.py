@@ -1,0 +1,37 @@
+"""Names the client, the scheduler and the workers share: plugins, the worker metric, counters, task prefixes.
+
+A leaf module (it imports no other dgemm module), so that each process's
+code can agree on these names without importing the others' code.
+
+>>> TASK_SECONDS["store_seconds"] == STORE
+True
+>>> [f"dgemm-{kind}" for kind in KINDS] == [GEMM, REDUCE, STORE, DONE]
+True
+"""
+from __future__ import annotations
+
+# Plugins, by the name they are registered under.
+WORKER_PLUGIN = "dgemm"                 # dgemm.worker.DgemmPlugin, in Worker.plugins
+DASHBOARD_PLUGIN = "dgemm-dashboard"    # dgemm.scheduler.dashboard.DgemmDashboard, in Scheduler.plugins
+PLACEMENT_PLUGIN = "dgemm-placement"    # dgemm.scheduler.placement.PlacementPlugin, in Scheduler.plugins
+
+# Key of the worker metric (a worker's device snapshot) in the scheduler's WorkerState.metrics.
+WORKER_METRIC = "dgemm"
+
+# Prefixes of the task keys of one matmul's graph (dgemm.graph), followed by its token.
+GEMM = "dgemm-gemm"        # one block product on a device
+REDUCE = "dgemm-reduce"    # adds the k segments of a C block
+STORE = "dgemm-store"      # writes one C block to the output store
+DONE = "dgemm-done"        # depends on every store
+LOAD = "dgemm-load"        # an input held by dask or numpy (dgemm-load-a, dgemm-load-b, dgemm-load-c)
+# The kinds of task whose progress the dashboard follows (a key starts with f"dgemm-{kind}-").
+KINDS = ("gemm", "reduce", "store", "done")
+
+# Counters of one device, summed over its engines (one per dtype): what a
+# worker's snapshot reports, the dashboard shows and the Prometheus series count.
+COUNTERS = ("flops", "bytes_up", "bytes_down", "kernel_seconds", "busy_seconds", "blocks",
+            "transfer_seconds", "read_wait_seconds", "bytes_read", "read_seconds", "upload_seconds",
+            "download_seconds")
+EXTRA = ("transfer_seconds", "read_wait_seconds")   # kept in Stats.extra, the others are Stats fields
+# Seconds of the other dgemm tasks (from the worker's Fine Performance Metrics), by the task prefix they sum.
+TASK_SECONDS = {"store_seconds": STORE, "load_seconds": LOAD, "reduce_seconds": REDUCE}

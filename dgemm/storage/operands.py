@@ -1,0 +1,190 @@
+"""What the user passes in: :class:`Operand` wraps a Zarr array, a dask array or an in-memory array.
+
+Paths, URLs and stores are opened as read-only Zarr arrays.  An operand hands
+out *references* to its blocks: for Zarr a :class:`~dgemm.storage.blocks.ZarrBlock`
+that the worker reads straight from the store, for dask a graph key.  The
+client never reads matrix data.
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+
+from dgemm.dtypes import check_dtype
+from dgemm.storage.blocks import ZarrBlock
+from dgemm.storage.markers import COMPLETE_ATTR
+
+
+class Operand:
+    """One input matrix, seen through an optional transpose (BLAS ``op``).
+
+    ``shape`` is the logical 2-D shape of ``op(x)``; ``stored_shape`` the
+    stored one.  1-D inputs are promoted as :func:`numpy.matmul` does, by
+    :meth:`promote`.
+    """
+
+    def __init__(self, x, what: str):
+        import dask.array as da
+
+        self.what = what
+        self.zarr = None
+        self.dask = None
+        self.label = what
+        self.expand: int | None = None
+        self.trans = False
+        x = _open_read_only(x, what)
+        if is_zarr_array(x):
+            self.zarr = x
+            self.label = f"{what} (Zarr {x.store_path})" if hasattr(x, "store_path") else what
+            shape, dtype, chunks = tuple(x.shape), x.dtype, tuple(x.chunks)
+            meta = x.attrs.get(COMPLETE_ATTR)
+            if isinstance(meta, dict) and meta.get("complete") is False:
+                raise ValueError(f"{what} ({x.store_path}) is an incomplete dgemm output: the run that writes it "
+                                 "did not finish, so some of its blocks are missing; finish it first "
+                                 "(the same call with resume=True)")
+        elif isinstance(x, da.Array):
+            self.dask = x
+            shape, dtype = tuple(x.shape), x.dtype
+            if any(math.isnan(s) for s in shape):
+                raise ValueError(f"{what} is a dask array of unknown shape {shape} (unknown chunk sizes); "
+                                 f"call {what}.compute_chunk_sizes() first")
+            chunks = tuple(c[0] if c else 0 for c in x.chunks)
+        elif isinstance(x, (np.ndarray, list, tuple)) or hasattr(x, "__array__"):
+            arr = np.asarray(x)
+            self.dask = arr  # turned into a dask array once the plan fixes its blocks
+            shape, dtype, chunks = arr.shape, arr.dtype, None
+        else:
+            raise TypeError(f"{what} must be a zarr.Array, a path or URL of one, a dask array or a numpy "
+                            f"array, not {type(x).__name__}")
+        if len(shape) == 0:
+            raise ValueError(f"{what} is 0-dimensional; matmul takes 1-D and 2-D operands "
+                             "(numpy.matmul refuses scalars too: use multiply)")
+        if len(shape) > 2:
+            raise ValueError(f"{what} has {len(shape)} dimensions {shape}; dgemm supports 1-D and 2-D operands")
+        self.dtype = check_dtype(dtype, what)
+        self.stored_shape = tuple(int(s) for s in shape)
+        self.stored_chunks = chunks
+
+    @property
+    def ndim(self) -> int:
+        return len(self.stored_shape)
+
+    def promote(self, axis: int) -> None:
+        """View a 1-D operand as 2-D by inserting ``axis`` (0: row vector, 1: column vector)."""
+        assert self.ndim == 1
+        self.expand = axis
+        n = self.stored_shape[0]
+        c = self.stored_chunks[0] if self.stored_chunks else None
+        self.stored_shape = (1, n) if axis == 0 else (n, 1)
+        self.stored_chunks = None if c is None else ((1, c) if axis == 0 else (c, 1))
+        if self.dask is not None:
+            self.dask = self.dask[None, :] if axis == 0 else self.dask[:, None]
+
+    def transpose(self) -> None:
+        self.trans = not self.trans
+
+    def identity(self) -> dict:
+        """What this operand is, as plain data: a resumed run must see the same one.
+
+        Zarr: where it is stored, its shape, dtype and chunks (not its
+        contents: rewriting an input between a run and its resumption is not
+        detected).  dask: the graph's name (a hash of its inputs).  numpy: a
+        hash of the data.
+        """
+        from dask.base import tokenize
+
+        d = {"shape": list(self.stored_shape), "dtype": self.dtype.str, "trans": self.trans, "expand": self.expand}
+        if self.zarr is not None:
+            d["zarr"] = location(self.zarr)
+            d["chunks"] = list(self.zarr.chunks)
+        elif isinstance(self.dask, np.ndarray):
+            d["numpy"] = tokenize(self.dask)
+        else:
+            d["dask"] = self.dask.name
+        return d
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        r, c = self.stored_shape
+        return (c, r) if self.trans else (r, c)
+
+    @property
+    def chunks(self) -> tuple[int | None, int | None]:
+        """Chunk sizes along the logical axes, for aligning blocks with storage."""
+        if not self.stored_chunks:
+            return (None, None)
+        r, c = self.stored_chunks
+        return (c, r) if self.trans else (r, c)
+
+    def block_refs(self, row_bounds, col_bounds):
+        """References to every logical block; returns ``(ref(i, j), graph layers)``.
+
+        ``ref(i, j)`` is what a task receives for logical block (i, j): a
+        :class:`ZarrBlock` or a dask key, in *stored* orientation (the device
+        does the transpose).
+        """
+        import dask.array as da
+        from dask.base import tokenize
+
+        sr, sc = (col_bounds, row_bounds) if self.trans else (row_bounds, col_bounds)
+        if self.zarr is not None:
+            def ref(i, j):
+                if self.trans:
+                    i, j = j, i
+                return ZarrBlock(self.zarr, sr[i], sc[j], self.expand)
+            return ref, None
+        if not sr or not sc:  # an empty axis (K == 0): no blocks, nothing for a task to reference
+            def no_ref(i, j):
+                raise IndexError(f"{self.what} has no blocks")
+            return no_ref, None
+        chunks = (tuple(b - a for a, b in sr), tuple(b - a for a, b in sc))
+        if isinstance(self.dask, np.ndarray):
+            x = da.from_array(self.dask, chunks=chunks, name=f"dgemm-load-{self.what}-{tokenize(self.dask, chunks)}")
+        else:
+            x = self.dask.rechunk(chunks)
+
+        def ref(i, j):
+            if self.trans:
+                i, j = j, i
+            return (x.name, i, j)
+        return ref, x
+
+
+def is_zarr_array(x) -> bool:
+    """Whether ``x`` is an opened Zarr array (zarr is imported only when asked)."""
+    import zarr
+    return isinstance(x, zarr.Array)
+
+
+def location(x) -> str | None:
+    """Where an array lives, comparable across a path and an opened array.
+
+    >>> location("/tmp/x.zarr")
+    'file:///tmp/x.zarr'
+    >>> location(3) is None
+    True
+    """
+    if is_zarr_array(x):
+        return str(x.store_path).rstrip("/")
+    if isinstance(x, (str, os.PathLike)):
+        s = os.fspath(x)
+        if "://" not in s:
+            return "file://" + os.path.abspath(s).rstrip("/")
+        return s.rstrip("/")
+    return None
+
+
+def _open_read_only(x, what: str):
+    """Open a path, URL or store as a read-only Zarr array; anything else passes through."""
+    import zarr
+    from zarr.abc.store import Store
+
+    if not isinstance(x, (str, os.PathLike, Store)):
+        return x
+    try:
+        return zarr.open_array(x, mode="r")
+    except Exception as e:  # zarr raises several types for "not an array here"
+        raise ValueError(f"{what}: {os.fspath(x) if not isinstance(x, Store) else x} is not a Zarr array "
+                         f"({type(e).__name__}: {e})") from None

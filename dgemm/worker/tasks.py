@@ -1,0 +1,73 @@
+"""The functions the tasks of a dgemm graph run, in the workers (:mod:`dgemm.graph` builds the graph).
+
+``dgemm-gemm``    :func:`gemm_block`, one block product on this worker's device
+``dgemm-reduce``  :func:`reduce_blocks`, the sum of a C block's k segments
+``dgemm-store``   :func:`store`, one C block written, then marked done
+``dgemm-done``    :func:`done`, after every store
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from dgemm.storage import load, read_error, store_block
+
+
+def read_block(ref) -> np.ndarray:
+    """Read a block reference (a :class:`~dgemm.storage.ZarrBlock` or an array) in this worker.
+
+    A failed read raises :class:`OSError` naming the array, rows and
+    columns, and the chunk when it can tell (:func:`dgemm.storage.read_error`).
+    """
+    try:
+        return load(ref)
+    except Exception as e:
+        raise OSError(read_error(ref, e)) from e
+
+
+def gemm_block(a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_b, dtype, precision=None,
+               scope=None, reserve=0, then=None):
+    """One C block: ``alpha * sum_k op(A_ik) op(B_kj) + beta * C_ij`` on this worker's device.
+
+    The A and B blocks are read and uploaded ahead of the device and kept in
+    its panel cache for the run ``scope`` (see
+    :meth:`dgemm.opencl.engine.BlockEngine.stream`); ``reserve`` is the device memory
+    the product itself needs besides the cache; ``then`` names the block
+    product this worker is expected to run next, whose first blocks are
+    read while this one finishes.
+    """
+    # At call time, so that the package dgemm.worker may import this module without a cycle.
+    from dgemm.worker import device_state
+
+    state = device_state()
+    engine = state.engine(dtype, precision)
+    state.plan_cache(reserve)
+    c = read_block(c_ref) if c_ref is not None and beta != 0 else None
+    return engine.stream(a_refs, b_refs, m, n, alpha=alpha, beta=beta, c=c, trans_a=trans_a, trans_b=trans_b,
+                         scope=scope, then=then)
+
+
+def reduce_blocks(parts):
+    """Sum the k segments of one C block."""
+    out = parts[0].copy()
+    for p in parts[1:]:
+        out += p
+    return out
+
+
+def store(array, rows, cols, block, drop, marker=None):
+    """Write one C block, then its completion marker; returns its shape (the store holds the data).
+
+    ``marker`` is ``(BlockMarkers, i, j)``.  The marker is written only after
+    every chunk of the block: a worker killed in between leaves the block
+    unmarked, and a re-run (dask's retry, or ``resume=True``) rewrites it.
+    """
+    store_block(array, rows, cols, block, drop)
+    if marker is not None:
+        markers, i, j = marker
+        markers.mark(i, j)
+    return block.shape
+
+
+def done(shapes):
+    """How many blocks were stored (the one result of the done task)."""
+    return len(shapes)

@@ -1,0 +1,134 @@
+"""Settings (dgemm.config): where a value comes from, what a bad one says, how it reaches a worker."""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import dask
+import pytest
+import yaml
+
+from conftest import DEVICES
+from dgemm import config
+
+
+@pytest.fixture
+def clean(monkeypatch):
+    """No DGEMM_* variable set, and Dask's configuration as it was after the test."""
+    for s in config.SETTINGS.values():
+        monkeypatch.delenv(s.env, raising=False)
+    saved = copy.deepcopy(dask.config.config)
+    yield
+    dask.config.config.clear()
+    dask.config.config.update(saved)
+
+
+def test_defaults(clean):
+    assert config.get("worker-timeout") == 60
+    assert config.get("pinned-bytes") == 4 << 30
+    assert config.get("read-threads") is None and config.get("devices") is None
+    with dask.config.set({"dgemm.pinned-bytes": None}):          # null: the shipped default
+        assert config.get("pinned-bytes") == 4 << 30
+
+
+def test_precedence(clean, tmp_path, monkeypatch):
+    """Shipped default < user YAML < DASK_DGEMM__* < dask.config.set < DGEMM_*."""
+    (tmp_path / "dgemm.yaml").write_text(yaml.safe_dump({"dgemm": {"read-threads": 2, "worker-timeout": "90s"}}))
+    dask.config.refresh(paths=[str(tmp_path)], env={})
+    assert config.get("read-threads") == 2 and config.get("worker-timeout") == 90
+    assert config.get("pinned-bytes") == 4 << 30                  # the YAML leaves the others alone
+    dask.config.refresh(paths=[str(tmp_path)], env={"DASK_DGEMM__READ_THREADS": "5",
+                                                     "DASK_DGEMM__DEVICE_MEMORY_LIMIT": "2GiB"})
+    assert config.get("read-threads") == 5 and config.get("device-memory-limit") == 2 << 30
+    with dask.config.set({"dgemm.read-threads": 6}):
+        assert config.get("read-threads") == 6
+        monkeypatch.setenv("DGEMM_READ_THREADS", "7")
+        assert config.get("read-threads") == 7
+        monkeypatch.setenv("DGEMM_READ_THREADS", " ")            # empty: as if unset
+        assert config.get("read-threads") == 6
+
+
+def test_variable_names():
+    s = config.SETTINGS["device-memory-limit"]
+    assert (s.env, s.dask_env) == ("DGEMM_DEVICE_MEMORY_LIMIT", "DASK_DGEMM__DEVICE_MEMORY_LIMIT")
+    assert all(s.env == "DGEMM_" + s.key.upper().replace("-", "_") for s in config.SETTINGS.values())
+    assert config.environment("read-threads") == "DGEMM_READ_THREADS"
+    # every setting has a shipped default (null or a value) in dgemm.yaml, and nothing else is there
+    assert set(config.DEFAULTS["dgemm"]) == set(config.SETTINGS)
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("read-threads", "0", "DGEMM_READ_THREADS='0' must be a positive integer"),
+    ("prefetch", "four", "DGEMM_PREFETCH='four' must be a positive integer"),
+    ("device-memory-limit", "lots", "DGEMM_DEVICE_MEMORY_LIMIT='lots' is not a size in bytes"),
+    ("device-memory-limit", "0", "DGEMM_DEVICE_MEMORY_LIMIT='0' must be more than 0 bytes"),
+    ("pinned-bytes", "-1", "DGEMM_PINNED_BYTES='-1' is not a size in bytes"),
+    ("worker-timeout", "soon", "DGEMM_WORKER_TIMEOUT='soon' is not a duration"),
+    ("worker-timeout", "0", "DGEMM_WORKER_TIMEOUT='0' is not a duration"),
+])
+def test_bad_variables_name_themselves(clean, monkeypatch, key, value, message):
+    monkeypatch.setenv(config.environment(key), value)
+    with pytest.raises(ValueError, match=message):
+        config.get(key)
+
+
+def test_bad_configuration_names_the_key(clean):
+    with dask.config.set({"dgemm.read-threads": 2.5}):
+        with pytest.raises(ValueError, match=r"dgemm.read-threads=2.5 must be a positive integer"):
+            config.get("read-threads")
+    with dask.config.set({"dgemm.worker-timeout": True}):
+        with pytest.raises(ValueError, match="dgemm.worker-timeout=True is not a duration"):
+            config.get("worker-timeout")
+    with pytest.raises(KeyError, match="'read_threads' is not a dgemm setting; settings: devices, device"):
+        config.get("read_threads")
+
+
+def test_parsed_values(clean, monkeypatch):
+    monkeypatch.setenv("DGEMM_DEVICE_MEMORY_LIMIT", "512MiB")
+    monkeypatch.setenv("DGEMM_WORKER_TIMEOUT", "2 minutes")
+    monkeypatch.setenv("DGEMM_PINNED_BYTES", "0")                 # no page-locked memory: allowed
+    monkeypatch.setenv("DGEMM_DEVICES", " cpu,cpu ")
+    assert config.get("device-memory-limit") == 512 << 20 and config.get("worker-timeout") == 120
+    assert config.get("pinned-bytes") == 0 and config.get("devices") == "cpu,cpu"
+
+
+def test_settings_reach_their_readers(clean, monkeypatch, tmp_path):
+    """The modules read settings when they act, so a later dask.config.set counts."""
+    from dgemm.opencl import device, discovery, engine
+    from dgemm.tuning import database
+
+    cpu = discovery.DeviceInfo(0, 0, "P", "cpu0", "v", "CPU", 1, 1, 1, 1, True, None, "")
+
+    with dask.config.set({"dgemm.read-threads": 3, "dgemm.pinned-bytes": "1MiB", "dgemm.prefetch": 9,
+                          "dgemm.tuning-db": str(tmp_path / "t.json"), "dgemm.devices": "nothing-like-it"}):
+        assert device.read_threads() == 3 and device.pinned_limit() == 1 << 20
+        assert engine.default_prefetch() == 9
+        assert database.user_path() == tmp_path / "t.json"
+        with pytest.raises(LookupError, match="no OpenCL device matches 'nothing-like-it'"):
+            discovery.select_devices(None, [cpu])
+    with dask.config.set({"dgemm.read-threads": 5}):
+        assert engine.default_prefetch() == 5                     # unset: one step per reader, at least 4
+
+
+def test_readme_lists_every_setting():
+    """The README's "Settings" section is the table config.settings_table() writes (paste it there)."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert config.settings_table() in readme
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@pytest.mark.skipif(not DEVICES, reason="no OpenCL device (pip install pocl-binary-distribution)")
+def test_a_setting_reaches_the_workers_of_a_local_cluster(clean):
+    """dask.config.set before a DeviceCluster starts: its nannies ship the configuration to each worker,
+    and the cluster's own per-worker share of reader threads does not override it."""
+    from distributed import Client
+
+    from dgemm.cluster import DeviceCluster
+
+    with dask.config.set({"dgemm.read-threads": 3}):
+        with DeviceCluster("cpu,cpu", dashboard_address=":0") as cluster, \
+                Client(cluster, set_as_default=False) as client:
+            client.wait_for_workers(2, timeout=120)
+            seen = client.run(lambda: config.get("read-threads"))
+    assert list(seen.values()) == [3, 3]
