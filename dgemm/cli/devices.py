@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import click
 
@@ -38,8 +39,11 @@ def devices(as_json):
             click.echo(f"      {' ' * len(dt)}  from the {p['source']}")
             click.echo(f"      {' ' * len(dt)}  paths (precision=): " + ", ".join(
                 f"{x} (default)" if x == p["kernel"] else x for x in p["paths"]))
-    chosen_by = config.get("devices")
-    why = f"devices setting {chosen_by!r}" if chosen_by else "devices setting (DGEMM_DEVICES) unset"
+    var, spec = config.environment("devices"), config.get("devices")
+    if spec is None:
+        why = f"{var} unset"
+    else:   # say where the value came from: the variable, or Dask's configuration
+        why = f"{var}={spec}" if (os.environ.get(var) or "").strip() else f"dgemm.devices={spec}"
     if report["local_cluster_error"]:
         click.echo(f"A local cluster ({why}) would fail: {report['local_cluster_error']}")
     else:
