@@ -13,6 +13,7 @@ from dgemm import config
 from dgemm.names import WORKER_PLUGIN
 from dgemm.tuning.params import KernelParams, lcm_tiles
 from dgemm.worker import DgemmPlugin, describe_worker
+from dgemm.worker.state import device_memory
 
 
 def describe_for_plan(dask_worker=None) -> dict | None:
@@ -27,11 +28,9 @@ def describe_for_plan(dask_worker=None) -> dict | None:
     if d is None or not d.get("ok"):
         return d
     try:
-        limit = config.get("device-memory-limit")
+        limit, memory = config.get("device-memory-limit"), device_memory(d["device"])
     except ValueError as e:
         return {**d, "ok": False, "error": str(e)}
-    info = d["device"]
-    memory = info.global_mem if limit is None else min(info.global_mem, limit)
     max_alloc = None
     try:
         max_alloc = int(dask_worker.plugins[WORKER_PLUGIN].state.device.cl_device.max_mem_alloc_size)

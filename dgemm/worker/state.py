@@ -79,6 +79,12 @@ def _digest(kernel, transfer, wait, up, down, flops) -> None:
             context_meter.digest_metric(label, value, unit)
 
 
+def device_memory(info) -> int:
+    """Bytes dgemm may assume a device has: its global memory, capped by ``device-memory-limit`` (read here)."""
+    limit = config.get("device-memory-limit")
+    return info.global_mem if limit is None else min(info.global_mem, limit)
+
+
 class DeviceState:
     """A device and its engines (one per dtype), or the reason there is none.
 
@@ -159,11 +165,7 @@ class DeviceState:
         a quarter of it.
         """
         info = self.device.info
-        memory = info.global_mem
-        limit = config.get("device-memory-limit")
-        if limit:
-            memory = min(memory, limit)
-        share = MEMORY_FRACTION * memory * (0.25 if info.type == "CPU" else 1.0)
+        share = MEMORY_FRACTION * device_memory(info) * (0.25 if info.type == "CPU" else 1.0)
         self.device.cache.budget = max(0, int(share - reserve))
         return self.device.cache.budget
 
