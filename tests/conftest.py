@@ -142,3 +142,59 @@ class NoClient:
 @pytest.fixture
 def no_client():
     return NoClient()
+
+
+# -- a cluster started in another working folder --------------------------------
+class Elsewhere:
+    """A ``dgemm cluster`` process started in its own working folder (``home``), as users run one.
+
+    Relative paths, temporary folders and environment variables of the
+    client (the test) must not reach its workers: a test that ``chdir``s to
+    ``tmp_path`` and passes relative paths sees what a user sees.  ``home``
+    holds nothing a test should read; a wrongly resolved relative path finds
+    nothing there (or the decoys a test puts there on purpose).
+    """
+
+    def __init__(self, home, client, proc):
+        self.home, self.client, self.proc = home, client, proc
+
+
+@pytest.fixture(scope="session")
+def elsewhere(tmp_path_factory):
+    """``dgemm cluster`` (two workers) run as a separate process in its own folder; yields an :class:`Elsewhere`."""
+    import subprocess
+    import sys
+    import time
+
+    from distributed import Client
+
+    if not DEVICES:
+        pytest.skip("no OpenCL device on this host (install pocl-binary-distribution for a CPU one)")
+    home = tmp_path_factory.mktemp("cluster-home")
+    sched = home / "scheduler.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DGEMM_TEST")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                                      env.get("PYTHONPATH")]))
+    log = open(home / "cluster.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "dgemm", "cluster", "--devices", CLUSTER_DEVICES, "--port", "0",
+                             "--dashboard-address", "127.0.0.1:0", "--scheduler-file", str(sched)],
+                            cwd=home, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while not sched.exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"dgemm cluster did not start: {(home / 'cluster.log').read_text()}")
+            time.sleep(0.2)
+        client = Client(scheduler_file=str(sched), set_as_default=False)
+        client.wait_for_workers(len(CLUSTER_DEVICES.split(",")), timeout=120)
+        try:
+            yield Elsewhere(home, client, proc)
+        finally:
+            client.close()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()

@@ -1,0 +1,221 @@
+"""The checks of a call: :class:`Request`, everything the user passed, checked before any work."""
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dgemm.dtypes import check_dtype, check_precision
+from dgemm.plan import index_overflow
+from dgemm.sizes import INT32_MAX
+from dgemm.storage import Operand, OutputSpec, check_output, is_zarr_array, location
+
+
+def _check_scalar(x, name: str) -> float:
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        raise TypeError(f"{name} must be a real number, not {type(x).__name__}")
+    return float(x)
+
+
+def _check_bool(x, name: str) -> bool:
+    if not isinstance(x, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, not {x!r}")
+    return bool(x)
+
+
+def _check_block_overflow(target, m: int, n: int, k: int) -> None:
+    """Refuse a ``block`` whose blocks would exceed the kernels' 32-bit indexing."""
+    if target is None:
+        return
+    bm, bn, bk = (min(t, max(e, 1)) for t, e in zip(target, (m, n, k)))
+    for what, x, y in (("C", bm, bn), ("A", bm, bk), ("B", bk, bn)):
+        if x * y > INT32_MAX:
+            raise ValueError(f"block={target} gives {what} blocks of {x} x {y} = {x * y} elements, more than the "
+                             f"2**31 - 1 the kernels index with 32-bit integers; use smaller blocks "
+                             f"(e.g. block=4096)")
+
+
+def _check_block(block):
+    if block is None:
+        return None
+    try:
+        vals = (block,) * 3 if isinstance(block, numbers.Integral) else tuple(block)
+    except TypeError:  # not iterable (e.g. a float): the same clear message as any other bad value
+        vals = ()
+    if len(vals) != 3 or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) and v > 0
+                                 for v in vals):
+        raise ValueError(f"block must be a positive int or three positive ints (M, N, K), not {block!r}")
+    return tuple(int(v) for v in vals)
+
+
+@dataclass(frozen=True)
+class Request:
+    """One call of :func:`matmul` or :func:`gemm`, checked: all that the steps after the checks need.
+
+    ``a``, ``b`` and ``c`` are already promoted (1-D operands of matmul)
+    and transposed (``trans_*``); ``drop`` names the axes of the 2-D product
+    that the result does not have.  ``spec`` is the checked output (None for
+    a lazy result), ``out_chunks`` the C blocks an existing output fixes, and
+    ``fingerprint`` what identifies the product in the output's attributes
+    (None for a lazy result).
+    """
+
+    op: str
+    a: Operand
+    b: Operand
+    c: Operand | None
+    alpha: float
+    beta: float
+    m: int
+    n: int
+    k: int
+    drop: tuple
+    dtype: np.dtype
+    precision: str | None
+    block: tuple[int, int, int] | None      # the user's, None: the devices' default
+    spec: OutputSpec | None
+    out_chunks: tuple[int, int] | None
+    fingerprint: dict | None
+    client: Any
+    devices: str | None
+    progress: bool
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The result's shape (the 2-D product's less the ``drop`` axes)."""
+        return tuple(s for ax, s in enumerate((self.m, self.n)) if ax not in self.drop)
+
+    @classmethod
+    def check(cls, op: str, a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, out=None,
+              client=None, overwrite=False, resume=False, block=None, devices=None, progress=False,
+              precision=None, compressors="auto") -> Request:
+        """Check everything the user gave, before any work; the errors name what is wrong."""
+        alpha, beta = _check_scalar(alpha, "alpha"), _check_scalar(beta, "beta")
+        trans_a, trans_b = _check_bool(trans_a, "trans_a"), _check_bool(trans_b, "trans_b")
+        overwrite, resume = _check_bool(overwrite, "overwrite"), _check_bool(resume, "resume")
+        progress = _check_bool(progress, "progress")
+        if resume and out is None:
+            raise ValueError("resume=True finishes an interrupted run into out; give out")
+        if resume and overwrite:
+            raise ValueError("resume=True keeps the blocks already in out and overwrite=True discards them; "
+                             "choose one")
+        target = _check_block(block)
+        A, B, C, drop = _check_operands(op, a, b, c, trans_a, trans_b, beta)
+        (m, k), (_, n) = A.shape, B.shape
+        dtype = check_dtype(np.result_type(*(x.dtype for x in (A, B, C) if x is not None)), "the result")
+        precision = check_precision(dtype.name, precision)
+        _check_block_overflow(target, m, n, k)
+        shape = tuple(s for ax, s in enumerate((m, n)) if ax not in drop)
+        spec = None
+        if out is not None:
+            spec = _check_out(out, a, b, c, shape, dtype, overwrite=overwrite, resume=resume, beta=beta)
+        spec = _with_compressors(spec, compressors)
+        out_chunks = _out_chunks(spec, drop)
+        fingerprint = None
+        if spec is not None:
+            fingerprint = {"operation": op, "shape": list(shape), "dtype": dtype.str, "a": A.identity(),
+                           "b": B.identity(), "c": C.identity() if C is not None and beta != 0 else None,
+                           "alpha": alpha, "beta": beta, "precision": precision}
+        return cls(op, A, B, C, alpha, beta, m, n, k, drop, dtype, precision, target, spec, out_chunks,
+                   fingerprint, client, devices, progress)
+
+
+def _check_operands(op: str, a, b, c, trans_a: bool, trans_b: bool, beta: float):
+    """The operands as the product sees them: ``(A, B, C, drop)``; refuses shapes that do not multiply."""
+    A, B = Operand(a, "a"), Operand(b, "b")
+    drop: tuple = ()
+    if op == "gemm":
+        for x in (A, B):
+            if x.ndim != 2:
+                raise ValueError(f"gemm needs 2-D operands; {x.what} has shape {x.stored_shape}")
+    else:
+        if A.ndim == 1:
+            A.promote(0)
+            drop += (0,)
+        if B.ndim == 1:
+            B.promote(1)
+            drop += (1,)
+    if trans_a:
+        A.transpose()
+    if trans_b:
+        B.transpose()
+    (m, ka), (kb, n) = A.shape, B.shape
+    if ka != kb:
+        sa = "a.T" if trans_a else "a"
+        sb = "b.T" if trans_b else "b"
+        raise ValueError(f"{op}: shapes do not match: {sa} has shape {_orig(A)} and {sb} has shape {_orig(B)}; "
+                         f"the contracted dimensions differ ({ka} != {kb})")
+    C = None
+    if c is not None:
+        C = Operand(c, "c")
+        if C.ndim != 2 or C.shape != (m, n):
+            raise ValueError(f"c has shape {C.stored_shape}, but op(a) @ op(b) has shape {(m, n)}")
+    elif beta != 0:
+        raise ValueError(f"beta={beta} needs c (the matrix to scale and add)")
+    return A, B, C, drop
+
+
+def _check_out(out, a, b, c, shape, dtype, *, overwrite: bool, resume: bool, beta: float) -> OutputSpec:
+    """Check ``out`` (and that it is not an input; ``c`` means in place) without writing anything."""
+    in_place = c is not None and location(out) is not None and location(c) == location(out)
+    out = _resolve_in_place(out, a, b, c)
+    if resume and in_place and beta != 0:
+        raise ValueError("cannot resume an in-place update (out is c): the blocks already written have "
+                         "replaced the C they were computed from; start again from a copy of C")
+    return check_output(out, shape, dtype, overwrite, resume)
+
+
+def _with_compressors(spec: OutputSpec | None, compressors) -> OutputSpec | None:
+    """The output spec with the codecs asked for, which only a new Zarr output can take."""
+    if isinstance(compressors, str) and compressors == "auto":
+        return spec
+    if spec is None:
+        raise ValueError("compressors= applies to a Zarr out; a lazy result (out=None) is not stored")
+    if spec.array is not None:
+        raise ValueError("compressors= applies to a new out; the existing array keeps its own codecs")
+    return dataclasses.replace(spec, compressors=compressors)
+
+
+def _out_chunks(spec: OutputSpec | None, drop: tuple) -> tuple[int, int] | None:
+    """The C blocks an existing output fixes (its chunks, or shards), refused when beyond 32-bit indexing."""
+    if spec is None or spec.chunks is None:
+        return None
+    it = iter(spec.chunks)
+    out_chunks = tuple(1 if ax in drop else next(it) for ax in range(2))
+    why = index_overflow(*out_chunks, 1, (1, 1, 1))
+    if why:
+        raise ValueError(f"out's chunks {tuple(spec.chunks)} are too large for dgemm: {why} (the kernels index "
+                         "with 32-bit integers, and a task writes whole chunks); use smaller chunks")
+    return out_chunks
+
+
+def _resolve_in_place(out, a, b, c):
+    """Refuse an ``out`` that is also ``a`` or ``b``; make ``out`` = ``c`` an in-place update.
+
+    Writing C blocks while other tasks still read A or B blocks from the same
+    array would corrupt the result, and re-creating ``c`` would erase it
+    before it is read.  ``out`` naming ``c`` therefore reuses the existing
+    array (BLAS semantics: C is overwritten by the result).
+    """
+    import zarr
+
+    where = location(out)
+    if where is None:
+        return out
+    for x, name in ((a, "a"), (b, "b")):
+        if location(x) == where:
+            raise ValueError(f"out ({where}) is also the input {name}; dgemm reads {name} while it writes out, "
+                             "so write the result somewhere else")
+    if c is not None and location(c) == where:
+        return c if is_zarr_array(c) else zarr.open_array(out, mode="r+")
+    return out
+
+
+def _orig(x: Operand) -> tuple:
+    """The shape the user passed (before 1-D promotion)."""
+    return (x.stored_shape[1 - x.expand],) if x.expand is not None else x.stored_shape
+
+
