@@ -10,9 +10,10 @@ from dgemm.opencl.device import DeviceError
 from dgemm.opencl.discovery import list_devices
 from dgemm.plan import make_plan
 from dgemm.results import IncompleteResultError, open_result
+from dgemm.storage.lease import OutputBusyError, OutputTakenOverError
 from dgemm.worker import DgemmPlugin
 
 __version__ = "0.1.0"
 
 __all__ = ["matmul", "gemm", "open_result", "list_devices", "make_plan", "DeviceCluster", "DgemmPlugin",
-           "DeviceError", "NoDeviceWorkerError", "IncompleteResultError"]
+           "DeviceError", "NoDeviceWorkerError", "IncompleteResultError", "OutputBusyError", "OutputTakenOverError"]

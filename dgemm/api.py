@@ -6,13 +6,14 @@ takes the checked request through its steps.
 """
 from __future__ import annotations
 
+from dgemm.dataarrays import is_dataarray, result_dims, unwrap, wrap
 from dgemm.request import Request
 from dgemm.steps import run
 
 
 def matmul(a, b, out=None, *, client=None, overwrite: bool = False, resume: bool = False, block=None,
            devices: str | None = None, progress: bool = False, precision: str | None = None,
-           compressors="auto"):
+           compressors="auto", storage_options: dict | None = None):
     """Matrix product of two arrays, computed on the cluster's OpenCL devices.
 
     Follows :func:`numpy.matmul` for 1-D and 2-D operands: a 1-D first
@@ -61,28 +62,77 @@ def matmul(a, b, out=None, *, client=None, overwrite: bool = False, resume: bool
         ``None`` writes raw chunks, several times faster (on the H100 host the
         default zstd held a 32768² float32 run to about 1 GB/s of writes).
         An existing ``out`` keeps its own codecs.
+    storage_options : dict, optional
+        Options of the filesystem behind URL operands and ``out`` (strings
+        such as ``"s3://bucket/a.zarr"``), as :func:`dask.array.from_zarr`
+        and :func:`dask.array.to_zarr` take them: for s3fs, e.g.
+        ``{"key": ..., "secret": ..., "endpoint_url": ...}`` or
+        ``{"anon": True}``.  They travel with the opened arrays to the
+        workers, which need no credentials of their own.  Local paths ignore
+        them; a call with no URL at all refuses them (so do opened arrays
+        and stores, which carry their own).
 
     Returns
     -------
-    zarr.Array or dask.array.Array
-        The written array when ``out`` is given, else a lazy dask array whose
-        blocks are computed on the devices.
+    zarr.Array, numpy.ndarray, dask.array.Array or xarray.DataArray
+        The written array when ``out`` is given.  Without ``out``: operands
+        all in memory (numpy, lists) give a numpy array, computed at once
+        (by numpy in this process below the ``small-flops`` setting, else on
+        the devices); others a lazy dask array whose blocks the devices
+        compute.  A lazy call starts no cluster: it is planned for
+        ``client`` (or the current client) when there is one, and computed
+        wherever dask computes it (a distributed client's workers, or this
+        process's OpenCL device under dask's local schedulers).  An
+        :class:`xarray.DataArray` operand gives a DataArray with the dims
+        ``(a.dims[0], b.dims[-1])`` and the coordinates along them (lazy
+        when the data is; a written ``out`` is wrapped lazily).
 
     Examples
     --------
-    >>> import numpy as np, dgemm                                # doctest: +SKIP
-    >>> c = dgemm.matmul("a.zarr", "b.zarr", out="c.zarr")       # doctest: +SKIP
-    >>> np.allclose(c[:], np.asarray(...))                       # doctest: +SKIP
+    Dask operands give a lazy result; the call starts no cluster, and dask's
+    local scheduler computes the blocks on this process's OpenCL device:
+
+    >>> import numpy as np, dask.array as da, dgemm
+    >>> rng = np.random.default_rng()
+    >>> a, b = rng.standard_normal((300, 200)), rng.standard_normal((200, 100))
+    >>> lazy = dgemm.matmul(da.from_array(a, chunks=100), da.from_array(b, chunks=100))
+    >>> lazy.shape, lazy.dtype
+    ((300, 100), dtype('float64'))
+    >>> np.allclose(lazy.compute(scheduler="threads"), a @ b)
+    True
+
+    Zarr in, Zarr out on a cluster (here a small one inside this process;
+    :class:`dgemm.DeviceCluster` and ``dgemm cluster`` start a worker process
+    per device); operands in memory give a numpy array:
+
+    >>> import os, shutil, tempfile, zarr
+    >>> from distributed import Client, LocalCluster
+    >>> folder = tempfile.mkdtemp()
+    >>> for name, x in (("a.zarr", a), ("b.zarr", b)):
+    ...     zarr.create_array(os.path.join(folder, name), shape=x.shape, chunks=(100, 100), dtype=x.dtype)[...] = x
+    >>> with LocalCluster(n_workers=1, processes=False, dashboard_address=":0") as cluster:
+    ...     with Client(cluster, set_as_default=False) as client:
+    ...         c = dgemm.matmul(os.path.join(folder, "a.zarr"), os.path.join(folder, "b.zarr"),
+    ...                          out=os.path.join(folder, "c.zarr"), client=client)
+    ...         d = dgemm.matmul(a, b, client=client)
+    >>> type(c).__name__, type(d).__name__
+    ('Array', 'ndarray')
+    >>> np.allclose(dgemm.open_result(os.path.join(folder, "c.zarr"))[...], a @ b), np.allclose(d, a @ b)
+    (True, True)
+    >>> shutil.rmtree(folder)
     """
-    return run(Request.check("matmul", a, b, out=out, client=client, overwrite=overwrite, resume=resume,
-                              block=block, devices=devices, progress=progress, precision=precision,
-                              compressors=compressors))
+    if is_dataarray(a) or is_dataarray(b):
+        result_dims(a, b)   # refused before any work: dims xarray cannot hold
+    result = run(Request.check("matmul", unwrap(a), unwrap(b), out=out, client=client, overwrite=overwrite,
+                               resume=resume, block=block, devices=devices, progress=progress,
+                               precision=precision, compressors=compressors, storage_options=storage_options))
+    return wrap(result, a, b) if is_dataarray(a) or is_dataarray(b) else result
 
 
 def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 0.0, trans_a: bool = False,
          trans_b: bool = False, out=None, client=None, overwrite: bool = False, resume: bool = False,
          block=None, devices: str | None = None, progress: bool = False, precision: str | None = None,
-         compressors="auto"):
+         compressors="auto", storage_options: dict | None = None):
     """General matrix multiply: ``alpha * op(a) @ op(b) + beta * c``.
 
     ``op(x)`` is ``x.T`` when the matching ``trans_*`` flag is set; the
@@ -101,8 +151,14 @@ def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 0.0, trans_a: bool =
     trans_a, trans_b : bool
         Use the transpose of ``a`` / ``b``.
     """
-    return run(Request.check("gemm", a, b, c, alpha=alpha, beta=beta, trans_a=trans_a, trans_b=trans_b, out=out,
-                              client=client, overwrite=overwrite, resume=resume, block=block, devices=devices,
-                              progress=progress, precision=precision, compressors=compressors))
+    if is_dataarray(a) or is_dataarray(b):
+        result_dims(a, b, trans_a=trans_a, trans_b=trans_b)
+    result = run(Request.check("gemm", unwrap(a), unwrap(b), unwrap(c), alpha=alpha, beta=beta, trans_a=trans_a,
+                               trans_b=trans_b, out=out, client=client, overwrite=overwrite, resume=resume,
+                               block=block, devices=devices, progress=progress, precision=precision,
+                               compressors=compressors, storage_options=storage_options))
+    if is_dataarray(a) or is_dataarray(b):
+        return wrap(result, a, b, trans_a=trans_a, trans_b=trans_b)
+    return result
 
 

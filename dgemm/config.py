@@ -15,7 +15,7 @@ for one command should not be overridden by a YAML file.  A value of
 A local cluster's workers inherit the client's configuration (distributed's
 nanny sends it to the process it spawns) and environment; workers started
 elsewhere read their own.  Each setting is read where it acts: the
-client's for ``devices`` and ``worker-timeout``, the worker's for the rest.
+client's for ``devices``, ``worker-timeout`` and ``lease-interval``, the worker's for the rest.
 
 >>> get("worker-timeout") > 0
 True
@@ -101,6 +101,18 @@ def _seconds(value, name) -> float | None:
     return s
 
 
+def _count(value, name) -> float | None:
+    if _blank(value):
+        return None
+    try:
+        n = float(value.strip() if isinstance(value, str) else value)
+    except (ValueError, TypeError):
+        n = -1.0
+    if not n >= 0 or isinstance(value, bool):
+        raise ValueError(f"{name}={value!r} must be a number >= 0 (like 0, 1e10)")
+    return n
+
+
 @dataclass(frozen=True)
 class Setting:
     """One setting: its key in the ``dgemm`` namespace, its ``DGEMM_*`` variable, parser and meaning.
@@ -139,6 +151,9 @@ SETTINGS = {s.key: s for s in (
             "other jobs. Read where the worker runs."),
     Setting("worker-timeout", "DGEMM_WORKER_TIMEOUT", _seconds,
             "Seconds a call waits for the cluster's first worker (and for its device) before giving up."),
+    Setting("lease-interval", "DGEMM_LEASE_INTERVAL", _seconds,
+            "Seconds between renewals of the lease a run holds on its `out` while it computes; a lease not "
+            "renewed for 3 intervals is stale (its writer died) and another run may take the output over."),
     Setting("read-threads", "DGEMM_READ_THREADS", _positive_int,
             "Threads per device worker that read and upload blocks. Unset: the host's cores shared among "
             "its device workers, 2 to 8."),
@@ -148,6 +163,9 @@ SETTINGS = {s.key: s for s in (
             "Page-locked memory a device may hold for downloaded C blocks (beyond it: ordinary memory)."),
     Setting("tuning-db", "DGEMM_TUNING_DB", _text,
             "The user tuning database (a JSON file). Unset: `tuning.json` in the user cache folder."),
+    Setting("small-flops", "DGEMM_SMALL_FLOPS", _count,
+            "In-memory (numpy) products with no `out` below this many flops (2·m·n·k) are computed by numpy "
+            "in the calling process, without a cluster; 0: always on the devices."),
     Setting("commit", "DGEMM_COMMIT", _text,
             "The commit benchmark records name (a copy of the tree may carry a stale `.git`, or none)."),
 )}

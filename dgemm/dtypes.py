@@ -17,18 +17,26 @@ ALL_PRECISIONS = tuple(dict.fromkeys(p for ps in PRECISIONS.values() for p in ps
 
 
 def check_dtype(dtype, what: str) -> np.dtype:
-    """Accept float32 and float64; say clearly why anything else is refused.
+    """Accept float32 and float64 in either byte order; say clearly why anything else is refused.
 
+    Returns the dtype in this machine's byte order: what the devices compute
+    in and the result holds.  A big-endian operand (``>f4``, ``>f8``: Zarr v2
+    arrays, a big-endian ``bytes`` codec, FITS or network data) is converted
+    on the host as each block is read, before it is uploaded.
+
+    >>> check_dtype(">f8", "a"), check_dtype("<f4", "b")
+    (dtype('float64'), dtype('float32'))
     >>> check_dtype("i8", "a")
     Traceback (most recent call last):
     ...
     TypeError: a has dtype int64; dgemm multiplies float32 and float64 only (cast it first, e.g. a.astype('float64'))
     """
     dt = np.dtype(dtype)
-    if dt not in SUPPORTED:
+    native = dt.newbyteorder("=") if dt.byteorder in "<>" else dt
+    if native not in SUPPORTED:
         raise TypeError(f"{what} has dtype {dt}; dgemm multiplies float32 and float64 only "
                         f"(cast it first, e.g. {what}.astype('float64'))")
-    return dt
+    return native
 
 
 def check_precision(dtype: str, precision: str | None) -> str | None:

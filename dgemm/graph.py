@@ -6,7 +6,8 @@ Layers, named for the dashboard's task stream:
                   blocks in the worker, multiplies on the device, accumulates
                   over k there.  Asks for resource ``GPU=1``.
 ``dgemm-reduce``  adds the k segments of a C block (only when k is split).
-``dgemm-store``   writes one C block (whole chunks) to the output store.
+``dgemm-store``   writes one C block (whole chunks) to the output store, as long
+                  as its run owns the output (:mod:`dgemm.storage.lease`).
 ``dgemm-done``    one task that depends on every store.
 
 Inputs held by dask (or numpy, turned into ``dgemm-load`` tasks) arrive as
@@ -21,6 +22,8 @@ from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
 from dgemm.plan import Plan, assign
 from dgemm.storage import BlockMarkers, Operand
+from dgemm.storage.lease import Fence
+from dgemm.storage.originals import OriginalBlock, Originals
 from dgemm.worker.tasks import done, gemm_block, reduce_blocks, store
 
 GPU = {"resources": {"GPU": 1}}
@@ -48,7 +51,8 @@ def _merge(graph: Graph, coll) -> str | None:
 
 
 def build(plan: Plan, a: Operand, b: Operand, c: Operand | None, *, alpha: float, beta: float,
-          token: str, blocks=None, precision: str | None = None, workers=None) -> Graph:
+          token: str, blocks=None, precision: str | None = None, workers=None,
+          originals: Originals | None = None) -> Graph:
     """The layers that compute the C blocks of ``plan`` (``blocks``: a list of ``(i, j)``, default all).
 
     ``precision`` picks the kernel family on each worker (see :func:`dgemm.tuning.database.lookup`).
@@ -59,12 +63,22 @@ def build(plan: Plan, a: Operand, b: Operand, c: Operand | None, *, alpha: float
     go to the others; if every worker dies at once,
     :class:`dgemm.scheduler.placement.PlacementPlugin` (which must be on the scheduler)
     hands them to the workers that come back.
+
+    ``originals``: ``out`` is ``c`` (an in-place update), whose blocks the
+    store tasks overwrite; each GEMM task reads its block of C through
+    :class:`~dgemm.storage.originals.OriginalBlock`, the original even when
+    it runs again after its block was written.
     """
     graph = Graph({}, {}, "")
     a_ref, a_coll = a.block_refs(plan.rows, plan.ks)
     b_ref, b_coll = b.block_refs(plan.ks, plan.cols)
     use_c = c is not None and beta != 0
     c_ref, c_coll = c.block_refs(plan.rows, plan.cols) if use_c else (None, None)
+    if use_c and originals is not None:
+        c_block = c_ref
+
+        def c_ref(i, j):
+            return OriginalBlock(c_block(i, j), originals, i, j)
     inputs = {name for name in (_merge(graph, a_coll), _merge(graph, b_coll), _merge(graph, c_coll)) if name}
 
     gname = f"dgemm-gemm-{token}"
@@ -148,15 +162,19 @@ def _add_tree_reduction(graph: Graph, plan: Plan, gname: str, token: str, blocks
 
 
 def add_store(graph: Graph, plan: Plan, array, drop: tuple, token: str, markers: BlockMarkers | None = None,
-              blocks=None) -> str:
+              blocks=None, fence: Fence | None = None, originals: Originals | None = None) -> str:
     """Add the store and done layers; return the key of the done task.
 
     ``blocks`` (default all) must be those :func:`build` computed; with
-    ``markers`` each store task marks its block done after writing it.
+    ``markers`` each store task marks its block done after writing it (and
+    skips a block already marked).  ``fence`` makes each store task check
+    that its run still owns ``array``; ``originals`` (in place: ``array`` is
+    C) keeps each original C block before it is overwritten.  See
+    :func:`dgemm.worker.tasks.store`.
     """
     sname, dname = f"dgemm-store-{token}", f"dgemm-done-{token}"
     dsk = {(sname, i, j): (store, array, plan.rows[i], plan.cols[j], (graph.result_name, i, j), drop,
-                           None if markers is None else (markers, i, j))
+                           None if markers is None else (markers, i, j), fence, originals)
            for i, j in _blocks(plan, blocks)}
     graph.layers[sname] = MaterializedLayer(dsk)
     graph.dependencies[sname] = {graph.result_name}

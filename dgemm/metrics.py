@@ -17,10 +17,14 @@ Every series is labelled ``worker`` (address), ``name`` (worker name) and
 
 ==================================  ======================================================
 ``dgemm_flops_total``               floating-point operations of the GEMM kernel (2 m n k)
+``dgemm_busy_seconds_total``        seconds in block products (wall time)
+``dgemm_busy_part_seconds_total``   the same seconds split by ``part``: ``kernel``, ``transfer``,
+                                    ``read``, ``other`` (:mod:`dgemm.busy`); exclusive, so the
+                                    parts of a worker add up to its ``dgemm_busy_seconds_total``
 ``dgemm_kernel_seconds_total``      seconds the GEMM kernel ran (OpenCL profiling)
-``dgemm_busy_seconds_total``        seconds in block products (kernel + transfer + read wait)
-``dgemm_transfer_seconds_total``    uploads, padding/transposing, unpadding and download
-``dgemm_read_wait_seconds_total``   waiting for the next A/B blocks from the store
+``dgemm_transfer_seconds_total``    uploads, padding/transposing, unpadding and download, summed
+                                    over the threads doing them (overlaps the kernels)
+``dgemm_read_wait_seconds_total``   waiting for the next A/B blocks (overlaps earlier kernels)
 ``dgemm_store_seconds_total``       ``dgemm-store`` tasks (writing C blocks)
 ``dgemm_uploaded_bytes_total``      host to device
 ``dgemm_downloaded_bytes_total``    device to host
@@ -29,20 +33,28 @@ Every series is labelled ``worker`` (address), ``name`` (worker name) and
 ``dgemm_gemm_tasks_running``        GEMM tasks executing now
 ``dgemm_tflops``                    (scheduler) TFLOPS over the last seconds
 ``dgemm_matmul_blocks``             (scheduler) per recent matmul, ``state`` = done or total
+``dgemm_matmul_progress``           (scheduler) per recent matmul, the share of its flops done,
+                                    within running blocks too
 ==================================  ======================================================
+
+The kernel, transfer and read-wait totals overlap each other; only the
+``dgemm_busy_part_seconds_total`` parts split the busy time.
 """
 from __future__ import annotations
 
 import threading
 
+from dgemm import busy
+
 # (snapshot key, metric name without _total, help)
 COUNTER_FAMILIES = (
     ("flops", "dgemm_flops", "Floating-point operations of the GEMM kernel (2 m n k per block product)"),
     ("kernel_seconds", "dgemm_kernel_seconds", "Seconds the GEMM kernel ran on the device (OpenCL profiling)"),
-    ("busy_seconds", "dgemm_busy_seconds", "Seconds in block products: kernel, transfers and waiting for reads"),
+    ("busy_seconds", "dgemm_busy_seconds", "Seconds in block products (wall time; dgemm_busy_part_seconds splits it)"),
     ("transfer_seconds", "dgemm_transfer_seconds",
-     "Seconds of block products that were neither the GEMM kernel nor read waits: uploads, padding, download"),
-    ("read_wait_seconds", "dgemm_read_wait_seconds", "Seconds block products waited for A/B blocks from the store"),
+     "Seconds of uploads, padding and downloads, summed over the threads doing them (overlaps the kernels)"),
+    ("read_wait_seconds", "dgemm_read_wait_seconds",
+     "Seconds block products waited for A/B blocks from the store (overlaps earlier kernels)"),
     ("store_seconds", "dgemm_store_seconds", "Seconds of dgemm-store tasks (writing C blocks)"),
     ("bytes_up", "dgemm_uploaded_bytes", "Bytes uploaded from host to device"),
     ("bytes_down", "dgemm_downloaded_bytes", "Bytes downloaded from device to host"),
@@ -74,7 +86,8 @@ def add_scheduler_source(source) -> bool:
 
     ``rows`` are ``(address, name, snapshot, tflops)`` of every live worker,
     ``tflops`` its recent rate; ``matmuls`` are dicts with ``id``,
-    ``blocks_done`` and ``blocks_total``.  None means no scheduler of this
+    ``blocks_done``, ``blocks_total`` and (optional) ``work_done``, the
+    share of the matmul's flops done.  None means no scheduler of this
     process has the figures (:class:`dgemm.scheduler.dashboard.DgemmDashboard`
     is not running).  Where a scheduler source answers, the worker sources
     are not asked: a scheduler's view already holds the workers of its
@@ -126,14 +139,20 @@ class DgemmCollector:
                                    labels=LABELS)
         blocks = GaugeMetricFamily("dgemm_matmul_blocks", "Block products of recent matmuls (scheduler only)",
                                    labels=["matmul", "state"])
-        return counters, info, running, tflops, blocks
+        parts = CounterMetricFamily("dgemm_busy_part_seconds",
+                                    "Seconds in block products by exclusive part (kernel, transfer, read, other): "
+                                    "they add up to dgemm_busy_seconds", labels=LABELS + ["part"])
+        progress = GaugeMetricFamily("dgemm_matmul_progress",
+                                     "Share of the flops of recent matmuls done, within running blocks too "
+                                     "(scheduler only)", labels=["matmul"])
+        return counters, info, running, tflops, blocks, parts, progress
 
     def describe(self):
         counters, *others = self._families()
         return [*counters.values(), *others]
 
     def collect(self):
-        counters, info, running, tflops, blocks = self._families()
+        counters, info, running, tflops, blocks, parts, progress = self._families()
         found, matmuls = rows()
         for addr, name, snap, rate in found:
             if not snap:
@@ -141,6 +160,8 @@ class DgemmCollector:
             labels = [addr, name, snap.get("device") or ""]
             for key, fam in counters.items():
                 fam.add_metric(labels, float(snap.get(key) or 0))
+            for part, key in busy.KEYS.items():
+                parts.add_metric(labels + [part], float(snap.get(key) or 0))
             info.add_metric(labels + [snap.get("device_id") or "", snap.get("device_type") or "",
                                       snap.get("driver") or ""], 1.0 if snap.get("ok") else 0.0)
             running.add_metric(labels, float(snap.get("gemm_running") or 0))
@@ -150,10 +171,14 @@ class DgemmCollector:
             for m in matmuls:
                 blocks.add_metric([m["id"], "done"], float(m["blocks_done"]))
                 blocks.add_metric([m["id"], "total"], float(m["blocks_total"]))
+                if m.get("work_done") is not None:
+                    progress.add_metric([m["id"]], float(m["work_done"]))
         yield from counters.values()
+        yield parts
         yield info
         yield running
         if matmuls is not None:
             yield tflops
             yield blocks
+            yield progress
 

@@ -17,6 +17,8 @@ shrinks blocks until it does, or says clearly that even one tile does not.
 from __future__ import annotations
 
 import math
+import operator
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,6 +29,8 @@ from dgemm.sizes import INT32_MAX, roundup
 # Share of a device's memory a plan may fill (the rest: programs, the driver,
 # another dtype's engine).
 MEMORY_FRACTION = 0.8
+# numpy and Zarr address an array with 64-bit indices: beyond this, Zarr reads garbage, silently.
+INDEX_MAX = 2**63 - 1
 
 
 class PlanError(ValueError):
@@ -80,15 +84,85 @@ def index_overflow(bm: int, bn: int, bk: int, tiles: tuple[int, int, int]) -> st
     return None
 
 
-def bounds(extent: int, size: int) -> tuple[tuple[int, int], ...]:
+class Cuts(Sequence):
+    """``range(extent)`` cut into pieces of ``size``: the ``(start, stop)`` pairs, computed when asked for.
+
+    A plan's rows, columns and k-blocks.  Nothing is built per piece, so a
+    plan of any size is made at once (10**7 x 10**7 has 10**4 pieces per
+    axis; a metadata-only array may have 10**20).  It compares equal to the
+    tuple of its pieces (but hashes by extent and size); ``count`` is their
+    number (``len`` works too, up to ``sys.maxsize``, as for ``range``).
+
+    >>> c = Cuts(10, 4)
+    >>> tuple(c), c.count, c[-1], c[1:]
+    (((0, 4), (4, 8), (8, 10)), 3, (8, 10), ((4, 8), (8, 10)))
+    >>> c == ((0, 4), (4, 8), (8, 10)), Cuts(0, 4) == ()
+    (True, True)
+    >>> Cuts(10**20, 1024).count, Cuts(10**20, 1024)[-1]
+    (97656250000000000, (99999999999999998976, 100000000000000000000))
+    """
+
+    __slots__ = ("extent", "size", "count")
+
+    def __init__(self, extent: int, size: int):
+        self.extent, self.size = int(extent), max(int(size), 1)
+        self.count = -(-self.extent // self.size) if self.extent > 0 else 0
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __bool__(self) -> bool:
+        return self.count > 0
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return tuple(self[x] for x in range(*i.indices(self.count)))
+        i = operator.index(i)
+        if i < 0:
+            i += self.count
+        if not 0 <= i < self.count:
+            raise IndexError(f"piece {i} of {self.count}")
+        start = i * self.size
+        return (start, min(start + self.size, self.extent))
+
+    def __iter__(self):
+        for start in range(0, self.extent, self.size):
+            yield (start, min(start + self.size, self.extent))
+
+    def total(self, lo: int, hi: int) -> int:
+        """The summed length of pieces ``lo`` to ``hi - 1``.
+
+        >>> Cuts(10, 4).total(1, 3)
+        6
+        """
+        return min(hi * self.size, self.extent) - min(lo * self.size, self.extent) if hi > lo else 0
+
+    def _key(self):
+        return (self.extent, self.size if self.count > 1 else 0)
+
+    def __eq__(self, other):
+        if isinstance(other, Cuts):
+            return self._key() == other._key()
+        if isinstance(other, (tuple, list)):
+            return len(other) == self.count and all(tuple(x) == y for x, y in zip(other, self))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return f"Cuts({self.extent}, {self.size})"
+
+
+def bounds(extent: int, size: int) -> Cuts:
     """Cut ``range(extent)`` into pieces of ``size`` (the last may be shorter).
 
-    >>> bounds(10, 4)
+    >>> tuple(bounds(10, 4))
     ((0, 4), (4, 8), (8, 10))
-    >>> bounds(0, 4)
-    ()
+    >>> bounds(0, 4) == ()
+    True
     """
-    return tuple((s, min(s + size, extent)) for s in range(0, extent, max(size, 1)))
+    return Cuts(extent, size)
 
 
 def block_size(extent: int, target: int, tile: int, chunk: int | None = None, slack: int = 2) -> int:
@@ -121,6 +195,15 @@ def block_size(extent: int, target: int, tile: int, chunk: int | None = None, sl
     return extent if size >= extent else size
 
 
+def _num(x: float, places: int) -> str:
+    """``x`` with ``places`` decimals, or in scientific notation once that would print a wall of digits.
+
+    >>> _num(1234.5678, 2), _num(6e93, 2)
+    ('1234.57', '6e+93')
+    """
+    return f"{x:.{places}f}" if abs(x) < 1e12 else f"{x:.4g}"
+
+
 @dataclass(frozen=True)
 class Rates:
     """Per-worker rates a plan's time floor assumes (bytes/s; flop/s, None when unknown).
@@ -145,9 +228,9 @@ class Plan:
     k: int
     dtype: np.dtype
     tiles: tuple[int, int, int]
-    rows: tuple[tuple[int, int], ...]
-    cols: tuple[tuple[int, int], ...]
-    ks: tuple[tuple[int, int], ...]
+    rows: Cuts                              # C's block rows: (start, stop) pairs
+    cols: Cuts
+    ks: Cuts                                # the k-blocks
     segments: tuple[tuple[int, int], ...]   # ranges of indices into ``ks``
     note: str = ""                          # why blocks are smaller than asked, if they are
 
@@ -163,28 +246,28 @@ class Plan:
 
     @property
     def n_tasks(self) -> int:
-        return len(self.rows) * len(self.cols) * max(len(self.segments), 1)
+        return self.rows.count * self.cols.count * max(len(self.segments), 1)
 
     def bytes_read(self) -> int:
         """Bytes the block products read: each A block once per block column, each B block once per block row."""
         item = self.dtype.itemsize
-        return item * (self.m * self.k * len(self.cols) + self.k * self.n * len(self.rows))
+        return item * (self.m * self.k * self.cols.count + self.k * self.n * self.rows.count)
 
     def explain(self) -> str:
         bm, bn, bk = self.block_shape
         return "\n".join([
             f"C[{self.m} x {self.n}] = A[{self.m} x {self.k}] @ B[{self.k} x {self.n}]  ({self.dtype})",
             f"blocks: {bm} x {bn} (C), k-blocks of {bk}; kernel tiles {self.tiles}",
-            f"grid: {len(self.rows)} x {len(self.cols)} C blocks, {len(self.ks)} k-blocks, "
+            f"grid: {self.rows.count} x {self.cols.count} C blocks, {self.ks.count} k-blocks, "
             f"k split into {len(self.segments)} segment(s): {self.n_tasks} GEMM tasks",
-            f"work: {self.flops / 1e9:.3f} GFLOP; input bytes {self.bytes_read() / 1e6:.1f} MB if no block were reused, "
-            f"output bytes written {self.m * self.n * self.dtype.itemsize / 1e6:.1f} MB",
+            f"work: {_num(self.flops / 1e9, 3)} GFLOP; input bytes {_num(self.bytes_read() / 1e6, 1)} MB if no block "
+            f"were reused, output bytes written {_num(self.m * self.n * self.dtype.itemsize / 1e6, 1)} MB",
             *([self.note] if self.note else []),
         ])
 
     def tasks(self) -> list[tuple[int, int, int]]:
         """Every GEMM task ``(i, j, segment)``."""
-        return [(i, j, s) for i in range(len(self.rows)) for j in range(len(self.cols))
+        return [(i, j, s) for i in range(self.rows.count) for j in range(self.cols.count)
                 for s in range(len(self.segments))]
 
     def estimate(self, n_workers: int = 1, rates: Rates | None = None, cache_bytes: float | None = None) -> dict:
@@ -197,40 +280,33 @@ class Plan:
         (store reads, PCIe, kernel, store writes), all overlapped, plus the
         pipeline's fill (the first k step read and uploaded) and drain (the
         last C block downloaded and written).  The run's floor is its
-        slowest worker's.
+        slowest worker's.  Costs O(workers), whatever the plan's size
+        (see :func:`loads`).
         """
         rates = rates or Rates()
         item = self.dtype.itemsize
-        rm = [b - a for a, b in self.rows]
-        cn = [b - a for a, b in self.cols]
-        seg_k = [self.ks[b - 1][1] - self.ks[a][0] if b > a else 0 for a, b in self.segments]
+        bk = self.block_shape[2]
         per = []
-        for part in assign(self.tasks(), n_workers, self):
-            if not part:
+        for load in loads(self, n_workers):
+            if not load.tasks:
                 continue
-            a_pieces = {(i, s): rm[i] * seg_k[s] * item for i, _, s in part}
-            b_pieces = {(j, s): seg_k[s] * cn[j] * item for _, j, s in part}
-            once = sum(a_pieces.values()) + sum(b_pieces.values())
-            if cache_bytes is None or once <= cache_bytes:
-                read = once
-            else:
-                read = sum(a_pieces.values()) + sum(seg_k[s] * cn[j] * item for _, j, s in part)
-            flops = sum(2.0 * rm[i] * cn[j] * seg_k[s] for i, j, s in part)
-            write = sum(rm[i] * cn[j] * item for i, j, s in part)
-            i, j, s = part[0]
-            bk = self.block_shape[2]
-            first = (rm[i] + cn[j]) * bk * item
-            last = rm[part[-1][0]] * cn[part[-1][1]] * item
+            once = (load.a + load.b) * item
+            read = once if cache_bytes is None or once <= cache_bytes else (load.a + load.b_each) * item
+            flops = 2.0 * load.flop_terms
+            write = load.area * item
+            (i, j, _), (li, lj, _) = load.first, load.last
+            first = (self.rows.total(i, i + 1) + self.cols.total(j, j + 1)) * bk * item
+            last = self.rows.total(li, li + 1) * self.cols.total(lj, lj + 1) * item
             times = {"read": read / rates.read, "upload": read / rates.pcie, "download": write / rates.pcie,
                      "write": write / rates.write}
             if rates.flops:
                 times["kernel"] = flops / rates.flops
             fill = first / rates.read + first / rates.pcie
             drain = last / rates.pcie + last / rates.write
-            per.append({"tasks": len(part), "bytes_read": read, "bytes_written": write, "flops": flops,
+            per.append({"tasks": load.tasks, "bytes_read": read, "bytes_written": write, "flops": flops,
                         "seconds": times, "fill": fill, "drain": drain,
                         "floor": max(times.values()) + fill + drain, "bound": max(times, key=times.get)})
-        slow = max(per, key=lambda w: w["floor"])
+        slow = max(per, key=lambda w: w["floor"], default={"floor": 0.0, "bound": None})
         return {"workers": per, "floor_seconds": slow["floor"], "bound": slow["bound"],
                 "bytes_read": sum(w["bytes_read"] for w in per),
                 "bytes_written": sum(w["bytes_written"] for w in per),
@@ -241,18 +317,20 @@ class Plan:
                          cache_bytes: float | None = None) -> str:
         """:meth:`estimate` as text."""
         e = self.estimate(n_workers, rates, cache_bytes)
+        if not e["workers"]:
+            return "placement: no GEMM tasks (C is empty)"
         r = e["rates"]
         w = max(e["workers"], key=lambda x: x["floor"])
-        split = ", ".join(f"{k} {v:.2f} s" for k, v in w["seconds"].items())
+        split = ", ".join(f"{k} {_num(v, 2)} s" for k, v in w["seconds"].items())
         assumed = (f"assuming per worker: store reads {r['read'] / 1e9:.1f} GB/s, writes {r['write'] / 1e9:.1f} GB/s, "
                    f"PCIe {r['pcie'] / 1e9:.1f} GB/s, kernel " +
                    (f"{r['flops'] / 1e12:.3g} TFLOPS" if r["flops"] else "rate unknown (not counted)"))
         return "\n".join([
             f"placement: {len(e['workers'])} worker(s), up to {max(x['tasks'] for x in e['workers'])} tasks each; "
-            f"reads {e['bytes_read'] / 1e9:.2f} GB from the store in all (each block once per worker while the "
-            f"device cache holds it), writes {e['bytes_written'] / 1e9:.2f} GB",
+            f"reads {_num(e['bytes_read'] / 1e9, 2)} GB from the store in all (each block once per worker while the "
+            f"device cache holds it), writes {_num(e['bytes_written'] / 1e9, 2)} GB",
             f"busiest worker: {split}; fill {w['fill']:.2f} s, drain {w['drain']:.2f} s",
-            f"time floor {e['floor_seconds']:.2f} s ({e['bound']}-bound)"
+            f"time floor {_num(e['floor_seconds'], 2)} s ({e['bound']}-bound)"
             + (f", at most {e['tflops_ceiling']:.3g} TFLOPS end to end" if e["tflops_ceiling"] else ""),
             assumed,
         ])
@@ -261,6 +339,21 @@ class Plan:
         """Device memory one block product needs (see :func:`working_set`)."""
         bm, bn, bk = self.block_shape
         return working_set(bm, bn, bk, self.tiles, self.dtype.itemsize)[0]
+
+
+def check_extents(m: int, n: int, k: int) -> None:
+    """Refuse a product whose dimensions no index can address (:class:`PlanError`); costs nothing.
+
+    >>> check_extents(10**7, 10**7, 2**63 - 1)
+    >>> check_extents(10**31, 3, 3)
+    Traceback (most recent call last):
+    ...
+    dgemm.plan.PlanError: C[10000000000000000000000000000000 x 3] = A @ B[3]: M (rows of C) is 10000000000000000000000000000000, beyond 2**63 - 1, the largest index numpy and Zarr can address an array with
+    """
+    for what, x in (("M (rows of C)", m), ("N (columns of C)", n), ("K (the contracted dimension)", k)):
+        if x > INDEX_MAX:
+            raise PlanError(f"C[{m} x {n}] = A @ B[{k}]: {what} is {x}, beyond 2**63 - 1, the largest index "
+                            "numpy and Zarr can address an array with")
 
 
 def make_plan(m: int, n: int, k: int, dtype, tiles: tuple[int, int, int], *,
@@ -307,6 +400,7 @@ def make_plan(m: int, n: int, k: int, dtype, tiles: tuple[int, int, int], *,
     """
     tm, tn, tk = tiles
     dtype = np.dtype(dtype)
+    check_extents(m, n, k)
     targets = list((target, target, target) if isinstance(target, int) else target)
     budget = None if device_memory is None else int(device_memory * MEMORY_FRACTION)
     ka, kb = a_chunks[1], b_chunks[0]
@@ -352,8 +446,8 @@ def make_plan(m: int, n: int, k: int, dtype, tiles: tuple[int, int, int], *,
         targets[d] = max(units[d], cur[d] // 2)
     bm, bn, bk = cur
     rows, cols, ks = bounds(m, bm), bounds(n, bn), bounds(k, bk)
-    nk = len(ks)
-    n_c = len(rows) * len(cols)
+    nk = ks.count
+    n_c = rows.count * cols.count
     parts = 1
     if 0 < n_c < n_workers and nk > 1:
         parts = min(nk, -(-n_workers // n_c))
@@ -431,3 +525,111 @@ def assign(tasks, n_workers: int, plan: Plan | None = None) -> list[list]:
         candidates.append([_snake(p) for p in parts])
     return min(candidates, key=lambda parts: (max(len(p) for p in parts),
                                               sum(_panel_bytes(p, plan) for p in parts)))
+
+
+@dataclass(frozen=True)
+class Load:
+    """One worker's share of a plan's GEMM tasks, summed: what :meth:`Plan.estimate` needs (in elements)."""
+
+    tasks: int
+    a: int            # A elements of the distinct (block row, k segment) pairs it touches
+    b: int            # B elements of the distinct (block column, k segment) pairs
+    b_each: int       # B elements read once per task (when the cache cannot hold them all)
+    area: int         # C elements its tasks produce
+    flop_terms: int   # multiply-adds
+    panels: int       # elements of C's rows plus columns it touches (what assign minimises)
+    first: tuple      # its first and last task (i, j, s)
+    last: tuple
+
+
+def _load(plan: Plan, part) -> Load:
+    """The :class:`Load` of an explicit list of tasks (in run order)."""
+    rm = [plan.rows.total(i, i + 1) for i in range(plan.rows.count)]
+    cn = [plan.cols.total(j, j + 1) for j in range(plan.cols.count)]
+    seg_k = [plan.ks.total(a, b) for a, b in plan.segments]
+    return Load(len(part), sum(rm[i] * seg_k[s] for i, s in {(i, s) for i, _, s in part}),
+                sum(cn[j] * seg_k[s] for j, s in {(j, s) for _, j, s in part}),
+                sum(seg_k[s] * cn[j] for _, j, s in part), sum(rm[i] * cn[j] for i, j, _ in part),
+                sum(rm[i] * cn[j] * seg_k[s] for i, j, s in part),
+                sum(rm[i] for i in {t[0] for t in part}) + sum(cn[j] for j in {t[1] for t in part}),
+                part[0] if part else None, part[-1] if part else None)
+
+
+def loads(plan: Plan, n_workers: int) -> list[Load]:
+    """Each worker's :class:`Load` when :func:`assign` shares out all of ``plan``'s tasks, in O(workers).
+
+    Without a k split (one segment), a worker's share is a rectangle of C
+    blocks or a run of the row-by-row (snake) order: a few bands of whole
+    rows, whose sums come from the block sizes without listing a task, so a
+    plan of 10**8 blocks (or 10**40) is summed as fast as one of 4.  A k
+    split only happens when C has fewer blocks than there are workers: those
+    few tasks are listed.  ``tests/test_plan.py`` checks both against
+    :func:`assign`.
+
+    >>> p = make_plan(1000, 1000, 64, "float32", (64, 64, 16), target=256)
+    >>> [(x.tasks, x.first, x.last) for x in loads(p, 3)]
+    [(6, (0, 0, 0), (1, 2, 0)), (5, (1, 1, 0), (2, 2, 0)), (5, (2, 3, 0), (3, 0, 0))]
+    """
+    rows, cols = plan.rows, plan.cols
+    R, C, S = rows.count, cols.count, len(plan.segments)
+    W = max(n_workers, 1)
+    if S > 1:
+        return [_load(plan, part) for part in assign(plan.tasks(), W, plan)]
+    seg_k = plan.ks.total(0, plan.ks.count)
+    nothing = Load(0, 0, 0, 0, 0, 0, 0, None, None)
+
+    def load(bands, first, last) -> Load:
+        # ``bands``: disjoint (i0, i1, j0, j1) rectangles of one share; their rows and columns are each
+        # one interval (two snake rows in a run meet at the end one leaves off and the next starts from)
+        r0, r1 = min(b[0] for b in bands), max(b[1] for b in bands)
+        c0, c1 = min(b[2] for b in bands), max(b[3] for b in bands)
+        rs, cs = rows.total(r0, r1), cols.total(c0, c1)
+        area = sum(rows.total(i0, i1) * cols.total(j0, j1) for i0, i1, j0, j1 in bands)
+        return Load(sum((i1 - i0) * (j1 - j0) for i0, i1, j0, j1 in bands), rs * seg_k, cs * seg_k,
+                    seg_k * sum((i1 - i0) * cols.total(j0, j1) for i0, i1, j0, j1 in bands), area,
+                    area * seg_k, rs + cs, first, last)
+
+    def col(i, pos):   # the column at position ``pos`` of row ``i`` in the snake order
+        return pos if i % 2 == 0 else C - 1 - pos
+
+    def run(t0, t1) -> Load:   # positions t0 .. t1 - 1 of the snake order
+        if t1 <= t0:
+            return nothing
+        (i0, p0), (i1, p1) = divmod(t0, C), divmod(t1 - 1, C)
+
+        def band(i, pa, pb):
+            ja, jb = col(i, pa), col(i, pb)
+            return (i, i + 1, min(ja, jb), max(ja, jb) + 1)
+        bands = [band(i0, p0, p1 if i1 == i0 else C - 1)]
+        if i1 > i0 + 1:
+            bands.append((i0 + 1, i1, 0, C))
+        if i1 > i0:
+            bands.append(band(i1, 0, p1))
+        return load(bands, (i0, col(i0, p0), 0), (i1, col(i1, p1), 0))
+
+    def starts(n, parts):   # where _split cuts n items into parts
+        q, r = divmod(n, parts)
+        return [p * q + min(p, r) for p in range(parts + 1)]
+
+    T = R * C
+    if W <= 1 or T <= 1:
+        return [run(0, T)] + [nothing] * (W - 1)
+    cut = starts(T, W)
+    candidates = [[run(cut[p], cut[p + 1]) for p in range(W)]]
+    for pr in range(1, W + 1):
+        if W % pr:
+            continue
+        pc = W // pr
+        if pr > R or pc > C:
+            continue
+        rc, cc = starts(R, pr), starts(C, pc)
+        parts = []
+        for g in range(pr):
+            i0, i1 = rc[g], rc[g + 1]
+            for h in range(pc):
+                j0, j1 = cc[h], cc[h + 1]
+                parts.append(load([(i0, i1, j0, j1)], (i0, j0 if i0 % 2 == 0 else j1 - 1, 0),
+                                  (i1 - 1, j1 - 1 if (i1 - 1) % 2 == 0 else j0, 0)))
+        candidates.append(parts)
+    unit = plan.k * plan.dtype.itemsize   # as assign weighs panels
+    return min(candidates, key=lambda parts: (max(x.tasks for x in parts), sum(x.panels * unit for x in parts)))

@@ -11,7 +11,9 @@ import numpy as np
 from dgemm.dtypes import check_dtype, check_precision
 from dgemm.plan import index_overflow
 from dgemm.sizes import INT32_MAX
-from dgemm.storage import Operand, OutputSpec, check_output, is_zarr_array, location
+from dgemm.storage import Operand, OutputSpec, check_output, check_storage_options, is_zarr_array
+from dgemm.storage.locations import locate, open_array, plain_zarr, sources
+from dgemm.storage.outputs import codec_configs, output_codecs
 
 
 def _check_scalar(x, name: str) -> float:
@@ -91,7 +93,7 @@ class Request:
     @classmethod
     def check(cls, op: str, a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, out=None,
               client=None, overwrite=False, resume=False, block=None, devices=None, progress=False,
-              precision=None, compressors="auto") -> Request:
+              precision=None, compressors="auto", storage_options=None) -> Request:
         """Check everything the user gave, before any work; the errors name what is wrong."""
         alpha, beta = _check_scalar(alpha, "alpha"), _check_scalar(beta, "beta")
         trans_a, trans_b = _check_bool(trans_a, "trans_a"), _check_bool(trans_b, "trans_b")
@@ -103,7 +105,13 @@ class Request:
             raise ValueError("resume=True keeps the blocks already in out and overwrite=True discards them; "
                              "choose one")
         target = _check_block(block)
-        A, B, C, drop = _check_operands(op, a, b, c, trans_a, trans_b, beta)
+        storage_options = check_storage_options(storage_options, {"a": a, "b": b, "c": c, "out": out})
+        # An in-place update being resumed reads its own incomplete output as C: the originals of the
+        # blocks it already wrote are kept beside it (dgemm.storage.originals).
+        resuming_c = (resume and out is not None and c is not None
+                      and locate(out, storage_options) in sources(c, storage_options))
+        A, B, C, drop = _check_operands(op, a, b, c, trans_a, trans_b, beta, storage_options,
+                                        incomplete_c_ok=resuming_c)
         (m, k), (_, n) = A.shape, B.shape
         dtype = check_dtype(np.result_type(*(x.dtype for x in (A, B, C) if x is not None)), "the result")
         precision = check_precision(dtype.name, precision)
@@ -111,7 +119,8 @@ class Request:
         shape = tuple(s for ax, s in enumerate((m, n)) if ax not in drop)
         spec = None
         if out is not None:
-            spec = _check_out(out, a, b, c, shape, dtype, overwrite=overwrite, resume=resume, beta=beta)
+            spec = _check_out(out, a, b, c, shape, dtype, overwrite=overwrite, resume=resume,
+                              storage_options=storage_options)
         spec = _with_compressors(spec, compressors)
         out_chunks = _out_chunks(spec, drop)
         fingerprint = None
@@ -123,9 +132,10 @@ class Request:
                    fingerprint, client, devices, progress)
 
 
-def _check_operands(op: str, a, b, c, trans_a: bool, trans_b: bool, beta: float):
+def _check_operands(op: str, a, b, c, trans_a: bool, trans_b: bool, beta: float, storage_options=None,
+                    incomplete_c_ok: bool = False):
     """The operands as the product sees them: ``(A, B, C, drop)``; refuses shapes that do not multiply."""
-    A, B = Operand(a, "a"), Operand(b, "b")
+    A, B = Operand(a, "a", storage_options), Operand(b, "b", storage_options)
     drop: tuple = ()
     if op == "gemm":
         for x in (A, B):
@@ -150,7 +160,7 @@ def _check_operands(op: str, a, b, c, trans_a: bool, trans_b: bool, beta: float)
                          f"the contracted dimensions differ ({ka} != {kb})")
     C = None
     if c is not None:
-        C = Operand(c, "c")
+        C = Operand(c, "c", storage_options, incomplete_ok=incomplete_c_ok)
         if C.ndim != 2 or C.shape != (m, n):
             raise ValueError(f"c has shape {C.stored_shape}, but op(a) @ op(b) has shape {(m, n)}")
     elif beta != 0:
@@ -158,25 +168,35 @@ def _check_operands(op: str, a, b, c, trans_a: bool, trans_b: bool, beta: float)
     return A, B, C, drop
 
 
-def _check_out(out, a, b, c, shape, dtype, *, overwrite: bool, resume: bool, beta: float) -> OutputSpec:
+def _check_out(out, a, b, c, shape, dtype, *, overwrite: bool, resume: bool,
+               storage_options=None) -> OutputSpec:
     """Check ``out`` (and that it is not an input; ``c`` means in place) without writing anything."""
-    in_place = c is not None and location(out) is not None and location(c) == location(out)
-    out = _resolve_in_place(out, a, b, c)
-    if resume and in_place and beta != 0:
-        raise ValueError("cannot resume an in-place update (out is c): the blocks already written have "
-                         "replaced the C they were computed from; start again from a copy of C")
-    return check_output(out, shape, dtype, overwrite, resume)
+    out = _resolve_in_place(out, a, b, c, storage_options)
+    return check_output(out, shape, dtype, overwrite, resume, storage_options=storage_options)
 
 
 def _with_compressors(spec: OutputSpec | None, compressors) -> OutputSpec | None:
-    """The output spec with the codecs asked for, which only a new Zarr output can take."""
+    """The output spec with the codecs asked for: checked now (zarr builds them for out's dtype), used by a new out.
+
+    An out to resume keeps the codecs it was created with: the same
+    ``compressors=`` as the interrupted call is accepted, others are refused
+    (naming both).  Any other existing array keeps its own codecs.
+    """
     if isinstance(compressors, str) and compressors == "auto":
         return spec
     if spec is None:
         raise ValueError("compressors= applies to a Zarr out; a lazy result (out=None) is not stored")
-    if spec.array is not None:
+    wanted = output_codecs(compressors, spec.shape, spec.dtype)
+    if spec.array is None:
+        return dataclasses.replace(spec, compressors=compressors)
+    if not spec.resume:
         raise ValueError("compressors= applies to a new out; the existing array keeps its own codecs")
-    return dataclasses.replace(spec, compressors=compressors)
+    have = codec_configs(spec.array.compressors)
+    if have != wanted:
+        raise ValueError(f"cannot resume: out ({spec.array.store_path}) was written with compressors {have}, but "
+                         f"this call asks for {wanted}; give the interrupted call's compressors= (or leave it "
+                         "out), or pass overwrite=True to start again")
+    return spec
 
 
 def _out_chunks(spec: OutputSpec | None, drop: tuple) -> tuple[int, int] | None:
@@ -192,26 +212,47 @@ def _out_chunks(spec: OutputSpec | None, drop: tuple) -> tuple[int, int] | None:
     return out_chunks
 
 
-def _resolve_in_place(out, a, b, c):
-    """Refuse an ``out`` that is also ``a`` or ``b``; make ``out`` = ``c`` an in-place update.
+def _resolve_in_place(out, a, b, c, storage_options=None):
+    """Refuse an ``out`` that is ``a`` or ``b``, or holds or lies in an input; make ``out`` = ``c`` in place.
 
     Writing C blocks while other tasks still read A or B blocks from the same
     array would corrupt the result, and re-creating ``c`` would erase it
     before it is read.  ``out`` naming ``c`` therefore reuses the existing
-    array (BLAS semantics: C is overwritten by the result).
+    array (BLAS semantics: C is overwritten by the result).  An ``out``
+    folder that holds an input would be replaced with it (``overwrite``),
+    and one inside an input would change it.  All of this is decided on
+    where the arrays are, however they are spelt (a relative path, a
+    ``file://`` URL, a symlink, an opened array, a store, or the Zarr arrays
+    that a dask input reads): :mod:`dgemm.storage.locations`.
     """
-    import zarr
+    import dask.array as da
 
-    where = location(out)
+    where = locate(out, storage_options)
     if where is None:
         return out
-    for x, name in ((a, "a"), (b, "b")):
-        if location(x) == where:
-            raise ValueError(f"out ({where}) is also the input {name}; dgemm reads {name} while it writes out, "
-                             "so write the result somewhere else")
-    if c is not None and location(c) == where:
-        return c if is_zarr_array(c) else zarr.open_array(out, mode="r+")
-    return out
+    for x, name in ((a, "a"), (b, "b"), (c, "c")):
+        reads = " (a dask array that reads it)" if isinstance(x, da.Array) else ""
+        for place in sources(x, storage_options) if x is not None else ():
+            if name == "c" and place == where:
+                continue   # in place, below
+            if place == where:
+                raise ValueError(f"out ({where}) is also the input {name}{reads}; dgemm reads {name} while it "
+                                 "writes out, so write the result somewhere else")
+            if where.contains(place):
+                raise ValueError(f"out ({where}) holds the input {name} ({place}): writing out (or replacing it, "
+                                 f"with overwrite=True) would destroy {name}; write the result somewhere else")
+            if place.contains(where):
+                raise ValueError(f"out ({where}) lies inside the input {name} ({place}): writing it would change "
+                                 f"{name}; write the result somewhere else")
+    if c is None or where not in sources(c, storage_options):
+        return out
+    if isinstance(c, da.Array) and plain_zarr(c) is None:
+        raise ValueError(f"out ({where}) is read by c, a dask array computed from it: its blocks would be "
+                         "overwritten while c's tasks still read them; pass the Zarr array itself (or its path) as "
+                         "c to update it in place, or write the result somewhere else")
+    if is_zarr_array(out):
+        return out   # check_output makes it absolute, and refuses it read-only
+    return open_array(out, mode="r+", storage_options=storage_options)
 
 
 def _orig(x: Operand) -> tuple:

@@ -6,6 +6,8 @@ and the output marked complete.
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
 import time
 import uuid
 
@@ -16,20 +18,31 @@ from dgemm.cluster import device_limits, get_client, prepare, tiles_of
 from dgemm.plan import Plan, default_target, make_plan
 from dgemm.scheduler import placement
 from dgemm.request import Request
-from dgemm.storage import COMPLETE_ATTR, BlockMarkers, create_output, mark_complete, run_id
+from dgemm.storage import COMPLETE_ATTR, BlockMarkers, create_output, location, mark_complete, run_id
+from dgemm.storage.lease import Writer, refuse_if_held
 
 
 def run(req: Request):
-    """The steps after the checks: resume check, plan, run, completion."""
+    """The steps after the checks: resume check, plan, run, completion.
+
+    Without ``out``: operands all in memory give a numpy result at once
+    (:func:`_in_memory`); others a lazy dask array, planned for the client
+    given or current, else for no cluster at all (:func:`_unplaced`) — the
+    call builds a graph and starts nothing.
+    """
     finished = _finished(req)
     if finished is not None:
         return finished
     if req.m == 0 or req.n == 0:   # trivial shapes need no device
         return _empty(req)
+    if req.spec is None and _in_memory_operands(req):
+        return _in_memory(req)
+    token = uuid.uuid4().hex[:12]
+    if req.spec is None and req.client is None and _current_client() is None:
+        return _lazy(req, _unplaced(req), token)
     client = get_client(req.client, req.devices)
     workers = prepare(client, req.dtype)
     plan = _plan(req, workers)
-    token = uuid.uuid4().hex[:12]
     if req.spec is None:
         return _lazy(req, plan, token)
     result, markers, todo = _open_output(req, plan)
@@ -41,11 +54,37 @@ def run(req: Request):
 
 
 def _finished(req: Request):
-    """Resume check, before any work: refuse an output of another product; return it when already complete."""
-    if req.spec is None or not req.spec.resume:
+    """Before any work: refuse an output another live run is writing, or one of another product (resume);
+    return it when already complete."""
+    if req.spec is None:
+        return None
+    existing = _existing(req.spec)
+    if existing is not None:   # a second writer is refused here, before a cluster is used
+        refuse_if_held(existing, _where(existing))
+    if not req.spec.resume:
         return None
     _check_resumable(req.spec.array, req.fingerprint)
     return req.spec.array if req.spec.array.attrs[COMPLETE_ATTR].get("complete") else None
+
+
+def _existing(spec):
+    """The output already there that this call would write into (None for a new one)."""
+    if spec.array is not None:
+        return spec.array
+    if not spec.overwrite:   # check_output refused an existing target
+        return None
+    import zarr
+
+    target = spec.target
+    options = getattr(spec, "storage_options", None) if isinstance(target, str) and "://" in target else None
+    try:
+        return zarr.open_array(target, mode="r", **({"storage_options": options} if options else {}))
+    except Exception:   # nothing there, or not an array: no run of dgemm holds it
+        return None
+
+
+def _where(array) -> str:
+    return str(getattr(array, "store_path", array))
 
 
 def _plan(req: Request, workers: dict) -> Plan:
@@ -56,6 +95,69 @@ def _plan(req: Request, workers: dict) -> Plan:
     return make_plan(req.m, req.n, req.k, req.dtype, tiles, a_chunks=req.a.chunks, b_chunks=req.b.chunks,
                      out_chunks=req.out_chunks, target=target, n_workers=len(workers), device_memory=memory,
                      max_alloc=max_alloc, exact=req.block is not None)
+
+
+def _current_client():
+    """The client dask would compute with now (``distributed.default_client``), or None."""
+    try:
+        from distributed import default_client
+        return default_client()
+    except ValueError:
+        return None
+
+
+def _unplaced(req: Request) -> Plan:
+    """A plan for no cluster in particular: the lazy result is computed wherever dask computes it.
+
+    Blocks follow the inputs' chunks up to the default (GPU) block size; any
+    device's kernel pads them to its tiles, so no tile multiple is needed.
+    """
+    target = req.block or default_target([])
+    return make_plan(req.m, req.n, req.k, req.dtype, (1, 1, 1), a_chunks=req.a.chunks, b_chunks=req.b.chunks,
+                     target=target, exact=req.block is not None)
+
+
+def _in_memory_operands(req: Request) -> bool:
+    """Whether every operand the product reads is an in-memory (numpy) array."""
+    used = [req.a, req.b] + ([req.c] if req.c is not None and req.beta != 0 else [])
+    return all(isinstance(x.dask, np.ndarray) for x in used)
+
+
+def _host_array(x) -> np.ndarray:
+    """An in-memory operand as the product sees it (promoted, transposed)."""
+    return x.dask.T if x.trans else x.dask
+
+
+def _in_memory(req: Request) -> np.ndarray:
+    """numpy in, numpy out: small products by numpy here, others on the devices, gathered back."""
+    from dgemm import inmemory
+
+    c = _host_array(req.c) if req.c is not None and req.beta != 0 else None
+    if req.k == 0 or inmemory.is_small(2 * req.m * req.n * req.k):   # k == 0: no product, just beta * C
+        out = inmemory.host_product(_host_array(req.a), _host_array(req.b), c, alpha=req.alpha, beta=req.beta,
+                                    dtype=req.dtype)
+    else:
+        client = get_client(req.client, req.devices)
+        workers = prepare(client, req.dtype)
+        plan = _plan(req, workers)
+        token = uuid.uuid4().hex[:12]
+        held = []
+        ops = {}
+        for name, x, rows, cols in (("a", req.a, plan.rows, plan.ks), ("b", req.b, plan.ks, plan.cols),
+                                    ("c", req.c if c is not None else None, plan.rows, plan.cols)):
+            if x is None:
+                continue
+            sr, sc = (cols, rows) if x.trans else (rows, cols)
+            x = copy.copy(x)
+            x.dask, futures = inmemory.scatter_blocks(client, x.dask, sr, sc, f"dgemm-scattered-{name}-{token}")
+            held += futures
+            ops[name] = x
+        req = dataclasses.replace(req, **ops)
+        out = client.compute(_lazy(req, plan, token), sync=True)   # the held blocks go when this returns
+        del held
+        return out
+    out = np.squeeze(out, axis=req.drop) if req.drop else out
+    return out[()] if out.ndim == 0 else out   # a scalar, as numpy.matmul gives for two vectors
 
 
 def _lazy(req: Request, plan: Plan, token: str):
@@ -79,14 +181,20 @@ def _all_blocks(plan: Plan) -> set[tuple[int, int]]:
 
 
 def _open_output(req: Request, plan: Plan):
-    """Create the output, or reopen the one to resume; returns ``(array, markers, blocks to compute)``.
+    """Create the output, or reopen the one to resume, and take its lease; returns
+    ``(array, writer, blocks to compute)`` (:class:`dgemm.storage.lease.Writer`).
 
     A resumed output must have been cut into the same blocks: its run id
-    (a hash of the fingerprint with the block grid) must match.
+    (a hash of the fingerprint with the block grid) must match.  A fresh run
+    draws a new owner token (naming its block markers); a resume continues
+    the stored one.  Another live run's lease is refused (checked again here,
+    just before writing); a stale one is taken over.
     """
     grid = _grid(plan)
     fingerprint = {**req.fingerprint, "block": list(plan.block_shape[:2]), "grid": list(grid)}
     run = run_id(fingerprint)
+    existing = _existing(req.spec)
+    stale = refuse_if_held(existing, _where(existing)) if existing is not None else None
     if req.spec.resume:
         result = req.spec.array
         stored = result.attrs[COMPLETE_ATTR].get("run", {})
@@ -94,45 +202,119 @@ def _open_output(req: Request, plan: Plan):
             raise ValueError("cannot resume: " + (_differences(stored, fingerprint) or
                                                   "out was cut into different blocks") +
                              "; pass overwrite=True to start again")
-        markers = BlockMarkers(result, run)
-        return result, markers, sorted(_all_blocks(plan) - markers.done(grid))
+        # outputs of an older dgemm have no owner: their markers are named by the run id
+        owner = result.attrs[COMPLETE_ATTR].get("owner") or run
+        writer = Writer.open(result, owner, _in_place(req, result), stale)
+        return result, writer, sorted(_all_blocks(plan) - writer.markers.done(grid))
+    owner = uuid.uuid4().hex[:16]
     chunks = tuple(s for ax, s in enumerate(plan.block_shape[:2]) if ax not in req.drop)
-    meta = {"operation": req.op, "a": req.a.label, "b": req.b.label, "plan": plan.explain(),
+    meta = {"operation": req.op, "a": req.a.label, "b": req.b.label, "plan": plan.explain(), "owner": owner,
             "run": {"id": run, **fingerprint}}
     result = create_output(req.spec, chunks, meta)
-    markers = BlockMarkers(result, run)
-    markers.reset()
-    return result, markers, sorted(_all_blocks(plan))
+    BlockMarkers(result, owner).reset()   # earlier runs' markers, originals and lease
+    return result, Writer.open(result, owner, _in_place(req, result), stale), sorted(_all_blocks(plan))
 
 
-def _compute(req: Request, plan: Plan, token: str, client, workers: dict, result, markers: BlockMarkers,
+def _in_place(req: Request, result) -> bool:
+    """Whether the run overwrites the C it reads (``out`` is ``c``, ``beta != 0``)."""
+    return (req.c is not None and req.beta != 0 and req.c.zarr is not None
+            and location(req.c.zarr) == location(result))
+
+
+def _compute(req: Request, plan: Plan, token: str, client, workers: dict, result, writer: Writer,
              todo: list) -> None:
-    """Compute and store the blocks ``todo`` on the cluster, each marked once stored."""
+    """Compute and store the blocks ``todo`` on the cluster, each marked once stored, holding out's lease.
+
+    Interrupted (Ctrl-C) or failed, the run is stopped before the exception
+    goes on (:func:`_abandon`): nothing of it is left running to write into
+    ``out`` after this returns.
+    """
     from dask.delayed import Delayed
 
-    # each worker its rectangle of C blocks, so it reads only its share of A and B
-    where = sorted(workers) if len(workers) > 1 and placement.ensure(client) else None
-    g = graph_mod.build(plan, req.a, req.b, req.c, alpha=req.alpha, beta=req.beta, token=token, blocks=todo,
-                        precision=req.precision, workers=where)
-    done_key = graph_mod.add_store(g, plan, result, req.drop, token, markers, blocks=todo)
-    future = client.compute(Delayed(done_key, g.hlg()))
-    if req.progress:
-        from distributed import progress as show_progress
-        show_progress(future, scheduler=client.scheduler.address)  # the client given, not just the default
-    future.result()
+    address = client.scheduler.address
+    with writer.lease.kept(address, token):
+        future = None
+        try:
+            if writer.took_over is not None and writer.took_over.scheduler == address and writer.took_over.token:
+                _drain(client, writer.took_over.token)   # a dead client's tasks may still be running there
+            # each worker its rectangle of C blocks, so it reads only its share of A and B
+            where = sorted(workers) if len(workers) > 1 and placement.ensure(client) else None
+            g = graph_mod.build(plan, req.a, req.b, req.c, alpha=req.alpha, beta=req.beta, token=token,
+                                blocks=todo, precision=req.precision, workers=where, originals=writer.originals)
+            done_key = graph_mod.add_store(g, plan, result, req.drop, token, writer.markers, blocks=todo,
+                                           fence=writer.lease.fence(), originals=writer.originals)
+            future = client.compute(Delayed(done_key, g.hlg()))
+            if req.progress:
+                from distributed import progress as show_progress
+                show_progress(future, scheduler=address)  # the client given, not just the default
+            future.result()
+        except BaseException:
+            _abandon(client, future, writer, token)
+            raise
 
 
-def _complete(req: Request, plan: Plan, result, markers: BlockMarkers, blocks_run: int, seconds: float) -> None:
-    """Mark the output complete, once every block's marker says it is stored."""
-    all_blocks = _all_blocks(plan)
-    missing = all_blocks - markers.done(_grid(plan))
-    if missing:  # never mark complete what is not: every block must have its marker
-        raise RuntimeError(f"dgemm: {len(missing)} of {len(all_blocks)} blocks of {result.store_path} have no "
-                           f"completion marker after the run (first: {min(missing)}); out is left incomplete, "
-                           "resume=True finishes it")
-    mark_complete(result, {"seconds": seconds, "tflops": plan.flops / seconds / 1e12 if seconds and
-                           blocks_run == len(all_blocks) else None,
-                           "blocks": len(all_blocks), "blocks_run": blocks_run, "resumed": bool(req.spec.resume)})
+def _abandon(client, future, writer: Writer, token: str) -> None:
+    """Stop a run that was interrupted or failed: cancel its tasks, give up ``out``, wait for those running.
+
+    Releasing the lease first makes every task still to write fail its
+    check; the tasks already writing are waited for (dask cannot stop a
+    running task), so a call right after this one finds nothing of this run
+    still writing.
+    """
+    try:
+        if future is not None:
+            client.cancel([future], force=True)
+    except Exception:   # a lost cluster: nothing to cancel
+        pass
+    writer.lease.release()
+    _drain(client, token)
+
+
+def _drain(client, token: str, per_task: float = 10.0, least: float = 10.0) -> None:
+    """Wait (bounded: ``per_task`` seconds per task found running, at least ``least``) until no task whose
+    key holds ``token`` is running on a worker of ``client``'s cluster."""
+    running = _running(client, token)
+    deadline = time.monotonic() + max(least, per_task * running)
+    while running and time.monotonic() < deadline:
+        time.sleep(0.1)
+        running = _running(client, token)
+    if running:
+        import warnings
+        warnings.warn(f"dgemm: {running} task(s) of the stopped run {token} were still running after "
+                      f"{max(least, per_task * running):.0f} s; they will write nothing more", RuntimeWarning,
+                      stacklevel=3)
+
+
+def _running(client, token: str) -> int:
+    """How many tasks whose key holds ``token`` run on the workers now (asked of the workers themselves)."""
+    def count(dask_worker, token=token):
+        state = dask_worker.state
+        return sum(token in str(ts.key) for ts in (*state.executing, *state.long_running))
+
+    try:
+        return sum(client.run(count, on_error="ignore").values())
+    except Exception:   # no cluster to ask
+        return 0
+
+
+def _complete(req: Request, plan: Plan, result, writer: Writer, blocks_run: int, seconds: float) -> None:
+    """Mark the output complete, once every block's marker says it is stored; then give up its lease."""
+    try:
+        all_blocks = _all_blocks(plan)
+        missing = all_blocks - writer.markers.done(_grid(plan))
+        if missing:  # never mark complete what is not: every block must have its marker
+            raise RuntimeError(f"dgemm: {len(missing)} of {len(all_blocks)} blocks of {result.store_path} have "
+                               f"no completion marker after the run (first: {min(missing)}); out is left "
+                               "incomplete, resume=True finishes it")
+        writer.lease.check("mark it complete")
+        mark_complete(result, {"seconds": seconds, "tflops": plan.flops / seconds / 1e12 if seconds and
+                               blocks_run == len(all_blocks) else None,
+                               "blocks": len(all_blocks), "blocks_run": blocks_run,
+                               "resumed": bool(req.spec.resume)})
+        if writer.originals is not None:   # complete: C is the result now, its originals are no longer needed
+            writer.originals.remove()
+    finally:
+        writer.lease.release()
 
 
 def _check_resumable(array, fingerprint: dict) -> None:
@@ -166,6 +348,8 @@ def _plain(x):
 def _empty(req: Request):
     """A product with no elements: nothing to compute, an output (if any) complete at once."""
     if req.spec is None:
+        if _in_memory_operands(req):
+            return np.zeros(req.shape, dtype=req.dtype)
         import dask.array as da
         return da.zeros(req.shape, dtype=req.dtype)
     chunks = tuple(max(s, 1) for s in req.shape)

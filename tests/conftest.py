@@ -8,6 +8,7 @@ test shares the ``client`` fixture's cluster.
 from __future__ import annotations
 
 import os
+import socket
 import tempfile
 
 import numpy as np
@@ -19,13 +20,30 @@ import pytest
 _SESSION_TMP = tempfile.mkdtemp(prefix="dgemm-tests-")
 os.environ.setdefault("DGEMM_TUNING_DB", os.path.join(_SESSION_TMP, "no-user-tuning.json"))
 
+# numpy operands go to the devices however small: the devices are what the tests check (tests of the
+# small-product path set dgemm.small-flops themselves).
+import dask  # noqa: E402
+
+dask.config.set({"dgemm.small-flops": 0})
+
 from dgemm.opencl.discovery import list_devices  # noqa: E402
+from s3server import s3  # noqa: E402,F401  (the moto S3 server fixture)
 
 DEVICES = list_devices()
 HAS_GPU = any(d.type == "GPU" for d in DEVICES)
 NO_GPU_REASON = "no GPU OpenCL device"
 # Devices of the test cluster: two workers sharing the CPU device by default.
 CLUSTER_DEVICES = os.environ.get("DGEMM_TEST_DEVICES", "cpu,cpu")
+
+
+# The default dashboard port is the user's (their own cluster, another test run): a cluster a test starts
+# names its dashboard address (":0", "127.0.0.1:0").  So that a test whose cluster does not fails, the
+# session holds 8787 (default_dashboard_port_held) and distributed's warning on falling back is an error.
+DEFAULT_DASHBOARD_PORT = 8787
+
+
+def pytest_configure(config):
+    config.addinivalue_line("filterwarnings", f"error:Port {DEFAULT_DASHBOARD_PORT} is already in use:UserWarning")
 
 
 def pytest_report_header(config):
@@ -120,6 +138,48 @@ def client(cluster):
         c.close()
 
 
+# -- the default dashboard port --------------------------------------------------
+@pytest.fixture(scope="session", autouse=True)
+def default_dashboard_port_held():
+    """Hold 127.0.0.1:8787 for the session, so that no cluster a test starts gets it.
+
+    A cluster of this process asking for it then warns that the port is in
+    use, an error here (:func:`pytest_configure`): the test that started it
+    fails.  One in a subprocess (``dgemm demo``, a user's script) falls back
+    to a free port.  Held by another process already: taken either way.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind(("127.0.0.1", DEFAULT_DASHBOARD_PORT))
+        sock.listen(1)   # listening: a bind to it fails even with SO_REUSEADDR (as tornado binds)
+    except OSError:
+        sock.close()
+        sock = None
+    try:
+        yield sock
+    finally:
+        if sock is not None:
+            sock.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def local_clusters_on_free_ports():
+    """dgemm's own local cluster (a call with no client, ``dgemm matmul`` without ``--scheduler``) gets a
+    free dashboard port: :func:`dgemm.cluster.local.local_client` starts it with DeviceCluster's default,
+    8787, which no caller can change."""
+    import dgemm.cluster.local as local
+
+    device_cluster = local.DeviceCluster
+
+    def on_a_free_port(devices=None, **kwargs):
+        kwargs.setdefault("dashboard_address", "127.0.0.1:0")
+        return device_cluster(devices, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(local, "DeviceCluster", on_a_free_port)
+        yield
+
+
 # -- random inputs ------------------------------------------------------------
 @pytest.fixture
 def rng():
@@ -172,7 +232,8 @@ def elsewhere(tmp_path_factory):
         pytest.skip("no OpenCL device on this host (install pocl-binary-distribution for a CPU one)")
     home = tmp_path_factory.mktemp("cluster-home")
     sched = home / "scheduler.json"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DGEMM_TEST")}
+    # no AWS_*: S3 credentials must reach the workers through storage_options (tests/test_s3.py)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DGEMM_TEST", "AWS_"))}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                                       env.get("PYTHONPATH")]))
     log = open(home / "cluster.log", "w")

@@ -30,6 +30,7 @@ from dgemm.cli import cli, main
 from dgemm.accuracy import check_sample
 from dgemm.benchmarks.inputs import random_zarr
 from dgemm.opencl.discovery import DeviceInfo
+from dgemm.storage import COMPLETE_ATTR
 
 HAVE_DEVICE = bool(dgemm.opencl.discovery.list_devices())
 needs_device = pytest.mark.skipif(not HAVE_DEVICE, reason="no OpenCL device (pip install pocl-binary-distribution)")
@@ -497,3 +498,91 @@ def test_matmul_resume_and_precision_options(runner, tmp_path, client, monkeypat
     np.testing.assert_allclose(zarr.open_array(str(tmp_path / "c.zarr"))[...], a @ b, rtol=1e-12, atol=1e-12)
     r = runner.invoke(cli, args + ["--overwrite", "--precision", "tf32"])
     assert r.exit_code == 2 and "precision='tf32' is not available for float64" in r.output
+
+
+def test_plan_of_huge_metadata_only_arrays_answers_at_once(tmp_path):
+    """Issue 14, case 10: 10**7 x 10**7 took minutes and 10 GB; now every size plans in O(workers).
+
+    The arrays hold metadata only (no chunk is written).  ``timeout`` only guards
+    against a hang; the output must describe the grid, and a shape no index can
+    address must get its one-line error.
+    """
+    import math
+    import os
+    import re
+
+    def zeros(name, shape, chunks=(1000, 1000)):
+        zarr.create_array(store=str(tmp_path / name), shape=shape, chunks=chunks, dtype="float64")
+        return str(tmp_path / name)
+
+    def plan(a, b, *extra):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DGEMM_DEVICE")}
+        return subprocess.run([sys.executable, "-m", "dgemm", "plan", a, b, "--workers", "4", *extra],
+                              capture_output=True, text=True, timeout=60, env=env)
+
+    for size in (10**7, 2**62):
+        x = zeros(f"x{size}.zarr", (size, size))
+        r = plan(x, x)
+        assert r.returncode == 0, r.stderr
+        assert f"C[{size} x {size}] = A[{size} x {size}] @ B[{size} x {size}]  (float64)" in r.stdout
+        bm, bn = map(int, re.search(r"blocks: (\d+) x (\d+) \(C\)", r.stdout).groups())
+        rows, cols, nk = map(int, re.search(r"grid: (\d+) x (\d+) C blocks, (\d+) k-blocks", r.stdout).groups())
+        assert (rows, cols) == (math.ceil(size / bm), math.ceil(size / bn))
+        assert f"{rows * cols} GEMM tasks" in r.stdout
+        assert "placement: 4 worker(s)" in r.stdout and "time floor" in r.stdout
+    a, b = zeros("a.zarr", (10**31, 3 * 10**31)), zeros("b.zarr", (3 * 10**31, 10**31))
+    r = plan(a, b)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.startswith("Error: ") and r.stderr.count("\n") == 1
+    assert "M (rows of C) is 10000000000000000000000000000000, beyond 2**63 - 1" in r.stderr
+
+
+@needs_device
+def test_a_worker_error_is_one_line_and_verbose_shows_its_traceback(tmp_path, cluster, rng):
+    """Issue 14, case 11: a chunk no worker can read printed a 130-line traceback.
+
+    Now: exit status 1 and one line on stderr, the worker's message (array, rows,
+    columns, chunk and store key); ``-v``/``--verbose`` (and the former ``--debug``)
+    print the traceback.  Run as the user runs it, in a subprocess against a cluster.
+    """
+    import os
+
+    a = zarr.create_array(store=str(tmp_path / "a.zarr"), shape=(96, 64), chunks=(32, 32), dtype="float64")
+    a[...] = rng.standard_normal((96, 64))
+    b = zarr.create_array(store=str(tmp_path / "b.zarr"), shape=(64, 40), chunks=(32, 32), dtype="float64")
+    b[...] = rng.standard_normal((64, 40))
+    (tmp_path / "a.zarr" / "c" / "1" / "1").write_bytes(b"\x00not zstd at all" * 10)   # damaged, compressed
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DGEMM_TEST")}
+
+    def matmul(*flags, out):
+        return subprocess.run([sys.executable, "-m", "dgemm", *flags, "matmul", str(tmp_path / "a.zarr"),
+                               str(tmp_path / "b.zarr"), str(tmp_path / out), "--scheduler",
+                               cluster.scheduler_address, "--block", "32", "--no-progress"],
+                              capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path)
+
+    r = matmul(out="c.zarr")
+    assert r.returncode == 1, r.stderr
+    assert r.stdout == ""
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith(f"Error: dgemm could not read Zarr array file://{tmp_path}/a.zarr rows ")
+    assert "chunk (1, 1) (store key 'c/1/1')" in lines[0]
+    assert zarr.open_array(str(tmp_path / "c.zarr"), mode="r").attrs[COMPLETE_ATTR]["complete"] is False
+    for flag, out in (("-v", "v.zarr"), ("--verbose", "verbose.zarr"), ("--debug", "debug.zarr")):
+        r = matmul(flag, out=out)
+        assert r.returncode == 1 and "Traceback (most recent call last)" in r.stderr, (flag, r.stderr)
+        assert r.stderr.splitlines()[-1].startswith("OSError: dgemm could not read Zarr array"), (flag, r.stderr)
+
+
+def test_unexpected_errors_are_one_line_that_names_verbose(runner, ab, tmp_path, monkeypatch):
+    """Not the user's mistake, not the machines': its type and message on one line, and how to see more."""
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("something dgemm did not expect")
+    monkeypatch.setattr(dgemm, "matmul", broken)
+    pa, pb, _, _ = ab
+    r = runner.invoke(cli, ["matmul", str(pa), str(pb), str(tmp_path / "c.zarr"), "--no-progress"])
+    assert r.exit_code == 1
+    assert r.output.strip() == ("Error: ZeroDivisionError: something dgemm did not expect "
+                                "(dgemm --verbose shows the traceback)")
+    r = runner.invoke(cli, ["--verbose", "matmul", str(pa), str(pb), str(tmp_path / "c.zarr"), "--no-progress"])
+    assert isinstance(r.exception, ZeroDivisionError)

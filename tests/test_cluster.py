@@ -1,8 +1,11 @@
 """Clusters: the DeviceCluster, preparing any cluster's workers, the graph as the scheduler sees it."""
 from __future__ import annotations
 
+import ast
 import os
+from pathlib import Path
 
+import dask.array as da
 import numpy as np
 import pytest
 import zarr
@@ -59,7 +62,7 @@ def test_device_cluster_has_no_spare_devices(cluster):
 
 def test_device_cluster_unknown_device():
     with pytest.raises(LookupError, match="no OpenCL device matches 'nonexistent-device'"):
-        dgemm.DeviceCluster("nonexistent-device")
+        dgemm.DeviceCluster("nonexistent-device", dashboard_address=":0")
 
 
 @pytest.mark.timeout(120)
@@ -160,13 +163,14 @@ def restrictions(client):
     client.unregister_scheduler_plugin(RecordRestrictions.name)
 
 
-def _check_restrictions(seen, n_blocks):
+def _check_restrictions(seen, n_blocks, others_expected=True):
     """Every GEMM task (at least one per C block) asks for GPU=1; no other dgemm task does."""
     gemm = {k: v for k, v in seen.items() if "dgemm-gemm-" in k}
     assert len(gemm) >= n_blocks, sorted(seen)
     assert all(v == {"GPU": 1} for v in gemm.values()), gemm
     others = {k: v for k, v in seen.items() if "dgemm-gemm-" not in k}
-    assert others and all(not v for v in others.values()), others
+    assert all(not v for v in others.values()), others
+    assert others or not others_expected, "no store tasks seen"
 
 
 def test_gemm_tasks_carry_the_resource_annotation(client, restrictions, tmp_path, rng):
@@ -181,17 +185,17 @@ def test_gemm_tasks_carry_the_resource_annotation(client, restrictions, tmp_path
                                        "without GPU=1")
 def test_lazy_gemm_tasks_carry_the_resource_annotation(client, restrictions, rng):
     A, B = randn(rng, (100, 40), "float32"), randn(rng, (40, 90), "float32")
-    lazy = dgemm.matmul(A, B, client=client, block=32)
+    lazy = dgemm.matmul(da.from_array(A, chunks=50), da.from_array(B, chunks=45), client=client, block=32)
     check_product(client.compute(lazy).result(), A, B, dtype="float32")
-    _check_restrictions(restrictions(), lazy.npartitions)
+    _check_restrictions(restrictions(), lazy.npartitions, others_expected=False)
 
 
 def test_lazy_gemm_tasks_without_graph_optimization_carry_the_annotation(client, restrictions, rng):
     """The workaround for the above: compute the lazy result with optimize_graph=False."""
     A, B = randn(rng, (100, 40), "float32"), randn(rng, (40, 90), "float32")
-    lazy = dgemm.matmul(A, B, client=client, block=32)
+    lazy = dgemm.matmul(da.from_array(A, chunks=50), da.from_array(B, chunks=45), client=client, block=32)
     check_product(client.compute(lazy, optimize_graph=False).result(), A, B, dtype="float32")
-    _check_restrictions(restrictions(), lazy.npartitions)
+    _check_restrictions(restrictions(), lazy.npartitions, others_expected=False)   # a lazy result stores nothing
 
 
 # -- get_client and prepare without a real cluster ----------------------------
@@ -267,3 +271,157 @@ def test_tiles_of():
     workers = {"a": desc(INFO64), "b": desc(INFO64)}
     assert tiles_of(workers, "float32") == (32, 32, 16)
     assert tiles_of(workers, np.float64) == (96, 64, 8)
+
+
+# -- a script without ``if __name__ == "__main__":`` (issue 14) -------------------------
+SCRIPT = '''\
+import sys
+
+import numpy as np
+import zarr
+
+import dgemm
+
+{indent_intro}c = dgemm.matmul(sys.argv[1], sys.argv[2], out=sys.argv[3], block=64)
+{indent}a, b = zarr.open_array(sys.argv[1])[...], zarr.open_array(sys.argv[2])[...]
+{indent}err = np.abs(c[...] - a @ b).max() / np.abs(a @ b).max()
+{indent}print("relative error", err)
+{indent}assert err < 1e-12
+'''
+
+
+@pytest.mark.timeout(420)
+def test_a_script_without_a_main_guard_fails_at_once_and_names_the_fix(any_device, tmp_path, rng):
+    """Unguarded, the local cluster's spawned workers re-ran the script and the call waited 60 s for workers.
+
+    Now the call fails before starting anything and names the fix; the same script
+    with the guard works.  ``timeout`` guards against a hang only.
+    """
+    import subprocess
+    import sys
+
+    A, B = randn(rng, (150, 100)), randn(rng, (100, 120))
+    for name, x in (("a.zarr", A), ("b.zarr", B)):
+        zarr.create_array(store=str(tmp_path / name), shape=x.shape, chunks=(64, 64), dtype=x.dtype)[...] = x
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DGEMM_TEST")}
+    env.update(DGEMM_DEVICES="cpu", DGEMM_WORKER_TIMEOUT="60")
+    guard = 'if __name__ == "__main__":\n'
+
+    def run(name, body, timeout):
+        (tmp_path / name).write_text(body)
+        return subprocess.run([sys.executable, name, "a.zarr", "b.zarr", f"c-{name}.zarr"], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=timeout)
+
+    r = run("unguarded.py", SCRIPT.format(indent_intro="", indent=""), 90)
+    assert r.returncode != 0
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("RuntimeError: ") and 'if __name__ == "__main__":' in last, r.stderr
+    assert f"{tmp_path / 'unguarded.py'}, line 8" in last, r.stderr
+    assert "no workers" not in r.stderr
+    assert not (tmp_path / "c-unguarded.py.zarr").exists()
+
+    # an unguarded call inside a function the script calls at its top level: the same
+    r = run("indirect.py", SCRIPT.format(indent_intro="def main():\n    ", indent="    ") + "\n\nmain()\n", 90)
+    assert r.returncode != 0 and f"{tmp_path / 'indirect.py'}, line 16" in r.stderr, r.stderr
+
+    r = run("guarded.py", SCRIPT.format(indent_intro=guard + "    ", indent="    "), 300)
+    assert r.returncode == 0, r.stderr
+    assert "relative error" in r.stdout
+    check_product(zarr.open_array(str(tmp_path / "c-guarded.py.zarr"))[...], A, B, dtype="float64")
+
+
+# -- tests never take the default dashboard port (8787) ------------------------------------
+SCHEDULERS = {"DeviceCluster", "LocalCluster", "Scheduler"}          # constructors that start a dashboard
+LAUNCHES = {("dgemm", "cluster"), ("dask", "scheduler")}           # commands that do
+ON_PURPOSE = "default dashboard on purpose"                       # a comment that exempts its line
+
+
+def _names_a_dashboard(value) -> bool:
+    """Whether ``value`` (an expression) is a dict of keyword arguments naming a dashboard address."""
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "dict":
+        return any(k.arg in ("dashboard_address", "dashboard") for k in value.keywords)
+    return isinstance(value, ast.Dict) and any(isinstance(k, ast.Constant) and k.value == "dashboard_address"
+                                               for k in value.keys)
+
+
+def default_port_users(path: Path) -> list[str]:
+    """Where the test file ``path`` starts a scheduler (so a dashboard) without naming its address."""
+    source = path.read_text()
+    lines = source.splitlines()
+    tree = ast.parse(source, str(path))
+    spreads = {t.id for node in tree.body if isinstance(node, ast.Assign) and _names_a_dashboard(node.value)
+               for t in node.targets if isinstance(t, ast.Name)}
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or ON_PURPOSE in lines[node.lineno - 1]:
+            continue
+        where = f"{path.name}:{node.lineno}"
+        f = node.func
+        name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+        named = {k.arg for k in node.keywords} & {"dashboard_address", "dashboard"}
+        spread = {k.value.id for k in node.keywords if k.arg is None and isinstance(k.value, ast.Name)}
+        if name in SCHEDULERS and not named and not spread & spreads:
+            found.append(f"{where}: {name}(...) without dashboard_address (\":0\" is a free port)")
+        if name == "filterwarnings" and node.args and isinstance(node.args[0], ast.Constant) and \
+                str(node.args[0].value).startswith("ignore:Port 8787"):
+            found.append(f"{where}: a filter hiding a cluster that asked for 8787")
+        for arg in node.args:   # a command line: subprocess.run([...]), runner.invoke(cli, [...])
+            if not isinstance(arg, (ast.List, ast.Tuple)):
+                continue
+            words = [e.value if isinstance(e, ast.Constant) and isinstance(e.value, str) else None for e in arg.elts]
+            starts = any(tuple(words[i:i + 2]) in LAUNCHES for i in range(len(words))) or \
+                (bool(words) and words[0] == "cluster")
+            if starts and not any(w and (w.startswith("--dashboard-address") or w == "--no-dashboard")
+                                  for w in words):
+                found.append(f"{where}: a scheduler command without --dashboard-address (127.0.0.1:0)")
+    return sorted(found, key=lambda f: int(f.split(":")[1]))
+
+
+def test_default_port_users_finds_each_kind(tmp_path):
+    """The check below, on a file with one of each kind of mistake and their corrected forms."""
+    bad = tmp_path / "test_bad.py"
+    bad.write_text("""
+import pytest, subprocess, sys
+KW = dict(processes=True)
+GOOD_KW = dict(dashboard_address=":0")
+
+@pytest.mark.filterwarnings("ignore:Port 8787 is already in use")
+def test_x(runner):
+    dgemm.DeviceCluster("cpu,cpu")
+    LocalCluster(n_workers=1, **KW)
+    Scheduler(port=0)
+    subprocess.Popen([sys.executable, "-m", "dgemm", "cluster", "--port", "0"])
+    subprocess.Popen([sys.executable, "-m", "dask", "scheduler"])
+    runner.invoke(cli, ["cluster", "--devices", "cpu"])
+    dgemm.DeviceCluster("cpu", dashboard_address=":0")
+    LocalCluster(n_workers=1, **GOOD_KW)
+    Scheduler(port=0, dashboard_address="127.0.0.1:0")
+    subprocess.Popen(["dgemm", "cluster", "--dashboard-address", "127.0.0.1:0"])
+    runner.invoke(cli, ["worker", "tcp://127.0.0.1:1"])
+    dgemm.DeviceCluster("cpu")  # default dashboard on purpose
+""")
+    assert [f.split(":")[1] for f in default_port_users(bad)] == ["6", "8", "9", "10", "11", "12", "13"]
+
+
+def test_no_test_starts_a_cluster_on_the_default_dashboard_port():
+    """Every scheduler a test starts names a free dashboard port: 8787 is the user's (conftest holds it
+    during the session, and a cluster of the test process asking for it fails its test; this finds the
+    ones started in subprocesses, and filters that would hide the failure)."""
+    found = [f for path in sorted(Path(__file__).parent.glob("*.py")) for f in default_port_users(path)]
+    assert not found, "\n".join(found)
+
+
+def test_a_cluster_left_on_the_default_dashboard_port_fails_its_test(any_device):
+    """The session's hold on 8787 (conftest): DeviceCluster's default address fails at once, before any
+    worker starts."""
+    from conftest import DEFAULT_DASHBOARD_PORT
+
+    try:
+        cluster = dgemm.DeviceCluster(any_device.info.id)  # default dashboard on purpose
+    except RuntimeError as e:
+        assert f"Port {DEFAULT_DASHBOARD_PORT} is already in use" in str(e)
+    else:
+        port = cluster.scheduler.http_server.port
+        cluster.close()
+        pytest.fail(f"a cluster started with the default dashboard address (on port {port}) and its test went on")
+

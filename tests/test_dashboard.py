@@ -23,6 +23,7 @@ import pytest
 
 import dgemm
 from _check import randn
+from dgemm import busy
 from dgemm.scheduler.dashboard import DgemmDashboard, MatmulProgress
 from dgemm.scheduler.page import render_page
 
@@ -102,9 +103,15 @@ def test_page_data_after_a_matmul(run, cluster):
         # inputs overlap: the wait is within the busy time, transfers are thread-seconds
         assert 0 <= w["read_wait_seconds"] <= w["busy_seconds"] and w["transfer_seconds"] > 0
         assert w["store_seconds"] > 0
+        # the split of the busy time: exclusive parts that add up to it
+        assert_parts_add_up(w)
+        # the part is on the host clock (device events placed on it by calibration): within its error of the sum
+        assert w[busy.KEYS["kernel"]] > 0 and w[busy.KEYS["kernel"]] <= w["kernel_seconds"] * 1.01 + 1e-3
         assert w["tflops_busy"] > 0 and w["tflops_kernel"] >= w["tflops_busy"]
         assert w["series"] and w["tflops_peak"] > 0
         assert max(s["tflops"] for s in w["series"]) == w["tflops_peak"]
+    assert_parts_add_up(run["total"])
+    assert run["total"]["busy_seconds"] == pytest.approx(sum(w["busy_seconds"] for w in run["workers"]))
     # the series holds the products of its time window (a loaded machine can push the first of
     # them out of it before the heartbeat that carries the last): never more than the totals
     total = sum(s["tflops"] for w in workers for s in w["series"]) * 1e12
@@ -132,6 +139,74 @@ def test_fine_performance_metrics_name_the_pipeline(run, client):
     for label, unit in (("dgemm-transfer", "seconds"), ("dgemm-upload", "bytes"),
                         ("dgemm-download", "bytes"), ("dgemm-flop", "flop")):
         assert m.get(("execute", "dgemm-gemm", label, unit), 0) > 0, (label, sorted(m))
+
+
+def assert_parts_add_up(w: dict) -> None:
+    """The exclusive parts of a worker's busy time (or of all workers') add up to it."""
+    parts = {p: w[busy.KEYS[p]] for p in busy.PARTS}
+    assert all(v >= -1e-9 for v in parts.values()), parts
+    assert sum(parts.values()) == pytest.approx(w["busy_seconds"], rel=1e-9, abs=1e-9), (parts, w["busy_seconds"])
+
+
+def test_progress_within_blocks_and_a_busy_split_that_adds_up(cluster, client, tmp_path):
+    """While a block product runs, the page shows how far it is; afterwards each worker's parts add up.
+
+    512 x 512 blocks over K = 8192: 16 k steps to share between the workers' block products, each
+    step a GEMM of 512^3 (seconds in all on a CPU device), so the heartbeats report products in flight.
+    """
+    import threading
+
+    import zarr
+
+    rng = np.random.default_rng()
+    A, B = randn(rng, (512, 8192), "float32"), randn(rng, (8192, 512), "float32")
+    paths = []
+    for name, x in (("a", A), ("b", B)):
+        z = zarr.create_array(store=str(tmp_path / f"{name}.zarr"), shape=x.shape, chunks=(512, 512),
+                              dtype=x.dtype)
+        z[:] = x
+        paths.append(str(tmp_path / f"{name}.zarr"))
+    before = page_data(cluster)
+    known = {m["id"] for m in before["matmuls"]} if before else set()
+    result: dict = {}
+
+    def work():
+        try:
+            result["out"] = dgemm.matmul(*paths, out=str(tmp_path / "c.zarr"), client=client, block=512)[:]
+        except BaseException as e:   # re-raised below, in the test's thread
+            result["error"] = e
+
+    t = threading.Thread(target=work)
+    t.start()
+    in_block, finer = [], []
+    while t.is_alive():
+        data = page_data(cluster)
+        for w in (data or {}).get("workers", ()):
+            in_block += [p["fraction"] for p in w["in_flight"] if p["fraction"] is not None and 0 < p["fraction"] < 1]
+        for m in (data or {}).get("matmuls", ()):
+            if m["id"] not in known and m["state"] == "running" and m["blocks_total"]:
+                if m["blocks_done"] / m["blocks_total"] < m["work_done"] < 1:
+                    finer.append((m["blocks_done"], m["blocks_total"], m["work_done"]))
+        time.sleep(0.1)
+    t.join()
+    if "error" in result:
+        raise result["error"]
+    np.testing.assert_allclose(result["out"], A @ B, rtol=1e-3, atol=1e-3)
+    assert in_block, "no block product in flight was seen between 0 and 1 of its flops"
+    assert finer, "the matmul's progress never moved within its blocks"
+
+    def reported():
+        data = page_data(cluster)
+        ours = [m for m in data["matmuls"] if m["id"] not in known]
+        return data if ours and ours[0]["state"] == "done" and not any(w["in_flight"] for w in data["workers"]) \
+            else None
+    data = wait_for(reported, what="the heartbeats after the matmul")
+    assert [m for m in data["matmuls"] if m["id"] not in known][0]["work_done"] == 1.0
+    for w in data["workers"]:
+        if w["alive"]:
+            assert_parts_add_up(w)
+            assert w[busy.KEYS["kernel"]] > 0
+    assert_parts_add_up(data["total"])
 
 
 # -- in the browser --------------------------------------------------------------
@@ -200,8 +275,14 @@ def test_dashboard_page_in_chromium(run, cluster, tmp_path):
         row = shown[name]
         assert w["device"] in row["device"]
         assert int(row["blocks"]) >= w["blocks"] > 0
-        for col in ("FLOP", "uploaded", "downloaded", "kernel", "transfer", "while busy", "kernel only", "peak"):
+        for col in ("FLOP", "uploaded", "downloaded", "busy", "kernel running", "while busy", "kernel only",
+                    "peak"):
             assert float(row[col].split()[0]) > 0, (col, row[col])
+    assert "all workers" in {r[0] for r in w_rows}
+    # the overlapping totals are in a table of their own, not among the parts of the busy time
+    o_head, *o_rows = tables.tables["overlapped"]
+    assert "transfers (overlapped)" in o_head and "transfers (overlapped)" not in w_head
+    assert {r[0] for r in o_rows} >= set(alive)
     # a line per worker in the TFLOPS chart
     assert dom.count('class="line"') >= 2 * len(alive) and "no samples yet" not in dom
 
@@ -233,7 +314,19 @@ def test_prometheus_metrics(run, cluster, client):
         labels, ok = sched["dgemm_device_info"][w]
         assert ok == 1 and labels["device"] and labels["type"] and labels["device_id"]
     assert sched["dgemm_matmul_blocks"][run["matmuls"][0]["id"]][1] == BLOCKS
+    assert sched["dgemm_matmul_progress"][run["matmuls"][0]["id"]][1] == 1.0
     assert "dgemm_tflops" in sched
+    # the parts of the busy time, one sample per part: they add up to the busy seconds
+    parts = http_get(base_url(cluster) + "/metrics")
+    from prometheus_client.parser import text_string_to_metric_families
+    by_worker: dict = {}
+    for fam in text_string_to_metric_families(parts):
+        for s in fam.samples:
+            if s.name == "dgemm_busy_part_seconds_total":
+                by_worker.setdefault(s.labels["worker"], {})[s.labels["part"]] = s.value
+    for w in workers:
+        assert set(by_worker[w]) == set(busy.PARTS)
+        assert sum(by_worker[w].values()) == pytest.approx(sched["dgemm_busy_seconds_total"][w][1], rel=1e-6)
     # each worker: its own figures
     ports = client.run(lambda dask_worker: dask_worker.http_server.port)
     for addr, port in ports.items():

@@ -153,3 +153,26 @@ def test_staging_is_per_thread_and_grows(any_device):
         other = pool.submit(lambda: any_device.staging(100).__array_interface__["data"][0]).result()
     assert other != s1.__array_interface__["data"][0]
     assert any_device.staging(10_000).nbytes == 10_000
+
+
+def test_poisoned_memory_is_nan_in_both_dtypes(any_device, monkeypatch):
+    """Under the tests' debug hook every buffer handed out reads as NaN; outside it nothing is filled."""
+    import pyopencl as cl
+
+    import dgemm.opencl.device as device_mod
+
+    monkeypatch.setattr(device_mod, "pinned_limit", lambda: 1 << 20)
+    with device_mod.poisoned():
+        buf = any_device.buffer(64)
+        got = np.zeros(8, np.float64)
+        cl.enqueue_copy(any_device.queue, got, buf, is_blocking=True)
+        assert np.isnan(got).all() and np.isnan(got.view(np.float32)).all()
+        staged = any_device.staging(32)
+        staged[...] = 0                                  # lent again: poisoned again
+        assert np.isnan(any_device.staging(32).view(np.float32)).all()
+        assert np.isnan(any_device.host_array((3, 5), "float64")).all()         # page-locked
+        monkeypatch.setattr(device_mod, "pinned_limit", lambda: 0)
+        assert np.isnan(any_device.host_array((3, 5), "float32")).all()         # ordinary memory
+    assert device_mod.POISON is False
+    any_device.staging(32)[...] = 0
+    assert (any_device.staging(32) == 0).all()                         # outside the hook: not filled

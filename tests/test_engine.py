@@ -1,7 +1,10 @@
 """The block engine and the OpenCL kernels behind it, once per OpenCL device.
 
-Every device buffer is poisoned with NaN before a product, so an element the
-kernels fail to write (or padding they fail to zero) shows up as NaN.
+Every test runs under :func:`dgemm.opencl.device.poisoned`: each buffer the
+device hands out (staged and padded blocks, panel-cache entries, staging,
+accumulators, downloads) starts as NaN, and :func:`poison` refills the
+buffers an engine keeps from earlier products.  An element the kernels fail
+to write, or padding they fail to zero, shows up as NaN.
 """
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from _check import assert_nonfinite_like, check_product, randn, reference
+from dgemm.opencl.device import POISON_BYTE, poisoned
 from dgemm.opencl.engine import BlockEngine
 from dgemm.sizes import roundup
 from dgemm.tuning.params import KernelParams
@@ -42,17 +46,19 @@ def usable(device, params, dtype):
         pytest.skip(f"{params} exceeds the limits of {device.info.name}: {'; '.join(bad)}")
 
 
-def poison(engine, *dims):
-    """Grow every engine buffer to hold any block of these sizes and fill it with NaN."""
+@pytest.fixture(autouse=True)
+def poisoned_memory():
+    """Every buffer allocated during the test starts as NaN (see the module's text)."""
+    with poisoned():
+        yield
+
+
+def poison(engine):
+    """Fill the buffers ``engine`` kept from earlier products with NaN (new ones are NaN already)."""
     import pyopencl as cl
 
-    p = engine.params
-    big = max(dims) + max(p.TSM, p.TSN, p.TSK)
-    for name in ("a", "b", "c", "dense", "staging"):
-        engine._buf(name, big * big)
-    nan = engine.dtype.type(np.nan)
     for buf in engine._buffers.values():
-        cl.enqueue_fill_buffer(engine.device.queue, buf, nan, 0, buf.size - buf.size % engine.dtype.itemsize)
+        cl.enqueue_fill_buffer(engine.device.queue, buf, np.uint8(POISON_BYTE), 0, buf.size)
     engine.device.queue.finish()
 
 
@@ -75,7 +81,7 @@ def run(engine, rng, m, n, k, *, trans_a=False, trans_b=False, alpha=1.0, beta=0
     a = randn(rng, (k, m) if trans_a else (m, k), in_dtype)
     b = randn(rng, (n, k) if trans_b else (k, n), in_dtype)
     c = randn(rng, (m, n), in_dtype) if use_c else None
-    poison(engine, m, n, k)
+    poison(engine)
     got = engine.product(k_blocks(a, b, m, n, k, splits, trans_a, trans_b), m, n, alpha=alpha, beta=beta,
                          c=c, trans_a=trans_a, trans_b=trans_b)
     check_product(got, a, b, dtype=dtype, alpha=alpha, beta=beta, c=c, trans_a=trans_a, trans_b=trans_b,
@@ -147,7 +153,7 @@ def test_beta_zero_does_not_read_c(device, engines, rng, dtype):
     e = engines(device, dtype)
     a, b = randn(rng, (20, 30), dtype), randn(rng, (30, 25), dtype)
     c = np.full((20, 25), np.nan, dtype=dtype)
-    poison(e, 30)
+    poison(e)
     got = e.product([(a, b)], 20, 25, alpha=2.0, beta=0.0, c=c)
     check_product(got, a, b, dtype=dtype, alpha=2.0)
 
@@ -155,7 +161,7 @@ def test_beta_zero_does_not_read_c(device, engines, rng, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_k_zero(device, engines, rng, dtype):
     e = engines(device, dtype)
-    poison(e, 8)
+    poison(e)
     got = e.product([], 5, 7)
     assert got.dtype == np.dtype(dtype)
     np.testing.assert_array_equal(got, np.zeros((5, 7)))
@@ -186,7 +192,7 @@ def test_nan_inf_propagate_like_numpy(device, engines, rng, dtype):
     b[20, 30] = np.inf
     b[21, 30] = -np.inf       # +Inf and -Inf in one column of C: NaN where both meet
     b[2, 44] = np.nan
-    poison(e, m, n, k)
+    poison(e)
     got = e.product(k_blocks(a, b, m, n, k, (17,), False, False), m, n)
     ref, _ = reference(a, b)
     assert np.isnan(ref).any() and np.isinf(ref).any()
@@ -197,7 +203,7 @@ def test_float32_blocks_into_float64_engine(device, engines, rng):
     """Mixed inputs are promoted: a float64 engine takes float32 blocks."""
     e = engines(device, "float64")
     a, b = randn(rng, (33, 20), "float32"), randn(rng, (20, 41), "float64")
-    poison(e, 41)
+    poison(e)
     got = e.product([(a, b)], 33, 41)
     check_product(got, a, b, dtype="float64")
 
@@ -213,7 +219,7 @@ def test_lazy_pairs_generator(device, engines, rng):
             seen.append(k0)
             yield a[:, k0:k0 + 25], b[k0:k0 + 25, :]
 
-    poison(e, 90)
+    poison(e)
     got = e.product(gen(), 30, 20)
     assert seen == [0, 25, 50, 75]
     check_product(got, a, b, dtype="float32")
@@ -299,14 +305,12 @@ def test_large_product_on_the_gpu(engines, rng, dtype):
 @pytest.mark.parametrize("groupm", [1, 3, 8])
 def test_grouped_work_group_order_covers_every_tile(device, dtype, groupm, rng):
     """GROUPM only reorders work-groups: every tile of C must still be computed once (NaN-poisoned C)."""
-    import pyopencl as cl
     params = KernelParams(TSM=32, TSN=32, TSK=8, WPTM=4, WPTN=4, WIDTH=2, GROUPM=groupm)
     engine = BlockEngine(device, dtype, params)
     m, n, k = 32 * 7 + 5, 32 * 3 + 1, 40   # 8 x 4 tiles: bands of GROUPM rows, the last one partial
     a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
     engine.product([(a, b)], m, n)           # allocate the buffers, then poison them
-    for buf in engine._buffers.values():
-        cl.enqueue_fill_buffer(device.queue, buf, np.dtype(dtype).type(np.nan), 0, buf.size)
+    poison(engine)
     out = engine.product([(a, b)], m, n)
     ref = a @ b
     assert np.all(np.isfinite(out))
@@ -386,7 +390,7 @@ def test_stream_from_zarr_matches_numpy(cached, engines, tmp_path, rng, trans_a,
     m, n, k = 45, 70, 100
     ks = ((0, 33), (33, 64), (64, 100))
     e = engines(cached, "float64")
-    poison(e, 64, 96, 128)
+    poison(e)
     cached.cache.budget = 1 << 30
     a, a_refs = zarr_refs(tmp_path, rng, "a.zarr", (k, m) if trans_a else (m, k), (17, 29), ks,
                           0 if trans_a else 1, (0, m))

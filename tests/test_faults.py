@@ -25,7 +25,7 @@ import zarr
 
 import dgemm
 from _check import check_product, randn
-from dgemm.storage import COMPLETE_ATTR, BlockMarkers
+from dgemm.storage import COMPLETE_ATTR, BlockMarkers, lease
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -52,10 +52,11 @@ def markers_of(path) -> BlockMarkers | None:
     """The block markers of the run that is writing ``path`` (None before the output exists)."""
     try:
         arr = zarr.open_array(str(path), mode="r")
-        run = arr.attrs[COMPLETE_ATTR]["run"]["id"]
+        meta = arr.attrs[COMPLETE_ATTR]
+        owner = meta.get("owner") or meta["run"]["id"]   # markers are named by the owner (older: the run id)
     except Exception:
         return None
-    return BlockMarkers(arr, run)
+    return BlockMarkers(arr, owner)
 
 
 def n_done(path) -> int:
@@ -172,7 +173,55 @@ def test_matmul_survives_killed_workers(fault_cluster, fault_client, tmp_path, r
     # the cluster is whole again (the last one killed may still be restarting) and works
     wait_for(lambda: restarted(fault_cluster, client, killed), 60, "restarted workers")
     A2, B2 = randn(rng, (50, 40), "float64"), randn(rng, (40, 30), "float64")
-    check_product(client.compute(dgemm.matmul(A2, B2, client=client)).result(), A2, B2, dtype="float64")
+    check_product(dgemm.matmul(A2, B2, client=client), A2, B2, dtype="float64")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_in_place_gemm_survives_killed_workers(fault_cluster, fault_client, tmp_path, rng):
+    """``gemm(a, b, c, beta=..., out=c)`` with every worker SIGKILLed twice mid-run: C is updated once.
+
+    When the workers die, dask re-runs the GEMM tasks of blocks already
+    stored (their results lived on the dead workers); those must read the
+    original C, not the updated one (which gave ``2 alpha AB + beta C0``).
+    Each block's original is kept before it is overwritten and read back on
+    a re-run; a store task of a block already marked writes nothing.  Every
+    element is checked against numpy in float64, and the kept originals and
+    the lease are gone once the run is complete.
+    """
+    client = fault_client
+    m, k, n = 512, 256, 512
+    A, B, C0 = (randn(rng, s, "float64") for s in ((m, k), (k, n), (m, n)))
+    a = zarr_in(tmp_path / "a.zarr", A, (32, k))
+    b = zarr_in(tmp_path / "b.zarr", B, (k, 32))
+    c_path = tmp_path / "c.zarr"
+    zarr_in(c_path, C0, (32, 32))
+    c = zarr.open_array(str(c_path), mode="r+")
+    total = (m // 32) * (n // 32)
+    with ThreadPoolExecutor(1) as pool:
+        run = pool.submit(dgemm.gemm, a, b, c, alpha=1.5, beta=-0.5, out=c, client=client, block=(32, 32, k))
+        killed, at = [], []
+        wait_for(lambda: n_done(c_path) >= 16 or run.done(), 120, "the first blocks")
+        for event in range(2):
+            before = n_done(c_path)
+            assert not run.done(), f"the run finished after {len(killed)} kills: make it longer"
+            victims = [pid for _, pid in sorted(worker_pids(fault_cluster).items())]
+            for pid in victims:
+                os.kill(pid, signal.SIGKILL)
+            killed += victims
+            at.append(before)
+            wait_for(lambda: restarted(fault_cluster, client, killed), 60, "restarted workers")
+            wait_for(lambda: n_done(c_path) >= before + 16 or run.done(), 120, "more blocks")
+        result = run.result(timeout=180)
+    print(f"killed {len(killed)} worker processes in 2 events, with {at} of {total} blocks stored")
+    assert 0 < at[0] < total
+    check_product(zarr.open_array(str(c_path), mode="r")[...], A, B, alpha=1.5, beta=-0.5, c=C0,
+                  dtype="float64")
+    meta = dgemm.open_result(str(c_path)).attrs[COMPLETE_ATTR]
+    assert meta["complete"] is True and meta["blocks"] == total
+    assert result.store_path == c.store_path
+    assert not (c_path / ".dgemm" / "original").exists() and lease.current(c) is None
+    wait_for(lambda: restarted(fault_cluster, client, killed), 60, "restarted workers")
 
 
 # -- the client killed: resume ------------------------------------------------
@@ -196,7 +245,9 @@ def test_killed_client_then_resume_runs_only_the_missing_blocks(client, tmp_path
 
     The interrupted output is refused by ``open_result``; resuming with a
     different operand is refused before any work; the resumed run computes
-    exactly the blocks without a marker and the result is exact.
+    exactly the blocks without a marker and the result is exact.  The dead
+    client's lease (renewed every 0.5 s here) goes stale, and the resume
+    takes it over.
     """
     m, k, n = 512, 512, 512
     A, B = randn(rng, (m, k), "float64"), randn(rng, (k, n), "float64")
@@ -208,7 +259,8 @@ def test_killed_client_then_resume_runs_only_the_missing_blocks(client, tmp_path
     script = tmp_path / "client.py"
     script.write_text(CLIENT_SCRIPT)
     proc = subprocess.Popen([sys.executable, str(script), client.scheduler.address, a, b, out],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=str(tmp_path))
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=str(tmp_path),
+                            env={**os.environ, "DGEMM_LEASE_INTERVAL": "0.5"})
     try:
         wait_for(lambda: n_done(out) >= 16 or proc.poll() is not None, 120, "the client's first blocks")
         assert proc.poll() is None, f"the client finished before it was killed: {proc.communicate()[0][-2000:]}"
@@ -218,6 +270,9 @@ def test_killed_client_then_resume_runs_only_the_missing_blocks(client, tmp_path
         proc.wait()
     # The scheduler forgets the dead client's tasks; those already running on a worker still finish.
     wait_for(lambda: cluster_idle(client), 60, "the dead client's tasks to drain")
+    held = lease.current(zarr.open_array(out, mode="r"))
+    assert held is not None and held.pid == proc.pid                   # the dead client's lease is left
+    wait_for(lambda: not held.fresh(), 30, "the dead client's lease to go stale")
     done_before = n_done(out)
     print(f"client killed with {done_before} of {total} blocks stored")
     assert 0 < done_before < total, "the kill did not land mid-run"
@@ -236,6 +291,7 @@ def test_killed_client_then_resume_runs_only_the_missing_blocks(client, tmp_path
     assert meta["complete"] is True and meta["resumed"] is True
     assert meta["blocks"] == total and meta["blocks_run"] == total - done_before
     check_product(dgemm.open_result(out)[...], A, B, dtype="float64")
+    assert lease.current(result) is None                                # taken over, then released
     # resuming a finished output does nothing and returns it
     again = dgemm.matmul(a, b, out=out, resume=True, client=client)
     assert again.attrs[COMPLETE_ATTR]["blocks_run"] == total - done_before
@@ -509,7 +565,6 @@ def _flatten(d: dict, prefix: str = ""):
             yield f"{prefix}{k}", v
 
 
-@pytest.mark.filterwarnings("ignore:Port 8787 is already in use")   # the default address, when taken
 def test_tls_cluster_refuses_clients_without_certificates(tmp_path, rng):
     """A DeviceCluster on TLS, with certificates and configuration from deploy/tls/.
 
@@ -540,7 +595,7 @@ def test_tls_cluster_refuses_clients_without_certificates(tmp_path, rng):
     assert security.require_encryption and security.tls_client_cert.endswith("client.pem")
     assert oct(os.stat(tmp_path / "tls" / "node-key.pem").st_mode & 0o777) == "0o600"
     with dask.config.set(config):
-        cluster = dgemm.DeviceCluster("cpu", security=security, protocol="tls://")
+        cluster = dgemm.DeviceCluster("cpu", security=security, protocol="tls://", dashboard_address=":0")
     with cluster:
         address = cluster.scheduler_address
         assert address.startswith("tls://127.0.0.1:")
@@ -627,3 +682,31 @@ def test_overhead_script(cluster, tmp_path):
                 "null_task_ms"):
         assert key in rec, key
     assert rec["blocks"] == 16 and rec["tasks"] == 2 * 16 + 1
+
+
+def test_in_place_gemm_resumes_from_the_kept_originals(client, tmp_path, rng):
+    """An in-place gemm that failed mid-run is finished by ``resume=True``: blocks done stay, the others
+    read the original C (the kept copy where a block was written but not marked), every element right."""
+    from dgemm.storage import ZarrBlock
+    from dgemm.storage.originals import Originals
+
+    A, B, C0 = randn(rng, (128, 64)), randn(rng, (64, 96)), randn(rng, (128, 96))
+    a = zarr_in(tmp_path / "a.zarr", A, (32, 64), compressors=None)
+    c = zarr_in(tmp_path / "c.zarr", C0, (32, 32))
+    chunk = tmp_path / "a.zarr" / "c" / "3" / "0"
+    good = chunk.read_bytes()
+    chunk.write_bytes(b"broken")
+    with pytest.raises(OSError, match="chunk \\(3, 0\\)"):
+        dgemm.gemm(a, B, c, beta=0.5, out=c, client=client, block=32)
+    chunk.write_bytes(good)
+    owner = c.attrs[COMPLETE_ATTR]["owner"]
+    done = BlockMarkers(c, owner).done()
+    i, j = next((i, j) for i in range(4) for j in range(3) if (i, j) not in done)
+    # as a store task killed between writing its block and marking it leaves C: original kept, block written
+    Originals(c, owner).keep(i, j, ZarrBlock(c, (32 * i, 32 * i + 32), (32 * j, 32 * j + 32)))
+    c[32 * i:32 * i + 32, 32 * j:32 * j + 32] = 1e6
+    result = dgemm.gemm(a, B, c, beta=0.5, out=c, client=client, block=32, resume=True)
+    meta = result.attrs[COMPLETE_ATTR]
+    assert meta["complete"] and meta["resumed"] and meta["blocks_run"] == 12 - len(done)
+    check_product(result[...], A, B, beta=0.5, c=C0, dtype="float64")
+    assert not (tmp_path / "c.zarr" / ".dgemm" / "original").exists()

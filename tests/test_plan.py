@@ -220,3 +220,36 @@ def test_fixed_output_chunks_shrink_only_k():
         make_plan(1000, 1000, 5000, "float32", (32, 32, 16), out_chunks=(1000, 1000), device_memory=8 * 2**20)
     with pytest.raises(PlanError, match="a C block of 50016 x 50016 padded elements exceeds 2\\*\\*31 - 1"):
         make_plan(60000, 60000, 8, "float32", (32, 32, 16), out_chunks=(50000, 50000))
+
+
+# -- planning at any size (issue 14, case 10) ------------------------------------
+@pytest.mark.parametrize("m, n, k, target", [(1, 1, 1, 64), (300, 999, 64, 100), (1300, 64, 500, 64),
+                                             (1000, 1000, 0, 100), (50, 300, 500, 64), (1300, 999, 1, 100)])
+@pytest.mark.parametrize("n_workers", [1, 2, 3, 4, 5, 6, 8, 12, 16])
+def test_loads_sum_what_assign_places(m, n, k, target, n_workers):
+    """loads() (O(workers), from block sizes) is exactly the sum over the tasks assign() gives each worker."""
+    from dgemm.plan import _load, assign, loads
+
+    p = make_plan(m, n, k, "float64", (32, 32, 16), target=target, n_workers=n_workers)
+    assert loads(p, n_workers) == [_load(p, part) for part in assign(p.tasks(), n_workers, p)]
+
+
+def test_huge_plans_are_made_and_estimated_without_listing_blocks():
+    """10**7 x 10**7 has 10**8 C blocks and 2**62 x 2**62 has 10**31: neither is ever listed."""
+    from dgemm.plan import PlanError
+
+    p = make_plan(10**7, 10**7, 10**7, "float64", (32, 32, 16), target=1024, n_workers=4)
+    assert p.rows.count == p.cols.count == 9766 and p.rows[-1] == (9999360, 10**7)
+    assert p.n_tasks == 9766**2 * len(p.segments)
+    e = p.estimate(4)
+    assert sum(w["tasks"] for w in e["workers"]) == p.n_tasks
+    assert e["bytes_written"] == 10**14 * 8
+    p = make_plan(2**62, 2**62, 2**62, "float32", (32, 32, 16), target=1024, n_workers=3)
+    assert p.rows.count == 2**52 and "time floor" in p.explain_estimate(3)
+    with pytest.raises(PlanError, match=r"beyond 2\*\*63 - 1"):
+        make_plan(10**31, 3 * 10**31, 10**31, "float64", (32, 32, 16))
+
+
+def test_empty_product_has_no_placement():
+    p = make_plan(0, 10, 10, "float32", (32, 32, 16), n_workers=2)
+    assert p.explain_estimate(2) == "placement: no GEMM tasks (C is empty)"

@@ -31,7 +31,7 @@ def test_bad_precision_is_refused_before_work(dtype, precision, tmp_path, rng):
 def test_every_precision_runs_and_is_right(client, rng, dtype, precision):
     """On devices without tensor cores (PoCL) every precision runs the FMA kernel: float accuracy."""
     a, b = randn(rng, (130, 70), dtype), randn(rng, (70, 90), dtype)
-    out = dgemm.matmul(a, b, client=client, block=64, precision=precision).compute()
+    out = dgemm.matmul(a, b, client=client, block=64, precision=precision)       # numpy in, numpy out
     descs = client.run(lambda dask_worker: DeviceState.describe(dask_worker.plugins["dgemm"].state))
     has_tc = any(d["device"].dmma for d in descs.values())
     if precision == "tf32" and has_tc:

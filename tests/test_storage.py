@@ -162,7 +162,9 @@ def test_check_output_new_path(tmp_path):
     assert not (tmp_path / "c.zarr").exists()   # checking writes nothing
     spec = check_output(tmp_path / "deeper" / "still" / "c.zarr", (3,), np.dtype("f8"), False)
     assert not (tmp_path / "deeper").exists()
-    assert check_output("file://" + str(tmp_path / "d.zarr"), (1, 1), np.dtype("f8"), False).target.startswith("file://")
+    # a file:// URL is the local path it names (fsspec would not create its folder)
+    assert check_output("file://" + str(tmp_path / "d.zarr"), (1, 1), np.dtype("f8"), False).target == \
+        str(tmp_path / "d.zarr")
 
 
 def test_check_output_existing(tmp_path):
@@ -344,7 +346,9 @@ def test_read_error_names_the_chunk_and_its_key(tmp_path, shards):
     key = "c/1/1" if shards else "c/2/3"
     (tmp_path / "a.zarr" / key).write_bytes(b"bad")
     ref = ZarrBlock(arr, (4, 6), (4, 8))
-    with pytest.raises(Exception) as err:
+    # zarr's own error, unwrapped (the tasks raise an OSError with read_error's message): the shard's
+    # checksum fails, or (numpy's words) a 3-byte chunk cannot be viewed as float64
+    with pytest.raises(ValueError, match="checksum do not match" if shards else None) as err:
         ref.load()
     msg = read_error(ref, err.value)
     idx = "(1, 1)" if shards else "(2, 3)"
@@ -362,7 +366,7 @@ def test_read_error_of_a_vector_and_in_a_group(tmp_path):
     v[...] = 2.0
     (tmp_path / "g.zarr" / "v" / "c" / "1").write_bytes(b"x")
     ref = ZarrBlock(v, (0, 1), (0, 10), expand=0)
-    with pytest.raises(Exception) as err:
+    with pytest.raises(ValueError) as err:   # a 1-byte chunk cannot be viewed as float32
         ref.load()
     assert "chunk (1,) (store key 'v/c/1')" in read_error(ref, err.value)
 
@@ -435,3 +439,121 @@ def test_a_raw_chunk_is_read_straight_from_its_file(tmp_path, rng):
     big[...] = x
     assert ZarrBlock(big, (4, 8), (3, 6)).chunk_file() is None
     assert not ZarrBlock(packed, (4, 8), (3, 6)).read_into(out)
+
+
+# -- paths and stores as users spell them (dgemm.storage.locations) --------------------------
+def test_a_relative_operand_reads_the_clients_array_in_any_folder(tmp_path, rng, monkeypatch):
+    """Case 1: a relative path is resolved here; a worker in another folder (with a decoy) reads the same data."""
+    import pickle
+
+    data = rng.standard_normal((6, 4))
+    (tmp_path / "client").mkdir()
+    (tmp_path / "worker").mkdir()
+    zarr_array(tmp_path / "client" / "a.zarr", data, (3, 4))
+    zarr_array(tmp_path / "worker" / "a.zarr", rng.standard_normal((6, 4)), (3, 4))   # a decoy
+    monkeypatch.chdir(tmp_path / "client")
+    refs = [Operand(x, "a").block_refs(((0, 3), (3, 6)), ((0, 4),))[0](1, 0)
+            for x in ("a.zarr", zarr.open_array("a.zarr", mode="r"), da.from_zarr(zarr.open_array("a.zarr")))]
+    assert all(isinstance(r, ZarrBlock) for r in refs)        # da.from_zarr(z) is read as z, straight from Zarr
+    blobs = [pickle.dumps(r) for r in refs]
+    monkeypatch.chdir(tmp_path / "worker")
+    for blob in blobs:
+        np.testing.assert_array_equal(load(pickle.loads(blob)), data[3:6])
+
+
+def test_process_local_operands_are_refused(no_client):
+    """Case 3: inputs only this process holds would read as nothing on a worker: refused, naming the fix."""
+    from zarr.storage import FsspecStore, MemoryStore
+
+    mem = zarr_array(MemoryStore(), np.ones((2, 2)), (2, 2))
+    zarr.open_array("memory://h1-storage/a", mode="w", shape=(2, 2), dtype="f8")[...] = 1
+    for x in (mem, MemoryStore(), "memory://h1-storage/a", FsspecStore.from_url("memory://h1-storage/a"),
+              zarr.open_array("memory://h1-storage/a", mode="r"), da.from_zarr("memory://h1-storage/a")):
+        with pytest.raises(ValueError, match=r"a is stored in .*in-memory.*np\.asarray"):
+            Operand(x, "a")
+
+
+def test_check_output_makes_every_local_spelling_absolute(tmp_path, monkeypatch):
+    """Case 1 and 7: a relative or file:// out, and stores with relative roots, reach the workers absolute."""
+    from zarr.storage import FsspecStore, LocalStore
+
+    monkeypatch.chdir(tmp_path)
+    shape, f8 = (2, 2), np.dtype("f8")
+    assert check_output("c.zarr", shape, f8, False).target == str(tmp_path / "c.zarr")
+    assert check_output(f"file://{tmp_path}/new/c.zarr", shape, f8, False).target == str(tmp_path / "new/c.zarr")
+    store = check_output(LocalStore("c.zarr"), shape, f8, False).target
+    assert isinstance(store, LocalStore) and str(store.root) == str(tmp_path / "c.zarr")
+    store = check_output(FsspecStore.from_url(f"file://{tmp_path}/d.zarr"), shape, f8, False).target
+    assert isinstance(store, LocalStore)       # fsspec's local filesystem would not create the folders it writes
+    zarr.create_array("e.zarr", shape=shape, dtype="f8")
+    spec = check_output(zarr.open_array("e.zarr", mode="r+"), shape, f8, False)
+    assert str(spec.array.store.root) == str(tmp_path / "e.zarr") and not spec.array.read_only
+
+
+def test_check_output_refuses_stores_workers_cannot_write(tmp_path):
+    """Case 7: a zip file (no concurrent writers) and fsspec's memory filesystem, as stores or arrays."""
+    from zarr.storage import FsspecStore, ZipStore
+
+    shape, f8 = (2, 2), np.dtype("f8")
+    with pytest.raises(ValueError, match="ZipStore.*cannot be written concurrently"):
+        check_output(ZipStore(tmp_path / "c.zip", mode="w"), shape, f8, False)
+    with ZipStore(tmp_path / "d.zip", mode="w") as zs:
+        zarr.create_array(store=zs, shape=shape, dtype="f8")
+    with pytest.raises(ValueError, match="ZipStore"):
+        check_output(zarr.open_array(ZipStore(tmp_path / "d.zip", mode="a"), mode="r+"), shape, f8, False)
+    with pytest.raises(ValueError, match="in-memory Zarr store"):
+        check_output(FsspecStore.from_url("memory://h1-storage/out"), shape, f8, False)
+    with pytest.raises(ValueError, match="in-memory Zarr store"):
+        check_output(zarr.create_array("memory://h1-storage/out2", shape=shape, dtype="f8"), shape, f8, False)
+    assert not (tmp_path / "c.zip").exists() or (tmp_path / "c.zip").stat().st_size == 0
+
+
+def test_overwrite_replaces_only_zarr_data(tmp_path):
+    """Case 5: overwrite=True takes an existing array, group or empty folder, never a folder of other files."""
+    from zarr.storage import LocalStore
+
+    shape, f8 = (2, 2), np.dtype("f8")
+    zarr.create_array(str(tmp_path / "arr.zarr"), shape=shape, dtype="f8")
+    zarr.open_group(str(tmp_path / "grp.zarr"), mode="w")
+    zarr.open_group(str(tmp_path / "v2.zarr"), mode="w", zarr_format=2)
+    (tmp_path / "empty").mkdir()
+    for name in ("arr.zarr", "grp.zarr", "v2.zarr", "empty"):
+        assert check_output(str(tmp_path / name), shape, f8, True).overwrite
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "thesis.tex").write_text("years of work")
+    with pytest.raises(FileExistsError, match="holds files but no Zarr array or group.*never other files"):
+        check_output(str(tmp_path / "docs"), shape, f8, True)
+    with pytest.raises(FileExistsError, match="holds files but no Zarr array or group"):
+        check_output(LocalStore(tmp_path / "docs"), shape, f8, True)
+    assert (tmp_path / "docs" / "thesis.tex").read_text() == "years of work"
+
+
+def test_check_output_refuses_unknown_protocols_and_missing_packages(monkeypatch):
+    """Case 7: before any work, not after the product is computed."""
+    import sys
+
+    shape, f8 = (2, 2), np.dtype("f8")
+    with pytest.raises(ValueError, match="fsspec knows no protocol 'nosuch'"):
+        check_output("nosuch://bucket/c.zarr", shape, f8, False)
+    monkeypatch.delitem(sys.modules["fsspec.registry"]._registry, "s3", raising=False)
+    monkeypatch.setitem(sys.modules, "s3fs", None)                    # as if s3fs were not installed
+    with pytest.raises(ImportError, match="s3:// protocol needs a package .*s3fs"):
+        check_output("s3://bucket/c.zarr", shape, f8, False)
+    with pytest.raises(ImportError, match="s3fs"):
+        Operand("s3://bucket/a.zarr", "a")
+
+
+def test_output_codecs_are_checked_without_writing(tmp_path):
+    """Case 7: compressors= is built by zarr for the output's dtype now, not after the work."""
+    from zarr.codecs import ZstdCodec
+
+    from dgemm.storage.outputs import output_codecs
+
+    assert output_codecs(None, (3, 4), np.dtype("f4")) == []
+    assert output_codecs(ZstdCodec(level=5), (3,), np.dtype("f8")) == [ZstdCodec(level=5).to_dict()]
+    assert output_codecs([{"name": "zstd", "configuration": {"level": 5}}], (), np.dtype("f8")) == \
+        output_codecs(ZstdCodec(level=5), (3, 4), np.dtype("f8"))
+    for bad in ("zstd", 3, [object()], {"name": "bogus"}):
+        with pytest.raises(ValueError, match=r"compressors=.* cannot compress a float32 Zarr v3 array"):
+            output_codecs(bad, (3, 4), np.dtype("f4"))
+    assert list(tmp_path.iterdir()) == []

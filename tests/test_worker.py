@@ -8,7 +8,7 @@ import pytest
 
 import dgemm
 from _check import randn
-from dgemm import names, worker as worker_mod
+from dgemm import busy, names, worker as worker_mod
 from dgemm.opencl.device import DeviceError
 from dgemm.worker import DeviceState, DgemmPlugin, build_kernels, describe_worker, device_state
 from dgemm.worker import state as state_mod
@@ -112,15 +112,24 @@ def test_plugin_takes_back_a_declared_gpu_without_a_device():
 
 
 def test_cluster_workers_describe_their_devices(client, rng):
+    import dask.array as da
+
+    def blocks_done(infos):   # the session's cluster ran other tests' products before: count this test's only
+        return sum(d["stats"].get("float32", {}).get("blocks", 0) for d in infos.values())
+
     A, B = randn(rng, (64, 32), "float32"), randn(rng, (32, 48), "float32")
-    client.compute(dgemm.matmul(A, B, client=client, block=32)).result()
+    before = blocks_done(client.run(describe_worker))
+    # dask operands: a lazy product, which the workers compute (numpy ones this small stay in this process)
+    lazy = dgemm.matmul(da.from_array(A, chunks=32), da.from_array(B, chunks=32), client=client, block=32)
+    gemm_tasks = sum(len(layer) for name, layer in lazy.dask.layers.items() if name.startswith("dgemm-gemm-"))
+    np.testing.assert_allclose(client.compute(lazy).result(), A @ B, rtol=1e-4, atol=1e-4)
     infos = client.run(describe_worker)
     assert len(infos) == 2
     for d in infos.values():
         assert d["ok"] and d["resources"].get("GPU") == 1
         assert isinstance(d["device"], dgemm.opencl.discovery.DeviceInfo)
-    done = sum(d["stats"].get("float32", {}).get("blocks", 0) for d in infos.values())
-    assert done >= 4
+    # one block product per GEMM task, each counted once by the device that ran it (4 on 32-wide tiles)
+    assert gemm_tasks >= 1 and blocks_done(infos) - before == gemm_tasks
     # tasks found the plugin's state, not a process-wide fallback
     fallback = client.run(lambda: state_mod._process_state is None)
     assert all(fallback.values())
@@ -134,9 +143,10 @@ def test_metered_engine_splits_busy_time_and_records_products(cpu_state, rng):
     n_events = len(cpu_state.events)
     a, b = randn(rng, (40, 24), "f4"), randn(rng, (24, 36), "f4")
 
-    def slow_pairs():  # a store that makes the device wait for the second pair
-        yield a[:, :12], b[:12]
+    def slow_pairs():  # a store that makes the idle device wait for the first pair, and then for the second
         import time
+        time.sleep(0.05)
+        yield a[:, :12], b[:12]
         time.sleep(0.05)
         yield a[:, 12:], b[12:]
 
@@ -145,13 +155,91 @@ def test_metered_engine_splits_busy_time_and_records_products(cpu_state, rng):
     after = cpu_state.totals()
     d = {k: after[k] - before[k] for k in after}
     assert d["blocks"] == 1 and d["flops"] == 2 * 40 * 36 * 24
-    # waiting, uploading and the kernels overlap now: each is within the product's busy time
-    assert 0.05 <= d["read_wait_seconds"] <= d["busy_seconds"]
+    # waiting, uploading and the kernels overlap: each overlapping total is within the busy time
+    assert 0.1 <= d["read_wait_seconds"] <= d["busy_seconds"]
     assert 0 < d["kernel_seconds"] <= d["busy_seconds"] and 0 < d["transfer_seconds"] <= d["busy_seconds"]
     assert d["transfer_seconds"] == pytest.approx(d["upload_seconds"] + d["download_seconds"])
+    # the exclusive parts add up to the busy time; the wait before the first pair had nothing on the
+    # device to hide it (no kernel, no upload yet), so at least that much of it is "waiting for reads"
+    parts = {p: d[busy.KEYS[p]] for p in busy.PARTS}
+    assert all(v >= 0 for v in parts.values()), parts
+    assert sum(parts.values()) == pytest.approx(d["busy_seconds"], rel=1e-9, abs=1e-12)
+    assert parts["read"] >= 0.045 and 0 < parts["kernel"] <= d["kernel_seconds"] + 1e-6
     assert len(cpu_state.events) == n_events + 1
-    seq, start, end, flops, nbytes = cpu_state.events[-1]
-    assert end >= start + 0.05 and flops == d["flops"] and nbytes == d["bytes_up"] + d["bytes_down"] > 0
+    seq, start, end, flops, nbytes, key = cpu_state.events[-1]
+    assert end >= start + 0.1 and flops == d["flops"] and nbytes == d["bytes_up"] + d["bytes_down"] > 0
+    assert key is None        # not run by a Dask task
+    assert cpu_state.in_flight() == []
+
+
+def test_progress_of_a_product_in_flight(cpu_state, rng, monkeypatch):
+    """While a product runs, the state reports the k steps and flops its finished kernels did."""
+    e = cpu_state.engine("float32")
+    m, n, k = 24, 20, 16
+    a = [randn(rng, (m, k), "f4") for _ in range(3)]
+    b = [randn(rng, (k, n), "f4") for _ in range(3)]
+    fetch, seen = e._fetch, []
+
+    def slow_fetch(ref, *args):   # the last k step's B block is read once the first kernel has finished
+        if ref is b[2]:
+            for _ in range(3000):
+                p = cpu_state.in_flight()
+                if p and p[0]["steps_done"] >= 1:
+                    seen.append(p[0])
+                    break
+                import time
+                time.sleep(0.01)
+        return fetch(ref, *args)
+
+    monkeypatch.setattr(e, "_fetch", slow_fetch)
+    out = e.stream(a, b, m, n)
+    np.testing.assert_allclose(out, sum(x @ y for x, y in zip(a, b)), rtol=1e-4, atol=1e-4)
+    assert seen, "the first kernel never finished while the product waited"
+    [p] = seen
+    assert p["key"] is None and p["steps_total"] == 3 and p["flops_total"] == 3 * 2.0 * m * n * k
+    assert 1 <= p["steps_done"] < 3 and 0 < p["flops_done"] < p["flops_total"]
+    assert cpu_state.in_flight() == []
+
+
+def test_busy_split_counts_overlapped_time_once(rng):
+    """The parts of a busy window: exclusive, first part wins, adding up to the window exactly."""
+    # kernel [1, 4] and [6, 8]; transfers [0, 2] and [3, 7] overlap them; the read wait [0, 9] spans all
+    got = busy.split(0.0, 10.0, kernel=[(1, 4), (6, 8)], transfer=[(0, 2), (3, 7)], read=[(0, 9)])
+    assert got == {"kernel": 5.0, "transfer": 3.0, "read": 1.0, "other": 1.0}
+    # the same time in several intervals of one part counts once; what lies outside the window not at all
+    got = busy.split(2.0, 6.0, kernel=[(1, 3), (2, 3), (2.5, 3)], transfer=[(5, 9), (5, 9)], read=[(-5, 1)])
+    assert got == {"kernel": 1.0, "transfer": 1.0, "read": 0.0, "other": 2.0}
+    assert busy.split(0.0, 1.0) == {"kernel": 0.0, "transfer": 0.0, "read": 0.0, "other": 1.0}
+
+    # random overlapping intervals against counting each instant on a fine grid
+    for _ in range(50):
+        grid = 1000
+
+        def intervals():
+            s = rng.integers(-100, grid + 100, size=rng.integers(0, 12))
+            return [(int(x), int(x + d)) for x, d in zip(s, rng.integers(0, 300, size=len(s)))]
+        kernel, transfer, read = intervals(), intervals(), intervals()
+        lo, hi = sorted(rng.integers(0, grid, size=2))
+        got = busy.split(lo / 8, hi / 8, [(s / 8, e / 8) for s, e in kernel],
+                         [(s / 8, e / 8) for s, e in transfer], [(s / 8, e / 8) for s, e in read])
+        want = dict.fromkeys(busy.PARTS, 0)
+        for t in range(lo, hi):   # the unit cell [t, t + 1]: the first part covering it
+            part = next((p for p, ivs in (("kernel", kernel), ("transfer", transfer), ("read", read))
+                         if any(s <= t and t + 1 <= e for s, e in ivs)), "other")
+            want[part] += 1
+        assert got == pytest.approx({p: v / 8 for p, v in want.items()}, abs=1e-9)
+        assert sum(got.values()) == pytest.approx((hi - lo) / 8, abs=1e-12)
+        overlapped = sum(e - s for s, e in kernel + transfer + read) / 8
+        assert sum(got[p] for p in ("kernel", "transfer", "read")) <= overlapped + 1e-9
+
+
+def test_clock_offset_from_enqueue_brackets():
+    # the device clock runs 100 s behind the host's; each queued stamp lies within its bracket
+    brackets = [(t, t + 0.002, t - 100 + 0.0015) for t in (1.0, 2.0, 3.0)] + [(4.0, 4.01, 4.0 - 100 + 0.001)]
+    assert busy.clock_offset(brackets) == pytest.approx(100.0, abs=1e-3)
+    # brackets that do not intersect (a runtime stamping later): the median of their middles
+    assert busy.clock_offset([(0, 1, 0), (10, 11, 0), (20, 21, 0)]) == 10.5
+    assert busy.clock_offset([]) is None
 
 
 def test_snapshot_reports_the_device_and_recent_products(cpu_state):

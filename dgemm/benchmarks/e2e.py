@@ -397,7 +397,7 @@ def _warm_up(client, workers: list[str], dtype: str, folder: Path) -> float:
 
 
 @contextlib.contextmanager
-def _cluster(devices: str | None, client=None):
+def bench_cluster(devices: str | None, client=None):
     """``client``, or a new :class:`DeviceCluster` (closed on exit) with its client and start time."""
     if client is not None:
         yield client, None
@@ -419,7 +419,7 @@ def _cluster(devices: str | None, client=None):
             cluster.close()
 
 
-def _ready(client, dtype: str) -> tuple[list[str], list[str], dict]:
+def ready_workers(client, dtype: str) -> tuple[list[str], list[str], dict]:
     """Usable workers' addresses and device names, and their descriptions (:func:`dgemm.cluster.prepare`)."""
     from dgemm.cluster import prepare
 
@@ -675,8 +675,8 @@ def e2e_bench(size: int | None = None, *, shape=None, dtype: str = "float32", ch
         ins_small = record.get("inputs_small", ins)
 
         # ---- dgemm on the main cluster: kernel in memory, end to end, the small size ----
-        with _cluster(devices, client) as (c, start_seconds):
-            workers, names, usable = _ready(c, dtype)
+        with bench_cluster(devices, client) as (c, start_seconds):
+            workers, names, usable = ready_workers(c, dtype)
             path = (result_path(out_dir, record["date"], names, "e2e", result_detail(m, n, k, dtype))
                     if out_dir is not None else None)
             info = usable[workers[0]]["device"]
@@ -790,8 +790,8 @@ def _scaling(gpus, selection, record, ins, folder, mnk, dtype, reps, failed, log
         else:
             reused = False
             try:
-                with _cluster(",".join(ids)) as (c, _):
-                    workers, _, _ = _ready(c, dtype)
+                with bench_cluster(",".join(ids)) as (c, _):
+                    workers, _, _ = ready_workers(c, dtype)
                     _warm_up(c, workers, dtype, folder)
                     r = _run_dgemm(f"dgemm on {g} device(s)", c, workers, ins, folder / f"c_dgemm_{g}.zarr", mnk,
                                    reps, False, failed, log, compressors)

@@ -143,6 +143,43 @@ def bench_e2e(ctx, size, shape, dtype, chunks, devices, scheduler, gpus, store, 
         raise click.ClickException(f"{record['failures']} dgemm run(s) FAILED (see {path})")
 
 
+@bench.command(name="crossover")
+@click.option("--devices", metavar="SPEC", help="Devices of dgemm's local cluster (as for matmul).")
+@click.option("--scheduler", metavar="ADDR", help="Time the running cluster at ADDR instead of a local one.")
+@click.option("--dtypes", default="float32,float64", show_default=True, help="Comma-separated dtypes.")
+@click.option("--sizes", default="128,256,512,1024,2048,4096,8192", show_default=True,
+              help="Comma-separated square sizes.")
+@click.option("--reps", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Timed repetitions per size (the median counts).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="bench/results", show_default=True,
+              help="Folder of the JSON record <date>-<device>-crossover.json.")
+@click.pass_context
+def bench_crossover(ctx, devices, scheduler, dtypes, sizes, reps, out_dir):
+    """Where the devices beat numpy for numpy-in, numpy-out products (the small-flops setting).
+
+    Times dgemm.matmul on numpy operands (always on the devices: scatter,
+    compute, gather, on a warm cluster) against numpy's matmul in this
+    process, on the same data, and records the smallest product from which
+    the devices won at every larger size.
+    """
+    from dgemm.benchmarks.crossover import crossover_bench
+    from dgemm.benchmarks.e2e import bench_cluster
+
+    dts = _csv(dtypes, "dtypes", _dtype_name)
+    size_list = _csv(sizes, "sizes", _size)
+    with user_errors(ctx), contextlib.ExitStack() as stack:
+        client = connect(stack, scheduler) if scheduler else None
+        client, _ = stack.enter_context(bench_cluster(devices, client))
+        record, path = crossover_bench(client, dtypes=dts, sizes=size_list, reps=reps, out_dir=out_dir,
+                                       log=click.echo)
+    for dt, r in record["results"].items():
+        x = r["crossover_flops"]
+        click.echo(f"{dt}: the devices win from {x:.3g} flops (2·n³)" if x else f"{dt}: numpy won at every size")
+    click.echo(f"record written to {path}")
+    if record["failures"]:
+        raise click.ClickException(f"{record['failures']} run(s) FAILED their check (see {path})")
+
+
 @bench.command(name="plot")
 @click.argument("records", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), required=True, help="The PNG to write.")

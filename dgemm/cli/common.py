@@ -2,7 +2,9 @@
 
 The user's mistakes (bad options, arguments or inputs) end a command with a
 one-line ``Error: ...`` and exit status 2; the environment's (no device, an
-unusable cluster) with status 1.  ``dgemm --debug ...`` keeps the traceback.
+unusable cluster, a chunk a worker cannot read, a worker lost) with status 1,
+as does anything unexpected.  ``dgemm -v``/``--verbose`` (or ``--debug``)
+keeps the traceback instead.
 """
 from __future__ import annotations
 
@@ -13,9 +15,11 @@ import click
 from dgemm import __version__
 
 
-# The user's mistakes (exit 2) and the environment's (exit 1); anything else
-# is a bug and keeps its traceback.
+# The user's mistakes (exit 2) and the environment's (exit 1).  Anything else is
+# unexpected: one line too (a worker's traceback runs to a hundred lines), named
+# by its type, with the way to see the traceback.
 INPUT_ERRORS = (ValueError, TypeError, FileExistsError, LookupError)
+VERBOSE_HINT = "dgemm --verbose shows the traceback"
 
 
 class InputError(click.ClickException):
@@ -25,13 +29,36 @@ class InputError(click.ClickException):
 
 
 def _environment_errors() -> tuple:
+    """Errors of the machines, not of the request: I/O (a worker's unreadable chunk is an OSError naming
+    the array and chunk), no usable device, workers lost, a run cancelled, memory."""
+    from concurrent.futures import CancelledError
+
+    from distributed.scheduler import KilledWorker
+
     from dgemm.cluster import NoDeviceWorkerError
-    return (PermissionError, NoDeviceWorkerError)
+    from dgemm.storage.lease import OutputBusyError, OutputTakenOverError
+    return (OSError, NoDeviceWorkerError, KilledWorker, CancelledError, MemoryError, OutputBusyError,
+            OutputTakenOverError)
+
+
+# The library's keywords, as the command line spells them.
+_OPTIONS = (("overwrite=True", "--overwrite"), ("resume=True", "--resume"), ("storage_options=", "--storage-option"))
+
+
+def _as_options(msg: str) -> str:
+    """A library message with its keywords spelt as options.
+
+    >>> _as_options("pass overwrite=True, or resume=True")
+    'pass --overwrite, or --resume'
+    """
+    for keyword, option in _OPTIONS:
+        msg = msg.replace(keyword, option)
+    return msg
 
 
 @contextlib.contextmanager
 def user_errors(ctx: click.Context | None = None):
-    """Turn dgemm's documented errors into one-line click errors (unless ``--debug``)."""
+    """Turn every error into a one-line click error (unless ``--verbose``): exit 2 for the user's, 1 for others."""
     # find_object, not the root's obj: under ``dask dgemm`` the root context is dask's.
     opts = ctx.find_object(dict) if ctx is not None else None
     debug = bool(opts and opts.get("debug"))
@@ -39,17 +66,17 @@ def user_errors(ctx: click.Context | None = None):
         yield
     except click.ClickException:
         raise
-    except _environment_errors() as e:
+    except Exception as e:
         if debug:
             raise
-        raise click.ClickException(one_line(e)) from None
-    except INPUT_ERRORS as e:
-        if debug:
-            raise
-        msg = one_line(e)
-        if isinstance(e, FileExistsError):  # the library names its keyword; here it is an option
-            msg = msg.replace("overwrite=True", "--overwrite")
-        raise InputError(msg) from None
+        msg = _as_options(one_line(e))
+        if isinstance(e, FileExistsError):  # an OSError, but the user's
+            raise InputError(msg) from None
+        if isinstance(e, _environment_errors()):
+            raise click.ClickException(msg) from None
+        if isinstance(e, INPUT_ERRORS):
+            raise InputError(msg) from None
+        raise click.ClickException(f"{type(e).__name__}: {msg} ({VERBOSE_HINT})") from None
 
 
 def one_line(e: BaseException) -> str:
@@ -89,11 +116,12 @@ def fmt_params(params: dict) -> str:
 
 @click.group(name="dgemm", context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="dgemm")
-@click.option("--debug", is_flag=True, help="Show full tracebacks instead of one-line errors.")
+@click.option("-v", "--verbose", is_flag=True, help="Show full tracebacks (a worker's too) instead of one-line errors.")
+@click.option("--debug", is_flag=True, hidden=True, help="The same as --verbose (its former name).")
 @click.pass_context
-def cli(ctx, debug):
+def cli(ctx, verbose, debug):
     """Matrix products of Zarr arrays on Dask clusters of OpenCL devices."""
-    ctx.ensure_object(dict)["debug"] = debug
+    ctx.ensure_object(dict)["debug"] = verbose or debug
 
 
 def connect(stack: contextlib.ExitStack, scheduler: str | None):

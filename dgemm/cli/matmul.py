@@ -12,15 +12,17 @@ from dgemm.cli.common import BlockParam, InputError, connect, one_line, cli, use
 from dgemm.dtypes import ALL_PRECISIONS, DTYPES
 
 
-def _operand(path: str, dtype: str | None):
+def _operand(path: str, dtype: str | None, storage_options: dict | None = None):
     """``path`` itself, or a lazily cast dask array when ``dtype`` differs from the stored one.
 
     Passing the path lets workers read Zarr blocks directly; only a cast
     needs dask in between.  Returns ``(operand, shape or None)``.
     """
     import zarr
+
+    from dgemm.storage import is_url
     try:
-        z = zarr.open_array(path, mode="r")
+        z = zarr.open_array(path, mode="r", storage_options=storage_options if is_url(path) else None)
     except Exception:  # dgemm itself reports what is wrong with the path
         return path, None
     if dtype is None or z.dtype == np.dtype(dtype):
@@ -29,10 +31,41 @@ def _operand(path: str, dtype: str | None):
     return da.from_zarr(z).astype(dtype), tuple(z.shape)
 
 
+def _storage_options(ctx, param, pairs) -> dict | None:
+    """``--storage-option KEY=VALUE`` pairs as one dict: VALUEs read as YAML scalars, dotted KEYs nested.
+
+    >>> _storage_options(None, None, ("anon=true", "client_kwargs.region_name=eu-west-1", "key=AK/x+1"))
+    {'anon': True, 'client_kwargs': {'region_name': 'eu-west-1'}, 'key': 'AK/x+1'}
+    """
+    import yaml
+
+    out: dict = {}
+    for pair in pairs:
+        key, eq, text = pair.partition("=")
+        parts = key.strip().split(".")
+        if not eq or not all(parts):
+            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", ctx, param)
+        try:  # true, 3, null as YAML reads them; anything else (a secret, a URL) stays the text given
+            value = yaml.safe_load(text) if text.strip() else text
+        except yaml.YAMLError:
+            value = text
+        if value is not None and not isinstance(value, (str, bool, int, float)):
+            value = text  # YAML's lists, mappings and dates: the text given
+        node = out
+        for name in parts[:-1]:
+            node = node.setdefault(name, {})
+            if not isinstance(node, dict):
+                raise click.BadParameter(f"{pair!r}: {name} is already given a value", ctx, param)
+        if parts[-1] in node:
+            raise click.BadParameter(f"{pair!r}: {key.strip()} is given twice", ctx, param)
+        node[parts[-1]] = value
+    return out or None
+
+
 def _same_local_path(x: str, y: str) -> bool:
-    if "://" in x or "://" in y:
-        return x.rstrip("/") == y.rstrip("/")
-    return os.path.realpath(x) == os.path.realpath(y)
+    """Whether two arguments name the same array, however spelt (relative, ``file://``, a symlink, a URL)."""
+    from dgemm.storage.locations import same
+    return same(x, y)
 
 
 def _flops(sa, sb) -> float | None:
@@ -59,12 +92,17 @@ def _flops(sa, sb) -> float | None:
 @click.option("--block", type=BlockParam(), default=None, help="Preferred block size N, or M,N,K.")
 @click.option("--devices", metavar="SPEC",
               help="Devices of the local cluster: gpu, cpu, all, ids like 0:1, or name parts, comma-separated.")
+@click.option("--storage-option", "storage_options", multiple=True, callback=_storage_options, metavar="KEY=VALUE",
+              help="An option of the filesystem behind URL inputs and OUT (s3fs: key, secret, endpoint_url, "
+                   "anon=true, client_kwargs.region_name=...), as storage_options= of dgemm.matmul; repeat it "
+                   "for each.  VALUE is read as YAML (true, 3); quote it to keep it text.")
 @click.option("--progress/--no-progress", default=True, show_default=True, help="Show a progress bar.")
 @click.option("--report", "report", type=click.Path(dir_okay=False), default=None, metavar="FILE",
               help="Write Dask's HTML performance report of the run (task stream, profiles, "
                    "bandwidths) to FILE.")
 @click.pass_context
-def matmul(ctx, a, b, out, scheduler, dtype, overwrite, resume, precision, block, devices, progress, report):
+def matmul(ctx, a, b, out, scheduler, dtype, overwrite, resume, precision, block, devices, storage_options, progress,
+           report):
     """Compute OUT = A @ B for Zarr arrays A and B, writing OUT as a Zarr array."""
     import dgemm
 
@@ -85,13 +123,14 @@ def matmul(ctx, a, b, out, scheduler, dtype, overwrite, resume, precision, block
             raise InputError(f"OUT is the same array as {name} ({path}); write the product elsewhere")
     t0 = time.perf_counter()
     with user_errors(ctx), contextlib.ExitStack() as stack:
-        (xa, sa), (xb, sb) = _operand(a, dtype), _operand(b, dtype)
+        (xa, sa), (xb, sb) = _operand(a, dtype, storage_options), _operand(b, dtype, storage_options)
         client = connect(stack, scheduler)
         if not scheduler:
             stack.enter_context(closing_new_local_clusters())
             if report:  # the report needs the client before the product starts
                 from dgemm.cluster import get_client
                 client = get_client(None, devices)
+                stack.enter_context(client.as_current())   # dgemm's own cluster is no default client
         if report:
             from distributed import performance_report
             stack.enter_context(performance_report(filename=report))
@@ -99,7 +138,8 @@ def matmul(ctx, a, b, out, scheduler, dtype, overwrite, resume, precision, block
         stack.enter_context(span("dgemm-matmul"))  # groups the product's tasks in Fine Performance Metrics
         try:
             result = dgemm.matmul(xa, xb, out=out, client=client, overwrite=overwrite, block=block,
-                                  devices=devices, progress=progress, resume=resume, precision=precision)
+                                  devices=devices, progress=progress, resume=resume, precision=precision,
+                                  storage_options=storage_options)
         except TypeError as e:
             if "float32 and float64 only" not in str(e):
                 raise

@@ -7,9 +7,12 @@ advertising ``GPU=1``.
 """
 from __future__ import annotations
 
+import ast
 import contextlib
 import copy
 import logging
+import os
+import sys
 import threading
 
 from distributed import Client, LocalCluster
@@ -24,6 +27,70 @@ _started_lock = threading.Lock()
 
 # Worker deaths a task of a DeviceCluster may see (see DeviceCluster).
 ALLOWED_FAILURES = 10
+
+
+def unguarded_main() -> tuple[str, int] | None:
+    """Where the script being run reaches this call from its top level, outside ``if __name__ == "__main__":``.
+
+    Returns ``(file, line)``, or None when the call is guarded or cannot be
+    re-run (an interactive session, ``python -c``, a package's
+    ``__main__.py``, fork-started workers).  A local cluster's worker
+    processes are spawned: each imports the main module again, as
+    ``__mp_main__``, running its top-level code; an unguarded call there
+    starts the same work in every worker, which then never becomes ready.
+    The rule is multiprocessing's own (:mod:`multiprocessing.spawn` decides
+    what a child re-runs); the guard is read from the script's source.
+    """
+    import dask
+
+    if dask.config.get("distributed.worker.multiprocessing-method", "spawn") == "fork":
+        return None
+    main = sys.modules.get("__main__")
+    name = getattr(getattr(main, "__spec__", None), "name", None)
+    if name is not None:
+        if name == "__main__" or name.endswith(".__main__"):
+            return None   # run as ``python -m package``: spawn does not re-run it
+    elif not getattr(main, "__file__", None) or os.path.splitext(os.path.basename(main.__file__))[0] == "ipython":
+        return None       # interactive, ``-c``, IPython: nothing is re-run
+    frame = sys._getframe(1)
+    while frame is not None and not (frame.f_globals is getattr(main, "__dict__", None)
+                                     and frame.f_code.co_name == "<module>"):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    path, line = frame.f_code.co_filename, frame.f_lineno
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+    except (OSError, SyntaxError, ValueError):
+        return None       # no source to read: cannot tell
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and _is_main_test(node.test):
+            guarded = node.body if isinstance(node.test.ops[0], ast.Eq) else node.orelse
+            if guarded and guarded[0].lineno <= line <= guarded[-1].end_lineno:
+                return None
+    return path, line
+
+
+def _is_main_test(test) -> bool:
+    """``__name__ == "__main__"`` (either way round; ``!=`` too)."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.NotEq))):
+        return False
+    sides = [test.left, test.comparators[0]]
+    return (any(isinstance(x, ast.Name) and x.id == "__name__" for x in sides)
+            and any(isinstance(x, ast.Constant) and x.value == "__main__" for x in sides))
+
+
+def check_main_guard() -> None:
+    """Refuse to start a local cluster from a script's unguarded top level (see :func:`unguarded_main`)."""
+    where = unguarded_main()
+    if where is not None:
+        path, line = where
+        raise RuntimeError(
+            f"dgemm starts a local cluster whose worker processes import your script again; {path}, line {line} "
+            "reaches this call from the script's top level, so every worker would start the same work and "
+            'none would become ready. Put the call under if __name__ == "__main__": (the rule of Python\'s '
+            "multiprocessing), or pass client= a running cluster (dgemm cluster)")
 
 
 class DeviceCluster(LocalCluster):
@@ -56,12 +123,20 @@ class DeviceCluster(LocalCluster):
         dashboard listen on localhost unless ``host``/``dashboard_address``
         say otherwise; ``memory_limit`` (per worker; default or ``"auto"``)
         is the host's memory shared among the workers.
+
+    Raises
+    ------
+    RuntimeError
+        Started from a script's top level outside ``if __name__ ==
+        "__main__":`` (its spawned workers would run the script again; see
+        :func:`unguarded_main`), before anything starts.
     """
 
     def __init__(self, devices: str | None = None, *, threads_per_worker: int | None = None,
                  allowed_failures: int | None = None, **kwargs):
         import dask
 
+        check_main_guard()   # before anything starts: spawned workers would re-run an unguarded script
         self.device_ids = [d.id for d in select_devices(devices)]
         kwargs.setdefault("host", "127.0.0.1")
         kwargs.setdefault("dashboard_address", "127.0.0.1:8787")
@@ -98,7 +173,7 @@ def local_client(devices: str | None = None) -> Client:
         if entry is not None and entry[1].status == "running":
             return entry[1]
         cluster = DeviceCluster(devices)
-        client = Client(cluster, set_as_default=True)
+        client = Client(cluster, set_as_default=False)   # dgemm's own: the user's other dask work stays where it was
         _started[key] = (cluster, client)
         return client
 

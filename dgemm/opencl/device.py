@@ -6,6 +6,7 @@ cached on the :class:`Device`.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -22,6 +23,30 @@ from dgemm.tuning.database import Choice, lookup
 
 # the kernels' PRECISION macro: bits of the element type
 PRECISION_BITS = {dt: dt.itemsize * 8 for dt in SUPPORTED}
+
+# A debug hook for the tests (:func:`poisoned`), not a setting: while True, every buffer a
+# Device hands out is filled with POISON_BYTE first.
+POISON = False
+# All-ones bytes are a NaN in float32 and in float64 alike, whatever a buffer ends up holding.
+POISON_BYTE = 0xFF
+
+
+@contextlib.contextmanager
+def poisoned():
+    """Within this block, every new device buffer and lent host buffer is filled with NaN first.
+
+    For tests: fresh memory often holds zeros (or an earlier product), which
+    hides padding or elements the kernels never wrote; NaN cannot hide.
+    Covers :meth:`Device.buffer` (the engine's accumulators, staged blocks
+    and the panel cache's entries, staging buffers), :meth:`Device.staging`
+    and :meth:`Device.host_array`.  Nothing is filled outside the block.
+    """
+    global POISON
+    saved, POISON = POISON, True
+    try:
+        yield
+    finally:
+        POISON = saved
 
 
 class DeviceError(RuntimeError):
@@ -79,6 +104,8 @@ class Device:
         held = getattr(self._local, "staging", None)
         if held is None or held[1].nbytes < nbytes:
             held = self._local.staging = self._page_locked(nbytes)
+        if POISON:
+            held[1][:nbytes] = POISON_BYTE
         return held[1][:nbytes]
 
     def _page_locked(self, nbytes: int):
@@ -108,11 +135,13 @@ class Device:
             if entry is not None:
                 self._free.remove(entry)
             elif self._pinned_bytes + nbytes > pinned_limit() or nbytes == 0:
-                return np.empty(shape, dtype)
+                return _poisoned(np.empty(shape, dtype))
             else:
                 self._pinned_bytes += nbytes
         if entry is None:
             entry = self._page_locked(nbytes)
+        if POISON:
+            entry[1][:nbytes] = POISON_BYTE
         lease = _Lease(entry[1], tuple(shape), dtype)
         # Views of the array keep ``lease`` (their base), not the array: numpy collapses view chains
         # down to the first non-array base, so the memory is given back only when the last view is gone.
@@ -178,8 +207,13 @@ class Device:
         return prog.get_build_info(self.cl_device, cl.program_build_info.LOG)
 
     def buffer(self, nbytes: int):
+        """A new device buffer of ``nbytes`` (at least 1: OpenCL has no empty buffers); NaN under :func:`poisoned`."""
         import pyopencl as cl
-        return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, max(int(nbytes), 1))
+        buf = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, max(int(nbytes), 1))
+        if POISON:
+            # waited for: the buffer may be used next on either queue
+            cl.enqueue_fill_buffer(self.transfer_queue, buf, np.uint8(POISON_BYTE), 0, buf.size).wait()
+        return buf
 
     def close(self) -> None:
         if self._pool is not None:
@@ -188,6 +222,13 @@ class Device:
         self._kernels.clear()
         self.queue.finish()
         self.transfer_queue.finish()
+
+
+def _poisoned(array: np.ndarray) -> np.ndarray:
+    """``array`` filled with NaN under :func:`poisoned` (else untouched)."""
+    if POISON and array.size:
+        array.reshape(-1).view(np.uint8)[...] = POISON_BYTE
+    return array
 
 
 class _Lease:

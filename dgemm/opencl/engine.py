@@ -131,6 +131,10 @@ class BlockEngine:
         """
         import pyopencl as cl
 
+        if host.dtype != self.dtype or not host.flags.c_contiguous:
+            # the copy below sends raw bytes: a big-endian (or other) block would reach the kernels as garbage
+            raise TypeError(f"internal: a {host.dtype} block (C-contiguous: {host.flags.c_contiguous}) reached "
+                            f"the device of a {self.dtype} engine; convert it on the host first")
         rows, cols = host.shape
         for n in (rows * cols, drows * dcols):
             if n > INT32_MAX:
@@ -139,13 +143,13 @@ class BlockEngine:
         ev = None
         if not transpose and (rows, cols) == (drows, dcols):
             if host.size:
-                cl.enqueue_copy(q, out, host, is_blocking=True)
+                self._transferred(cl.enqueue_copy(q, out, host, is_blocking=True))
         else:
             # Its own staging buffer, so concurrent uploads never share one; OpenCL keeps it
             # alive until the kernel that reads it has run.
             raw = self.device.buffer(rows * cols * self.dtype.itemsize)
             if host.size:
-                cl.enqueue_copy(q, raw, host, is_blocking=True)
+                self._transferred(cl.enqueue_copy(q, raw, host, is_blocking=True))
             with self._launch:
                 if transpose:
                     tt = self.k.transpose_tile
@@ -156,11 +160,13 @@ class BlockEngine:
                     ev = self.k.pad_zeros(q, _grid(dcols, drows), LOCAL_2D, np.int32(rows), np.int32(cols),
                                           np.int32(cols), raw, np.int32(drows), np.int32(dcols), out)
             q.flush()  # another queue will wait on ``ev``: it must be submitted
+            self._transferred(ev)
         self._add(bytes_up=host.nbytes, upload_seconds=time.perf_counter() - t0)
         return ev
 
     def upload(self, host: np.ndarray, transpose: bool, drows: int, dcols: int):
         """A new device buffer holding ``host`` staged as ``drows x dcols``; returns ``(buffer, event)``."""
+        # once, on the host: any byte order (a big-endian Zarr or numpy block) and layout to the engine's
         host = np.ascontiguousarray(host, dtype=self.dtype)
         out = self.device.buffer(drows * dcols * self.dtype.itemsize)
         return out, self._stage_into(self.device.transfer_queue, host, transpose, drows, dcols, out)
@@ -291,7 +297,7 @@ class BlockEngine:
                 for _, ea, eb in pending:
                     self.cache.release(ea)
                     self.cache.release(eb)
-        return self._run(steps, m, n, alpha, beta, c)
+        return self._run(steps, m, n, alpha, beta, c, planned=(len(plan), sum(2.0 * m * n * k for k, _, _ in plan)))
 
     def _padded(self, m: int, n: int) -> tuple[int, int]:
         return roundup(max(m, 1), self.params.TSM), roundup(max(n, 1), self.params.TSN)
@@ -306,17 +312,32 @@ class BlockEngine:
             raise ValueError(f"block shapes do not fit: A {tuple(a_shape)}, B {tuple(b_shape)} for C {(m, n)}")
         return k
 
-    def _run(self, steps, m, n, alpha, beta, c) -> np.ndarray:
+    def _run(self, steps, m, n, alpha, beta, c, planned=None) -> np.ndarray:
         with self._lock:
             t0 = time.perf_counter()
             try:
-                return self._measured(lambda: self._accumulate(steps(), m, n, alpha, beta, c))
+                return self._measured(lambda: self._accumulate(steps(), m, n, alpha, beta, c), planned)
             finally:
-                self._add(busy_seconds=time.perf_counter() - t0)
+                self._busy(t0, time.perf_counter())
 
-    def _measured(self, fn):
-        """Run one product (subclasses measure it)."""
+    # Hooks for a subclass that meters products (dgemm.worker.state.MeteredEngine); times are
+    # time.perf_counter's, and the hooks are cheap: they only note what the product has at hand.
+    def _measured(self, fn, planned=None):
+        """Run one product; ``planned`` is ``(k steps, flops)`` when known ahead."""
         return fn()
+
+    def _busy(self, start: float, end: float) -> None:
+        """Count one product's wall time (in the engine's lock, after the product)."""
+        self._add(busy_seconds=end - start)
+
+    def _waited(self, start: float, end: float) -> None:
+        """The product waited for its next inputs from ``start`` to ``end``."""
+
+    def _launched(self, event, flops: float) -> None:
+        """A GEMM kernel of ``flops`` was enqueued (``event``)."""
+
+    def _transferred(self, event) -> None:
+        """An upload, padding, unpadding or download command (None: nothing was enqueued)."""
 
     def _accumulate(self, steps, m, n, alpha, beta, c) -> np.ndarray:
         """Enqueue one GEMM per step into the C accumulator, then unpad and download it once."""
@@ -340,7 +361,9 @@ class BlockEngine:
             while True:
                 t0 = time.perf_counter()
                 step = next(steps, None)
-                self._add(wait_seconds=time.perf_counter() - t0)
+                t1 = time.perf_counter()
+                self._add(wait_seconds=t1 - t0)
+                self._waited(t0, t1)
                 if step is None:
                     break
                 k, (at, a_ev), (bt, b_ev) = step
@@ -349,6 +372,7 @@ class BlockEngine:
                                           np.int32(roundup(k, p.TSK)), real(alpha), real(beta_k), at, bt, c_dev,
                                           wait_for=wait))
                 q.flush()
+                self._launched(events[-1], 2.0 * m * n * k)
                 flops += 2.0 * m * n * k
                 beta_k = 1.0
         finally:
@@ -360,8 +384,10 @@ class BlockEngine:
             return out
         out = self.device.host_array((m, n), self.dtype)   # page-locked: the download runs at bus speed
         dense = self._buf("dense", m * n)
-        self.k.unpad(q, _grid(n, m), LOCAL_2D, np.int32(m), np.int32(n), np.int32(np_), c_dev, dense)
+        self._transferred(self.k.unpad(q, _grid(n, m), LOCAL_2D, np.int32(m), np.int32(n), np.int32(np_), c_dev,
+                                       dense))
         down = cl.enqueue_copy(q, out, dense, is_blocking=True)
+        self._transferred(down)
         self._add(kernel_seconds=sum(_seconds(e) for e in events), flops=flops, bytes_down=out.nbytes, blocks=1,
                   download_seconds=_seconds(down))
         return out

@@ -4,11 +4,14 @@
 
 * samples, every second, the ``dgemm`` metric each worker's
   :class:`~dgemm.worker.DgemmPlugin` sends with its heartbeats (device,
-  flops, bytes up and down, kernel/transfer/read-wait/store seconds, blocks)
-  and keeps a few minutes of history per worker;
+  flops, bytes up and down, blocks, its busy time split into exclusive parts
+  (:mod:`dgemm.busy`), the overlapping kernel/transfer/read-wait totals,
+  store seconds, how far its running block product is) and keeps a few
+  minutes of history per worker;
 * follows the progress of every matmul (its ``dgemm-gemm-<token>`` and
   ``dgemm-store-<token>`` tasks, done / total) from the scheduler's
-  transitions;
+  transitions, and within the running blocks from the workers' reports (the
+  share of the matmul's flops done);
 * serves ``/dgemm`` (an HTML page that refreshes itself every two seconds
   and reads fine without JavaScript too), ``/dgemm/fragment`` (the page's
   body) and ``/dgemm/data.json`` (the same figures as JSON), and adds a
@@ -31,7 +34,7 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 from distributed.http.utils import RequestHandler
 from tornado.ioloop import PeriodicCallback
 
-from dgemm import metrics
+from dgemm import busy, metrics
 from dgemm.names import DASHBOARD_PLUGIN, KINDS, WORKER_METRIC
 from dgemm.scheduler.page import render_body, render_page
 
@@ -91,7 +94,11 @@ _HEX = frozenset("0123456789abcdef")
 
 
 class MatmulProgress:
-    """Tasks of one matmul (one graph token), by kind: submitted, done, erred, forgotten."""
+    """Tasks of one matmul (one graph token), by kind: submitted, done, erred, forgotten.
+
+    Also the flops of its finished block products, by GEMM task key (as the
+    workers report them), which weigh each block in :meth:`work_done`.
+    """
 
     def __init__(self, token: str, client: str | None, now: float):
         self.token, self.client, self.started = token, client, now
@@ -101,6 +108,7 @@ class MatmulProgress:
         self.done = {k: set() for k in KINDS}
         self.erred: set = set()
         self.forgotten: set = set()
+        self.flops: dict = {}
 
     def count(self, kind: str, which: str = "total") -> int:
         return len((self.total if which == "total" else self.done)[kind])
@@ -120,11 +128,50 @@ class MatmulProgress:
             return
         self.finished = now
 
-    def as_dict(self, now: float) -> dict:
+    def work_done(self, running: dict | None = None) -> float:
+        """The share of this matmul's flops done: its finished blocks and the finished k steps of running ones.
+
+        ``running`` is ``{gemm key: (flops done, flops of the block)}`` of
+        the block products in flight.  A block weighs its flops where a
+        worker reported them (finished, or running with a known plan), else
+        the mean of those reported: exact once every block has started, and
+        for blocks of one size (all but edge blocks) from the first report.
+        Without any report, the share of blocks done.
+
+        >>> m = MatmulProgress("t", None, 0.0)
+        >>> m.total["gemm"] = {("g", i) for i in range(4)}
+        >>> m.work_done({("g", 0): (3.0, 8.0)})       # 3 of 4 x 8 flops
+        0.09375
+        >>> m.done["gemm"].add(("g", 1)); m.flops[("g", 1)] = 8.0
+        >>> m.work_done({("g", 0): (4.0, 8.0), ("g", 1): (2.0, 8.0)})   # a stale report of a finished block
+        0.375
+        """
+        keys, done = self.total["gemm"], self.done["gemm"]
+        if not keys:
+            return 0.0
+        if self.state == "done":
+            return 1.0
+        running = {k: v for k, v in (running or {}).items() if k in keys and k not in done}
+        known = dict(self.flops)
+        for k, (_, total) in running.items():
+            if total:
+                known.setdefault(k, total)
+        if not known:
+            return len(done) / len(keys)
+        mean = sum(known.values()) / len(known)
+        total = sum(known.get(k, mean) for k in keys)
+        if total <= 0:
+            return len(done) / len(keys)
+        finished = sum(known.get(k, mean) for k in done) + sum(d for d, t in running.values() if t)
+        return min(1.0, finished / total)
+
+    def as_dict(self, now: float, running: dict | None = None) -> dict:
         end = self.finished if self.finished is not None else now
+        running = {k: v for k, v in (running or {}).items() if k not in self.done["gemm"]}
         return {"id": self.token, "client": self.client, "state": self.state, "started": self.started,
                 "finished": self.finished, "seconds": end - self.started,
                 "blocks_done": self.count("gemm", "done"), "blocks_total": self.count("gemm"),
+                "blocks_running": len(running), "work_done": self.work_done(running),
                 "reduce_done": self.count("reduce", "done"), "reduce_total": self.count("reduce"),
                 "stores_done": self.count("store", "done"), "stores_total": self.count("store"),
                 "erred": len(self.erred)}
@@ -233,10 +280,12 @@ class DgemmDashboard(SchedulerPlugin):
                 w = self._workers[addr] = {"name": str(ws.name), "buckets": w["buckets"] if w else {},
                                            "last_seq": 0, "started": snap.get("started")}
             w.update(name=str(ws.name), alive=True, seen=now, snapshot=snap)
-            for seq, start, end, flops, nbytes in snap.get("events") or ():
+            for seq, start, end, flops, nbytes, *key in snap.get("events") or ():
                 if seq > w["last_seq"]:
                     _spread(w["buckets"], start, end, flops, nbytes)
                     w["last_seq"] = seq
+                    if key:
+                        self._finished_product(_key(key[0]), flops)
             old = [b for b in w["buckets"] if b < now - self.history]
             for b in old:
                 del w["buckets"][b]
@@ -245,6 +294,23 @@ class DgemmDashboard(SchedulerPlugin):
                 w["alive"] = False
                 if w["seen"] < now - self.history:
                     del self._workers[addr]
+
+    def _finished_product(self, key, flops: float) -> None:
+        p = parse_key(key)
+        m = self._matmuls.get(p[1]) if p is not None and p[0] == "gemm" else None
+        if m is not None:
+            m.flops[key] = flops
+
+    def running(self) -> dict:
+        """``{gemm task key: (flops done, flops of the block)}`` of the block products the live workers run now."""
+        out = {}
+        for w in self._workers.values():
+            if not w.get("alive"):
+                continue
+            for p in (w.get("snapshot") or {}).get("in_flight") or ():
+                if p.get("key") is not None:
+                    out[_key(p["key"])] = (float(p.get("flops_done") or 0.0), p.get("flops_total"))
+        return out
 
     def workers(self) -> dict:
         """``{address: {"name", "alive", "snapshot", "buckets", ...}}``, sampled now."""
@@ -259,8 +325,14 @@ class DgemmDashboard(SchedulerPlugin):
         return sum(v[0] for b, v in buckets.items() if b >= first) / (now - first) / 1e12
 
     def matmuls(self) -> list[dict]:
+        """The recent matmuls, newest first (:meth:`MatmulProgress.as_dict`), with their running blocks."""
         now = time.time()
-        return [m.as_dict(now) for m in reversed(self._matmuls.values())]
+        running: dict = {}
+        for key, v in self.running().items():
+            p = parse_key(key)
+            if p is not None and p[1] in self._matmuls:
+                running.setdefault(p[1], {})[key] = v
+        return [m.as_dict(now, running.get(t)) for t, m in reversed(self._matmuls.items())]
 
     def data(self) -> dict:
         """Everything the page shows, as plain data (``/dgemm/data.json``)."""
@@ -277,6 +349,7 @@ class DgemmDashboard(SchedulerPlugin):
                     series.append({"t": b + 1.0, "tflops": f / 1e12, "gbps": nb / 1e9})
             workers.append({
                 "address": addr, "name": w["name"], "alive": w["alive"], **snap,
+                "in_flight": [_progress(p) for p in snap.get("in_flight") or ()],
                 "tflops_now": self.recent_tflops(addr),
                 "tflops_peak": max((x["tflops"] for x in series), default=0.0),
                 "tflops_busy": flops / busy / 1e12 if busy else 0.0,
@@ -284,7 +357,37 @@ class DgemmDashboard(SchedulerPlugin):
                 "series": series,
             })
         return {"time": now, "scheduler": self.scheduler.address if self.scheduler else None,
-                "workers": workers, "matmuls": self.matmuls()}
+                "workers": workers, "total": totals(workers), "matmuls": self.matmuls()}
+
+
+# What the page's "all workers" row adds up (the busy parts add up to the busy time there too).
+TOTALS = ("blocks", "flops", "bytes_up", "bytes_down", "busy_seconds", *busy.KEYS.values(), "kernel_seconds",
+          "transfer_seconds", "read_wait_seconds", "read_seconds", "store_seconds")
+
+
+def totals(workers: list) -> dict:
+    """The figures of :data:`TOTALS` summed over ``workers`` (the page's rows, gone ones too).
+
+    >>> totals([{"busy_seconds": 2.0, "busy_kernel_seconds": 1.5}, {"busy_seconds": 1.0}])["busy_seconds"]
+    3.0
+    """
+    return {k: sum(float(w.get(k) or 0.0) for w in workers) for k in TOTALS}
+
+
+def _key(key):
+    """A task key as it left the worker: msgpack turns its tuples into lists."""
+    return tuple(_key(k) for k in key) if isinstance(key, list) else key
+
+
+def _progress(p: dict) -> dict:
+    """A running block product's report, with ``fraction``: its share of flops done (of k steps without a plan)."""
+    if p.get("flops_total"):
+        frac = p["flops_done"] / p["flops_total"]
+    elif p.get("steps_total"):
+        frac = p["steps_done"] / p["steps_total"]
+    else:
+        frac = None
+    return {**p, "fraction": frac}
 
 
 def _spread(buckets: dict, start: float, end: float, flops: float, nbytes: float) -> None:

@@ -9,11 +9,18 @@ import html
 import math
 import time
 
+from dgemm import busy
+
 # Worker colours (Bokeh's Category10, as the rest of the dashboard).
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
            "#bcbd22", "#17becf")
-SPLIT = (("kernel_seconds", "kernel", "#2ca02c"), ("transfer_seconds", "transfer", "#1f77b4"),
-         ("read_wait_seconds", "read wait", "#ff7f0e"), ("store_seconds", "store", "#9467bd"))
+# The exclusive parts of a worker's busy time (dgemm.busy), as the bar stacks them: they add up to it.
+SPLIT = tuple((busy.KEYS[p], busy.LABELS[p], c) for p, c in zip(busy.PARTS, ("#2ca02c", "#1f77b4", "#ff7f0e",
+                                                                            "#c7c7c7")))
+# Totals that overlap each other and the parts above: shown apart, never as parts of the busy time.
+OVERLAPPED = (("kernel_seconds", "GEMM kernels"), ("transfer_seconds", "transfers (overlapped)"),
+              ("read_wait_seconds", "read wait (overlapped)"), ("read_seconds", "reading (thread-seconds)"),
+              ("store_seconds", "store tasks"))
 
 
 def fmt_si(x: float, unit: str = "") -> str:
@@ -95,7 +102,7 @@ def line_chart(lines: list, *, now: float, title: str, unit: str, width: int = 9
 
 
 def split_bar(w: dict, width: int = 220) -> str:
-    """Where a worker's time went: kernel, transfer, read wait, store (a stacked SVG bar)."""
+    """Where a worker's busy time went: its exclusive parts (a stacked SVG bar)."""
     parts = [(label, colour, float(w.get(key) or 0)) for key, label, colour in SPLIT]
     total = sum(v for _, _, v in parts)
     if total <= 0:
@@ -108,6 +115,36 @@ def split_bar(w: dict, width: int = 220) -> str:
         x0 += wd
     out.append("</svg>")
     return "".join(out)
+
+
+def _percent(frac) -> str:
+    """A share as a whole percentage, never rounded up to 100 % before it is all done.
+
+    >>> _percent(0.374), _percent(0.999), _percent(1.0), _percent(None)
+    ('37 %', '99 %', '100 %', '-')
+    """
+    if frac is None:
+        return "-"
+    return f"{math.floor(100 * frac) if frac < 1 else 100} %"
+
+
+def _running(w: dict) -> str:
+    """GEMM tasks a worker runs, and how far each block product in flight is."""
+    parts = [str(w.get("gemm_running", 0))]
+    parts += [_percent(p.get("fraction")) for p in w.get("in_flight") or ()]
+    return " · ".join(parts)
+
+
+def _busy_cells(w: dict) -> str:
+    """The busy seconds, their parts (with each one's share) and the bar, as table cells."""
+    total = float(w.get("busy_seconds") or 0)
+    cells = [f'<td class="num">{fmt_si(total, "s")}</td>']
+    for key, _, _ in SPLIT:
+        v = float(w.get(key) or 0)
+        share = f' <span class="dim">{100 * v / total:.0f}%</span>' if total > 0 else ""
+        cells.append(f'<td class="num">{fmt_si(v, "s")}{share}</td>')
+    cells.append(f"<td>{split_bar(w)}</td>")
+    return "".join(cells)
 
 
 def render_body(data: dict) -> str:
@@ -129,12 +166,16 @@ def render_body(data: dict) -> str:
         out.append('<table id="matmuls"><tr><th>matmul</th><th>state</th><th>blocks done / total</th>'
                    '<th>progress</th><th>C blocks stored</th><th>started</th><th>time</th></tr>')
         for m in matmuls:
-            frac = m["blocks_done"] / m["blocks_total"] if m["blocks_total"] else 0.0
+            frac = m.get("work_done")
+            if frac is None:
+                frac = m["blocks_done"] / m["blocks_total"] if m["blocks_total"] else 0.0
             stores = f'{m["stores_done"]} / {m["stores_total"]}' if m["stores_total"] else "(lazy: not stored)"
             out.append(
                 f'<tr class="{_esc(m["state"])}"><td class="mono">{_esc(m["id"])}</td><td>{_esc(m["state"])}</td>'
                 f'<td class="num">{m["blocks_done"]} / {m["blocks_total"]}</td>'
-                f'<td><div class="bar"><div style="width:{100 * frac:.1f}%"></div></div></td>'
+                f'<td><div class="bar"><div style="width:{100 * frac:.1f}%"></div></div>'
+                f'<span class="dim">blocks {m["blocks_done"]}/{m["blocks_total"]} · {_percent(frac)} of flops'
+                f'</span></td>'
                 f'<td class="num">{stores}</td>'
                 f'<td>{time.strftime("%H:%M:%S", time.localtime(m["started"]))}</td>'
                 f'<td class="num">{m["seconds"]:.1f} s</td></tr>')
@@ -146,8 +187,8 @@ def render_body(data: dict) -> str:
     else:
         out.append('<table id="workers"><tr><th>worker</th><th>device</th><th>blocks</th><th>running</th>'
                    '<th>TFLOPS now</th><th>peak</th><th>while busy</th><th>kernel only</th><th>FLOP</th>'
-                   '<th>uploaded</th><th>downloaded</th><th>kernel</th><th>transfer</th><th>read wait</th>'
-                   '<th>store</th><th>time split</th></tr>')
+                   '<th>uploaded</th><th>downloaded</th><th>busy</th>'
+                   + "".join(f"<th>{lbl}</th>" for _, lbl, _ in SPLIT) + '<th>time split</th></tr>')
         for i, w in enumerate(workers):
             colour = PALETTE[i % len(PALETTE)]
             dev = (f'{_esc(w["device"])} <span class="dim">({_esc(w["device_type"])} {_esc(w["device_id"])})</span>'
@@ -156,18 +197,41 @@ def render_body(data: dict) -> str:
             out.append(
                 f'<tr><td><i class="swatch" style="background:{colour}"></i>{_esc(w["name"])}{gone}'
                 f'<div class="dim mono">{_esc(w["address"])}</div></td><td>{dev}</td>'
-                f'<td class="num">{w["blocks"]}</td><td class="num">{w.get("gemm_running", 0)}</td>'
+                f'<td class="num">{w["blocks"]}</td><td class="num">{_running(w)}</td>'
                 f'<td class="num">{fmt_num(w["tflops_now"])}</td><td class="num">{fmt_num(w["tflops_peak"])}</td>'
                 f'<td class="num">{fmt_num(w["tflops_busy"])}</td><td class="num">{fmt_num(w["tflops_kernel"])}</td>'
                 f'<td class="num">{fmt_si(w["flops"])}</td>'
                 f'<td class="num">{fmt_si(w["bytes_up"], "B")}</td><td class="num">{fmt_si(w["bytes_down"], "B")}</td>'
-                + "".join(f'<td class="num">{fmt_si(w.get(k) or 0, "s")}</td>' for k, _, _ in SPLIT)
-                + f'<td>{split_bar(w)}</td></tr>')
+                + _busy_cells(w) + "</tr>")
+        t = data.get("total")
+        if t is not None:
+            out.append(
+                f'<tr class="total"><td>all workers</td><td></td><td class="num">{int(t["blocks"])}</td>'
+                f'<td class="num">{sum(w.get("gemm_running", 0) for w in alive)}</td>'
+                f'<td class="num">{fmt_num(total_now)}</td><td></td><td></td><td></td>'
+                f'<td class="num">{fmt_si(t["flops"])}</td><td class="num">{fmt_si(t["bytes_up"], "B")}</td>'
+                f'<td class="num">{fmt_si(t["bytes_down"], "B")}</td>' + _busy_cells(t) + "</tr>")
         out.append("</table>")
         out.append('<p class="legend">' + "".join(f'<span class="key"><i style="background:{c}"></i>{lbl}</span>'
                                                    for _, lbl, c in SPLIT)
-                   + ' <span class="dim">TFLOPS: now = last 5 s; while busy = FLOP / seconds in block '
-                     'products; kernel only = FLOP / GEMM kernel seconds.</span></p>')
+                   + ' <span class="dim">busy = seconds in block products, split into parts that add up to it: '
+                     'kernel running (transfers and reads meanwhile are hidden under it), waiting for transfers '
+                     '(no kernel; an upload, padding or download in flight), waiting for reads (neither; the '
+                     'product waits for its A/B blocks), other (launching, setup, Python). Running: GEMM tasks '
+                     'and the flops done of the block in flight. TFLOPS: now = last 5 s; while busy = FLOP / busy '
+                     'seconds; kernel only = FLOP / GEMM kernel seconds.</span></p>')
+        out.append('<h3>Overlapping totals <span class="dim">(they overlap each other and the busy time: '
+                   'not parts of it)</span></h3>')
+        out.append('<table id="overlapped"><tr><th>worker</th>' + "".join(f"<th>{lbl}</th>" for _, lbl in OVERLAPPED)
+                   + "</tr>")
+        for w in workers:
+            out.append(f'<tr><td>{_esc(w["name"])}</td>'
+                       + "".join(f'<td class="num">{fmt_si(w.get(k) or 0, "s")}</td>' for k, _ in OVERLAPPED)
+                       + "</tr>")
+        out.append('</table><p class="dim">GEMM kernels: their device seconds; transfers: uploads, padding and '
+                   'downloads, summed over the threads doing them; read wait: the product waiting for its inputs '
+                   'while earlier kernels may still run; reading: thread-seconds reading blocks; store tasks: '
+                   'writing C blocks (dgemm-store tasks, beside the block products).</p>')
 
     out.append("<h2>Achieved TFLOPS over time</h2>")
     out.append(line_chart([(w["name"], PALETTE[i % len(PALETTE)], [(s["t"], s["tflops"]) for s in w["series"]])
@@ -186,6 +250,7 @@ nav a { margin-right: 14px; color: #222; text-decoration: none; }
 nav a.here { font-weight: bold; }
 main { padding: 8px 16px 24px; }
 h1 { font-size: 20px; margin: 8px 0; } h2 { font-size: 16px; margin: 18px 0 6px; }
+h3 { font-size: 14px; margin: 14px 0 6px; } tr.total td { font-weight: bold; border-top: 2px solid #ccc; }
 table { border-collapse: collapse; font-size: 13px; }
 th, td { border-bottom: 1px solid #ddd; padding: 4px 8px; text-align: left; vertical-align: top; }
 th { background: #f5f5f5; }

@@ -1,8 +1,9 @@
 """What a worker reads: :class:`ZarrBlock` references to regions of Zarr arrays.
 
 A task receives either a :class:`ZarrBlock` (read from the store where it
-runs) or the block itself (held by dask); :func:`load` turns both into an
-array and :func:`read_error` explains a read that failed.
+runs; for an in-place C, :class:`~dgemm.storage.originals.OriginalBlock`) or
+the block itself (held by dask); :func:`load` turns each into an array and
+:func:`read_error` explains a read that failed.
 """
 from __future__ import annotations
 
@@ -127,13 +128,14 @@ class ZarrBlock:
 
 
 def load(ref) -> np.ndarray:
-    """Materialise a block reference (a :class:`ZarrBlock` or an array)."""
-    return ref.load() if isinstance(ref, ZarrBlock) else np.asarray(ref)
+    """Materialise a block reference: anything with a ``load()`` (a :class:`ZarrBlock`, an in-place C's
+    :class:`~dgemm.storage.originals.OriginalBlock`) or an array."""
+    return ref.load() if hasattr(ref, "load") else np.asarray(ref)
 
 
 def read_error(ref, e: Exception) -> str:
     """A message naming what could not be read: array, rows and columns, and the chunk when it can tell."""
-    if not isinstance(ref, ZarrBlock):
+    if not hasattr(ref, "describe"):
         return f"dgemm could not read an input block: {type(e).__name__}: {e}"
     try:
         chunk = ref.bad_chunk()

@@ -9,13 +9,13 @@ from __future__ import annotations
 import hashlib
 import json
 
+from dgemm.storage import keys
 
 COMPLETE_ATTR = "dgemm"
-MARKERS = ".dgemm"   # key prefix, inside the output's own prefix, of the per-block completion markers
 
 
 def run_id(fingerprint: dict) -> str:
-    """A short stable hash of a run's fingerprint (names its block markers).
+    """A short stable hash of a run's fingerprint (a resumed run must have the same).
 
     >>> run_id({"a": 1}) == run_id({"a": 1}) != run_id({"a": 2})
     True
@@ -26,39 +26,35 @@ def run_id(fingerprint: dict) -> str:
 class BlockMarkers:
     """Which C blocks of one run are safely stored: one tiny store object per block.
 
-    A store task writes its block, then its marker ``<array>/.dgemm/done/<run>/<i>.<j>``.
-    Each block has its own key, so concurrent writers never touch the same
-    object (unlike a Zarr attribute, which is one JSON document), and the
-    markers live in the output's own store, so they work for any Zarr store
-    (local, fsspec/object stores) and go when the array is overwritten.  Zarr
-    ignores keys it does not know, so readers of the array never see them.
+    A store task writes its block, then its marker ``<array>/.dgemm/done/<owner>/<i>.<j>``.
+    ``owner`` names the run that writes the output (a token drawn when the
+    output is created, kept by ``resume``; :mod:`dgemm.storage.lease`), so two
+    runs of the same product never share markers.  Each block has its own
+    key, so concurrent writers never touch the same object (unlike a Zarr
+    attribute, which is one JSON document); the keys live in the output's own
+    store (:mod:`dgemm.storage.keys`).
     """
 
-    def __init__(self, array, run: str):
+    def __init__(self, array, owner: str):
         self.store = array.store
-        node = array.path.strip("/")
-        self.root = f"{node}/{MARKERS}" if node else MARKERS
-        self.prefix = f"{self.root}/done/{run}/"
+        self.root = keys.root(array)
+        self.prefix = f"{self.root}/done/{owner}/"
 
     def key(self, i: int, j: int) -> str:
         return f"{self.prefix}{i}.{j}"
 
     def mark(self, i: int, j: int) -> None:
-        from zarr.core.buffer import default_buffer_prototype
-        from zarr.core.sync import sync
-        sync(self.store.set(self.key(i, j), default_buffer_prototype().buffer.from_bytes(b"1")))
+        keys.put(self.store, self.key(i, j), b"1")
+
+    def is_done(self, i: int, j: int) -> bool:
+        """Whether block ``(i, j)`` has its marker (one small existence check)."""
+        return keys.exists(self.store, self.key(i, j))
 
     def done(self, grid: tuple[int, int] | None = None) -> set[tuple[int, int]]:
         """The ``(i, j)`` of every marked block (``grid`` is needed by stores that cannot list keys)."""
-        from zarr.core.sync import sync
-
-        async def listed():
-            return [k async for k in self.store.list_prefix(self.prefix)]
-
         if getattr(self.store, "supports_listing", True):
-            keys = sync(listed())
             out = set()
-            for k in keys:
+            for k in keys.listed(self.store, self.prefix):
                 name = k[len(self.prefix):] if k.startswith(self.prefix) else k.rsplit("/", 1)[-1]
                 i, _, j = name.partition(".")
                 if i.isdigit() and j.isdigit():
@@ -66,13 +62,11 @@ class BlockMarkers:
             return out
         if grid is None:
             raise ValueError(f"{self.store} cannot list keys; pass the block grid")
-        return {(i, j) for i in range(grid[0]) for j in range(grid[1]) if sync(self.store.exists(self.key(i, j)))}
+        return {(i, j) for i in range(grid[0]) for j in range(grid[1]) if self.is_done(i, j)}
 
     def reset(self) -> None:
-        """Remove every marker (of any run) of this array: a fresh run starts from none."""
-        from zarr.core.sync import sync
-        if getattr(self.store, "supports_deletes", True):
-            sync(self.store.delete_dir(self.root))
+        """Remove every dgemm record (markers of any run, originals, lease) of this array: a fresh start."""
+        keys.delete_dir(self.store, self.root)
 
 
 def mark_complete(array, meta: dict) -> None:

@@ -1,7 +1,9 @@
 """What the user passes in: :class:`Operand` wraps a Zarr array, a dask array or an in-memory array.
 
-Paths, URLs and stores are opened as read-only Zarr arrays.  An operand hands
-out *references* to its blocks: for Zarr a :class:`~dgemm.storage.blocks.ZarrBlock`
+Paths, URLs and stores are opened as read-only Zarr arrays, with every local
+path made absolute on the client (:mod:`~dgemm.storage.locations`): the
+workers run in folders of their own.  An operand hands out *references* to
+its blocks: for Zarr a :class:`~dgemm.storage.blocks.ZarrBlock`
 that the worker reads straight from the store, for dask a graph key.  The
 client never reads matrix data.
 """
@@ -14,7 +16,9 @@ import numpy as np
 
 from dgemm.dtypes import check_dtype
 from dgemm.storage.blocks import ZarrBlock
+from dgemm.storage.locations import absolute, check_readable, location, open_array, plain_zarr
 from dgemm.storage.markers import COMPLETE_ATTR
+from dgemm.storage.options import access_hint
 
 
 class Operand:
@@ -25,7 +29,7 @@ class Operand:
     :meth:`promote`.
     """
 
-    def __init__(self, x, what: str):
+    def __init__(self, x, what: str, storage_options: dict | None = None, incomplete_ok: bool = False):
         import dask.array as da
 
         self.what = what
@@ -34,13 +38,13 @@ class Operand:
         self.label = what
         self.expand: int | None = None
         self.trans = False
-        x = _open_read_only(x, what)
+        x = _open_read_only(x, what, storage_options)
         if is_zarr_array(x):
             self.zarr = x
             self.label = f"{what} (Zarr {x.store_path})" if hasattr(x, "store_path") else what
             shape, dtype, chunks = tuple(x.shape), x.dtype, tuple(x.chunks)
             meta = x.attrs.get(COMPLETE_ATTR)
-            if isinstance(meta, dict) and meta.get("complete") is False:
+            if isinstance(meta, dict) and meta.get("complete") is False and not incomplete_ok:
                 raise ValueError(f"{what} ({x.store_path}) is an incomplete dgemm output: the run that writes it "
                                  "did not finish, so some of its blocks are missing; finish it first "
                                  "(the same call with resume=True)")
@@ -158,33 +162,35 @@ def is_zarr_array(x) -> bool:
     return isinstance(x, zarr.Array)
 
 
-def location(x) -> str | None:
-    """Where an array lives, comparable across a path and an opened array.
+def _open_read_only(x, what: str, storage_options=None):
+    """The operand as the workers will read it, checked here: nothing relative, nothing only this process holds.
 
-    >>> location("/tmp/x.zarr")
-    'file:///tmp/x.zarr'
-    >>> location(3) is None
-    True
+    A path, URL or store is opened as a read-only Zarr array; a
+    :class:`zarr.Array` is kept (re-created over an absolute store where its
+    own is relative); a dask array that only reads one Zarr array whole
+    (``da.from_zarr``) is that array, read by the workers straight from the
+    store; another dask array keeps its graph, its Zarr arrays made
+    absolute.  Anything else passes through.
     """
-    if is_zarr_array(x):
-        return str(x.store_path).rstrip("/")
-    if isinstance(x, (str, os.PathLike)):
-        s = os.fspath(x)
-        if "://" not in s:
-            return "file://" + os.path.abspath(s).rstrip("/")
-        return s.rstrip("/")
-    return None
-
-
-def _open_read_only(x, what: str):
-    """Open a path, URL or store as a read-only Zarr array; anything else passes through."""
-    import zarr
+    import dask.array as da
     from zarr.abc.store import Store
+    from zarr.storage import MemoryStore
 
+    if isinstance(x, da.Array):
+        check_readable(x, what, storage_options)
+        z = plain_zarr(x)
+        # A MemoryStore inside a dask graph travels with its data (dask's business); as a Zarr operand it would not.
+        if z is None or isinstance(z.store, MemoryStore):
+            return absolute(x)
+        x = z
+    if is_zarr_array(x):
+        check_readable(x, what, storage_options)
+        return absolute(x)
     if not isinstance(x, (str, os.PathLike, Store)):
         return x
+    check_readable(x, what, storage_options)
     try:
-        return zarr.open_array(x, mode="r")
+        return open_array(x, mode="r", storage_options=storage_options)
     except Exception as e:  # zarr raises several types for "not an array here"
         raise ValueError(f"{what}: {os.fspath(x) if not isinstance(x, Store) else x} is not a Zarr array "
-                         f"({type(e).__name__}: {e})") from None
+                         f"({type(e).__name__}: {e}){access_hint(e, storage_options)}") from None

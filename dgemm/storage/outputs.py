@@ -7,8 +7,11 @@ from typing import Any
 
 import numpy as np
 
+from dgemm.storage.locations import (ZARR_METADATA, absolute, check_protocol, local_path, locate,
+                                     open_array)
 from dgemm.storage.markers import COMPLETE_ATTR
 from dgemm.storage.operands import is_zarr_array
+from dgemm.storage.options import check_remote_parent, is_url
 
 
 @dataclass
@@ -22,6 +25,7 @@ class OutputSpec:
     array: Any = None             # an existing zarr.Array given as ``out``
     resume: bool = False          # ``array`` is an earlier dgemm output to finish
     compressors: Any = "auto"     # codecs of a new output (zarr.create_array's ``compressors``)
+    storage_options: dict | None = None   # of a URL ``target``'s filesystem (dgemm.storage.options)
 
     @property
     def chunks(self) -> tuple[int, ...] | None:
@@ -32,18 +36,24 @@ class OutputSpec:
 
 
 def check_output(out, shape: tuple[int, ...], dtype: np.dtype, overwrite: bool,
-                 resume: bool = False) -> OutputSpec:
+                 resume: bool = False, storage_options=None) -> OutputSpec:
     """Check that ``out`` can receive a ``shape``/``dtype`` result; write nothing.
+
+    A local path (or ``file://`` URL) becomes absolute here, on the client,
+    and a store or array with a relative root is re-created with an absolute
+    one: the workers, in folders of their own, write where the user meant.
+    ``overwrite`` replaces only what is already Zarr data (an array or a
+    group) or an empty folder, never other files.  Stores that the workers
+    cannot write are refused: in this process's memory, or a zip file.
 
     With ``resume``, an existing ``out`` must be a dgemm output of that
     shape and dtype, and is returned opened for writing (``spec.resume``);
     a missing one gives a fresh output.
     """
     from zarr.abc.store import Store
-    from zarr.storage import MemoryStore
 
     if resume:
-        existing = _open_for_resume(out)
+        existing = _open_for_resume(out, storage_options)
         if existing is not None:
             spec = check_output(existing, shape, dtype, False)
             meta = existing.attrs.get(COMPLETE_ATTR)
@@ -59,44 +69,115 @@ def check_output(out, shape: tuple[int, ...], dtype: np.dtype, overwrite: bool,
             raise ValueError(f"out has dtype {out.dtype}, but the result is {dtype}")
         if out.read_only:
             raise PermissionError("out is opened read-only; open it with mode='r+' or 'a'")
-        _refuse_memory(out.store)
+        _refuse_unwritable(out.store)
+        out = absolute(out)
         return OutputSpec(out, tuple(shape), dtype, overwrite, array=out)
     if isinstance(out, Store):
         if out.read_only:
             raise PermissionError(f"out store {out} is read-only")
-        _refuse_memory(out)
-        if not overwrite and _exists(out):
-            raise FileExistsError(f"out {out} already holds Zarr data; pass overwrite=True to replace it")
+        _refuse_unwritable(out)
+        out = absolute(out)
+        if _exists(out):
+            if not overwrite:
+                raise FileExistsError(f"out {out} already holds Zarr data; pass overwrite=True to replace it")
+        if overwrite:
+            _check_replaceable(out, str(out))
         return OutputSpec(out, tuple(shape), dtype, overwrite)
     if not isinstance(out, (str, os.PathLike)):
         raise TypeError(f"out must be a path, URL, zarr store or zarr.Array, not {type(out).__name__}")
     target = os.fspath(out)
-    if target.startswith("memory://"):
-        _refuse_memory(MemoryStore())
-    if "://" not in target or target.startswith("file://"):
-        local = target[len("file://"):] if target.startswith("file://") else target
-        if os.path.exists(local):
-            if not overwrite:
-                raise FileExistsError(f"out {target!r} already exists; pass overwrite=True to replace it")
-            if not os.path.isdir(local):
-                raise FileExistsError(f"out {target!r} is a file, not a Zarr store; remove it first")
-        parent = os.path.abspath(local)
-        while not os.path.exists(parent):
-            parent = os.path.dirname(parent)
-        if not os.access(parent, os.W_OK) or (os.path.exists(local) and not os.access(local, os.W_OK)):
-            raise PermissionError(f"out {target!r} is not writable ({parent} does not allow writing)")
-    elif not overwrite and _exists(target):
-        raise FileExistsError(f"out {target!r} already holds Zarr data; pass overwrite=True to replace it")
-    return OutputSpec(target, tuple(shape), dtype, overwrite)
+    local = local_path(target)
+    if local is None:
+        check_protocol(target, "out", storage_options)
+        where = locate(target)
+        if where is not None and where.process_local:
+            _refuse_memory()
+        check_remote_parent(target, storage_options, "out")
+        if not overwrite and _exists(target, storage_options):
+            raise FileExistsError(f"out {target!r} already holds Zarr data; pass overwrite=True to replace it")
+        if overwrite:
+            from zarr.storage import FsspecStore
+            _check_replaceable(FsspecStore.from_url(target, storage_options=storage_options), repr(target))
+        return OutputSpec(target, tuple(shape), dtype, overwrite, storage_options=storage_options)
+    if os.path.exists(local):
+        if not overwrite:
+            raise FileExistsError(f"out {target!r} already exists; pass overwrite=True to replace it")
+        if not os.path.isdir(local):
+            raise FileExistsError(f"out {target!r} is a file, not a Zarr store; remove it first")
+        names = os.listdir(local)
+        if names and not any(n in names for n in ZARR_METADATA):
+            raise FileExistsError(_not_zarr(repr(target)))
+    parent = local
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.access(parent, os.W_OK) or (os.path.exists(local) and not os.access(local, os.W_OK)):
+        raise PermissionError(f"out {target!r} is not writable ({parent} does not allow writing)")
+    return OutputSpec(local, tuple(shape), dtype, overwrite)
+
+
+def _not_zarr(name: str) -> str:
+    return (f"out {name} holds files but no Zarr array or group (no {', '.join(ZARR_METADATA)} at its top); "
+            "overwrite=True replaces only Zarr data, never other files: write the product to a new path, or "
+            "remove what is there yourself")
+
+
+def _check_replaceable(store, name: str) -> None:
+    """Refuse to overwrite a store that holds anything but Zarr data (zarr would delete all of it)."""
+    from zarr.core.sync import sync
+
+    async def holds_other_files() -> bool:
+        for key in ZARR_METADATA:
+            if await store.exists(key):
+                return False
+        async for _ in store.list_dir(""):
+            return True
+        return False
+
+    try:
+        other = sync(holds_other_files())
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    if other:
+        raise FileExistsError(_not_zarr(name))
+
+
+def output_codecs(compressors, shape: tuple[int, ...], dtype: np.dtype) -> list:
+    """The compressors a new ``shape``/``dtype`` output would get, as plain data; refuses invalid ones.
+
+    Zarr builds its codec pipeline for a one-element array of that dtype in
+    memory and encodes one chunk with it, so a bad value fails here, before
+    any work, and nothing of the user's is written.
+    """
+    import zarr
+    from zarr.storage import MemoryStore
+
+    ones = tuple(1 for _ in shape)
+    try:
+        probe = zarr.create_array(store=MemoryStore(), shape=ones, chunks=ones, dtype=dtype,
+                                  compressors=compressors, fill_value=0)
+        probe[...] = 1
+    except Exception as e:
+        raise ValueError(f"compressors={compressors!r} cannot compress a {np.dtype(dtype).name} Zarr v3 array "
+                         f"({type(e).__name__}: {e}); give zarr codecs such as zarr.codecs.ZstdCodec(level=3) "
+                         "or numcodecs.zarr3.Zlib(), a list of them, None (no compression) or \"auto\"") from None
+    return codec_configs(probe.compressors)
+
+
+def codec_configs(codecs) -> list:
+    """Codecs as comparable plain data (their Zarr metadata)."""
+    out = []
+    for c in codecs or ():
+        to_dict = getattr(c, "to_dict", None) or getattr(c, "get_config", None)
+        out.append(to_dict() if to_dict is not None else repr(c))
+    return out
 
 
 def _name(out) -> str:
     return repr(os.fspath(out)) if isinstance(out, (str, os.PathLike)) else str(getattr(out, "store_path", out))
 
 
-def _open_for_resume(out):
+def _open_for_resume(out, storage_options=None):
     """The existing array at ``out`` opened for writing, or None when there is nothing there."""
-    import zarr
     from zarr.abc.store import Store
 
     if is_zarr_array(out):
@@ -104,31 +185,49 @@ def _open_for_resume(out):
     if not isinstance(out, (str, os.PathLike, Store)):
         return None  # check_output explains what is wrong with it
     if isinstance(out, (str, os.PathLike)):
-        local = os.fspath(out)
-        if "://" not in local or local.startswith("file://"):
-            local = local[len("file://"):] if local.startswith("file://") else local
-            if not os.path.exists(local):
+        local = local_path(out)
+        if local is not None and not os.path.exists(local):
+            return None
+        if local is None:
+            check_protocol(out, "out", storage_options)
+            if not _exists(out, storage_options):
                 return None
     elif not _exists(out):
         return None
     try:
-        return zarr.open_array(out, mode="r+")
+        return open_array(out, mode="r+", storage_options=storage_options)
     except Exception as e:
         raise ValueError(f"cannot resume: out {_name(out)} exists but is not a Zarr array "
                          f"({type(e).__name__}: {e})") from None
 
 
-def _refuse_memory(store) -> None:
-    from zarr.storage import MemoryStore
-    if isinstance(store, MemoryStore):
-        raise ValueError("out is an in-memory Zarr store, which worker processes cannot write to; "
-                         "give a path or URL, or use out=None for a lazy dask array")
+def _refuse_memory() -> None:
+    raise ValueError("out is an in-memory Zarr store, which worker processes cannot write to; "
+                     "give a path or URL, or use out=None for a lazy dask array")
 
 
-def _exists(target) -> bool:
+def _refuse_unwritable(store) -> None:
+    """Refuse stores that the workers cannot write: this process's memory, a zip file."""
+    from zarr.storage import ZipStore
+
+    inner = store
+    while hasattr(inner, "_store"):   # a WrapperStore (LoggingStore...) writes where its store does
+        inner = inner._store
+    if isinstance(inner, ZipStore):
+        raise ValueError("out is a ZipStore: dgemm's workers write out's blocks at the same time, from "
+                         "several processes, and a zip file cannot be written concurrently (it would be left "
+                         "corrupt); write to a folder or an object store, and zip that afterwards if you need "
+                         "a zip")
+    if locate(inner).process_local:
+        _refuse_memory()
+
+
+def _exists(target, storage_options=None) -> bool:
     import zarr
+
+    is_remote = isinstance(target, (str, os.PathLike)) and local_path(target) is None
     try:
-        zarr.open(target, mode="r")
+        zarr.open(target, mode="r", storage_options=storage_options if is_remote else None)
         return True
     except Exception:
         return False
@@ -143,6 +242,7 @@ def create_output(spec: OutputSpec, chunks: tuple[int, ...], meta: dict):
         spec.array.attrs.update(attrs)
         return spec.array
     return zarr.create_array(store=spec.target, shape=spec.shape, chunks=chunks, dtype=spec.dtype,
+                             storage_options=spec.storage_options if is_url(spec.target) else None,
                              fill_value=0, overwrite=spec.overwrite, attributes=attrs, compressors=spec.compressors,
                              config={"write_empty_chunks": True})
 

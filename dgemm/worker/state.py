@@ -17,8 +17,9 @@ import numpy as np
 from distributed import get_worker
 from distributed.core import Status
 from distributed.metrics import context_meter
+from distributed.worker import thread_state
 
-from dgemm import config
+from dgemm import busy, config
 from dgemm.dtypes import PRECISIONS
 from dgemm.names import COUNTERS, EXTRA, GEMM, TASK_SECONDS, WORKER_PLUGIN
 from dgemm.opencl.device import Device, DeviceError
@@ -30,44 +31,229 @@ from dgemm.plan import MEMORY_FRACTION
 # scheduler samples every second, so each product reaches it at least once.
 EVENTS_KEPT = 512
 EVENTS_SECONDS = 15.0
+# Transfer commands an engine holds until a product's busy time is split (uploads run ahead of it),
+# and the products whose split waits for the next snapshot.
+TRANSFERS_KEPT = 4096
+UNSETTLED_KEPT = 64
 
 
 class MeteredEngine(BlockEngine):
     """A :class:`~dgemm.opencl.engine.BlockEngine` that also tells where a block product's time went.
 
     Besides the engine's :class:`~dgemm.opencl.engine.Stats`, each product adds to
-    ``stats.extra``: ``read_wait_seconds`` (the product waiting for its
-    inputs: the reading and uploading the pipeline did not hide) and
-    ``transfer_seconds`` (uploads, padding, transposes and the download).
-    Inside a Dask task the same figures go to distributed's Fine Performance
-    Metrics (``dgemm-kernel``, ``dgemm-transfer``, ``dgemm-read-wait``
-    seconds; ``dgemm-upload``/``dgemm-download`` bytes; ``dgemm-flop``).
+    ``stats.extra``:
+
+    * the parts of its busy time (:mod:`dgemm.busy`: ``busy_kernel_seconds``,
+      ``busy_transfer_seconds``, ``busy_read_seconds``, ``busy_other_seconds``),
+      exclusive, adding up to ``busy_seconds``; measured by a sweep over the
+      product's GEMM kernels and transfer commands (their OpenCL profiling
+      events) and its waits for inputs (host timestamps);
+    * overlapping totals: ``read_wait_seconds`` (the product waiting for its
+      inputs, while kernels may still run) and ``transfer_seconds`` (uploads,
+      padding, transposes and the download, summed over the threads that do
+      them).
+
+    Inside a Dask task the overlapping figures also go to distributed's Fine
+    Performance Metrics (``dgemm-kernel``, ``dgemm-transfer``,
+    ``dgemm-read-wait`` seconds; ``dgemm-upload``/``dgemm-download`` bytes;
+    ``dgemm-flop``).  :meth:`progress` tells how far the product in flight is.
     """
 
     def __init__(self, *args, on_product=None, **kwargs):
         super().__init__(*args, **kwargs)
-        self.stats.extra.setdefault("read_wait_seconds", 0.0)
-        self.stats.extra.setdefault("transfer_seconds", 0.0)
+        for key in ("read_wait_seconds", "transfer_seconds", "busy_split_seconds", *busy.KEYS.values()):
+            self.stats.extra.setdefault(key, 0.0)
         self.on_product = on_product
+        self.running: Running | None = None
+        # Transfer commands not yet counted: an upload for a later product may finish after this one.
+        self._transfers: deque = deque(maxlen=TRANSFERS_KEPT)
+        self._offset: float | None = None   # the device clock's offset, as the last product measured it
+        # Products whose busy time is not split yet: splitting queries every command's profiling
+        # information, which is done by settle() (the heartbeat's snapshot), not on the task's path.
+        self._unsettled: deque = deque()
+        self._settle = threading.Lock()
 
     _FIELDS = ("flops", "bytes_up", "bytes_down", "kernel_seconds", "wait_seconds", "upload_seconds",
                "download_seconds")
 
-    def _measured(self, fn):
+    def _measured(self, fn, planned=None):
         s = self.stats
         before = [getattr(s, f) for f in self._FIELDS]
         start = time.time()
+        run = self.running = Running(_task_key(), planned)
+        run.marks.append(self._mark())
         try:
             return fn()
         finally:
             flops, up, down, kernel, wait, upload, download = (
                 getattr(s, f) - b for f, b in zip(self._FIELDS, before))
             transfer = upload + download
-            s.extra["read_wait_seconds"] += wait
-            s.extra["transfer_seconds"] += transfer
+            with self._count:
+                s.extra["read_wait_seconds"] += wait
+                s.extra["transfer_seconds"] += transfer
             _digest(kernel, transfer, wait, up, down, flops)
             if self.on_product is not None and flops:
-                self.on_product(start, time.time(), flops, up + down)
+                self.on_product(start, time.time(), flops, up + down, run.key)
+
+    # the engine's hooks (see BlockEngine): each only notes what it is given
+    def _waited(self, start, end):
+        if self.running is not None:
+            self.running.waits.append((start, end))
+
+    def _launched(self, event, flops):
+        if self.running is not None:
+            self.running.gemms.append((event, flops))
+
+    def _transferred(self, event):
+        if event is not None:
+            self._transfers.append(event)
+
+    def _busy(self, start, end):
+        run, self.running = self.running, None
+        if run is not None:
+            run.marks.append(self._mark())
+        super()._busy(start, end)
+        self._unsettled.append((run or Running(None), start, end))
+        if len(self._unsettled) > UNSETTLED_KEPT or len(self._transfers) > TRANSFERS_KEPT // 2:
+            self.settle()   # nobody has asked for the figures for a while: keep what waits bounded
+
+    def _mark(self):
+        """``(marker, before, after)``: a marker on the compute queue and the host times around its enqueueing.
+
+        The device stamps a command's ``CL_PROFILING_COMMAND_QUEUED`` in
+        between, which places the device's clock on the host's
+        (:func:`dgemm.busy.clock_offset`).  A marker, not the GEMM kernels:
+        NVIDIA's driver stamps a kernel that waits for the transfer queue's
+        events when they are done, tens of milliseconds late on an H100.
+        """
+        import pyopencl as cl
+
+        q = self.device.queue
+        before = time.perf_counter()
+        try:
+            ev = cl.enqueue_marker(q)
+            q.flush()
+        except Exception:   # no calibration is better than a failed product
+            return None
+        return ev, before, time.perf_counter()
+
+    def settle(self) -> None:
+        """Split the busy time of the products finished since the last call, and count it.
+
+        Adds ``busy_seconds`` (the split busy time, which the parts add up
+        to: :meth:`DeviceState.totals` reports this one) together with the
+        parts, under the lock the totals are read with.
+        """
+        with self._settle:
+            while self._unsettled:
+                run, start, end = self._unsettled.popleft()
+                parts = self.split(run, start, end)
+                with self._count:
+                    extra = self.stats.extra
+                    extra["busy_split_seconds"] += end - start
+                    for part, seconds in parts.items():
+                        extra[busy.KEYS[part]] += seconds
+
+    def split(self, run: Running, start: float, end: float) -> dict:
+        """The parts of one product's busy window ``[start, end]`` (:func:`dgemm.busy.split`).
+
+        Products must be split in the order they ran: transfer commands
+        that reach past one product's end are kept for the next.
+        """
+        offset = busy.clock_offset((b, a, q) for ev, b, a in filter(None, run.marks)
+                                   if (q := _queued(ev)) is not None)
+        kernel = []
+        if offset is not None:
+            kernel = [iv for ev, _ in run.gemms if (iv := _interval(ev, offset)) is not None]
+        if kernel and (kernel[0][0] < start - 1.0 or kernel[-1][1] > end + 1.0):
+            # kernels placed outside their product: a runtime whose queued stamps do not follow
+            # the enqueue; better no device intervals than wrong ones
+            offset, kernel = None, []
+        elif offset is None:
+            offset = self._offset   # no kernel of its own (K = 0): the transfers on the last product's clock
+        self._offset = offset
+        if offset is None:   # no device command to place on the host's clock
+            return busy.split(start, end, read=run.waits)
+        transfer, keep = [], []
+        for _ in range(len(self._transfers)):
+            ev = self._transfers.popleft()
+            iv = _interval(ev, offset)
+            if iv is None:
+                status = _status(ev)
+                if status is not None and status > COMPLETE:
+                    keep.append(ev)              # still to run: counts in the product it overlaps
+                continue                         # failed: nothing to count
+            transfer.append(iv)
+            if iv[1] > end:
+                keep.append(ev)                  # reaches into the next product's time too
+        self._transfers.extend(keep)
+        return busy.split(start, end, kernel, transfer, run.waits)
+
+    def progress(self) -> dict | None:
+        """How far the product in flight is: k steps and flops whose GEMM kernel has finished; None when idle.
+
+        ``steps_total`` and ``flops_total`` are None where the product's
+        steps are not known ahead (:meth:`~dgemm.opencl.engine.BlockEngine.product`
+        from a generator).  Asks the device only for the status of the
+        kernels not yet seen finished (a queue runs them in order).
+        """
+        run = self.running
+        if run is None:
+            return None
+        gemms = list(run.gemms)
+        while run.finished < len(gemms) and _status(gemms[run.finished][0]) == COMPLETE:
+            run.finished += 1
+        steps, flops = run.planned if run.planned is not None else (None, None)
+        return {"key": run.key, "steps_done": run.finished, "steps_total": steps,
+                "flops_done": sum(f for _, f in gemms[:run.finished]), "flops_total": flops}
+
+
+class Running:
+    """A product in flight: its task, its plan, its GEMM kernels and its waits for inputs so far."""
+
+    __slots__ = ("key", "planned", "gemms", "waits", "marks", "finished")
+
+    def __init__(self, key, planned=None):
+        self.key, self.planned = key, planned
+        self.gemms: list = []      # (event, flops)
+        self.waits: list = []      # (start, end) on the host's clock
+        self.marks: list = []      # MeteredEngine._mark() at the start and the end
+        self.finished = 0          # GEMM kernels seen finished (progress)
+
+
+# OpenCL's numbers (the spec's, so this module need not import pyopencl): queried directly, as
+# Event.get_info and get_profiling_info cost a tenth of pyopencl's Event.profile attributes.
+COMPLETE = 0                  # CL_COMPLETE
+_STATUS = 0x11D3              # CL_EVENT_COMMAND_EXECUTION_STATUS
+_QUEUED, _START, _END = 0x1280, 0x1282, 0x1283    # CL_PROFILING_COMMAND_QUEUED, _START, _END
+
+
+def _status(event) -> int | None:
+    try:
+        return event.get_info(_STATUS)
+    except Exception:   # a released or invalid event
+        return None
+
+
+def _queued(event) -> float | None:
+    try:
+        return event.get_profiling_info(_QUEUED) * 1e-9
+    except Exception:   # not finished (the product failed): no profiling information
+        return None
+
+
+def _interval(event, offset: float) -> tuple[float, float] | None:
+    """When a finished command ran, on the host's clock; None without profiling information."""
+    try:
+        return event.get_profiling_info(_START) * 1e-9 + offset, event.get_profiling_info(_END) * 1e-9 + offset
+    except Exception:   # not finished yet, or failed
+        return None
+
+
+def _task_key():
+    """The key of the Dask task running in this thread, if any."""
+    key = getattr(thread_state, "key", None)
+    return key if isinstance(key, (str, tuple)) else None
 
 
 def _digest(kernel, transfer, wait, up, down, flops) -> None:
@@ -101,7 +287,7 @@ class DeviceState:
         self._engines: dict = {}
         self._lock = threading.Lock()
         self.started = time.time()
-        # (seq, start, end, flops, bytes) of recent block products: the dashboard's time series
+        # (seq, start, end, flops, bytes, task key) of recent block products: the dashboard's time series
         self.events: deque = deque(maxlen=EVENTS_KEPT)
         self._seq = itertools.count(1)
         try:
@@ -139,17 +325,29 @@ class DeviceState:
         stats = {str(k): vars(e.stats) for k, e in self._engines.items()}
         return {"ok": True, "device": info, "params": params, "stats": stats}
 
-    def _record(self, start: float, end: float, flops: float, nbytes: float) -> None:
-        self.events.append((next(self._seq), start, end, flops, nbytes))
+    def _record(self, start: float, end: float, flops: float, nbytes: float, key=None) -> None:
+        self.events.append((next(self._seq), start, end, flops, nbytes, key))
 
     def totals(self) -> dict:
-        """:data:`dgemm.names.COUNTERS` summed over this device's engines (zeros before the first product)."""
-        out = dict.fromkeys(COUNTERS, 0.0)
+        """:data:`dgemm.names.COUNTERS` and the parts of the busy time summed over this device's engines.
+
+        Zeros before the first product.  The parts (:data:`dgemm.busy.KEYS`)
+        add up to ``busy_seconds``: both count the products split so far
+        (:meth:`MeteredEngine.settle`, called here first), and an engine's
+        figures are read together, never in the middle of an update.
+        """
+        out = dict.fromkeys((*COUNTERS, *busy.KEYS.values()), 0.0)
         out["blocks"] = 0
         for e in list(self._engines.values()):
+            e.settle()
             st = e.stats
-            for k in COUNTERS:
-                out[k] += st.extra.get(k, 0.0) if k in EXTRA else getattr(st, k)
+            with e._count:
+                for k in COUNTERS:
+                    # busy: of the products split so far (one may have finished since settle())
+                    key = "busy_split_seconds" if k == "busy_seconds" else k
+                    out[k] += st.extra.get(key, 0.0) if key in EXTRA or key in st.extra else getattr(st, key)
+                for k in busy.KEYS.values():
+                    out[k] += st.extra.get(k, 0.0)
         if self.device is not None:
             out.update(self.device.cache.stats())
         return out
@@ -174,6 +372,8 @@ class DeviceState:
 
         With ``dask_worker``, also the seconds of its store, load and reduce
         tasks (:func:`task_seconds`) and how many GEMM tasks it is running now.
+        ``in_flight`` tells how far each block product running now is
+        (:meth:`in_flight`), so that progress moves within long blocks.
         """
         info = self.device.info if self.device is not None else None
         snap = {
@@ -184,12 +384,17 @@ class DeviceState:
             **self.totals(), **dict.fromkeys(TASK_SECONDS, 0.0), "gemm_running": 0,
             # products of the last seconds; the scheduler keeps those with a new sequence number
             "events": [e for e in list(self.events) if e[2] >= time.time() - EVENTS_SECONDS],
+            "in_flight": self.in_flight(),
         }
         if dask_worker is not None:
             snap.update(task_seconds(dask_worker))
             snap["gemm_running"] = sum(1 for ts in getattr(dask_worker.state, "executing", ())
                                        if str(getattr(ts, "prefix", "")).startswith(GEMM))
         return snap
+
+    def in_flight(self) -> list[dict]:
+        """The block products running now, how far each is (:meth:`MeteredEngine.progress`)."""
+        return [p for e in list(self._engines.values()) if (p := e.progress()) is not None]
 
     def close(self) -> None:
         for e in self._engines.values():

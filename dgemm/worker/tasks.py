@@ -2,14 +2,14 @@
 
 ``dgemm-gemm``    :func:`gemm_block`, one block product on this worker's device
 ``dgemm-reduce``  :func:`reduce_blocks`, the sum of a C block's k segments
-``dgemm-store``   :func:`store`, one C block written, then marked done
+``dgemm-store``   :func:`store`, one C block written (as long as its run owns the output), then marked done
 ``dgemm-done``    :func:`done`, after every store
 """
 from __future__ import annotations
 
 import numpy as np
 
-from dgemm.storage import load, read_error, store_block
+from dgemm.storage import ZarrBlock, load, read_error, store_block
 
 
 def read_block(ref) -> np.ndarray:
@@ -54,17 +54,35 @@ def reduce_blocks(parts):
     return out
 
 
-def store(array, rows, cols, block, drop, marker=None):
+def store(array, rows, cols, block, drop, marker=None, fence=None, originals=None):
     """Write one C block, then its completion marker; returns its shape (the store holds the data).
 
     ``marker`` is ``(BlockMarkers, i, j)``.  The marker is written only after
     every chunk of the block: a worker killed in between leaves the block
-    unmarked, and a re-run (dask's retry, or ``resume=True``) rewrites it.
+    unmarked, and a re-run (dask's retry, or ``resume=True``) rewrites it.  A
+    block already marked is not written again (dask re-runs the store of a
+    block when the worker holding its result dies).
+
+    ``fence`` (a :class:`~dgemm.storage.lease.Fence`) is checked before the
+    write and again before the marker: a task of a run that no longer holds
+    the output's lease writes nothing more and fails.  ``originals`` (an
+    in-place update, :class:`~dgemm.storage.originals.Originals`) keeps the
+    original C block before it is first overwritten.
     """
+    if marker is None:
+        store_block(array, rows, cols, block, drop)
+        return block.shape
+    markers, i, j = marker
+    if fence is not None:
+        fence.check(i, j)
+    if markers.is_done(i, j):
+        return block.shape
+    if originals is not None:
+        originals.keep(i, j, ZarrBlock(array, tuple(rows), tuple(cols)))
     store_block(array, rows, cols, block, drop)
-    if marker is not None:
-        markers, i, j = marker
-        markers.mark(i, j)
+    if fence is not None:
+        fence.check(i, j, stored=True)
+    markers.mark(i, j)
     return block.shape
 
 

@@ -1,0 +1,344 @@
+"""The mutation pass: small deliberate bugs, each run against the tests that should catch it.
+
+Each mutation names a file, an exact piece of its text (the anchor) and what
+replaces it, and the tests that must fail once it is in.  The pass copies the
+repository (its tracked files and untracked files git does not ignore; never
+``.venv`` or build outputs) to a temporary folder, and for each mutation
+edits the copy, runs its tests there (``python -m pytest -x -q -p
+no:cacheprovider ...`` in the copy, with the copy first on ``PYTHONPATH``, so
+the test process and the cluster workers it starts import the mutated
+``dgemm``), and puts the file back.  The working tree is never touched.
+
+Outcomes: ``caught`` (a selected test failed; the first is named),
+``SURVIVED`` (they all passed), ``not run`` (all skipped, e.g. GPU-only tests
+here), ``anchor not found`` (the file has changed since the mutation was
+written: update its ``original``), ``no tests selected``, ``error`` (pytest
+could not run them, e.g. a missing test file), ``timeout``, ``baseline
+failed`` (the selection fails on the unmutated copy too, so a failure would
+prove nothing; by default each distinct selection is first run unmutated).
+
+Usage, from the repository root with the project's environment active::
+
+    python dev/mutations.py --list                # the mutations and their tests
+    python dev/mutations.py                       # the full pass (tens of minutes on 2 cores)
+    python dev/mutations.py pad-zeros check-safety-looser   # some of them
+    python dev/mutations.py --no-baseline --timeout 900 ...
+
+It prints one line per mutation and writes a JSON record (date, commit,
+per mutation: outcome, the failing test, seconds) to
+``bench/results/<date>-mutations.json`` (``...-mutations-partial.json`` when
+only some mutations ran; ``--out`` to choose).  The exit status is 1 when a
+mutation survived, else 2 when one could not be checked (anything but
+``caught`` or ``not run``), else 0.  Add a mutation to :data:`MUTATIONS`
+when a gap is closed, with the narrowest selection that should catch it.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """One deliberate bug: ``original`` (exactly once in ``file``) becomes ``replacement``."""
+
+    name: str
+    file: str
+    original: str
+    replacement: str
+    tests: tuple[str, ...]     # pytest arguments: files, node ids, -k/-m expressions
+    what: str
+
+
+MUTATIONS = [
+    # -- the kernels ----------------------------------------------------------------
+    Mutation("kernel-drops-alpha", "dgemm/kernels/gemm.cl",
+             "real r = alpha * acc[wm][wn];", "real r = acc[wm][wn];",
+             ("tests/test_engine.py", "-k", "alpha_beta_c"),
+             "the FMA GEMM kernel stores acc without alpha"),
+    Mutation("tensor-core-drops-alpha", "dgemm/kernels/gemm_dmma.cl",
+             "real r = alpha * acc[i][j][h];", "real r = acc[i][j][h];",
+             ("tests/test_engine.py", "-m", "gpu", "-k", "tensor_core"),
+             "the tensor-core kernel stores acc without alpha (GPU only: 'not run' without one)"),
+    # -- padding --------------------------------------------------------------------
+    Mutation("pad-zeros-unwritten", "dgemm/kernels/padding.cl",
+             "        real v = ZERO;\n"
+             "        if (r < rows && c < cols) {\n"
+             "            v = src[(size_t)r * ld_src + c];\n"
+             "        }\n"
+             "        dst[(size_t)r * cols_xl + c] = v;\n",
+             "        if (r < rows && c < cols) {\n"
+             "            dst[(size_t)r * cols_xl + c] = src[(size_t)r * ld_src + c];\n"
+             "        }\n",
+             ("tests/test_engine.py", "-k", "test_shapes or test_transposes_with_k_blocks"),
+             "pad_zeros leaves the padding of a block unwritten (caught only where new memory is poisoned)"),
+    Mutation("transpose-pad-unwritten", "dgemm/kernels/transpose.cl",
+             "    if (dr < drows && dc < dcols) {", "    if (dr < cols && dc < rows) {",
+             ("tests/test_engine.py", "-k", "test_shapes or test_transposes_with_k_blocks"),
+             "transpose_pad writes the transposed block but not its padding"),
+    # -- the reduction of k segments ------------------------------------------------
+    Mutation("reduce-drops-a-segment", "dgemm/worker/tasks.py",
+             "    for p in parts[1:]:", "    for p in parts[2:]:",
+             ("tests/test_graph.py", "-k", "k_split"),
+             "reduce_blocks leaves out the second k segment"),
+    # -- completion markers ---------------------------------------------------------
+    Mutation("marker-before-block", "dgemm/worker/tasks.py",
+             "    store_block(array, rows, cols, block, drop)\n"
+             "    if fence is not None:\n"
+             "        fence.check(i, j, stored=True)\n"
+             "    markers.mark(i, j)\n",
+             "    markers.mark(i, j)\n"
+             "    store_block(array, rows, cols, block, drop)\n"
+             "    if fence is not None:\n"
+             "        fence.check(i, j, stored=True)\n",
+             ("tests/test_storage.py", "-k", "marks_its_block_after_writing"),
+             "the store task marks its block done before writing it (unit test)"),
+    Mutation("marker-before-block-faults", "dgemm/worker/tasks.py",
+             "    store_block(array, rows, cols, block, drop)\n"
+             "    if fence is not None:\n"
+             "        fence.check(i, j, stored=True)\n"
+             "    markers.mark(i, j)\n",
+             "    markers.mark(i, j)\n"
+             "    store_block(array, rows, cols, block, drop)\n"
+             "    if fence is not None:\n"
+             "        fence.check(i, j, stored=True)\n",
+             ("tests/test_faults.py", "-k", "killed or marker"),
+             "the same, against the fault tests alone (real kills; issue 18 item 2)"),
+    Mutation("missing-markers-guard-removed", "dgemm/steps.py",
+             "        if missing:  # never mark complete what is not",
+             "        if False:  # never mark complete what is not",
+             ("tests/test_faults.py", "tests/test_steps.py", "-k", "marker or complete"),
+             "the output is marked complete even when blocks have no completion marker"),
+    # -- resume -----------------------------------------------------------------------
+    Mutation("resume-trusts-every-block", "dgemm/steps.py",
+             "        return result, writer, sorted(_all_blocks(plan) - writer.markers.done(grid))",
+             "        return result, writer, []",
+             ("tests/test_faults.py", "-k", "resume"),
+             "a resumed run computes none of the missing blocks"),
+    Mutation("resume-reruns-every-block", "dgemm/steps.py",
+             "        return result, writer, sorted(_all_blocks(plan) - writer.markers.done(grid))",
+             "        return result, writer, sorted(_all_blocks(plan))",
+             ("tests/test_faults.py", "-k", "resume"),
+             "a resumed run recomputes the blocks already stored"),
+    Mutation("resume-other-product", "dgemm/steps.py",
+             '        if stored.get("id") != run:', "        if False:",
+             ("tests/test_faults.py", "-k", "resume"),
+             "resume accepts an output written by a different product"),
+    # -- the panel cache ----------------------------------------------------------------
+    Mutation("cache-ignores-scope", "dgemm/opencl/engine.py",
+             "key = (scope, ref.key(), transpose, drows, dcols, self.dtype.str)",
+             "key = (None, ref.key(), transpose, drows, dcols, self.dtype.str)",
+             ("tests/test_panels.py", "-k", "rewritten"),
+             "cached blocks are shared between runs: an input rewritten in between is served stale"),
+    # -- the result check (dgemm.accuracy) ------------------------------------------------
+    Mutation("check-safety-looser", "dgemm/accuracy.py",
+             "SAFETY = 16 ", "SAFETY = 16 * 10_000 ",
+             ("tests/test_accuracy.py",),
+             "the tolerance of every result check 10,000 times looser"),
+    Mutation("check-sample-looser", "dgemm/accuracy.py",
+             '"passed": bool(err <= tol)', '"passed": bool(err <= 1e4 * tol)',
+             ("tests/test_accuracy.py",),
+             "check_sample (demo, bench e2e) passes what is 10,000 times its tolerance"),
+    Mutation("check-tf32-term-dropped", "dgemm/accuracy.py",
+             'return tol + TF32_INPUT_ERROR if precision == "tf32" else tol', "return tol",
+             ("tests/test_accuracy.py",),
+             "the tf32 tolerance forgets TF32's input rounding: correct TF32 products are refused"),
+    # -- options --------------------------------------------------------------------------
+    Mutation("progress-ignored", "dgemm/steps.py",
+             "            if req.progress:", "            if False:",
+             ("tests/test_api.py", "-k", "progress"),
+             "progress=True shows nothing"),
+]
+
+
+# -- the copy ----------------------------------------------------------------------------
+def copy_repository(dest: Path) -> int:
+    """Copy the tracked and the untracked, not ignored files of the working tree to ``dest``; returns how many."""
+    names = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True,
+                           capture_output=True).stdout.decode().split("\0")
+    count = 0
+    for name in filter(None, names):
+        src = ROOT / name
+        if not src.is_file():       # tracked but deleted in the working tree
+            continue
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dest / name, follow_symlinks=False)
+        count += 1
+    return count
+
+
+def environment(copy: Path) -> dict:
+    """The test processes' environment: the copy's dgemm first, no bytecode written (a mutation and its
+    undoing may share a size and a second, and Python would then run stale bytecode)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(copy), env.get("PYTHONPATH")]))
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+def check_imports_from(copy: Path, env: dict) -> None:
+    where = subprocess.run([sys.executable, "-c", "import dgemm; print(dgemm.__file__)"], cwd=copy, env=env,
+                           capture_output=True, text=True, check=True).stdout.strip()
+    if not Path(where).resolve().is_relative_to(copy.resolve()):
+        raise SystemExit(f"the copy's tests would import dgemm from {where}, not from the copy {copy}")
+
+
+# -- running ----------------------------------------------------------------------------
+def run_tests(copy: Path, env: dict, tests: tuple[str, ...], timeout: float) -> dict:
+    """Run ``tests`` in the copy; returns ``rc``, ``counts``, ``failed`` (first failing test), ``seconds``, ``tail``."""
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--timeout", "600", *tests]
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.run(cmd, cwd=copy, env=env, capture_output=True, text=True, timeout=timeout)
+        rc, out = p.returncode, p.stdout + p.stderr
+    except subprocess.TimeoutExpired as e:
+        rc, out = None, e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+    seconds = time.perf_counter() - t0
+    failed = re.findall(r"^(?:FAILED|ERROR) (.+?)(?: - .*)?$", out, re.M)   # test ids may hold spaces
+    counts = {}
+    summary = [line for line in out.splitlines() if re.search(r"\d+ (passed|failed|skipped|error)", line)]
+    if summary:
+        for n, what in re.findall(r"(\d+) (passed|failed|skipped|errors?|deselected|xfailed|xpassed)", summary[-1]):
+            counts[what.rstrip("s") if what.startswith("error") else what] = int(n)
+    return {"rc": rc, "counts": counts, "failed": failed[0] if failed else None, "seconds": round(seconds, 1),
+            "tail": out.strip().splitlines()[-15:]}
+
+
+def outcome(result: dict) -> str:
+    rc, counts = result["rc"], result["counts"]
+    if rc is None:
+        return "timeout"
+    if rc == 1:
+        return "caught"
+    if rc == 0:
+        return "SURVIVED" if counts.get("passed") or counts.get("xpassed") else "not run"
+    if rc == 5:
+        return "no tests selected"
+    return "error"
+
+
+def anchor_problem(copy: Path, m: Mutation) -> str | None:
+    """Why ``m`` cannot be put into the copy (its file or anchor is not there as written), or None."""
+    path = copy / m.file
+    if not path.is_file():
+        return "file not found"
+    n = path.read_text().count(m.original)
+    return None if n == 1 else "anchor not found" if n == 0 else f"anchor ambiguous ({n} matches)"
+
+
+def apply(copy: Path, m: Mutation) -> str:
+    """Put ``m`` into the copy (checked by :func:`anchor_problem` first); returns the file's original text."""
+    path = copy / m.file
+    text = path.read_text()
+    path.write_text(text.replace(m.original, m.replacement, 1))
+    return text
+
+
+def git(*args: str) -> str:
+    try:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("names", nargs="*", help="mutations to run (default: all)")
+    ap.add_argument("--list", action="store_true", help="list the mutations and their tests, run nothing")
+    ap.add_argument("--no-baseline", action="store_true", help="do not first run each selection unmutated")
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds per pytest run (default 1800)")
+    ap.add_argument("--out", type=Path, help="the JSON record (default bench/results/<date>-mutations[-partial].json)")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary copy (its path is printed)")
+    args = ap.parse_args(argv)
+
+    known = {m.name: m for m in MUTATIONS}
+    if args.list:
+        for m in MUTATIONS:
+            print(f"{m.name:32} {m.file:28} {' '.join(m.tests)}\n{'':32} {m.what}")
+        return 0
+    unknown = [n for n in args.names if n not in known]
+    if unknown:
+        ap.error(f"unknown mutation(s) {', '.join(unknown)}; --list shows them")
+    chosen = [known[n] for n in args.names] or MUTATIONS
+
+    started = time.perf_counter()
+    tmp = Path(tempfile.mkdtemp(prefix="dgemm-mutations-"))
+    copy = tmp / "repo"
+    records = []
+    try:
+        print(f"copying the working tree to {copy} ({copy_repository(copy)} files)", flush=True)
+        env = environment(copy)
+        check_imports_from(copy, env)
+        baseline = {}
+        for m in chosen:
+            problem = anchor_problem(copy, m)
+            record = {"name": m.name, "file": m.file, "what": m.what, "tests": " ".join(m.tests)}
+            if problem:
+                record.update(outcome=problem, caught=False, failed_test=None, seconds=0.0)
+            else:
+                if not args.no_baseline and m.tests not in baseline:
+                    base = run_tests(copy, env, m.tests, args.timeout)
+                    baseline[m.tests] = base
+                    print(f"  baseline of {' '.join(m.tests)}: {outcome(base).replace('SURVIVED', 'passed')} "
+                          f"{base['counts']} in {base['seconds']:.0f} s", flush=True)
+                base = baseline.get(m.tests)
+                if base is not None and outcome(base) == "caught":
+                    record.update(outcome="baseline failed", caught=False, failed_test=base["failed"],
+                                  seconds=0.0, tail=base["tail"])
+                else:
+                    original = apply(copy, m)
+                    try:
+                        result = run_tests(copy, env, m.tests, args.timeout)
+                    finally:
+                        (copy / m.file).write_text(original)
+                    out = outcome(result)
+                    record.update(outcome=out, caught=out == "caught", failed_test=result["failed"],
+                                  seconds=result["seconds"], counts=result["counts"])
+                    if out != "caught":
+                        record["tail"] = result["tail"]
+            records.append(record)
+            print(f"{m.name:32} {record['outcome']:18} {record['seconds']:7.1f} s  {record['failed_test'] or ''}",
+                  flush=True)
+    finally:
+        if args.keep:
+            print(f"the copy is kept in {copy}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    date = datetime.date.today().isoformat()
+    full = len(chosen) == len(MUTATIONS)
+    path = args.out or ROOT / "bench" / "results" / f"{date}-mutations{'' if full else '-partial'}.json"
+    ran = [r for r in records if r["outcome"] in ("caught", "SURVIVED")]
+    summary = {"benchmark": "mutations", "date": date, "commit": git("rev-parse", "HEAD"),
+               "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+               "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
+               "cpus": os.cpu_count(), "baseline": not args.no_baseline, "complete": full,
+               "caught": sum(r["caught"] for r in records), "ran": len(ran), "total": len(records),
+               "survivors": [r["name"] for r in records if r["outcome"] == "SURVIVED"],
+               "not_checked": {r["name"]: r["outcome"] for r in records if r["outcome"] not in ("caught", "SURVIVED")},
+               "seconds": round(sum(r["seconds"] for r in records), 1),   # the mutated runs
+               "wall_seconds": round(time.perf_counter() - started, 1),    # with the copy and baselines
+               "mutations": records}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(summary, indent=1) + "\n")
+    print(f"{summary['caught']} of {len(records)} caught; survivors: {summary['survivors'] or 'none'}; "
+          f"not checked: {summary['not_checked'] or 'none'}; record: {path}")
+    unchecked = [n for n, why in summary["not_checked"].items() if why != "not run"]
+    return 1 if summary["survivors"] else 2 if unchecked else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

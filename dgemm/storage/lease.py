@@ -1,0 +1,257 @@
+"""Who writes an output: the lease of the live run, and the fence its tasks check.
+
+Each fresh run draws an *owner* token, recorded in the output's ``dgemm``
+attribute (its block markers and kept originals are named by it; ``resume``
+continues it).  A run that is writing holds a **lease**: a small JSON object
+``<array>/.dgemm/lease`` naming the call (a fresh id per call, also for a
+resume), its host, process and start time, renewed by the client every
+``dgemm.lease-interval`` seconds while it computes.  A lease not renewed for
+:data:`EXPIRY` intervals is *stale*: its writer died.
+
+* A second writer (``overwrite=True``, ``resume=True``, an in-place update)
+  of an output whose lease is fresh is refused before any work
+  (:func:`refuse_if_held`, :class:`OutputBusyError`); a stale lease is taken over.
+* Every store task checks that the lease still names its call before it
+  writes its block and again before it marks it (:class:`Fence`); the task
+  of a run whose lease is gone or another's writes nothing more and fails
+  (:class:`OutputTakenOverError`).  An interrupted run deletes its lease
+  first, so its tasks still in flight stop at their next check.
+
+Object stores have no lock; two writers starting within the same instant
+can both pass the check, and the loser's tasks then fail at their first
+check.  The lease makes the common cases safe: a run started while another
+is writing, a restart after Ctrl-C, a crashed writer.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+
+from dgemm import config
+from dgemm.storage import keys
+from dgemm.storage.markers import BlockMarkers
+from dgemm.storage.originals import Originals
+
+EXPIRY = 3   # intervals without a renewal after which a lease is stale
+
+
+class OutputBusyError(RuntimeError):
+    """Another live run writes this output; raised before any work."""
+
+
+class OutputTakenOverError(RuntimeError):
+    """The output was taken over by another run (or this run was cancelled); its tasks write nothing more."""
+
+
+def lease_key(array) -> str:
+    return f"{keys.root(array)}/lease"
+
+
+def _when(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A lease as stored: which call holds the output, from where, until when."""
+
+    id: str                        # the call
+    owner: str                     # the output's owner token (kept by resume)
+    host: str
+    pid: int
+    started: float                 # time.time() of the call's start
+    renewed: float
+    expires: float
+    scheduler: str | None = None   # the cluster its tasks run on, once computing
+    token: str | None = None       # the call's graph token: its task keys contain it
+
+    def fresh(self, now: float | None = None) -> bool:
+        """Whether its writer renewed it lately (a lease without an expiry is stale)."""
+        return isinstance(self.expires, (int, float)) and (time.time() if now is None else now) < self.expires
+
+    def describe(self) -> str:
+        where = f", tasks on {self.scheduler}" if self.scheduler else ""
+        return f"process {self.pid} on {self.host}, started {_when(self.started)}{where}"
+
+    def dumps(self) -> bytes:
+        return json.dumps(asdict(self)).encode()
+
+    @classmethod
+    def loads(cls, raw: bytes) -> Holder:
+        d = json.loads(raw)
+        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})
+
+
+def read(store, key: str) -> Holder | None:
+    """The lease at ``key``, None when there is none.
+
+    A store whose writes are not atomic may show a lease half written:
+    read again a few times before calling it unreadable.
+    """
+    for attempt in range(5):
+        raw = keys.get(store, key)
+        if raw is None:
+            return None
+        try:
+            return Holder.loads(raw)
+        except (ValueError, TypeError):
+            time.sleep(0.05 * (attempt + 1))
+    raise OSError(f"dgemm: the lease {key!r} of out cannot be read (not a dgemm lease); remove it to go on")
+
+
+def current(array) -> Holder | None:
+    """The lease of ``array`` (an existing output), None when no run holds it."""
+    return read(array.store, lease_key(array))
+
+
+def refuse_if_held(array, where: str, mine: str | None = None) -> Holder | None:
+    """Refuse a second writer of ``array`` while a live run holds it; return a stale lease to take over.
+
+    ``mine`` is the id of a lease this call holds itself (not refused).
+
+    Raises
+    ------
+    OutputBusyError
+        A fresh lease of another call: the message names it and says how to go on.
+    """
+    held = current(array)
+    if held is None or held.id == mine:
+        return None
+    if held.fresh():
+        raise OutputBusyError(
+            f"out {where} is being written by another dgemm run ({held.describe()}; its lease was renewed "
+            f"{_when(held.renewed)}); two runs must not write one output. Wait for it to finish (then "
+            f"open_result, or resume=True if it failed), or stop it (Ctrl-C in its session cancels its tasks). "
+            f"If it is no longer running, its lease expires at {_when(held.expires)} and this call will then "
+            f"take over; or write the result somewhere else")
+    return held
+
+
+@dataclass(frozen=True)
+class Fence:
+    """What a store task checks: the output's lease still names its call (picklable, tiny)."""
+
+    store: object
+    key: str
+    id: str
+    where: str
+
+    def check(self, i: int, j: int, stored: bool = False) -> None:
+        """Raise :class:`OutputTakenOverError` unless this call still holds the lease."""
+        held = read(self.store, self.key)
+        if held is not None and held.id == self.id:
+            return
+        who = f"now {held.describe()}" if held is not None else "its lease was released: the run was cancelled"
+        done = "stored but did not mark it" if stored else "wrote nothing"
+        raise OutputTakenOverError(f"dgemm: out {self.where} was taken over by another run ({who}); this run's "
+                                   f"task for block ({i}, {j}) {done}, and its other tasks write nothing more")
+
+
+class Lease:
+    """The lease this call holds on its output (client side): acquired, renewed while computing, released.
+
+    ``interval`` defaults to the ``dgemm.lease-interval`` setting.
+    """
+
+    def __init__(self, array, owner: str, where: str, interval: float | None = None):
+        self.store, self.key, self.owner, self.where = array.store, lease_key(array), owner, where
+        self.id = uuid.uuid4().hex
+        self.interval = float(interval or config.get("lease-interval"))
+        self.started = time.time()
+        self.scheduler: str | None = None
+        self.token: str | None = None
+        self.lost: Holder | None = None     # who took it, when a renewal found the lease another's
+        self._lock = threading.Lock()
+
+    def _record(self) -> Holder:
+        now = time.time()
+        return Holder(self.id, self.owner, socket.gethostname(), os.getpid(), self.started, now,
+                      now + EXPIRY * self.interval, self.scheduler, self.token)
+
+    def acquire(self) -> None:
+        """Write the lease (the caller has checked that no live run holds the output)."""
+        keys.put(self.store, self.key, self._record().dumps())
+
+    def renew(self) -> bool:
+        """Extend the lease; False (and :attr:`lost` set) when another call holds it now."""
+        with self._lock:
+            held = read(self.store, self.key)
+            if held is None or held.id != self.id:
+                self.lost = held
+                return False
+            keys.put(self.store, self.key, self._record().dumps())
+            return True
+
+    def release(self) -> None:
+        """Delete the lease if it is still this call's: in-flight tasks fail their next check; others may write."""
+        with self._lock:
+            held = read(self.store, self.key)
+            if held is not None and held.id == self.id:
+                keys.delete(self.store, self.key)
+
+    def fence(self) -> Fence:
+        return Fence(self.store, self.key, self.id, self.where)
+
+    def check(self, what: str) -> None:
+        """Raise :class:`OutputTakenOverError` unless this call still holds the lease (``what``: about to ...)."""
+        held = read(self.store, self.key)
+        if held is None or held.id != self.id:
+            who = held.describe() if held is not None else "its lease is gone"
+            raise OutputTakenOverError(f"dgemm: out {self.where} was taken over by another run ({who}) before "
+                                       f"this run could {what}")
+
+    @contextmanager
+    def kept(self, scheduler: str | None = None, token: str | None = None):
+        """Renew the lease every :attr:`interval` seconds (in a thread) while the block runs."""
+        self.scheduler, self.token = scheduler, token
+        stop = threading.Event()
+
+        def renewing():
+            while not stop.wait(self.interval):
+                try:
+                    if not self.renew():
+                        return
+                except Exception:   # a store hiccup: try again at the next interval, the lease lasts longer
+                    pass
+
+        if not self.renew():         # records the scheduler and token now
+            raise OutputTakenOverError(f"dgemm: out {self.where} was taken over by another run "
+                                       f"({self.lost.describe() if self.lost else 'its lease is gone'}) "
+                                       "before this run started computing")
+        thread = threading.Thread(target=renewing, name="dgemm-lease", daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            stop.set()
+            thread.join()
+
+
+@dataclass
+class Writer:
+    """One call writing an output (client side): what its store tasks need, and the lease it holds.
+
+    ``originals`` is set for an in-place update (``out`` is ``c``);
+    ``took_over`` is the stale lease this call replaced, whose tasks may
+    still be finishing on a cluster.
+    """
+
+    lease: Lease
+    markers: BlockMarkers
+    originals: Originals | None = None
+    took_over: Holder | None = None
+
+    @classmethod
+    def open(cls, array, owner: str, in_place: bool, took_over: Holder | None = None) -> Writer:
+        """Take ``array``'s lease (the caller has refused a live holder) for the run ``owner``."""
+        where = str(getattr(array, "store_path", array))
+        w = cls(Lease(array, owner, where), BlockMarkers(array, owner),
+                Originals(array, owner) if in_place else None, took_over)
+        w.lease.acquire()
+        return w

@@ -1,0 +1,52 @@
+"""The steps of a call (dgemm.steps): a lazy call builds a graph and starts nothing; no default client left."""
+from __future__ import annotations
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+
+import dgemm
+import dgemm.steps
+from _check import check_product, randn
+
+
+def current_client():
+    from distributed import default_client
+    try:
+        return default_client()
+    except ValueError:
+        return None
+
+
+def test_a_lazy_call_without_a_client_starts_nothing_and_computes_where_dask_does(monkeypatch, client, rng):
+    if current_client() is not None:
+        pytest.skip("another test left a default client; this test needs none")
+
+    def no_cluster(*args, **kwargs):
+        raise AssertionError("a lazy call reached for a cluster")
+
+    monkeypatch.setattr(dgemm.steps, "get_client", no_cluster)
+    A, B = randn(rng, (90, 70), "float32"), randn(rng, (70, 50), "float32")
+    lazy = dgemm.matmul(da.from_array(A, chunks=40), da.from_array(B, chunks=30), block=32)
+    assert isinstance(lazy, da.Array) and current_client() is None
+    assert lazy.numblocks == (3, 2)
+    with dask.config.set(scheduler="threads"):            # this process's device, blocks in parallel threads
+        check_product(lazy.compute(), A, B, dtype="float32")
+    check_product(client.compute(lazy).result(), A, B, dtype="float32")   # or a cluster's workers
+
+
+def test_a_call_that_starts_its_local_cluster_leaves_no_default_client(tmp_path, rng):
+    import zarr
+
+    from dgemm.cluster.local import closing_new_local_clusters
+
+    if current_client() is not None:
+        pytest.skip("another test left a default client; this test needs none")
+    A, B = randn(rng, (40, 30), "float64"), randn(rng, (30, 20), "float64")
+    za = zarr.create_array(store=str(tmp_path / "a.zarr"), shape=A.shape, chunks=(20, 30), dtype=A.dtype)
+    za[...] = A
+    with closing_new_local_clusters():
+        out = dgemm.matmul(za, B, out=str(tmp_path / "c.zarr"), devices="cpu")
+        assert current_client() is None        # the user's own dask work stays where it was
+    check_product(out[...], A, B, dtype="float64")
