@@ -595,7 +595,7 @@ def test_tls_cluster_refuses_clients_without_certificates(tmp_path, rng):
     assert security.require_encryption and security.tls_client_cert.endswith("client.pem")
     assert oct(os.stat(tmp_path / "tls" / "node-key.pem").st_mode & 0o777) == "0o600"
     with dask.config.set(config):
-        cluster = dgemm.DeviceCluster("cpu", security=security, protocol="tls://", dashboard_address=":0")
+        cluster = dgemm.DeviceCluster("cpu", security=security, protocol="tls://", dashboard_address="127.0.0.1:0")
     with cluster:
         address = cluster.scheduler_address
         assert address.startswith("tls://127.0.0.1:")
