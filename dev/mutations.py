@@ -114,12 +114,12 @@ MUTATIONS = [
              "    store_block(array, rows, cols, block, drop)\n"
              "    if fence is not None:\n"
              "        fence.check(i, j, stored=True)\n",
-             ("tests/test_faults.py", "-k", "killed or marker"),
+             ("tests/test_faults.py", "-k", "write_fails or missing_a_marker"),
              "the same, against the fault tests alone (real kills; issue 18 item 2)"),
     Mutation("missing-markers-guard-removed", "dgemm/steps.py",
              "        if missing:  # never mark complete what is not",
              "        if False:  # never mark complete what is not",
-             ("tests/test_faults.py", "tests/test_steps.py", "-k", "marker or complete"),
+             ("tests/test_faults.py", "-k", "missing_a_marker"),
              "the output is marked complete even when blocks have no completion marker"),
     # -- resume -----------------------------------------------------------------------
     Mutation("resume-trusts-every-block", "dgemm/steps.py",

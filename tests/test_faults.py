@@ -297,6 +297,63 @@ def test_killed_client_then_resume_runs_only_the_missing_blocks(client, tmp_path
     assert again.attrs[COMPLETE_ATTR]["blocks_run"] == total - done_before
 
 
+def test_a_block_whose_write_fails_is_not_marked_and_resume_rewrites_it(client, tmp_path, rng):
+    """A store that fails while writing its block leaves it unmarked, so ``resume=True`` writes it again.
+
+    The output's chunk (1, 1) is a folder when the run starts, so writing that
+    block fails (IsADirectoryError, on the worker).  Were the block's marker
+    written before the block, resume would trust it and skip the block,
+    leaving the NaN it holds: every element is checked.
+    """
+    A, B = randn(rng, (96, 64)), randn(rng, (64, 96))
+    out = zarr.create_array(store=str(tmp_path / "c.zarr"), shape=(96, 96), chunks=(32, 32), dtype="f8",
+                            fill_value=np.nan)
+    obstacle = tmp_path / "c.zarr" / "c" / "1" / "1"
+    obstacle.mkdir(parents=True)
+    (obstacle / "keep").write_text("a folder where the chunk goes")
+    with pytest.raises(OSError):
+        dgemm.matmul(A, B, out=out, client=client, block=32)
+    wait_for(lambda: cluster_idle(client), 60, "the failed run's tasks to drain")
+    assert (1, 1) not in markers_of(tmp_path / "c.zarr").done()
+    (obstacle / "keep").unlink()
+    obstacle.rmdir()
+    result = dgemm.matmul(A, B, out=zarr.open_array(str(tmp_path / "c.zarr"), mode="r+"), client=client,
+                          block=32, resume=True)
+    assert result.attrs[COMPLETE_ATTR]["blocks_run"] >= 1
+    check_product(dgemm.open_result(str(tmp_path / "c.zarr"))[...], A, B, dtype="float64")
+
+
+def test_an_output_missing_a_marker_is_never_marked_complete(client, tmp_path, rng, monkeypatch):
+    """The last guard: after the run, a block without its completion marker keeps out incomplete.
+
+    A marker that vanished between the run and its completion (here deleted
+    on purpose, as a store that loses a write would) must make the call
+    fail and leave ``out`` incomplete, however every task ended.
+    """
+    import dgemm.steps as steps
+
+    A, B = randn(rng, (64, 64)), randn(rng, (64, 64))
+    path = tmp_path / "c.zarr"
+    real = steps._compute
+
+    def compute_then_lose_a_marker(*args, **kwargs):
+        real(*args, **kwargs)
+        markers = markers_of(path)
+        lost = min(markers.done())
+        (path / markers.key(*lost)).unlink()
+
+    monkeypatch.setattr(steps, "_compute", compute_then_lose_a_marker)
+    with pytest.raises(RuntimeError, match="no completion marker"):
+        dgemm.matmul(A, B, out=str(path), client=client, block=32)
+    with pytest.raises(dgemm.IncompleteResultError):
+        dgemm.open_result(str(path))
+    monkeypatch.setattr(steps, "_compute", real)
+    wait_for(lambda: cluster_idle(client), 60, "the run's tasks to drain")
+    result = dgemm.matmul(A, B, out=str(path), client=client, block=32, resume=True)
+    assert result.attrs[COMPLETE_ATTR]["blocks_run"] == 1
+    check_product(result[...], A, B, dtype="float64")
+
+
 def test_resume_after_a_failed_run_and_with_a_missing_out(client, tmp_path, rng):
     """A run that failed on an unreadable chunk is resumed once the chunk is repaired.
 
