@@ -153,9 +153,10 @@ def _in_memory(req: Request) -> np.ndarray:
             held += futures
             ops[name] = x
         req = dataclasses.replace(req, **ops)
-        out = client.compute(_lazy(req, plan, token), sync=True)   # the held blocks go when this returns
-        del held
-        return out
+        try:
+            return client.compute(_lazy(req, plan, token), sync=True)
+        finally:   # the scattered blocks go now, even when the call failed or was interrupted
+            client.cancel(held)
     out = np.squeeze(out, axis=req.drop) if req.drop else out
     return out[()] if out.ndim == 0 else out   # a scalar, as numpy.matmul gives for two vectors
 
@@ -198,6 +199,9 @@ def _open_output(req: Request, plan: Plan):
     if req.spec.resume:
         result = req.spec.array
         stored = result.attrs[COMPLETE_ATTR].get("run", {})
+        # _finished refused other products already; the C blocks are out's chunks, so the grid matches
+        # too.  Checked again because a run id that differs (attributes edited, an older dgemm's plan)
+        # would resume into blocks cut another way.
         if stored.get("id") != run:
             raise ValueError("cannot resume: " + (_differences(stored, fingerprint) or
                                                   "out was cut into different blocks") +
@@ -254,25 +258,28 @@ def _compute(req: Request, plan: Plan, token: str, client, workers: dict, result
 
 
 def _abandon(client, future, writer: Writer, token: str) -> None:
-    """Stop a run that was interrupted or failed: cancel its tasks, give up ``out``, wait for those running.
+    """Stop a run that was interrupted or failed: cancel its tasks, fence them off, wait for those running.
 
-    Releasing the lease first makes every task still to write fail its
-    check; the tasks already writing are waited for (dask cannot stop a
-    running task), so a call right after this one finds nothing of this run
-    still writing.
+    Stopping the lease first makes every task still to write fail its check
+    while other writers stay refused; the tasks already writing are waited
+    for (dask cannot stop a running task), and only then is ``out`` given up,
+    so a call right after this one finds nothing of this run still writing.
+    If some are still running after the wait, the stopped lease is left to
+    expire (``lease-interval``), keeping other writers out that long.
     """
     try:
         if future is not None:
             client.cancel([future], force=True)
     except Exception:   # a lost cluster: nothing to cancel
         pass
-    writer.lease.release()
-    _drain(client, token)
+    writer.lease.stop()
+    if _drain(client, token):
+        writer.lease.release()
 
 
-def _drain(client, token: str, per_task: float = 10.0, least: float = 10.0) -> None:
+def _drain(client, token: str, per_task: float = 10.0, least: float = 10.0) -> bool:
     """Wait (bounded: ``per_task`` seconds per task found running, at least ``least``) until no task whose
-    key holds ``token`` is running on a worker of ``client``'s cluster."""
+    key holds ``token`` is running on a worker of ``client``'s cluster; whether none is left."""
     running = _running(client, token)
     deadline = time.monotonic() + max(least, per_task * running)
     while running and time.monotonic() < deadline:
@@ -281,8 +288,10 @@ def _drain(client, token: str, per_task: float = 10.0, least: float = 10.0) -> N
     if running:
         import warnings
         warnings.warn(f"dgemm: {running} task(s) of the stopped run {token} were still running after "
-                      f"{max(least, per_task * running):.0f} s; they will write nothing more", RuntimeWarning,
+                      f"{max(least, per_task * running):.0f} s; a block they are writing may still land, so out "
+                      "stays refused to other writers until the stopped run's lease expires", RuntimeWarning,
                       stacklevel=3)
+    return not running
 
 
 def _running(client, token: str) -> int:

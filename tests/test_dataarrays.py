@@ -63,3 +63,18 @@ def test_a_dimension_twice_is_refused_before_any_work(no_client, rng):
     a, _ = labelled(rng, ("x", "y"), (6, 5))
     with pytest.raises(ValueError, match="dimension 'x' twice"):
         dgemm.matmul(a, a.T, client=no_client)     # rows "x", columns "x"
+
+
+def test_out_naming_the_zarr_array_behind_an_opened_dataset_is_refused(no_client, tmp_path, rng):
+    """xr.open_zarr(...) data is a dask graph around xarray's wrappers of the zarr array: still an input.
+
+    With ``overwrite=True`` the input would be deleted before it is read and
+    the fill values marked complete.
+    """
+    V = randn(rng, (20, 10))
+    xr.Dataset({"v": (("x", "y"), V)}).to_zarr(str(tmp_path / "ds.zarr"), mode="w")
+    ds = xr.open_zarr(str(tmp_path / "ds.zarr"))
+    b = np.ones((10, 4))
+    with pytest.raises(ValueError, match="input a"):
+        dgemm.matmul(ds.v, b, out=str(tmp_path / "ds.zarr" / "v"), overwrite=True, client=no_client)
+    np.testing.assert_array_equal(xr.open_zarr(str(tmp_path / "ds.zarr")).v.values, V)

@@ -101,3 +101,16 @@ def test_mixed_byte_orders_and_precisions_promote_to_native_float64(client, tmp_
     got = dgemm.matmul(a, B.astype("<f8"), out=str(tmp_path / "c.zarr"), client=client, block=64)
     assert got.dtype == np.dtype("float64") and got.dtype.isnative
     check_product(got[...], A, B, dtype="float64")
+
+
+def test_a_big_endian_c_is_updated_in_place(client, tmp_path, rng):
+    """gemm(..., out=c) where C is stored big-endian: accepted (the result is native, zarr converts on write)."""
+    A, B, C0 = randn(rng, (64, 48)), randn(rng, (48, 40)), randn(rng, (64, 40))
+    c = zarr.create_array(store=str(tmp_path / "c.zarr"), shape=C0.shape, chunks=(32, 20), dtype=">f8",
+                          zarr_format=2)
+    c[...] = C0
+    out = dgemm.gemm(A, B, c, beta=-0.5, out=c, client=client)
+    got = zarr.open_array(str(tmp_path / "c.zarr"), mode="r")[...]
+    assert got.dtype == ">f8"     # C keeps its byte order
+    check_product(got.astype("f8"), A, B, beta=-0.5, c=C0, dtype="float64")
+    assert out.attrs["dgemm"]["complete"]

@@ -23,7 +23,8 @@ import zarr
 import dgemm
 from _check import check_product, randn
 from dgemm.storage import COMPLETE_ATTR, BlockMarkers, ZarrBlock, keys
-from dgemm.storage.lease import Holder, Lease, OutputBusyError, OutputTakenOverError, current, lease_key
+from dgemm.storage.lease import (Holder, Lease, OutputBusyError, OutputTakenOverError, current, lease_key,
+                                 refuse_if_held)
 from dgemm.storage.originals import OriginalBlock, Originals
 from dgemm.worker.tasks import store
 from test_faults import cluster_idle, n_done, wait_for, zarr_in
@@ -249,3 +250,24 @@ def test_a_fresh_lease_is_refused_and_a_stale_one_taken_over(client, tmp_path, r
     result = dgemm.gemm(A, B, c, beta=1.0, out=c, client=client, block=32)
     check_product(result[...], A, B, beta=1.0, c=C0, dtype="float64")
     assert current(c) is None
+
+
+def test_a_stopped_run_keeps_other_writers_out_until_it_releases(tmp_path, rng):
+    """Stopping fences the run's tasks off at once, but a second writer waits until the stopped run releases.
+
+    (So a block a stopped run's task is still writing cannot land on the next run's block.)
+    """
+    arr = zarr.create_array(store=str(tmp_path / "c.zarr"), shape=(4, 6), chunks=(2, 3), dtype="f8",
+                            fill_value=np.nan)
+    markers = BlockMarkers(arr, "own")
+    lease = Lease(arr, "own", "c.zarr", interval=5)
+    lease.acquire()
+    fence = lease.fence()
+    lease.stop()
+    with pytest.raises(OutputTakenOverError, match="its run was stopped"):
+        store(arr, (0, 2), (0, 3), rng.standard_normal((2, 3)), (), (markers, 0, 0), fence)
+    assert np.isnan(arr[0:2, 0:3]).all() and not markers.done()
+    with pytest.raises(OutputBusyError, match="stopped .* while the last of its tasks finish"):
+        refuse_if_held(arr, "c.zarr")
+    lease.release()
+    assert current(arr) is None and refuse_if_held(arr, "c.zarr") is None

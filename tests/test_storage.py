@@ -557,3 +557,24 @@ def test_output_codecs_are_checked_without_writing(tmp_path):
         with pytest.raises(ValueError, match=r"compressors=.* cannot compress a float32 Zarr v3 array"):
             output_codecs(bad, (3, 4), np.dtype("f4"))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_worker_that_does_not_see_an_input_stops_instead_of_reading_fill_values(client, tmp_path, rng):
+    """An input whose store a worker cannot see (another host, no mount) is an error, not zeros marked complete.
+
+    Here the array is opened on the client and its files then moved away, so
+    the workers find no metadata where the array says it lives.
+    """
+    import os
+
+    import dgemm
+    from _check import randn
+
+    A, B = randn(rng, (40, 30)), randn(rng, (30, 20))
+    a = zarr.create_array(store=str(tmp_path / "a.zarr"), shape=A.shape, chunks=(20, 30), dtype="f8")
+    a[...] = A
+    os.rename(tmp_path / "a.zarr", tmp_path / "moved.zarr")
+    with pytest.raises(OSError, match="does not see the Zarr array"):
+        dgemm.matmul(a, B, out=str(tmp_path / "c.zarr"), client=client, block=16)
+    with pytest.raises(dgemm.IncompleteResultError):
+        dgemm.open_result(str(tmp_path / "c.zarr"))

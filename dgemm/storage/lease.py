@@ -53,6 +53,10 @@ def lease_key(array) -> str:
     return f"{keys.root(array)}/lease"
 
 
+# The prefix of a stopped call's lease id: held while its running tasks drain, named by no fence.
+STOPPING = "stopping-"
+
+
 def _when(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
 
@@ -70,6 +74,11 @@ class Holder:
     expires: float
     scheduler: str | None = None   # the cluster its tasks run on, once computing
     token: str | None = None       # the call's graph token: its task keys contain it
+
+    @property
+    def stopping(self) -> bool:
+        """Whether the call was stopped and holds the output only until its running tasks are done."""
+        return self.id.startswith(STOPPING)
 
     def fresh(self, now: float | None = None) -> bool:
         """Whether its writer renewed it lately (a lease without an expiry is stale)."""
@@ -123,6 +132,11 @@ def refuse_if_held(array, where: str, mine: str | None = None) -> Holder | None:
     held = current(array)
     if held is None or held.id == mine:
         return None
+    if held.fresh() and held.stopping:
+        raise OutputBusyError(
+            f"out {where} is held by a dgemm run that was stopped ({held.describe()}) while the last of its "
+            f"tasks finish writing; try again in a few seconds (at the latest at {_when(held.expires)}, when "
+            f"its lease expires)")
     if held.fresh():
         raise OutputBusyError(
             f"out {where} is being written by another dgemm run ({held.describe()}; its lease was renewed "
@@ -147,7 +161,12 @@ class Fence:
         held = read(self.store, self.key)
         if held is not None and held.id == self.id:
             return
-        who = f"now {held.describe()}" if held is not None else "its lease was released: the run was cancelled"
+        if held is None:
+            who = "its lease was released: the run was cancelled"
+        elif held.stopping:
+            who = "its run was stopped"
+        else:
+            who = f"now {held.describe()}"
         done = "stored but did not mark it" if stored else "wrote nothing"
         raise OutputTakenOverError(f"dgemm: out {self.where} was taken over by another run ({who}); this run's "
                                    f"task for block ({i}, {j}) {done}, and its other tasks write nothing more")
@@ -194,6 +213,20 @@ class Lease:
             held = read(self.store, self.key)
             if held is not None and held.id == self.id:
                 keys.delete(self.store, self.key)
+
+    def stop(self) -> None:
+        """Fence this call's tasks off, but keep other writers out until :meth:`release` (they drain meanwhile).
+
+        The lease passes to a new id that no task's fence names, so every
+        task still to check fails; a second writer is refused until the
+        caller releases it (or it expires, if the caller dies too).
+        """
+        with self._lock:
+            held = read(self.store, self.key)
+            if held is None or held.id != self.id:
+                return
+            self.id = STOPPING + self.id
+            keys.put(self.store, self.key, self._record().dumps())
 
     def fence(self) -> Fence:
         return Fence(self.store, self.key, self.id, self.where)

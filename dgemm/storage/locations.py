@@ -251,6 +251,9 @@ def _is_dask_array(x) -> bool:
 # times.  Not by name: an array made absolute keeps its name (and its keys) with a new graph.
 _FOUND: dict = {}
 
+# How many wrappers deep an array in a graph is looked for (xarray's open_zarr: four).
+_WRAPPER_DEPTH = 8
+
 
 def zarr_arrays(x) -> list:
     """The :class:`zarr.Array` objects that the dask array ``x`` reads (those in its graph).
@@ -274,8 +277,18 @@ def zarr_arrays(x) -> list:
     def literal(value) -> None:
         if isinstance(value, DataNode):
             value = value.value
-        if isinstance(value, zarr.Array):
-            found.setdefault(id(value), value)
+        # Array wrappers hold the array they wrap as .array or ._array (xarray's lazily indexed
+        # adapters around its ZarrArrayWrapper, several deep): follow them to the zarr.Array.
+        for _ in range(_WRAPPER_DEPTH):
+            if isinstance(value, zarr.Array):
+                found.setdefault(id(value), value)
+                return
+            inner = getattr(value, "array", None)
+            if inner is None or inner is value:
+                inner = getattr(value, "_array", None)
+            if inner is None or inner is value:
+                return
+            value = inner
 
     for layer in graph.layers.values():
         if isinstance(layer, Blockwise):   # its arguments, without materialising every task

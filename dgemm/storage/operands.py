@@ -16,7 +16,7 @@ import numpy as np
 
 from dgemm.dtypes import check_dtype
 from dgemm.storage.blocks import ZarrBlock
-from dgemm.storage.locations import absolute, check_readable, location, open_array, plain_zarr
+from dgemm.storage.locations import absolute, check_readable, location, open_array, plain_zarr, sources
 from dgemm.storage.markers import COMPLETE_ATTR
 from dgemm.storage.options import access_hint
 
@@ -94,7 +94,8 @@ class Operand:
 
         Zarr: where it is stored, its shape, dtype and chunks (not its
         contents: rewriting an input between a run and its resumption is not
-        detected).  dask: the graph's name (a hash of its inputs).  numpy: a
+        detected).  dask: the graph's name (a hash of its inputs) and the Zarr
+        arrays it reads (where they live).  numpy: a
         hash of the data.
         """
         from dask.base import tokenize
@@ -107,6 +108,9 @@ class Operand:
             d["numpy"] = tokenize(self.dask)
         else:
             d["dask"] = self.dask.name
+            # the name hashes how each Zarr array was spelt, not where it lives: "a.zarr" in two folders
+            # gives one name, so the arrays the graph reads are part of what it is
+            d["reads"] = sorted(str(loc) for loc in sources(self.dask))
         return d
 
     @property

@@ -65,7 +65,7 @@ def check_output(out, shape: tuple[int, ...], dtype: np.dtype, overwrite: bool,
     if is_zarr_array(out):
         if tuple(out.shape) != tuple(shape):
             raise ValueError(f"out has shape {tuple(out.shape)}, but the result has shape {tuple(shape)}")
-        if out.dtype != dtype:
+        if out.dtype.newbyteorder("=") != dtype:   # either byte order: zarr converts on write
             raise ValueError(f"out has dtype {out.dtype}, but the result is {dtype}")
         if out.read_only:
             raise PermissionError("out is opened read-only; open it with mode='r+' or 'a'")
