@@ -19,7 +19,8 @@ from dgemm.plan import Plan, default_target, make_plan
 from dgemm.scheduler import placement
 from dgemm.request import Request
 from dgemm.storage import COMPLETE_ATTR, BlockMarkers, create_output, location, mark_complete, run_id
-from dgemm.storage.lease import Writer, refuse_if_held
+from dgemm.storage import keys
+from dgemm.storage.lease import Lease, Writer, refuse_if_held
 
 
 def run(req: Request):
@@ -214,9 +215,32 @@ def _open_output(req: Request, plan: Plan):
     chunks = tuple(s for ax, s in enumerate(plan.block_shape[:2]) if ax not in req.drop)
     meta = {"operation": req.op, "a": req.a.label, "b": req.b.label, "plan": plan.explain(), "owner": owner,
             "run": {"id": run, **fingerprint}}
+    claimed = None
+    if existing is not None and req.spec.array is None:
+        claimed = Lease(existing, owner, _where(existing))
+        stale = _replace(existing, claimed) or stale
     result = create_output(req.spec, chunks, meta)
     BlockMarkers(result, owner).reset()   # earlier runs' markers, originals and lease
-    return result, Writer.open(result, owner, _in_place(req, result), stale), sorted(_all_blocks(plan))
+    writer = Writer.open(result, owner, _in_place(req, result), stale, lease=claimed)
+    return result, writer, sorted(_all_blocks(plan))
+
+
+def _replace(existing, lease: Lease):
+    """Hold an output about to be replaced, then empty it; returns a stale lease taken over.
+
+    Deleting a large output takes a while: the lease is taken first and
+    the array's metadata (marked incomplete) kept to the end, so a second
+    call meanwhile finds the output held, and a reader finds it unfinished.
+    """
+    import zarr
+
+    stale = lease.claim(existing)
+    node = existing.path.strip("/")
+    old = zarr.open_array(lease.store, path=node, mode="r+")
+    old.attrs[COMPLETE_ATTR] = {"complete": False, "replacing": True}
+    metadata = {f"{node}/{n}" if node else n for n in ("zarr.json", ".zarray", ".zattrs")}
+    keys.clear_except(lease.store, node, metadata | {lease.key})
+    return stale
 
 
 def _in_place(req: Request, result) -> bool:

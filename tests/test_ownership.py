@@ -271,3 +271,40 @@ def test_a_stopped_run_keeps_other_writers_out_until_it_releases(tmp_path, rng):
         refuse_if_held(arr, "c.zarr")
     lease.release()
     assert current(arr) is None and refuse_if_held(arr, "c.zarr") is None
+
+
+def test_a_second_writer_is_refused_while_the_first_replaces_the_output(client, tmp_path, rng, monkeypatch):
+    """``overwrite=True`` on an existing output: replacing it takes a while, and a second call meanwhile is refused.
+
+    The first call is held inside creating its new output (as deleting a
+    large old one holds it); the second must find the output held, not free,
+    and the first's product must be right.
+    """
+    import dgemm.steps as steps
+
+    A, B = randn(rng, (64, 48)), randn(rng, (48, 64))
+    path = str(tmp_path / "c.zarr")
+    dgemm.matmul(A, B, out=path, client=client, block=32)           # the output to replace
+    real, entered, go = steps.create_output, threading.Event(), threading.Event()
+
+    def slow_create(*args, **kwargs):
+        if threading.current_thread().name == "first":
+            entered.set()
+            go.wait(60)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(steps, "create_output", slow_create)
+    done = {}
+    first = threading.Thread(name="first", target=lambda: done.setdefault(
+        "c", dgemm.matmul(2 * A, B, out=path, overwrite=True, client=client, block=32)))
+    first.start()
+    try:
+        assert entered.wait(60)
+        with pytest.raises(OutputBusyError):
+            dgemm.matmul(A, 3 * B, out=path, overwrite=True, client=client, block=32)
+        with pytest.raises(dgemm.IncompleteResultError):     # meanwhile a reader finds it unfinished
+            dgemm.open_result(path)
+    finally:
+        go.set()
+        first.join(120)
+    check_product(dgemm.open_result(path)[...], 2 * A, B, dtype="float64")

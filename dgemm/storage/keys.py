@@ -57,3 +57,35 @@ def listed(store, prefix: str) -> list[str]:
     async def keys():
         return [k async for k in store.list_prefix(prefix)]
     return sync(keys())
+
+
+def put_new(store, key: str, data: bytes) -> bool:
+    """Write ``key`` unless it exists; whether this call's ``data`` is what it holds now.
+
+    Exclusive where the store can be (a local file created exclusively);
+    elsewhere (object stores) a check and a write, with a window of a
+    round trip.  ``data`` must be unique to the caller (a lease is).
+    """
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.sync import sync
+    sync(store.set_if_not_exists(key, default_buffer_prototype().buffer.from_bytes(data)))
+    return get(store, key) == data
+
+
+def clear_except(store, prefix: str, keep) -> None:
+    """Remove every key under ``prefix`` except those in ``keep``, whole folders at a time where the store can."""
+    from zarr.core.sync import sync
+
+    async def children():
+        return [c async for c in store.list_dir(prefix)]
+
+    for child in sync(children()):
+        path = f"{prefix}/{child}" if prefix else child
+        if path in keep:
+            continue
+        if any(k.startswith(path + "/") for k in keep):
+            clear_except(store, path, keep)
+        elif exists(store, path):    # a key
+            delete(store, path)
+        else:                        # a folder of keys
+            delete_dir(store, path)

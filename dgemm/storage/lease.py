@@ -179,7 +179,10 @@ class Lease:
     """
 
     def __init__(self, array, owner: str, where: str, interval: float | None = None):
-        self.store, self.key, self.owner, self.where = array.store, lease_key(array), owner, where
+        store = array.store
+        if store.read_only:   # an output opened to look at (before it is replaced): the lease is written
+            store = store.with_read_only(False)
+        self.store, self.key, self.owner, self.where = store, lease_key(array), owner, where
         self.id = uuid.uuid4().hex
         self.interval = float(interval or config.get("lease-interval"))
         self.started = time.time()
@@ -196,6 +199,24 @@ class Lease:
     def acquire(self) -> None:
         """Write the lease (the caller has checked that no live run holds the output)."""
         keys.put(self.store, self.key, self._record().dumps())
+
+    def claim(self, array) -> Holder | None:
+        """Take the lease of an existing output before anything of it is deleted; returns a stale one taken over.
+
+        Written only if there is none (exclusively where the store can), so
+        of two calls replacing one output at once, one holds it and the other
+        is refused, however long deleting the old output takes.
+
+        Raises
+        ------
+        OutputBusyError
+            Another live call holds it.
+        """
+        if keys.put_new(self.store, self.key, self._record().dumps()):
+            return None
+        stale = refuse_if_held(array, self.where, mine=self.id)
+        self.acquire()
+        return stale
 
     def renew(self) -> bool:
         """Extend the lease; False (and :attr:`lost` set) when another call holds it now."""
@@ -281,10 +302,15 @@ class Writer:
     took_over: Holder | None = None
 
     @classmethod
-    def open(cls, array, owner: str, in_place: bool, took_over: Holder | None = None) -> Writer:
-        """Take ``array``'s lease (the caller has refused a live holder) for the run ``owner``."""
+    def open(cls, array, owner: str, in_place: bool, took_over: Holder | None = None,
+             lease: Lease | None = None) -> Writer:
+        """Take ``array``'s lease (the caller has refused a live holder) for the run ``owner``.
+
+        ``lease``: one the call claimed before replacing the output, written
+        again now that the new array exists (creating it removed the old one).
+        """
         where = str(getattr(array, "store_path", array))
-        w = cls(Lease(array, owner, where), BlockMarkers(array, owner),
+        w = cls(lease or Lease(array, owner, where), BlockMarkers(array, owner),
                 Originals(array, owner) if in_place else None, took_over)
         w.lease.acquire()
         return w
