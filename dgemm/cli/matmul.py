@@ -62,12 +62,6 @@ def _storage_options(ctx, param, pairs) -> dict | None:
     return out or None
 
 
-def _same_local_path(x: str, y: str) -> bool:
-    """Whether two arguments name the same array, however spelt (relative, ``file://``, a symlink, a URL)."""
-    from dgemm.storage.locations import same
-    return same(x, y)
-
-
 def _flops(sa, sb) -> float | None:
     if sa is None or sb is None:
         return None
@@ -108,6 +102,7 @@ def matmul(ctx, a, b, out, scheduler, dtype, overwrite, resume, precision, block
 
     from dgemm.cluster.local import closing_new_local_clusters
     from dgemm.storage import COMPLETE_ATTR
+    from dgemm.storage.locations import same
 
     if scheduler and devices:
         raise InputError("--devices chooses devices for a local cluster; the workers of --scheduler "
@@ -117,7 +112,7 @@ def matmul(ctx, a, b, out, scheduler, dtype, overwrite, resume, precision, block
         if not os.path.isdir(folder):
             raise InputError(f"--report {report}: the folder {folder} does not exist")
     for name, path in (("A", a), ("B", b)):
-        if _same_local_path(out, path):
+        if same(out, path):   # however spelt: relative, file://, a symlink, a URL
             # With --overwrite the output would be recreated (zeroed) before the
             # input is read, and the zeros marked complete.
             raise InputError(f"OUT is the same array as {name} ({path}); write the product elsewhere")

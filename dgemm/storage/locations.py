@@ -15,9 +15,13 @@ any work, what no worker can reach: stores that exist only in this process
 (``zarr.storage.MemoryStore``, fsspec's ``memory://``) and URLs whose
 protocol fsspec does not know or cannot load.
 
-Every function takes ``storage_options`` (the options of the filesystem
-behind a URL, as :func:`dask.array.from_zarr` takes them); local paths and
-opened arrays or stores ignore them.
+The functions that open something (:func:`open_array`, :func:`absolute`)
+pass ``storage_options`` (the options of the filesystem behind a URL, as
+:func:`dask.array.from_zarr` takes them) on; the others take it so that a
+caller can hand one set to all of them, and ignore it: a location is a
+protocol, a bucket and a path, which no option changes.  (An endpoint is not
+part of it: the same bucket and path on two endpoints count as one array,
+which refuses some valid calls and lets no wrong one through.)
 """
 from __future__ import annotations
 
