@@ -62,6 +62,16 @@ class Mutation:
     what: str
 
 
+# The store task's order (dgemm/worker/tasks.py): the block, then its marker; and the bug that swaps them.
+_WRITE_THEN_MARK = ("    store_block(array, rows, cols, block, drop)\n"
+                    "    if fence is not None:\n"
+                    "        fence.check(i, j, stored=True)\n"
+                    "    markers.mark(i, j)\n")
+_MARK_THEN_WRITE = ("    markers.mark(i, j)\n"
+                    "    store_block(array, rows, cols, block, drop)\n"
+                    "    if fence is not None:\n"
+                    "        fence.check(i, j, stored=True)\n")
+
 MUTATIONS = [
     # -- the kernels ----------------------------------------------------------------
     Mutation("kernel-drops-alpha", "dgemm/kernels/gemm.cl",
@@ -95,27 +105,13 @@ MUTATIONS = [
              "reduce_blocks leaves out the second k segment"),
     # -- completion markers ---------------------------------------------------------
     Mutation("marker-before-block", "dgemm/worker/tasks.py",
-             "    store_block(array, rows, cols, block, drop)\n"
-             "    if fence is not None:\n"
-             "        fence.check(i, j, stored=True)\n"
-             "    markers.mark(i, j)\n",
-             "    markers.mark(i, j)\n"
-             "    store_block(array, rows, cols, block, drop)\n"
-             "    if fence is not None:\n"
-             "        fence.check(i, j, stored=True)\n",
+             _WRITE_THEN_MARK, _MARK_THEN_WRITE,
              ("tests/test_storage.py", "-k", "marks_its_block_after_writing"),
              "the store task marks its block done before writing it (unit test)"),
     Mutation("marker-before-block-faults", "dgemm/worker/tasks.py",
-             "    store_block(array, rows, cols, block, drop)\n"
-             "    if fence is not None:\n"
-             "        fence.check(i, j, stored=True)\n"
-             "    markers.mark(i, j)\n",
-             "    markers.mark(i, j)\n"
-             "    store_block(array, rows, cols, block, drop)\n"
-             "    if fence is not None:\n"
-             "        fence.check(i, j, stored=True)\n",
+             _WRITE_THEN_MARK, _MARK_THEN_WRITE,
              ("tests/test_faults.py", "-k", "write_fails or missing_a_marker"),
-             "the same, against the fault tests alone (real kills; issue 18 item 2)"),
+             "the same, against the fault tests alone (a store that fails mid-block; issue 18 item 2)"),
     Mutation("missing-markers-guard-removed", "dgemm/steps.py",
              "        if missing:  # never mark complete what is not",
              "        if False:  # never mark complete what is not",
