@@ -296,3 +296,152 @@ def test_cublas_peer_checks_its_product(dtype):
     if dtype == "float32":   # beside dgemm's tf32 path: cuBLAS with TF32, checked against TF32's bound
         r = peers.cublas(dtype, 1000, 3000, 500, reps=2, backend=backend, tf32=True)
         assert r["ok"] and r["tf32"] and r["tolerance"] > tolerance("float32", 500)
+
+
+# -- dgemm bench e2e on inputs as users write them (issue 15) ------------------------------------
+@pytest.mark.parametrize("codec, fmt, shards", [("default", 3, None), ("default", 3, 32), ("default", 2, None),
+                                                ("blosc-lz4", 3, None), ("blosc-lz4", 2, None)])
+def test_inputs_are_encoded_as_asked(tmp_path, codec, fmt, shards):
+    """zarr reads back the codec, the format and the shards asked for; the numbers are the raw inputs' own."""
+    import numcodecs
+    import zarr
+    from zarr.codecs import BloscCodec, ShardingCodec, ZstdCodec
+
+    from dgemm.benchmarks import e2e
+
+    (tmp_path / "raw").mkdir()
+    (tmp_path / "enc").mkdir()
+    raw = e2e.make_inputs(tmp_path / "raw", 64, 48, 80, 16, "float32", seed=5)
+    ins = e2e.make_inputs(tmp_path / "enc", 64, 48, 80, 16, "float32", seed=5, codec=codec, zarr_format=fmt,
+                          shards=shards)
+    assert (ins["codec"], ins["zarr_format"], ins["shards"]) == (codec, fmt, shards)
+    for name in ("a", "b"):
+        arr = zarr.open_array(ins[name]["path"], mode="r")
+        assert arr.metadata.zarr_format == fmt and arr.chunks == (16, 16)
+        np.testing.assert_array_equal(arr[...], zarr.open_array(raw[name]["path"], mode="r")[...])
+        assert ins[name]["zarr"]["zarr_format"] == fmt and ins[name]["zarr"]["chunks"] == [16, 16]
+        (comp,) = arr.compressors
+        if fmt == 2:
+            assert (Path(ins[name]["path"]) / ".zarray").is_file()
+            want = numcodecs.Zstd if codec == "default" else numcodecs.Blosc
+            assert isinstance(comp, want) and (codec == "default" or comp.cname == "lz4")
+        else:
+            assert isinstance(comp, ZstdCodec if codec == "default" else BloscCodec)
+            assert codec == "default" or comp.cname.value == "lz4"
+        if shards:
+            assert arr.shards == (32, 32) and ins[name]["shards"] == [32, 32]
+            assert isinstance(arr.metadata.codecs[0], ShardingCodec)
+            # one object per shard, not per chunk: 64 x 80 in 32 x 32 shards is 2 x 3 of them
+            files = [p for p in (Path(ins[name]["path"]) / "c").rglob("*") if p.is_file()]
+            assert len(files) == {"a": 6, "b": 6}[name]
+            assert ins[name]["zarr"]["codecs"][0]["name"] == "sharding_indexed"
+        else:
+            assert arr.shards is None and ins[name]["zarr"]["shards"] is None
+    json.dumps(ins)                     # the record's entry is JSON
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"shards": 32, "input_zarr_format": 2}, "Zarr v3"),
+    ({"shards": 24}, "multiple of chunks"),
+    ({"input_codec": "lz4"}, "input codec"),
+    ({"input_zarr_format": 4}, "2 or 3"),
+    ({"first_call": True, "compressors": ["a codec object"]}, "first-call script"),
+])
+def test_e2e_refuses_bad_input_options_before_any_work(tmp_path, monkeypatch, kwargs, message):
+    from dgemm.benchmarks import e2e
+
+    monkeypatch.setattr(e2e, "make_inputs", lambda *a, **k: pytest.fail("inputs written before the checks"))
+    with pytest.raises(ValueError, match=message):
+        e2e.e2e_bench(64, chunks=16, out_dir=tmp_path / "out", store=tmp_path / "store", log=None, **kwargs)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "store").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--shards", "32", "--input-zarr-format", "2"], "Zarr v2 has no shards"),
+    (["--shards", "24", "--chunks", "16"], "multiple of --chunks"),
+    (["--input-codec", "lz4"], "'lz4' is not one of 'raw', 'default', 'blosc-lz4'"),
+    (["--input-zarr-format", "4"], "'4' is not one of '2', '3'"),
+])
+def test_bench_e2e_input_option_errors_start_nothing(runner, tmp_path, monkeypatch, args, message):
+    from dgemm.benchmarks import e2e
+
+    monkeypatch.setattr(e2e, "make_inputs", lambda *a, **k: pytest.fail("inputs written before the checks"))
+    r = runner.invoke(cli, ["bench", "e2e", "--size", "64", "--out", str(tmp_path / "out"), "--store",
+                            str(tmp_path / "s"), *args])
+    assert r.exit_code == 2, r.output
+    assert message in r.output
+    assert not (tmp_path / "out").exists() and not (tmp_path / "s").exists()
+
+
+def test_a_first_call_that_fails_says_why(tmp_path):
+    """The script's own error comes back (here dgemm refuses a missing input before starting a cluster)."""
+    from dgemm.benchmarks import e2e
+
+    with pytest.raises(RuntimeError, match=r"first-call script exited with 1:.*no-such-input"):
+        e2e.time_first_call(tmp_path / "no-such-input.zarr", tmp_path / "b.zarr", tmp_path / "c.zarr", 8, 8, 8,
+                            timeout=120)
+    assert not (tmp_path / "c.zarr").exists()
+
+
+@needs_device
+def test_e2e_on_sharded_default_codec_inputs_with_a_first_call(client, tmp_path, monkeypatch):
+    """The users' case: zstd inputs in shards, timed warm and from a fresh script; both checked and recorded."""
+    import zarr
+    from zarr.codecs import ShardingCodec, ZstdCodec
+
+    from dgemm.benchmarks import e2e
+
+    monkeypatch.setitem(sys.modules, "cupy", None)
+    monkeypatch.setitem(sys.modules, "torch", None)
+    rec, path = e2e.e2e_bench(96, chunks=16, input_codec="default", shards=32, first_call=True, devices="cpu",
+                              peers=False, keep=True, client=client, out_dir=tmp_path / "out",
+                              store=tmp_path / "store", log=None)
+    assert rec["ok"] and rec["failures"] == 0, rec["errors"]
+    assert path.name.endswith("-e2e-96-float32-default-shards32.json")
+    saved = json.loads(path.read_text())
+    assert (saved["input_codec"], saved["input_zarr_format"], saved["shards"]) == ("default", 3, 32)
+    folder = Path(rec["store"])
+    a, b = (zarr.open_array(str(folder / f"{x}.zarr"), mode="r") for x in "ab")
+    for arr, entry in ((a, saved["inputs"]["a"]), (b, saved["inputs"]["b"])):
+        assert arr.shards == (32, 32) and arr.chunks == (16, 16)
+        sharding = arr.metadata.codecs[0]
+        assert isinstance(sharding, ShardingCodec) and any(isinstance(c, ZstdCodec) for c in sharding.codecs)
+        assert entry["zarr"]["compressors"] == [{"name": "zstd", "configuration": {"level": 0, "checksum": False}}]
+    want = a[...].astype(np.float64) @ b[...].astype(np.float64)
+
+    assert saved["dgemm"]["check"]["passed"]
+    fc = saved["first_call"]
+    assert fc["ok"] and fc["check"]["passed"] and fc["devices"] == "cpu" and fc["status"] == "ok"
+    assert fc["seconds"] > fc["matmul_seconds"] > 0 and fc["import_seconds"] > 0
+    assert fc["minus_warm_seconds"] == pytest.approx(fc["seconds"] - saved["dgemm"]["seconds"])
+    assert fc["output_compressors"] == saved["dgemm"]["output_compressors"]  # the default codec, as the warm run
+    c = zarr.open_array(str(folder / "c_first_call.zarr"), mode="r")      # kept: what the script wrote
+    np.testing.assert_allclose(c[...], want, rtol=1e-4, atol=1e-3)
+    assert "dgemm.matmul(sys.argv[1], sys.argv[2], out=sys.argv[3])" in fc["script"]
+    table = e2e.format_table(rec)
+    assert "dgemm first call (script)" in table and "zarr's default codec, Zarr v3, shards 32" in table
+
+
+@pytest.fixture
+def lend(monkeypatch, client):
+    """``--scheduler`` connects to the session's client (not closed by the command); distributed.Client stays
+    itself, so dask.array's peers find no stand-in."""
+    monkeypatch.setattr("dgemm.cli.bench.connect", lambda stack, scheduler: client)
+    return ["--scheduler", "tcp://stand-in:0"]
+
+
+@needs_device
+def test_bench_e2e_cli_on_v2_blosc_inputs(runner, tmp_path, lend, no_cuda):
+    """The options reach the record; dgemm and the dask.array peer read Zarr v2 Blosc/LZ4 inputs right."""
+    out = tmp_path / "results"
+    r = runner.invoke(cli, ["bench", "e2e", "--size", "64", "--chunks", "16", "--input-codec", "blosc-lz4",
+                            "--input-zarr-format", "2", "--out", str(out), "--store", str(tmp_path / "store"), *lend])
+    assert r.exit_code == 0, r.output
+    rec, path = _only_json(out)
+    assert path.name.endswith("-e2e-64-float32-blosc-lz4-v2.json")
+    assert (rec["input_codec"], rec["input_zarr_format"], rec["shards"]) == ("blosc-lz4", 2, None)
+    assert rec["inputs"]["a"]["zarr"]["compressors"][0]["id"] == "blosc"
+    assert rec["inputs"]["a"]["zarr"]["compressors"][0]["cname"] == "lz4"
+    assert rec["ok"] and rec["dgemm"]["check"]["passed"] and rec["first_call"] is None
+    assert rec["peers"]["dask_numpy"] and rec["peers"]["dask_numpy"]["check"]["passed"], rec["errors"]
+    assert "blosc-lz4, Zarr v2" in r.output

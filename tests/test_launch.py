@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 
 import numpy as np
@@ -215,3 +216,180 @@ def test_dgemm_cluster_serves_the_page_and_stops_on_ctrl_c(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+# -- what dask worker / dask cuda worker users pass ------------------------------------
+def test_specs_carry_device_memory_limit_preload_and_prefix():
+    [spec] = worker_specs(None, device_infos=_gpus(1), device_memory_limit="4GiB", preload=["a.b", "/x/c.py"],
+                          dashboard_prefix="node/7/")
+    assert spec["env"]["DGEMM_DEVICE_MEMORY_LIMIT"] == str(4 * 2**30)
+    assert spec["preload"] == ["a.b", "/x/c.py"] and spec["http_prefix"] == "/node/7"
+    [plain] = worker_specs(None, device_infos=_gpus(1))
+    assert "DGEMM_DEVICE_MEMORY_LIMIT" not in plain["env"] and "preload" not in plain and "http_prefix" not in plain
+
+
+def test_new_worker_flags_fail_before_any_worker_starts(tmp_path):
+    runner = CliRunner()
+    r = runner.invoke(cli, ["worker", "tcp://127.0.0.1:1", "--device-memory-limit", "lots"])
+    assert r.exit_code == 2 and "--device-memory-limit" in r.output and "lots" in r.output, r.output
+    cert = tmp_path / "node.pem"
+    cert.write_text("x")
+    for command in ("worker", "cluster"):
+        args = ([command, "tcp://127.0.0.1:1"] if command == "worker"
+                else [command, "--port", "0", "--dashboard-address", "127.0.0.1:0"])
+        r = runner.invoke(cli, [*args, "--tls-cert", str(cert)])
+        assert r.exit_code == 2 and "TLS needs --tls-ca-file and --tls-cert" in r.output, r.output
+        r = runner.invoke(cli, [*args, "--tls-ca-file", str(tmp_path / "missing.pem"), "--tls-cert", str(cert)])
+        assert r.exit_code == 2 and "missing.pem" in r.output, r.output
+
+
+def test_help_lists_the_dask_worker_flags():
+    text = CliRunner().invoke(cli, ["worker", "--help"]).output
+    for flag in ("--preload", "--name", "--nthreads", "--memory-limit", "--device-memory-limit", "--local-directory",
+                 "--pid-file", "--dashboard-prefix", "--death-timeout", "--resources", "--tls-ca-file", "--tls-cert",
+                 "--tls-key", "--scheduler-file"):
+        assert flag in text, flag
+    text = CliRunner().invoke(cli, ["cluster", "--dashboard-address", "127.0.0.1:0", "--help"]).output
+    for flag in ("--preload", "--tls-ca-file", "--tls-cert", "--tls-key", "--device-memory-limit"):
+        assert flag in text, flag
+
+
+PRELOAD = '''
+def dask_setup(worker):
+    worker.dgemm_test_preloaded = worker.name
+'''
+
+
+def _wait_for_file(path, proc, log, timeout=60):
+    deadline = time.monotonic() + timeout
+    while not path.exists() or not path.read_text().strip():
+        assert proc.poll() is None, log.read_text() if log.exists() else "exited"
+        assert time.monotonic() < deadline, f"{path} did not appear"
+        time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def flagged_worker(tmp_path_factory):
+    """A ``dask scheduler`` and one ``dgemm worker`` given every dask-worker flag; yields what the tests need."""
+    from distributed import Client
+
+    tmp = tmp_path_factory.mktemp("flagged")
+    sf, pid_file, scratch, preload = tmp / "scheduler.json", tmp / "worker.pid", tmp / "scratch", tmp / "mark.py"
+    preload.write_text(PRELOAD)
+    slog, wlog = open(tmp / "scheduler.log", "w"), open(tmp / "worker.log", "w")
+    sched = subprocess.Popen([sys.executable, "-m", "dask", "scheduler", "--host", "127.0.0.1", "--port", "0",
+                              "--dashboard-address", "127.0.0.1:0", "--scheduler-file", str(sf)],
+                             stdout=slog, stderr=subprocess.STDOUT)
+    worker = None
+    try:
+        _wait_for_file(sf, sched, tmp / "scheduler.log")
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "dgemm", "worker", "--scheduler-file", str(sf), "--devices", "cpu",
+             "--name", "flagged", "--nthreads", "3", "--memory-limit", "1.5GB", "--device-memory-limit", "256MiB",
+             "--local-directory", str(scratch), "--pid-file", str(pid_file), "--dashboard-address", "127.0.0.1:0",
+             "--dashboard-prefix", "node/7", "--death-timeout", "45", "--resources", "SSD=2 LICENSE=1",
+             "--preload", str(preload), "--preload", "json"],
+            stdout=wlog, stderr=subprocess.STDOUT)
+        _wait_for_file(pid_file, worker, tmp / "worker.log")
+        with Client(scheduler_file=str(sf), timeout="30s") as c:
+            c.wait_for_workers(1, timeout=120)
+            yield {"client": c, "proc": worker, "pid_file": pid_file, "scratch": scratch, "preload": preload}
+        assert _stop(worker) == 0
+        assert not pid_file.exists()            # removed at exit, as dask worker does
+    finally:
+        for p in (worker, sched):
+            if p is not None and p.poll() is None:
+                _stop(p)
+        slog.close()
+        wlog.close()
+
+
+def _on_worker(client, f):
+    [value] = client.run(f).values()
+    return value
+
+
+@needs_device
+@pytest.mark.slow
+def test_worker_name_threads_memory_and_resources_reach_the_worker(flagged_worker):
+    c = flagged_worker["client"]
+    got = _on_worker(c, lambda dask_worker: (dask_worker.name, dask_worker.state.nthreads,
+                                             dask_worker.memory_manager.memory_limit,
+                                             dict(dask_worker.state.total_resources)))
+    assert got == ("flagged", 3, 1_500_000_000, {"SSD": 2.0, "LICENSE": 1.0, "GPU": 1})
+
+
+@needs_device
+@pytest.mark.slow
+def test_worker_device_memory_limit_preload_and_local_directory_reach_the_worker(flagged_worker):
+    c = flagged_worker["client"]
+    env, marked, preloads, local = _on_worker(c, lambda dask_worker: (
+        os.environ.get("DGEMM_DEVICE_MEMORY_LIMIT"), getattr(dask_worker, "dgemm_test_preloaded", None),
+        [p.name for p in dask_worker.preloads], dask_worker.local_directory))
+    assert env == str(256 * 2**20)
+    assert marked == "flagged" and preloads == [str(flagged_worker["preload"]), "json"]
+    assert os.path.realpath(local).startswith(os.path.realpath(flagged_worker["scratch"]) + os.sep)
+    # the limit is what the worker plans with
+    from dgemm.cluster.readiness import describe_for_plan
+    info = _on_worker(c, describe_for_plan)
+    assert info["ok"] and info["memory_limit"] == 256 * 2**20 and info["memory"] <= 256 * 2**20, info
+
+
+@needs_device
+@pytest.mark.slow
+def test_worker_pid_file_prefix_and_death_timeout_reach_the_worker(flagged_worker):
+    c = flagged_worker["client"]
+    assert int(flagged_worker["pid_file"].read_text()) == flagged_worker["proc"].pid
+    port, death = _on_worker(c, lambda dask_worker: (dask_worker.http_server.port, dask_worker.death_timeout))
+    assert float(death) == 45
+    assert urllib.request.urlopen(f"http://127.0.0.1:{port}/node/7/health", timeout=10).read() == b"ok"
+    with pytest.raises(urllib.error.HTTPError):
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10)
+
+
+@needs_device
+@pytest.mark.slow
+def test_tls_and_preload_reach_dgemm_cluster_and_dgemm_worker(tmp_path):
+    """``dgemm cluster`` on TLS with a preload; a ``dgemm worker`` joins it with the same certificates."""
+    pytest.importorskip("cryptography", reason="generating certificates needs cryptography (in the test extra)")
+    from distributed import Client
+    from distributed.security import Security
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "deploy", "tls"))
+    try:
+        import make_certs
+    finally:
+        sys.path.pop(0)
+    certs = tmp_path / "tls"
+    make_certs.make_certs(certs)
+    tls = ["--tls-ca-file", str(certs / "ca.pem"), "--tls-cert", str(certs / "node.pem"),
+           "--tls-key", str(certs / "node-key.pem")]
+    preload = tmp_path / "mark.py"
+    preload.write_text(PRELOAD)
+    cluster = subprocess.Popen([sys.executable, "-m", "dgemm", "cluster", "--devices", "cpu", "--port", "0",
+                                "--dashboard-address", "127.0.0.1:0", "--nthreads", "1", "--memory-limit", "1GB",
+                                "--preload", str(preload), *tls],
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    worker = None
+    try:
+        address = Lines(cluster).until("scheduler: ").split(": ", 1)[1]
+        assert address.startswith("tls://127.0.0.1:")
+        worker = subprocess.Popen([sys.executable, "-m", "dgemm", "worker", address, "--devices", "cpu",
+                                   "--name", "joined", "--nthreads", "1", "--memory-limit", "1GB",
+                                   "--host", "127.0.0.1", *tls],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        security = Security(tls_ca_file=str(certs / "ca.pem"), tls_client_cert=str(certs / "client.pem"),
+                            tls_client_key=str(certs / "client-key.pem"), require_encryption=True)
+        with Client(address, security=security, timeout="30s") as c:
+            c.wait_for_workers(2, timeout=120)
+            got = c.run(lambda dask_worker: (dask_worker.name, hasattr(dask_worker, "dgemm_test_preloaded")))
+            assert all(a.startswith("tls://") for a in got)        # the workers listen on TLS too
+            # the cluster's own worker ran the preload; the joined one, not given --preload, did not
+            assert sorted((name == "joined", preloaded) for name, preloaded in got.values()) == [
+                (False, True), (True, False)], got
+        assert _stop(worker) == 0
+        assert _stop(cluster, signal.SIGINT) == 0
+    finally:
+        for p in (worker, cluster):
+            if p is not None and p.poll() is None:
+                p.kill()

@@ -1,7 +1,8 @@
 """The end-to-end benchmark behind ``dgemm bench e2e``: Zarr in, Zarr out, against its peers.
 
-One run generates A (m x k) and B (k x n) as uncompressed Zarr arrays and
-times, on those same inputs:
+One run generates A (m x k) and B (k x n) as Zarr arrays (raw chunks by
+default; or as users write them: zarr's default codec or blosc/lz4, Zarr v2,
+sharded — :func:`make_inputs`) and times, on those same inputs:
 
 * **dgemm**: ``dgemm.matmul(A, B, out=C)`` on a :class:`~dgemm.cluster.DeviceCluster`
   (one worker per device), kernels built beforehand, wall clock.  The
@@ -19,6 +20,10 @@ times, on those same inputs:
 * **dask.array + numpy** at a smaller size, with dgemm at that size too.
 * Optionally a **scaling table**: dgemm on the first 1, 2, ... devices, each
   on its own cluster.
+* Optionally **the first call from a fresh script** (:func:`time_first_call`):
+  a new Python process that imports dgemm and calls ``dgemm.matmul`` once
+  with no cluster (it starts its own), timed from the process's start to
+  the call's return, its result checked like the others.
 
 Beside them, the host's rates that bound the run (:mod:`dgemm.benchmarks.rates`):
 store reads and writes of whole chunks, and a worker's host-device copies.
@@ -31,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import json
 import os
 import shutil
 import subprocess
@@ -59,6 +65,8 @@ NUMPY_SIZE = 4096                 # the dask.array + numpy peer is slow: it runs
 KERNEL_MAX_SIDE = 32768           # 32768^2 elements fit 32-bit indexing with room for padding
 SAMPLE_SECONDS = 0.2              # memory sampling interval
 CHECK_SAMPLES = 16                # rows and columns of C checked against numpy
+INPUT_CODECS = ("raw", "default", "blosc-lz4")   # how the inputs are encoded (make_inputs)
+FIRST_CALL_TIMEOUT = 900          # seconds a first-call script may take (cluster start included)
 
 
 # -- inputs -----------------------------------------------------------------------
@@ -75,20 +83,99 @@ def _dir_bytes(path) -> int | None:
     return total
 
 
-def make_inputs(folder: Path, m: int, n: int, k: int, chunks: int, dtype: str, seed: int, tag: str = "") -> dict:
-    """Write A (m x k) and B (k x n) into ``folder``; their paths, chunks, bytes and the write time."""
-    out = {"seconds": 0.0, "writer": "threads"}
+def input_compressors(codec: str, zarr_format: int = 3):
+    """zarr's ``compressors`` for an input codec of :data:`INPUT_CODECS` in a Zarr format.
+
+    ``"default"`` is zarr's own default (``"auto"``: zstd in both formats),
+    what an array written without naming a codec has; ``"blosc-lz4"`` is
+    Blosc with LZ4 and Blosc's other defaults (byte shuffle, level 5).
+
+    >>> input_compressors("raw"), input_compressors("default", 2)
+    (None, 'auto')
+    >>> input_compressors("blosc-lz4", 2)
+    Blosc(cname='lz4', clevel=5, shuffle=SHUFFLE, blocksize=0)
+    """
+    if codec == "raw":
+        return None
+    if codec == "default":
+        return "auto"
+    if codec == "blosc-lz4":
+        if zarr_format == 2:
+            from numcodecs import Blosc
+            return Blosc(cname="lz4")
+        from zarr.codecs import BloscCodec
+        return BloscCodec(cname="lz4")
+    raise ValueError(f"input codec must be one of {', '.join(INPUT_CODECS)}, not {codec!r}")
+
+
+def _codec_dict(codec) -> dict | str:
+    """A codec as JSON: zarr v3 codecs have ``to_dict``, numcodecs' (Zarr v2) ``get_config``."""
+    for method in ("to_dict", "get_config"):
+        with contextlib.suppress(Exception):
+            return _jsonable(getattr(codec, method)())
+    return repr(codec)
+
+
+def _jsonable(x):
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if x is None or isinstance(x, (bool, int, float, str)):
+        return x
+    return getattr(x, "value", None) if isinstance(getattr(x, "value", None), (str, int)) else str(x)
+
+
+def describe_zarr(path) -> dict:
+    """What zarr says the array at ``path`` is: format, chunks, shards and codecs, as JSON."""
+    import zarr
+
+    arr = zarr.open_array(os.fspath(path), mode="r")
+    meta = arr.metadata
+    out = {"zarr_format": meta.zarr_format, "chunks": list(arr.chunks),
+           "shards": list(arr.shards) if arr.shards is not None else None,
+           "compressors": [_codec_dict(c) for c in arr.compressors],
+           "filters": [_codec_dict(c) for c in arr.filters]}
+    if meta.zarr_format == 3:
+        out["codecs"] = [_codec_dict(c) for c in meta.codecs]
+    return out
+
+
+def _capped_shards(shards: int | None, shape, ch) -> tuple[int, int] | None:
+    """The shard shape for an array: ``shards`` along each axis, capped to the array (rounded up to its chunks)."""
+    if not shards:
+        return None
+    return tuple(min(shards, roundup(max(x, 1), c)) for x, c in zip(shape, ch))
+
+
+def make_inputs(folder: Path, m: int, n: int, k: int, chunks: int, dtype: str, seed: int, tag: str = "",
+                codec: str = "raw", zarr_format: int = 3, shards: int | None = None) -> dict:
+    """Write A (m x k) and B (k x n) into ``folder``; their paths, chunks, codecs, bytes and the write time.
+
+    Written with zarr's API (``zarr.create_array`` with zarr's defaults except
+    the codec ``codec`` names, then whole chunks, or whole shards of
+    ``shards`` x ``shards``, set from threads): the same arrays
+    ``dask.array.to_zarr`` makes with the same codec.  Each array's entry
+    carries what zarr reads back (:func:`describe_zarr`).
+    """
+    out = {"seconds": 0.0, "codec": codec, "zarr_format": zarr_format, "shards": shards,
+           "writer": "zarr.create_array (zarr's defaults but the codec) + threaded setitem of whole "
+                     + ("shards" if shards else "chunks")}
+    compressors = input_compressors(codec, zarr_format)
     for name, shape, s in (("a", (m, k), seed), ("b", (k, n), seed + 1)):
         path = folder / f"{name}{tag}.zarr"
         ch = (min(chunks, max(shape[0], 1)), min(chunks, max(shape[1], 1)))
+        sh = _capped_shards(shards, shape, ch)
         t0 = time.perf_counter()
-        random_zarr(path, shape, ch, dtype, seed=s, overwrite=True)
+        random_zarr(path, shape, ch, dtype, seed=s, overwrite=True, compressors=compressors, shards=sh,
+                    zarr_format=zarr_format)
         sec = time.perf_counter() - t0
         out["seconds"] += sec
         nbytes = shape[0] * shape[1] * np.dtype(dtype).itemsize
-        out[name] = {"path": str(path), "shape": list(shape), "chunks": list(ch), "bytes": nbytes,
+        out[name] = {"path": str(path), "shape": list(shape), "chunks": list(ch),
+                     "shards": list(sh) if sh else None, "bytes": nbytes,
                      "bytes_on_disk": _dir_bytes(path), "seconds": sec,
-                     "write_gbps": nbytes / sec / 1e9 if sec > 0 else None}
+                     "write_gbps": nbytes / sec / 1e9 if sec > 0 else None, "zarr": describe_zarr(path)}
     return out
 
 
@@ -352,6 +439,87 @@ def time_dgemm(client, workers: list[str], a_path, b_path, out_path, m: int, n: 
     return entry
 
 
+FIRST_CALL_MARK = "DGEMM-FIRST-CALL "
+FIRST_CALL_SCRIPT = """\
+# A user's script: dgemm's first call, with no cluster (dgemm.matmul starts its own).
+import json, sys, time
+start = time.time()
+import dgemm
+imported = time.time()
+if __name__ == "__main__":      # dgemm's local cluster spawns workers, which import the script again
+    dgemm.matmul(sys.argv[1], sys.argv[2], out=sys.argv[3]{extra})
+    done = time.time()
+    print({mark!r} + json.dumps({{"start": start, "imported": imported, "done": done}}), flush=True)
+"""
+
+
+def first_call_script(compressors="auto") -> str:
+    """The script :func:`time_first_call` runs: ``import dgemm`` and one ``dgemm.matmul(a, b, out=c)``.
+
+    ``compressors`` is left to dgemm's default (``"auto"``) as a user's call
+    leaves it, or ``None`` (raw C); codec objects have no place in it.
+
+    >>> "compressors" in first_call_script(), "compressors=None" in first_call_script(None)
+    (False, True)
+    """
+    if compressors == "auto":
+        extra = ""
+    elif compressors is None:
+        extra = ", compressors=None"
+    else:
+        raise ValueError(f"the first-call script writes C with zarr's default codec or none, not {compressors!r}")
+    return FIRST_CALL_SCRIPT.format(extra=extra, mark=FIRST_CALL_MARK)
+
+
+def time_first_call(a_path, b_path, out_path, m: int, n: int, k: int, devices: str | None = None,
+                    compressors="auto", keep: bool = False, timeout: float = FIRST_CALL_TIMEOUT) -> dict:
+    """Time dgemm's first call from a fresh script, from the process's start to the call's return.
+
+    A new Python process (this interpreter, ``cwd`` the folder of ``out_path``)
+    runs :func:`first_call_script`: it imports dgemm and calls
+    ``dgemm.matmul(a, b, out=out)`` once with no client, so the call starts
+    its local cluster (``DGEMM_DEVICES`` = ``devices`` when given), builds
+    or loads its kernels and allocates its buffers, as a user's script does.
+    ``seconds`` runs from just before the process is spawned to the return
+    of the call (the interpreter's start, the imports and the call);
+    ``exit_seconds`` is what the process took after it (closing its cluster).
+    The result is checked like every timed run.
+    """
+    import zarr
+
+    out_path = Path(out_path)
+    script = out_path.parent / "first_call.py"
+    script.write_text(first_call_script(compressors))
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if devices:
+        env["DGEMM_DEVICES"] = devices
+    shutil.rmtree(out_path, ignore_errors=True)
+    t0 = time.time()       # wall clock: the child's times are compared with it
+    proc = subprocess.run([sys.executable, str(script), os.fspath(a_path), os.fspath(b_path), os.fspath(out_path)],
+                          cwd=out_path.parent, env=env, capture_output=True, text=True, timeout=timeout)
+    ended = time.time()
+    marks = [line for line in proc.stdout.splitlines() if line.startswith(FIRST_CALL_MARK)]
+    if proc.returncode != 0 or not marks:
+        tail = " ".join((proc.stderr or proc.stdout).split()[-80:])
+        raise RuntimeError(f"the first-call script exited with {proc.returncode}: {tail}")
+    t = json.loads(marks[-1][len(FIRST_CALL_MARK):])
+    seconds = t["done"] - t0
+    zc = zarr.open_array(os.fspath(out_path), mode="r")
+    attrs = dict(zc.attrs).get("dgemm", {})
+    check = _check(a_path, b_path, out_path)
+    entry = {"m": m, "n": n, "k": k, "devices": devices, "seconds": seconds,
+             "tflops": _tflops(_flops(m, n, k), seconds),
+             "process_start_seconds": t["start"] - t0, "import_seconds": t["imported"] - t["start"],
+             "matmul_seconds": t["done"] - t["imported"], "dgemm_seconds": attrs.get("seconds"),
+             "exit_seconds": ended - t["done"], "check": check, "ok": check["passed"],
+             "status": "ok" if check["passed"] else "FAILED",
+             "output_compressors": [_codec_dict(c) for c in zc.compressors],
+             "script": script.read_text()}
+    if not keep:
+        shutil.rmtree(os.fspath(out_path), ignore_errors=True)
+    return entry
+
+
 def time_split(total: dict, wall: float, n_workers: int) -> dict:
     """Where the workers' time went: every ``*_seconds`` counter, and its share of wall x workers.
 
@@ -541,6 +709,20 @@ def result_detail(m: int, n: int, k: int, dtype: str) -> str:
     return f"{size}-{dtype}"
 
 
+def input_detail(codec: str, zarr_format: int, shards: int | None) -> str:
+    """The record name's part for the inputs; empty for raw Zarr v3 chunks (the benchmark's first case).
+
+    >>> input_detail("raw", 3, None), input_detail("default", 2, None), input_detail("default", 3, 16384)
+    ('', 'default-v2', 'default-shards16384')
+    """
+    parts = [] if codec == "raw" else [codec]
+    if zarr_format != 3:
+        parts.append(f"v{zarr_format}")
+    if shards:
+        parts.append(f"shards{shards}")
+    return "-".join(parts)
+
+
 def _ratio(x: dict | None, y: dict | None) -> float | None:
     if not x or not y or not x.get("tflops") or not y.get("tflops"):
         return None
@@ -562,7 +744,9 @@ def e2e_bench(size: int | None = None, *, shape=None, dtype: str = "float32", ch
               devices: str | None = None, gpus=None, store=None, keep: bool = False, peers: bool = True,
               numpy_size: int | None = None, kernel_size: int | None = None, reps: int = 1,
               out_dir=DEFAULT_OUT, client=None, seed: int = 0, command: str | None = None,
-              compressors="auto", log: Callable[[str], None] | None = print) -> tuple[dict, Path | None]:
+              compressors="auto", input_codec: str = "raw", input_zarr_format: int = 3,
+              shards: int | None = None, first_call: bool = False,
+              log: Callable[[str], None] | None = print) -> tuple[dict, Path | None]:
     """Time dgemm from Zarr to Zarr against its peers on the same inputs, and write the JSON record.
 
     Parameters
@@ -610,6 +794,18 @@ def e2e_bench(size: int | None = None, *, shape=None, dtype: str = "float32", ch
     compressors : "auto" or None or codecs
         dgemm's output codecs (:func:`dgemm.matmul`'s ``compressors``; the
         peers write with the same); ``None`` stores C uncompressed.
+    input_codec : {"raw", "default", "blosc-lz4"}
+        How A and B are encoded (:func:`input_compressors`): raw chunks,
+        zarr's default codec (zstd), or Blosc with LZ4.
+    input_zarr_format : {3, 2}
+        The inputs' Zarr format.
+    shards : int, optional
+        Write the inputs sharded, shards of ``shards`` x ``shards`` (capped to
+        the matrix) holding inner chunks of ``chunks``; a multiple of
+        ``chunks``, Zarr v3 only.
+    first_call : bool
+        Also time dgemm's first call from a fresh script (:func:`time_first_call`),
+        after the main cluster is closed, on the same inputs.
     log : callable, optional
         Called with one line per step.
 
@@ -629,9 +825,19 @@ def e2e_bench(size: int | None = None, *, shape=None, dtype: str = "float32", ch
     if dtype not in DTYPES:
         raise TypeError(f"dgemm supports float32 and float64, not {dtype}")
     m, n, k = resolve_shape(size, shape, devices)
-    for name, v in (("chunks", chunks), ("reps", reps), ("numpy_size", numpy_size), ("kernel_size", kernel_size)):
+    for name, v in (("chunks", chunks), ("reps", reps), ("numpy_size", numpy_size), ("kernel_size", kernel_size),
+                    ("shards", shards)):
         if v is not None and int(v) < 1:
             raise ValueError(f"{name} must be positive, not {v}")
+    input_compressors(input_codec, input_zarr_format)    # an unknown codec is refused here
+    if input_zarr_format not in (2, 3):
+        raise ValueError(f"input_zarr_format must be 2 or 3, not {input_zarr_format!r}")
+    if shards and input_zarr_format != 3:
+        raise ValueError("sharded inputs need Zarr v3 (input_zarr_format=3)")
+    if shards and shards % chunks:
+        raise ValueError(f"shards ({shards}) must be a multiple of chunks ({chunks})")
+    if first_call:
+        first_call_script(compressors)   # codec objects cannot go into the script
     small = tuple(min(x, numpy_size or NUMPY_SIZE) for x in (m, n, k))
     kshape = kernel_shape(m, n, k, kernel_size)
     gpus = sorted({int(g) for g in gpus}) if gpus else []
@@ -647,6 +853,7 @@ def e2e_bench(size: int | None = None, *, shape=None, dtype: str = "float32", ch
         "devices_spec": devices, "m": m, "n": n, "k": k, "dtype": dtype, "chunks": chunks, "reps": reps,
         "flops": _flops(m, n, k), "small": {"m": small[0], "n": small[1], "k": small[2]},
         "compressors": compressors if isinstance(compressors, str) or compressors is None else repr(compressors),
+        "input_codec": input_codec, "input_zarr_format": input_zarr_format, "shards": shards,
         "failures": 0, "errors": [],
     }
     if store:
@@ -665,20 +872,22 @@ def e2e_bench(size: int | None = None, *, shape=None, dtype: str = "float32", ch
         log(f"{stage}: ERROR {_err(e)}")
 
     try:
-        log(f"writing A ({m} x {k}) and B ({k} x {n}) {dtype}, chunks {chunks}, to {folder}")
-        record["inputs"] = make_inputs(folder, m, n, k, chunks, dtype, seed)
+        form = dict(codec=input_codec, zarr_format=input_zarr_format, shards=shards)
+        log(f"writing A ({m} x {k}) and B ({k} x {n}) {dtype}, chunks {chunks}, {_inputs_form(record)}, to {folder}")
+        record["inputs"] = make_inputs(folder, m, n, k, chunks, dtype, seed, **form)
         log(f"inputs: {_fmt_bytes(record['inputs']['a']['bytes'] + record['inputs']['b']['bytes'])} "
             f"in {record['inputs']['seconds']:.1f} s")
         if small != (m, n, k) and peers:
-            record["inputs_small"] = make_inputs(folder, *small, chunks, dtype, seed + 2, tag="_small")
+            record["inputs_small"] = make_inputs(folder, *small, chunks, dtype, seed + 2, tag="_small", **form)
         ins = record["inputs"]
         ins_small = record.get("inputs_small", ins)
 
         # ---- dgemm on the main cluster: kernel in memory, end to end, the small size ----
         with bench_cluster(devices, client) as (c, start_seconds):
             workers, names, usable = ready_workers(c, dtype)
-            path = (result_path(out_dir, record["date"], names, "e2e", result_detail(m, n, k, dtype))
-                    if out_dir is not None else None)
+            detail = "-".join(x for x in (result_detail(m, n, k, dtype),
+                                          input_detail(input_codec, input_zarr_format, shards)) if x)
+            path = result_path(out_dir, record["date"], names, "e2e", detail) if out_dir is not None else None
             info = usable[workers[0]]["device"]
             record.update(device=", ".join(dict.fromkeys(names)), devices=names, workers=len(workers),
                           device_type=info.type, driver=info.driver, platform=info.platform,
@@ -707,6 +916,11 @@ def e2e_bench(size: int | None = None, *, shape=None, dtype: str = "float32", ch
         else:
             record["scaling"] = None
 
+        # ---- the first call from a fresh script: its own cluster, after ours are gone ----
+        record["first_call"] = _first_call(record, ins, folder, (m, n, k), devices, compressors, keep, failed,
+                                           log) if first_call else None
+        save()
+
         # ---- peers, after dgemm's clusters are gone (the GPU to themselves) ----
         record["peers"] = _peers(peers, record, ins, ins_small, folder, (m, n, k), dtype, reps, keep, log)
         record["ratios"] = _ratios(record)
@@ -724,6 +938,34 @@ def e2e_bench(size: int | None = None, *, shape=None, dtype: str = "float32", ch
 def _fmt_bytes(n: float) -> str:
     from dask.utils import format_bytes
     return format_bytes(int(n))
+
+
+def _inputs_form(record: dict) -> str:
+    """The inputs' encoding in words: ``zstd... → "default codec, Zarr v3, shards 16384"``."""
+    codec = {"raw": "raw chunks", "default": "zarr's default codec"}.get(record["input_codec"], record["input_codec"])
+    return (f"{codec}, Zarr v{record['input_zarr_format']}"
+            + (f", shards {record['shards']}" if record.get("shards") else ""))
+
+
+def _first_call(record, ins, folder, mnk, devices, compressors, keep, failed, log) -> dict:
+    """:func:`time_first_call` on the main inputs, beside the warm run's time."""
+    m, n, k = mnk
+    try:
+        r = time_first_call(ins["a"]["path"], ins["b"]["path"], folder / "c_first_call.zarr", m, n, k, devices,
+                            compressors, keep)
+    except Exception as e:
+        failed("first call", e)
+        return {"m": m, "n": n, "k": k, "status": "ERROR", "ok": False, "error": _err(e), "seconds": None,
+                "tflops": None}
+    if not r["ok"]:
+        failed("first call", RuntimeError(f"wrong result: max relative error {r['check']['max_rel_err']:.3g} > "
+                                          f"{r['check']['tolerance']:.3g}"))
+    warm = (record.get("dgemm") or {}).get("seconds")
+    r["minus_warm_seconds"] = r["seconds"] - warm if warm else None
+    log(f"first call from a fresh script: {r['seconds']:.3f} s from process start ({_fmt(r['tflops'], '.4g')} TFLOPS; "
+        f"import {r['import_seconds']:.2f} s, matmul {r['matmul_seconds']:.2f} s"
+        + (f"; warm + {r['minus_warm_seconds']:.2f} s" if warm else "") + f") ({r['status']})")
+    return r
 
 
 def _time_kernel(client, addr, dtype, kshape, reps, seed, failed, log) -> dict | None:
@@ -916,11 +1158,14 @@ def format_table(record: dict) -> str:
              f"reps {record['reps']}; store {record['store']}"]
     ins = record.get("inputs")
     if ins:
-        lines.append(f"inputs: A {_fmt_bytes(ins['a']['bytes'])}, B {_fmt_bytes(ins['b']['bytes'])}, written in "
-                     f"{ins['seconds']:.2f} s")
+        lines.append(f"inputs: A {_fmt_bytes(ins['a']['bytes'])}, B {_fmt_bytes(ins['b']['bytes'])}"
+                     + (f" ({_inputs_form(record)})" if "input_codec" in record else "")
+                     + f", written in {ins['seconds']:.2f} s")
     lines.append(f"{'run':26} {'m x n x k':>20} {'seconds':>10} {'TFLOPS':>9} {'rel_err':>8}  check")
     peers = record.get("peers") or {}
     lines.append(_row(f"dgemm e2e ({record.get('workers')} worker(s))", record.get("dgemm")))
+    if record.get("first_call"):
+        lines.append(_row("dgemm first call (script)", record["first_call"]))
     lines.append(_row("dgemm kernel (in memory)", record.get("kernel")))
     lines.append(_row("dask.array + cupy", peers.get("dask_cupy"), peers.get("dask_cupy_skipped")))
     lines.append(_row("cuBLAS (in memory)", peers.get("cublas"), peers.get("cublas_skipped")))
@@ -969,6 +1214,12 @@ def format_table(record: dict) -> str:
                 lines.append(f"{'':8}   {addr}: {w.get('blocks', '?')} blocks; " + ", ".join(
                     f"{k.removesuffix('_seconds')} {w[k]:.3g} s" for k in SPLIT_KEYS if k.endswith("_seconds") and k in w)
                     + (f"; read {_fmt_bytes(w['bytes_read'])}" if "bytes_read" in w else ""))
+    fc = record.get("first_call")
+    if fc and fc.get("seconds") is not None:
+        lines.append(f"first call from a fresh script: {fc['seconds']:.3g} s from process start = interpreter "
+                     f"{fc['process_start_seconds']:.2g} s + import dgemm {fc['import_seconds']:.2g} s + matmul "
+                     f"{fc['matmul_seconds']:.3g} s (dgemm's own {_fmt(fc.get('dgemm_seconds'), '.3g')} s); "
+                     f"warm + {_fmt(fc.get('minus_warm_seconds'), '.3g')} s; exit {fc['exit_seconds']:.2g} s after")
     for e in record.get("errors", []):
         lines.append(f"error in {e['stage']}: {e['error']}")
     n_failed = record.get("failures")

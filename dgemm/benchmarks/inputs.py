@@ -8,7 +8,9 @@ only, not on the threads or the panels.  No whole matrix, nor a whole chunk
 row of a very wide one, is ever held in memory: each thread writes a panel
 of at most :data:`PANEL_BYTES` (whole chunks of one chunk row, or one chunk
 when a chunk is larger), and the threads are fewer when their panels would
-hold more than :data:`BYTES_IN_FLIGHT`.
+hold more than :data:`BYTES_IN_FLIGHT`.  A sharded array is written in whole
+shards (a shard is one object: two threads writing parts of it would race).
+The codec and the Zarr format are the caller's (by default raw chunks, v3).
 """
 from __future__ import annotations
 
@@ -47,6 +49,9 @@ def _pair(value, what: str, minimum: int) -> tuple[int, int]:
 def panels(shape, chunks, itemsize: int) -> list[tuple[int, int, int, int]]:
     """``(r0, r1, c0, c1)`` of each write: whole chunks of one chunk row, at most :data:`PANEL_BYTES`.
 
+    ``chunks`` is the unit a write must not split: the chunks, or the shards
+    of a sharded array.
+
     >>> panels((25, 30), (10, 8), 8)[:2]
     [(0, 10, 0, 30), (10, 20, 0, 30)]
     """
@@ -57,8 +62,8 @@ def panels(shape, chunks, itemsize: int) -> list[tuple[int, int, int, int]]:
 
 
 def random_zarr(path, shape, chunks, dtype="float64", seed: int | None = None, overwrite: bool = False,
-                threads: int | None = None):
-    """Write a standard-normal random matrix as an uncompressed Zarr array, chunks in parallel.
+                threads: int | None = None, *, compressors=None, shards=None, zarr_format: int = 3):
+    """Write a standard-normal random matrix as a Zarr array (uncompressed by default), chunks in parallel.
 
     Parameters
     ----------
@@ -78,6 +83,14 @@ def random_zarr(path, shape, chunks, dtype="float64", seed: int | None = None, o
         Replace an existing array, folder or file at ``path``.
     threads : int, optional
         Writer threads; default the CPU count (fewer when the panels are large).
+    compressors : None, "auto" or codecs
+        zarr's ``compressors``: ``None`` (default) writes raw chunks, ``"auto"``
+        zarr's default codec for the format (zstd), as a user's array has it.
+    shards : (int, int), optional
+        Shard shape (zarr's ``shards``; multiples of ``chunks``, Zarr v3
+        only): ``chunks`` are then the inner chunks.
+    zarr_format : {3, 2}
+        The Zarr format of the array.
 
     Returns
     -------
@@ -89,7 +102,7 @@ def random_zarr(path, shape, chunks, dtype="float64", seed: int | None = None, o
     FileExistsError
         ``path`` exists and ``overwrite`` is false; nothing is written.
     ValueError, TypeError
-        Bad shape, chunks or dtype; nothing is written.
+        Bad shape, chunks, shards, format or dtype; nothing is written.
 
     Examples
     --------
@@ -111,19 +124,27 @@ def random_zarr(path, shape, chunks, dtype="float64", seed: int | None = None, o
     dt = np.dtype(dtype)
     if dt not in SUPPORTED:
         raise TypeError(f"dtype must be float32 or float64, not {dt}")
+    if zarr_format not in (2, 3):
+        raise ValueError(f"zarr_format must be 2 or 3, not {zarr_format!r}")
+    if shards is not None:
+        shards = _pair(shards, "shards", minimum=1)
+        if zarr_format != 3:
+            raise ValueError("shards need Zarr v3 (zarr_format=3)")
+        if any(s % c for s, c in zip(shards, chunks)):
+            raise ValueError(f"shards {shards} must be multiples of the chunks {chunks}")
     path = os.fspath(path)
     if not overwrite and _exists(path):
         raise FileExistsError(f"{path!r} already exists; pass overwrite=True to replace it")
     if overwrite and os.path.isfile(path):
         # zarr would refuse to turn a plain file into a store; the user asked to replace it.
         os.remove(path)
-    # Random normals do not compress: skipping the codec makes writing several times faster.
-    arr = zarr.create_array(store=path, shape=shape, chunks=chunks, dtype=dt, compressors=None,
-                            fill_value=0, overwrite=overwrite)
+    # Random normals do not compress: by default the codec is skipped, which writes several times faster.
+    arr = zarr.create_array(store=path, shape=shape, chunks=chunks, shards=shards, dtype=dt,
+                            compressors=compressors, fill_value=0, overwrite=overwrite, zarr_format=zarr_format)
     (m, n), (cr, cc) = shape, chunks
     grid_cols = -(-n // cc)
     seeds = np.random.SeedSequence(seed).spawn(-(-m // cr) * grid_cols)
-    todo = panels(shape, chunks, dt.itemsize)
+    todo = panels(shape, shards or chunks, dt.itemsize)
     if not todo:   # an empty matrix
         return arr
     biggest = max((r1 - r0) * (c1 - c0) for r0, r1, c0, c1 in todo) * dt.itemsize
@@ -134,9 +155,12 @@ def random_zarr(path, shape, chunks, dtype="float64", seed: int | None = None, o
     def write(panel):
         r0, r1, c0, c1 = panel
         block = np.empty((r1 - r0, c1 - c0), dt)
-        for j0 in range(c0, c1, cc):
-            rng = np.random.default_rng(seeds[(r0 // cr) * grid_cols + j0 // cc])
-            block[:, j0 - c0:min(j0 + cc, c1) - c0] = rng.standard_normal((r1 - r0, min(cc, c1 - j0)), dtype=dt)
+        for i0 in range(r0, r1, cr):    # a shard's panel spans several chunk rows
+            rows = min(cr, r1 - i0)
+            for j0 in range(c0, c1, cc):
+                rng = np.random.default_rng(seeds[(i0 // cr) * grid_cols + j0 // cc])
+                block[i0 - r0:i0 - r0 + rows, j0 - c0:min(j0 + cc, c1) - c0] = rng.standard_normal(
+                    (rows, min(cc, c1 - j0)), dtype=dt)
         arr[r0:r1, c0:c1] = block
 
     with ThreadPoolExecutor(threads) as ex:

@@ -105,16 +105,29 @@ def bench_kernel(ctx, device_spec, dtypes, sizes, reps, out_dir, no_peers):
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs.")
 @click.option("--uncompressed", is_flag=True,
               help="Store C without compression (dgemm and the peers); default: Zarr's default codec.")
+@click.option("--input-codec", type=click.Choice(["raw", "default", "blosc-lz4"]), default="raw", show_default=True,
+              help="How A and B are encoded: raw chunks, Zarr's default codec (zstd, as users' arrays are), "
+                   "or Blosc with LZ4.")
+@click.option("--input-zarr-format", type=click.Choice(["2", "3"]), default="3", show_default=True,
+              help="The Zarr format of A and B.")
+@click.option("--shards", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Write A and B sharded: shards of N x N holding inner chunks of --chunks (a multiple of "
+                   "--chunks; Zarr v3).")
+@click.option("--first-call", is_flag=True,
+              help="Also time dgemm's first call from a fresh script (a new process that imports dgemm and "
+                   "calls dgemm.matmul once with no cluster), from the process's start to the call's return.")
 @click.pass_context
 def bench_e2e(ctx, size, shape, dtype, chunks, devices, scheduler, gpus, store, keep, no_peers, numpy_size,
-              kernel_size, reps, out_dir, seed, uncompressed):
+              kernel_size, reps, out_dir, seed, uncompressed, input_codec, input_zarr_format, shards, first_call):
     """Time dgemm from Zarr to Zarr against dask.array + cupy, cuBLAS and dask.array + numpy.
 
-    Writes random A and B as uncompressed Zarr arrays, then on those inputs
+    Writes random A and B as Zarr arrays (raw chunks, or as --input-codec,
+    --input-zarr-format and --shards say, with zarr's API), then on those inputs
     times dgemm.matmul (kernels built first) with the workers' counters,
     peak memory and a sampled correctness check, dgemm's kernel in device
     memory, the peers that can run here, and the host's store read and
-    write rates and a worker's host-device copy rates.  A wrong dgemm result makes
+    write rates and a worker's host-device copy rates; with --first-call,
+    also a fresh script's first dgemm.matmul.  A wrong dgemm result makes
     the command fail.
     """
     from dgemm.benchmarks.e2e import e2e_bench, format_table
@@ -128,12 +141,19 @@ def bench_e2e(ctx, size, shape, dtype, chunks, devices, scheduler, gpus, store, 
     if scheduler and (devices or gpu_counts):
         raise InputError("--devices and --gpus start local clusters; the workers of --scheduler have their own "
                          "devices")
+    zarr_format = int(input_zarr_format)
+    if shards is not None and zarr_format != 3:
+        raise InputError("--shards needs --input-zarr-format 3 (Zarr v2 has no shards)")
+    if shards is not None and shards % chunks:
+        raise InputError(f"--shards {shards} must be a multiple of --chunks {chunks}")
     with user_errors(ctx), contextlib.ExitStack() as stack:
         client = connect(stack, scheduler)
         record, path = e2e_bench(size, shape=mnk, dtype=dtype, chunks=chunks, devices=devices, gpus=gpu_counts,
                                  store=store, keep=keep, peers=not no_peers, numpy_size=numpy_size,
                                  kernel_size=kernel_size, reps=reps, out_dir=out_dir, client=client, seed=seed,
-                                 compressors=None if uncompressed else "auto", log=click.echo)
+                                 compressors=None if uncompressed else "auto", input_codec=input_codec,
+                                 input_zarr_format=zarr_format, shards=shards, first_call=first_call,
+                                 log=click.echo)
     click.echo()
     click.echo(format_table(record))
     if keep:

@@ -1,18 +1,28 @@
 """``dgemm worker`` (one Dask worker per device of this host) and ``dgemm cluster`` (a one-host cluster)."""
 from __future__ import annotations
 
+import os
+
 import click
 
 from dgemm.cli.common import InputError, cli, user_errors
 
 
-def _security(tls_ca_file, tls_cert, tls_key):
-    """TLS from the command line, else None (the Dask configuration's, e.g. deploy/tls/)."""
+def _security(tls_ca_file, tls_cert, tls_key, scheduler=False):
+    """TLS from the command line, else None (the Dask configuration's, e.g. deploy/tls/).
+
+    The one certificate serves the workers and, for ``dgemm cluster`` (``scheduler``),
+    its scheduler too, as one node certificate does in deploy/tls/.
+    """
     if not (tls_ca_file or tls_cert or tls_key):
         return None
+    if not (tls_ca_file and tls_cert):
+        raise InputError("TLS needs --tls-ca-file and --tls-cert (and --tls-key unless the key is in the "
+                         "certificate's file)")
     from distributed.security import Security
+    both = {"tls_scheduler_cert": tls_cert, "tls_scheduler_key": tls_key} if scheduler else {}
     return Security(tls_ca_file=tls_ca_file, tls_worker_cert=tls_cert, tls_worker_key=tls_key,
-                    require_encryption=True)
+                    require_encryption=True, **both)
 
 
 def _echo_workers(specs, scheduler):
@@ -35,6 +45,19 @@ def _worker_options(f):
         click.option("--memory-limit", default="auto", show_default=True,
                      help="Memory limit per worker: bytes (16GB), a fraction of this host's memory, 0 for "
                           "none, or auto (this host's memory shared among the workers)."),
+        click.option("--device-memory-limit", default=None, metavar="BYTES",
+                     help="Caps the device memory each worker plans for, e.g. 4GiB (a device shared with "
+                          "other jobs); sets DGEMM_DEVICE_MEMORY_LIMIT in each worker "
+                          "(default: the worker's own setting)."),
+        click.option("--preload", multiple=True, metavar="MODULE",
+                     help="Module (foo.bar) or file (/path/to/foo.py) each worker process loads, as dask "
+                          "worker --preload; repeatable."),
+        click.option("--tls-ca-file", default=None, type=click.Path(exists=True, dir_okay=False),
+                     help="CA certificate (TLS); with --tls-cert and --tls-key, every connection is TLS."),
+        click.option("--tls-cert", default=None, type=click.Path(exists=True, dir_okay=False),
+                     help="Node certificate (TLS) of the workers (and of dgemm cluster's scheduler)."),
+        click.option("--tls-key", default=None, type=click.Path(exists=True, dir_okay=False),
+                     help="Private key of --tls-cert (TLS)."),
     ]):
         f = opt(f)
     return f
@@ -64,13 +87,16 @@ def _worker_options(f):
               help="Random variation of --lifetime between workers.")
 @click.option("--lifetime-restart/--no-lifetime-restart", default=False, show_default=True,
               help="Restart the workers after --lifetime.")
-@click.option("--tls-ca-file", default=None, help="CA certificate (TLS).")
-@click.option("--tls-cert", default=None, help="Worker certificate (TLS).")
-@click.option("--tls-key", default=None, help="Worker private key (TLS).")
+@click.option("--dashboard-prefix", default=None, metavar="PREFIX",
+              help="Path prefix of each worker's HTTP server, e.g. behind a proxy (/metrics becomes "
+                   "/PREFIX/metrics).")
+@click.option("--pid-file", type=click.Path(dir_okay=False), default=None,
+              help="Write this process's id to this file while it runs (as dask worker).")
 @click.pass_context
-def worker_cmd(ctx, scheduler, devices, nthreads, memory_limit, scheduler_file, name, resources, host, interface,
-               protocol, dashboard_address, dashboard, death_timeout, local_directory, lifetime,
-               lifetime_stagger, lifetime_restart, tls_ca_file, tls_cert, tls_key):
+def worker_cmd(ctx, scheduler, devices, nthreads, memory_limit, device_memory_limit, preload, tls_ca_file, tls_cert,
+               tls_key, scheduler_file, name, resources, host, interface, protocol, dashboard_address, dashboard,
+               death_timeout, local_directory, lifetime, lifetime_stagger, lifetime_restart, dashboard_prefix,
+               pid_file):
     """Start one Dask worker per OpenCL device of this host, connected to SCHEDULER.
 
     Each worker runs under its own nanny, is pinned to its device
@@ -79,7 +105,9 @@ def worker_cmd(ctx, scheduler, devices, nthreads, memory_limit, scheduler_file, 
     defaults to $DASK_SCHEDULER_ADDRESS.  The workers run until Ctrl-C
     (SIGINT) or SIGTERM.  Accepts the flags dask-jobqueue passes to its
     worker command (--name, --nthreads, --memory-limit, --death-timeout,
-    --local-directory, --interface, --protocol, --tls-*).
+    --local-directory, --interface, --protocol, --tls-*) and what `dask
+    worker` and `dask cuda worker` users pass (--preload, --resources,
+    --device-memory-limit, --pid-file, --dashboard-prefix, --scheduler-file).
     """
     import asyncio
 
@@ -87,17 +115,29 @@ def worker_cmd(ctx, scheduler, devices, nthreads, memory_limit, scheduler_file, 
 
     if not scheduler and not scheduler_file:
         raise InputError("give the scheduler's address (SCHEDULER, $DASK_SCHEDULER_ADDRESS) or --scheduler-file")
+    security = _security(tls_ca_file, tls_cert, tls_key)
     with user_errors(ctx):
         specs = worker_specs(devices, name=name, nthreads=nthreads, memory_limit=memory_limit,
                              resources=parse_resources(resources),
-                             dashboard_address=dashboard_address if dashboard else None)
+                             dashboard_address=dashboard_address if dashboard else None,
+                             device_memory_limit=device_memory_limit, preload=preload,
+                             dashboard_prefix=dashboard_prefix)
+    if security is not None and protocol is None:
+        protocol = "tls"           # the workers listen on TLS too, not only connect with it
     common = {"scheduler_file": scheduler_file, "host": host, "interface": interface, "protocol": protocol,
-              "security": _security(tls_ca_file, tls_cert, tls_key), "death_timeout": death_timeout,
+              "security": security, "death_timeout": death_timeout,
               "local_directory": local_directory, "lifetime": lifetime, "lifetime_stagger": lifetime_stagger,
               "lifetime_restart": lifetime_restart}
     _echo_workers(specs, scheduler or f"the scheduler in {scheduler_file}")
-    status = asyncio.run(run_workers(scheduler, specs, log=lambda m: click.echo(m, err=True),
-                                     **{k: v for k, v in common.items() if v is not None}))
+    if pid_file:
+        with open(pid_file, "w") as f:
+            f.write(str(os.getpid()))
+    try:
+        status = asyncio.run(run_workers(scheduler, specs, log=lambda m: click.echo(m, err=True),
+                                         **{k: v for k, v in common.items() if v is not None}))
+    finally:
+        if pid_file and os.path.exists(pid_file):
+            os.remove(pid_file)
     if status:
         raise click.ClickException("the workers could not start (see the log above)")
 
@@ -114,21 +154,27 @@ def worker_cmd(ctx, scheduler, devices, nthreads, memory_limit, scheduler_file, 
 @click.option("--scheduler-file", type=click.Path(dir_okay=False), default=None,
               help="Also write the scheduler's address to this file (for dgemm worker --scheduler-file).")
 @click.pass_context
-def cluster_cmd(ctx, devices, nthreads, memory_limit, host, port, dashboard_address, scheduler_file):
+def cluster_cmd(ctx, devices, nthreads, memory_limit, device_memory_limit, preload, tls_ca_file, tls_cert, tls_key,
+                host, port, dashboard_address, scheduler_file):
     """Run a one-host cluster: a scheduler with the dashboard and one worker per device.
 
     Prints the scheduler's address (for Client(...), dgemm matmul
     --scheduler and more dgemm worker processes) and the dashboard's dgemm
-    page, then runs until Ctrl-C (SIGINT) or SIGTERM.
+    page, then runs until Ctrl-C (SIGINT) or SIGTERM.  With --tls-ca-file,
+    --tls-cert and --tls-key the scheduler and the workers speak TLS only
+    (tls:// addresses; clients need certificates from that authority).
     """
     import asyncio
 
     from dgemm.cluster.launch import run_workers, worker_specs
 
     local = host not in ("0.0.0.0", "", "::")
+    security = _security(tls_ca_file, tls_cert, tls_key, scheduler=True)
+    tls = {"security": security, "protocol": "tls"} if security is not None else {}
     with user_errors(ctx):
         specs = worker_specs(devices, nthreads=nthreads, memory_limit=memory_limit,
-                             dashboard_address=f"{host}:0" if local else ":0")
+                             dashboard_address=f"{host}:0" if local else ":0",
+                             device_memory_limit=device_memory_limit, preload=preload)
     dashboard_address = dashboard_address or f"{host}:8787"
 
     async def run():
@@ -139,7 +185,7 @@ def cluster_cmd(ctx, devices, nthreads, memory_limit, host, port, dashboard_addr
         from dgemm.scheduler.dashboard import DgemmDashboard, ROUTE
 
         async with Scheduler(host=host, port=port, dashboard_address=dashboard_address,
-                             scheduler_file=scheduler_file, plugins=[DgemmDashboard()]) as s:
+                             scheduler_file=scheduler_file, plugins=[DgemmDashboard()], **tls) as s:
             assert DASHBOARD_PLUGIN in s.plugins
             link = format_dashboard_link(s.ip if host in ("0.0.0.0", "") else host, s.http_server.port)
             click.echo(f"scheduler: {s.address}")
@@ -148,7 +194,7 @@ def cluster_cmd(ctx, devices, nthreads, memory_limit, host, port, dashboard_addr
             _echo_workers(specs, s.address)
             click.echo("press Ctrl-C to stop")
             return await run_workers(s.address, specs, log=lambda m: click.echo(m, err=True),
-                                     **({"host": host} if local else {}))
+                                     **({"host": host} if local else {}), **tls)
 
     status = asyncio.run(run())
     if status:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 
 from dgemm.cluster.spec import device_worker
 from dgemm.opencl.discovery import select_devices
@@ -53,7 +54,9 @@ def _port(address: str | None, i: int, n: int):
 
 def worker_specs(devices: str | None = None, *, name: str | None = None, nthreads: int | None = None,
                  memory_limit: str | int | float | None = "auto", resources: dict | None = None,
-                 dashboard_address: str | None = ":0", device_infos=None) -> list[dict]:
+                 dashboard_address: str | None = ":0", device_infos=None,
+                 device_memory_limit: str | int | None = None, preload: Sequence[str] = (),
+                 dashboard_prefix: str | None = None) -> list[dict]:
     """Keyword arguments of one :class:`distributed.Nanny` per selected device.
 
     Parameters
@@ -76,6 +79,14 @@ def worker_specs(devices: str | None = None, *, name: str | None = None, nthread
     dashboard_address : str, optional
         Each worker's HTTP server (``/metrics``); a fixed port ``p`` becomes
         ``p + i`` for worker ``i``.  None: no HTTP server.
+    device_memory_limit : str or int, optional
+        Caps the device memory each worker plans for (``4GiB``): its
+        ``DGEMM_DEVICE_MEMORY_LIMIT`` (:func:`dgemm.cluster.spec.device_worker`).
+    preload : sequence of str
+        Modules or ``.py`` files each worker process loads (as ``dask worker --preload``).
+    dashboard_prefix : str, optional
+        Path prefix of each worker's HTTP server (``/metrics`` becomes
+        ``PREFIX/metrics``), e.g. behind a proxy.
 
     >>> from dgemm.opencl.discovery import DeviceInfo
     >>> d = [DeviceInfo(0, 0, "P", "gpu0", "v", "GPU", 1, 1, 1, 1, True, None, ""),
@@ -100,8 +111,12 @@ def worker_specs(devices: str | None = None, *, name: str | None = None, nthread
                              "host's memory like 0.25, 0 (no limit) or auto") from None
     specs = []
     for i, info in enumerate(infos):
-        w = device_worker(i, ids, name=name, nthreads=nthreads, memory_limit=memory_limit)
-        specs.append({
+        w = device_worker(i, ids, name=name, nthreads=nthreads, memory_limit=memory_limit,
+                          device_memory_limit=device_memory_limit)
+        extra = {"preload": list(preload)} if preload else {}
+        if dashboard_prefix:
+            extra["http_prefix"] = "/" + dashboard_prefix.strip("/")
+        specs.append({**extra,
             "name": w.name, "env": w.env, "nthreads": w.nthreads, "memory_limit": w.memory_limit,
             "resources": {**(resources or {}), "GPU": 1}, "plugins": {DgemmPlugin()},
             "dashboard": dashboard_address is not None,

@@ -47,7 +47,8 @@ class DeviceWorker:
 
 
 def device_worker(i: int, devices: Sequence[str], *, name: str | None = None, nthreads: int | None = None,
-                  memory_limit: int | str | float | None = "auto", cpus: int | None = None) -> DeviceWorker:
+                  memory_limit: int | str | float | None = "auto", cpus: int | None = None,
+                  device_memory_limit: int | str | None = None) -> DeviceWorker:
     """The ``i``-th worker of a host whose device workers use ``devices`` (ids; one may repeat).
 
     Parameters
@@ -65,10 +66,17 @@ def device_worker(i: int, devices: Sequence[str], *, name: str | None = None, nt
         Per worker; ``"auto"`` or None share this host's memory.
     cpus : int, optional
         This host's cores (default :func:`os.cpu_count`).
+    device_memory_limit : int or str, optional
+        Caps the device memory the worker plans for (``4GiB`` or bytes): its
+        ``device-memory-limit`` setting, set in its environment
+        (``DGEMM_DEVICE_MEMORY_LIMIT``) because the worker reads it where it
+        runs.  None: the worker's own setting, if any.
 
     >>> w = device_worker(1, ["0:0", "0:1"], name="job", cpus=16, memory_limit="8GB")
     >>> w.name, w.nthreads, w.memory_limit, w.env[config.environment("device")]
     ('job-1', 8, '8GB', '0:1')
+    >>> device_worker(0, ["0:0"], device_memory_limit="4GiB").env["DGEMM_DEVICE_MEMORY_LIMIT"]
+    '4294967296'
     """
     from distributed.system import MEMORY_LIMIT
 
@@ -82,6 +90,10 @@ def device_worker(i: int, devices: Sequence[str], *, name: str | None = None, nt
         env["POCL_MAX_PTHREAD_COUNT"] = str(max(1, cpus // n))
     if n > 1 and config.get("read-threads") is None:
         env[config.environment("read-threads")] = str(reader_share(cpus, n))
+    if device_memory_limit not in (None, ""):
+        # Parsed here, so that a mistake fails in the launcher rather than in every worker.
+        env[config.environment("device-memory-limit")] = str(config.SETTINGS["device-memory-limit"].parse(
+            device_memory_limit, "--device-memory-limit"))
     return DeviceWorker(
         device=devices[i],
         name=name if (n == 1 or name in (None, "")) else f"{name}-{i}",
