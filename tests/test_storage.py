@@ -346,9 +346,9 @@ def test_read_error_names_the_chunk_and_its_key(tmp_path, shards):
     key = "c/1/1" if shards else "c/2/3"
     (tmp_path / "a.zarr" / key).write_bytes(b"bad")
     ref = ZarrBlock(arr, (4, 6), (4, 8))
-    # zarr's own error, unwrapped (the tasks raise an OSError with read_error's message): the shard's
-    # checksum fails, or (numpy's words) a 3-byte chunk cannot be viewed as float64
-    with pytest.raises(ValueError, match="checksum do not match" if shards else None) as err:
+    # the reader's own error, unwrapped (the tasks raise an OSError with read_error's message): the
+    # shard's index is cut short, or a raw chunk has the wrong size
+    with pytest.raises(ValueError, match="shard index has 3 bytes" if shards else "to 3 bytes") as err:
         ref.load()
     msg = read_error(ref, err.value)
     idx = "(1, 1)" if shards else "(2, 3)"
@@ -366,7 +366,7 @@ def test_read_error_of_a_vector_and_in_a_group(tmp_path):
     v[...] = 2.0
     (tmp_path / "g.zarr" / "v" / "c" / "1").write_bytes(b"x")
     ref = ZarrBlock(v, (0, 1), (0, 10), expand=0)
-    with pytest.raises(ValueError) as err:   # a 1-byte chunk cannot be viewed as float32
+    with pytest.raises(ValueError, match="1 bytes") as err:   # a 1-byte chunk is not a float32 chunk
         ref.load()
     assert "chunk (1,) (store key 'v/c/1')" in read_error(ref, err.value)
 
@@ -409,36 +409,30 @@ def test_operand_identity(tmp_path):
     assert run_id({"x": [1, 2]}) == run_id({"x": [1, 2]}) != run_id({"x": [2, 1]})
 
 
-# -- raw chunks read without zarr ---------------------------------------------
-def test_a_raw_chunk_is_read_straight_from_its_file(tmp_path, rng):
+# -- chunks read without zarr (dgemm.storage.chunks; tests/test_chunks.py has the layouts) ----------
+def test_a_block_is_read_by_dgemms_reader_and_zarr_only_for_what_it_leaves(tmp_path, rng, monkeypatch):
     import zarr
+    from zarr.codecs import TransposeCodec
     from dgemm.storage import ZarrBlock
 
     x = rng.standard_normal((10, 7)).astype("f4")
-    raw = zarr.create_array(store=str(tmp_path / "raw.zarr"), shape=(10, 7), chunks=(4, 3), dtype="f4",
-                            compressors=None)
-    raw[...] = x
-    inner = ZarrBlock(raw, (4, 8), (3, 6))
-    assert inner.chunk_file() and inner.chunk_file().endswith("c/1/1")
-    out = np.full((4, 3), np.nan, "f4")
-    assert inner.read_into(out)
-    np.testing.assert_array_equal(out, x[4:8, 3:6])
-    # everything else goes through zarr: an edge chunk cut short, two chunks, a compressed or
-    # missing chunk, a 1-D operand, a big-endian array
-    assert ZarrBlock(raw, (8, 10), (0, 3)).chunk_file() is None
-    assert ZarrBlock(raw, (0, 8), (0, 3)).chunk_file() is None
     packed = zarr.create_array(store=str(tmp_path / "z.zarr"), shape=(10, 7), chunks=(4, 3), dtype="f4")
     packed[...] = x
-    assert ZarrBlock(packed, (4, 8), (3, 6)).chunk_file() is None
-    empty = zarr.create_array(store=str(tmp_path / "e.zarr"), shape=(10, 7), chunks=(4, 3), dtype="f4",
-                              compressors=None)
-    assert ZarrBlock(empty, (4, 8), (3, 6)).chunk_file() is None
-    assert ZarrBlock(raw, (0, 1), (0, 3), expand=0).chunk_file() is None
-    big = zarr.create_array(store=str(tmp_path / "be.zarr"), shape=(10, 7), chunks=(4, 3), dtype=">f4",
-                            compressors=None)
-    big[...] = x
-    assert ZarrBlock(big, (4, 8), (3, 6)).chunk_file() is None
-    assert not ZarrBlock(packed, (4, 8), (3, 6)).read_into(out)
+    odd = zarr.create_array(store=str(tmp_path / "t.zarr"), shape=(10, 7), chunks=(4, 3), dtype="f4",
+                            filters=[TransposeCodec(order=(1, 0))])
+    odd[...] = x
+    calls = []
+    getitem = zarr.Array.__getitem__
+    monkeypatch.setattr(zarr.Array, "__getitem__", lambda self, sel: calls.append(sel) or getitem(self, sel))
+    out = np.full((6, 5), np.nan, "f4")
+    assert ZarrBlock(packed, (3, 9), (1, 6)).read_into(out)          # zstd, across chunks, unaligned
+    np.testing.assert_array_equal(out, x[3:9, 1:6])
+    np.testing.assert_array_equal(ZarrBlock(packed, (8, 10), (0, 7)).load(), x[8:10])
+    assert calls == []
+    out[...] = np.nan
+    assert not ZarrBlock(odd, (3, 9), (1, 6)).read_into(out) and np.isnan(out).all()   # untouched
+    np.testing.assert_array_equal(ZarrBlock(odd, (3, 9), (1, 6)).load(), x[3:9, 1:6])  # through zarr
+    assert len(calls) == 1
 
 
 # -- paths and stores as users spell them (dgemm.storage.locations) --------------------------

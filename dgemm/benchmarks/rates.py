@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 READ_THREADS = (1, 4, 8)
+READER_THREADS = (1, 4, 8, 16)   # dgemm's own chunk reader (dgemm.storage.chunks), which scales further
 WRITE_THREADS = (1, 4)
 WRITE_CHUNKS = 8                 # chunks written per write-rate measurement
 COPY_BYTES = 256 * 2**20         # the host-device copy (capped to an eighth of the device's memory)
@@ -42,6 +44,35 @@ def store_read_rate(path, threads: int) -> float | None:
     with ThreadPoolExecutor(threads) as pool:
         total = sum(pool.map(read, cells))
     return _gbps(total, time.perf_counter() - t0)
+
+
+def reader_rate(path, threads: int) -> float | None:
+    """GB/s reading whole chunks of the Zarr array at ``path`` through dgemm's reader, ``threads`` threads.
+
+    Reads ``2 * threads`` chunks (at least 8) into reused buffers, as the
+    workers do into their page-locked staging; None when the reader leaves
+    the array to zarr.
+    """
+    import zarr
+
+    from dgemm.storage.blocks import ZarrBlock
+
+    arr = zarr.open_array(os.fspath(path), mode="r")
+    (m, n), (cr, cc) = arr.shape, arr.chunks
+    cells = [(i, j) for i in range(0, m, cr) for j in range(0, n, cc)][:max(2 * threads, 8)]
+    dtype = np.dtype(arr.dtype).newbyteorder("=")
+    bufs = {}
+
+    def read(ij):
+        i, j = ij
+        block = ZarrBlock(arr, (i, min(i + cr, m)), (j, min(j + cc, n)))
+        out = bufs.setdefault(threading.get_ident(), np.empty((cr, cc), dtype))[:block.shape[0], :block.shape[1]]
+        return out.nbytes if block.read_into(np.ascontiguousarray(out)) else None
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(threads) as pool:
+        got = list(pool.map(read, cells))
+    return None if None in got else _gbps(sum(got), time.perf_counter() - t0)
 
 
 def store_write_rate(folder, chunks, dtype, threads: int, count: int = WRITE_CHUNKS) -> float | None:
@@ -119,10 +150,12 @@ def host_rates(a_path, folder, chunks, dtype, client=None, worker: str | None = 
     Returns
     -------
     dict
-        ``read_gbps`` and ``write_gbps`` (``{threads: GB/s}``), ``copy_gbps``
+        ``read_gbps`` (through zarr), ``reader_gbps`` (dgemm's chunk reader)
+        and ``write_gbps`` (``{threads: GB/s}``), ``copy_gbps``
         (:func:`copy_rates`, or None with ``copy_skipped`` saying why).
     """
     out = {"read_gbps": {str(t): store_read_rate(a_path, t) for t in READ_THREADS},
+           "reader_gbps": {str(t): reader_rate(a_path, t) for t in READER_THREADS},
            "write_gbps": {str(t): store_write_rate(folder, chunks, dtype, t) for t in WRITE_THREADS},
            "copy_gbps": None, "copy_skipped": "no worker given"}
     if client is not None and worker is not None:

@@ -7,7 +7,6 @@ the block itself (held by dask); :func:`load` turns each into an array and
 """
 from __future__ import annotations
 
-import os
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +24,10 @@ class ZarrBlock:
     expand: int | None = None     # 1-D array promoted to 2-D: axis to insert
 
     def load(self) -> np.ndarray:
+        """The block, in this machine's byte order: read by :mod:`~dgemm.storage.chunks` where it can, else by zarr."""
+        out = np.empty(self.shape, np.dtype(self.array.dtype).newbyteorder("="))
+        if self.read_into(out):
+            return out
         visible(self.array)
         if self.expand is None:
             return np.asarray(self.array[self.rows[0]:self.rows[1], self.cols[0]:self.cols[1]])
@@ -43,60 +46,17 @@ class ZarrBlock:
         return (str(getattr(self.array, "store_path", id(self.array))), getattr(self.array, "path", ""),
                 self.rows, self.cols, self.expand)
 
-    def chunk_file(self) -> str | None:
-        """The file holding this block, when it is exactly one plain chunk of a local Zarr v3 array.
-
-        "Plain": stored raw (the ``bytes`` codec alone, in this machine's
-        byte order, no sharding), so the file's bytes are the block's
-        elements in C order and :meth:`read_into` can read them straight
-        into (pinned) memory, skipping zarr's decode and copies.  None for
-        anything else (compressed, sharded, remote, an edge chunk cut short,
-        a 1-D operand): those are read through zarr.
-        """
-        import sys
-
-        from zarr.codecs import BytesCodec
-        from zarr.storage import LocalStore
-
-        arr = self.array
-        meta = arr.metadata
-        if (self.expand is not None or getattr(meta, "zarr_format", None) != 3 or arr.ndim != 2
-                or not isinstance(arr.store, LocalStore) or getattr(arr, "shards", None)):
-            return None
-        codecs = meta.codecs
-        if len(codecs) != 1 or not isinstance(codecs[0], BytesCodec) or not arr.dtype.isnative:
-            return None
-        endian = getattr(codecs[0].endian, "value", codecs[0].endian)
-        if arr.dtype.itemsize > 1 and endian not in (None, sys.byteorder):
-            return None
-        (cr, cc), (r0, r1), (c0, c1) = arr.chunks, self.rows, self.cols
-        if r0 % cr or c0 % cc or r1 - r0 != cr or c1 - c0 != cc:
-            return None
-        key = meta.encode_chunk_key((r0 // cr, c0 // cc))
-        path = os.path.join(str(arr.store.root), arr.path.strip("/"), key)
-        if not os.path.isfile(path) or os.path.getsize(path) != cr * cc * arr.dtype.itemsize:
-            return None   # missing (zarr reads the fill value) or not what a raw chunk would be
-        return path
-
     def read_into(self, out: np.ndarray) -> bool:
-        """Read the block into ``out`` (C-contiguous, its shape and dtype) without zarr, if :meth:`chunk_file` allows.
+        """Read the block into ``out`` (C-contiguous, its shape, the array's dtype in native order) without zarr.
 
-        Returns False (``out`` untouched) when the block must go through
-        zarr instead.
+        Chunks are read and decoded by :func:`dgemm.storage.chunks.read_into`,
+        outside the GIL and straight into ``out`` where they cover whole rows
+        of it.  Returns False (``out`` untouched) when the array's layout is
+        one that module leaves to zarr (:func:`~dgemm.storage.chunks.why_not`).
         """
-        path = self.chunk_file()
-        if path is None or out.dtype != self.array.dtype or out.shape != self.shape:
-            return False
-        visible(self.array)
-        view = memoryview(out.reshape(-1).view(np.uint8))
-        with open(path, "rb", buffering=0) as f:
-            done = 0
-            while done < len(view):
-                got = f.readinto(view[done:])
-                if not got:
-                    raise OSError(f"{path} ended after {done} of {len(view)} bytes")
-                done += got
-        return True
+        from dgemm.storage.chunks import read_into
+
+        return read_into(self, out)
 
     def describe(self) -> str:
         path = getattr(self.array, "store_path", None) or getattr(self.array, "path", "?")

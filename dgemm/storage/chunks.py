@@ -1,0 +1,485 @@
+"""Reading Zarr chunks straight into a worker's buffers, decoded in parallel outside the GIL.
+
+zarr's own indexing reads a region through its event loop and codec
+pipeline: correct for every array, but on one H100 host it stopped scaling
+at four threads (1.56 GB/s of zstd chunks with eight; bench/NOTES.md, "Issue
+15 baseline").  This module reads the chunk bytes itself (a file read for
+local stores, the store's own ``get`` with byte ranges for the others) and
+hands them to numcodecs' decoders, which release the GIL, writing each
+chunk's elements straight into the caller's buffer (the page-locked staging
+buffer a block is uploaded from) when the chunk covers whole rows of it.
+
+zarr stays the source of truth for the format: everything comes from the
+array's parsed metadata (its codec objects, chunk grid, chunk key encoding
+and fill value); nothing here reads ``zarr.json`` or ``.zarray``.  What the
+layer does not know (a transpose codec, v2 filters, Fortran order, a codec
+outside numcodecs' compressors) is left to zarr: :func:`read_into` returns
+False and the caller reads through zarr.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import struct
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+# numcodecs codecs that decode straight into a caller's buffer (``decode(buf, out=...)``) in C, without the GIL.
+_INTO = {"zstd", "blosc", "lz4"}
+# numcodecs compressors whose decode is a plain bytes-to-bytes function (any other codec id is left to zarr).
+_COMPRESSORS = _INTO | {"gzip", "zlib", "bz2", "lzma"}
+_EMPTY = 2**64 - 1      # a shard index entry (offset and length) for an inner chunk that was never written
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How one array's chunks are stored: what :func:`read_into` needs, from zarr's metadata."""
+
+    grid: tuple[int, ...]          # the shape of what a store key holds (a chunk, or a shard)
+    chunk: tuple[int, ...]         # the shape of what one decode gives (the chunk, or a shard's inner chunk)
+    dtype: np.dtype                # the elements as stored, byte order included
+    steps: tuple                   # bytes-to-bytes decoders, in the order they apply to stored bytes
+    shard: ShardIndex | None       # how inner chunks are found in a shard; None when unsharded
+    fill: Any                      # what a chunk never written reads as
+    key: Callable[[tuple], str]    # chunk (or shard) coordinates -> store key, relative to the array
+
+
+@dataclass(frozen=True)
+class ShardIndex:
+    """Where a shard keeps its index: ``count`` inner chunks of 16 bytes, then a crc32c when ``checked``."""
+
+    per_shard: tuple[int, ...]
+    at_end: bool
+    checked: bool
+    little: bool
+
+    @property
+    def nbytes(self) -> int:
+        return 16 * int(np.prod(self.per_shard)) + (4 if self.checked else 0)
+
+    def parse(self, raw, what: str) -> np.ndarray:
+        """The index, as (inner chunk coordinates..., [offset, length]) uint64."""
+        raw = memoryview(raw).cast("B")
+        if len(raw) != self.nbytes:
+            raise ValueError(f"{what}: shard index has {len(raw)} bytes, expected {self.nbytes}")
+        if self.checked:
+            raw = _checked(raw, what + " (shard index)")
+        idx = np.frombuffer(raw, dtype="<u8" if self.little else ">u8")
+        return idx.reshape(*self.per_shard, 2)
+
+
+class Unsupported(Exception):
+    """The array's layout is one this module leaves to zarr."""
+
+
+def why_not(array) -> str | None:
+    """None when :func:`read_into` reads ``array`` itself; otherwise why it is left to zarr."""
+    try:
+        layout(array)
+    except Unsupported as e:
+        return str(e)
+    return None
+
+
+def layout(array) -> Layout:
+    """The :class:`Layout` of a ``zarr.Array``; raises :class:`Unsupported` for what zarr must read."""
+    meta = array.metadata
+    fmt = getattr(meta, "zarr_format", None)
+    if fmt == 3:
+        return _layout_v3(array, meta)
+    if fmt == 2:
+        return _layout_v2(array, meta)
+    raise Unsupported(f"zarr_format {fmt!r}")
+
+
+def _layout_v3(array, meta) -> Layout:
+    from zarr.codecs import BytesCodec, ShardingCodec
+
+    grid = tuple(int(c) for c in meta.chunk_grid.chunk_shape)
+    codecs = list(meta.codecs)
+    shard = None
+    if len(codecs) == 1 and isinstance(codecs[0], ShardingCodec):
+        sc = codecs[0]
+        inner = tuple(int(c) for c in sc.chunk_shape)
+        if any(g % c for g, c in zip(grid, inner)):
+            raise Unsupported("inner chunks that do not divide the shard")
+        index = list(sc.index_codecs)
+        if not index or not isinstance(index[0], BytesCodec) or len(index) > 2 or (
+                len(index) == 2 and _codec_name(index[1]) != "crc32c"):
+            raise Unsupported(f"shard index codecs {index}")
+        location = getattr(sc.index_location, "value", sc.index_location)
+        shard = ShardIndex(tuple(g // c for g, c in zip(grid, inner)), location == "end", len(index) == 2,
+                           _endian(index[0]) != "big")
+        codecs = list(sc.codecs)
+    else:
+        inner = grid
+    if not codecs or not isinstance(codecs[0], BytesCodec):
+        raise Unsupported(f"codec {type(codecs[0]).__name__ if codecs else None}")
+    dtype = np.dtype(array.dtype).newbyteorder("<" if _endian(codecs[0]) == "little" else ">") \
+        if np.dtype(array.dtype).itemsize > 1 else np.dtype(array.dtype)
+    if dtype.kind not in "fiuc":
+        raise Unsupported(f"dtype {array.dtype}")
+    steps = tuple(_step(c) for c in reversed(codecs[1:]))
+    return Layout(grid, inner, dtype, steps, shard, _fill(meta.fill_value, dtype), meta.encode_chunk_key)
+
+
+def _layout_v2(array, meta) -> Layout:
+    if meta.filters:
+        raise Unsupported(f"v2 filters {list(meta.filters)}")
+    if meta.order != "C":
+        raise Unsupported(f"v2 order {meta.order!r}")
+    dtype = np.dtype(array.dtype)
+    if dtype.kind not in "fiuc":
+        raise Unsupported(f"dtype {dtype}")
+    steps = () if meta.compressor is None else (_step(meta.compressor),)
+    grid = tuple(int(c) for c in meta.chunks)
+    return Layout(grid, grid, dtype, steps, None, _fill(meta.fill_value, dtype), meta.encode_chunk_key)
+
+
+def _endian(codec) -> str | None:
+    e = codec.endian
+    return getattr(e, "value", e)
+
+
+def _codec_name(codec) -> str:
+    """A codec's name: a numcodecs codec's id, a zarr v3 codec's registered name."""
+    if hasattr(codec, "codec_id"):
+        return str(codec.codec_id).removeprefix("numcodecs.")
+    return {"ZstdCodec": "zstd", "BloscCodec": "blosc", "GzipCodec": "gzip",
+            "Crc32cCodec": "crc32c"}.get(type(codec).__name__, type(codec).__name__)
+
+
+def _step(codec):
+    """A decoder ``(bytes, out or None) -> buffer`` for one bytes-to-bytes codec, as numcodecs implements it."""
+    import numcodecs
+
+    name = _codec_name(codec)
+    if name == "crc32c":
+        return _checked
+    if type(codec).__module__.startswith("numcodecs"):
+        impl = codec
+    elif hasattr(codec, "_codec") and type(codec).__module__.startswith("zarr.codecs.numcodecs"):
+        impl = codec._codec          # zarr's wrapper of a numcodecs codec
+    elif name == "zstd":
+        impl = numcodecs.Zstd(level=codec.level, checksum=codec.checksum)
+    elif name == "blosc":
+        impl = numcodecs.Blosc()     # a blosc frame describes itself: the settings only matter for encoding
+    elif name == "gzip":
+        impl = numcodecs.GZip(level=codec.level)
+    else:
+        raise Unsupported(f"codec {type(codec).__name__}")
+    name = str(impl.codec_id)
+    if name not in _COMPRESSORS:
+        raise Unsupported(f"codec {name}")
+    return _Decompress(impl, name)
+
+
+class _Decompress:
+    """One numcodecs decompressor, writing into the caller's buffer where it can."""
+
+    def __init__(self, codec, name: str):
+        self.codec, self.name = codec, name
+
+    def __call__(self, buf, out):
+        if out is not None and self.name in _INTO and _content_size(self.name, buf) == out.nbytes:
+            # decode() checks that the frame fits ``out``; its declared size, checked above, says it fills it
+            self.codec.decode(buf, out=out)
+            return out
+        return self.codec.decode(buf)
+
+    def __repr__(self):
+        return f"{self.name} decoder"
+
+
+def _content_size(name: str, buf) -> int | None:
+    """The decoded size a frame declares in its header (None when it does not say)."""
+    b = memoryview(buf).cast("B")
+    if name == "blosc" and len(b) >= 16:
+        return struct.unpack_from("<I", b, 4)[0]
+    if name == "lz4" and len(b) >= 4:        # numcodecs' LZ4 frame: the size first, then lz4's block
+        return struct.unpack_from("<I", b, 0)[0]
+    if name == "zstd" and len(b) >= 6 and struct.unpack_from("<I", b, 0)[0] == 0xFD2FB528:
+        desc = b[4]
+        fcs, single, dict_id = desc >> 6, (desc >> 5) & 1, desc & 3
+        at = 5 + (0 if single else 1) + (0, 1, 2, 4)[dict_id]
+        size = (1 if single else 0, 2, 4, 8)[fcs]
+        if size == 0 or len(b) < at + size:
+            return None
+        value = int.from_bytes(b[at:at + size], "little")
+        return value + 256 if size == 2 else value
+    return None
+
+
+def _checked(buf, what: str = "chunk", out=None):
+    """A crc32c-checked payload without its checksum; raises on a mismatch."""
+    import google_crc32c
+
+    b = np.frombuffer(buf, np.uint8) if not isinstance(buf, np.ndarray) else buf.reshape(-1).view(np.uint8)
+    if len(b) < 4:
+        raise ValueError(f"{what}: {len(b)} bytes, too short for its crc32c checksum")
+    payload = b[:-4]
+    want = struct.unpack_from("<I", b, len(b) - 4)[0]
+    got = google_crc32c.value(payload)    # takes an array (a memoryview it refuses)
+    if got != want:
+        raise ValueError(f"{what}: crc32c checksum mismatch (stored {want:#010x}, computed {got:#010x})")
+    return payload
+
+
+def _fill(value, dtype: np.dtype):
+    return np.zeros((), dtype)[()] if value is None else np.asarray(value).astype(dtype)[()]
+
+
+# -- where chunk bytes come from -----------------------------------------
+
+class _Source:
+    """The bytes under an array's keys: files for local stores, the store's ``get`` for the others."""
+
+    def __init__(self, array):
+        from zarr.storage import LocalStore
+
+        self.array = array
+        self.store = array.store
+        self.prefix = array.path.strip("/")
+        self.root = None
+        if isinstance(self.store, LocalStore):
+            self.root = str(self.store.root)
+        else:
+            fs = getattr(self.store, "fs", None)
+            protocol = getattr(fs, "protocol", None)
+            protocols = (protocol,) if isinstance(protocol, str) else tuple(protocol or ())
+            if "file" in protocols or "local" in protocols:
+                self.root = str(self.store.path)
+
+    def _key(self, key: str) -> str:
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def file(self, key: str) -> str | None:
+        return os.path.join(self.root, *self._key(key).split("/")) if self.root is not None else None
+
+    def fetch(self, requests: list):
+        """``[(key, (start, stop) or ("suffix", n) or None)]`` -> an iterator of bytes-like or None (missing).
+
+        Local files are read one at a time, as the iterator is advanced,
+        into this thread's scratch buffer: each item is valid until the
+        next.  Other stores get every request at once, concurrently, on
+        zarr's event loop.
+        """
+        if self.root is not None:
+            return (self._read_file(key, rng) for key, rng in requests)
+        if not requests:
+            return iter(())
+        import asyncio
+
+        from zarr.abc.store import RangeByteRequest, SuffixByteRequest
+        from zarr.core.buffer import default_buffer_prototype
+        from zarr.core.sync import sync
+
+        proto = default_buffer_prototype()
+
+        def request(rng):
+            if rng is None:
+                return None
+            if rng[0] == "suffix":
+                return SuffixByteRequest(rng[1])
+            return RangeByteRequest(rng[0], rng[1])
+
+        async def gather():
+            return await asyncio.gather(*(self.store.get(self._key(k), proto, byte_range=request(r))
+                                          for k, r in requests))
+        return iter([None if g is None else g.as_numpy_array() for g in sync(gather())])
+
+    def _read_file(self, key: str, rng) -> np.ndarray | None:
+        try:
+            fd = os.open(self.file(key), os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            size = os.fstat(fd).st_size
+            if rng is None:
+                start, stop = 0, size
+            elif rng[0] == "suffix":
+                start, stop = max(0, size - rng[1]), size
+            else:
+                start, stop = rng[0], min(rng[1], size)
+            buf = _scratch("bytes", stop - start)
+            _pread_into(fd, buf, start, key)
+            return buf
+        finally:
+            os.close(fd)
+
+    def read_raw_into(self, key: str, out: np.ndarray) -> bool:
+        """Read a raw chunk's file straight into ``out``; False when it is missing. Local stores only."""
+        try:
+            fd = os.open(self.file(key), os.O_RDONLY)
+        except FileNotFoundError:
+            return False
+        try:
+            size = os.fstat(fd).st_size
+            if size != out.nbytes:
+                raise ValueError(f"chunk {key!r} has {size} bytes; a raw chunk of this array has {out.nbytes}")
+            _pread_into(fd, out.reshape(-1).view(np.uint8), 0, key)
+            return True
+        finally:
+            os.close(fd)
+
+
+def _pread_into(fd: int, buf: np.ndarray, offset: int, key: str) -> None:
+    view = memoryview(buf.reshape(-1).view(np.uint8))
+    done = 0
+    while done < len(view):
+        got = os.preadv(fd, [view[done:]], offset + done)
+        if not got:
+            raise OSError(f"chunk {key!r} ended after {done} of {len(view)} bytes")
+        done += got
+
+
+_LOCAL = threading.local()
+
+
+def _scratch(name: str, nbytes: int) -> np.ndarray:
+    """This thread's reusable buffer ``name`` of ``nbytes`` bytes (grown, never shrunk)."""
+    held = getattr(_LOCAL, name, None)
+    if held is None or held.nbytes < nbytes:
+        held = np.empty(max(nbytes, 1), np.uint8)
+        setattr(_LOCAL, name, held)
+    return held[:nbytes]
+
+
+# -- reading a region ------------------------------------------------------
+
+def read_into(block, out: np.ndarray) -> bool:
+    """Read a :class:`~dgemm.storage.blocks.ZarrBlock` into ``out``; False (``out`` untouched) if zarr must.
+
+    ``out`` is C-contiguous, of the block's shape and of the array's dtype
+    in this machine's byte order.  It ends up holding what zarr's indexing
+    returns for the region: missing chunks read as the fill value.  Chunks
+    that cover whole rows of ``out`` are decoded straight into it; others
+    through this thread's scratch buffer.  A chunk that does not decode to
+    its size, or fails its checksum, raises.
+    """
+    from dgemm.storage.blocks import visible
+
+    arr = block.array
+    if not out.flags.c_contiguous or tuple(out.shape) != tuple(block.shape) \
+            or out.dtype != np.dtype(arr.dtype).newbyteorder("="):
+        return False
+    try:
+        lay = layout(arr)
+    except Unsupported:
+        return False
+    visible(arr)
+    if block.expand is None:
+        region = (slice(*block.rows), slice(*block.cols))
+    else:
+        region = (slice(*(block.cols if block.expand == 0 else block.rows)),)
+    if len(region) != arr.ndim:
+        return False
+    _read_region(_Source(arr), lay, tuple(arr.shape), region, out.reshape([s.stop - s.start for s in region]))
+    return True
+
+
+def _read_region(src: _Source, lay: Layout, shape, region, out: np.ndarray) -> None:
+    # every stored chunk (inner chunk, for shards) the region touches, grouped by the store key holding it
+    per_key: dict = {}
+    ranges = [range(s.start // c, -(-s.stop // c)) for s, c in zip(region, lay.chunk)]
+    for idx in itertools.product(*ranges):
+        outer = tuple(i * c // g for i, c, g in zip(idx, lay.chunk, lay.grid))
+        per_key.setdefault(outer, []).append(idx)
+    if lay.shard is None:
+        if not lay.steps and src.root is not None:
+            return _read_raw_local(src, lay, shape, region, out, per_key)
+        keys = [lay.key(outer) for outer in per_key]
+        for key, idxs, data in zip(keys, per_key.values(), src.fetch([(k, None) for k in keys])):
+            _place(lay, shape, region, out, idxs[0], data, key)
+        return
+    shard = lay.shard
+    keys = [lay.key(outer) for outer in per_key]
+    where = ("suffix", shard.nbytes) if shard.at_end else (0, shard.nbytes)
+    # indexes are small: copied out of the reader's buffer, which the inner chunks' reads reuse
+    indexes = [None if raw is None else shard.parse(raw, f"shard {key!r}").copy()
+               for key, raw in zip(keys, src.fetch([(k, where) for k in keys]))]
+    requests, places = [], []
+    for key, idxs, index in zip(keys, per_key.values(), indexes):
+        for idx in idxs:
+            local = tuple(i % p for i, p in zip(idx, shard.per_shard))
+            offset, length = (int(v) for v in index[local]) if index is not None else (_EMPTY, _EMPTY)
+            if offset == _EMPTY and length == _EMPTY:
+                _place(lay, shape, region, out, idx, None, key)
+            else:
+                places.append((idx, f"{key} inner chunk {local}"))
+                requests.append((key, (offset, offset + length)))
+    for (idx, what), data in zip(places, src.fetch(requests)):
+        if data is None:
+            raise OSError(f"{what}: the shard vanished while it was read")
+        _place(lay, shape, region, out, idx, data, what)
+
+
+def _cover(idx, lay: Layout, shape, region):
+    """(slices into the decoded chunk, slices into out, whether the chunk lies whole inside the region and array)."""
+    inside, outs, whole = [], [], True
+    for i, c, n, s in zip(idx, lay.chunk, shape, region):
+        lo, hi = i * c, min((i + 1) * c, n)
+        a, b = max(lo, s.start), min(hi, s.stop)
+        inside.append(slice(a - lo, b - lo))
+        outs.append(slice(a - s.start, b - s.start))
+        whole = whole and (a, b) == (i * c, (i + 1) * c)
+    return tuple(inside), tuple(outs), whole
+
+
+def _place(lay: Layout, shape, region, out: np.ndarray, idx, data, what: str) -> None:
+    """Decode one chunk's bytes (None: missing) into its part of ``out``."""
+    inside, outs, whole = _cover(idx, lay, shape, region)
+    dest = out[outs]
+    if data is None:
+        dest[...] = lay.fill
+        return
+    nbytes = int(np.prod(lay.chunk)) * lay.dtype.itemsize
+    if whole and dest.flags.c_contiguous:
+        target = dest.reshape(-1).view(np.uint8)      # straight into the caller's buffer
+        got = _decode(lay.steps, data, target, what)
+        if got is not target:
+            target[...] = got
+        if not lay.dtype.isnative:
+            dest.view(lay.dtype).byteswap(inplace=True)   # swap in place: the bytes were stored big-endian
+        return
+    scratch = _scratch("chunk", nbytes)
+    got = _decode(lay.steps, data, scratch, what)
+    chunk = np.frombuffer(got, dtype=lay.dtype).reshape(lay.chunk)
+    np.copyto(dest, chunk[inside])
+
+
+def _decode(steps, data, target: np.ndarray, what: str):
+    """Apply ``steps`` to ``data``; returns a buffer of exactly ``target.nbytes`` (``target`` itself when decoded into it)."""
+    buf = data
+    for n, step in enumerate(steps):
+        last = n == len(steps) - 1
+        try:
+            buf = step(buf, what, None) if step is _checked else step(buf, target if last else None)
+        except Exception as e:
+            raise ValueError(f"{what}: {step!r} failed: {type(e).__name__}: {e}") from e
+    if buf is target:
+        return target
+    got = np.frombuffer(buf, np.uint8) if not isinstance(buf, np.ndarray) else buf.reshape(-1).view(np.uint8)
+    if got.nbytes != target.nbytes:
+        raise ValueError(f"{what}: decodes to {got.nbytes} bytes, a chunk of this array has {target.nbytes}")
+    return got
+
+
+def _read_raw_local(src: _Source, lay: Layout, shape, region, out, per_key) -> None:
+    """Raw chunks in local files: whole ones read straight into ``out``, others through scratch."""
+    for outer, idxs in per_key.items():
+        idx = idxs[0]
+        key = lay.key(outer)
+        inside, outs, whole = _cover(idx, lay, shape, region)
+        dest = out[outs]
+        if whole and dest.flags.c_contiguous:
+            if not src.read_raw_into(key, dest):
+                dest[...] = lay.fill
+            elif not lay.dtype.isnative:
+                dest.view(lay.dtype).byteswap(inplace=True)
+            continue
+        data = next(src.fetch([(key, None)]))
+        _place(lay, shape, region, out, idx, data, key)
