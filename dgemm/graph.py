@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
 from dgemm.plan import Plan, assign
-from dgemm.storage import BlockMarkers, Operand
+from dgemm.storage import BlockMarkers, Operand, ZarrBlock
 from dgemm.storage.lease import Fence
 from dgemm.storage.originals import OriginalBlock, Originals
 from dgemm.worker.tasks import done, gemm_block, reduce_blocks, store
@@ -93,26 +93,17 @@ def build(plan: Plan, a: Operand, b: Operand, c: Operand | None, *, alpha: float
         k0, k1 = plan.segments[s]
         return [a_ref(i, kk) for kk in range(k0, k1)], [b_ref(kk, j) for kk in range(k0, k1)]
 
-    # The next product's blocks are a hint only where they are ZarrBlocks, read by the worker: other
-    # references are graph keys, which would make dask fetch them as dependencies of this task, and
-    # the engine would upload them uncached only to drop them.  The engine reads the hint's A and B
-    # blocks in pairs, so a hint of one side alone cannot be given.
-    hint = a.zarr is not None and b.zarr is not None
-
     dsk, where, priority = {}, {}, {}
     for w, mine in enumerate(order):
+        ahead = _read_ahead(mine, refs, plan)
         for pos, (i, j, s) in enumerate(mine):
             (r0, r1), (c0, c1) = plan.rows[i], plan.cols[j]
             key = (gname, i, j, s) if split else (gname, i, j)
             first = s == 0
-            then = None
-            if hint and pos + 1 < len(mine):
-                ni, nj, ns = mine[pos + 1]
-                then = (*refs(ni, nj, ns), plan.rows[ni][1] - plan.rows[ni][0], plan.cols[nj][1] - plan.cols[nj][0])
             dsk[key] = (gemm_block, *refs(i, j, s),
                         c_ref(i, j) if (use_c and first) else None,
                         r1 - r0, c1 - c0, float(alpha), float(beta) if first else 0.0,
-                        a.trans, b.trans, dt, precision, token, reserve, then)
+                        a.trans, b.trans, dt, precision, token, reserve, ahead(pos))
             if workers:
                 where[key] = [workers[w]]
             priority[key] = len(mine) - pos   # each worker runs its blocks in the order given
@@ -125,6 +116,42 @@ def build(plan: Plan, a: Operand, b: Operand, c: Operand | None, *, alpha: float
     if split:
         _add_tree_reduction(graph, plan, gname, token, blocks)
     return graph
+
+
+# Blocks a GEMM task names for its worker to read ahead (the engine reads as many as a quarter of its
+# panel cache holds): enough to keep a host's reader threads busy across the next products.
+READ_AHEAD = 32
+
+
+def _read_ahead(mine, refs, plan: Plan):
+    """``ahead(pos)``: the read-ahead list of the task at ``pos`` of a worker's ordered tasks ``mine``.
+
+    The first :data:`READ_AHEAD` Zarr blocks, after the task's own, that
+    this worker has not read before, in the order its next tasks read them,
+    each as ``(ref, "a" or "b", m or n of its product)``.  Blocks of a row
+    panel already read (kept in the device's cache) are skipped, so the list
+    reaches the next row's new panel while the current row still runs.
+    Only :class:`~dgemm.storage.blocks.ZarrBlock` references are listed:
+    other references are graph keys, which would make dask fetch them as
+    dependencies of this task.  None when nothing is left.
+    """
+    import bisect
+
+    first_use, seen = [], set()
+    for pos, (i, j, s) in enumerate(mine):
+        a_refs, b_refs = refs(i, j, s)
+        m, n = plan.rows[i][1] - plan.rows[i][0], plan.cols[j][1] - plan.cols[j][0]
+        for a_r, b_r in zip(a_refs, b_refs):
+            for ref, side, extent in ((a_r, "a", m), (b_r, "b", n)):
+                if isinstance(ref, ZarrBlock) and (key := (side, ref.key())) not in seen:
+                    seen.add(key)
+                    first_use.append((pos, (ref, side, extent)))
+    positions = [p for p, _ in first_use]
+
+    def ahead(pos):
+        start = bisect.bisect_right(positions, pos)
+        return [item for _, item in first_use[start:start + READ_AHEAD]] or None
+    return ahead
 
 
 def _blocks(plan: Plan, blocks) -> list[tuple[int, int]]:

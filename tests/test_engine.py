@@ -476,7 +476,7 @@ def test_stream_read_error_names_the_block_and_is_not_kept(cached, tmp_path, rng
 
 
 def test_stream_reads_the_next_product_ahead(cached, tmp_path, rng):
-    """``then`` puts the next product's first blocks in the cache; running it then reads only the rest."""
+    """``ahead`` puts the next product's first blocks in the cache; running it then reads only the rest."""
     m, n, k = 32, 32, 64
     ks = ((0, 16), (16, 32), (32, 48), (48, 64))
     e = BlockEngine(cached, "float32")
@@ -484,7 +484,7 @@ def test_stream_reads_the_next_product_ahead(cached, tmp_path, rng):
     a, a_refs = zarr_refs(tmp_path, rng, "a.zarr", (m, k), (32, 16), ks, 1, (0, m), "float32")
     b, b_refs = zarr_refs(tmp_path, rng, "b.zarr", (k, 2 * n), (16, 32), ks, 0, (0, n), "float32")
     b2_refs = [type(r)(r.array, r.rows, (n, 2 * n)) for r in b_refs]      # the next C block: B's next columns
-    e.stream(a_refs, b_refs, m, n, scope="p", then=(a_refs, b2_refs, m, n), prefetch=2)
+    e.stream(a_refs, b_refs, m, n, scope="p", ahead=[(r, "b", n) for r in b2_refs[:2]], prefetch=2)
     for f in [en.future for en in cached.cache._entries.values()]:
         f.result()
     read = e.stats.bytes_read

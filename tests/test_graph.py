@@ -161,14 +161,7 @@ def test_blocks_are_placed_in_rectangles_and_run_row_by_row(tmp_path, rng):
         rows, cols = {i for i, _ in ij}, {j for _, j in ij}
         assert len(ij) == 4 and len(rows) == 2 and len(cols) == 2       # a 2 x 2 rectangle each
         assert ij[0][0] == ij[1][0] and ij[2][0] == ij[3][0] and ij[1][1] == ij[2][1]   # snake: row, then back
-        for key, nxt in zip(keys, keys[1:] + [None]):
-            then = layer[key][-1]
-            if nxt is None:
-                assert then is None
-            else:       # the next block's refs and shape
-                keys_of = lambda refs: [r.key() for r in refs]  # noqa: E731
-                assert keys_of(then[0]) == keys_of(layer[nxt][1]) and keys_of(then[1]) == keys_of(layer[nxt][2])
-                assert then[2:] == layer[nxt][4:6]
+        check_read_ahead(layer, keys)
     check_product(as_array(plan, g).compute(), a[...], b[...], dtype="float32")
 
 
@@ -213,11 +206,30 @@ def test_gemm_tasks_depend_only_on_their_own_blocks(tmp_path, rng, kinds, beta):
         assert [k[1:] for k in a_keys] == [(i, kk) for kk in range(len(a_keys))]     # its own A row
         assert [k[1:] for k in task[2]] == [(kk, j) for kk in range(nk)]            # its own B column
         assert not beta or task[3][1:] == (i, j)
-        assert task[-1] is None                                  # no hint
+        assert all(isinstance(r, ZarrBlock) and side == "a" for r, side, _ in task[-1] or ())   # Zarr only
     check_product(as_array(plan, g).compute(), a, b, beta=beta, c=c, dtype="float64")
 
 
-def test_zarr_operands_get_the_next_products_blocks_as_a_hint(tmp_path, rng):
+def check_read_ahead(layer, order):
+    """Each task's read-ahead list is the blocks its worker's later tasks read first, none read before, in order."""
+    seen = set()
+    for pos, key in enumerate(order):
+        task = layer[key]
+        for side, refs in (("a", task[1]), ("b", task[2])):
+            seen |= {(side, r.key()) for r in refs}
+        later = []
+        for nxt in order[pos + 1:]:
+            t = layer[nxt]
+            for ra, rb in zip(t[1], t[2]):
+                for side, r, extent in (("a", ra, t[4]), ("b", rb, t[5])):
+                    if (side, r.key()) not in seen and (side, r.key(), extent) not in later:
+                        later.append((side, r.key(), extent))
+        ahead = [(side, r.key(), extent) for r, side, extent in task[-1] or ()]
+        assert ahead == later[:graph_mod.READ_AHEAD], key
+        assert task[-1] is None or all(isinstance(r, ZarrBlock) for r, _, _ in task[-1])
+
+
+def test_zarr_operands_get_the_next_products_blocks_to_read_ahead(tmp_path, rng):
     a = zarr.create_array(store=str(tmp_path / "a.zarr"), shape=(96, 64), chunks=(32, 32), dtype="f8")
     b = zarr.create_array(store=str(tmp_path / "b.zarr"), shape=(64, 96), chunks=(32, 32), dtype="f8")
     a[...], b[...] = randn(rng, (96, 64)), randn(rng, (64, 96))
@@ -225,15 +237,11 @@ def test_zarr_operands_get_the_next_products_blocks_as_a_hint(tmp_path, rng):
     layer = g.layers[g.result_name]
     assert all(not deps for deps in gemm_dependencies(g).values())   # Zarr blocks are read by the task
     order = sorted(layer, key=lambda k: -layer.annotations["priority"](k))
-    for key, nxt in zip(order, order[1:] + [None]):
-        then = layer[key][-1]
-        if nxt is None:
-            assert then is None
-        else:
-            assert all(isinstance(r, ZarrBlock) for r in then[0] + then[1])
-            assert [r.key() for r in then[0]] == [r.key() for r in layer[nxt][1]]
-            assert [r.key() for r in then[1]] == [r.key() for r in layer[nxt][2]]
-            assert then[2:] == layer[nxt][4:6]
+    check_read_ahead(layer, order)
+    assert layer[order[0]][-1] is not None and layer[order[-1]][-1] is None
+    # the first row's last task already names the next row's A panel (B's panels are all read by then)
+    row0 = [k for k in order if k[1] == order[0][1]]
+    assert {side for _, side, _ in layer[row0[-1]][-1]} == {"a"}
 
 
 def test_reduce_blocks_does_not_modify_its_inputs(rng):

@@ -228,7 +228,7 @@ class BlockEngine:
 
     def stream(self, a_refs: Sequence, b_refs: Sequence, m: int, n: int, *, alpha: float = 1.0,
                beta: float = 0.0, c: np.ndarray | None = None, trans_a: bool = False, trans_b: bool = False,
-               scope=None, then=None, prefetch: int | None = None) -> np.ndarray:
+               scope=None, ahead=None, prefetch: int | None = None) -> np.ndarray:
         """Like :meth:`product`, from block references that are read and uploaded ahead of the device.
 
         Parameters
@@ -240,9 +240,14 @@ class BlockEngine:
         scope : hashable, optional
             Names the run: cached blocks are shared only within one scope, so
             an input rewritten between two runs is never served stale.
-        then : (a_refs, b_refs, m, n), optional
-            The block product expected next on this device; its first blocks
-            are read once this product's own reads are all under way.
+        ahead : sequence of (ref, side, extent), optional
+            Blocks the products expected next on this device will read first,
+            in the order they will need them: ``side`` is ``"a"`` or ``"b"``,
+            ``extent`` the m (for A) or n (for B) of their product.  They are
+            read once this product's own reads are all under way, as many as
+            a quarter of the panel cache holds, so that the readers never
+            wait for the next task to ask (:func:`dgemm.graph.build` lists
+            them: the blocks not read before, in this worker's order).
         prefetch : int, optional
             How many k steps to read ahead (default :func:`default_prefetch`).
         """
@@ -254,13 +259,7 @@ class BlockEngine:
             k = self._check(_shape(a), _shape(b), m, n, trans_a, trans_b)
             if k and m and n:
                 plan.append((k, a, b))
-        nxt = []
-        if then is not None:
-            ta, tb, tm, tn = then
-            tmp, tnp = self._padded(tm, tn)
-            for a, b in list(zip(ta, tb))[:prefetch]:
-                kp = roundup(_shape(a)[0] if trans_a else _shape(a)[1], self.params.TSK)
-                nxt += [(a, not trans_a, kp, tmp), (b, trans_b, kp, tnp)]
+        nxt = self._ahead(ahead or (), trans_a, trans_b)
 
         def request(k, a, b):
             kp = roundup(k, self.params.TSK)
@@ -298,6 +297,25 @@ class BlockEngine:
                     self.cache.release(ea)
                     self.cache.release(eb)
         return self._run(steps, m, n, alpha, beta, c, planned=(len(plan), sum(2.0 * m * n * k for k, _, _ in plan)))
+
+    def _ahead(self, ahead, trans_a: bool, trans_b: bool) -> list:
+        """``(ref, transpose, drows, dcols)`` of each read-ahead block, up to a quarter of the cache's budget."""
+        p, out, spent = self.params, [], 0
+        for ref, side, extent in ahead:
+            rows, cols = _shape(ref)
+            if side == "a":
+                k, transpose, tile = (rows if trans_a else cols), not trans_a, p.TSM
+            else:
+                k, transpose, tile = (cols if trans_b else rows), trans_b, p.TSN
+            if not k or not extent:
+                continue
+            geometry = (roundup(k, p.TSK), roundup(extent, tile))
+            nbytes = geometry[0] * geometry[1] * self.dtype.itemsize
+            if out and spent + nbytes > self.cache.budget // 4:
+                break
+            out.append((ref, transpose, *geometry))
+            spent += nbytes
+        return out
 
     def _padded(self, m: int, n: int) -> tuple[int, int]:
         return roundup(max(m, 1), self.params.TSM), roundup(max(n, 1), self.params.TSN)

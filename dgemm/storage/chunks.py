@@ -86,7 +86,7 @@ def why_not(array) -> str | None:
 
 def layout(array) -> Layout:
     """The :class:`Layout` of a ``zarr.Array``; raises :class:`Unsupported` for what zarr must read."""
-    meta = array.metadata
+    meta = getattr(array, "metadata", None)
     fmt = getattr(meta, "zarr_format", None)
     if fmt == 3:
         return _layout_v3(array, meta)
@@ -153,12 +153,13 @@ def _codec_name(codec) -> str:
 
 
 def _step(codec):
-    """A decoder ``(bytes, out or None) -> buffer`` for one bytes-to-bytes codec, as numcodecs implements it."""
+    """The numcodecs implementation of one bytes-to-bytes codec: ``decode(buf, out)`` and ``encode(buf)``."""
     import numcodecs
 
     name = _codec_name(codec)
     if name == "crc32c":
-        return _checked
+        return Crc32c()
+    encodes = True
     if type(codec).__module__.startswith("numcodecs"):
         impl = codec
     elif hasattr(codec, "_codec") and type(codec).__module__.startswith("zarr.codecs.numcodecs"):
@@ -166,7 +167,8 @@ def _step(codec):
     elif name == "zstd":
         impl = numcodecs.Zstd(level=codec.level, checksum=codec.checksum)
     elif name == "blosc":
-        impl = numcodecs.Blosc()     # a blosc frame describes itself: the settings only matter for encoding
+        impl = numcodecs.Blosc()     # a blosc frame describes itself: these settings would only matter for encoding
+        encodes = False
     elif name == "gzip":
         impl = numcodecs.GZip(level=codec.level)
     else:
@@ -174,24 +176,45 @@ def _step(codec):
     name = str(impl.codec_id)
     if name not in _COMPRESSORS:
         raise Unsupported(f"codec {name}")
-    return _Decompress(impl, name)
+    return _Numcodec(impl, name, encodes)
 
 
-class _Decompress:
-    """One numcodecs decompressor, writing into the caller's buffer where it can."""
+class _Numcodec:
+    """One numcodecs compressor; decodes into the caller's buffer where it can."""
 
-    def __init__(self, codec, name: str):
-        self.codec, self.name = codec, name
+    def __init__(self, codec, name: str, encodes: bool = True):
+        self.codec, self.name, self.encodes = codec, name, encodes
 
-    def __call__(self, buf, out):
+    def decode(self, buf, out, what: str):
         if out is not None and self.name in _INTO and _content_size(self.name, buf) == out.nbytes:
             # decode() checks that the frame fits ``out``; its declared size, checked above, says it fills it
             self.codec.decode(buf, out=out)
             return out
         return self.codec.decode(buf)
 
+    def encode(self, buf):
+        return self.codec.encode(buf)
+
     def __repr__(self):
-        return f"{self.name} decoder"
+        return f"{self.name} codec"
+
+
+class Crc32c:
+    """zarr's crc32c codec: a little-endian crc32c of the payload after it."""
+
+    encodes = True
+
+    def decode(self, buf, out, what: str):
+        return _checked(buf, what)
+
+    def encode(self, buf):
+        import google_crc32c
+
+        payload = np.frombuffer(buf, np.uint8) if not isinstance(buf, np.ndarray) else buf.reshape(-1).view(np.uint8)
+        return np.concatenate([payload, np.frombuffer(struct.pack("<I", google_crc32c.value(payload)), np.uint8)])
+
+    def __repr__(self):
+        return "crc32c codec"
 
 
 def _content_size(name: str, buf) -> int | None:
@@ -213,7 +236,7 @@ def _content_size(name: str, buf) -> int | None:
     return None
 
 
-def _checked(buf, what: str = "chunk", out=None):
+def _checked(buf, what: str = "chunk"):
     """A crc32c-checked payload without its checksum; raises on a mismatch."""
     import google_crc32c
 
@@ -457,7 +480,7 @@ def _decode(steps, data, target: np.ndarray, what: str):
     for n, step in enumerate(steps):
         last = n == len(steps) - 1
         try:
-            buf = step(buf, what, None) if step is _checked else step(buf, target if last else None)
+            buf = step.decode(buf, target if last else None, what)
         except Exception as e:
             raise ValueError(f"{what}: {step!r} failed: {type(e).__name__}: {e}") from e
     if buf is target:
@@ -483,3 +506,68 @@ def _read_raw_local(src: _Source, lay: Layout, shape, region, out, per_key) -> N
             continue
         data = next(src.fetch([(key, None)]))
         _place(lay, shape, region, out, idx, data, key)
+
+
+# -- writing whole chunks --------------------------------------------------
+
+def write_region(array, region: tuple[slice, ...], data: np.ndarray) -> bool:
+    """Write ``data`` to ``array[region]``, encoding its chunks here; False (nothing written) when zarr must.
+
+    Handles local, unsharded arrays whose codecs this module can encode
+    (zstd, gzip, crc32c, v2 compressors) and regions made of whole chunks
+    (an edge chunk whole up to the array's edge): each chunk is encoded in
+    the calling thread (numcodecs, outside the GIL) and written as zarr's
+    local store writes it, to a temporary file moved into place.
+    """
+    from dgemm.storage.blocks import visible
+
+    try:
+        lay = layout(array)
+    except Unsupported:
+        return False
+    src = _Source(array)
+    if lay.shard is not None or src.root is None or getattr(array, "read_only", True) \
+            or not all(getattr(step, "encodes", False) for step in lay.steps):
+        return False
+    shape = tuple(array.shape)
+    data = np.asarray(data)
+    if len(region) != len(shape) or data.shape != tuple(s.stop - s.start for s in region):
+        return False
+    idxs = list(itertools.product(*[range(s.start // c, -(-s.stop // c)) for s, c in zip(region, lay.chunk)]))
+    for idx in idxs:
+        for i, c, n, s in zip(idx, lay.chunk, shape, region):
+            if s.start > i * c or s.stop < min((i + 1) * c, n):
+                return False           # a part of a chunk: zarr reads, merges and rewrites it
+    visible(array)
+    for idx in idxs:
+        inside, outs, whole = _cover(idx, lay, shape, region)
+        part = data[outs]
+        if whole and part.flags.c_contiguous and part.dtype == lay.dtype:
+            buf = part.reshape(-1).view(np.uint8)
+        else:
+            chunk = _scratch("chunk", int(np.prod(lay.chunk)) * lay.dtype.itemsize).view(lay.dtype).reshape(lay.chunk)
+            chunk[...] = lay.fill      # what zarr stores beyond the array's edge
+            chunk[inside] = part
+            buf = chunk.reshape(-1).view(np.uint8)
+        for step in reversed(lay.steps):
+            buf = step.encode(buf)
+        _write_file(src.file(lay.key(idx)), buf)
+    return True
+
+
+def _write_file(path: str, buf) -> None:
+    """Write ``buf`` to ``path`` through a temporary file beside it, so a reader never sees half a chunk."""
+    import uuid
+
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{uuid.uuid4().hex}.partial"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(memoryview(buf).cast("B") if not isinstance(buf, bytes) else buf)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise

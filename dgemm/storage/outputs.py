@@ -255,5 +255,9 @@ def store_block(array, rows: tuple[int, int], cols: tuple[int, int], block: np.n
     the same block again (a task re-run after a worker died) stores the same
     chunks, each replaced whole.
     """
+    from dgemm.storage.chunks import write_region
+
     region = tuple(slice(*r) for ax, r in enumerate((rows, cols)) if ax not in drop)
-    array[region] = np.squeeze(block, axis=drop) if drop else block
+    data = np.squeeze(block, axis=drop) if drop else block
+    if not write_region(array, region, data):    # encoded and written by dgemm where it can, else by zarr
+        array[region] = data

@@ -25,15 +25,15 @@ def read_block(ref) -> np.ndarray:
 
 
 def gemm_block(a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_b, dtype, precision=None,
-               scope=None, reserve=0, then=None):
+               scope=None, reserve=0, ahead=None):
     """One C block: ``alpha * sum_k op(A_ik) op(B_kj) + beta * C_ij`` on this worker's device.
 
     The A and B blocks are read and uploaded ahead of the device and kept in
     its panel cache for the run ``scope`` (see
     :meth:`dgemm.opencl.engine.BlockEngine.stream`); ``reserve`` is the device memory
-    the product itself needs besides the cache; ``then`` names the block
-    product this worker is expected to run next, whose first blocks are
-    read while this one finishes.
+    the product itself needs besides the cache; ``ahead`` lists the blocks
+    the products this worker is expected to run next will read first, read
+    while this one finishes.
     """
     # At call time, so that the package dgemm.worker may import this module without a cycle.
     from dgemm.worker import device_state
@@ -43,7 +43,7 @@ def gemm_block(a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_b, dtype
     state.plan_cache(reserve)
     c = read_block(c_ref) if c_ref is not None and beta != 0 else None
     return engine.stream(a_refs, b_refs, m, n, alpha=alpha, beta=beta, c=c, trans_a=trans_a, trans_b=trans_b,
-                         scope=scope, then=then)
+                         scope=scope, ahead=ahead)
 
 
 def reduce_blocks(parts):
