@@ -167,8 +167,7 @@ def _step(codec):
     elif name == "zstd":
         impl = numcodecs.Zstd(level=codec.level, checksum=codec.checksum)
     elif name == "blosc":
-        impl = numcodecs.Blosc()     # a blosc frame describes itself: these settings would only matter for encoding
-        encodes = False
+        impl, encodes = _blosc(codec)
     elif name == "gzip":
         impl = numcodecs.GZip(level=codec.level)
     else:
@@ -177,6 +176,28 @@ def _step(codec):
     if name not in _COMPRESSORS:
         raise Unsupported(f"codec {name}")
     return _Numcodec(impl, name, encodes)
+
+
+def _blosc(codec):
+    """numcodecs' Blosc as zarr's BloscCodec configures it, and whether it encodes as zarr would.
+
+    A blosc frame describes itself, so any Blosc decodes it; encoding needs
+    the codec's settings, typesize included (numcodecs 0.16 and later take
+    it, as zarr passes it).
+    """
+    import re
+
+    import numcodecs
+
+    try:
+        config = {"cname": codec.cname.name, "clevel": int(codec.clevel), "blocksize": int(codec.blocksize),
+                  "shuffle": {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}[getattr(codec.shuffle, "name", "")]}
+        if codec.typesize is None or tuple(int(v) for v in re.findall(r"\d+", numcodecs.__version__)[:2]) < (0, 16):
+            raise KeyError("typesize")
+        config["typesize"] = int(codec.typesize)
+        return numcodecs.Blosc.from_config(config), True
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return numcodecs.Blosc(), False
 
 
 class _Numcodec:

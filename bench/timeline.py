@@ -1,0 +1,78 @@
+"""Where a warm Zarr -> Zarr product's wall time goes, task by task (run on the GPU machine).
+
+    python bench/timeline.py OUTDIR [--size N] [--chunks N] [--codec zstd|raw|blosc-lz4] [--store DIR]
+
+Writes inputs, runs dgemm.matmul twice on one DeviceCluster (the second timed
+inside distributed's task stream) and prints the phases: submit -> first GEMM,
+GEMM busy and the gaps between products, the last GEMM -> last store, and the
+client's own finish; the task stream goes to OUTDIR/timeline-*.json.
+"""
+import argparse
+import json
+import os
+import shutil
+import time
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("out")
+    p.add_argument("--size", type=int, default=32768)
+    p.add_argument("--chunks", type=int, default=4096)
+    p.add_argument("--codec", default="zstd")
+    p.add_argument("--out-codec", default="auto")
+    p.add_argument("--store", default="/tmp/tl")
+    p.add_argument("--reps", type=int, default=2)
+    args = p.parse_args()
+    import numpy as np
+    from distributed import Client, get_task_stream
+
+    import dgemm
+    from dgemm.benchmarks.inputs import random_zarr
+    from dgemm.cluster.local import DeviceCluster
+
+    comp = {"zstd": "auto", "raw": None}.get(args.codec)
+    if args.codec == "blosc-lz4":
+        from zarr.codecs import BloscCodec
+        comp = [BloscCodec(cname="lz4", shuffle="shuffle")]
+    outc = {"auto": "auto", "raw": None}.get(args.out_codec)
+    if args.out_codec == "blosc-lz4":
+        from zarr.codecs import BloscCodec
+        outc = [BloscCodec(cname="lz4", shuffle="shuffle")]
+    shutil.rmtree(args.store, ignore_errors=True)
+    os.makedirs(args.store)
+    n, c = args.size, args.chunks
+    t0 = time.perf_counter()
+    a = random_zarr(f"{args.store}/a.zarr", (n, n), (c, c), "float32", seed=1, compressors=comp)
+    b = random_zarr(f"{args.store}/b.zarr", (n, n), (c, c), "float32", seed=2, compressors=comp)
+    print(f"inputs {args.codec}: {time.perf_counter() - t0:.1f} s", flush=True)
+    with DeviceCluster(warm=("float32",)) as cluster, Client(cluster) as client:
+        client.wait_for_workers(1)
+        for rep in range(args.reps):
+            out = f"{args.store}/c{rep}.zarr"
+            with get_task_stream(client) as ts:
+                t = time.time()
+                dgemm.matmul(f"{args.store}/a.zarr", f"{args.store}/b.zarr", out, client=client,
+                             overwrite=True, compressors=outc)
+                wall = time.time() - t
+            tasks = [{"key": str(x["key"]), "prefix": str(x["key"]).split("-")[1] if "-" in str(x["key"]) else "",
+                      "worker": x["worker"], "thread": x.get("thread"),
+                      "start": min(s["start"] for s in x["startstops"] if s["action"] == "compute") - t,
+                      "stop": max(s["stop"] for s in x["startstops"] if s["action"] == "compute") - t}
+                     for x in ts.data if any(s["action"] == "compute" for s in x["startstops"])]
+            gemm = sorted((x for x in tasks if "gemm" in x["key"]), key=lambda x: x["start"])
+            store = sorted((x for x in tasks if "store" in x["key"]), key=lambda x: x["start"])
+            gaps = sum(max(0.0, b2["start"] - b1["stop"]) for b1, b2 in zip(gemm, gemm[1:]))
+            busy = sum(x["stop"] - x["start"] for x in gemm)
+            summary = {
+                "rep": rep, "wall": wall, "codec": args.codec, "out_codec": args.out_codec,
+                "first_gemm_start": gemm[0]["start"], "last_gemm_stop": gemm[-1]["stop"],
+                "gemm_busy": busy, "gemm_gaps": gaps, "store_tasks": len(store),
+                "store_busy": sum(x["stop"] - x["start"] for x in store),
+                "last_store_stop": max(x["stop"] for x in store) if store else None,
+                "after_last_task": wall - max(x["stop"] for x in tasks),
+                "gemm_first8": [(round(x["start"], 3), round(x["stop"], 3)) for x in gemm[:8]],
+                "gemm_each_row": [round(gemm[i]["start"], 3) for i in range(0, len(gemm), 8)],
+            }
+            print(json.dumps(summary), flush=True)
+            with open(os.path.join(args.out, f"timeline-{args.codec}-{args.out_codec}-{rep}.json"), "w") as f:
+                json.dump({"summary": summary, "tasks": tasks}, f)
