@@ -45,7 +45,7 @@ if __name__ == "__main__":
     a = random_zarr(f"{args.store}/a.zarr", (n, n), (c, c), "float32", seed=1, compressors=comp)
     b = random_zarr(f"{args.store}/b.zarr", (n, n), (c, c), "float32", seed=2, compressors=comp)
     print(f"inputs {args.codec}: {time.perf_counter() - t0:.1f} s", flush=True)
-    with DeviceCluster(warm=("float32",)) as cluster, Client(cluster) as client:
+    with DeviceCluster() as cluster, Client(cluster) as client:
         client.wait_for_workers(1)
         for rep in range(args.reps):
             out = f"{args.store}/c{rep}.zarr"
@@ -59,8 +59,8 @@ if __name__ == "__main__":
                       "start": min(s["start"] for s in x["startstops"] if s["action"] == "compute") - t,
                       "stop": max(s["stop"] for s in x["startstops"] if s["action"] == "compute") - t}
                      for x in ts.data if any(s["action"] == "compute" for s in x["startstops"])]
-            gemm = sorted((x for x in tasks if "gemm" in x["key"]), key=lambda x: x["start"])
-            store = sorted((x for x in tasks if "store" in x["key"]), key=lambda x: x["start"])
+            gemm = sorted((x for x in tasks if "dgemm-gemm-" in x["key"]), key=lambda x: x["start"])
+            store = sorted((x for x in tasks if "dgemm-store-" in x["key"]), key=lambda x: x["start"])
             gaps = sum(max(0.0, b2["start"] - b1["stop"]) for b1, b2 in zip(gemm, gemm[1:]))
             busy = sum(x["stop"] - x["start"] for x in gemm)
             summary = {
