@@ -1,7 +1,8 @@
 """A real S3-compatible server for the tests: moto's, run as its own process on 127.0.0.1.
 
 The ``s3`` fixture (session-scoped, imported by conftest.py) starts
-``python -m moto.server`` on a free port with IAM authentication enforced,
+``python -m moto.server`` on a free port (:func:`dgemm.benchmarks.objectstore.start_moto`,
+as ``dgemm bench e2e --store s3://...`` does) with IAM authentication enforced,
 creates a user with an access key and a bucket, and yields an
 :class:`S3Server`.  Credentials and endpoint reach dgemm (and its workers)
 only through :attr:`S3Server.storage_options`: ``AWS_*`` variables are
@@ -12,17 +13,14 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
-import sys
-import time
-import urllib.request
 import uuid
 from dataclasses import dataclass
 
 import pytest
 
-REGION = "us-east-1"
+from dgemm.benchmarks.objectstore import REGION, start_moto, stop_process
+
 # The IAM calls that set up the user and its key run before moto starts checking signatures.
 _SETUP_CALLS = 3
 _ALLOW_ALL = json.dumps({"Version": "2012-10-17",
@@ -55,45 +53,13 @@ class S3Server:
         return s3fs.S3FileSystem(**self.storage_options)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_until_up(endpoint: str, proc: subprocess.Popen, log, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            # moto's own API: answers once the server is up, and is not counted as an S3/IAM call
-            urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2).read()
-            return
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                log.seek(0)
-                raise RuntimeError(f"moto server did not start at {endpoint}: {log.read()[-3000:]}") from None
-            time.sleep(0.1)
-
-
 def start(log) -> S3Server:
     """Start moto's server (a subprocess), create a user, its key and a bucket; ``log`` gets its output."""
     import boto3
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env["INITIAL_NO_AUTH_ACTION_COUNT"] = str(_SETUP_CALLS)   # then every request must be signed by a known key
-    for attempt in range(3):  # the free port may be taken between finding it and binding it
-        endpoint = f"http://127.0.0.1:{_free_port()}"
-        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
-                                 "-p", endpoint.rsplit(":", 1)[1]],
-                                env=env, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            _wait_until_up(endpoint, proc, log)
-            break
-        except RuntimeError:
-            proc.kill()
-            proc.wait()
-            if attempt == 2:
-                raise
+    endpoint, proc = start_moto(log, env)
     try:
         anyone = {"endpoint_url": endpoint, "region_name": REGION,
                   "aws_access_key_id": "setup", "aws_secret_access_key": "setup"}
@@ -111,12 +77,7 @@ def start(log) -> S3Server:
 
 
 def stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    stop_process(proc)
 
 
 @pytest.fixture(scope="session")

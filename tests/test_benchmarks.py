@@ -445,3 +445,182 @@ def test_bench_e2e_cli_on_v2_blosc_inputs(runner, tmp_path, lend, no_cuda):
     assert rec["ok"] and rec["dgemm"]["check"]["passed"] and rec["first_call"] is None
     assert rec["peers"]["dask_numpy"] and rec["peers"]["dask_numpy"]["check"]["passed"], rec["errors"]
     assert "blosc-lz4, Zarr v2" in r.output
+
+
+# -- dgemm bench e2e: --codec, --input-chunks, --cold, --store s3://, the plan's floor (issue 15) ------
+def _droppable(folder: Path) -> str | None:
+    """None where files under ``folder`` can leave the page cache; else why not (tmpfs, no fadvise)."""
+    from dgemm.benchmarks import pagecache
+
+    why = pagecache.supported()
+    if why:
+        return why
+    probe = folder / "probe.bin"
+    probe.write_bytes(os.urandom(1 << 20))
+    r = pagecache.drop([probe])
+    probe.unlink()
+    if r["cached_before"] is None or r["cached_after"] is None:
+        return "mincore cannot tell what is cached here"
+    return None if r["cached_after"] < r["cached_before"] else f"{folder}'s filesystem keeps its pages (tmpfs?)"
+
+
+def test_drop_says_what_left_the_page_cache(tmp_path):
+    from dgemm.benchmarks import pagecache
+
+    why = _droppable(tmp_path)
+    if why:
+        pytest.skip(why)
+    data = os.urandom(3 * 2**20 + 123)                 # not a whole number of pages
+    (tmp_path / "d").mkdir()
+    for name in ("x.bin", "d/y.bin"):
+        (tmp_path / name).write_bytes(data)
+    (tmp_path / "d" / "y.bin").read_bytes()
+    r = pagecache.drop([tmp_path / "x.bin", tmp_path / "d"])
+    assert r["files"] == 2 and r["bytes"] == 2 * len(data)
+    assert r["cached_before"] == 2 * len(data)          # just written (dirty) and read: every byte cached
+    assert r["cached_after"] == 0 and r["dropped_bytes"] == r["cached_before"]
+    assert (tmp_path / "x.bin").read_bytes() == data    # dropped from the cache, not from the disk
+    assert pagecache.cached_bytes(tmp_path / "x.bin") == len(data)
+
+
+@pytest.mark.parametrize("args", [["--codec", "blosc-lz4", "--input-chunks", "32"],
+                                  ["--input-codec", "blosc-lz4", "--chunks", "32"]])
+def test_bench_e2e_codec_and_input_chunks_have_both_names(runner, tmp_path, monkeypatch, args):
+    from dgemm.benchmarks import e2e
+
+    seen = {}
+
+    def fake(size, **kw):
+        seen.update(kw, size=size)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(e2e, "e2e_bench", fake)
+    r = runner.invoke(cli, ["bench", "e2e", "--size", "64", "--cold", "--out", str(tmp_path / "out"), *args])
+    assert "stop here" in r.output
+    assert (seen["size"], seen["input_codec"], seen["chunks"], seen["cold"]) == (64, "blosc-lz4", 32, True)
+    assert seen["s3_server"] is None
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--store", "s3://bench/x", "--cold"], "not with an s3:// --store"),
+    (["--store", "s3://bench/x", "--keep"], "local S3 server's objects go"),
+    (["--s3-server", "local"], "--s3-server needs an s3:// --store"),
+    (["--store", "s3://bench/x", "--s3-server", "bench:9000"], "http(s):// URL"),
+    (["--store", "gs://bench/x"], "local folder or an s3:// URL"),
+])
+def test_bench_e2e_store_option_errors_start_nothing(runner, tmp_path, monkeypatch, args, message):
+    from dgemm.benchmarks import e2e
+
+    monkeypatch.setattr(e2e, "make_inputs", lambda *a, **k: pytest.fail("inputs written before the checks"))
+    monkeypatch.setattr(e2e, "LocalS3", lambda *a, **k: pytest.fail("server started before the checks"))
+    r = runner.invoke(cli, ["bench", "e2e", "--size", "64", "--out", str(tmp_path / "out"), *args])
+    assert r.exit_code == 2, r.output
+    assert message in r.output
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"store": "s3://bench/x", "cold": True}, "not local files"),
+    ({"store": "s3://bench/x", "keep": True}, "local S3 server's objects go"),
+    ({"s3_server": "local"}, "needs a store on S3"),
+    ({"store": "s3:///x"}, "names no bucket"),
+])
+def test_e2e_refuses_bad_store_options_before_any_work(tmp_path, monkeypatch, kwargs, message):
+    from dgemm.benchmarks import e2e
+
+    monkeypatch.setattr(e2e, "make_inputs", lambda *a, **k: pytest.fail("inputs written before the checks"))
+    monkeypatch.setattr(e2e, "LocalS3", lambda *a, **k: pytest.fail("server started before the checks"))
+    with pytest.raises(ValueError, match=message):
+        e2e.e2e_bench(64, chunks=16, out_dir=tmp_path / "out", log=None, **kwargs)
+    assert not (tmp_path / "out").exists()
+
+
+def _floor_checks(rec: dict) -> None:
+    """``dgemm plan``'s floor is recorded beside the time, for the blocks the run used, and printed."""
+    from dgemm.benchmarks import e2e
+
+    f = rec["dgemm"]["floor"]
+    assert f["same_blocks_as_run"] is True
+    for key in ("defaults", "measured"):
+        assert f[key]["floor_seconds"] > 0 and f[key]["bound"] in f[key]["busiest"]["seconds"]
+        assert f[key]["measured_over_floor"] == pytest.approx(rec["dgemm"]["seconds"] / f[key]["floor_seconds"])
+    assert f["defaults"]["rates"]["read"] == 5e9            # dgemm plan's defaults
+    assert f["measured"]["rates"]["flops"] == pytest.approx(rec["kernel"]["tflops"] * 1e12)
+    assert "dgemm plan's floor: " in e2e.format_table(rec)
+
+
+@needs_device
+def test_e2e_cold_drops_the_inputs_before_each_timed_run(runner, tmp_path, lend, no_cuda):
+    why = _droppable(tmp_path)
+    if why:
+        pytest.skip(why)
+    out = tmp_path / "results"
+    r = runner.invoke(cli, ["bench", "e2e", "--size", "64", "--input-chunks", "16", "--codec", "default", "--cold",
+                            "--reps", "2", "--no-peers", "--out", str(out), "--store", str(tmp_path / "store"),
+                            *lend])
+    assert r.exit_code == 0, r.output
+    rec, path = _only_json(out)
+    assert path.name.endswith("-e2e-64-float32-default-cold.json")
+    assert rec["cold"] is True and rec["ok"] and rec["dgemm"]["check"]["passed"]
+    drops = rec["dgemm"]["cold"]
+    assert len(drops) == 2                                  # one per repetition
+    files = rec["inputs"]["a"]["bytes_on_disk"] + rec["inputs"]["b"]["bytes_on_disk"]
+    for d in drops:
+        assert d["bytes"] == files and d["files"] >= 2 * 16 + 2   # 4 x 4 chunks + metadata, each of A and B
+        assert d["cached_after"] == 0 and d["dropped_bytes"] == d["cached_before"]
+    assert drops[0]["cached_before"] > 0                   # written just before: cached until dropped
+    assert drops[1]["cached_before"] > 0                   # the first repetition read them back in
+    hr = rec["host_rates"]
+    assert set(hr["reader_cold_gbps"]) == set(hr["reader_gbps"]) and all(hr["reader_cold_gbps"].values())
+    assert rec["dgemm"]["floor"]["measured"]["rates"]["read"] == pytest.approx(
+        max(hr["reader_cold_gbps"].values()) * 1e9)         # the floor reads at the cold rate
+    _floor_checks(rec)
+    assert "were dropped from the page cache" in r.output
+
+
+@needs_device
+def test_e2e_on_a_local_s3_server(client, tmp_path, monkeypatch):
+    """Inputs and outputs on the moto server the bench starts: dgemm's product and dask's are right, the
+    server's raw GET rate read every chunk object, and the server is gone afterwards."""
+    import psutil
+
+    from _check import check_product
+    from dgemm.benchmarks import e2e
+
+    for module in ("moto.server", "s3fs", "boto3"):
+        pytest.importorskip(module, reason=f"the S3 bench needs {module}: pip install -e '.[test]'")
+    monkeypatch.setitem(sys.modules, "cupy", None)
+    monkeypatch.setitem(sys.modules, "torch", None)
+    products = {}
+    real_check = e2e._check
+
+    def whole_check(a, b, c, storage_options=None):   # the whole of C, read back from the server
+        products[os.fspath(c).rsplit("/", 1)[-1]] = [e2e._open(p, storage_options)[...] for p in (a, b, c)]
+        return real_check(a, b, c, storage_options)
+
+    monkeypatch.setattr(e2e, "_check", whole_check)
+    rec, path = e2e.e2e_bench(48, chunks=16, input_codec="default", store="s3://bench/t", devices="cpu",
+                              client=client, out_dir=tmp_path / "out", log=None)
+    assert rec["ok"] and rec["failures"] == 0, rec["errors"]
+    assert path.name.endswith("-e2e-48-float32-default-s3.json")
+    assert rec["store"].startswith("s3://bench/t/dgemm-e2e-") and rec["store_kind"] == "s3"
+    assert all(rec["inputs"][x]["path"].startswith(rec["store"]) for x in "ab")
+    assert set(products) == {"c_dgemm.zarr", "c_numpy.zarr"}
+    for a, b, c in products.values():
+        assert a.shape == (48, 48) and np.isfinite(a).all() and a.std() > 0.5    # fresh normals
+        check_product(c, a, b, dtype="float32")
+    obj = rec["object_store"]
+    assert obj["server"]["endpoint"].startswith("http://127.0.0.1:")
+    stored = sum(rec["inputs"][x]["bytes_on_disk"] for x in "ab")     # chunk objects and metadata
+    reads = obj["get"]["reads"]
+    assert set(reads) == {"1", "4", "16"} and all(v > 0 for v in obj["get"]["gbps"].values())
+    assert all(r["objects"] == 2 * 9 for r in reads.values())     # every chunk object (3 x 3 each) once
+    assert len({r["bytes"] for r in reads.values()}) == 1 and 0 < reads["1"]["bytes"] < stored   # not metadata
+    assert obj["put"]["best_gbps"] > 0
+    assert rec["host_rates"]["read_gbps"] == {}          # no local store to time
+    assert rec["dgemm"]["floor"]["measured"]["rates"]["read"] == pytest.approx(obj["get"]["best_gbps"] * 1e9)
+    _floor_checks(rec)
+    assert rec["peers"]["dask_numpy"]["check"]["passed"]
+    assert not psutil.pid_exists(obj["server"]["pid"])   # stopped with the run, objects and all
+    table = e2e.format_table(rec)
+    assert "object store, GB/s (raw whole objects, boto3): GET " in table and "S3 at http://127.0.0.1:" in table

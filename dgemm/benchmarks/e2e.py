@@ -26,7 +26,15 @@ sharded — :func:`make_inputs`) and times, on those same inputs:
   the call's return, its result checked like the others.
 
 Beside them, the host's rates that bound the run (:mod:`dgemm.benchmarks.rates`):
-store reads and writes of whole chunks, and a worker's host-device copies.
+store reads and writes of whole chunks, and a worker's host-device copies;
+and ``dgemm plan``'s predicted floor for the main run (:func:`plan_floor`),
+with its default rates and with the run's measured ones.
+
+The inputs and outputs live in a local folder or on S3 (``store="s3://..."``:
+moto's server started on 127.0.0.1 for the run, or a given endpoint; see
+:mod:`dgemm.benchmarks.objectstore`), where the server's raw GET and PUT
+rates take the local store's place.  With ``cold``, every timed run starts
+with its input files out of the page cache (:mod:`dgemm.benchmarks.pagecache`).
 A peer that cannot run is recorded as ``None`` with the reason.  The JSON
 record (:func:`e2e_bench`) goes to
 ``bench/results/<date>-<device>[-xN]-e2e-<size>-<dtype>.json``
@@ -51,7 +59,10 @@ from pathlib import Path
 import numpy as np
 
 from dgemm.accuracy import check_sample, tolerance
+from dgemm.benchmarks import pagecache
 from dgemm.benchmarks.inputs import random_zarr
+from dgemm.benchmarks.objectstore import (LocalS3, Location, new_location, object_get_rate, object_put_rate,
+                                          s3_options, split_url)
 from dgemm.benchmarks.peers import cupy_status, time_cublas
 from dgemm.benchmarks.rates import host_rates
 from dgemm.benchmarks.records import DEFAULT_OUT, command_line, git_commit, result_path, utc_now, write_json
@@ -70,17 +81,35 @@ FIRST_CALL_TIMEOUT = 900          # seconds a first-call script may take (cluste
 
 
 # -- inputs -----------------------------------------------------------------------
-def _dir_bytes(path) -> int | None:
-    """Bytes of the files under a local folder (what a store holds), None when not a local folder."""
+def _remote(path) -> bool:
     path = os.fspath(path)
-    if not os.path.isdir(path):
-        return None
-    total = 0
-    for root, _, files in os.walk(path):
-        for f in files:
-            with contextlib.suppress(OSError):
-                total += os.path.getsize(os.path.join(root, f))
-    return total
+    return "://" in path and not path.startswith("file://")
+
+
+def _dir_bytes(path, storage_options: dict | None = None) -> int | None:
+    """Bytes stored under ``path`` (a local folder's files, or an S3 prefix's objects); None if unreadable."""
+    path = os.fspath(path)
+    return Location(path, storage_options).nbytes(path)
+
+
+def _remove(path, storage_options: dict | None = None) -> None:
+    """Remove the array at ``path`` (a local folder or an S3 prefix); nothing if it is not there."""
+    path = os.fspath(path)
+    Location(path, storage_options).remove(path)
+
+
+def _open(path, storage_options: dict | None = None, mode: str = "r"):
+    """``zarr.open_array`` of a local path, or of a URL with its ``storage_options``."""
+    import zarr
+
+    path = os.fspath(path)
+    extra = {"storage_options": storage_options} if storage_options and _remote(path) else {}
+    return zarr.open_array(path, mode=mode, **extra)
+
+
+def _so(storage_options: dict | None) -> dict:
+    """``storage_options=`` for :func:`dgemm.matmul` when there are any (local paths take none)."""
+    return {"storage_options": storage_options} if storage_options else {}
 
 
 def input_compressors(codec: str, zarr_format: int = 3):
@@ -126,11 +155,9 @@ def _jsonable(x):
     return getattr(x, "value", None) if isinstance(getattr(x, "value", None), (str, int)) else str(x)
 
 
-def describe_zarr(path) -> dict:
+def describe_zarr(path, storage_options: dict | None = None) -> dict:
     """What zarr says the array at ``path`` is: format, chunks, shards and codecs, as JSON."""
-    import zarr
-
-    arr = zarr.open_array(os.fspath(path), mode="r")
+    arr = _open(path, storage_options)
     meta = arr.metadata
     out = {"zarr_format": meta.zarr_format, "chunks": list(arr.chunks),
            "shards": list(arr.shards) if arr.shards is not None else None,
@@ -148,8 +175,8 @@ def _capped_shards(shards: int | None, shape, ch) -> tuple[int, int] | None:
     return tuple(min(shards, roundup(max(x, 1), c)) for x, c in zip(shape, ch))
 
 
-def make_inputs(folder: Path, m: int, n: int, k: int, chunks: int, dtype: str, seed: int, tag: str = "",
-                codec: str = "raw", zarr_format: int = 3, shards: int | None = None) -> dict:
+def make_inputs(folder, m: int, n: int, k: int, chunks: int, dtype: str, seed: int, tag: str = "",
+                codec: str = "raw", zarr_format: int = 3, shards: int | None = None, staging=None) -> dict:
     """Write A (m x k) and B (k x n) into ``folder``; their paths, chunks, codecs, bytes and the write time.
 
     Written with zarr's API (``zarr.create_array`` with zarr's defaults except
@@ -157,25 +184,44 @@ def make_inputs(folder: Path, m: int, n: int, k: int, chunks: int, dtype: str, s
     ``shards`` x ``shards``, set from threads): the same arrays
     ``dask.array.to_zarr`` makes with the same codec.  Each array's entry
     carries what zarr reads back (:func:`describe_zarr`).
+
+    ``folder`` is a local folder, or a remote
+    :class:`~dgemm.benchmarks.objectstore.Location` (an S3 prefix): there
+    each array is written into the local folder ``staging`` first, then
+    uploaded file by file (its entry's ``upload``) and its local copy
+    removed, so the objects are the same bytes as a local array's files.
     """
+    remote = isinstance(folder, Location) and folder.remote
+    if remote and staging is None:
+        raise ValueError("inputs on a remote store are written in a local staging folder first: give staging")
+    so = folder.storage_options if isinstance(folder, Location) else None
     out = {"seconds": 0.0, "codec": codec, "zarr_format": zarr_format, "shards": shards,
            "writer": "zarr.create_array (zarr's defaults but the codec) + threaded setitem of whole "
-                     + ("shards" if shards else "chunks")}
+                     + ("shards" if shards else "chunks")
+                     + ("; written locally, then every file uploaded (s3fs put)" if remote else "")}
     compressors = input_compressors(codec, zarr_format)
     for name, shape, s in (("a", (m, k), seed), ("b", (k, n), seed + 1)):
         path = folder / f"{name}{tag}.zarr"
+        local = Path(staging) / f"{name}{tag}.zarr" if remote else path
         ch = (min(chunks, max(shape[0], 1)), min(chunks, max(shape[1], 1)))
         sh = _capped_shards(shards, shape, ch)
         t0 = time.perf_counter()
-        random_zarr(path, shape, ch, dtype, seed=s, overwrite=True, compressors=compressors, shards=sh,
+        random_zarr(local, shape, ch, dtype, seed=s, overwrite=True, compressors=compressors, shards=sh,
                     zarr_format=zarr_format)
+        upload = None
+        if remote:
+            try:
+                folder.remove(path)      # a stale copy's objects would stay beside the new ones
+                upload = folder.upload(local, path)
+            finally:
+                shutil.rmtree(local, ignore_errors=True)
         sec = time.perf_counter() - t0
         out["seconds"] += sec
         nbytes = shape[0] * shape[1] * np.dtype(dtype).itemsize
         out[name] = {"path": str(path), "shape": list(shape), "chunks": list(ch),
                      "shards": list(sh) if sh else None, "bytes": nbytes,
-                     "bytes_on_disk": _dir_bytes(path), "seconds": sec,
-                     "write_gbps": nbytes / sec / 1e9 if sec > 0 else None, "zarr": describe_zarr(path)}
+                     "bytes_on_disk": _dir_bytes(path, so), "seconds": sec, "upload": upload,
+                     "write_gbps": nbytes / sec / 1e9 if sec > 0 else None, "zarr": describe_zarr(path, so)}
     return out
 
 
@@ -370,11 +416,9 @@ def _err(e: BaseException) -> str:
     return f"{type(e).__name__}: {' '.join(str(e).split())[:400]}"
 
 
-def _check(a_path, b_path, c_path) -> dict:
+def _check(a_path, b_path, c_path, storage_options: dict | None = None) -> dict:
     """:func:`dgemm.accuracy.check_sample` of the stored result (sampled rows and columns, float64)."""
-    import zarr
-
-    za, zb, zc = (zarr.open_array(os.fspath(p), mode="r") for p in (a_path, b_path, c_path))
+    za, zb, zc = (_open(p, storage_options) for p in (a_path, b_path, c_path))
     return check_sample(za, zb, zc, n_rows=CHECK_SAMPLES, n_cols=CHECK_SAMPLES)
 
 
@@ -387,28 +431,32 @@ def _tflops(flops: float, seconds: float | None) -> float | None:
 
 
 def time_dgemm(client, workers: list[str], a_path, b_path, out_path, m: int, n: int, k: int, reps: int = 1,
-               keep: bool = False, compressors="auto") -> dict:
+               keep: bool = False, compressors="auto", storage_options: dict | None = None,
+               before_each: Callable[[], dict] | None = None) -> dict:
     """Time ``dgemm.matmul(a, b, out=out)`` on ``client`` (kernels already built) and check the result.
 
     Returns the wall times (median counts), TFLOPS, the sampled check, the
     workers' counter deltas and their sum, the time split, bytes moved, peak
     memory and the output's ``dgemm`` attributes (plan, dgemm's own seconds).
     The output is removed afterwards unless ``keep``.  ``compressors`` is
-    passed to :func:`dgemm.matmul` for the output (``None``: uncompressed).
+    passed to :func:`dgemm.matmul` for the output (``None``: uncompressed),
+    ``storage_options`` too (paths on S3).  ``before_each`` runs before each
+    repetition, untimed (``--cold``: the inputs out of the page cache); what
+    it returns goes to the entry's ``cold`` list.
     """
-    import zarr
-
     import dgemm
 
     before = client.run(_worker_probe, workers=workers)
-    times = []
+    times, cold = [], []
     with MemorySampler([p["pid"] for p in before.values()]) as mem:
         for _ in range(reps):
             # each repetition writes a new out: removing the last one is not part of the product
-            shutil.rmtree(os.fspath(out_path), ignore_errors=True)
+            _remove(out_path, storage_options)
+            if before_each is not None:
+                cold.append(before_each())
             t0 = time.perf_counter()
             dgemm.matmul(os.fspath(a_path), os.fspath(b_path), out=os.fspath(out_path), client=client,
-                         compressors=compressors)
+                         compressors=compressors, **_so(storage_options))
             times.append(time.perf_counter() - t0)
     after = client.run(_worker_probe, workers=workers)
     seconds = float(np.median(times))
@@ -420,9 +468,9 @@ def time_dgemm(client, workers: list[str], a_path, b_path, out_path, m: int, n: 
                             # levels such as cache_bytes read better as they are than as deltas
                             "after": p["counters"], "rss_peak_bytes": mem.rss_peak.get(p["pid"])}
     total = sum_counters([w["counters"] for w in per_worker.values()])
-    zc = zarr.open_array(os.fspath(out_path), mode="r")
+    zc = _open(out_path, storage_options)
     attrs = dict(zc.attrs).get("dgemm", {})
-    check = _check(a_path, b_path, out_path)
+    check = _check(a_path, b_path, out_path, storage_options)
     entry = {
         "m": m, "n": n, "k": k, "workers": len(workers), "reps": reps, "times": times, "seconds": seconds,
         "tflops": _tflops(_flops(m, n, k), seconds), "dgemm_seconds": attrs.get("seconds"),
@@ -430,12 +478,13 @@ def time_dgemm(client, workers: list[str], a_path, b_path, out_path, m: int, n: 
         "counters": {"per_worker": per_worker, "total": total,
                      "after_total": sum_counters([w["after"] for w in per_worker.values()])},
         "split": time_split(total, sum(times), len(workers)),
-        "bytes": _bytes(total, out_path, m, n, k, zc.dtype.itemsize, reps),
+        "bytes": _bytes(total, out_path, m, n, k, zc.dtype.itemsize, reps, storage_options),
         "memory": mem.result(), "plan": attrs.get("plan"), "attrs": attrs,
         "output_compressors": [c.to_dict() for c in zc.compressors],
+        "cold": cold or None,
     }
     if not keep:
-        shutil.rmtree(os.fspath(out_path), ignore_errors=True)
+        _remove(out_path, storage_options)
     return entry
 
 
@@ -447,20 +496,23 @@ start = time.time()
 import dgemm
 imported = time.time()
 if __name__ == "__main__":      # dgemm's local cluster spawns workers, which import the script again
-    dgemm.matmul(sys.argv[1], sys.argv[2], out=sys.argv[3]{extra})
+    dgemm.matmul(sys.argv[1], sys.argv[2], out=sys.argv[3]{extra}{options})
     done = time.time()
     print({mark!r} + json.dumps({{"start": start, "imported": imported, "done": done}}), flush=True)
 """
 
 
-def first_call_script(compressors="auto") -> str:
+def first_call_script(compressors="auto", storage_options: bool = False) -> str:
     """The script :func:`time_first_call` runs: ``import dgemm`` and one ``dgemm.matmul(a, b, out=c)``.
 
     ``compressors`` is left to dgemm's default (``"auto"``) as a user's call
-    leaves it, or ``None`` (raw C); codec objects have no place in it.
+    leaves it, or ``None`` (raw C); codec objects have no place in it.  With
+    ``storage_options``, the call takes them from its fourth argument (JSON).
 
     >>> "compressors" in first_call_script(), "compressors=None" in first_call_script(None)
     (False, True)
+    >>> "storage_options=json.loads(sys.argv[4])" in first_call_script(storage_options=True)
+    True
     """
     if compressors == "auto":
         extra = ""
@@ -468,35 +520,45 @@ def first_call_script(compressors="auto") -> str:
         extra = ", compressors=None"
     else:
         raise ValueError(f"the first-call script writes C with zarr's default codec or none, not {compressors!r}")
-    return FIRST_CALL_SCRIPT.format(extra=extra, mark=FIRST_CALL_MARK)
+    options = ", storage_options=json.loads(sys.argv[4])" if storage_options else ""
+    return FIRST_CALL_SCRIPT.format(extra=extra, options=options, mark=FIRST_CALL_MARK)
 
 
 def time_first_call(a_path, b_path, out_path, m: int, n: int, k: int, devices: str | None = None,
-                    compressors="auto", keep: bool = False, timeout: float = FIRST_CALL_TIMEOUT) -> dict:
+                    compressors="auto", keep: bool = False, timeout: float = FIRST_CALL_TIMEOUT,
+                    storage_options: dict | None = None, workdir=None,
+                    before: Callable[[], dict] | None = None) -> dict:
     """Time dgemm's first call from a fresh script, from the process's start to the call's return.
 
-    A new Python process (this interpreter, ``cwd`` the folder of ``out_path``)
-    runs :func:`first_call_script`: it imports dgemm and calls
-    ``dgemm.matmul(a, b, out=out)`` once with no client, so the call starts
-    its local cluster (``DGEMM_DEVICES`` = ``devices`` when given), builds
-    or loads its kernels and allocates its buffers, as a user's script does.
-    ``seconds`` runs from just before the process is spawned to the return
-    of the call (the interpreter's start, the imports and the call);
-    ``exit_seconds`` is what the process took after it (closing its cluster).
-    The result is checked like every timed run.
+    A new Python process (this interpreter, ``cwd`` ``workdir``, by default
+    the folder of ``out_path``) runs :func:`first_call_script`: it imports
+    dgemm and calls ``dgemm.matmul(a, b, out=out)`` once with no client, so
+    the call starts its local cluster (``DGEMM_DEVICES`` = ``devices`` when
+    given), builds or loads its kernels and allocates its buffers, as a
+    user's script does.  ``seconds`` runs from just before the process is
+    spawned to the return of the call (the interpreter's start, the imports
+    and the call); ``exit_seconds`` is what the process took after it
+    (closing its cluster).  The result is checked like every timed run.
+    ``storage_options`` go to the call (as JSON, in its arguments);
+    ``before`` runs first, untimed, and its answer is the entry's ``cold``.
     """
-    import zarr
-
-    out_path = Path(out_path)
-    script = out_path.parent / "first_call.py"
-    script.write_text(first_call_script(compressors))
+    if workdir is None and _remote(out_path):
+        raise ValueError(f"the first-call script needs a local workdir: out {os.fspath(out_path)!r} is remote")
+    # the script runs in workdir: local paths must not depend on this process's folder
+    a_path, b_path, out_path = (p if _remote(p) else os.path.abspath(p) for p in (a_path, b_path, out_path))
+    workdir = Path(workdir if workdir is not None else Path(out_path).parent).resolve()
+    script = workdir / "first_call.py"
+    script.write_text(first_call_script(compressors, storage_options=bool(storage_options)))
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     if devices:
         env["DGEMM_DEVICES"] = devices
-    shutil.rmtree(out_path, ignore_errors=True)
+    _remove(out_path, storage_options)
+    argv = [sys.executable, str(script), os.fspath(a_path), os.fspath(b_path), os.fspath(out_path)]
+    if storage_options:
+        argv.append(json.dumps(storage_options))
+    cold = before() if before is not None else None
     t0 = time.time()       # wall clock: the child's times are compared with it
-    proc = subprocess.run([sys.executable, str(script), os.fspath(a_path), os.fspath(b_path), os.fspath(out_path)],
-                          cwd=out_path.parent, env=env, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(argv, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
     ended = time.time()
     marks = [line for line in proc.stdout.splitlines() if line.startswith(FIRST_CALL_MARK)]
     if proc.returncode != 0 or not marks:
@@ -504,9 +566,9 @@ def time_first_call(a_path, b_path, out_path, m: int, n: int, k: int, devices: s
         raise RuntimeError(f"the first-call script exited with {proc.returncode}: {tail}")
     t = json.loads(marks[-1][len(FIRST_CALL_MARK):])
     seconds = t["done"] - t0
-    zc = zarr.open_array(os.fspath(out_path), mode="r")
+    zc = _open(out_path, storage_options)
     attrs = dict(zc.attrs).get("dgemm", {})
-    check = _check(a_path, b_path, out_path)
+    check = _check(a_path, b_path, out_path, storage_options)
     entry = {"m": m, "n": n, "k": k, "devices": devices, "seconds": seconds,
              "tflops": _tflops(_flops(m, n, k), seconds),
              "process_start_seconds": t["start"] - t0, "import_seconds": t["imported"] - t["start"],
@@ -514,9 +576,9 @@ def time_first_call(a_path, b_path, out_path, m: int, n: int, k: int, devices: s
              "exit_seconds": ended - t["done"], "check": check, "ok": check["passed"],
              "status": "ok" if check["passed"] else "FAILED",
              "output_compressors": [_codec_dict(c) for c in zc.compressors],
-             "script": script.read_text()}
+             "script": script.read_text(), "cold": cold}
     if not keep:
-        shutil.rmtree(os.fspath(out_path), ignore_errors=True)
+        _remove(out_path, storage_options)
     return entry
 
 
@@ -536,10 +598,11 @@ def time_split(total: dict, wall: float, n_workers: int) -> dict:
             "share": {k: (v / denom if denom > 0 else None) for k, v in secs.items()}}
 
 
-def _bytes(total: dict, out_path, m, n, k, itemsize, reps) -> dict:
+def _bytes(total: dict, out_path, m, n, k, itemsize, reps, storage_options: dict | None = None) -> dict:
     """Bytes the run read, moved and wrote; ``*_per_input`` above 1 means re-reads or re-uploads."""
     inputs = (m * k + k * n) * itemsize * reps
-    out = {"inputs": inputs, "output": m * n * itemsize * reps, "output_on_disk": _dir_bytes(out_path)}
+    out = {"inputs": inputs, "output": m * n * itemsize * reps,
+           "output_on_disk": _dir_bytes(out_path, storage_options)}
     for key, name, base in (("bytes_read", "read_per_input", inputs), ("bytes_up", "up_per_input", inputs),
                             ("bytes_down", "down_per_output", out["output"])):
         if key in total:
@@ -548,19 +611,25 @@ def _bytes(total: dict, out_path, m, n, k, itemsize, reps) -> dict:
     return out
 
 
-def _warm_up(client, workers: list[str], dtype: str, folder: Path) -> float:
-    """Build every worker's kernels and run one small product, so the timed runs compile nothing."""
+def _warm_up(client, workers: list[str], dtype: str, folder) -> float:
+    """Build every worker's kernels and run one small product, so the timed runs compile nothing.
+
+    The product is written into ``folder`` (a local folder or a
+    :class:`~dgemm.benchmarks.objectstore.Location`), so on S3 the workers
+    have their S3 client before the timed runs, as their kernels.
+    """
     import dgemm
 
     from dgemm.worker import build_kernels
 
+    so = folder.storage_options if isinstance(folder, Location) else None
     t0 = time.perf_counter()
     client.run(build_kernels, dtype, workers=workers)
     rng = np.random.default_rng(0)
     a, b = (rng.standard_normal((128, 128)).astype(dtype) for _ in range(2))
     out = folder / "warmup.zarr"
-    dgemm.matmul(a, b, out=os.fspath(out), overwrite=True, client=client)
-    shutil.rmtree(out, ignore_errors=True)
+    dgemm.matmul(a, b, out=os.fspath(out), overwrite=True, client=client, **_so(so))
+    _remove(out, so)
     return time.perf_counter() - t0
 
 
@@ -598,18 +667,19 @@ def ready_workers(client, dtype: str) -> tuple[list[str], list[str], dict]:
 
 # -- peers ----------------------------------------------------------------------------------
 def time_dask(a_path, b_path, out_path, reps: int = 1, cupy=None, compressors="auto", keep: bool = False,
-              pids=()) -> dict:
+              pids=(), storage_options: dict | None = None, before_each: Callable[[], dict] | None = None) -> dict:
     """Time dask.array's ``A @ B`` from Zarr to Zarr on the threaded scheduler, and check the result.
 
     With ``cupy``, the blocks are moved to the GPU (``map_blocks(cupy.asarray)``)
     and back (``map_blocks(cupy.asnumpy)``); the GPU memory pool is freed
     after every repetition.  The output has the inputs' chunks and
     ``compressors`` (dgemm's output codec, for a like-with-like write).
+    ``storage_options`` and ``before_each`` as for :func:`time_dgemm`.
     """
     import dask.array as da
     import zarr
 
-    za, zb = (zarr.open_array(os.fspath(p), mode="r") for p in (a_path, b_path))
+    za, zb = (_open(p, storage_options) for p in (a_path, b_path))
     dtype = np.result_type(za.dtype, zb.dtype)
     A, B = da.from_zarr(za), da.from_zarr(zb)
     if cupy is not None:
@@ -619,14 +689,17 @@ def time_dask(a_path, b_path, out_path, reps: int = 1, cupy=None, compressors="a
     C = A @ B
     if cupy is not None:
         C = C.map_blocks(cupy.asnumpy, dtype=dtype, meta=np.empty((0, 0), dtype))
-    times = []
+    times, cold = [], []
+    extra = {"storage_options": storage_options} if storage_options and _remote(out_path) else {}
     with MemorySampler(pids or [os.getpid()]) as mem:
         for _ in range(reps):
             # each repetition writes a new out: removing the last one is not part of the product
-            shutil.rmtree(os.fspath(out_path), ignore_errors=True)
+            _remove(out_path, storage_options)
+            if before_each is not None:
+                cold.append(before_each())
             t0 = time.perf_counter()
             z = zarr.create_array(store=os.fspath(out_path), shape=C.shape, chunks=C.chunksize, dtype=dtype,
-                                  compressors=compressors, fill_value=0, overwrite=True)
+                                  compressors=compressors, fill_value=0, overwrite=True, **extra)
             # each block is one output chunk (or its ragged edge), so no lock; da.to_zarr would merge a
             # whole axis into one chunk when the size is not a multiple of the chunks
             da.store(C, z, lock=False, scheduler="threads")
@@ -636,13 +709,13 @@ def time_dask(a_path, b_path, out_path, reps: int = 1, cupy=None, compressors="a
     m, k = za.shape
     n = zb.shape[1]
     seconds = float(np.median(times))
-    check = _check(a_path, b_path, out_path)
+    check = _check(a_path, b_path, out_path, storage_options)
     entry = {"m": m, "n": n, "k": k, "reps": reps, "times": times, "seconds": seconds,
              "tflops": _tflops(_flops(m, n, k), seconds), "scheduler": "threads", "chunks": list(C.chunksize),
-             "check": check, "ok": check["passed"], "output_on_disk": _dir_bytes(out_path),
-             "memory": mem.result()}
+             "check": check, "ok": check["passed"], "output_on_disk": _dir_bytes(out_path, storage_options),
+             "memory": mem.result(), "cold": cold or None}
     if not keep:
-        shutil.rmtree(os.fspath(out_path), ignore_errors=True)
+        _remove(out_path, storage_options)
     return entry
 
 
@@ -745,7 +818,8 @@ def e2e_bench(size: int | None = None, *, shape=None, dtype: str = "float32", ch
               numpy_size: int | None = None, kernel_size: int | None = None, reps: int = 1,
               out_dir=DEFAULT_OUT, client=None, seed: int = 0, command: str | None = None,
               compressors="auto", input_codec: str = "raw", input_zarr_format: int = 3,
-              shards: int | None = None, first_call: bool = False,
+              shards: int | None = None, first_call: bool = False, cold: bool = False,
+              s3_server: str | None = None,
               log: Callable[[str], None] | None = print) -> tuple[dict, Path | None]:
     """Time dgemm from Zarr to Zarr against its peers on the same inputs, and write the JSON record.
 
@@ -765,11 +839,16 @@ def e2e_bench(size: int | None = None, *, shape=None, dtype: str = "float32", ch
     gpus : sequence of int, optional
         Scaling table: dgemm on the first 1, 2, ... devices of ``devices``,
         each on its own cluster; the count the main run used reuses its result.
-    store : path, optional
+    store : path or str, optional
         Folder for the Zarr files: a new ``dgemm-e2e-*`` folder is made in it
-        (default: in the system's temporary folder).
+        (default: in the system's temporary folder).  Or ``s3://BUCKET/PREFIX``:
+        inputs and outputs on an S3 server (``s3_server``), a new
+        ``dgemm-e2e-*`` prefix under it; the server's raw GET and PUT rates
+        (:func:`~dgemm.benchmarks.objectstore.object_get_rate`) are recorded
+        in ``record["object_store"]`` in place of the local store's rates.
     keep : bool
         Keep the Zarr files (inputs and outputs); otherwise they are removed.
+        Not with the local S3 server (its objects go with it).
     peers : bool
         Time dask.array + cupy, cuBLAS and dask.array + numpy (and dgemm at
         the small size, which only the dask.array + numpy peer needs).
@@ -806,6 +885,17 @@ def e2e_bench(size: int | None = None, *, shape=None, dtype: str = "float32", ch
     first_call : bool
         Also time dgemm's first call from a fresh script (:func:`time_first_call`),
         after the main cluster is closed, on the same inputs.
+    cold : bool
+        Before each timed run (dgemm's, the first call's, the peers'), drop
+        its input files from the page cache (:func:`dgemm.benchmarks.pagecache.drop`;
+        no root needed); each run's entry says how many bytes were cached
+        before and after (``cold``).  The store's read rates are then
+        measured cold too.  Local stores only.
+    s3_server : str, optional
+        With an ``s3://`` store: ``"local"`` (the default) starts moto's
+        server on 127.0.0.1 for the run (:class:`~dgemm.benchmarks.objectstore.LocalS3`);
+        an ``http(s)://`` URL names a running server (credentials from the
+        environment, as s3fs finds them).
     log : callable, optional
         Called with one line per step.
 
@@ -845,6 +935,11 @@ def e2e_bench(size: int | None = None, *, shape=None, dtype: str = "float32", ch
     if gpus and (gpus[0] < 1 or gpus[-1] > len(selection)):
         raise ValueError(f"gpus {gpus}: the devices {devices!r} give {len(selection)} device(s)")
 
+    store = os.fspath(store) if store is not None else None
+    remote = bool(store) and "://" in store
+    local_server = remote and s3_server in (None, "local")
+    _check_store_options(store, remote, local_server, s3_server, cold, keep)
+
     commit, dirty = git_commit()
     record = {
         "benchmark": "e2e", "date": utc_now(), "commit": commit, "commit_dirty": dirty,
@@ -854,12 +949,9 @@ def e2e_bench(size: int | None = None, *, shape=None, dtype: str = "float32", ch
         "flops": _flops(m, n, k), "small": {"m": small[0], "n": small[1], "k": small[2]},
         "compressors": compressors if isinstance(compressors, str) or compressors is None else repr(compressors),
         "input_codec": input_codec, "input_zarr_format": input_zarr_format, "shards": shards,
+        "cold": bool(cold), "store_kind": "s3" if remote else "local",
         "failures": 0, "errors": [],
     }
-    if store:
-        os.makedirs(store, exist_ok=True)
-    folder = Path(tempfile.mkdtemp(prefix="dgemm-e2e-", dir=os.fspath(store) if store else None))
-    record["store"] = str(folder)
     path = None
 
     def save():
@@ -871,68 +963,139 @@ def e2e_bench(size: int | None = None, *, shape=None, dtype: str = "float32", ch
         record["errors"].append({"stage": stage, "error": _err(e)})
         log(f"{stage}: ERROR {_err(e)}")
 
-    try:
-        form = dict(codec=input_codec, zarr_format=input_zarr_format, shards=shards)
-        log(f"writing A ({m} x {k}) and B ({k} x {n}) {dtype}, chunks {chunks}, {_inputs_form(record)}, to {folder}")
-        record["inputs"] = make_inputs(folder, m, n, k, chunks, dtype, seed, **form)
-        log(f"inputs: {_fmt_bytes(record['inputs']['a']['bytes'] + record['inputs']['b']['bytes'])} "
-            f"in {record['inputs']['seconds']:.1f} s")
-        if small != (m, n, k) and peers:
-            record["inputs_small"] = make_inputs(folder, *small, chunks, dtype, seed + 2, tag="_small", **form)
-        ins = record["inputs"]
-        ins_small = record.get("inputs_small", ins)
-
-        # ---- dgemm on the main cluster: kernel in memory, end to end, the small size ----
-        with bench_cluster(devices, client) as (c, start_seconds):
-            workers, names, usable = ready_workers(c, dtype)
-            detail = "-".join(x for x in (result_detail(m, n, k, dtype),
-                                          input_detail(input_codec, input_zarr_format, shards)) if x)
-            path = result_path(out_dir, record["date"], names, "e2e", detail) if out_dir is not None else None
-            info = usable[workers[0]]["device"]
-            record.update(device=", ".join(dict.fromkeys(names)), devices=names, workers=len(workers),
-                          device_type=info.type, driver=info.driver, platform=info.platform,
-                          cluster_start_seconds=start_seconds)
-            record["warmup_seconds"] = _warm_up(c, workers, dtype, folder)
-            log(f"cluster: {len(workers)} worker(s) on {record['device']}; warm-up {record['warmup_seconds']:.1f} s")
-            record["kernel"] = _time_kernel(c, workers[0], dtype, kshape, reps, seed, failed, log)
-            save()
-            record["host_rates"] = _host_rates(c, workers[0], ins, folder, dtype, record["errors"], log)
-            save()
-            record["dgemm"] = _run_dgemm("dgemm", c, workers, ins, folder / "c_dgemm.zarr", (m, n, k), reps, keep,
-                                         failed, log, compressors)
-            save()
-            # at the full size already, the main run is the one to compare with dask.array + numpy
-            record["small_is_full"] = small == (m, n, k)
-            record["dgemm_small"] = None if record["small_is_full"] or not peers else _run_dgemm(
-                "dgemm small", c, workers, ins_small, folder / "c_dgemm_small.zarr", small, reps, keep, failed, log,
-                compressors)
-            save()
-
-        # ---- scaling: the first 1, 2, ... devices, each on its own cluster ----
-        if gpus:
-            record["scaling"] = _scaling(gpus, selection, record, ins, folder, (m, n, k), dtype, reps, failed, log,
-                                         compressors)
-            save()
+    with contextlib.ExitStack() as stack:
+        so = None
+        if remote:
+            # the staging of the inputs, the first-call script and the server's log: a local folder
+            scratch = Path(tempfile.mkdtemp(prefix="dgemm-e2e-local-"))
+            stack.callback(shutil.rmtree, scratch, True)
+            if local_server:
+                log("starting a local S3 server (moto) on 127.0.0.1")
+                server = stack.enter_context(LocalS3(scratch / "moto.log"))
+                server.make_bucket(split_url(store)[0])
+                so, about = server.storage_options, server.describe()
+            else:
+                so, about = s3_options(s3_server), {"server": "given (--s3-server)", "endpoint": s3_server}
+            folder = new_location(store, so)
+            bucket = split_url(store)[0]
+            if not local_server and not folder.fs().exists(bucket):
+                raise ValueError(f"bucket {bucket!r} not found at {s3_server} (or not readable with the "
+                                 "environment's credentials)")
+            record["object_store"] = {"server": about, "prefix": folder.root}
         else:
-            record["scaling"] = None
+            folder = new_location(store)
+            scratch = Path(folder.root)
+        record["store"] = str(folder)
 
-        # ---- the first call from a fresh script: its own cluster, after ours are gone ----
-        record["first_call"] = _first_call(record, ins, folder, (m, n, k), devices, compressors, keep, failed,
-                                           log) if first_call else None
-        save()
+        def dropper(entry):
+            """``--cold``: before each timed run, ``entry``'s inputs out of the page cache."""
+            if not cold:
+                return None
+            paths = [entry["a"]["path"], entry["b"]["path"]]
+            return lambda: pagecache.drop(paths)
 
-        # ---- peers, after dgemm's clusters are gone (the GPU to themselves) ----
-        record["peers"] = _peers(peers, record, ins, ins_small, folder, (m, n, k), dtype, reps, keep, log)
-        record["ratios"] = _ratios(record)
-        record["ok"] = record["failures"] == 0
-        save()
-    finally:
-        record["kept"] = bool(keep)
-        if not keep:
-            shutil.rmtree(folder, ignore_errors=True)
-        if path is not None and path.exists():
+        try:
+            form = dict(codec=input_codec, zarr_format=input_zarr_format, shards=shards, staging=scratch)
+            log(f"writing A ({m} x {k}) and B ({k} x {n}) {dtype}, chunks {chunks}, {_inputs_form(record)}, "
+                f"to {folder}")
+            record["inputs"] = make_inputs(folder, m, n, k, chunks, dtype, seed, **form)
+            log(f"inputs: {_fmt_bytes(record['inputs']['a']['bytes'] + record['inputs']['b']['bytes'])} "
+                f"in {record['inputs']['seconds']:.1f} s")
+            if small != (m, n, k) and peers:
+                record["inputs_small"] = make_inputs(folder, *small, chunks, dtype, seed + 2, tag="_small", **form)
+            ins = record["inputs"]
+            ins_small = record.get("inputs_small", ins)
+            run = dict(storage_options=so, compressors=compressors)
+
+            # ---- dgemm on the main cluster: kernel in memory, end to end, the small size ----
+            with bench_cluster(devices, client) as (c, start_seconds):
+                workers, names, usable = ready_workers(c, dtype)
+                detail = "-".join(x for x in (result_detail(m, n, k, dtype),
+                                              input_detail(input_codec, input_zarr_format, shards),
+                                              "s3" if remote else "", "cold" if cold else "") if x)
+                path = result_path(out_dir, record["date"], names, "e2e", detail) if out_dir is not None else None
+                info = usable[workers[0]]["device"]
+                record.update(device=", ".join(dict.fromkeys(names)), devices=names, workers=len(workers),
+                              device_type=info.type, driver=info.driver, platform=info.platform,
+                              cluster_start_seconds=start_seconds)
+                record["warmup_seconds"] = _warm_up(c, workers, dtype, folder)
+                log(f"cluster: {len(workers)} worker(s) on {record['device']}; "
+                    f"warm-up {record['warmup_seconds']:.1f} s")
+                record["kernel"] = _time_kernel(c, workers[0], dtype, kshape, reps, seed, failed, log)
+                save()
+                if remote:
+                    record["host_rates"] = _object_rates(c, workers[0], ins, folder, record, log)
+                else:
+                    record["host_rates"] = _host_rates(c, workers[0], ins, folder, dtype, record["errors"], log,
+                                                       cold=cold)
+                save()
+                record["dgemm"] = _run_dgemm("dgemm", c, workers, ins, folder / "c_dgemm.zarr", (m, n, k), reps,
+                                             keep, failed, log, before_each=dropper(ins), **run)
+                _add_floor(record, usable, ins, so, log)
+                save()
+                # at the full size already, the main run is the one to compare with dask.array + numpy
+                record["small_is_full"] = small == (m, n, k)
+                record["dgemm_small"] = None if record["small_is_full"] or not peers else _run_dgemm(
+                    "dgemm small", c, workers, ins_small, folder / "c_dgemm_small.zarr", small, reps, keep, failed,
+                    log, before_each=dropper(ins_small), **run)
+                save()
+
+            # ---- scaling: the first 1, 2, ... devices, each on its own cluster ----
+            if gpus:
+                record["scaling"] = _scaling(gpus, selection, record, ins, folder, (m, n, k), dtype, reps, failed,
+                                             log, before_each=dropper(ins), **run)
+                save()
+            else:
+                record["scaling"] = None
+
+            # ---- the first call from a fresh script: its own cluster, after ours are gone ----
+            record["first_call"] = _first_call(record, ins, folder, (m, n, k), devices, compressors, keep, failed,
+                                               log, so, scratch, dropper(ins)) if first_call else None
             save()
+
+            # ---- peers, after dgemm's clusters are gone (the GPU to themselves) ----
+            record["peers"] = _peers(peers, record, ins, ins_small, folder, (m, n, k), dtype, reps, keep, log,
+                                     so, dropper)
+            record["ratios"] = _ratios(record)
+            record["ok"] = record["failures"] == 0
+            save()
+        finally:
+            record["kept"] = bool(keep)
+            # a local S3 server's objects go with it; elsewhere only the folder this run made is removed
+            if not keep and not local_server:
+                with contextlib.suppress(Exception):
+                    folder.remove(folder.root)
+            if path is not None and path.exists():
+                save()
     return record, path
+
+
+def _check_store_options(store, remote: bool, local_server: bool, s3_server, cold: bool, keep: bool) -> None:
+    """Refuse store, server and ``cold`` options that do not go together, before any work."""
+    import importlib.util
+
+    if store and os.path.isfile(store):
+        raise ValueError(f"store {store!r} is a file: give a folder, or an s3:// URL")
+    if remote:
+        if not store.startswith("s3://"):
+            raise ValueError(f"store must be a local folder or an s3:// URL, not {store!r}")
+        split_url(store)
+        for module, pip in (("s3fs", "s3fs"), ("boto3", "boto3")) + ((("moto", "'moto[server]'"),)
+                                                                    if local_server else ()):
+            if importlib.util.find_spec(module) is None:
+                raise ValueError(f"a store on S3 needs {module}: pip install {pip}")
+        if cold:
+            raise ValueError("cold drops local files from the page cache; an S3 store's objects are not local "
+                             "files (run without cold, or on a local store)")
+        if keep and local_server:
+            raise ValueError("keep: the local S3 server's objects go when it stops at the end of the run; give "
+                             "s3_server the URL of a server that stays")
+    elif s3_server is not None:
+        raise ValueError(f"s3_server {s3_server!r} needs a store on S3 (s3://BUCKET/PREFIX)")
+    if s3_server not in (None, "local") and not str(s3_server).startswith(("http://", "https://")):
+        raise ValueError(f"s3_server must be 'local' or an http(s):// endpoint URL, not {s3_server!r}")
+    if cold and pagecache.supported():
+        raise ValueError(f"cold: {pagecache.supported()}")
 
 
 def _fmt_bytes(n: float) -> str:
@@ -947,12 +1110,13 @@ def _inputs_form(record: dict) -> str:
             + (f", shards {record['shards']}" if record.get("shards") else ""))
 
 
-def _first_call(record, ins, folder, mnk, devices, compressors, keep, failed, log) -> dict:
+def _first_call(record, ins, folder, mnk, devices, compressors, keep, failed, log, storage_options=None,
+                workdir=None, before=None) -> dict:
     """:func:`time_first_call` on the main inputs, beside the warm run's time."""
     m, n, k = mnk
     try:
         r = time_first_call(ins["a"]["path"], ins["b"]["path"], folder / "c_first_call.zarr", m, n, k, devices,
-                            compressors, keep)
+                            compressors, keep, storage_options=storage_options, workdir=workdir, before=before)
     except Exception as e:
         failed("first call", e)
         return {"m": m, "n": n, "k": k, "status": "ERROR", "ok": False, "error": _err(e), "seconds": None,
@@ -985,10 +1149,16 @@ def _time_kernel(client, addr, dtype, kshape, reps, seed, failed, log) -> dict |
     return r
 
 
-def _host_rates(client, addr, ins, folder, dtype, errors, log) -> dict | None:
-    """The store's and ``addr``'s bus rates (:func:`dgemm.benchmarks.rates.host_rates`); None if they fail."""
+def _host_rates(client, addr, ins, folder, dtype, errors, log, cold: bool = False) -> dict | None:
+    """The store's and ``addr``'s bus rates (:func:`dgemm.benchmarks.rates.host_rates`); None if they fail.
+
+    With ``cold``, the store's reads are timed again with A dropped from the
+    page cache before each thread count (``read_cold_gbps``, ``reader_cold_gbps``).
+    """
     try:
-        r = host_rates(ins["a"]["path"], folder, ins["a"]["chunks"], dtype, client, addr)
+        r = host_rates(ins["a"]["path"], os.fspath(folder), ins["a"]["chunks"], dtype, client, addr)
+        if cold:
+            r.update(_cold_read_rates(ins["a"]["path"]))
     except Exception as e:  # a full disk...: the benchmark goes on without them
         errors.append({"stage": "host_rates", "error": _err(e)})
         log(f"host rates: ERROR {_err(e)}")
@@ -1001,10 +1171,160 @@ def _host_rates(client, addr, ins, folder, dtype, errors, log) -> dict | None:
     return r
 
 
-def _run_dgemm(stage, client, workers, ins, out, mnk, reps, keep, failed, log, compressors="auto") -> dict:
+def _cold_read_rates(a_path) -> dict:
+    """The store's read rates with A out of the page cache before each thread count (zarr's and dgemm's reader)."""
+    from dgemm.benchmarks.rates import READ_THREADS, READER_THREADS, reader_rate, store_read_rate
+
+    out: dict = {"read_cold_gbps": {}, "reader_cold_gbps": {}, "cold_drops": []}
+    for key, threads, rate in (("read_cold_gbps", READ_THREADS, store_read_rate),
+                               ("reader_cold_gbps", READER_THREADS, reader_rate)):
+        for t in threads:
+            out["cold_drops"].append(pagecache.drop([a_path]))
+            out[key][str(t)] = rate(a_path, t)
+    return out
+
+
+def _copy_rates(client, addr) -> tuple[dict | None, str | None]:
+    """``addr``'s host-device copy rates (:func:`dgemm.benchmarks.rates.copy_rates`), or None and why not."""
+    from dgemm.benchmarks.rates import copy_rates
+
+    try:
+        return client.submit(copy_rates, workers=[addr], allow_other_workers=False, resources={"GPU": 1},
+                             pure=False).result(), None
+    except Exception as e:  # a device without page-locked memory...: reported, not fatal
+        return None, _err(e)
+
+
+def _object_rates(client, addr, ins, folder: Location, record: dict, log) -> dict:
+    """On S3: the server's raw GET rate on the inputs' chunk objects, its PUT rate, and ``addr``'s copies.
+
+    The GET and PUT rates go to ``record["object_store"]``; what is returned
+    takes the place of :func:`_host_rates`' (no local store: its read and
+    write rates are empty).
+    """
+    so = folder.storage_options
+    obj = record.setdefault("object_store", {})
+    try:
+        objects = folder.chunk_objects(ins["a"]["path"]) + folder.chunk_objects(ins["b"]["path"])
+        obj["get"] = object_get_rate(objects, so)
+        obj["put"] = object_put_rate(folder / "put-rate", max(size for _, size in objects), so)
+        log(f"object store, GB/s: GET {_thr(obj['get']['gbps'])}; PUT {_thr(obj['put']['gbps'])}")
+    except Exception as e:
+        record["errors"].append({"stage": "object_rates", "error": _err(e)})
+        log(f"object store rates: ERROR {_err(e)}")
+    copy, why = _copy_rates(client, addr)
+    return {"read_gbps": {}, "write_gbps": {}, "copy_gbps": copy, "copy_skipped": why,
+            "store": "s3: see object_store"}
+
+
+def _best(rates: dict | None) -> float | None:
+    """The highest of ``{threads: GB/s}`` (None if none)."""
+    vals = [v for v in (rates or {}).values() if v]
+    return max(vals) if vals else None
+
+
+def measured_rates(record: dict) -> dict:
+    """The run's own rates in :class:`dgemm.plan.Rates`' terms (bytes/s, flop/s), and where each came from.
+
+    Store reads: the best of dgemm's reader (else zarr's) over thread counts,
+    cold ones with ``--cold``; on S3 the server's best raw GET.  Writes: the
+    local store's best (raw chunks), or the best PUT.  PCIe: page-locked
+    upload.  Kernel: dgemm's kernel in memory in this run.  A rate not
+    measured is left out (the plan's default stands).
+    """
+    hr, obj = record.get("host_rates") or {}, record.get("object_store") or {}
+    out, source = {}, {}
+    if record.get("store_kind") == "s3":
+        read, source["read"] = (obj.get("get") or {}).get("best_gbps"), "object GET (best over threads)"
+        write, source["write"] = (obj.get("put") or {}).get("best_gbps"), "object PUT (best over threads)"
+    else:
+        cold = "_cold" if record.get("cold") else ""
+        read = _best(hr.get(f"reader{cold}_gbps"))
+        source["read"] = f"dgemm's chunk reader{', cold' if cold else ''} (best over threads)"
+        if read is None:
+            read, source["read"] = _best(hr.get(f"read{cold}_gbps")), f"zarr{', cold' if cold else ''} (best)"
+        write, source["write"] = _best(hr.get("write_gbps")), "raw chunks (best over threads)"
+    copy = hr.get("copy_gbps") or {}
+    pcie = copy.get("upload_pinned") or copy.get("upload_pageable")
+    source["pcie"] = "upload, page-locked" if copy.get("upload_pinned") else "upload, pageable"
+    tflops = (record.get("kernel") or {}).get("tflops")
+    source["flops"] = "dgemm's kernel in memory, this run"
+    for key, v, scale in (("read", read, 1e9), ("write", write, 1e9), ("pcie", pcie, 1e9), ("flops", tflops, 1e12)):
+        if v:
+            out[key] = v * scale
+        else:
+            source.pop(key, None)
+    return {"rates": out, "source": source}
+
+
+def plan_floor(usable: dict, a_path, b_path, dtype, measured: dict | None = None,
+               storage_options: dict | None = None) -> dict:
+    """``dgemm plan``'s predicted floor for this product on these workers (:meth:`dgemm.plan.Plan.estimate`).
+
+    The plan is made as :func:`dgemm.matmul` makes it on ``usable`` (the
+    workers' tiles, memory and default block size; the inputs' chunks);
+    the device cache is what ``dgemm plan`` assumes.  ``defaults`` uses
+    ``dgemm plan``'s default rates (store reads 5 GB/s, writes 2 GB/s,
+    PCIe 20 GB/s) and the tuning database's kernel rate; ``measured`` the
+    run's own (:func:`measured_rates`), each missing one at its default.
+    """
+    from dgemm.cluster import device_limits, tiles_of
+    from dgemm.plan import MEMORY_FRACTION, Rates, default_target, make_plan
+    from dgemm.storage import Operand
+    from dgemm.tuning.database import lookup
+
+    A, B = Operand(os.fspath(a_path), "a", storage_options), Operand(os.fspath(b_path), "b", storage_options)
+    (m, k), (_, n) = A.shape, B.shape
+    tiles = tiles_of(usable, dtype)
+    memory, max_alloc = device_limits(usable)
+    target = default_target(d["device"].type for d in usable.values())
+    p = make_plan(m, n, k, dtype, tiles, a_chunks=A.chunks, b_chunks=B.chunks, target=target,
+                  n_workers=len(usable), device_memory=memory, max_alloc=max_alloc)
+    cache = None if memory is None else max(0.0, MEMORY_FRACTION * memory - 2 * p.device_bytes())
+    db = lookup(next(iter(usable.values()))["device"], dtype).tflops
+    out = {"block": list(p.block_shape), "tasks": p.n_tasks, "workers": len(usable), "cache_bytes": cache,
+           "plan": p.explain(), "kernel_tflops_database": db}
+
+    def estimate(rates):
+        e = p.estimate(len(usable), rates, cache)
+        busiest = max(e["workers"], key=lambda w: w["floor"], default=None)
+        return {"floor_seconds": e["floor_seconds"], "bound": e["bound"], "tflops_ceiling": e["tflops_ceiling"],
+                "bytes_read": e["bytes_read"], "bytes_written": e["bytes_written"], "rates": e["rates"],
+                "busiest": {key: busiest[key] for key in ("tasks", "seconds", "fill", "drain")} if busiest else None,
+                "text": p.explain_estimate(len(usable), rates, cache)}
+
+    out["defaults"] = estimate(Rates(flops=db * 1e12 if db else None))
+    if measured is not None:
+        rates = {"flops": db * 1e12 if db else None, **measured["rates"]}
+        out["measured"] = {**estimate(Rates(**rates)), "source": measured["source"]}
+    return out
+
+
+def _add_floor(record: dict, usable: dict, ins: dict, storage_options, log) -> None:
+    """``dgemm plan``'s floor beside the main run's time (``record["dgemm"]["floor"]``); an error is only noted."""
+    d = record.get("dgemm") or {}
+    try:
+        f = plan_floor(usable, ins["a"]["path"], ins["b"]["path"], record["dtype"], measured_rates(record),
+                       storage_options)
+    except Exception as e:
+        record["errors"].append({"stage": "plan_floor", "error": _err(e)})
+        log(f"plan floor: ERROR {_err(e)}")
+        return
+    run_block = ((d.get("attrs") or {}).get("run") or {}).get("block")
+    f["same_blocks_as_run"] = run_block == f["block"][:2] if run_block else None
+    for key in ("defaults", "measured"):
+        if key in f and d.get("seconds") and f[key]["floor_seconds"]:
+            f[key]["measured_over_floor"] = d["seconds"] / f[key]["floor_seconds"]
+    d["floor"] = f
+    log(_floor_line(d))
+
+
+def _run_dgemm(stage, client, workers, ins, out, mnk, reps, keep, failed, log, compressors="auto",
+               storage_options=None, before_each=None) -> dict:
     m, n, k = mnk
     try:
-        r = time_dgemm(client, workers, ins["a"]["path"], ins["b"]["path"], out, m, n, k, reps, keep, compressors)
+        r = time_dgemm(client, workers, ins["a"]["path"], ins["b"]["path"], out, m, n, k, reps, keep, compressors,
+                       storage_options=storage_options, before_each=before_each)
     except Exception as e:
         failed(stage, e)
         return {"m": m, "n": n, "k": k, "status": "ERROR", "ok": False, "error": _err(e), "seconds": None,
@@ -1017,7 +1337,8 @@ def _run_dgemm(stage, client, workers, ins, out, mnk, reps, keep, failed, log, c
     return r
 
 
-def _scaling(gpus, selection, record, ins, folder, mnk, dtype, reps, failed, log, compressors="auto") -> list[dict]:
+def _scaling(gpus, selection, record, ins, folder, mnk, dtype, reps, failed, log, compressors="auto",
+             storage_options=None, before_each=None) -> list[dict]:
     """dgemm on the first g devices of ``selection``, for each g; speed-up and efficiency against g = 1.
 
     Each row keeps its run's wall times, time split, bytes and each worker's
@@ -1036,7 +1357,7 @@ def _scaling(gpus, selection, record, ins, folder, mnk, dtype, reps, failed, log
                     workers, _, _ = ready_workers(c, dtype)
                     _warm_up(c, workers, dtype, folder)
                     r = _run_dgemm(f"dgemm on {g} device(s)", c, workers, ins, folder / f"c_dgemm_{g}.zarr", mnk,
-                                   reps, False, failed, log, compressors)
+                                   reps, False, failed, log, compressors, storage_options, before_each)
             except Exception as e:
                 failed(f"scaling {g}", e)
                 r = {"seconds": None, "tflops": None, "ok": False, "error": _err(e)}
@@ -1070,7 +1391,8 @@ def worker_split(run: dict) -> dict:
             for addr, w in sorted(per.items())}
 
 
-def _peers(peers, record, ins, ins_small, folder, mnk, dtype, reps, keep, log) -> dict:
+def _peers(peers, record, ins, ins_small, folder, mnk, dtype, reps, keep, log, storage_options=None,
+           dropper=lambda ins: None) -> dict:
     out: dict = {}
     if not peers:
         for name in ("dask_cupy", "cublas", "dask_numpy"):
@@ -1085,7 +1407,8 @@ def _peers(peers, record, ins, ins_small, folder, mnk, dtype, reps, keep, log) -
     if cupy is not None:
         try:
             out["dask_cupy"] = time_dask(ins["a"]["path"], ins["b"]["path"], folder / "c_cupy.zarr", reps, cupy=cupy,
-                                         compressors=compressors, keep=keep)
+                                         compressors=compressors, keep=keep, storage_options=storage_options,
+                                         before_each=dropper(ins))
             log(f"dask.array + cupy: {out['dask_cupy']['seconds']:.3f} s, "
                 f"{_fmt(out['dask_cupy']['tflops'], '.4g')} TFLOPS")
         except Exception as e:
@@ -1110,7 +1433,8 @@ def _peers(peers, record, ins, ins_small, folder, mnk, dtype, reps, keep, log) -
     try:
         out["dask_numpy"], out["dask_numpy_skipped"] = time_dask(
             ins_small["a"]["path"], ins_small["b"]["path"], folder / "c_numpy.zarr", reps,
-            compressors=compressors, keep=keep), None
+            compressors=compressors, keep=keep, storage_options=storage_options,
+            before_each=dropper(ins_small)), None
         log(f"dask.array + numpy {'x'.join(str(record['small'][x]) for x in 'mnk')}: "
             f"{out['dask_numpy']['seconds']:.3f} s, {_fmt(out['dask_numpy']['tflops'], '.4g')} TFLOPS")
     except Exception as e:
@@ -1149,13 +1473,56 @@ def _row(name: str, r: dict | None, why: str | None = None) -> str:
             f"{_fmt(err, '8.2g'):>8}  {status}")
 
 
+def _thr(rates: dict | None) -> str:
+    """``{threads: GB/s}`` as ``1.2 (1 thr), 3.4 (4 thr)``."""
+    return ", ".join(f"{_fmt(v, '.3g')} ({t} thr)" for t, v in (rates or {}).items()) or "-"
+
+
+def _server_words(record: dict) -> str:
+    server = ((record.get("object_store") or {}).get("server")) or {}
+    return f" (S3 at {server.get('endpoint')}: {server.get('server')})" if server else ""
+
+
+def _cold_words(drops: list[dict]) -> str:
+    """What ``--cold`` dropped before a run's repetitions, in words."""
+    def b(x):
+        return "?" if x is None else _fmt_bytes(x)
+    first = drops[0]
+    when = "before the timed run" if len(drops) == 1 else f"before each of {len(drops)} repetitions"
+    return (f"{when} the inputs ({first['files']} files, {b(first['bytes'])}) "
+            f"were dropped from the page cache: " + "; ".join(
+                f"{b(x['cached_before'])} cached before, {b(x['cached_after'])} after" for x in drops))
+
+
+def _floor_line(d: dict) -> str:
+    """``dgemm plan``'s floor (default and measured rates) beside the measured time, in words (two lines)."""
+    f = d.get("floor") or {}
+    heads, details = [], []
+    for key, name in (("defaults", "dgemm plan's default rates"), ("measured", "this run's rates")):
+        e = f.get(key)
+        if not e:
+            continue
+        heads.append(f"{e['floor_seconds']:.3g} s {e['bound']}-bound with {name}"
+                     + (f" (measured {e['measured_over_floor']:.3g} x)" if e.get("measured_over_floor") else ""))
+        r = e["rates"]
+        busiest = e.get("busiest") or {}
+        details.append(
+            f"  {name}: read {r['read'] / 1e9:.3g}, write {r['write'] / 1e9:.3g}, PCIe {r['pcie'] / 1e9:.3g} GB/s, "
+            + (f"kernel {r['flops'] / 1e12:.3g} TFLOPS" if r.get("flops") else "kernel not counted")
+            + "; busiest worker: " + ", ".join(f"{k} {v:.3g} s" for k, v in (busiest.get("seconds") or {}).items())
+            + f", fill {busiest.get('fill', 0):.2g} s, drain {busiest.get('drain', 0):.2g} s")
+    blocks = "x".join(map(str, f.get("block", [])))
+    return "\n".join(["dgemm plan's floor: " + "; ".join(heads) + f"; measured {_fmt(d.get('seconds'), '.3g')} s "
+                      f"(blocks {blocks}, {f.get('tasks')} GEMM tasks on {f.get('workers')} worker(s))", *details])
+
+
 def format_table(record: dict) -> str:
     """The record as text: one line per timed run, then ratios, time split, memory and scaling."""
     lines = [f"device(s): {record.get('device')} x{record.get('workers')} ({record.get('device_type')}, "
              f"driver {record.get('driver')}); commit {record['commit']}"
              f"{' (modified)' if record.get('commit_dirty') else ''}; {record['date']}",
              f"C = A @ B, {record['m']} x {record['n']} x {record['k']} {record['dtype']}, chunks {record['chunks']}, "
-             f"reps {record['reps']}; store {record['store']}"]
+             f"reps {record['reps']}; store {record['store']}" + _server_words(record)]
     ins = record.get("inputs")
     if ins:
         lines.append(f"inputs: A {_fmt_bytes(ins['a']['bytes'])}, B {_fmt_bytes(ins['b']['bytes'])}"
@@ -1180,18 +1547,28 @@ def format_table(record: dict) -> str:
     hr = record.get("host_rates")
     if hr:
         copy = hr.get("copy_gbps") or {}
-        lines.append("host rates, GB/s: store read " + ", ".join(
-            f"{_fmt(v, '.3g')} ({t} thr)" for t, v in hr["read_gbps"].items()) + "; store write " + ", ".join(
-            f"{_fmt(v, '.3g')} ({t} thr)" for t, v in hr["write_gbps"].items())
-            + (f"; upload {_fmt(copy.get('upload_pageable'), '.3g')} pageable, "
-               f"{_fmt(copy.get('upload_pinned'), '.3g')} pinned; download {_fmt(copy.get('download_pageable'), '.3g')}"
-               if copy else f"; copies: {hr.get('copy_skipped')}"))
+        parts = [f"{name} " + _thr(hr[key]) for key, name in (
+            ("read_gbps", "store read (zarr)"), ("reader_gbps", "store read (dgemm's reader)"),
+            ("read_cold_gbps", "cold (zarr)"), ("reader_cold_gbps", "cold (dgemm's reader)"),
+            ("write_gbps", "store write")) if hr.get(key)]
+        parts.append(f"upload {_fmt(copy.get('upload_pageable'), '.3g')} pageable, "
+                     f"{_fmt(copy.get('upload_pinned'), '.3g')} pinned; download "
+                     f"{_fmt(copy.get('download_pageable'), '.3g')}" if copy else f"copies: {hr.get('copy_skipped')}")
+        lines.append("host rates, GB/s: " + "; ".join(parts))
+    obj = record.get("object_store") or {}
+    if obj.get("get") or obj.get("put"):
+        lines.append("object store, GB/s (raw whole objects, boto3): GET " + _thr((obj.get("get") or {}).get("gbps"))
+                     + "; PUT " + _thr((obj.get("put") or {}).get("gbps")))
     d = record.get("dgemm") or {}
     if d.get("split"):
         sp = d["split"]
         parts = [f"{k.removesuffix('_seconds')} {v:.3g} s ({_fmt(sp['share'][k], '.0%')})"
                  for k, v in sorted(sp["seconds"].items())]
         lines.append(f"dgemm time split (worker-seconds; share of wall x {sp['workers']} worker(s)): " + ", ".join(parts))
+    if d.get("floor"):
+        lines.append(_floor_line(d))
+    if d.get("cold"):
+        lines.append("cold: " + _cold_words(d["cold"]))
     if d.get("bytes"):
         b = d["bytes"]
         moved = ", ".join(f"{key} {_fmt_bytes(b[key])}" for key in ("bytes_read", "bytes_up", "bytes_down") if key in b)
@@ -1220,6 +1597,8 @@ def format_table(record: dict) -> str:
                      f"{fc['process_start_seconds']:.2g} s + import dgemm {fc['import_seconds']:.2g} s + matmul "
                      f"{fc['matmul_seconds']:.3g} s (dgemm's own {_fmt(fc.get('dgemm_seconds'), '.3g')} s); "
                      f"warm + {_fmt(fc.get('minus_warm_seconds'), '.3g')} s; exit {fc['exit_seconds']:.2g} s after")
+        if fc.get("cold"):
+            lines.append("first call cold: " + _cold_words([fc["cold"]]))
     for e in record.get("errors", []):
         lines.append(f"error in {e['stage']}: {e['error']}")
     n_failed = record.get("failures")

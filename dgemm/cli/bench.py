@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 
 import click
 
@@ -80,17 +81,22 @@ def bench_kernel(ctx, device_spec, dtypes, sizes, reps, out_dir, no_peers):
               help="Square product M = N = K (default: 32768 with a GPU, 1024 on CPU devices).")
 @click.option("--shape", default=None, metavar="M,N,K", help="A non-square product instead of --size.")
 @click.option("--dtype", type=click.Choice(DTYPES), default="float32", show_default=True)
-@click.option("--chunks", type=click.IntRange(min=1), default=8192, show_default=True,
-              help="Zarr chunk side of the inputs (capped to the matrix).")
+@click.option("--chunks", "--input-chunks", "chunks", type=click.IntRange(min=1), default=8192, show_default=True,
+              help="Zarr chunk side of the inputs A and B (capped to the matrix); dgemm's blocks follow its own "
+                   "plan (up to the default block size, they follow the chunks).")
 @click.option("--devices", metavar="SPEC",
               help="Devices of dgemm's local cluster, one worker each: gpu, 0,1, cpu,cpu... (as for matmul).")
 @click.option("--scheduler", metavar="ADDR",
               help="Time dgemm on the running cluster at ADDR instead of a local one.")
 @click.option("--gpus", default=None, metavar="1,2,...",
               help="Also a scaling table: dgemm on the first 1, 2... devices of --devices, each its own cluster.")
-@click.option("--store", type=click.Path(file_okay=False), default=None,
-              help="Folder for the Zarr files, e.g. /dev/shm or a local disk (a dgemm-e2e-* folder is made "
-                   "in it; default: the temporary folder).")
+@click.option("--store", default=None, metavar="PATH|s3://BUCKET/PREFIX",
+              help="Where the Zarr files go, inputs and outputs: a folder, e.g. /dev/shm or a local disk (a "
+                   "dgemm-e2e-* folder is made in it; default: the temporary folder), or an S3 prefix (see "
+                   "--s3-server; the server's raw GET rate is recorded beside dgemm's figure).")
+@click.option("--s3-server", default=None, metavar="local|URL",
+              help="With an s3:// --store: 'local' (the default) starts moto's S3 server on 127.0.0.1 for the "
+                   "run; a URL (http://host:port) names a running server, credentials from the environment.")
 @click.option("--keep", is_flag=True, help="Keep the Zarr files (inputs and outputs).")
 @click.option("--no-peers", is_flag=True, help="Time dgemm only, not dask.array + cupy, cuBLAS, dask.array + numpy.")
 @click.option("--numpy-size", type=click.IntRange(min=1), default=4096, show_default=True,
@@ -105,7 +111,8 @@ def bench_kernel(ctx, device_spec, dtypes, sizes, reps, out_dir, no_peers):
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs.")
 @click.option("--uncompressed", is_flag=True,
               help="Store C without compression (dgemm and the peers); default: Zarr's default codec.")
-@click.option("--input-codec", type=click.Choice(["raw", "default", "blosc-lz4"]), default="raw", show_default=True,
+@click.option("--codec", "--input-codec", "input_codec", type=click.Choice(["raw", "default", "blosc-lz4"]),
+              default="raw", show_default=True,
               help="How A and B are encoded: raw chunks, Zarr's default codec (zstd, as users' arrays are), "
                    "or Blosc with LZ4.")
 @click.option("--input-zarr-format", type=click.Choice(["2", "3"]), default="3", show_default=True,
@@ -116,19 +123,27 @@ def bench_kernel(ctx, device_spec, dtypes, sizes, reps, out_dir, no_peers):
 @click.option("--first-call", is_flag=True,
               help="Also time dgemm's first call from a fresh script (a new process that imports dgemm and "
                    "calls dgemm.matmul once with no cluster), from the process's start to the call's return.")
+@click.option("--cold", is_flag=True,
+              help="Drop the input files from the page cache before each timed run (posix_fadvise DONTNEED, "
+                   "no root needed; the record says how many bytes were dropped); the store's read rates are "
+                   "timed cold too.  Local stores only.")
 @click.pass_context
-def bench_e2e(ctx, size, shape, dtype, chunks, devices, scheduler, gpus, store, keep, no_peers, numpy_size,
-              kernel_size, reps, out_dir, seed, uncompressed, input_codec, input_zarr_format, shards, first_call):
+def bench_e2e(ctx, size, shape, dtype, chunks, devices, scheduler, gpus, store, s3_server, keep, no_peers,
+              numpy_size, kernel_size, reps, out_dir, seed, uncompressed, input_codec, input_zarr_format, shards,
+              first_call, cold):
     """Time dgemm from Zarr to Zarr against dask.array + cupy, cuBLAS and dask.array + numpy.
 
-    Writes random A and B as Zarr arrays (raw chunks, or as --input-codec,
-    --input-zarr-format and --shards say, with zarr's API), then on those inputs
-    times dgemm.matmul (kernels built first) with the workers' counters,
-    peak memory and a sampled correctness check, dgemm's kernel in device
-    memory, the peers that can run here, and the host's store read and
-    write rates and a worker's host-device copy rates; with --first-call,
-    also a fresh script's first dgemm.matmul.  A wrong dgemm result makes
-    the command fail.
+    Writes random A and B as Zarr arrays (raw chunks, or as --codec,
+    --input-zarr-format, --input-chunks and --shards say, with zarr's API)
+    in a local folder or on S3 (--store), then on those inputs times
+    dgemm.matmul (kernels built first) with the workers' counters, peak
+    memory and a sampled correctness check, dgemm's kernel in device
+    memory, the peers that can run here, and the store's read and write
+    rates (on S3: the server's raw GET and PUT rates) and a worker's
+    host-device copy rates; dgemm plan's predicted floor for the run is
+    printed beside its time.  With --first-call, also a fresh script's
+    first dgemm.matmul; with --cold, every timed run starts with its inputs
+    out of the page cache.  A wrong dgemm result makes the command fail.
     """
     from dgemm.benchmarks.e2e import e2e_bench, format_table
 
@@ -146,6 +161,19 @@ def bench_e2e(ctx, size, shape, dtype, chunks, devices, scheduler, gpus, store, 
         raise InputError("--shards needs --input-zarr-format 3 (Zarr v2 has no shards)")
     if shards is not None and shards % chunks:
         raise InputError(f"--shards {shards} must be a multiple of --chunks {chunks}")
+    remote = store is not None and "://" in store
+    if remote and not store.startswith("s3://"):
+        raise InputError(f"--store {store!r}: give a local folder or an s3:// URL")
+    if s3_server is not None and not remote:
+        raise InputError("--s3-server needs an s3:// --store")
+    if s3_server not in (None, "local") and not s3_server.startswith(("http://", "https://")):
+        raise InputError(f"--s3-server {s3_server!r}: give 'local' or an http(s):// URL")
+    if cold and remote:
+        raise InputError("--cold drops local files from the page cache: not with an s3:// --store")
+    if keep and remote and s3_server in (None, "local"):
+        raise InputError("--keep: the local S3 server's objects go when it stops; give --s3-server URL")
+    if store is not None and not remote and os.path.isfile(store):
+        raise InputError(f"--store {store!r} is a file: give a folder")
     with user_errors(ctx), contextlib.ExitStack() as stack:
         client = connect(stack, scheduler)
         record, path = e2e_bench(size, shape=mnk, dtype=dtype, chunks=chunks, devices=devices, gpus=gpu_counts,
@@ -153,7 +181,7 @@ def bench_e2e(ctx, size, shape, dtype, chunks, devices, scheduler, gpus, store, 
                                  kernel_size=kernel_size, reps=reps, out_dir=out_dir, client=client, seed=seed,
                                  compressors=None if uncompressed else "auto", input_codec=input_codec,
                                  input_zarr_format=zarr_format, shards=shards, first_call=first_call,
-                                 log=click.echo)
+                                 cold=cold, s3_server=s3_server, log=click.echo)
     click.echo()
     click.echo(format_table(record))
     if keep:
