@@ -6,9 +6,9 @@ takes the checked request through its steps.
 """
 from __future__ import annotations
 
+# dgemm.request and dgemm.steps (which import Dask, distributed and Zarr) are imported by the calls, not
+# here: ``from dgemm import matmul`` stays cheap, in a script and in every worker process that imports it.
 from dgemm.dataarrays import is_dataarray, result_dims, unwrap, wrap
-from dgemm.request import Request
-from dgemm.steps import run
 
 
 def matmul(a, b, out=None, *, client=None, overwrite: bool = False, resume: bool = False, block=None,
@@ -121,6 +121,9 @@ def matmul(a, b, out=None, *, client=None, overwrite: bool = False, resume: bool
     (True, True)
     >>> shutil.rmtree(folder)
     """
+    from dgemm.request import Request
+    from dgemm.steps import run
+
     if is_dataarray(a) or is_dataarray(b):
         result_dims(a, b)   # refused before any work: dims xarray cannot hold
     result = run(Request.check("matmul", unwrap(a), unwrap(b), out=out, client=client, overwrite=overwrite,
@@ -151,6 +154,9 @@ def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 0.0, trans_a: bool =
     trans_a, trans_b : bool
         Use the transpose of ``a`` / ``b``.
     """
+    from dgemm.request import Request
+    from dgemm.steps import run
+
     if is_dataarray(a) or is_dataarray(b):
         result_dims(a, b, trans_a=trans_a, trans_b=trans_b)
     result = run(Request.check("gemm", unwrap(a), unwrap(b), unwrap(c), alpha=alpha, beta=beta, trans_a=trans_a,

@@ -41,7 +41,7 @@ def run(req: Request):
     token = uuid.uuid4().hex[:12]
     if req.spec is None and req.client is None and _current_client() is None:
         return _lazy(req, _unplaced(req), token)
-    client = get_client(req.client, req.devices)
+    client = get_client(req.client, req.devices, dtype=req.dtype)
     workers = prepare(client, req.dtype)
     plan = _plan(req, workers)
     if req.spec is None:
@@ -138,7 +138,7 @@ def _in_memory(req: Request) -> np.ndarray:
         out = inmemory.host_product(_host_array(req.a), _host_array(req.b), c, alpha=req.alpha, beta=req.beta,
                                     dtype=req.dtype)
     else:
-        client = get_client(req.client, req.devices)
+        client = get_client(req.client, req.devices, dtype=req.dtype)
         workers = prepare(client, req.dtype)
         plan = _plan(req, workers)
         token = uuid.uuid4().hex[:12]

@@ -22,6 +22,7 @@ from dgemm.cluster.launch import worker_specs
 from dgemm.opencl.device import reader_share
 from dgemm.opencl.discovery import DeviceInfo
 from dgemm.tuning.params import KernelParams
+from dgemm.worker.plugin import warm_worker
 
 CLUSTER_KW = dict(processes=True, threads_per_worker=2, dashboard_address=":0", silence_logs=50)
 
@@ -53,6 +54,26 @@ def test_device_cluster_and_dgemm_worker_give_a_worker_the_same_spec(cluster, cl
         # each worker reads with its share of the host's cores, set in its environment
         shares = client.run(lambda: config.get("read-threads"))
         assert set(shares.values()) == {reader_share(os.cpu_count() or 1, n)}
+
+
+def test_device_cluster_workers_get_the_plugin_at_start(cluster, client):
+    """Each worker's spec carries dgemm's plugin, so its device opens as it starts; prepare() finds it there."""
+    for spec in cluster.worker_spec.values():
+        [plugin] = [p for p in spec["options"]["plugins"] if isinstance(p, dgemm.DgemmPlugin)]
+    ready = client.run(lambda dask_worker: dask_worker.plugins["dgemm"].state.device is not None)
+    assert len(ready) == len(cluster.device_ids) and all(ready.values())
+    assert set(prepare(client, "float32")) == set(ready)
+
+
+@pytest.mark.timeout(180)
+def test_a_device_cluster_told_a_dtype_builds_it_before_any_product(any_device):
+    """``warm``: the workers build the kernels while the cluster starts; no product, no build asked for."""
+    with dgemm.DeviceCluster(any_device.info.id, warm=["float32"], dashboard_address=":0",
+                             silence_logs=50) as lc, Client(lc, set_as_default=False) as c:
+        def engines(dask_worker):
+            warmer = dask_worker.plugins["dgemm"]._warmer
+            return warmer is not None and warmer.wait(120) and sorted(map(str, dask_worker.plugins["dgemm"].state._engines))
+        assert list(c.run(engines).values()) == [["float32"]]
 
 
 def test_device_cluster_has_no_spare_devices(cluster):
@@ -207,8 +228,26 @@ def test_get_client_order(monkeypatch):
     assert get_client(None) is default
     monkeypatch.setattr(distributed, "default_client", lambda: (_ for _ in ()).throw(ValueError("none")))
     seen = []
-    monkeypatch.setattr(cluster_mod, "local_client", lambda devices: seen.append(devices) or local)
-    assert get_client(None, "cpu") is local and seen == ["cpu"]
+    monkeypatch.setattr(cluster_mod, "local_client", lambda devices, dtype=None: seen.append((devices, dtype)) or local)
+    assert get_client(None, "cpu") is local and seen == [("cpu", None)]
+    assert get_client(None, "cpu", dtype="float32") is local and seen[-1] == ("cpu", "float32")
+
+
+def test_a_local_cluster_started_for_a_product_builds_its_dtype_as_it_starts(monkeypatch):
+    """local_client passes the product's dtype to the DeviceCluster it starts (its workers' ``warm``)."""
+    started = []
+
+    class Running:
+        status = "running"
+
+    monkeypatch.setattr(cluster_mod, "_started", {})
+    monkeypatch.setattr(cluster_mod, "DeviceCluster", lambda devices, warm=(): started.append((devices, warm)))
+    monkeypatch.setattr(cluster_mod, "Client", lambda cluster, set_as_default: Running())
+    client = cluster_mod.local_client("cpu", dtype="float64")
+    assert started == [("cpu", ("float64",))]
+    assert cluster_mod.local_client("cpu", dtype="float32") is client and len(started) == 1   # reused as it is
+    cluster_mod.local_client("cpu:0")
+    assert started[-1] == ("cpu:0", ())
 
 
 INFO32 = DeviceInfo(0, 0, "P", "no-fp64 gpu", "v", "GPU", 1, 65536, 1024, 1, False, None, "")
@@ -223,12 +262,16 @@ class FakeClient:
     def __init__(self, before, after):
         self.answers = [before, after]
         self.registered = []
+        self.warmed = []
         self.scheduler = type("S", (), {"address": "tcp://fake:1"})()
 
     def wait_for_workers(self, n, timeout=None):
         pass
 
-    def run(self, fn, **kw):
+    def run(self, fn, *args, **kw):
+        if fn is warm_worker:
+            self.warmed.append(args)
+            return {}
         return self.answers[0] if not self.registered else self.answers[1]
 
     def register_plugin(self, plugin, name=None):
@@ -248,8 +291,10 @@ def test_prepare_registers_the_plugin_once_and_filters_workers():
     assert set(prepare(c, "float32", timeout=1)) == {"w1", "w2"}
     assert len(c.registered) == 1 and isinstance(c.registered[0][0], dgemm.DgemmPlugin)
     assert c.registered[0][1] == "dgemm"
+    assert c.registered[0][0].warm_dtypes == ("float32",)   # registered workers build the call's kernels at once
     assert set(prepare(c, "float64", timeout=1)) == {"w2"}
     assert len(c.registered) == 1                    # already there: not registered again
+    assert c.warmed == [("float32",), ("float64",)]   # each call has the workers prepare for its dtype
 
 
 def test_prepare_explains_every_unusable_worker():

@@ -8,8 +8,13 @@ other.  The graph is read from the source with :mod:`ast`, so every
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 from collections import deque
 from pathlib import Path
+
+import pytest
 
 import dgemm
 
@@ -194,3 +199,45 @@ def test_no_cycle_no_report(tmp_path):
                            "fake/a.py": "import fake\nx = 1\n",    # the root package: no node
                            "fake/b.py": "from fake import a\n"})
     assert cycles(import_graph(pkg)) == []
+
+
+# -- importing the package is cheap ------------------------------------------------
+HEAVY = ("distributed", "dask", "zarr", "numcodecs", "pyopencl", "numpy", "xarray")
+
+
+def fresh_modules(code: str):
+    """Run ``code`` in a new interpreter; what it prints last (a JSON value)."""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_importing_dgemm_imports_none_of_its_dependencies():
+    """``import dgemm`` in a fresh process leaves Dask, distributed, Zarr, pyopencl and numpy unimported, and
+    ``from dgemm import matmul`` (etc.) imports no distributed, Zarr or pyopencl: a script pays for them when
+    it calls, and a local cluster's worker processes, which import the script again, not at all."""
+    bare = fresh_modules(f"import json, sys\nimport dgemm\nprint(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))")
+    assert bare == [], f"import dgemm imported {bare}"
+    # the public names the way scripts import them: still no cluster, store or device library
+    named = fresh_modules(
+        "import json, sys\nfrom dgemm import matmul, gemm, open_result, OutputBusyError, IncompleteResultError\n"
+        f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))")
+    assert not {"distributed", "zarr", "pyopencl"} & set(named), f"the public names imported {named}"
+
+
+def test_the_public_names_resolve_as_before():
+    """Every name of ``dgemm.__all__`` (and the submodules) is there on first use, the same objects as their
+    modules'; ``dir`` lists them; an unknown name is an AttributeError."""
+    import dgemm.api
+    import dgemm.storage.lease
+
+    for name in dgemm.__all__:
+        assert name in dir(dgemm)
+        assert getattr(dgemm, name) is not None
+    assert dgemm.matmul is dgemm.api.matmul and dgemm.OutputBusyError is dgemm.storage.lease.OutputBusyError
+    assert dgemm.config.get("worker-timeout") > 0          # a submodule, imported on first use
+    with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
+        dgemm.no_such_name
+    names = fresh_modules("import json, dgemm\nfrom dgemm import *\n"
+                          "print(json.dumps(sorted(n for n in dgemm.__all__ if n in globals())))")
+    assert names == sorted(dgemm.__all__)

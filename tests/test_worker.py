@@ -347,3 +347,59 @@ def test_a_live_plugin_reports_its_worker(any_device):
     finally:
         plugin.teardown(w)
     assert (w, plugin.state) not in state_mod.live_states() and names.WORKER_METRIC not in w.metrics
+
+
+# -- preparing the device ahead of the first product ---------------------------------
+def each_readers_staging(device) -> list[int]:
+    """The bytes of every reader thread's staging buffer (a thread that had none reports 1: it pins 1 byte now)."""
+    return [f.result() for f in device.warm_staging(1)]
+
+
+def test_a_plugin_told_a_dtype_builds_its_kernels_and_pins_the_readers_staging_at_setup(any_device):
+    from dgemm.opencl.device import read_threads
+    from dgemm.worker.plugin import staging_bytes
+
+    w = FakeWorker()
+    plugin = DgemmPlugin(any_device.info.id, warm=["float32"])
+    asyncio.run(plugin.setup(w))
+    try:
+        assert plugin._warmer.wait(120)
+        assert list(plugin.state._engines) == [np.dtype("float32")]           # built before any product
+        assert set(plugin._warmer.seconds) == {"float32", "staging"}
+        expected = staging_bytes(plugin.state.device.info, ["float32"])
+        assert each_readers_staging(plugin.state.device) == [expected] * read_threads()
+        # once the readers have started, a first-time preparation leaves them alone (a run may be reading)
+        assert plugin.state.device.warm_staging(2 * expected, first=True) == []
+    finally:
+        plugin.teardown(w)
+
+
+def test_warm_worker_prepares_each_dtype_once(any_device):
+    from dgemm.worker.plugin import warm_worker
+
+    assert warm_worker("float32", dask_worker=FakeWorker()) is False    # no dgemm plugin: nothing to do
+    w = FakeWorker()
+    plugin = DgemmPlugin(any_device.info.id)
+    asyncio.run(plugin.setup(w))
+    w.plugins[plugin.name] = plugin
+    try:
+        assert plugin.state._engines == {}                                  # told nothing: builds nothing
+        assert warm_worker("float32", dask_worker=w) is True
+        assert warm_worker("float32", dask_worker=w) is False               # asked before
+        assert plugin._warmer.wait(120) and list(plugin.state._engines) == [np.dtype("float32")]
+        if plugin.state.device.info.fp64:
+            assert warm_worker(">f8", "float32", dask_worker=w) is True    # only float64 is new
+            assert plugin._warmer.wait(120)
+            assert sorted(map(str, plugin.state._engines)) == ["float32", "float64"]
+    finally:
+        plugin.teardown(w)
+    assert plugin._warmer.ask(["float64"]) is False                         # torn down: nothing starts
+
+
+def test_warm_dtypes_are_checked_and_travel_with_the_plugin():
+    import pickle
+
+    with pytest.raises(TypeError, match="warm has dtype int8"):
+        DgemmPlugin(warm=["int8"])
+    p = pickle.loads(pickle.dumps(DgemmPlugin(warm=["float64", "<f8", "float32"])))
+    assert p.warm_dtypes == ("float64", "float32") and p.state is None

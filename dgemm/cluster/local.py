@@ -19,6 +19,7 @@ from distributed import Client, LocalCluster
 
 from dgemm import config
 from dgemm.cluster.spec import device_worker
+from dgemm.names import WORKER_PLUGIN
 from dgemm.opencl.discovery import select_devices
 
 # The local clusters started by local_client, by their devices: {key: (cluster, client)}.
@@ -110,6 +111,11 @@ class DeviceCluster(LocalCluster):
         Threads per worker (default: the host's cores shared among the
         workers, at least 2): GEMM tasks run one at a time per device (they
         ask for ``GPU=1``), the others (reduce, store) use the rest.
+    warm : sequence of str, optional
+        Dtypes of the products to come: each worker builds their kernels in
+        the background as soon as its device is open, while the cluster
+        finishes starting and the client plans (see
+        :meth:`dgemm.worker.DgemmPlugin.warm`).
     allowed_failures : int
         Worker deaths a task may see before the run fails with
         ``KilledWorker`` (the scheduler's ``allowed-failures``; dask's default
@@ -122,7 +128,12 @@ class DeviceCluster(LocalCluster):
         Passed to :class:`distributed.LocalCluster`.  The scheduler and the
         dashboard listen on localhost unless ``host``/``dashboard_address``
         say otherwise; ``memory_limit`` (per worker; default or ``"auto"``)
-        is the host's memory shared among the workers.
+        is the host's memory shared among the workers.  Worker ``plugins``
+        are added to dgemm's own.
+
+    Each worker is given dgemm's worker plugin at start (as ``dgemm worker``
+    gives it): its device opens while it starts, before it joins the
+    cluster, and a worker the nanny restarts gets it again.
 
     Raises
     ------
@@ -133,11 +144,17 @@ class DeviceCluster(LocalCluster):
     """
 
     def __init__(self, devices: str | None = None, *, threads_per_worker: int | None = None,
-                 allowed_failures: int | None = None, **kwargs):
+                 allowed_failures: int | None = None, warm=(), **kwargs):
         import dask
+
+        from dgemm.worker.plugin import DgemmPlugin
 
         check_main_guard()   # before anything starts: spawned workers would re-run an unguarded script
         self.device_ids = [d.id for d in select_devices(devices)]
+        plugins = set(kwargs.get("plugins") or ())
+        if not any(getattr(p, "name", None) == WORKER_PLUGIN for p in plugins):   # else the caller's own
+            plugins.add(DgemmPlugin(warm=warm))
+        kwargs["plugins"] = plugins
         kwargs.setdefault("host", "127.0.0.1")
         kwargs.setdefault("dashboard_address", "127.0.0.1:8787")
         kwargs.setdefault("resources", {"GPU": 1})
@@ -165,28 +182,35 @@ class DeviceCluster(LocalCluster):
         return {i: spec}
 
 
-def local_client(devices: str | None = None) -> Client:
-    """The process-wide local :class:`DeviceCluster` client (one per ``devices``), started on first use."""
+def local_client(devices: str | None = None, dtype=None) -> Client:
+    """The process-wide local :class:`DeviceCluster` client (one per ``devices``), started on first use.
+
+    ``dtype``, that of the product about to run, has a cluster started here
+    build its kernels while it starts (:class:`DeviceCluster`'s ``warm``).
+    """
     key = devices or config.get("devices") or ""
     with _started_lock:
         entry = _started.get(key)
         if entry is not None and entry[1].status == "running":
             return entry[1]
-        cluster = DeviceCluster(devices)
+        cluster = DeviceCluster(devices, warm=() if dtype is None else (dtype,))
         client = Client(cluster, set_as_default=False)   # dgemm's own: the user's other dask work stays where it was
         _started[key] = (cluster, client)
         return client
 
 
-def get_client(client: Client | None = None, devices: str | None = None) -> Client:
-    """``client``, else the current distributed client, else the local device cluster."""
+def get_client(client: Client | None = None, devices: str | None = None, dtype=None) -> Client:
+    """``client``, else the current distributed client, else the local device cluster.
+
+    ``dtype`` (of the product about to run) goes to :func:`local_client`.
+    """
     if client is not None:
         return client
     try:
         from distributed import default_client
         return default_client()
     except ValueError:
-        return local_client(devices)
+        return local_client(devices, dtype=dtype)
 
 
 @contextlib.contextmanager

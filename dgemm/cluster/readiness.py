@@ -13,6 +13,7 @@ from dgemm import config
 from dgemm.names import WORKER_PLUGIN
 from dgemm.tuning.params import KernelParams, lcm_tiles
 from dgemm.worker import DgemmPlugin, describe_worker
+from dgemm.worker.plugin import warm_worker
 from dgemm.worker.state import device_memory
 
 
@@ -68,6 +69,10 @@ class NoDeviceWorkerError(RuntimeError):
 def prepare(client: Client, dtype, timeout: float | None = None) -> dict:
     """Make every worker dgemm-ready; return ``{address: description}`` of usable ones.
 
+    Also has each worker start preparing its device for ``dtype`` in the
+    background (kernels, staging buffers: :meth:`dgemm.worker.DgemmPlugin.warm`),
+    while this client plans and submits the product.
+
     Raises
     ------
     NoDeviceWorkerError
@@ -83,17 +88,19 @@ def prepare(client: Client, dtype, timeout: float | None = None) -> dict:
     except TimeoutError:
         raise NoDeviceWorkerError(f"the cluster at {client.scheduler.address} has no workers "
                                   f"(waited {timeout:g} s)") from None
+    dtype = np.dtype(dtype)
     infos = _describe_all(client)
     if any(v is None for v in infos.values()):
         if not _plugin_registered(client):
-            client.register_plugin(DgemmPlugin(), name=WORKER_PLUGIN)
+            # with this call's dtype: each worker starts building its kernels as soon as its device is open
+            client.register_plugin(DgemmPlugin(warm=(dtype,)), name=WORKER_PLUGIN)
         else:
             # Registered already: these workers are (re)starting and set it up
             # themselves.  Registering again would tear down every worker's
             # device under the tasks of runs in flight.
             _wait_for_plugin(client, infos, timeout)
         infos = _describe_all(client)
-    dtype = np.dtype(dtype)
+    _warm(client, dtype)
     usable, reasons = {}, []
     for addr, d in infos.items():
         if isinstance(d, BaseException):
@@ -110,6 +117,14 @@ def prepare(client: Client, dtype, timeout: float | None = None) -> dict:
         raise NoDeviceWorkerError("no worker of the cluster can run dgemm's GEMM tasks for "
                                   f"{dtype}: " + "; ".join(reasons))
     return usable
+
+
+def _warm(client, dtype) -> None:
+    """Have every worker start preparing its device for ``dtype`` (returns at once; a no-op where done)."""
+    try:
+        client.run(warm_worker, dtype.name, on_error="ignore")
+    except Exception:   # a stand-in client, or a worker going away: the product builds what it needs
+        pass
 
 
 def _plugin_registered(client) -> bool:

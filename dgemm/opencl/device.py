@@ -108,6 +108,42 @@ class Device:
             held[1][:nbytes] = POISON_BYTE
         return held[1][:nbytes]
 
+    def warm_staging(self, nbytes: int, wait: bool = True, timeout: float = 60.0, first: bool = False):
+        """Give each reader thread (:meth:`pool`) its :meth:`staging` buffer of at least ``nbytes`` now.
+
+        So that the first block products do not wait for the driver to pin
+        memory.  One task per thread, each held at a barrier until all have
+        started, so that no thread takes two; if a thread stays busy (a
+        read) longer than ``timeout`` seconds, the others go on without it.
+        ``first``: only if the readers have not started yet (threads held at
+        the barrier would keep a run's reads waiting); else nothing, ``[]``.
+
+        Returns
+        -------
+        list of concurrent.futures.Future
+            One per thread, each giving the bytes that thread's buffer holds
+            (at least ``nbytes``; a larger one is kept); already finished
+            when ``wait``.
+        """
+        with self._lock:
+            if first and self._pool is not None:
+                return []
+        pool = self.pool()
+        n = getattr(pool, "_max_workers", None) or read_threads()
+        barrier = threading.Barrier(n, timeout=timeout)
+
+        def one():
+            with contextlib.suppress(threading.BrokenBarrierError):
+                barrier.wait()   # n tasks on n threads: each thread's buffer is its own (thread-local)
+            self.staging(nbytes)
+            return self._local.staging[1].nbytes
+
+        futures = [pool.submit(one) for _ in range(n)]
+        if wait:
+            for f in futures:
+                f.result()
+        return futures
+
     def _page_locked(self, nbytes: int):
         """``(buffer, host view)``: driver-allocated host memory (``ALLOC_HOST_PTR``), mapped for the host."""
         import pyopencl as cl
@@ -246,15 +282,18 @@ def pinned_limit() -> int:
 
 
 def reader_share(cpus: int, devices: int) -> int:
-    """Reader threads per device worker on a host of ``cpus`` cores and ``devices`` device workers: 2 to 8.
+    """Reader threads per device worker on a host of ``cpus`` cores and ``devices`` device workers: 2 to 16.
 
-    More than 8 per device only contend for the host's memory bandwidth
-    (measured on the H100 machine: bench/NOTES.md).
+    Decoding compressed chunks is CPU work that scales with threads (zstd
+    on one H100 host: 3.1 GB/s with 8 threads, 5.9 with 16; bench/NOTES.md),
+    so a device gets its share of the cores, up to 16.  Raw chunks are only
+    copied: more than :data:`dgemm.storage.chunks.RAW_READERS` at once
+    contend for memory bandwidth, so the reader lets no more copy at a time.
 
-    >>> reader_share(64, 4), reader_share(16, 1), reader_share(2, 2), reader_share(12, 4)
-    (8, 8, 2, 3)
+    >>> reader_share(64, 4), reader_share(16, 1), reader_share(2, 2), reader_share(12, 4), reader_share(128, 2)
+    (16, 16, 2, 3, 16)
     """
-    return max(2, min(8, cpus // max(1, devices)))
+    return max(2, min(16, cpus // max(1, devices)))
 
 
 def read_threads() -> int:

@@ -7,11 +7,12 @@ the block itself (held by dask); :func:`load` turns each into an array and
 """
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from dgemm.storage.chunks import visible
 
 
 @dataclass(frozen=True)
@@ -88,35 +89,6 @@ class ZarrBlock:
                 key = f"{path}/{key}" if path else key
                 return f"chunk {idx} (store key {key!r}): {type(e).__name__}: {e}"
         return None
-
-
-# The arrays this process has seen in their stores (store, path): checked once each.
-_SEEN: set = set()
-_SEEN_LOCK = threading.Lock()
-
-
-def visible(array) -> None:
-    """Raise :class:`OSError` unless this process sees ``array``'s metadata in its store (checked once).
-
-    An array arrives with its metadata inside it, so a worker that does not
-    see the store (another host without the mount, a container without the
-    volume, a path that means another folder here) would read every chunk
-    as missing: the fill value, a wrong product marked complete.
-    """
-    from zarr.core.sync import sync
-
-    key = (repr(array.store), array.path)
-    if key in _SEEN:
-        return
-    node = array.path.strip("/")
-    names = ("zarr.json",) if array.metadata.zarr_format == 3 else (".zarray",)
-    meta = [f"{node}/{n}" if node else n for n in names]
-    if not any(sync(array.store.exists(m)) for m in meta):
-        raise OSError(f"this worker does not see the Zarr array {array.store_path}: its metadata ({meta[0]}) is not "
-                      "in the store here (another host without the same files or mount?); every chunk would read "
-                      "as the fill value, so dgemm stops")
-    with _SEEN_LOCK:
-        _SEEN.add(key)
 
 
 def load(ref) -> np.ndarray:

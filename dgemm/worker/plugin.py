@@ -1,7 +1,15 @@
-"""The worker plugin: a Dask worker's OpenCL device, its ``GPU`` resource and its reporting."""
+"""The worker plugin: a Dask worker's OpenCL device, its ``GPU`` resource and its reporting.
+
+It also prepares the device for the products to come in the background
+(:meth:`DgemmPlugin.warm`): the kernels of the dtypes it is told of, and the
+reader threads' page-locked staging buffers, so that a worker's first product
+does not wait for them.
+"""
 from __future__ import annotations
 
 import logging
+import threading
+import time
 import weakref
 
 from distributed.core import Status
@@ -9,6 +17,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.protocol.pickle import dumps
 
 from dgemm import metrics
+from dgemm.dtypes import check_dtype
 from dgemm.names import DASHBOARD_PLUGIN, WORKER_METRIC, WORKER_PLUGIN
 from dgemm.scheduler.dashboard import DgemmDashboard
 from dgemm.worker.state import DeviceState, attach, detach, live_states
@@ -27,23 +36,34 @@ class DgemmPlugin(WorkerPlugin):
         ``DGEMM_DEVICE`` from its environment.
     dashboard : bool
         Make sure the scheduler serves the dgemm dashboard page.
+    warm : sequence of str, optional
+        Dtypes whose kernels the worker builds as soon as its device is open,
+        in the background (:meth:`warm`), e.g. those of the product that
+        made a local cluster start.
     """
 
     name = WORKER_PLUGIN
+    warm_dtypes: tuple = ()
+    _warmer = None
 
-    def __init__(self, device: str | None = None, dashboard: bool = True):
+    def __init__(self, device: str | None = None, dashboard: bool = True, warm=()):
         self.device_spec = device
         self.dashboard = dashboard
+        # a wrong dtype fails here, not in every worker
+        self.warm_dtypes = tuple(dict.fromkeys(check_dtype(d, "warm").name for d in warm))
         self.state: DeviceState | None = None
         self.worker = None
 
     def __getstate__(self):  # a registered plugin travels to the workers without its state
-        return {"device_spec": self.device_spec, "dashboard": self.dashboard, "state": None, "worker": None}
+        return {"device_spec": self.device_spec, "dashboard": self.dashboard, "warm_dtypes": self.warm_dtypes,
+                "state": None, "worker": None}
 
     async def setup(self, worker):
         self.state = DeviceState(self.device_spec)
         if self.state.device is not None:
             await _set_gpu(worker, 1)
+            if self.warm_dtypes:
+                self.warm(self.warm_dtypes)   # goes on while the worker registers and the client plans
         elif worker.state.total_resources.get("GPU"):
             # Declared GPU=1 at start-up but the device does not work: take
             # the resource back so GEMM tasks are not sent here.
@@ -58,6 +78,26 @@ class DgemmPlugin(WorkerPlugin):
         if self.dashboard:
             await _register_dashboard(worker)
 
+    def warm(self, dtypes) -> bool:
+        """Prepare the device for products of ``dtypes``, in a background thread; whether one was started.
+
+        Builds the default-precision kernels of each dtype not asked for
+        before (the first product then finds them built: a build from
+        pyopencl's cache takes seconds on NVIDIA, a first build more), and,
+        the first time and if no product has read yet, gives each reader
+        thread its page-locked staging buffer, sized for the default block of
+        this device (:func:`staging_bytes`).  A product that starts meanwhile waits for
+        what it needs and is not done yet (the device builds each
+        program once, one at a time: a product of another dtype may wait for
+        the build under way); a failure here is logged and left for that
+        product to report.
+        """
+        if self.state is None or self.state.device is None:
+            return False
+        if self._warmer is None:
+            self._warmer = Warmer(self.state)
+        return self._warmer.ask(dtypes)
+
     def metric(self, dask_worker=None) -> dict:
         """The worker metric: :meth:`DeviceState.snapshot` of this worker's device."""
         if self.state is None:
@@ -65,6 +105,8 @@ class DgemmPlugin(WorkerPlugin):
         return self.state.snapshot(dask_worker)
 
     def teardown(self, worker):
+        if self._warmer is not None:
+            self._warmer.stop()
         worker_metrics = getattr(worker, "metrics", None)
         if isinstance(worker_metrics, dict) and worker_metrics.get(WORKER_METRIC) == self.metric:
             del worker_metrics[WORKER_METRIC]
@@ -110,3 +152,107 @@ def describe_worker(dask_worker=None) -> dict | None:
     d = plugin.state.describe()
     d["resources"] = dict(dask_worker.state.total_resources)
     return d
+
+
+def warm_worker(*dtypes, dask_worker=None) -> bool:
+    """Run on a worker (``client.run``): start preparing its device for ``dtypes`` (:meth:`DgemmPlugin.warm`).
+
+    Returns at once, whether a preparation was started (False: nothing new
+    to do, or no dgemm plugin or device on this worker).
+    """
+    plugin = dask_worker.plugins.get(WORKER_PLUGIN) if dask_worker is not None else None
+    if plugin is None or not hasattr(plugin, "warm"):
+        return False
+    return plugin.warm(dtypes)
+
+
+def staging_bytes(info, dtypes) -> int:
+    """Bytes of a reader thread's staging buffer for the default block of device ``info`` (the largest dtype).
+
+    A block product reads each input block into one (:meth:`dgemm.opencl.device.Device.staging`);
+    a larger block grows it when it comes.
+
+    >>> from types import SimpleNamespace as NS
+    >>> staging_bytes(NS(type="GPU"), ["float32"]) == 4096 * 4096 * 4, staging_bytes(NS(type="CPU"), ["float64"])
+    (True, 8388608)
+    """
+    import numpy as np
+
+    from dgemm.plan import default_target
+
+    side = default_target([info.type])
+    return side * side * max([np.dtype(d).itemsize for d in dtypes] or [4])
+
+
+class Warmer:
+    """One worker's background preparation of its device (:meth:`DgemmPlugin.warm`).
+
+    ``seconds`` tells what each step took (``staging``, and each dtype's
+    build), for the curious and the benchmarks.
+    """
+
+    def __init__(self, state: DeviceState):
+        self.state = state
+        self.seconds: dict = {}
+        self._asked: set = set()
+        self._staged = False
+        self._stopped = False
+        self._threads: list = []
+        self._lock = threading.Lock()
+
+    def ask(self, dtypes) -> bool:
+        with self._lock:
+            todo = [d for d in dict.fromkeys(check_dtype(x, "warm").name for x in dtypes) if d not in self._asked]
+            if self._stopped or not todo:
+                return False
+            self._asked.update(todo)
+            stage, self._staged = not self._staged, True
+            thread = threading.Thread(target=self._run, args=(todo, stage), name="dgemm-warm", daemon=True)
+            self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+        thread.start()
+        return True
+
+    def _run(self, dtypes: list, stage: bool) -> None:
+        device = self.state.device
+        staging, staged_at = [], []
+        t0 = time.perf_counter()
+        try:
+            if stage:
+                # first: it takes the device's lock for a moment, which a build holds throughout;
+                # the reader threads then pin their buffers while the kernels build
+                staging = device.warm_staging(staging_bytes(device.info, dtypes), wait=False, first=True)
+                for f in staging:
+                    f.add_done_callback(lambda f: staged_at.append(time.perf_counter()))
+            for dtype in dtypes:
+                if self._stopped:
+                    break
+                if dtype == "float64" and not device.info.fp64:
+                    continue   # no product of it will come here (dgemm.cluster.prepare says why)
+                t = time.perf_counter()
+                self.state.engine(dtype)
+                self.seconds[dtype] = time.perf_counter() - t
+            for f in staging:
+                f.result()
+            deadline = time.perf_counter() + 1.0   # a future's callbacks run just after its result is set
+            while len(staged_at) < len(staging) and time.perf_counter() < deadline:
+                time.sleep(0.001)
+            if staged_at:
+                self.seconds["staging"] = max(staged_at) - t0
+        except Exception as e:   # the product that needs it fails with the same error, where the user sees it
+            logger.info("dgemm: preparing the device for %s failed: %s: %s", ", ".join(dtypes), type(e).__name__, e)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the preparations asked for so far; whether all have finished."""
+        with self._lock:
+            threads = list(self._threads)
+        for t in threads:
+            t.join(timeout)
+        return not any(t.is_alive() for t in threads)
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """Start nothing more, and wait (at most ``timeout`` s) for the step under way: the device closes next."""
+        with self._lock:
+            self._stopped = True
+            threads = list(self._threads)
+        for t in threads:
+            t.join(timeout)
