@@ -1,0 +1,51 @@
+"""Where a script's first dgemm.matmul goes (run on the GPU machine): client steps timed, workers' warm-up steps.
+
+    python bench/firstcall.py A.zarr B.zarr OUT.zarr     (a fresh process: no cluster, dgemm starts one)
+
+Prints one JSON line: seconds since process start of each client step (import, local cluster up, workers
+ready, prepare, plan, open output, compute, complete) and each worker's Warmer.seconds (device open, kernel
+builds, staging) with its process age.
+"""
+import json
+import sys
+import time
+
+T0 = time.time()
+import dgemm  # noqa: E402
+
+if __name__ == "__main__":
+    stamps = {"import": time.time() - T0}
+
+    def timed(mod, name):
+        fn = getattr(mod, name)
+
+        def wrapper(*a, **k):
+            s = time.time() - T0
+            try:
+                return fn(*a, **k)
+            finally:
+                stamps[name] = (round(s, 3), round(time.time() - T0, 3))
+        setattr(mod, name, wrapper)
+
+    import dgemm.cluster.local as local
+    import dgemm.steps as steps
+    for n in ("get_client", "prepare", "_plan", "_open_output", "_compute", "_complete"):
+        timed(steps, n)
+    timed(local, "DeviceCluster")
+    dgemm.matmul(sys.argv[1], sys.argv[2], out=sys.argv[3], overwrite=True)
+    stamps["done"] = time.time() - T0
+    client = local._started[next(iter(local._started))][1]
+
+    def warm(dask_worker):
+        import os
+        import psutil
+        p = dask_worker.plugins.get("dgemm")
+        w = getattr(p, "warmer", None) or getattr(p, "_warmer", None)
+        return {"seconds": getattr(w, "seconds", None), "process_age": time.time() - psutil.Process(os.getpid()).create_time(),
+                "plugin": type(p).__name__ if p else None}
+    try:
+        stamps["workers"] = client.run(warm)
+    except Exception as e:
+        stamps["workers"] = repr(e)
+    stamps["t_now"] = time.time() - T0
+    print("FIRSTCALL " + json.dumps(stamps, default=str), flush=True)
