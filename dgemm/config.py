@@ -113,6 +113,23 @@ def _count(value, name) -> float | None:
     return n
 
 
+def _host_cache(value, name) -> str | None:
+    """``auto``, ``on``, ``off`` (YAML's booleans and 1/0 too) or an absolute folder: ``on``, there."""
+    if _blank(value):
+        return None
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    text = str(value).strip()
+    word = {"auto": "auto", "on": "on", "true": "on", "yes": "on", "1": "on",
+            "off": "off", "false": "off", "no": "off", "0": "off"}.get(text.lower())
+    if word is not None:
+        return word
+    folder = os.path.expanduser(text)
+    if not os.path.isabs(folder):
+        raise ValueError(f"{name}={value!r} must be auto, on, off or an absolute folder")
+    return folder
+
+
 @dataclass(frozen=True)
 class Setting:
     """One setting: its key in the ``dgemm`` namespace, its ``DGEMM_*`` variable, parser and meaning.
@@ -159,6 +176,14 @@ SETTINGS = {s.key: s for s in (
             "its device workers, 2 to 8."),
     Setting("prefetch", "DGEMM_PREFETCH", _positive_int,
             "k steps a block product reads ahead of the device. Unset: one per reader thread, at least 4."),
+    Setting("host-cache", "DGEMM_HOST_CACHE", _host_cache,
+            "Decoded input blocks shared by the device workers of a host, in `/dev/shm` (or the absolute "
+            "folder given here): each block of a run is read and decoded once per host. `auto`: on where a "
+            "launcher starts several device workers on the host (it sets `on` in their environment); `on`; "
+            "`off`."),
+    Setting("host-cache-bytes", "DGEMM_HOST_CACHE_BYTES", _positive_bytes,
+            "Size of the host cache (least recently used blocks go first). Unset: a quarter of the host's "
+            "memory, at most half of what its folder's filesystem holds."),
     Setting("pinned-bytes", "DGEMM_PINNED_BYTES", _bytes,
             "Page-locked memory a device may hold for downloaded C blocks (beyond it: ordinary memory)."),
     Setting("tuning-db", "DGEMM_TUNING_DB", _text,

@@ -31,7 +31,10 @@ KINDS = ("gemm", "reduce", "store", "done")
 # worker's snapshot reports, the dashboard shows and the Prometheus series count.
 COUNTERS = ("flops", "bytes_up", "bytes_down", "kernel_seconds", "busy_seconds", "blocks",
             "transfer_seconds", "read_wait_seconds", "bytes_read", "read_seconds", "upload_seconds",
-            "download_seconds")
-EXTRA = ("transfer_seconds", "read_wait_seconds")   # kept in Stats.extra, the others are Stats fields
+            "download_seconds", "host_cache_hits", "host_cache_misses", "host_cache_bytes_served",
+            "host_cache_bytes_decoded")
+# kept in Stats.extra, the others are Stats fields (host_cache_*: dgemm.storage.hostcache, where it is on)
+EXTRA = ("transfer_seconds", "read_wait_seconds", "host_cache_hits", "host_cache_misses",
+         "host_cache_bytes_served", "host_cache_bytes_decoded")
 # Seconds of the other dgemm tasks (from the worker's Fine Performance Metrics), by the task prefix they sum.
 TASK_SECONDS = {"store_seconds": STORE, "load_seconds": LOAD, "reduce_seconds": REDUCE}

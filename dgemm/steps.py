@@ -15,6 +15,7 @@ import numpy as np
 
 from dgemm import graph as graph_mod
 from dgemm.cluster import device_limits, get_client, prepare, tiles_of
+from dgemm.storage import hostcache
 from dgemm.plan import Plan, default_target, make_plan
 from dgemm.scheduler import placement
 from dgemm.request import Request
@@ -279,6 +280,8 @@ def _compute(req: Request, plan: Plan, token: str, client, workers: dict, result
         except BaseException:
             _abandon(client, future, writer, token)
             raise
+        finally:
+            hostcache.forget(client, token)   # the run's decoded input blocks leave the hosts' shared memory
 
 
 def _abandon(client, future, writer: Writer, token: str) -> None:

@@ -29,7 +29,8 @@ class DeviceWorker:
     env : dict
         Variables of its process: its device, and where several device
         workers share the host, their shares of its cores (PoCL's threads, the
-        reader threads) unless those are set already.
+        reader threads) unless those are set already, and the host cache
+        (``host-cache`` on where it is ``auto``).
     nthreads : int
         Dask threads: the host's cores shared among its device workers, at
         least 2 (GEMM tasks run one at a time per device; the other threads
@@ -77,6 +78,8 @@ def device_worker(i: int, devices: Sequence[str], *, name: str | None = None, nt
     ('job-1', 8, '8GB', '0:1')
     >>> device_worker(0, ["0:0"], device_memory_limit="4GiB").env["DGEMM_DEVICE_MEMORY_LIMIT"]
     '4294967296'
+    >>> "DGEMM_HOST_CACHE" in device_worker(0, ["0:0"]).env   # one device worker: nothing to share
+    False
     """
     from distributed.system import MEMORY_LIMIT
 
@@ -90,6 +93,8 @@ def device_worker(i: int, devices: Sequence[str], *, name: str | None = None, nt
         env["POCL_MAX_PTHREAD_COUNT"] = str(max(1, cpus // n))
     if n > 1 and config.get("read-threads") is None:
         env[config.environment("read-threads")] = str(reader_share(cpus, n))
+    if n > 1 and config.get("host-cache") == "auto":   # they share decoded blocks (dgemm.storage.hostcache)
+        env[config.environment("host-cache")] = "on"
     if device_memory_limit not in (None, ""):
         # Parsed here, so that a mistake fails in the launcher rather than in every worker.
         env[config.environment("device-memory-limit")] = str(config.SETTINGS["device-memory-limit"].parse(

@@ -87,7 +87,7 @@ class Device:
         self.queue = cl.CommandQueue(self.context, properties=profiling)            # GEMM kernels
         self.transfer_queue = cl.CommandQueue(self.context, properties=profiling)   # uploads, staging
         self.cache = PanelCache(0)   # the worker sets its budget (dgemm.worker.DeviceState)
-        self._pool: ThreadPoolExecutor | None = None
+        self._pools: dict[bool, ThreadPoolExecutor] = {}
         self._local = threading.local()
         self._free: list = []          # page-locked download buffers no array uses now
         self._pinned_bytes = 0
@@ -126,10 +126,12 @@ class Device:
             when ``wait``.
         """
         with self._lock:
-            if first and self._pool is not None:
+            if first and self._pools:
                 return []
+        # the decoding readers only: compressed inputs are the common case, and raw copies
+        # (the copy pool) pin their buffers as they start
         pool = self.pool()
-        n = getattr(pool, "_max_workers", None) or read_threads()
+        n = pool._max_workers
         barrier = threading.Barrier(n, timeout=timeout)
 
         def one():
@@ -188,12 +190,20 @@ class Device:
         with self._lock:
             self._free.append(entry)
 
-    def pool(self) -> ThreadPoolExecutor:
-        """The threads that read blocks from their stores and upload them (:func:`read_threads` of them)."""
+    def pool(self, copy: bool = False) -> ThreadPoolExecutor:
+        """The threads that read blocks from their stores and upload them.
+
+        Blocks that are decoded (compressed, remote, or read through zarr)
+        go to :func:`read_threads` threads: decoding is CPU work that scales
+        with them.  Blocks that are only copied from local files (raw chunks)
+        go to a pool of at most :data:`COPY_THREADS`: more copies at once
+        contend for memory bandwidth with the uploads.
+        """
         with self._lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(read_threads(), thread_name_prefix="dgemm-read")
-            return self._pool
+            if copy not in self._pools:
+                n = min(read_threads(), COPY_THREADS) if copy else read_threads()
+                self._pools[copy] = ThreadPoolExecutor(n, thread_name_prefix="dgemm-copy" if copy else "dgemm-read")
+            return self._pools[copy]
 
     def choice(self, dtype, precision: str | None = None) -> Choice:
         """The tuning database's parameters for ``dtype`` (and ``precision``) on this device."""
@@ -252,8 +262,8 @@ class Device:
         return buf
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
+        for pool in self._pools.values():
+            pool.shutdown(wait=True, cancel_futures=True)
         self.cache.clear()
         self._kernels.clear()
         self.queue.finish()
@@ -281,14 +291,19 @@ def pinned_limit() -> int:
     return config.get("pinned-bytes")
 
 
+# Raw chunks copied from files at once, per device: beyond 8 the copies contend for the host's memory
+# bandwidth with the uploads (one H100, 32768² float32 in 8192² chunks from /dev/shm: 2.30 s with 8
+# readers, 2.85 s with 16).
+COPY_THREADS = 8
+
+
 def reader_share(cpus: int, devices: int) -> int:
     """Reader threads per device worker on a host of ``cpus`` cores and ``devices`` device workers: 2 to 16.
 
     Decoding compressed chunks is CPU work that scales with threads (zstd
     on one H100 host: 3.1 GB/s with 8 threads, 5.9 with 16; bench/NOTES.md),
     so a device gets its share of the cores, up to 16.  Raw chunks are only
-    copied: more than :data:`dgemm.storage.chunks.RAW_READERS` at once
-    contend for memory bandwidth, so the reader lets no more copy at a time.
+    copied, by a pool of at most :data:`COPY_THREADS` (:meth:`Device.pool`).
 
     >>> reader_share(64, 4), reader_share(16, 1), reader_share(2, 2), reader_share(12, 4), reader_share(128, 2)
     (16, 16, 2, 3, 16)

@@ -171,22 +171,53 @@ class BlockEngine:
         out = self.device.buffer(drows * dcols * self.dtype.itemsize)
         return out, self._stage_into(self.device.transfer_queue, host, transpose, drows, dcols, out)
 
-    def _fetch(self, ref, transpose: bool, drows: int, dcols: int):
-        """Read a block from its store (in a pool thread) and upload it."""
+    def _fetch(self, ref, transpose: bool, drows: int, dcols: int, scope=None):
+        """Read a block from its store (in a pool thread) and upload it.
+
+        With the host cache on (:mod:`dgemm.storage.hostcache`), a Zarr
+        block of run ``scope`` is decoded by one worker of the host and
+        copied from shared memory by the others.  ``bytes_read`` counts the
+        bytes this worker read from the store; the ``host_cache_*`` figures
+        of ``Stats.extra`` what the host cache served and decoded.
+        """
+        from dgemm.storage import hostcache
+
         t0 = time.perf_counter()
+        shared = served = None
         try:
             host = None
-            if isinstance(ref, ZarrBlock) and np.dtype(ref.array.dtype).newbyteorder("=") == self.dtype:
-                # Decoded by dgemm's chunk reader straight into page-locked memory, then sent over the bus.
-                rows, cols = ref.shape
-                host = self.device.staging(rows * cols * self.dtype.itemsize).view(self.dtype).reshape(rows, cols)
-                if not ref.read_into(host):
-                    host = None
+            if isinstance(ref, ZarrBlock):
+                native = np.dtype(ref.array.dtype).newbyteorder("=")
+                if native == self.dtype:
+                    # Decoded by dgemm's chunk reader straight into page-locked memory, then sent over the bus.
+                    rows, cols = ref.shape
+                    host = self.device.staging(rows * cols * self.dtype.itemsize).view(self.dtype)
+                    host = host.reshape(rows, cols)
+                if scope is not None:
+                    shared = hostcache.current()
+                if shared is not None and hostcache.shareable(ref.array):
+                    host = np.empty(ref.shape, native) if host is None else host
+
+                    def decode(out):
+                        if not ref.read_into(out):
+                            out[...] = load(ref)
+                    served = shared.fetch(scope, ref.key(), host, decode)
+                else:
+                    shared = None
+                    if host is not None and not ref.read_into(host):
+                        host = None
             if host is None:
                 host = load(ref)
         except Exception as e:
             raise OSError(read_error(ref, e)) from e
-        self._add(read_seconds=time.perf_counter() - t0, bytes_read=host.nbytes)
+        self._add(read_seconds=time.perf_counter() - t0, bytes_read=0 if served else host.nbytes)
+        if shared is not None:
+            with self._count:
+                extra = self.stats.extra
+                for name, value in (("host_cache_hits", int(served)), ("host_cache_misses", int(not served)),
+                                    ("host_cache_bytes_served", host.nbytes if served else 0),
+                                    ("host_cache_bytes_decoded", 0 if served else host.nbytes)):
+                    extra[name] = extra.get(name, 0) + value
         return self.upload(host, transpose, drows, dcols)
 
     def _staged(self, ref, transpose: bool, drows: int, dcols: int, scope):
@@ -195,8 +226,8 @@ class BlockEngine:
         if isinstance(ref, ZarrBlock):   # blocks held by dask arrive as arrays and are not kept
             key = (scope, ref.key(), transpose, drows, dcols, self.dtype.str)
         nbytes = drows * dcols * self.dtype.itemsize
-        entry, _ = self.cache.acquire(
-            key, nbytes, lambda: self.device.pool().submit(self._fetch, ref, transpose, drows, dcols))
+        entry, _ = self.cache.acquire(key, nbytes, lambda: self.device.pool(copy=_copies(ref)).submit(
+            self._fetch, ref, transpose, drows, dcols, scope))
         return entry
 
     # -- the product ----------------------------------------------------
@@ -414,6 +445,13 @@ class BlockEngine:
 def _seconds(event) -> float:
     """How long a finished command ran on the device (from the queue's profiling)."""
     return (event.profile.end - event.profile.start) * 1e-9
+
+
+def _copies(ref) -> bool:
+    """Whether reading ``ref`` only copies file bytes (see :meth:`~dgemm.opencl.device.Device.pool`)."""
+    from dgemm.storage.chunks import copies
+
+    return isinstance(ref, ZarrBlock) and copies(ref.array)
 
 
 def _shape(ref) -> tuple[int, int]:

@@ -44,7 +44,8 @@ class Originals:
         """
         if self.has(i, j):
             return
-        data = np.ascontiguousarray(block.load())
+        # in the array's own dtype (byte order included), as load() reads the copy back
+        data = np.ascontiguousarray(block.load(), dtype=block.array.dtype)
         keys.put(self.store, self.key(i, j), data.tobytes())
         keys.put(self.store, self.key(i, j) + ".ok", b"1")
 
