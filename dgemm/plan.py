@@ -523,8 +523,48 @@ def assign(tasks, n_workers: int, plan: Plan | None = None) -> list[list]:
         for t in tasks:
             parts[rgroup[t[0]] * pc + cgroup[t[1]]].append(t)
         candidates.append([_snake(p) for p in parts])
-    return min(candidates, key=lambda parts: (max(len(p) for p in parts),
-                                              sum(_panel_bytes(p, plan) for p in parts)))
+    best = min(range(len(candidates)), key=lambda c: (max(len(p) for p in candidates[c]),
+                                                      sum(_panel_bytes(p, plan) for p in candidates[c])))
+    if best == 0:       # runs of the snake order: each its own rows, nothing read at once by two
+        return candidates[0]
+    return [_staggered(p, w, n_workers) for w, p in enumerate(candidates[best])]
+
+
+def _staggered_ends(i0: int, i1: int, j0: int, j1: int, w: int, n: int) -> tuple:
+    """The first and last task of :func:`_staggered` for worker ``w`` of ``n`` on rows ``i0:i1``, columns ``j0:j1``.
+
+    >>> part = [(i, j, 0) for i in range(3, 6) for j in range(2, 7)]
+    >>> order = _staggered(part, 2, 3)
+    >>> _staggered_ends(3, 6, 2, 7, 2, 3) == (order[0], order[-1])
+    True
+    """
+    nr, nc = i1 - i0, j1 - j0
+    ro, co = w * nr // n, w * nc // n
+    last_row = i0 + (ro + nr - 1) % nr
+    last_col = j0 + ((co + nc - 1) % nc if (nr - 1) % 2 == 0 else co)
+    return (i0 + ro, j0 + co, 0), (last_row, last_col, 0)
+
+
+def _staggered(part, w: int, n: int) -> list:
+    """Worker ``w`` of ``n``'s tasks in snake order, starting ``w / n`` of the way through its rows and columns.
+
+    Workers that share panels (a row split shares B's, a column split A's)
+    would otherwise read them in the same order at the same time: on one
+    host with a shared cache of decoded blocks
+    (:mod:`dgemm.storage.hostcache`) one decodes while the other waits, so
+    each ends up reading at half speed.  Staggered, each decodes its own
+    part of the shared panels first and finds the rest decoded by the other.
+
+    >>> _staggered([(i, j, 0) for i in range(2) for j in range(4)], 1, 2)
+    [(1, 2, 0), (1, 3, 0), (1, 0, 0), (1, 1, 0), (0, 1, 0), (0, 0, 0), (0, 3, 0), (0, 2, 0)]
+    """
+    rows = sorted({t[0] for t in part})
+    cols = sorted({t[1] for t in part})
+    rows = rows[w * len(rows) // n:] + rows[:w * len(rows) // n]
+    cols = cols[w * len(cols) // n:] + cols[:w * len(cols) // n]
+    rpos = {r: p for p, r in enumerate(rows)}
+    cpos = {c: p for p, c in enumerate(cols)}
+    return sorted(part, key=lambda t: (rpos[t[0]], cpos[t[1]] if rpos[t[0]] % 2 == 0 else -cpos[t[1]], t[2]))
 
 
 @dataclass(frozen=True)
@@ -628,8 +668,7 @@ def loads(plan: Plan, n_workers: int) -> list[Load]:
             i0, i1 = rc[g], rc[g + 1]
             for h in range(pc):
                 j0, j1 = cc[h], cc[h + 1]
-                parts.append(load([(i0, i1, j0, j1)], (i0, j0 if i0 % 2 == 0 else j1 - 1, 0),
-                                  (i1 - 1, j1 - 1 if (i1 - 1) % 2 == 0 else j0, 0)))
+                parts.append(load([(i0, i1, j0, j1)], *_staggered_ends(i0, i1, j0, j1, len(parts), W)))
         candidates.append(parts)
     unit = plan.k * plan.dtype.itemsize   # as assign weighs panels
     return min(candidates, key=lambda parts: (max(x.tasks for x in parts), sum(x.panels * unit for x in parts)))
