@@ -78,7 +78,7 @@ def device_worker(i: int, devices: Sequence[str], *, name: str | None = None, nt
     ('job-1', 8, '8GB', '0:1')
     >>> device_worker(0, ["0:0"], device_memory_limit="4GiB").env["DGEMM_DEVICE_MEMORY_LIMIT"]
     '4294967296'
-    >>> "DGEMM_HOST_CACHE" in device_worker(0, ["0:0"]).env   # one device worker: nothing to share
+    >>> "DGEMM_HOST_CACHE" in device_worker(1, ["0:0", "0:1"]).env   # host-cache is off unless set to auto
     False
     """
     from distributed.system import MEMORY_LIMIT
