@@ -510,7 +510,9 @@ def assign(tasks, n_workers: int, plan: Plan | None = None) -> list[list]:
         return [_snake(tasks)] + [[] for _ in range(max(n_workers, 1) - 1)]
     rows = sorted({t[0] for t in tasks})
     cols = sorted({t[1] for t in tasks})
-    candidates = [[_snake(p) for p in _split(_snake(tasks), n_workers)]]
+    # rectangles first: a tie with the runs of the snake order (whole rows alike) goes to a rectangle,
+    # whose workers are staggered (:func:`_staggered`)
+    candidates = []
     for pr in range(1, n_workers + 1):
         if n_workers % pr:
             continue
@@ -522,11 +524,13 @@ def assign(tasks, n_workers: int, plan: Plan | None = None) -> list[list]:
         parts = [[] for _ in range(n_workers)]
         for t in tasks:
             parts[rgroup[t[0]] * pc + cgroup[t[1]]].append(t)
-        candidates.append([_snake(p) for p in parts])
+        candidates.append(parts)
+    runs = len(candidates)
+    candidates.append([_snake(p) for p in _split(_snake(tasks), n_workers)])
     best = min(range(len(candidates)), key=lambda c: (max(len(p) for p in candidates[c]),
                                                       sum(_panel_bytes(p, plan) for p in candidates[c])))
-    if best == 0:       # runs of the snake order: each its own rows, nothing read at once by two
-        return candidates[0]
+    if best == runs:    # runs of the snake order
+        return candidates[best]
     return [_staggered(p, w, n_workers) for w, p in enumerate(candidates[best])]
 
 
@@ -655,7 +659,7 @@ def loads(plan: Plan, n_workers: int) -> list[Load]:
     if W <= 1 or T <= 1:
         return [run(0, T)] + [nothing] * (W - 1)
     cut = starts(T, W)
-    candidates = [[run(cut[p], cut[p + 1]) for p in range(W)]]
+    candidates = []        # in assign's order: rectangles, then runs
     for pr in range(1, W + 1):
         if W % pr:
             continue
@@ -670,5 +674,6 @@ def loads(plan: Plan, n_workers: int) -> list[Load]:
                 j0, j1 = cc[h], cc[h + 1]
                 parts.append(load([(i0, i1, j0, j1)], *_staggered_ends(i0, i1, j0, j1, len(parts), W)))
         candidates.append(parts)
+    candidates.append([run(cut[p], cut[p + 1]) for p in range(W)])
     unit = plan.k * plan.dtype.itemsize   # as assign weighs panels
     return min(candidates, key=lambda parts: (max(x.tasks for x in parts), sum(x.panels * unit for x in parts)))
