@@ -7,13 +7,19 @@ ready, prepare, plan, open output, compute, complete) and each worker's Warmer.s
 builds, staging) with its process age.
 """
 import json
-import sys
 import time
 
 T0 = time.time()
 import dgemm  # noqa: E402
 
 if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description="a script's first dgemm.matmul, step by step")
+    parser.add_argument("a")
+    parser.add_argument("b")
+    parser.add_argument("out")
+    args = parser.parse_args()
     stamps = {"import": time.time() - T0}
 
     def timed(mod, name):
@@ -32,7 +38,7 @@ if __name__ == "__main__":
     for n in ("get_client", "prepare", "_plan", "_open_output", "_compute", "_complete"):
         timed(steps, n)
     timed(local, "DeviceCluster")
-    dgemm.matmul(sys.argv[1], sys.argv[2], out=sys.argv[3], overwrite=True)
+    dgemm.matmul(args.a, args.b, out=args.out, overwrite=True)
     stamps["done"] = time.time() - T0
     client = local._started[next(iter(local._started))][1]
 
