@@ -51,18 +51,20 @@ def test_whole_objects_ranges_suffixes_and_missing_keys_read_as_zarr_reads_them(
     requests = [(k, None) for k in data] + [
         ("c/2/0", (0, 10)), ("c/2/0", (2**20 + 3, 2**21 - 5)), ("c/2/0", (len(big) - 9, len(big) + 100)),
         ("c/3/0", ("suffix", 16)), ("c/0/0", ("suffix", 5)), ("c/1/0", (999, 1000)),
-        ("c/9/9", None), ("c/9/9", (0, 4)), ("c/9/9", ("suffix", 4)), ("nothing", None)]
+        ("c/9/9", None), ("c/9/9", (0, 4)), ("c/9/9", ("suffix", 4)), ("nothing", None),
+        ("c/2/0", (np.int64(5), np.uint64(9))), ("c/1/0", (7, 7)), ("c/1/0", ("suffix", 0))]
     got = remote.get_many(store, requests)
     want = [data[k] for k in data] + [
         big[:10], big[2**20 + 3:2**21 - 5], big[len(big) - 9:], data["c/3/0"][-16:], data["c/0/0"],
-        data["c/1/0"][999:], None, None, None, None]
+        data["c/1/0"][999:], None, None, None, None, big[5:9], b"", b""]
     assert len(got) == len(want)
     for (key, rng), g, w in zip(requests, got, want):
         if w is None:
             assert g is None, (key, rng)
         else:
             assert bytes(g) == w, (key, rng)
-            assert bytes(g) == _zarr_get(store, key, rng), (key, rng)     # and what zarr's path reads
+            if len(w):
+                assert bytes(g) == _zarr_get(store, key, rng), (key, rng)     # and what zarr's path reads
 
 
 def test_keys_are_relative_to_the_store_root_as_zarr_joins_them(s3, objects):
@@ -139,6 +141,7 @@ def test_a_missing_bucket_reads_as_zarr_reads_it(s3):
 def test_stores_it_does_not_know_return_none(s3, tmp_path, objects):
     from zarr.storage import LocalStore, MemoryStore
 
+    assert remote.handles(_store(s3, "x")) and not remote.handles(MemoryStore())
     assert remote.get_many(LocalStore(str(tmp_path)), [("a", None)]) is None
     assert remote.get_many(MemoryStore(), [("a", None)]) is None
     assert remote.put_many(MemoryStore(), [("a", b"1")]) is None
@@ -146,7 +149,7 @@ def test_stores_it_does_not_know_return_none(s3, tmp_path, objects):
     # an s3fs session the caller built: its credentials cannot be taken over
     import aiobotocore.session
     with_session = _store(s3, prefix, session=aiobotocore.session.AioSession())
-    assert remote.get_many(with_session, [("c/1/0", None)]) is None
+    assert remote.get_many(with_session, [("c/1/0", None)]) is None and not remote.handles(with_session)
     # options only an aiobotocore client knows
     aio_only = _store(s3, prefix, config_kwargs={"connector_args": {"limit": 4}})
     assert remote.get_many(aio_only, [("c/1/0", None)]) is None
@@ -208,3 +211,27 @@ def test_a_zarr_array_read_through_get_many_matches_zarr(s3, rng):
         rows, cols = slice(16 * i, min(16 * i + 16, 40)), slice(16 * j, min(16 * j + 16, 30))
         out[rows, cols] = block[:rows.stop - rows.start, :cols.stop - cols.start]
     np.testing.assert_array_equal(out, A)
+
+
+def test_a_dropped_connection_is_retried_and_a_refusal_is_not(s3, objects, monkeypatch):
+    from botocore.exceptions import ConnectionClosedError
+
+    prefix, data = objects
+    store = _store(s3, prefix)
+    s3client = remote._s3_of(store)[0]
+    real, calls, drops = s3client.client.get_object, [], [1]
+
+    def flaky(**kw):
+        calls.append(kw["Key"])
+        if drops:
+            drops.pop()
+            raise ConnectionClosedError(endpoint_url=s3.endpoint)
+        return real(**kw)
+
+    monkeypatch.setattr(s3client.client, "get_object", flaky)
+    monkeypatch.setattr(remote.time, "sleep", lambda s: None)
+    assert bytes(remote.get_many(store, [("c/1/0", None)])[0]) == data["c/1/0"]
+    assert len(calls) == 2
+    calls.clear()
+    assert remote.get_many(store, [("c/9/9", None)]) == [None]      # a missing key: asked once
+    assert len(calls) == 1

@@ -572,3 +572,39 @@ def test_a_worker_that_does_not_see_an_input_stops_instead_of_reading_fill_value
         dgemm.matmul(a, B, out=str(tmp_path / "c.zarr"), client=client, block=16)
     with pytest.raises(dgemm.IncompleteResultError):
         dgemm.open_result(str(tmp_path / "c.zarr"))
+
+
+# -- overwrite: the old chunks are moved aside and deleted in the background -----------------------
+def test_a_replaced_outputs_chunks_are_set_aside_and_deleted_in_the_background(tmp_path, monkeypatch):
+    import shutil
+    import threading
+
+    from zarr.storage import LocalStore, MemoryStore
+
+    from dgemm.storage import keys
+
+    root = tmp_path / "c.zarr"
+    (root / "c" / "0").mkdir(parents=True)
+    for i in range(3):
+        (root / "c" / "0" / str(i)).write_bytes(b"x" * 1000)
+    (root / "zarr.json").write_text("{}")
+    (tmp_path / "mine.txt").write_text("the user's")
+    release, started = threading.Event(), threading.Event()
+    real_rmtree = shutil.rmtree
+
+    def slow_rmtree(path, **kwargs):      # the deletion blocks until the test lets it go
+        started.set()
+        release.wait(30)
+        real_rmtree(path, **kwargs)
+    monkeypatch.setattr(shutil, "rmtree", slow_rmtree)
+    store = LocalStore(str(root))
+    keys.clear_except(store, "", {"zarr.json"})          # returns while the deletion is still blocked
+    assert started.wait(10) and not (root / "c").exists() and (root / "zarr.json").exists()
+    aside = [p for p in tmp_path.iterdir() if p.name.startswith(".c.zarr.dgemm-discarded-")]   # outside the array
+    assert len(aside) == 1 and sorted(p.name for p in aside[0].rglob("*") if p.is_file()) == ["0", "1", "2"]
+    release.set()
+    for thread in list(keys._DISCARDING):
+        thread.join(30)
+    assert not aside[0].exists() and (tmp_path / "mine.txt").read_text() == "the user's"
+    assert not keys.set_aside(MemoryStore(), "c")           # other stores: the caller deletes the keys itself
+    assert not keys.set_aside(store, "missing")

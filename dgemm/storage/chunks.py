@@ -323,6 +323,11 @@ class _Source:
             return (self._read_file(key, rng) for key, rng in requests)
         if not requests:
             return iter(())
+        from dgemm.storage import remote
+
+        got = remote.get_many(self.store, [(self._key(k), r) for k, r in requests])
+        if got is not None:      # S3 through s3fs: botocore from this thread and a pool, not zarr's one loop
+            return iter(got)
         import asyncio
 
         from zarr.abc.store import RangeByteRequest, SuffixByteRequest
@@ -570,19 +575,23 @@ def _read_raw_local(src: _Source, lay: Layout, shape, region, out, per_key) -> N
 def write_region(array, region: tuple[slice, ...], data: np.ndarray) -> bool:
     """Write ``data`` to ``array[region]``, encoding its chunks here; False (nothing written) when zarr must.
 
-    Handles local, unsharded arrays whose codecs this module can encode
-    (zstd, gzip, crc32c, v2 compressors) and regions made of whole chunks
-    (an edge chunk whole up to the array's edge): each chunk is encoded in
-    the calling thread (numcodecs, outside the GIL) and written as zarr's
-    local store writes it, to a temporary file moved into place.
+    Handles unsharded arrays on local stores (and on S3 through s3fs:
+    :func:`dgemm.storage.remote.put_many`) whose codecs this module can
+    encode (zstd, blosc, gzip, crc32c, v2 compressors) and regions made of
+    whole chunks (an edge chunk whole up to the array's edge): each chunk is
+    encoded in the calling thread (numcodecs, outside the GIL) and written
+    as zarr's local store writes it, to a temporary file moved into place.
     """
     try:
         lay = layout(array)
     except Unsupported:
         return False
+    from dgemm.storage import remote
+
     src = _Source(array)
-    if lay.shard is not None or src.root is None or getattr(array, "read_only", True) \
-            or not all(getattr(step, "encodes", False) for step in lay.steps):
+    if lay.shard is not None or getattr(array, "read_only", True) \
+            or not all(getattr(step, "encodes", False) for step in lay.steps) \
+            or (src.root is None and not remote.handles(array.store)):
         return False
     shape = tuple(array.shape)
     data = np.asarray(data)
@@ -594,6 +603,7 @@ def write_region(array, region: tuple[slice, ...], data: np.ndarray) -> bool:
             if s.start > i * c or s.stop < min((i + 1) * c, n):
                 return False           # a part of a chunk: zarr reads, merges and rewrites it
     visible(array)
+    items = []
     for idx in idxs:
         inside, outs, whole = _cover(idx, lay, shape, region)
         part = data[outs]
@@ -606,7 +616,13 @@ def write_region(array, region: tuple[slice, ...], data: np.ndarray) -> bool:
             buf = chunk.reshape(-1).view(np.uint8)
         for step in reversed(lay.steps):
             buf = step.encode(buf)
-        _write_file(src.file(lay.key(idx)), buf)
+        if src.root is None:
+            # a raw chunk's buf may be this thread's scratch, reused by the next chunk: copied now
+            items.append((src._key(lay.key(idx)), buf if lay.steps else buf.tobytes()))
+        else:
+            _write_file(src.file(lay.key(idx)), buf)
+    if items and remote.put_many(array.store, items) is None:
+        return False          # an object too large for one PUT: nothing written, zarr writes it
     return True
 
 

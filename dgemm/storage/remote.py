@@ -10,30 +10,37 @@ the thread that asked for it) built from the store's own s3fs settings, and
 fan a call's requests out over a thread pool, so a call of several requests
 runs them concurrently as ``asyncio.gather`` did.
 
-Chosen by measurement (``/tmp/remote_work/bench.py`` of the helper that wrote
-this, kept in its report): a local moto server (``python -m moto.server``), 24
-objects of 16, 32 and 64 MB (0.94 GB), whole-object GETs, by 1/4/8/16 threads,
-on the development machine's 2 cores, which the server shares, so the figures
-are bounded by those two cores; this process's CPU seconds per GB say how each
-path would scale on more cores.  GB/s by threads (client CPU s/GB):
+Chosen by measurement against a local moto server (``python -m moto.server``,
+signatures unchecked), 24 objects of 16, 32 and 64 MB (0.94 GB), whole-object
+GETs spread over 1/4/8/16 threads, each thread one request per call, on the
+development machine: 2 cores, which the server shares (its CPU per GB is
+about that of the client), so every rate is bounded by those 2 cores; the
+client's CPU seconds per GB say how a path would fare on more cores.  GB/s by
+threads, and this process's CPU s/GB:
 
-=====================================================  =============================  ========
-path                                                   GB/s at 1 / 4 / 8 / 16 threads  CPU s/GB
-=====================================================  =============================  ========
-(a) zarr ``store.get`` on zarr's loop (before)         0.26 / 0.29 / 0.20 / 0.23      2.5-2.8
-(b) s3fs sync ``fs.cat_file`` (fsspec's loop)          0.19 / 0.22 / 0.20 / 0.22      2.7-2.9
-(c) a boto3 client per thread                          0.44 / 0.64 / 0.58 / 0.46      1.3-2.1
-(c') one botocore client, 64 connections (this)        0.51 / 0.87 / 0.76 / 0.79      1.2-1.3
-(d) an event loop and s3fs (aiohttp) per thread        0.23 / 0.22 / 0.15 / 0.09      3.1-9.0
-(e) obstore (Rust) from each thread                    0.51 / 0.62 / 0.54 / 0.60      0.9-1.1
-(e') zarr ``ObjectStore`` (obstore) on zarr's loop     0.45 / 0.66 / 0.67 / 0.60      0.9-1.1
-=====================================================  =============================  ========
+===============================================  =====================  ========
+path                                             1 / 4 / 8 / 16 threads  CPU s/GB
+===============================================  =====================  ========
+(a) zarr ``store.get`` on zarr's loop (before)   0.26 0.29 0.20 0.23     2.5-2.8
+(b) s3fs's sync ``fs.cat_file`` (fsspec's loop)  0.19 0.22 0.20 0.22     2.7-2.9
+(c) a boto3 client per thread                    0.44 0.64 0.58 0.46     1.3-2.1
+(c') one botocore client, many connections       0.51 0.87 0.76 0.79     1.2-1.3
+(d) an event loop and an s3fs per thread         0.23 0.22 0.15 0.09     3.1-9.0
+(e) obstore (Rust) called from each thread       0.51 0.62 0.54 0.60     0.9-1.1
+(e') zarr's ``ObjectStore`` (obstore), its loop  0.45 0.66 0.67 0.60     0.9-1.1
+this module (c'), a later run, busier machine    0.40 0.42 0.52 0.49     1.2-1.4
+(a) in that same later run                       0.17 0.16 0.15 0.19     3.0-3.6
+===============================================  =====================  ========
 
-obstore costs the client least CPU but is a new dependency whose credential
-chain is not s3fs's (no AWS profiles), so it could not take over every s3fs
-setting faithfully; an ``ObjectStore`` is left to zarr (e' reads as fast as e:
-its loop only awaits Rust).  s3fs's own whole-object read also costs the server
-twice the CPU (a HEAD, then 50 MB range GETs).
+4 MB ranges, 8 per call, were bound by moto (9 server CPU s/GB: it reads the
+whole object per range) at 0.05-0.09 GB/s for every path; client CPU 1.4-1.6
+s/GB here, 2.0-2.3 for (a).  PUTs of whole objects, also moto-bound: 0.11-0.13
+GB/s here and 0.10-0.12 through zarr's ``store.set``, client CPU 2.2 and 3.3-3.7
+s/GB.  obstore costs the client least CPU, but it is a new dependency with its
+own credential chain (no AWS profiles but through a boto3 provider), so it
+could not take over every s3fs setting; a zarr ``ObjectStore`` is left to zarr
+(e' reads as fast as e: its loop only awaits Rust).  s3fs's whole-object read
+also costs the server twice the CPU: a HEAD, then 50 MB range GETs.
 
 Only what can be taken over faithfully is: an ``S3FileSystem`` (not a
 subclass) with no caller-made session, no bucket-region cache and no session
@@ -46,6 +53,7 @@ credentials raise :class:`PermissionError`, never read as missing.
 """
 from __future__ import annotations
 
+import numbers
 import os
 import threading
 import time
@@ -63,6 +71,11 @@ _CLIENTS: dict = {}          # settings token -> _S3, for this process
 _POOL: list = [None, None]   # [pid, ThreadPoolExecutor]: clients and threads do not survive a fork
 
 
+def handles(store) -> bool:
+    """Whether :func:`get_many` and :func:`put_many` read and write ``store`` (else they return None)."""
+    return _s3_of(store) is not None
+
+
 def get_many(store, requests: list) -> list | None:
     """The bytes of many keys (or parts of them) of ``store``, fetched concurrently; None if not an S3 store here.
 
@@ -74,7 +87,8 @@ def get_many(store, requests: list) -> list | None:
     requests : list of (str, range)
         ``(key, None | (start, stop) | ("suffix", n))``: the key relative to
         the store's root; the whole object, bytes ``[start, stop)`` (clipped
-        to the object, as S3 does), or its last ``n`` bytes.
+        to the object, as S3 does), or its last ``n`` bytes.  An empty range
+        reads as ``b""`` without a request.
 
     Returns
     -------
@@ -95,10 +109,10 @@ def get_many(store, requests: list) -> list | None:
     found = _s3_of(store)
     if found is None:
         return None
-    s3, root, allowed = found
+    s3, fs, root, allowed = found
     for key, rng in requests:
         _check_range(key, rng)
-    return _run(lambda req: s3.get(_path(root, req[0]), req[1], allowed), list(requests))
+    return _run(lambda req: s3.get(fs, _path(root, req[0]), req[1], allowed), list(requests))
 
 
 def put_many(store, items: list) -> bool | None:
@@ -133,15 +147,15 @@ def put_many(store, items: list) -> bool | None:
         return None
     if getattr(store, "read_only", False):
         raise ValueError(f"store {store!r} was opened read-only: nothing written")
-    s3, root, _ = found
-    _run(lambda item: s3.put(_path(root, item[0]), item[1]), items)
+    s3, fs, root, _ = found
+    _run(lambda item: s3.put(fs, _path(root, item[0]), item[1]), items)
     return True
 
 
 # -- which stores, and their client ---------------------------------------------------------------
 
 def _s3_of(store):
-    """(the :class:`_S3` for ``store``'s filesystem, its root path, its allowed exceptions), or None."""
+    """(the :class:`_S3` for ``store``'s filesystem, the filesystem, its root path, its allowed exceptions), or None."""
     try:
         from zarr.storage import FsspecStore
     except ImportError:
@@ -167,8 +181,7 @@ def _s3_of(store):
                 if s3 is None:
                     return None
                 _CLIENTS[token] = s3
-    s3.fs = fs          # the latest filesystem of these settings: its listing cache is told of PUTs
-    return s3, root, allowed
+    return s3, fs, root, allowed
 
 
 def _settings(fs) -> dict | None:
@@ -221,7 +234,6 @@ class _S3:
     def __init__(self, client, extra: dict, retries: int):
         self.client = client
         self.retries = max(1, retries)
-        self.fs = None
         members = {op: set(client.meta.service_model.operation_model(op).input_shape.members)
                    for op in ("GetObject", "PutObject")}
         # as s3fs filters its s3_additional_kwargs: only those the operation takes
@@ -246,18 +258,18 @@ class _S3:
             return None                   # zarr's path, through s3fs, raises what is wrong
         return cls(client, settings["extra"], settings["retries"])
 
-    def get(self, path: str, rng, allowed: tuple):
-        bucket, key = self._split(path)
+    def get(self, fs, path: str, rng, allowed: tuple):
+        bucket, key, version = _split(fs, path)
         if rng is not None:
             if rng[0] == "suffix":
                 if rng[1] == 0:
                     return b""
-                header = f"bytes=-{rng[1]}"
+                header = f"bytes=-{int(rng[1])}"
             else:
                 if rng[1] <= rng[0]:
                     return b""
-                header = f"bytes={rng[0]}-{rng[1] - 1}"
-        kwargs = dict(self.get_extra, Bucket=bucket, Key=key)
+                header = f"bytes={int(rng[0])}-{int(rng[1]) - 1}"
+        kwargs = dict(self.get_extra, Bucket=bucket, Key=key, **({"VersionId": version} if version else {}))
         if rng is not None:
             kwargs["Range"] = header
 
@@ -279,8 +291,8 @@ class _S3:
                 raise
             raise error from e
 
-    def put(self, path: str, value: bytes) -> None:
-        bucket, key = self._split(path)
+    def put(self, fs, path: str, value: bytes) -> None:
+        bucket, key, _ = _split(fs, path)
         try:
             self._retrying(lambda: self.client.put_object(**self.put_extra, Bucket=bucket, Key=key, Body=value))
         except Exception as e:
@@ -288,16 +300,8 @@ class _S3:
             if error is e:
                 raise
             raise error from e
-        fs = self.fs
-        if fs is not None:
-            with _LOCK:
-                fs.invalidate_cache(path)
-
-    def _split(self, path: str) -> tuple[str, str]:
-        bucket, _, key = path.lstrip("/").partition("/")
-        if not bucket or not key:
-            raise ValueError(f"{path!r} names no object (bucket/key)")
-        return bucket, key
+        with _LOCK:          # as s3fs after a PUT: its listings (zarr's list) see the new object
+            fs.invalidate_cache(path)
 
     def _retrying(self, call):
         """``call()``, again on the errors s3fs retries that botocore does not (a body cut off, a timeout)."""
@@ -309,8 +313,8 @@ class _S3:
         for attempt in range(self.retries):
             try:
                 return call()
-            except transient:
-                if attempt == self.retries - 1:
+            except Exception as e:
+                if attempt == self.retries - 1 or not (isinstance(e, transient) or _code(e) == "SlowDown"):
                     raise
                 time.sleep(min(1.7**attempt * 0.1, 15))    # s3fs's backoff
 
@@ -335,10 +339,22 @@ def _code(error: Exception) -> str | None:
     return (response.get("Error") or {}).get("Code") if isinstance(response, dict) else None
 
 
+def _split(fs, path: str) -> tuple[str, str, str | None]:
+    """(bucket, key, version id) as s3fs splits ``path`` (access-point ARNs and ``?versionId=`` included)."""
+    bucket, key, version = fs.split_path(path)
+    if not bucket or not key:
+        raise ValueError(f"{path!r} names no object (bucket/key)")
+    return bucket, key, version
+
+
 def _path(root: str, key: str) -> str:
     """zarr's FsspecStore path of ``key``: the store's root and the key joined by ``/``."""
     root = root.rstrip("/")
     return (f"{root}/{key}" if root else key).rstrip("/")
+
+
+def _integer(v) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 
 def _check_range(key, rng) -> None:
@@ -347,8 +363,8 @@ def _check_range(key, rng) -> None:
     if rng is None:
         return
     ok = isinstance(rng, tuple) and len(rng) == 2 and (
-        (rng[0] == "suffix" and isinstance(rng[1], int) and rng[1] >= 0)
-        or (all(isinstance(v, int) for v in rng) and 0 <= rng[0]))
+        (isinstance(rng[0], str) and rng[0] == "suffix" and _integer(rng[1]) and rng[1] >= 0)
+        or (all(_integer(v) for v in rng) and 0 <= rng[0]))
     if not ok:
         raise ValueError(f"{key!r}: byte range {rng!r} is neither None, (start, stop) with 0 <= start, "
                          "nor ('suffix', n) with n >= 0")
