@@ -12,7 +12,7 @@ from dgemm.dtypes import check_dtype, check_precision
 from dgemm.plan import index_overflow
 from dgemm.sizes import INT32_MAX
 from dgemm.storage import Operand, OutputSpec, check_output, check_storage_options, is_zarr_array
-from dgemm.storage.locations import locate, open_array, plain_zarr, sources
+from dgemm.storage.locations import is_dask_array, locate, open_array, plain_zarr, sources
 from dgemm.storage.outputs import codec_configs, output_codecs
 
 
@@ -225,13 +225,11 @@ def _resolve_in_place(out, a, b, c, storage_options=None):
     ``file://`` URL, a symlink, an opened array, a store, or the Zarr arrays
     that a dask input reads): :mod:`dgemm.storage.locations`.
     """
-    import dask.array as da
-
     where = locate(out, storage_options)
     if where is None:
         return out
     for x, name in ((a, "a"), (b, "b"), (c, "c")):
-        reads = " (a dask array that reads it)" if isinstance(x, da.Array) else ""
+        reads = " (a dask array that reads it)" if is_dask_array(x) else ""
         for place in sources(x, storage_options) if x is not None else ():
             if name == "c" and place == where:
                 continue   # in place, below
@@ -246,7 +244,7 @@ def _resolve_in_place(out, a, b, c, storage_options=None):
                                  f"{name}; write the result somewhere else")
     if c is None or where not in sources(c, storage_options):
         return out
-    if isinstance(c, da.Array) and plain_zarr(c) is None:
+    if is_dask_array(c) and plain_zarr(c) is None:
         raise ValueError(f"out ({where}) is read by c, a dask array computed from it: its blocks would be "
                          "overwritten while c's tasks still read them; pass the Zarr array itself (or its path) as "
                          "c to update it in place, or write the result somewhere else")

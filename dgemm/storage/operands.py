@@ -16,7 +16,7 @@ import numpy as np
 
 from dgemm.dtypes import check_dtype
 from dgemm.storage.blocks import ZarrBlock
-from dgemm.storage.locations import absolute, check_readable, location, open_array, plain_zarr, sources
+from dgemm.storage.locations import absolute, check_readable, is_dask_array, location, open_array, plain_zarr, sources
 from dgemm.storage.markers import COMPLETE_ATTR
 from dgemm.storage.options import access_hint
 
@@ -30,8 +30,6 @@ class Operand:
     """
 
     def __init__(self, x, what: str, storage_options: dict | None = None, incomplete_ok: bool = False):
-        import dask.array as da
-
         self.what = what
         self.zarr = None
         self.dask = None
@@ -48,7 +46,7 @@ class Operand:
                 raise ValueError(f"{what} ({x.store_path}) is an incomplete dgemm output: the run that writes it "
                                  "did not finish, so some of its blocks are missing; finish it first "
                                  "(the same call with resume=True)")
-        elif isinstance(x, da.Array):
+        elif is_dask_array(x):
             self.dask = x
             shape, dtype = tuple(x.shape), x.dtype
             if any(math.isnan(s) for s in shape):
@@ -133,9 +131,6 @@ class Operand:
         :class:`ZarrBlock` or a dask key, in *stored* orientation (the device
         does the transpose).
         """
-        import dask.array as da
-        from dask.base import tokenize
-
         sr, sc = (col_bounds, row_bounds) if self.trans else (row_bounds, col_bounds)
         if self.zarr is not None:
             def ref(i, j):
@@ -143,6 +138,9 @@ class Operand:
                     i, j = j, i
                 return ZarrBlock(self.zarr, sr[i], sc[j], self.expand)
             return ref, None
+        import dask.array as da      # here, not above: Zarr operands never need it (0.3-1 s to import)
+        from dask.base import tokenize
+
         if not sr or not sc:  # an empty axis (K == 0): no blocks, nothing for a task to reference
             def no_ref(i, j):
                 raise IndexError(f"{self.what} has no blocks")
@@ -176,11 +174,10 @@ def _open_read_only(x, what: str, storage_options=None):
     store; another dask array keeps its graph, its Zarr arrays made
     absolute.  Anything else passes through.
     """
-    import dask.array as da
     from zarr.abc.store import Store
     from zarr.storage import MemoryStore
 
-    if isinstance(x, da.Array):
+    if is_dask_array(x):
         check_readable(x, what, storage_options)
         z = plain_zarr(x)
         # A MemoryStore inside a dask graph travels with its data (dask's business); as a Zarr operand it would not.
