@@ -108,8 +108,9 @@ class Device:
             held[1][:nbytes] = POISON_BYTE
         return held[1][:nbytes]
 
-    def warm_staging(self, nbytes: int, wait: bool = True, timeout: float = 60.0, first: bool = False):
-        """Give each reader thread (:meth:`pool`) its :meth:`staging` buffer of at least ``nbytes`` now.
+    def warm_staging(self, nbytes: int, wait: bool = True, timeout: float = 60.0, first: bool = False,
+                     copy: bool = False):
+        """Give each reader thread (:meth:`pool`, the ``copy`` one or not) its :meth:`staging` buffer of ``nbytes`` now.
 
         So that the first block products do not wait for the driver to pin
         memory.  One task per thread, each held at a barrier until all have
@@ -128,9 +129,9 @@ class Device:
         with self._lock:
             if first and self._pools:
                 return []
-        # the decoding readers only: compressed inputs are the common case, and raw copies
-        # (the copy pool) pin their buffers as they start
-        pool = self.pool()
+        # by default the decoding readers: compressed inputs are the common case, and raw copies
+        # (the copy pool) pin their buffers as they start unless asked for here
+        pool = self.pool(copy=copy)
         n = pool._max_workers
         barrier = threading.Barrier(n, timeout=timeout)
 
