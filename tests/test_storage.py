@@ -608,3 +608,21 @@ def test_a_replaced_outputs_chunks_are_set_aside_and_deleted_in_the_background(t
     assert not aside[0].exists() and (tmp_path / "mine.txt").read_text() == "the user's"
     assert not keys.set_aside(MemoryStore(), "c")           # other stores: the caller deletes the keys itself
     assert not keys.set_aside(store, "missing")
+
+
+def test_a_file_url_store_is_local_too(tmp_path):
+    """``file://`` (an fsspec store) reads chunks and sets folders aside as a LocalStore does."""
+    from zarr.storage import FsspecStore, LocalStore, MemoryStore
+
+    from dgemm.storage import keys
+    from dgemm.storage.locations import local_folder
+
+    (tmp_path / "c.zarr" / "c" / "0").mkdir(parents=True)
+    (tmp_path / "c.zarr" / "c" / "0" / "0").write_bytes(b"x")
+    store = FsspecStore.from_url(f"file://{tmp_path}/c.zarr")
+    assert local_folder(store) == local_folder(LocalStore(str(tmp_path / "c.zarr"))) == str(tmp_path / "c.zarr")
+    assert local_folder(MemoryStore()) is None
+    assert keys.set_aside(store, "c") and not (tmp_path / "c.zarr" / "c").exists()
+    for thread in list(keys._DISCARDING):
+        thread.join(30)
+    assert not [p for p in tmp_path.iterdir() if "dgemm-discarded" in p.name]

@@ -290,20 +290,12 @@ class _Source:
     """The bytes under an array's keys: files for local stores, the store's ``get`` for the others."""
 
     def __init__(self, array):
-        from zarr.storage import LocalStore
+        from dgemm.storage.locations import local_folder
 
         self.array = array
         self.store = array.store
         self.prefix = array.path.strip("/")
-        self.root = None
-        if isinstance(self.store, LocalStore):
-            self.root = str(self.store.root)
-        else:
-            fs = getattr(self.store, "fs", None)
-            protocol = getattr(fs, "protocol", None)
-            protocols = (protocol,) if isinstance(protocol, str) else tuple(protocol or ())
-            if "file" in protocols or "local" in protocols:
-                self.root = str(self.store.path)
+        self.root = local_folder(self.store)     # None: the store's own get
 
     def _key(self, key: str) -> str:
         return f"{self.prefix}/{key}" if self.prefix else key

@@ -120,12 +120,13 @@ def set_aside(store, prefix: str, node: str = "") -> bool:
     import threading
     import uuid
 
-    from zarr.storage import LocalStore
+    from dgemm.storage.locations import local_folder
 
-    if not isinstance(store, LocalStore) or not prefix:
+    root = local_folder(store)
+    if root is None or not prefix:
         return False
-    path = os.path.join(str(store.root), *prefix.split("/"))
-    owner = os.path.normpath(os.path.join(str(store.root), *[p for p in node.split("/") if p]))
+    path = os.path.join(root, *prefix.split("/"))
+    owner = os.path.normpath(os.path.join(root, *[p for p in node.split("/") if p]))
     aside = os.path.join(os.path.dirname(owner), f".{os.path.basename(owner)}.dgemm-discarded-{uuid.uuid4().hex}")
     try:
         if not os.path.isdir(path) or os.path.islink(path):

@@ -202,6 +202,27 @@ def _store_location(store, path: str) -> Location:
     return Location(f"store-{type(store).__name__}", _join(str(id(store)), path))
 
 
+def local_folder(store) -> str | None:
+    """The folder of this host whose files are ``store``'s keys (key ``a/b``: file ``<folder>/a/b``), or None.
+
+    A :class:`~zarr.storage.LocalStore`, or an fsspec store on the local
+    filesystem (``file://``), through zarr's wrapper stores.  None for
+    anything else: remote and in-memory stores, a zip file, a cache in
+    front of a filesystem (its reads go through the cache).
+    """
+    from zarr.storage import FsspecStore, LocalStore, WrapperStore
+
+    if isinstance(store, WrapperStore):
+        return local_folder(store._store)
+    if isinstance(store, LocalStore):
+        return str(store.root)
+    if isinstance(store, FsspecStore):
+        fs = getattr(store.fs, "sync_fs", store.fs)       # zarr wraps a synchronous filesystem
+        if _canonical_protocol(_first(fs.protocol), type(fs)) == LOCAL:
+            return str(store.path)
+    return None
+
+
 def locate(x, storage_options=None) -> Location | None:
     """Where ``x`` is: a path, URL, :class:`zarr.Array` or Zarr store; None for anything else.
 
