@@ -2,9 +2,9 @@
 
     python bench/firstcall.py A.zarr B.zarr OUT.zarr     (a fresh process: no cluster, dgemm starts one)
 
-Prints one JSON line: seconds since process start of each client step (import, local cluster up, workers
-ready, prepare, plan, open output, compute, complete) and each worker's Warmer.seconds (device open, kernel
-builds, staging) with its process age.
+Prints one JSON line: seconds since the script started (the interpreter's own start not included) of each
+client step (import, local cluster up, workers ready, prepare, plan, open output, compute, complete) and
+each worker's Warmer.seconds (device open, kernel builds, staging) with its process age.
 """
 import json
 import time
@@ -45,8 +45,10 @@ if __name__ == "__main__":
     def warm(dask_worker):
         import os
         import psutil
-        p = dask_worker.plugins.get("dgemm")
-        w = getattr(p, "warmer", None) or getattr(p, "_warmer", None)
+        from dgemm.names import WORKER_PLUGIN
+
+        p = dask_worker.plugins.get(WORKER_PLUGIN)
+        w = getattr(p, "_warmer", None)
         return {"seconds": getattr(w, "seconds", None), "process_age": time.time() - psutil.Process(os.getpid()).create_time(),
                 "plugin": type(p).__name__ if p else None}
     try:

@@ -2,6 +2,8 @@
 
     python bench/timeline.py OUTDIR [--size N] [--chunks N] [--codec zstd|raw|blosc-lz4] [--store DIR]
 
+Its arrays go in DIR/dgemm-timeline (kept for the next call with the same options).
+
 Writes inputs, runs dgemm.matmul twice on one DeviceCluster (the second timed
 inside distributed's task stream) and prints the phases: submit -> first GEMM,
 GEMM busy and the gaps between products, the last GEMM -> last store, and the
@@ -12,6 +14,11 @@ import json
 import os
 import shutil
 import time
+
+def _row(key: str) -> str:
+    """The C block row of a GEMM task's key, ``('dgemm-gemm-<token>', i, j)``."""
+    return key.split(",")[1].strip()
+
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
@@ -30,31 +37,30 @@ if __name__ == "__main__":
     from dgemm.benchmarks.inputs import random_zarr
     from dgemm.cluster.local import DeviceCluster
 
-    comp = {"zstd": "auto", "raw": None}.get(args.codec)
-    if args.codec == "blosc-lz4":
-        from zarr.codecs import BloscCodec
-        comp = [BloscCodec(cname="lz4", shuffle="shuffle")]
-    outc = {"auto": "auto", "raw": None}.get(args.out_codec)
-    if args.out_codec == "blosc-lz4":
-        from zarr.codecs import BloscCodec
-        outc = [BloscCodec(cname="lz4", shuffle="shuffle")]
+    from dgemm.benchmarks.e2e import input_compressors
+
+    comp = input_compressors("default" if args.codec == "zstd" else args.codec)
+    outc = None if args.out_codec == "raw" else input_compressors(
+        "default" if args.out_codec == "auto" else args.out_codec)
     n, c = args.size, args.chunks
-    tag = os.path.join(args.store, f"inputs-{n}-{c}-{args.codec}")
+    # everything in a folder of its own inside --store: what else --store holds is never touched
+    folder = os.path.join(args.store, "dgemm-timeline")
+    tag = os.path.join(folder, f"inputs-{n}-{c}-{args.codec}")
     if not os.path.exists(tag):    # the same inputs are reused by the next call with the same options
-        shutil.rmtree(args.store, ignore_errors=True)
-        os.makedirs(args.store)
+        shutil.rmtree(folder, ignore_errors=True)
+        os.makedirs(folder)
         t0 = time.perf_counter()
-        random_zarr(f"{args.store}/a.zarr", (n, n), (c, c), "float32", seed=1, compressors=comp)
-        random_zarr(f"{args.store}/b.zarr", (n, n), (c, c), "float32", seed=2, compressors=comp)
+        random_zarr(f"{folder}/a.zarr", (n, n), (c, c), "float32", seed=1, compressors=comp)
+        random_zarr(f"{folder}/b.zarr", (n, n), (c, c), "float32", seed=2, compressors=comp)
         print(f"inputs {args.codec}: {time.perf_counter() - t0:.1f} s", flush=True)
         open(tag, "w").close()
     with DeviceCluster() as cluster, Client(cluster) as client:
         client.wait_for_workers(1)
         for rep in range(args.reps):
-            out = f"{args.store}/c{rep}.zarr"
+            out = f"{folder}/c{rep}.zarr"
             with get_task_stream(client) as ts:
                 t = time.time()
-                dgemm.matmul(f"{args.store}/a.zarr", f"{args.store}/b.zarr", out, client=client,
+                dgemm.matmul(f"{folder}/a.zarr", f"{folder}/b.zarr", out, client=client,
                              overwrite=True, compressors=outc)
                 wall = time.time() - t
             tasks = [{"key": str(x["key"]), "prefix": str(x["key"]).split("-")[1] if "-" in str(x["key"]) else "",
@@ -74,7 +80,9 @@ if __name__ == "__main__":
                 "last_store_stop": max(x["stop"] for x in store) if store else None,
                 "after_last_task": wall - max(x["stop"] for x in tasks),
                 "gemm_first8": [(round(x["start"], 3), round(x["stop"], 3)) for x in gemm[:8]],
-                "gemm_each_row": [round(gemm[i]["start"], 3) for i in range(0, len(gemm), 8)],
+                # the first product of each row of C blocks (a new A panel)
+                "gemm_each_row": [round(x["start"], 3) for x in gemm
+                                  if x is gemm[0] or _row(x["key"]) != _row(gemm[gemm.index(x) - 1]["key"])],
             }
             print(json.dumps(summary), flush=True)
             label = os.environ.get("TL_LABEL", "")

@@ -171,11 +171,11 @@ class BlockEngine:
         out = self.device.buffer(drows * dcols * self.dtype.itemsize)
         return out, self._stage_into(self.device.transfer_queue, host, transpose, drows, dcols, out)
 
-    def _fetch(self, ref, transpose: bool, drows: int, dcols: int, scope=None):
+    def _fetch(self, ref, transpose: bool, drows: int, dcols: int, scope=None, shared=None):
         """Read a block from its store (in a pool thread) and upload it.
 
-        With the host cache on (:mod:`dgemm.storage.hostcache`), a Zarr
-        block of run ``scope`` is decoded by one worker of the host and
+        With the host cache ``shared`` (:mod:`dgemm.storage.hostcache`, looked
+        up once per product), a Zarr block of run ``scope`` is decoded by one worker of the host and
         copied from shared memory by the others.  ``bytes_read`` counts the
         bytes this worker read from the store; the ``host_cache_*`` figures
         of ``Stats.extra`` what the host cache served and decoded.
@@ -183,7 +183,7 @@ class BlockEngine:
         from dgemm.storage import hostcache
 
         t0 = time.perf_counter()
-        shared = served = None
+        served = None
         try:
             host = None
             if isinstance(ref, ZarrBlock):
@@ -193,9 +193,7 @@ class BlockEngine:
                     rows, cols = ref.shape
                     host = self.device.staging(rows * cols * self.dtype.itemsize).view(self.dtype)
                     host = host.reshape(rows, cols)
-                if scope is not None:
-                    shared = hostcache.current()
-                if shared is not None and hostcache.shareable(ref.array):
+                if shared is not None and scope is not None and hostcache.shareable(ref.array):
                     host = np.empty(ref.shape, native) if host is None else host
 
                     def decode(out):
@@ -220,14 +218,14 @@ class BlockEngine:
                     extra[name] = extra.get(name, 0) + value
         return self.upload(host, transpose, drows, dcols)
 
-    def _staged(self, ref, transpose: bool, drows: int, dcols: int, scope):
+    def _staged(self, ref, transpose: bool, drows: int, dcols: int, scope, shared=None):
         """The cache entry (pinned) of ``ref`` staged as ``drows x dcols``, read in the background on a miss."""
         key = None
         if isinstance(ref, ZarrBlock):   # blocks held by dask arrive as arrays and are not kept
             key = (scope, ref.key(), transpose, drows, dcols, self.dtype.str)
         nbytes = drows * dcols * self.dtype.itemsize
         entry, _ = self.cache.acquire(key, nbytes, lambda: self.device.pool(copy=_copies(ref)).submit(
-            self._fetch, ref, transpose, drows, dcols, scope))
+            self._fetch, ref, transpose, drows, dcols, scope, shared))
         return entry
 
     # -- the product ----------------------------------------------------
@@ -291,12 +289,15 @@ class BlockEngine:
             if k and m and n:
                 plan.append((k, a, b))
         nxt = self._ahead(ahead or (), trans_a, trans_b)
+        # once per product, before any read: a bad host-cache setting fails with its own message
+        from dgemm.storage import hostcache
+        shared = hostcache.current() if scope is not None else None
 
         def request(k, a, b):
             kp = roundup(k, self.params.TSK)
-            ea = self._staged(a, not trans_a, kp, mp, scope)
+            ea = self._staged(a, not trans_a, kp, mp, scope, shared)
             try:
-                eb = self._staged(b, trans_b, kp, np_, scope)
+                eb = self._staged(b, trans_b, kp, np_, scope, shared)
             except BaseException:
                 self.cache.release(ea)
                 raise
@@ -317,7 +318,7 @@ class BlockEngine:
                         pending.append(request(*item))
                     else:   # all of ours are under way: warm the cache for the next product
                         while nxt:
-                            self.cache.release(self._staged(*nxt.pop(0), scope))
+                            self.cache.release(self._staged(*nxt.pop(0), scope, shared))
                     try:
                         yield k, ea.future.result(), eb.future.result()
                     finally:

@@ -148,13 +148,13 @@ def current() -> HostCache | None:
 def shareable(array) -> bool:
     """Whether every process of the host reads ``array`` by the same name: not an in-process store
     (a MemoryStore's name is an id in each process, so two arrays could share one)."""
-    from dgemm.storage.locations import PROCESS_LOCAL, locate
+    from dgemm.storage.locations import locate
 
     try:
         where = locate(array)
     except Exception:
         return False
-    return where is not None and where.protocol not in PROCESS_LOCAL and not where.protocol.startswith("store-")
+    return where is not None and not where.process_local and not where.protocol.startswith("store-")
 
 
 class HostCache:
