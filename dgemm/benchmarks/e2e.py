@@ -82,8 +82,10 @@ FIRST_CALL_TIMEOUT = 900          # seconds a first-call script may take (cluste
 
 # -- inputs -----------------------------------------------------------------------
 def _remote(path) -> bool:
-    path = os.fspath(path)
-    return "://" in path and not path.startswith("file://")
+    """Not on this host's filesystem (:func:`dgemm.storage.locations.local_path`)."""
+    from dgemm.storage.locations import local_path
+
+    return local_path(os.fspath(path)) is None
 
 
 def _dir_bytes(path, storage_options: dict | None = None) -> int | None:
@@ -99,12 +101,10 @@ def _remove(path, storage_options: dict | None = None) -> None:
 
 
 def _open(path, storage_options: dict | None = None, mode: str = "r"):
-    """``zarr.open_array`` of a local path, or of a URL with its ``storage_options``."""
-    import zarr
+    """A local path, or a URL with its ``storage_options``, opened (:func:`dgemm.storage.locations.open_array`)."""
+    from dgemm.storage.locations import open_array
 
-    path = os.fspath(path)
-    extra = {"storage_options": storage_options} if storage_options and _remote(path) else {}
-    return zarr.open_array(path, mode=mode, **extra)
+    return open_array(os.fspath(path), mode=mode, storage_options=storage_options)
 
 
 def _so(storage_options: dict | None) -> dict:
