@@ -1,8 +1,8 @@
 #!/bin/bash
 # Issue 15 on nvidia-h200-x2: the host cache with staggered workers (1 and 2 GPUs), 2 GPUs without it,
-# and S3 through remote.py (moto on loopback).  Usage: bash .snap/r16.sh COMMIT [SIZE] [S3SIZE]
+# and S3 through remote.py (moto on loopback).  Usage: bash bench/gpu_issue15.sh COMMIT [SIZE] [S3SIZE]
 set -u
-here=$(cd "$(dirname "$0")" && pwd)
+here=$(cd "$(dirname "$0")/.." && pwd)
 export PYTHONPATH=/tmp/site:$here DGEMM_COMMIT=$1
 size=${2:-49152}; s3size=${3:-16384}
 cd "$here"
