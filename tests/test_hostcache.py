@@ -338,7 +338,13 @@ def test_two_workers_of_a_host_decode_each_input_block_once(tmp_path, unset):
         assert set(client.run(lambda: hostcache.settings()[0]).values()) == {str(shm)}
         c = dgemm.matmul(a, b, out=str(tmp_path / "c.zarr"), client=client, block=64)
         totals = client.run(lambda dask_worker: dask_worker.plugins["dgemm"].state.totals())
+        # Operands in memory (a warm-up's, a mixed product's) pass the cache by: nothing to share.
+        mixed = dgemm.matmul(a_np, b, out=str(tmp_path / "mixed.zarr"), client=client, block=64)
+        np.testing.assert_allclose(mixed[...], a_np @ b_np, rtol=1e-12, atol=1e-12)
+        after = client.run(lambda dask_worker: dask_worker.plugins["dgemm"].state.totals())
     np.testing.assert_allclose(c[...], a_np @ b_np, rtol=1e-12, atol=1e-12)
+    # The mixed product went through the cache for B (Zarr) only.
+    assert sum(t["host_cache_misses"] for t in after.values()) > sum(t["host_cache_misses"] for t in totals.values())
     assert all(t["blocks"] > 0 for t in totals.values()), totals          # both workers computed
     inputs = a_np.nbytes + b_np.nbytes
     decoded = sum(t["host_cache_bytes_decoded"] for t in totals.values())

@@ -209,7 +209,7 @@ class BlockEngine:
         except Exception as e:
             raise OSError(read_error(ref, e)) from e
         self._add(read_seconds=time.perf_counter() - t0, bytes_read=0 if served else host.nbytes)
-        if shared is not None:
+        if served is not None:   # the host cache was asked (Zarr blocks only; arrays in memory are not shared)
             with self._count:
                 extra = self.stats.extra
                 for name, value in (("host_cache_hits", int(served)), ("host_cache_misses", int(not served)),
