@@ -7,7 +7,7 @@ export PYTHONPATH=/tmp/site:$here DGEMM_COMMIT=$1
 size=${2:-49152}; s3size=${3:-16384}
 cd "$here"
 echo "host: $(nproc) cores; $(free -g | awk '/Mem:/{print $2}') GiB"
-for hc in ${HOST_CACHE:-auto off}; do
+for hc in ${HOST_CACHE-auto off}; do
   gpus=1,2; [ $hc = off ] && gpus=2
   echo "--- host-cache $hc, gpus $gpus"
   DGEMM_HOST_CACHE=$hc timeout 270 python3 -m dgemm bench e2e --size $size --chunks 4096 --codec default \

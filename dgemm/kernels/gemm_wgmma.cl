@@ -1,0 +1,210 @@
+// Float32 GEMM on Hopper's warpgroup tensor-core instructions (wgmma, TF32),
+// written in OpenCL C and finished by dgemm/opencl/ptx.py.
+//
+// NVIDIA's OpenCL builds for sm_90, where ptxas rejects wgmma (sm_90a only).
+// So this file marks the places where Hopper-only instructions go with
+// ordinary inline PTX that the sm_90 build accepts ("sites": an add of a
+// site number to a dummy register, followed by one mov per register the
+// instruction needs), and ptx.py replaces each site in the PTX the OpenCL
+// compiler returns, retargets it to sm_90a and loads it back as a program
+// binary.  Built as it is, on any other device or without the edits, the
+// sites are no-ops and the kernel computes nothing useful: the host only
+// launches the edited program.
+//
+// Contract ("NT"): C = alpha * A * BT^T + beta * C with A (M x K) and BT
+// (N x K) both K-contiguous (wgmma reads TF32 operands K-major only), C
+// (M x N) row-major; M, N, K multiples of BM, BN, BK (the host pads: seed
+// kernel 10's zero padding).
+//
+// A work-group is WG warpgroups of 128 threads; warpgroup w computes rows
+// 64w .. 64w+63 of the BM x BN tile (BM = 64 WG) with one
+// wgmma.m64nBNk8 per k-step of 8, its BN/2 accumulators per thread in
+// registers.  Tiles of A and BT go through local memory, double-buffered
+// through registers as in the seed's kernel 9: the loads of tile t+1 are in
+// flight while the tensor cores work on tile t.  Local memory holds them in
+// wgmma's no-swizzle K-major layout: 8-row x 16-byte "core matrices", stored
+// LAYOUT 0: [k/4][row/8][row%8][k%4] (K-outer) or LAYOUT 1: [row/8][k/4][row%8][k%4],
+// described to the instruction by a 64-bit descriptor (start address,
+// the byte offsets between core matrices along K and along M/N).
+#include "common.cl"
+
+#if PRECISION != 32
+#error "wgmma TF32 is float32 only"
+#endif
+#ifndef WG
+#define WG 2                 // warpgroups per work-group
+#endif
+#ifndef BN
+#define BN 128               // tile columns: the wgmma n (8..256, multiple of 8)
+#endif
+#ifndef BK
+#define BK 16                // tile depth: a multiple of 8 (one wgmma per 8)
+#endif
+#ifndef LAYOUT
+#define LAYOUT 0
+#endif
+#ifndef FIELDS
+#define FIELDS 0             // 1 swaps the descriptor's two offset fields (a probe of the PTX ISA's wording)
+#endif
+#ifndef GROUPM
+#define GROUPM 8             // tile rows walked together, so neighbouring work-groups share B panels in L2
+#endif
+
+#define BM (64 * WG)
+#define NT (128 * WG)
+#define NACC (BN / 2)
+#define KC (BK / 4)          // 16-byte core-matrix columns per tile row
+
+#if BN % 8 || BN > 256 || BK % 8
+#error "BN must be a multiple of 8 up to 256 and BK a multiple of 8"
+#endif
+#if (BM * KC) % NT || (BN * KC) % NT
+#error "the tile loads need BM*BK/4 and BN*BK/4 to be multiples of the work-group size"
+#endif
+#define A_LOADS (BM * KC / NT)
+#define B_LOADS (BN * KC / NT)
+
+// Byte offset of the 16-byte vector (row r, k-column c) of a ROWS-row tile.
+#if LAYOUT == 0
+#define CORE_OFFSET(r, c, ROWS) ((c) * ((ROWS) * 16) + (r) * 16)
+#define K_STRIDE(ROWS) ((ROWS) * 16)       // between core matrices along K
+#define MN_STRIDE(ROWS) 128                // between core matrices along M or N
+#else
+#define CORE_OFFSET(r, c, ROWS) (((r) >> 3) * (KC * 128) + (c) * 128 + ((r) & 7) * 16)
+#define K_STRIDE(ROWS) 128
+#define MN_STRIDE(ROWS) (KC * 128)
+#endif
+#if FIELDS == 0
+#define LBO(ROWS) K_STRIDE(ROWS)
+#define SBO(ROWS) MN_STRIDE(ROWS)
+#else
+#define LBO(ROWS) MN_STRIDE(ROWS)
+#define SBO(ROWS) K_STRIDE(ROWS)
+#endif
+
+// Sites (see ptx.py: SITES).  The number says which instruction replaces the site.
+#define SITE(n) asm volatile("add.u32 %0, %0, " #n ";" : "+r"(site))
+#define MARK64(x) asm volatile("mov.b64 %0, %0;" : "+l"(x))
+#define MARKACC() do { _Pragma("unroll") for (int i = 0; i < NACC; i++) asm volatile("mov.f32 %0, %0;" : "+f"(acc[i])); } while (0)
+// 7101: wgmma.fence + wgmma.mma_async m64nBNk8 f32.tf32.tf32 (descriptors, then the accumulators)
+#define WGMMA(da, db) do { SITE(7101); MARK64(da); MARK64(db); MARKACC(); } while (0)
+#define WGMMA_COMMIT() SITE(7102)                       // wgmma.commit_group
+#define WGMMA_WAIT() do { SITE(7103); MARKACC(); } while (0)   // wgmma.wait_group 0 (the accumulators are read after it)
+#define PROXY_FENCE() SITE(7104)                        // fence.proxy.async.shared::cta: local stores -> tensor cores
+
+inline ulong descriptor(const uint address, const uint lbo, const uint sbo)
+{
+    return (ulong)((address & 0x3FFFF) >> 4) | ((ulong)(lbo >> 4) << 16) | ((ulong)(sbo >> 4) << 32);
+}
+
+inline float4 to_tf32(const float4 x)
+{
+    // Round to nearest (the tensor cores would truncate the low 13 bits).
+    uint4 r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r.x) : "f"(x.x));
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r.y) : "f"(x.y));
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r.z) : "f"(x.z));
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r.w) : "f"(x.w));
+    return as_float4(r);
+}
+
+__kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
+void gemm_wgmma(const int M, const int N, const int K,
+                const float alpha, const float beta,
+                const __global float4* restrict A,
+                const __global float4* restrict BT,
+                __global float* C,
+                __global uint* probe)
+{
+    __local float4 tiles[2][(BM + BN) * KC] __attribute__((aligned(128)));
+    const int tid = get_local_id(0);
+    const int wg = tid >> 7, lane = tid & 31, warp = (tid >> 5) & 3;
+    uint site = 0;
+
+    // Tile origin, walking GROUPM tile rows per column band (L2 reuse of BT panels).
+    const int tilesM = M / BM, tilesN = N / BN;
+    const int id = get_group_id(1) * get_num_groups(0) + get_group_id(0);
+#if GROUPM > 0
+    const int band = id / (GROUPM * tilesN);
+    const int first = band * GROUPM;
+    const int rows = min(tilesM - first, GROUPM);
+    const int tm = first + (id % (GROUPM * tilesN)) % rows;
+    const int tn = (id % (GROUPM * tilesN)) / rows;
+#else
+    const int tm = id / tilesN, tn = id % tilesN;
+#endif
+    const int m0 = tm * BM, n0 = tn * BN;
+    const int kv = K / 4;    // float4s per row of A and BT
+
+    // Thread -> (row, k-column) of its loads: rows fastest, so a warp's local stores are one
+    // contiguous 512-byte run (no bank conflicts) in either layout's core matrices.
+    float4 ra[A_LOADS], rb[B_LOADS];
+#define LOAD_TILE(t)                                                            \
+    _Pragma("unroll") for (int i = 0; i < A_LOADS; i++) {                        \
+        const int e = tid + i * NT, r = e % BM, c = e / BM;                      \
+        ra[i] = A[(m0 + r) * kv + (t) * KC + c];                                 \
+    }                                                                            \
+    _Pragma("unroll") for (int i = 0; i < B_LOADS; i++) {                        \
+        const int e = tid + i * NT, r = e % BN, c = e / BN;                      \
+        rb[i] = BT[(n0 + r) * kv + (t) * KC + c];                                \
+    }
+#define STORE_TILE(s)                                                           \
+    _Pragma("unroll") for (int i = 0; i < A_LOADS; i++) {                        \
+        const int e = tid + i * NT, r = e % BM, c = e / BM;                      \
+        tiles[s][CORE_OFFSET(r, c, BM) / 16] = to_tf32(ra[i]);                   \
+    }                                                                            \
+    _Pragma("unroll") for (int i = 0; i < B_LOADS; i++) {                        \
+        const int e = tid + i * NT, r = e % BN, c = e / BN;                      \
+        tiles[s][BM * KC + CORE_OFFSET(r, c, BN) / 16] = to_tf32(rb[i]);         \
+    }
+
+    float acc[NACC];
+    _Pragma("unroll") for (int i = 0; i < NACC; i++) acc[i] = 0.0f;
+
+    // Shared-window addresses of the two stages (an address-space-3 pointer as an integer).
+    const uint base0 = (uint)(size_t)&tiles[0][0], base1 = (uint)(size_t)&tiles[1][0];
+    if (probe != 0 && get_group_id(0) == 0 && get_group_id(1) == 0 && tid == 0) {
+        probe[0] = base0;
+        probe[1] = base1;
+    }
+    const int nt = K / BK;
+    LOAD_TILE(0);
+    STORE_TILE(0);
+    PROXY_FENCE();
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int t = 0; t < nt; t++) {
+        const int s = t & 1;
+        if (t + 1 < nt) {
+            LOAD_TILE(t + 1);
+        }
+        const uint a0 = (s ? base1 : base0) + wg * 64 * 16 * (LAYOUT == 0 ? 1 : KC);
+        const uint b0 = (s ? base1 : base0) + BM * KC * 16;
+        _Pragma("unroll") for (int k8 = 0; k8 < BK / 8; k8++) {
+            // One k8 step covers two core-matrix columns: 2*k8 and 2*k8+1.
+            ulong da = descriptor(a0 + CORE_OFFSET(0, 2 * k8, BM), LBO(BM), SBO(BM));
+            ulong db = descriptor(b0 + CORE_OFFSET(0, 2 * k8, BN), LBO(BN), SBO(BN));
+            WGMMA(da, db);
+        }
+        WGMMA_COMMIT();
+        if (t + 1 < nt) {
+            STORE_TILE(s ^ 1);
+            PROXY_FENCE();
+        }
+        WGMMA_WAIT();
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+
+    // Accumulator i of lane 4g+q in warp w of the warpgroup: row 16w + g (+8 for i%4 >= 2),
+    // column 8(i/4) + 2q + i%2 (the mma.m16n8 C layout, BN/8 times along N).
+    const int g = lane >> 2, q = lane & 3;
+    const int row = m0 + wg * 64 + warp * 16 + g;
+    _Pragma("unroll") for (int j = 0; j < BN / 8; j++) {
+        const int col = n0 + j * 8 + 2 * q;
+        _Pragma("unroll") for (int h = 0; h < 2; h++) {
+            __global float* c = C + (size_t)(row + 8 * h) * N + col;
+            float2 v = (float2)(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]) * alpha;
+            if (beta != 0.0f) v += beta * vload2(0, c);
+            vstore2(v, 0, c);
+        }
+    }
+}

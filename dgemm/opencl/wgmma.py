@@ -1,0 +1,74 @@
+"""The wgmma (Hopper TF32) kernel: kernels/gemm_wgmma.cl finished in PTX by :mod:`dgemm.opencl.ptx`.
+
+Experimental: built and measured by ``bench/wgmma_bench.py``; the engine
+does not launch it yet (its operands are K-major, the engine stages A
+transposed).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dgemm.opencl.ptx import Site, finish, program_ptx
+
+__all__ = ["WgmmaParams", "build", "sites"]
+
+
+@dataclass(frozen=True)
+class WgmmaParams:
+    """Tuning macros of gemm_wgmma.cl (its ``#ifndef`` defaults say what each means)."""
+
+    WG: int = 2
+    BN: int = 128
+    BK: int = 16
+    LAYOUT: int = 0
+    FIELDS: int = 0
+    GROUPM: int = 8
+
+    @property
+    def tile(self) -> tuple[int, int, int]:
+        """(BM, BN, BK): the sizes M, N, K must be multiples of."""
+        return 64 * self.WG, self.BN, self.BK
+
+    @property
+    def threads(self) -> int:
+        return 128 * self.WG
+
+    def options(self) -> list[str]:
+        return ["-DPRECISION=32"] + [f"-D{k}={v}" for k, v in self.__dict__.items()]
+
+
+def sites(bn: int) -> dict[int, Site]:
+    """The edits gemm_wgmma.cl's site numbers stand for, for accumulators of ``m64n{bn}``."""
+    acc = ("f32",) * (bn // 2)
+    return {
+        7101: Site(
+            "wgmma.fence.sync.aligned;\n"
+            "{{\n.reg .pred p;\n.reg .b32 one;\nmov.b32 one, 1;\nsetp.ne.b32 p, one, 0;\n"
+            f"wgmma.mma_async.sync.aligned.m64n{bn}k8.f32.tf32.tf32 {{regs}}, {{0}}, {{1}}, p, 1, 1;\n}}}}",
+            marks=("b64", "b64") + acc, at="last", first_list=2,
+            why="D += A * B on the tensor cores, A and B read from local memory through descriptors"),
+        7102: Site("wgmma.commit_group.sync.aligned;", why="close the group of wgmma issued this k-tile"),
+        7103: Site("wgmma.wait_group.sync.aligned 0;", marks=acc,
+                   why="the accumulators are read (or the tile overwritten) only after the wgmma finish"),
+        7104: Site("fence.proxy.async.shared::cta;",
+                   why="make this thread's local-memory stores visible to the tensor cores' (async proxy) reads"),
+    }
+
+
+def build(ctx, device, params: WgmmaParams, extra_options=()):
+    """Build gemm_wgmma.cl for ``device`` and return (program, original PTX, finished PTX).
+
+    Raises :class:`dgemm.opencl.ptx.PtxEditError` where the PTX cannot be
+    finished, and pyopencl's errors where it does not build or load.
+    """
+    import pyopencl as cl
+
+    from dgemm.opencl.sources import kernel_dir
+
+    options = params.options() + [f"-I{kernel_dir()}", *extra_options]
+    source = (kernel_dir() / "gemm_wgmma.cl").read_text()
+    first = cl.Program(ctx, source).build(options=options, devices=[device])
+    ptx = program_ptx(first, device)
+    finished = finish(ptx, sites(params.BN))
+    program = cl.Program(ctx, [device], [finished.encode() + b"\0"]).build(options=list(extra_options))
+    return program, ptx, finished
