@@ -55,8 +55,10 @@ def sites(bn: int) -> dict[int, Site]:
     }
 
 
-def build(ctx, device, params: WgmmaParams, extra_options=()):
+def build(ctx, device, params: WgmmaParams, extra_options=(), keep: str | None = None):
     """Build gemm_wgmma.cl for ``device`` and return (program, original PTX, finished PTX).
+
+    ``keep``: a path prefix to write both PTX texts to (``.ptx``, ``-finished.ptx``) before loading.
 
     Raises :class:`dgemm.opencl.ptx.PtxEditError` where the PTX cannot be
     finished, and pyopencl's errors where it does not build or load.
@@ -70,5 +72,9 @@ def build(ctx, device, params: WgmmaParams, extra_options=()):
     first = cl.Program(ctx, source).build(options=options, devices=[device])
     ptx = program_ptx(first, device)
     finished = finish(ptx, sites(params.BN))
+    if keep:
+        for suffix, text in ((".ptx", ptx), ("-finished.ptx", finished)):
+            with open(keep + suffix, "w") as f:
+                f.write(text)
     program = cl.Program(ctx, [device], [finished.encode() + b"\0"]).build(options=list(extra_options))
     return program, ptx, finished
