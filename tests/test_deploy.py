@@ -1,10 +1,15 @@
-"""deploy/: what can be checked without a GPU cluster.
+"""dgemm.deploy and deploy/: what can be checked without a GPU cluster or a batch system.
 
-The Kubernetes manifest parses and asks for GPUs; the job scripts dask-jobqueue
-generates from deploy/slurm.py and deploy/pbs.py run ``dgemm worker`` with
-flags the command accepts; the Dockerfile registers NVIDIA's OpenCL driver and
-installs this package with pins that satisfy pyproject.toml; the preloads the
-recipes use install dgemm's plugins.
+The job scripts dask-jobqueue generates from the packaged recipes
+(:mod:`dgemm.deploy.slurm`, :mod:`dgemm.deploy.pbs`, ``dgemm jobqueue ...``)
+run ``dgemm worker`` with flags the command accepts, and their clusters'
+schedulers carry dgemm's plugins (a real SLURM runs them in
+tests/test_slurm.py; PBS has no server in Debian, so its job script is what is
+checked); the Kubernetes manifest parses, asks for GPUs and, where
+dask-kubernetes is installed, satisfies its DaskCluster resource's schema; the
+Dockerfile registers NVIDIA's OpenCL driver and installs this package with pins
+that satisfy pyproject.toml; the preloads the recipes use install dgemm's
+plugins.
 """
 from __future__ import annotations
 
@@ -32,10 +37,8 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 
 def load(name: str):
-    spec = importlib.util.spec_from_file_location(f"deploy_{name}", DEPLOY / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    """The packaged recipe ``dgemm.deploy.<name>``."""
+    return importlib.import_module(f"dgemm.deploy.{name}")
 
 
 def parse_worker_command(args: list[str]) -> dict:
@@ -102,11 +105,113 @@ def test_jobqueue_tls_flags_are_accepted(jobqueue, tmp_path):
     assert params["tls_key"] == str(files["key"]) and params["protocol"] == "tls://"
 
 
+@pytest.mark.parametrize("name, queue", [("slurm", "--partition"), ("pbs", "--queue")])
+def test_jobqueue_command_prints_the_job_script(jobqueue, name, queue):
+    """``dgemm jobqueue NAME --dry-run``: the recipe's job script, with the command line's values in it."""
+    from click.testing import CliRunner
+
+    r = CliRunner().invoke(cli, ["jobqueue", name, "--dry-run", "--jobs", "2", "--gpus-per-node", "2", "--cores", "12",
+                                 "--memory", "64GB", queue, "gpuq", "--account", "proj", "--prologue", "module load x",
+                                 "--devices", "0:0,0:1", "--interface", "lo"])
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith("#!/usr/bin/env bash") and "-m dgemm worker tcp://SCHEDULER:8786" in r.output
+    assert r.output.index("module load x") < r.output.index("-m dgemm worker")
+    assert ("#SBATCH -p gpuq" in r.output and "#SBATCH --gres=gpu:2" in r.output and "#SBATCH -A proj" in r.output
+            if name == "slurm" else
+            "#PBS -q gpuq" in r.output and "#PBS -l select=1:ncpus=12:ngpus=2:mem=64gb" in r.output)
+    params = parse_worker_command(dgemm_worker_line(r.output))
+    assert params["nthreads"] == 6 and params["devices"] == "0:0,0:1" and params["interface"] == "lo"
+    # the library gives the same script
+    kw = {"queue" if name == "pbs" else "partition": "gpuq"}
+    assert load(name).job_script(gpus_per_node=2, cores=12, memory="64GB", account="proj", prologue=["module load x"],
+                                 devices="0:0,0:1", interface="lo", **kw) == r.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--cores", "2", "--gpus-per-node", "4"], "cores=2 is fewer than gpus_per_node=4"),
+    (["--memory", "lots"], "memory='lots'"),
+    (["--devices", " "], "devices=' '"),
+    (["--gpus-per-node", "0"], "--gpus-per-node"),
+    (["a.zarr", "b.zarr"], "give A, B and OUT"),
+])
+def test_jobqueue_command_errors_before_anything_is_submitted(jobqueue, args, message, monkeypatch):
+    from click.testing import CliRunner
+
+    import dgemm.deploy.jobqueue as recipes
+
+    def no_cluster(*a, **k):
+        raise AssertionError("a cluster was started")
+    monkeypatch.setattr(recipes, "start_cluster", no_cluster)
+    r = CliRunner().invoke(cli, ["jobqueue", "slurm", *args])
+    assert r.exit_code == 2 and message in r.output, r.output
+
+
+def test_jobqueue_command_checks_the_operands_before_submitting(jobqueue, tmp_path, monkeypatch):
+    """A missing input or an existing output is refused before any job is queued."""
+    from click.testing import CliRunner
+
+    import dgemm.deploy.jobqueue as recipes
+
+    def no_cluster(*a, **k):
+        raise AssertionError("a cluster was started")
+    monkeypatch.setattr(recipes, "start_cluster", no_cluster)
+    r = CliRunner().invoke(cli, ["jobqueue", "slurm", str(tmp_path / "missing.zarr"), str(tmp_path / "b.zarr"),
+                                 str(tmp_path / "c.zarr")])
+    assert r.exit_code != 0 and "missing.zarr" in r.output, r.output
+
+
+def test_pbs_memory_is_never_less_than_asked():
+    from dask.utils import parse_bytes
+
+    from dgemm.deploy.jobqueue import pbs_memory
+
+    units = {"kb": 2**10, "mb": 2**20, "gb": 2**30, "tb": 2**40}
+    for text in ("256GB", "128GiB", "1.5TB", "0.3kB", "100 MiB", "7tb"):
+        got = pbs_memory(text)
+        number, unit = int(got[:-2]), got[-2:]
+        assert number * units[unit] >= parse_bytes(text), (text, got)
+    with pytest.raises(ValueError, match="256"):
+        pbs_memory("256")
+
+
+def test_recipe_options_refuse_what_cannot_make_a_job():
+    slurm = load("slurm")
+    for kwargs, message in [({"gpus_per_node": 0}, "gpus_per_node must be a positive integer"),
+                            ({"cores": 2.5}, "cores must be a positive integer"),
+                            ({"memory": "much"}, "memory='much'"),
+                            ({"devices": ""}, "devices=''")]:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            slurm.options(**kwargs)
+    with pytest.raises(TypeError, match="sequence of shell lines"):
+        slurm.options(prologue="source x")
+    with pytest.raises(TypeError, match="#SBATCH options"):
+        slurm.options(extra_directives="--exclusive")
+
+
 @pytest.mark.parametrize("name", ["slurm", "pbs"])
-def test_recipes_dry_run(jobqueue, name, capsys):
-    load(name).main(["a.zarr", "b.zarr", "c.zarr", "--dry-run"])
-    out = capsys.readouterr().out
-    assert out.startswith("#!/usr/bin/env bash") and "-m dgemm worker tcp://SCHEDULER:8786" in out
+def test_recipe_cluster_has_dgemms_scheduler(jobqueue, name):
+    """The cluster a recipe makes (no job submitted): dgemm's scheduler plugins and allowed-failures,
+    the caller's own scheduler options and preloads kept beside them."""
+    from dgemm.cluster.local import ALLOWED_FAILURES
+
+    cluster = load(name).cluster(gpus_per_node=2, cores=4, memory="8GB", interface="lo",
+                                 scheduler_options={"dashboard_address": "127.0.0.1:0", "preload": ["json"]})
+    try:
+        s = cluster.scheduler
+        assert "dgemm-dashboard" in s.plugins and "dgemm-placement" in s.plugins
+        assert s.allowed_failures == ALLOWED_FAILURES
+        assert [p.name for p in s.preloads] == ["json", "dgemm.scheduler"]
+        assert "-m dgemm worker" in cluster.job_script() and "--interface lo" in cluster.job_script()
+        assert cluster.scheduler_address.startswith("tcp://127.0.0.1:")
+    finally:
+        cluster.close()
+
+
+def test_recipes_are_no_longer_scripts_in_deploy():
+    """deploy/ keeps the Dockerfile, the manifest, TLS and the walkthrough; the recipes are installed with dgemm."""
+    assert not list(DEPLOY.glob("*.py"))
+    text = (DEPLOY / "README.md").read_text()
+    assert "dgemm jobqueue slurm" in text and "dgemm.deploy" in text
 
 
 # -- Kubernetes ---------------------------------------------------------------------
@@ -115,7 +220,8 @@ def test_kubernetes_manifest():
     [doc] = list(yaml.safe_load_all((DEPLOY / "kubernetes" / "dgemm-cluster.yaml").read_text()))
     assert doc["apiVersion"] == "kubernetes.dask.org/v1" and doc["kind"] == "DaskCluster"
     [worker] = doc["spec"]["worker"]["spec"]["containers"]
-    assert worker["resources"]["limits"]["nvidia.com/gpu"] == 1
+    # a quantity as a string: the DaskCluster resource's schema refuses an integer there
+    assert worker["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert worker["command"] == ["dgemm"] and worker["args"][0] == "worker"
     params = parse_worker_command([str(a) for a in worker["args"][1:]])
     assert params["name"] == "$(DASK_WORKER_NAME)" and params["devices"] == "gpu"
@@ -131,6 +237,65 @@ def test_kubernetes_manifest():
     assert ports == {"tcp-comm": 8786, "http-dashboard": 8787}
     assert {p["targetPort"] for p in doc["spec"]["scheduler"]["service"]["ports"]} == set(ports)
     assert worker["image"] == sched["image"]
+
+
+def daskcluster_schema() -> dict:
+    """The openAPIV3Schema of the DaskCluster resource, from an installed dask-kubernetes, made strict.
+
+    dask-kubernetes is no test extra: it needs the kubernetes client, whose
+    recent releases require python-dateutil>=3 while botocore (s3fs, moto)
+    requires <3.  Where it is installed, its operator's Helm chart holds the
+    CRD the operator registers.  Kubernetes silently drops fields a
+    structural schema does not name (a misspelt one too); ``kubectl apply
+    --validate=strict`` refuses them, as ``additionalProperties: false`` does here.
+    """
+    spec = importlib.util.find_spec("dask_kubernetes")     # located, not imported (that needs its dependencies)
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("dask-kubernetes is not installed (not a test extra: the kubernetes client it needs requires "
+                    "python-dateutil>=3, botocore <3); pip install dask-kubernetes checks the manifest against "
+                    "its DaskCluster schema")
+    jsonschema = pytest.importorskip("jsonschema", reason="validating against the CRD's schema needs jsonschema")
+    yaml = pytest.importorskip("yaml", reason="pyyaml is a test extra")
+    crd_path = (Path(next(iter(spec.submodule_search_locations))) / "operator" / "deployment" / "helm"
+                / "dask-kubernetes-operator" / "crds" / "daskcluster.yaml")
+    if not crd_path.exists():
+        pytest.skip(f"this dask-kubernetes ships no DaskCluster CRD at {crd_path}")
+    crd = yaml.safe_load(crd_path.read_text())
+    assert crd["spec"]["names"]["kind"] == "DaskCluster", crd_path
+    [v1] = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+
+    def strict(node):
+        if isinstance(node, dict):
+            if ("properties" in node and "additionalProperties" not in node
+                    and not node.get("x-kubernetes-preserve-unknown-fields")):
+                node["additionalProperties"] = False
+            for value in node.values():
+                strict(value)
+        elif isinstance(node, list):
+            for value in node:
+                strict(value)
+        return node
+
+    schema = strict(v1["schema"]["openAPIV3Schema"])
+    return {"schema": schema, "validator": jsonschema.Draft7Validator(schema), "group": crd["spec"]["group"]}
+
+
+def test_kubernetes_manifest_satisfies_the_daskcluster_schema():
+    import copy
+
+    import yaml
+
+    found = daskcluster_schema()
+    [doc] = list(yaml.safe_load_all((DEPLOY / "kubernetes" / "dgemm-cluster.yaml").read_text()))
+    assert doc["apiVersion"] == f"{found['group']}/v1"
+    body = {k: v for k, v in doc.items() if k not in ("apiVersion", "kind", "metadata")}
+    errors = sorted(found["validator"].iter_errors(body), key=lambda e: list(e.path))
+    assert not errors, "\n".join(f"{'.'.join(map(str, e.path))}: {e.message}" for e in errors)
+    # not vacuous: a misspelt field and a wrong type are refused
+    bad = copy.deepcopy(body)
+    bad["spec"]["worker"]["replica"] = bad["spec"]["worker"].pop("replicas")
+    bad["spec"]["worker"]["spec"]["containers"][0]["ports"][0]["containerPort"] = "8788"
+    assert len(list(found["validator"].iter_errors(bad))) >= 2
 
 
 # -- Docker -------------------------------------------------------------------------

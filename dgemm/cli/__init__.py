@@ -7,7 +7,7 @@ Mistakes in what the user asked for end the command with a one-line
 with status 1, as do a worker's errors (one line: the worker's message) and
 anything unexpected.  ``dgemm -v``/``--verbose ...`` (or ``--debug``) shows the full traceback instead.
 """
-from dgemm.cli import bench, data, demo, devices, matmul, tune, workers  # noqa: F401 (importing adds the commands)
+from dgemm.cli import bench, data, demo, devices, jobqueue, matmul, tune, workers  # noqa: F401 (importing adds the commands)
 from dgemm.cli.common import cli, main
 
 __all__ = ["cli", "main"]
