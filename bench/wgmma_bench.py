@@ -11,11 +11,29 @@ import argparse
 import datetime
 import json
 import os
+import re
 import subprocess
+import sys
 import time
 import traceback
 
 import numpy as np
+
+
+# Layout 0 with the descriptor fields as the PTX ISA words them was the reading that computed the right
+# product on the H100 (2026-11-23); the others faulted or failed to load.  Local memory: 48 KiB per
+# work-group less 128 bytes the driver takes, so STAGES x (BM + BN) x BK x 4 bytes must stay under 49024.
+DEFAULT_VARIANTS = [
+    {"BN": 128, "BK": 16},
+    {"BN": 256, "BK": 8},
+    {"BN": 128, "BK": 8, "STAGES": 4},
+    {"BN": 128, "BK": 8, "STAGES": 5},
+    {"BN": 256, "BK": 8, "STAGES": 3},
+    {"BN": 128, "BK": 8, "STAGES": 5, "GROUPM": 16},
+    {"BN": 128, "BK": 8, "STAGES": 5, "GROUPM": 0},
+    {"WG": 1, "BN": 256, "BK": 8, "STAGES": 4},
+    {"BN": 128, "BK": 16, "STAGES": 3},
+]
 
 
 def device():
@@ -128,8 +146,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--sizes", default="8192,16384")
-    ap.add_argument("--variants", default="probe", help="'probe': the four layout/field readings, then "
-                    "the speed grid on the first correct one; or a JSON list of parameter dicts")
+    ap.add_argument("--variants", default="grid", help="'grid' (DEFAULT_VARIANTS) or a JSON list of parameter dicts")
+    ap.add_argument("--single", help=argparse.SUPPRESS)
+    ap.add_argument("--single-out", help=argparse.SUPPRESS)
     args = ap.parse_args()
     dev = device()
     ctx = cl.Context([dev])
@@ -168,20 +187,28 @@ def main():
         return entry["ok"]
 
     P = wgmma.WgmmaParams
-    if args.variants == "probe":
-        good = None
-        for layout in (0, 1):
-            for fields in (0, 1):
-                if attempt(P(LAYOUT=layout, FIELDS=fields), timed=True) and good is None:
-                    good = (layout, fields)
-        if good is not None:
-            for bn, bk, gm in ((256, 8, 8), (256, 16, 8), (128, 8, 8), (128, 16, 0), (256, 16, 0), (256, 8, 16),
-                               (64, 16, 8)):
-                attempt(P(BN=bn, BK=bk, GROUPM=gm, LAYOUT=good[0], FIELDS=good[1]), timed=True)
-    else:
-        for d in json.loads(args.variants):
-            attempt(P(**d), timed=True)
-    record["cublas"] = {s: cublas_tf32(s) for s in sizes}
+    if args.single:
+        attempt(P(**json.loads(args.single)), timed=True)
+        with open(args.single_out, "w") as f:
+            json.dump(record["variants"][0], f)
+        return
+    # Each variant in its own process: a kernel that faults leaves its OpenCL context unusable.
+    variants = DEFAULT_VARIANTS if args.variants == "grid" else json.loads(args.variants)
+    for i, d in enumerate(variants):
+        piece = os.path.join(args.out, f"variant-{i}.json")
+        cmd = [sys.executable, __file__, "--out", args.out, "--sizes", args.sizes, "--single", json.dumps(d),
+               "--single-out", piece]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+            entry = json.load(open(piece)) if os.path.exists(piece) else {
+                "params": d, "error": f"exit {proc.returncode}: {proc.stderr[-1500:]}"}
+        except subprocess.TimeoutExpired:
+            entry = {"params": d, "error": "timed out (120 s)"}
+        record["variants"].append(entry)
+    try:
+        record["cublas"] = {s: cublas_tf32(s) for s in sizes}
+    except Exception as e:
+        record["cublas"] = {"error": f"{type(e).__name__}: {e}"}
     try:
         record["nvidia_smi"] = subprocess.run(["nvidia-smi", "--query-gpu=name,clocks.sm,clocks.max.sm,power.draw",
                                                "--format=csv,noheader"], capture_output=True, text=True).stdout
@@ -190,18 +217,21 @@ def main():
     path = os.path.join(args.out, f"wgmma-{record['date'][:10]}.json")
     with open(path, "w") as f:
         json.dump(record, f, indent=1)
-    print(f"{'variant':48} {'ok':>3} {'err':>9}  " + "  ".join(f"{s:>9}" for s in sizes))
+    print(f"{'variant':60} {'ok':>3} {'err':>9}  " + "  ".join(f"{s:>9}" for s in sizes))
     for v in record["variants"]:
         name = " ".join(f"{k}={x}" for k, x in v["params"].items())
         if "error" in v:
-            print(f"{name:48} ERR {v['error'][:200]}")
+            print(f"{name:60} ERR {v['error'][-300:]}")
             continue
+        log = v.get("build_log", "")
+        used = re.search(r"Used (\d+) registers.*?(\d+) bytes smem", log)
+        notes = [ln.strip() for ln in log.splitlines() if "arning" in ln][:2]
         errs = max(c["rel_err"] for c in v["checks"])
         tf = {t["size"]: t["tflops"] for t in v.get("timings", [])}
-        print(f"{name:48} {'y' if v['ok'] else 'n':>3} {errs:9.2e}  "
+        print(f"{name:60} {'y' if v['ok'] else 'n':>3} {errs:9.2e}  "
               + "  ".join(f"{tf.get(s, float('nan')):9.1f}" for s in sizes)
-              + f"  probe={v['checks'][0]['probe']} unwritten={v['checks'][0]['unwritten']}"
-              f" bad_rows={v['checks'][0]['bad_rows']}")
+              + f"  regs/smem={used.groups() if used else '?'} unwritten={v['checks'][0]['unwritten']}"
+              f" bad_rows={v['checks'][0]['bad_rows']} {notes}")
     for s, c in record["cublas"].items():
         print(f"cuBLAS {s}: " + ", ".join(f"{k} {x.get('tflops', 0):.1f}" for k, x in c.items() if isinstance(x, dict)))
     print("record:", path)

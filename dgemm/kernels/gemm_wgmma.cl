@@ -24,6 +24,8 @@
 // flight while the tensor cores work on tile t.  Local memory holds them in
 // wgmma's no-swizzle K-major layout: 8-row x 16-byte "core matrices", stored
 // LAYOUT 0: [k/4][row/8][row%8][k%4] (K-outer) or LAYOUT 1: [row/8][k/4][row%8][k%4],
+// (with STAGES >= 3 the tiles go global -> local by cp.async, several in flight, and the
+// tensor cores round the float32 values to TF32 themselves, by truncation, instead of cvt.rna)
 // described to the instruction by a 64-bit descriptor (start address,
 // the byte offsets between core matrices along K and along M/N).
 #include "common.cl"
@@ -49,6 +51,9 @@
 #ifndef GROUPM
 #define GROUPM 8             // tile rows walked together, so neighbouring work-groups share B panels in L2
 #endif
+#ifndef STAGES
+#define STAGES 0             // 0: two tiles, the next one prefetched through registers (seed kernel 9);
+#endif                       // >= 3: STAGES tiles in flight, copied global -> local by cp.async
 
 #define BM (64 * WG)
 #define NT (128 * WG)
@@ -90,7 +95,26 @@
 #define WGMMA(da, db) do { SITE(7101); MARK64(da); MARK64(db); MARKACC(); } while (0)
 #define WGMMA_COMMIT() SITE(7102)                       // wgmma.commit_group
 #define WGMMA_WAIT() do { SITE(7103); MARKACC(); } while (0)   // wgmma.wait_group 0 (the accumulators are read after it)
+#define WGMMA_WAIT1() SITE(7105)                        // wgmma.wait_group 1: all but the newest group done
 #define PROXY_FENCE() SITE(7104)                        // fence.proxy.async.shared::cta: local stores -> tensor cores
+
+#if STAGES > 0
+#if STAGES < 3
+#error "STAGES is 0 (register prefetch) or at least 3 (cp.async)"
+#endif
+#define NSTAGE STAGES
+#else
+#define NSTAGE 2
+#endif
+#define STR_(x) #x
+#define STR(x) STR_(x)
+// cp.async (sm_80): 16 bytes global -> local without passing through registers; the
+// local address is the shared-window address (an address-space-3 pointer as an integer).
+#define CP_ASYNC(saddr, gptr) \
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(saddr), "l"(gptr) : "memory")
+#define CP_COMMIT() asm volatile("cp.async.commit_group;" ::: "memory")
+// Tile t has landed when at most STAGES-3 newer groups are still in flight (see the loop).
+#define CP_WAIT() asm volatile("cp.async.wait_group " STR(CP_PENDING) ";" ::: "memory")
 
 inline ulong descriptor(const uint address, const uint lbo, const uint sbo)
 {
@@ -116,7 +140,7 @@ void gemm_wgmma(const int M, const int N, const int K,
                 __global float* C,
                 __global uint* probe)
 {
-    __local float4 tiles[2][(BM + BN) * KC] __attribute__((aligned(128)));
+    __local float4 tiles[NSTAGE][(BM + BN) * KC] __attribute__((aligned(128)));
     const int tid = get_local_id(0);
     const int wg = tid >> 7, lane = tid & 31, warp = (tid >> 5) & 3;
     uint site = 0;
@@ -161,13 +185,27 @@ void gemm_wgmma(const int M, const int N, const int K,
     float acc[NACC];
     _Pragma("unroll") for (int i = 0; i < NACC; i++) acc[i] = 0.0f;
 
-    // Shared-window addresses of the two stages (an address-space-3 pointer as an integer).
-    const uint base0 = (uint)(size_t)&tiles[0][0], base1 = (uint)(size_t)&tiles[1][0];
+    // Shared-window address of stage 0 (an address-space-3 pointer as an integer).
+    const uint base = (uint)(size_t)&tiles[0][0];
+#define STAGE_BYTES ((BM + BN) * KC * 16)
     if (probe != 0 && get_group_id(0) == 0 && get_group_id(1) == 0 && tid == 0) {
-        probe[0] = base0;
-        probe[1] = base1;
+        probe[0] = base;
+        probe[1] = base + STAGE_BYTES;
     }
     const int nt = K / BK;
+#define ISSUE_WGMMA(s)                                                                     \
+    {                                                                                      \
+        const uint a0 = base + (s) * STAGE_BYTES + wg * 64 * 16 * (LAYOUT == 0 ? 1 : KC);  \
+        const uint b0 = base + (s) * STAGE_BYTES + BM * KC * 16;                           \
+        _Pragma("unroll") for (int k8 = 0; k8 < BK / 8; k8++) {                           \
+            /* one k8 step covers two core-matrix columns: 2*k8 and 2*k8+1 */              \
+            ulong da = descriptor(a0 + CORE_OFFSET(0, 2 * k8, BM), LBO(BM), SBO(BM));      \
+            ulong db = descriptor(b0 + CORE_OFFSET(0, 2 * k8, BN), LBO(BN), SBO(BN));      \
+            WGMMA(da, db);                                                                 \
+        }                                                                                  \
+        WGMMA_COMMIT();                                                                    \
+    }
+#if STAGES == 0
     LOAD_TILE(0);
     STORE_TILE(0);
     PROXY_FENCE();
@@ -177,15 +215,7 @@ void gemm_wgmma(const int M, const int N, const int K,
         if (t + 1 < nt) {
             LOAD_TILE(t + 1);
         }
-        const uint a0 = (s ? base1 : base0) + wg * 64 * 16 * (LAYOUT == 0 ? 1 : KC);
-        const uint b0 = (s ? base1 : base0) + BM * KC * 16;
-        _Pragma("unroll") for (int k8 = 0; k8 < BK / 8; k8++) {
-            // One k8 step covers two core-matrix columns: 2*k8 and 2*k8+1.
-            ulong da = descriptor(a0 + CORE_OFFSET(0, 2 * k8, BM), LBO(BM), SBO(BM));
-            ulong db = descriptor(b0 + CORE_OFFSET(0, 2 * k8, BN), LBO(BN), SBO(BN));
-            WGMMA(da, db);
-        }
-        WGMMA_COMMIT();
+        ISSUE_WGMMA(s);
         if (t + 1 < nt) {
             STORE_TILE(s ^ 1);
             PROXY_FENCE();
@@ -193,6 +223,40 @@ void gemm_wgmma(const int M, const int N, const int K,
         WGMMA_WAIT();
         barrier(CLK_LOCAL_MEM_FENCE);
     }
+#else
+    // STAGES-deep ring: at iteration t the tensor cores read stage t % STAGES, one wgmma group
+    // (tile t-1) may still be running, and the copies of tiles t+1 .. t+STAGES-2 are in flight.
+    // The copies issued at t go to the stage of tile t-2, which both warpgroups finished
+    // reading before the barrier of iteration t (each waited for all but its newest group).
+#define CP_PENDING (STAGES - 3)
+#define COPY_TILE(t, s)                                                                      \
+    {                                                                                        \
+        const uint st = base + (s) * STAGE_BYTES;                                            \
+        _Pragma("unroll") for (int i = 0; i < A_LOADS; i++) {                                \
+            const int e = tid + i * NT, r = e % BM, c = e / BM;                              \
+            CP_ASYNC(st + CORE_OFFSET(r, c, BM), A + (size_t)(m0 + r) * kv + (t) * KC + c);  \
+        }                                                                                    \
+        _Pragma("unroll") for (int i = 0; i < B_LOADS; i++) {                                \
+            const int e = tid + i * NT, r = e % BN, c = e / BN;                              \
+            CP_ASYNC(st + BM * KC * 16 + CORE_OFFSET(r, c, BN), BT + (size_t)(n0 + r) * kv + (t) * KC + c); \
+        }                                                                                    \
+    }
+    _Pragma("unroll") for (int t = 0; t < STAGES - 2; t++) {
+        if (t < nt) COPY_TILE(t, t);
+        CP_COMMIT();
+    }
+    for (int t = 0; t < nt; t++) {
+        CP_WAIT();          // this thread's copies of tile t are in local memory
+        PROXY_FENCE();      // ... visible to the tensor cores
+        barrier(CLK_LOCAL_MEM_FENCE);   // ... everyone's; and tile t-2's stage is free
+        const int next = t + STAGES - 2;
+        if (next < nt) COPY_TILE(next, next % STAGES);
+        CP_COMMIT();        // (empty groups too: the count in CP_WAIT stays right)
+        ISSUE_WGMMA(t % STAGES);
+        WGMMA_WAIT1();      // tile t-1's wgmma done: its stage can be refilled after the next barrier
+    }
+    WGMMA_WAIT();
+#endif
 
     // Accumulator i of lane 4g+q in warp w of the warpgroup: row 16w + g (+8 for i%4 >= 2),
     // column 8(i/4) + 2q + i%2 (the mma.m16n8 C layout, BN/8 times along N).

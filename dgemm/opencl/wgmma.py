@@ -23,6 +23,7 @@ class WgmmaParams:
     LAYOUT: int = 0
     FIELDS: int = 0
     GROUPM: int = 8
+    STAGES: int = 0
 
     @property
     def tile(self) -> tuple[int, int, int]:
@@ -50,6 +51,8 @@ def sites(bn: int) -> dict[int, Site]:
         7102: Site("wgmma.commit_group.sync.aligned;", why="close the group of wgmma issued this k-tile"),
         7103: Site("wgmma.wait_group.sync.aligned 0;", marks=acc,
                    why="the accumulators are read (or the tile overwritten) only after the wgmma finish"),
+        7105: Site("wgmma.wait_group.sync.aligned 1;",
+                   why="all but the newest wgmma group done: the stage before it may be refilled"),
         7104: Site("fence.proxy.async.shared::cta;",
                    why="make this thread's local-memory stores visible to the tensor cores' (async proxy) reads"),
     }
