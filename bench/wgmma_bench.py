@@ -147,6 +147,7 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--sizes", default="8192,16384")
     ap.add_argument("--variants", default="grid", help="'grid' (DEFAULT_VARIANTS) or a JSON list of parameter dicts")
+    ap.add_argument("--keep-ptx", action="store_true", help="write each variant's PTX (before and after) to --out")
     ap.add_argument("--single", help=argparse.SUPPRESS)
     ap.add_argument("--single-out", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -168,7 +169,7 @@ def main():
         try:
             t0 = time.perf_counter()
             program, ptx, finished = wgmma.build(ctx, dev, params, extra_options=["-cl-nv-verbose"],
-                                                 keep=os.path.join(args.out, f"wgmma-{tag}"))
+                                                 keep=os.path.join(args.out, f"wgmma-{tag}") if args.keep_ptx else None)
             entry["build_seconds"] = time.perf_counter() - t0
             entry["build_log"] = program.get_build_info(dev, cl.program_build_info.LOG)[-3000:]
         except Exception as e:
@@ -197,7 +198,7 @@ def main():
     for i, d in enumerate(variants):
         piece = os.path.join(args.out, f"variant-{i}.json")
         cmd = [sys.executable, __file__, "--out", args.out, "--sizes", args.sizes, "--single", json.dumps(d),
-               "--single-out", piece]
+               "--single-out", piece] + (["--keep-ptx"] if args.keep_ptx else [])
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
             entry = json.load(open(piece)) if os.path.exists(piece) else {
