@@ -74,10 +74,24 @@
 #define CORE_OFFSET(r, c, ROWS) ((c) * ((ROWS) * 16) + (r) * 16)
 #define K_STRIDE(ROWS) ((ROWS) * 16)       // between core matrices along K
 #define MN_STRIDE(ROWS) 128                // between core matrices along M or N
-#else
+#elif LAYOUT == 1
 #define CORE_OFFSET(r, c, ROWS) (((r) >> 3) * (KC * 128) + (c) * 128 + ((r) & 7) * 16)
 #define K_STRIDE(ROWS) 128
 #define MN_STRIDE(ROWS) (KC * 128)
+#else
+// LAYOUT 2, wgmma's 128-byte swizzle: each tile row is 128 bytes (BK = 32), 8 rows make a
+// 1024-byte atom, and 16-byte chunk c of row r sits at chunk c ^ (r % 8).  A warp's copies of
+// whole rows are then coalesced in global memory and free of bank conflicts in local memory.
+#if BK != 32 || STAGES == 0
+#error "LAYOUT 2 (128-byte swizzle) needs BK = 32 and cp.async (STAGES >= 3)"
+#endif
+#define CORE_OFFSET(r, c, ROWS) (((r) >> 3) * 1024 + ((r) & 7) * 128 + (((c) ^ ((r) & 7)) * 16))
+#define K_STRIDE(ROWS) 16                  // (not used by the swizzled K-major layout)
+#define MN_STRIDE(ROWS) 1024               // between 8-row atoms
+#define SWIZZLE_BITS ((ulong)1 << 62)     // descriptor bits 62-63: 1 = 128-byte swizzle
+#endif
+#ifndef SWIZZLE_BITS
+#define SWIZZLE_BITS ((ulong)0)
 #endif
 #if FIELDS == 0
 #define LBO(ROWS) K_STRIDE(ROWS)
@@ -118,7 +132,7 @@
 
 inline ulong descriptor(const uint address, const uint lbo, const uint sbo)
 {
-    return (ulong)((address & 0x3FFFF) >> 4) | ((ulong)(lbo >> 4) << 16) | ((ulong)(sbo >> 4) << 32);
+    return (ulong)((address & 0x3FFFF) >> 4) | ((ulong)(lbo >> 4) << 16) | ((ulong)(sbo >> 4) << 32) | SWIZZLE_BITS;
 }
 
 inline float4 to_tf32(const float4 x)
@@ -140,7 +154,7 @@ void gemm_wgmma(const int M, const int N, const int K,
                 __global float* C,
                 __global uint* probe)
 {
-    __local float4 tiles[NSTAGE][(BM + BN) * KC] __attribute__((aligned(128)));
+    __local float4 tiles[NSTAGE][(BM + BN) * KC] __attribute__((aligned(1024)));   // (swizzle atoms: 1024)
     const int tid = get_local_id(0);
     const int wg = tid >> 7, lane = tid & 31, warp = (tid >> 5) & 3;
     uint site = 0;
@@ -229,15 +243,22 @@ void gemm_wgmma(const int M, const int N, const int K,
     // The copies issued at t go to the stage of tile t-2, which both warpgroups finished
     // reading before the barrier of iteration t (each waited for all but its newest group).
 #define CP_PENDING (STAGES - 3)
+#if LAYOUT == 2
+#define COPY_ROW(e, ROWS) ((e) / KC)     // chunks of a row fastest: coalesced, and the swizzle spreads the banks
+#define COPY_COL(e, ROWS) ((e) % KC)
+#else
+#define COPY_ROW(e, ROWS) ((e) % (ROWS)) // rows fastest: one contiguous run of local memory per warp
+#define COPY_COL(e, ROWS) ((e) / (ROWS))
+#endif
 #define COPY_TILE(t, s)                                                                      \
     {                                                                                        \
         const uint st = base + (s) * STAGE_BYTES;                                            \
         _Pragma("unroll") for (int i = 0; i < A_LOADS; i++) {                                \
-            const int e = tid + i * NT, r = e % BM, c = e / BM;                              \
+            const int e = tid + i * NT, r = COPY_ROW(e, BM), c = COPY_COL(e, BM);            \
             CP_ASYNC(st + CORE_OFFSET(r, c, BM), A + (size_t)(m0 + r) * kv + (t) * KC + c);  \
         }                                                                                    \
         _Pragma("unroll") for (int i = 0; i < B_LOADS; i++) {                                \
-            const int e = tid + i * NT, r = e % BN, c = e / BN;                              \
+            const int e = tid + i * NT, r = COPY_ROW(e, BN), c = COPY_COL(e, BN);            \
             CP_ASYNC(st + BM * KC * 16 + CORE_OFFSET(r, c, BN), BT + (size_t)(n0 + r) * kv + (t) * KC + c); \
         }                                                                                    \
     }
