@@ -40,10 +40,10 @@
 #define BN 128               // tile columns: the wgmma n (8..256, multiple of 8)
 #endif
 #ifndef BK
-#define BK 16                // tile depth: a multiple of 8 (one wgmma per 8)
+#define BK 32                // tile depth: a multiple of 8 (one wgmma per 8)
 #endif
 #ifndef LAYOUT
-#define LAYOUT 0
+#define LAYOUT 2             // the 128-byte swizzle: 3x faster than 0 and 1 on the H100 (bench/NOTES.md)
 #endif
 #ifndef FIELDS
 #define FIELDS 0             // 1 swaps the descriptor's two offset fields (a probe of the PTX ISA's wording)
@@ -52,7 +52,7 @@
 #define GROUPM 8             // tile rows walked together, so neighbouring work-groups share B panels in L2
 #endif
 #ifndef STAGES
-#define STAGES 0             // 0: two tiles, the next one prefetched through registers (seed kernel 9);
+#define STAGES 5             // 0: two tiles, the next one prefetched through registers (seed kernel 9);
 #endif                       // >= 3: STAGES tiles in flight, copied global -> local by cp.async
 
 #define BM (64 * WG)
