@@ -176,3 +176,95 @@ def test_poisoned_memory_is_nan_in_both_dtypes(any_device, monkeypatch):
     assert device_mod.POISON is False
     any_device.staging(32)[...] = 0
     assert (any_device.staging(32) == 0).all()                         # outside the hook: not filled
+
+
+# -- the CPU kernel (GEMMK=1, kernels/gemm_cpu.cl) --------------------------------------
+CPU_SETS = {  # small tiles, so that the odd sizes below take several tiles, register blocks and K blocks
+    "6x16-vwn8": KernelParams(GEMMK=1, TSM=12, TSN=32, TSK=16, WPTM=6, WPTN=16, VWN=8, WIDTH=1),
+    "vwn16": KernelParams(GEMMK=1, TSM=8, TSN=32, TSK=8, WPTM=4, WPTN=16, VWN=16, WIDTH=1),
+    "scalar": KernelParams(GEMMK=1, TSM=8, TSN=8, TSK=5, WPTM=2, WPTN=4, VWN=1, WIDTH=1),
+    "odd-block": KernelParams(GEMMK=1, TSM=10, TSN=48, TSK=24, WPTM=5, WPTN=24, VWN=8, WIDTH=1),
+    "groupm": KernelParams(GEMMK=1, TSM=12, TSN=16, TSK=32, WPTM=6, WPTN=8, VWN=4, WIDTH=1, GROUPM=2),
+    "one-k-block": KernelParams(GEMMK=1, TSM=6, TSN=16, TSK=128, WPTM=6, WPTN=16, VWN=8, WIDTH=1),
+}
+
+
+def _run_gemm(device, dtype, p, a, b, c0, alpha, beta):
+    """C = alpha A B + beta C0 by the kernel alone, on inputs zero-padded to its tiles; the padded C back."""
+    import pyopencl as cl
+
+    from dgemm.sizes import roundup
+
+    (m, k), n = a.shape, b.shape[1]
+    mp, np_, kp = roundup(m, p.TSM), roundup(n, p.TSN), roundup(k, p.TSK)
+    at = np.zeros((kp, mp), dtype)
+    at[:k, :m] = a.T
+    bp = np.zeros((kp, np_), dtype)
+    bp[:k, :n] = b
+    cp = np.full((mp, np_), np.nan, dtype)      # poisoned: an element the kernel does not write stays NaN
+    if c0 is not None:
+        cp[:] = 0
+        cp[:m, :n] = c0
+    kern = device.kernels(dtype, p)
+    mf, ctx, q = cl.mem_flags, device.context, device.queue
+    bufs = [cl.Buffer(ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=x) for x in (at, bp, cp)]
+    gsize, lsize = p.launch(mp, np_)
+    real = np.dtype(dtype).type
+    kern.gemm(q, gsize, lsize, np.int32(mp), np.int32(np_), np.int32(kp), real(alpha), real(beta), *bufs).wait()
+    out = np.empty_like(cp)
+    cl.enqueue_copy(q, out, bufs[2], is_blocking=True)
+    return out
+
+
+@pytest.mark.parametrize("name", list(CPU_SETS))
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_cpu_kernel_matches_numpy(any_device, rng, name, dtype):
+    """Odd sizes (padding), several K blocks, alpha and beta, a poisoned C: against float64 numpy."""
+    from dgemm.accuracy import tolerance
+
+    if dtype == "float64" and not any_device.info.fp64:
+        pytest.skip(f"{any_device.info.name} has no double precision (cl_khr_fp64)")
+    p = CPU_SETS[name]
+    m, n, k = 53, 37, 71
+    a = rng.standard_normal((m, k)).astype(dtype)
+    b = rng.standard_normal((k, n)).astype(dtype)
+    c0 = rng.standard_normal((m, n)).astype(dtype)
+    a64, b64, c64 = a.astype(np.float64), b.astype(np.float64), c0.astype(np.float64)
+    for alpha, beta, c in ((1.0, 0.0, None), (0.5, -2.0, c0)):
+        got = _run_gemm(any_device, dtype, p, a, b, c, alpha, beta)
+        assert not np.isnan(got).any(), "the kernel left elements of C unwritten (padding included)"
+        assert not got[m:, :].any() and not got[:, n:].any(), "padding rows and columns must come out 0"
+        ref = alpha * (a64 @ b64) + (beta * c64 if c is not None else 0)
+        scale = abs(alpha) * (np.abs(a64) @ np.abs(b64)) + (abs(beta) * np.abs(c64) if c is not None else 0)
+        err = np.max(np.abs(got[:m, :n] - ref) / scale)
+        assert err <= tolerance(dtype, k), (alpha, beta, err)
+
+
+def test_cpu_kernel_beta_zero_ignores_nan_in_c(any_device, rng):
+    """BLAS semantics: with beta == 0, C's old contents (NaN here) must not reach the result."""
+    p = CPU_SETS["6x16-vwn8"]
+    a = rng.standard_normal((24, 40)).astype("float32")
+    b = rng.standard_normal((40, 32)).astype("float32")
+    got = _run_gemm(any_device, "float32", p, a, b, None, 1.0, 0.0)     # C starts all NaN
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got[:24, :32], a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+
+
+CPU_INVALID = {
+    "vwn-vs-wptn": KernelParams(GEMMK=1, TSM=6, TSN=12, TSK=4, WPTM=6, WPTN=12, VWN=8, WIDTH=1),
+    "tsm-vs-wptm": KernelParams(GEMMK=1, TSM=8, TSN=16, TSK=4, WPTM=6, WPTN=16, VWN=8, WIDTH=1),
+}
+
+
+@pytest.mark.parametrize("name", list(CPU_INVALID))
+def test_cpu_kernel_invalid_params(any_device, monkeypatch, name):
+    """Refused before building, and forced past problems(), by the kernel's own #error."""
+    import pyopencl as cl
+
+    p = CPU_INVALID[name]
+    with pytest.raises(ValueError, match="invalid kernel parameters"):
+        any_device.kernels("float32", p)
+    monkeypatch.setattr(KernelParams, "problems", lambda self, *a, **k: [])
+    with pytest.raises(cl.Error) as err:
+        any_device.kernels("float32", p)
+    assert "TSM, TSN must be multiples of WPTM, WPTN and WPTN of VWN" in str(err.value)

@@ -77,7 +77,7 @@ def test_geometry():
 def test_defines_and_dict_round_trip():
     p = KernelParams(TSM=16, TSN=32, TSK=32, WPTM=2, WPTN=4, WIDTH=1, PADA=1, PADB=3)
     assert p.defines() == {"TSM": 16, "TSN": 32, "TSK": 32, "WPTM": 2, "WPTN": 4, "WIDTH": 1, "VWM": 1, "VWN": 1,
-                           "PADA": 1, "PADB": 3, "GROUPM": 0, "MMA": 0, "WARPSM": 2, "WARPSN": 2}
+                           "PADA": 1, "PADB": 3, "GROUPM": 0, "MMA": 0, "WARPSM": 2, "WARPSN": 2, "GEMMK": 0}
     assert KernelParams.from_dict(p.as_dict()) == p
     assert KernelParams.from_dict({"TSM": "32", "WPTM": 2.0}) == KernelParams(TSM=32, WPTM=2)
     assert hash(p) == hash(KernelParams.from_dict(p.as_dict()))   # usable as a cache key
@@ -109,3 +109,58 @@ def test_mma_params_rules():
     assert KernelParams(MMA=5).problems(8)
     assert any("multiple of 16" in m for m in KernelParams(MMA=2, TSM=64, TSN=64, WARPSM=8, WARPSN=1, WIDTH=2).problems(8))
     assert any("k=16" in m for m in KernelParams(MMA=4, TSK=8, WIDTH=2).problems(8))
+
+
+# -- GEMMK=1: the CPU kernel (kernels/gemm_cpu.cl) ------------------------------------
+CPU = dict(GEMMK=1, TSM=48, TSN=64, TSK=128, WPTM=6, WPTN=16, VWN=8, WIDTH=1)
+
+
+@pytest.mark.parametrize("kw", [CPU, dict(CPU, VWN=16), dict(CPU, VWN=1, WPTN=4, TSN=32), dict(CPU, GROUPM=8),
+                                dict(CPU, TSM=6, TSN=16, TSK=1), dict(CPU, TSM=40, WPTM=5, TSN=24, WPTN=24)],
+                         ids=["6x16", "vwn16", "scalar", "groupm", "one-block", "odd-block"])
+def test_cpu_sets_are_valid(kw):
+    p = KernelParams(**kw)
+    for itemsize in (4, 8):
+        assert p.problems(itemsize) == []
+        assert p.problems(itemsize, max_work_group_size=1, local_mem_size=p.local_mem_bytes(itemsize)) == []
+
+
+def test_cpu_geometry():
+    """One work-item per group, a TSM x TSN tile each; local memory holds one packed K block of A and B."""
+    p = KernelParams(**CPU)
+    assert p.local_size == (1, 1) and p.threads == 1
+    assert p.launch(96, 256) == ((4, 2), (1, 1))
+    assert p.tiles == (48, 64, 128)
+    assert p.local_mem_bytes(4) == 128 * (48 + 64) * 4 and p.local_mem_bytes(8) == 128 * (48 + 64) * 8
+    assert p.problems(8, local_mem_size=p.local_mem_bytes(8) - 1) == [
+        f"{p.local_mem_bytes(8)} bytes of local memory exceed the device's {p.local_mem_bytes(8) - 1}"]
+
+
+CPU_INVALID = {
+    "gemmk-2": (dict(CPU, GEMMK=2), "GEMMK=2 must be 0 (the GPU kernel, gemm.cl) or 1"),
+    "gemmk-negative": (dict(CPU, GEMMK=-1), "GEMMK=-1 must be a non-negative integer"),
+    "with-mma": (dict(CPU, MMA=1), "GEMMK=1 is an FMA kernel: MMA must be 0, not 1"),
+    "vwn-3": (dict(CPU, VWN=3, WPTN=48, TSN=48), "VWN=3 must be one of 1, 2, 4, 8, 16 for GEMMK=1"),
+    "vwn-32": (dict(CPU, VWN=32, WPTN=32), "VWN=32 must be one of 1, 2, 4, 8, 16 for GEMMK=1"),
+    "width": (dict(CPU, WIDTH=4),
+              "GEMMK=1 does not use WIDTH, VWM, PADA, PADB: they must be 1, 1, 0, 0 (not 4, 1, 0, 0)"),
+    "vwm": (dict(CPU, VWM=2), "(not 1, 2, 0, 0)"),
+    "pad": (dict(CPU, PADA=8, PADB=8), "(not 1, 1, 8, 8)"),
+    "wptn-vs-vwn": (dict(CPU, WPTN=12, TSN=48), "WPTN=12 must be a multiple of VWN=8"),
+    "tsm-vs-wptm": (dict(CPU, TSM=64), "TSM and TSN must be multiples of WPTM and WPTN"),
+    "tsn-vs-wptn": (dict(CPU, TSN=40), "TSM and TSN must be multiples of WPTM and WPTN"),
+}
+
+
+@pytest.mark.parametrize("kw,msg", list(CPU_INVALID.values()), ids=list(CPU_INVALID))
+def test_invalid_cpu_sets_are_reported(kw, msg):
+    problems = KernelParams(**kw).problems(4)
+    assert problems, f"{kw} passed problems()"
+    assert any(msg in p for p in problems), problems
+
+
+def test_gpu_kernel_is_the_default():
+    """GEMMK defaults to 0: every parameter set written before it existed still means the GPU kernel."""
+    assert KernelParams().GEMMK == 0
+    assert KernelParams.from_dict({"TSM": 32, "TSN": 32, "WPTM": 4, "WPTN": 4}).GEMMK == 0
+    assert KernelParams().local_size == (16, 16)

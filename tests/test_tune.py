@@ -8,6 +8,7 @@ by the test.  No test asserts on speed.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import functools
 import json
@@ -101,7 +102,43 @@ def test_candidates_thread_limits_are_parameters():
 
 def test_default_size():
     assert default_size(H100) == 4096
-    assert default_size(CPU) == 256
+    assert default_size(CPU) == 1024     # the CPU kernel's cache blocking needs more than 256 to matter
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_cpu_candidates_respect_the_restrictions(dtype):
+    from dgemm.tuning.search import CPU_ACC_BYTES, CPU_SPACE, cpu_candidates
+    itemsize = np.dtype(dtype).itemsize
+    cands = cpu_candidates(CPU, dtype)
+    assert cands and len(set(cands)) == len(cands)
+    lo, hi = CPU_ACC_BYTES
+    for p in cands:
+        assert p.GEMMK == 1 and p.threads == 1, p
+        assert p.problems(itemsize, CPU.max_work_group_size, CPU.local_mem) == [], p
+        assert lo <= p.WPTM * p.WPTN * itemsize <= hi, p
+        for f, values in CPU_SPACE.items():
+            assert getattr(p, f) in values, (f, p)
+    # the device's local memory bounds the packed blocks: a smaller one rules out the large tiles
+    small = dataclasses.replace(CPU, local_mem=32 * 1024)
+    fewer = cpu_candidates(small, dtype)
+    assert fewer and set(fewer) < set(cands)
+    assert all(p.local_mem_bytes(itemsize) <= 32 * 1024 for p in fewer)
+
+
+def test_search_space_follows_the_device_type():
+    """A CPU device searches the CPU kernel's space, a GPU the local-memory kernel's, a precision its shapes."""
+    from dgemm.tuning.search import cpu_candidates, mma_candidates, space_for
+    assert space_for(CPU, "float32") == cpu_candidates(CPU, "float32")
+    assert {p.GEMMK for p in space_for(SMALL_GPU, "float32")} == {0}
+    assert space_for(H100, "float64", "dmma") == mma_candidates(H100, "float64", "dmma")
+
+
+def test_cpu_neighbours_stay_cpu_kernels():
+    from dgemm.tuning.search import CPU_DEFAULT, neighbours
+    near = neighbours([CPU_DEFAULT], CPU, "float32")
+    assert near and CPU_DEFAULT not in near
+    assert all(p.GEMMK == 1 and p.problems(4, CPU.max_work_group_size, CPU.local_mem) == [] for p in near)
+    assert {p.TSK for p in near} >= {CPU_DEFAULT.TSK // 2, CPU_DEFAULT.TSK * 2}
 
 
 # -- the search's rules, with a stand-in bench ------------------------------------
@@ -294,7 +331,7 @@ def test_tune_refuses_a_tensor_core_precision_the_device_lacks(device, tmp_path)
 
 def test_tune_tries_earlier_winners_and_their_neighbours_first(monkeypatch, tmp_path, device, small_space):
     """``around`` (dgemm tune --around REPORT) puts earlier winners right after the current choice and defaults."""
-    from dgemm.tuning.search import earlier_winners, neighbours
+    from dgemm.tuning.search import CPU_DEFAULT, earlier_winners, neighbours
     runs = _fake_bench(monkeypatch, {})
     winner = _candidates(device.info, "float32")[5]
     report = {"dtypes": {"float32": {"top": [{"params": winner.as_dict()}]}}}
@@ -302,7 +339,8 @@ def test_tune_tries_earlier_winners_and_their_neighbours_first(monkeypatch, tmp_
     assert around == [winner]
     tune(device, "float32", size=64, budget=30, max_candidates=4, database=tmp_path / "db.json", around=around)
     current = tuning.lookup(device.info, "float32", databases(tmp_path / "none.json")).params
-    expected = list(dict.fromkeys([current, KernelParams(), winner] + neighbours([winner], device.info, "float32")))
+    default = CPU_DEFAULT if device.info.type == "CPU" else KernelParams()
+    expected = list(dict.fromkeys([current, default, winner] + neighbours([winner], device.info, "float32")))
     assert runs == expected[:4]
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from dgemm.tuning import database as tuning
@@ -175,10 +176,65 @@ def test_shipped_database_entries_are_valid():
                 itemsize = {"float32": 4, "float64": 8}[dtype.split(":")[0]]
                 assert KernelParams.from_dict(e["params"]).problems(itemsize) == [], (level, key, dtype)
                 seen += 1
-    for dtype, e in db["default"].items():
-        assert KernelParams.from_dict(e["params"]).problems({"float32": 4, "float64": 8}[dtype.split(":")[0]]) == []
-        seen += 1
+    sections = [db["default"]] + [db["default"][t] for t in DEVICE_TYPES if t in db["default"]]
+    for section in sections:
+        for dtype, e in section.items():
+            if dtype in DEVICE_TYPES:
+                continue
+            assert KernelParams.from_dict(e["params"]).problems({"float32": 4, "float64": 8}[dtype.split(":")[0]]) == []
+            seen += 1
     assert seen >= 2
+
+
+DEVICE_TYPES = ("GPU", "CPU", "ACCELERATOR", "OTHER")
+POCL = DeviceInfo(0, 0, "Portable Computing Language", "pthread-Some CPU", "GenuineIntel", "CPU", 2**34,
+                  512 * 1024, 4096, 8, True, "pocl-cpu", "3.0")
+OTHER_CPU = DeviceInfo(0, 0, "Intel(R) OpenCL", "Some Xeon", "Intel(R) Corporation", "CPU", 2**34, 32 * 1024,
+                       8192, 8, True, None, "2023")
+
+
+def test_shipped_database_gives_cpus_the_cpu_kernel_and_gpus_the_gpu_kernel():
+    """CPU devices (PoCL's, and others through the CPU defaults) get GEMMK=1; no GPU entry changed kernel."""
+    for info in (POCL, OTHER_CPU):
+        for dtype in ("float32", "float64"):
+            c = lookup(info, dtype, [("shipped", tuning.load(shipped_path()))])
+            assert c.params.GEMMK == 1, (info.name, dtype, c)
+            assert c.params.problems(np.dtype(dtype).itemsize, info.max_work_group_size, info.local_mem) == []
+    assert lookup(POCL, "float32", [("shipped", tuning.load(shipped_path()))]).level == "architecture"
+    c = lookup(OTHER_CPU, "float32", [("shipped", tuning.load(shipped_path()))])
+    assert (c.level, c.key) == ("default", "CPU")
+    db = tuning.load(shipped_path())
+    gpu_sections = [db["default"]] + [by for level in ("device", "architecture", "vendor")
+                                      for key, by in db.get(level, {}).items() if key not in ("pocl-cpu",)
+                                      and not key.startswith("pthread-")]
+    for section in gpu_sections:
+        for dtype, e in section.items():
+            if dtype not in DEVICE_TYPES:
+                assert KernelParams.from_dict(e["params"]).GEMMK == 0, (dtype, e)
+    for dtype in ("float32", "float64"):
+        assert lookup(INFO, dtype, [("shipped", db)]).params.GEMMK == 0      # a GPU without entries
+
+
+def test_device_type_defaults_come_before_the_plain_defaults():
+    cpu_p = KernelParams(GEMMK=1, TSM=24, TSN=32, TSK=64, WPTM=6, WPTN=16, VWN=8, WIDTH=1)
+    db = {"default": {"float32": entry(P["default"]), "CPU": {"float32": entry(cpu_p)}}}
+    c = lookup(OTHER_CPU, "float32", [("shipped", db)])
+    assert (c.level, c.key, c.params) == ("default", "CPU", cpu_p)
+    assert c.describe().startswith("shipped database, default entry 'CPU'")
+    c = lookup(INFO, "float32", [("shipped", db)])                          # a GPU: the plain default
+    assert (c.level, c.key, c.params) == ("default", "default", P["default"])
+    # more specific first, whichever database: the shipped type default beats a plain user default
+    user = {"default": {"float32": entry(P["vendor"])}}
+    assert lookup(OTHER_CPU, "float32", [("user", user), ("shipped", db)]).params == cpu_p
+    # and any higher level beats it
+    user = {"vendor": {"Intel": {"float32": entry(P["vendor"])}}}
+    assert lookup(OTHER_CPU, "float32", [("user", user), ("shipped", db)]).level == "vendor"
+    # an entry the device cannot run is passed over (too much local memory for this one)
+    big = KernelParams(GEMMK=1, TSM=192, TSN=256, TSK=512, WPTM=6, WPTN=16, VWN=8, WIDTH=1)
+    db["default"]["CPU"]["float32"] = entry(big)
+    assert lookup(OTHER_CPU, "float32", [("shipped", db)]).key == "default"
+    # no type section, no plain default: the built-in fallback
+    assert lookup(OTHER_CPU, "float64", [("shipped", db)]).key == "built-in"
 
 
 def test_lookup_default_reads_both_databases(tmp_path, monkeypatch):

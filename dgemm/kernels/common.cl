@@ -14,12 +14,14 @@ typedef double real;
 typedef double2 real2;
 typedef double4 real4;
 typedef double8 real8;
+typedef double16 real16;
 #define ZERO 0.0
 #else
 typedef float real;
 typedef float2 real2;
 typedef float4 real4;
 typedef float8 real8;
+typedef float16 real16;
 #define ZERO 0.0f
 #endif
 
@@ -46,6 +48,23 @@ typedef real8 realV;
 #define VSTORE vstore8
 #else
 #error "WIDTH must be 1, 2, 4 or 8"
+#endif
+
+// Work-group -> (offsetM, offsetN), optionally in bands of GROUPM tile rows so
+// that groups running together share A rows and B columns in L2.
+#if GROUPM > 0
+#define TILE_ORIGIN(offsetM, offsetN)                                           \
+    const int nx_ = get_num_groups(0), ny_ = get_num_groups(1);                 \
+    const int lin_ = get_group_id(1) * nx_ + get_group_id(0);                   \
+    const int band_ = lin_ / (GROUPM * nx_);                                    \
+    const int rows_ = min(ny_ - band_ * GROUPM, GROUPM);                        \
+    const int within_ = lin_ - band_ * (GROUPM * nx_);                          \
+    const int offsetM = TSM * (band_ * GROUPM + within_ % rows_);               \
+    const int offsetN = TSN * (within_ / rows_)
+#else
+#define TILE_ORIGIN(offsetM, offsetN)                                           \
+    const int offsetN = TSN * get_group_id(0);                                  \
+    const int offsetM = TSM * get_group_id(1)
 #endif
 
 #endif  // DGEMM_COMMON_CL

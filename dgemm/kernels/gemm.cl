@@ -28,7 +28,11 @@
 #ifndef MMA
 #define MMA 0
 #endif
-#if MMA == 0  // the FMA kernel; gemm_dmma.cl holds the tensor-core one
+#ifndef GEMMK
+#define GEMMK 0
+#endif
+// the FMA kernel; gemm_dmma.cl holds the tensor-core one, gemm_cpu.cl the one without local memory (GEMMK=1)
+#if MMA == 0 && GEMMK == 0
 
 #ifndef TSM
 #define TSM 64
@@ -178,4 +182,4 @@ void gemm(const int M, const int N, const int K,
     }
 }
 
-#endif  // MMA == 0
+#endif  // MMA == 0 && GEMMK == 0

@@ -77,21 +77,6 @@
         for (int l = 0; l < LPTB; l++) VSTORE(rb[l], 0, (Bs) + lb[l]);          \
     } while (0)
 
-// Work-group -> (offsetM, offsetN), optionally in bands of GROUPM tile rows so
-// that groups running together share A rows and B columns in L2.
-#if GROUPM > 0
-#define TILE_ORIGIN(offsetM, offsetN)                                           \
-    const int nx_ = get_num_groups(0), ny_ = get_num_groups(1);                 \
-    const int lin_ = get_group_id(1) * nx_ + get_group_id(0);                   \
-    const int band_ = lin_ / (GROUPM * nx_);                                    \
-    const int rows_ = min(ny_ - band_ * GROUPM, GROUPM);                        \
-    const int within_ = lin_ - band_ * (GROUPM * nx_);                          \
-    const int offsetM = TSM * (band_ * GROUPM + within_ % rows_);               \
-    const int offsetN = TSN * (within_ / rows_)
-#else
-#define TILE_ORIGIN(offsetM, offsetN)                                           \
-    const int offsetN = TSN * get_group_id(0);                                  \
-    const int offsetM = TSM * get_group_id(1)
-#endif
+// TILE_ORIGIN (the work-group's corner of C) is in common.cl: gemm_cpu.cl uses it too.
 
 #endif  // DGEMM_TILE_LOADS_CL

@@ -8,9 +8,10 @@ from __future__ import annotations
 import importlib.resources
 from pathlib import Path
 
-KERNEL_FILES = ("common.cl", "tile_loads.cl", "gemm.cl", "gemm_dmma.cl", "padding.cl", "transpose.cl")
+KERNEL_FILES = ("common.cl", "tile_loads.cl", "gemm.cl", "gemm_cpu.cl", "gemm_dmma.cl", "padding.cl",
+                "transpose.cl")
 # The translation units of the device program (the others are included by them).
-PROGRAM_FILES = ("gemm.cl", "gemm_dmma.cl", "padding.cl", "transpose.cl")
+PROGRAM_FILES = ("gemm.cl", "gemm_cpu.cl", "gemm_dmma.cl", "padding.cl", "transpose.cl")
 
 
 def kernel_dir() -> Path:

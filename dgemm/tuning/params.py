@@ -1,8 +1,9 @@
 """Tuning parameters of the GEMM kernel and the rules they must obey.
 
-The kernel (``kernels/gemm.cl``) takes these as ``-D`` macros.  Any set that
-passes :meth:`KernelParams.problems` must give correct results; which set is
-fastest is a question for the tuner and the tuning database.
+The kernels (``kernels/gemm.cl``, ``gemm_cpu.cl``, ``gemm_dmma.cl``) take
+these as ``-D`` macros.  Any set that passes :meth:`KernelParams.problems`
+must give correct results; which set is fastest is a question for the tuner
+and the tuning database.
 """
 from __future__ import annotations
 
@@ -60,7 +61,10 @@ def min_compute_capability(precision: str) -> int:
 
 
 _FIELDS = ("TSM", "TSN", "TSK", "WPTM", "WPTN", "WIDTH", "VWM", "VWN", "PADA", "PADB", "GROUPM",
-           "MMA", "WARPSM", "WARPSN")
+           "MMA", "WARPSM", "WARPSN", "GEMMK")
+
+# Vector widths along N the GEMMK=1 kernel accepts (OpenCL vectors of 16 are two AVX registers).
+CPU_VWN = (1, 2, 4, 8, 16)
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,16 @@ class KernelParams:
         work-group is WARPSM x WARPSN warps.
     WARPSM, WARPSN : int
         Warps of an MMA work-group along M and N.
+    GEMMK : int
+        Which FMA kernel (the name is CLBlast's): 0 is the GPU kernel above
+        (``gemm.cl``: work-groups sharing tiles through local memory).  1 is
+        the CPU kernel (``gemm_cpu.cl``): one work-item per work-group, no
+        barrier, computing a TSM x TSN tile of C; for each K block of depth
+        TSK it packs that block of A and B into contiguous panels (in local
+        memory, which on a CPU is plain memory) and runs a WPTM x WPTN
+        register block over them, in vectors of VWN (1, 2, 4, 8 or 16) along
+        N.  WIDTH, VWM, PADA and PADB are unused there (WIDTH and VWM must be
+        1 and the pads 0, so that equal kernels have equal parameters).
 
     Examples
     --------
@@ -102,6 +116,9 @@ class KernelParams:
     ((16, 16), 256)
     >>> p.problems(itemsize=4)
     []
+    >>> cpu = KernelParams(TSM=48, TSN=64, TSK=128, WPTM=6, WPTN=16, WIDTH=1, VWN=8, GEMMK=1)
+    >>> cpu.local_size, cpu.local_mem_bytes(4), cpu.problems(itemsize=4)
+    ((1, 1), 57344, [])
     """
 
     TSM: int = 64
@@ -118,12 +135,15 @@ class KernelParams:
     MMA: int = 0
     WARPSM: int = 2
     WARPSN: int = 2
+    GEMMK: int = 0
 
     @property
     def local_size(self) -> tuple[int, int]:
         """Work-group shape (along N, along M), as the kernel requires."""
         if self.MMA:
             return (32 * self.WARPSN, self.WARPSM)
+        if self.GEMMK:
+            return (1, 1)
         return (self.TSN // self.WPTN, self.TSM // self.WPTM)
 
     @property
@@ -147,7 +167,12 @@ class KernelParams:
         return (self.TSM, self.TSN, self.TSK)
 
     def local_mem_bytes(self, itemsize: int) -> int:
-        """Local memory of one work-group: two (double-buffered) tiles each of A and B."""
+        """Local memory of one work-group: two (double-buffered) tiles each of A and B.
+
+        GEMMK=1: one packed TSK-deep block of A and of B.
+        """
+        if self.GEMMK and not self.MMA:
+            return self.TSK * (self.TSM + self.TSN) * itemsize
         return 2 * self.TSK * (self.TSM + self.PADA + self.TSN + self.PADB) * itemsize
 
     def problems(self, itemsize: int, max_work_group_size: int | None = None,
@@ -156,15 +181,35 @@ class KernelParams:
         out = []
         for f in _FIELDS:
             v = getattr(self, f)
-            zero_ok = f.startswith("PAD") or f in ("GROUPM", "MMA")
+            zero_ok = f.startswith("PAD") or f in ("GROUPM", "MMA", "GEMMK")
             if not isinstance(v, int) or v < (0 if zero_ok else 1):
                 out.append(f"{f}={v!r} must be a {'non-negative' if zero_ok else 'positive'} integer")
         if out:
             return out
+        if self.GEMMK not in (0, 1):
+            return [f"GEMMK={self.GEMMK} must be 0 (the GPU kernel, gemm.cl) or 1 (the CPU kernel, gemm_cpu.cl)"]
+        if self.GEMMK and self.MMA:
+            return [f"GEMMK=1 is an FMA kernel: MMA must be 0, not {self.MMA}"]
+        if self.GEMMK:
+            return self._cpu_problems() + self._limits(itemsize, max_work_group_size, local_mem_size)
         out = self._mma_problems(itemsize) if self.MMA else self._fma_problems()
         if out and self.MMA and out[0].startswith("MMA="):
             return out
         return out + self._shared_problems(itemsize, max_work_group_size, local_mem_size, bool(out))
+
+    def _cpu_problems(self) -> list[str]:
+        """Rules of the GEMMK=1 kernel (gemm_cpu.cl)."""
+        out = []
+        if self.VWN not in CPU_VWN:
+            out.append(f"VWN={self.VWN} must be one of {', '.join(map(str, CPU_VWN))} for GEMMK=1")
+        if self.WIDTH != 1 or self.VWM != 1 or self.PADA or self.PADB:
+            out.append(f"GEMMK=1 does not use WIDTH, VWM, PADA, PADB: they must be 1, 1, 0, 0 (not {self.WIDTH}, "
+                       f"{self.VWM}, {self.PADA}, {self.PADB})")
+        if self.WPTN % self.VWN:
+            out.append(f"WPTN={self.WPTN} must be a multiple of VWN={self.VWN}")
+        if self.TSM % self.WPTM or self.TSN % self.WPTN:
+            out.append("TSM and TSN must be multiples of WPTM and WPTN")
+        return out
 
     def _fma_problems(self) -> list[str]:
         out = []
@@ -192,6 +237,11 @@ class KernelParams:
                 if (self.TSK * ts // self.WIDTH) % self.threads:
                     out.append(f"the {name} tile ({self.TSK}x{ts}, vectors of {self.WIDTH}) does not split "
                                f"evenly over {self.threads} work-items")
+        return out + self._limits(itemsize, max_work_group_size, local_mem_size)
+
+    def _limits(self, itemsize, max_work_group_size, local_mem_size) -> list[str]:
+        """The device's limits: work-items per group and local memory."""
+        out = []
         if max_work_group_size is not None and self.threads > max_work_group_size:
             out.append(f"{self.threads} work-items per group exceed the device's {max_work_group_size}")
         if local_mem_size is not None and self.local_mem_bytes(itemsize) > local_mem_size:

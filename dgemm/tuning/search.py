@@ -23,7 +23,7 @@ import numpy as np
 from dgemm.dtypes import check_precision
 from dgemm.opencl.device import Device
 from dgemm.tuning.database import Choice
-from dgemm.tuning.params import KernelParams, min_compute_capability, mma_values
+from dgemm.tuning.params import CPU_VWN, KernelParams, min_compute_capability, mma_values
 from dgemm.tuning.timing import KernelBench, Timing
 
 SPACE = {
@@ -67,6 +67,56 @@ def candidates(device_info, dtype, *, min_threads: int = 64, max_threads: int = 
     return out
 
 
+# The CPU kernel's space (GEMMK=1, kernels/gemm_cpu.cl): the C tile of a work-item, the depth of its
+# packed K blocks, the register block and its vector width, the work-group order.
+CPU_SPACE = {
+    "TSM": (24, 48, 96, 192),
+    "TSN": (32, 64, 128, 256),
+    "TSK": (64, 128, 256, 512),
+    "WPTM": (2, 4, 6, 8, 12),
+    "WPTN": (4, 8, 16, 32),
+    "VWN": (4, 8, 16),
+    "GROUPM": (0, 8),
+}
+# The CPU kernel's first candidate in a search on a CPU device, after the database's choice: a BLAS
+# micro-kernel's 6 x 16 register block (tuning.json's float32 default for CPU devices).
+CPU_DEFAULT = KernelParams(GEMMK=1, TSM=48, TSN=64, TSK=64, WPTM=6, WPTN=16, VWN=8, WIDTH=1)
+# Bytes of accumulators in a CPU register block: 12 AVX registers is 384 (6 x 16 floats); AVX-512
+# has room for more, and a block that spills loses to the others.
+CPU_ACC_BYTES = (128, 1024)
+
+
+def cpu_candidates(device_info, dtype) -> list[KernelParams]:
+    """Every parameter set of :data:`CPU_SPACE` that the device can run and that is worth timing.
+
+    Restrictions: the kernel's rules (:meth:`KernelParams.problems`, among
+    them that the packed blocks fit the device's local memory) and
+    :data:`CPU_ACC_BYTES` of accumulators per work-item.
+    """
+    itemsize = np.dtype(dtype).itemsize
+    lo, hi = CPU_ACC_BYTES
+    out = []
+    for tsm, tsn, tsk, wm, wn, vwn, gm in itertools.product(*CPU_SPACE.values()):
+        if not (lo <= wm * wn * itemsize <= hi) or vwn not in CPU_VWN:
+            continue
+        p = KernelParams(GEMMK=1, TSM=tsm, TSN=tsn, TSK=tsk, WPTM=wm, WPTN=wn, VWN=vwn, WIDTH=1, VWM=1,
+                         GROUPM=gm)
+        if p.problems(itemsize, device_info.max_work_group_size, device_info.local_mem):
+            continue
+        out.append(p)
+    return out
+
+
+def space_for(device_info, dtype, precision: str | None = None) -> list[KernelParams]:
+    """The space :func:`search` draws from: tensor-core shapes for a named precision, the CPU
+    kernel's on a CPU device, else the GPU FMA kernel's."""
+    if precision not in (None, "fma"):
+        return mma_candidates(device_info, dtype, precision)
+    if device_info.type == "CPU":
+        return cpu_candidates(device_info, dtype)
+    return candidates(device_info, dtype)
+
+
 def mma_candidates(device_info, dtype, precision: str) -> list[KernelParams]:
     """The tensor-core kernels' space: instruction shape, tile, warps, grouping.
 
@@ -104,11 +154,18 @@ def neighbours(params: list[KernelParams], device_info, dtype) -> list[KernelPar
     """Variants of good parameter sets: vector widths, local padding, TSK and group order.
 
     Used to focus a search around earlier winners before sampling the rest
-    of the space.
+    of the space.  A CPU kernel's set (GEMMK=1) varies its tile, K depth,
+    vector width and group order instead.
     """
     itemsize = np.dtype(dtype).itemsize
     out: list[KernelParams] = []
     for p in params:
+        if p.GEMMK:
+            variants = _cpu_neighbours(p)
+            for q in variants:
+                if q not in out and not q.problems(itemsize, device_info.max_work_group_size, device_info.local_mem):
+                    out.append(q)
+            continue
         variants = [dataclasses.replace(p, WIDTH=w, VWM=vwm, VWN=vwn,
                                         PADA=math.lcm(w, vwm) if pad else 0, PADB=math.lcm(w, vwn) if pad else 0)
                     for w, vwm, vwn, pad in itertools.product((1, 2, 4), (1, 2, 4), (1, 2, 4), (False, True))]
@@ -120,6 +177,17 @@ def neighbours(params: list[KernelParams], device_info, dtype) -> list[KernelPar
     return out
 
 
+def _cpu_neighbours(p: KernelParams) -> list[KernelParams]:
+    """Variants of a CPU kernel's parameters: half and twice its tile and K depth, other vector widths."""
+    out = [dataclasses.replace(p, TSM=p.TSM * 2), dataclasses.replace(p, TSN=p.TSN * 2)]
+    out += [dataclasses.replace(p, TSM=p.TSM // 2)] if p.TSM % (2 * p.WPTM) == 0 else []
+    out += [dataclasses.replace(p, TSN=p.TSN // 2)] if p.TSN % (2 * p.WPTN) == 0 else []
+    out += [dataclasses.replace(p, TSK=t) for t in (p.TSK // 2, p.TSK * 2) if t >= 1]
+    out += [dataclasses.replace(p, VWN=v) for v in CPU_VWN if v != p.VWN]
+    out += [dataclasses.replace(p, GROUPM=g) for g in (0, 8) if g != p.GROUPM]
+    return out
+
+
 def search(device: Device, dtype, *, size: int = 4096, budget: float = 60.0, seed: int = 0,
            first: list[KernelParams] | None = None, max_candidates: int | None = None,
            report: Callable[[int, int, Timing | None, Timing | None, str], None] | None = None,
@@ -127,13 +195,12 @@ def search(device: Device, dtype, *, size: int = 4096, budget: float = 60.0, see
     """Random search within ``budget`` seconds; returns the best correct timing and all results.
 
     ``first`` candidates (e.g. the current database entry and the defaults)
-    are tried before the random ones.  ``precision`` names a tensor-core
-    space (:func:`mma_candidates`) instead of the FMA kernel's.
+    are tried before the random ones.  The space is :func:`space_for`'s:
+    ``precision`` names a tensor-core space (:func:`mma_candidates`), a CPU
+    device searches the CPU kernel's (:func:`cpu_candidates`), others the
+    GPU FMA kernel's (:func:`candidates`).
     """
-    if precision not in (None, "fma"):
-        space = mma_candidates(device.info, dtype, precision)
-    else:
-        space = candidates(device.info, dtype)
+    space = space_for(device.info, dtype, precision)
     rng = random.Random(seed)
     rng.shuffle(space)
     order = list(first or []) + [p for p in space if p not in (first or [])]
@@ -162,11 +229,13 @@ def search(device: Device, dtype, *, size: int = 4096, budget: float = 60.0, see
 
 # -- tune and store ---------------------------------------------------------------
 TUNE_GPU_SIZE = 4096
-TUNE_CPU_SIZE = 256     # a CPU device is slow to build for and to run
+# A CPU device is slower: 1024^3 takes 0.05-0.2 s with the CPU kernel, and is large enough for its
+# cache blocking to matter (a 256 product fits in L2 whatever the parameters).
+TUNE_CPU_SIZE = 1024
 
 
 def default_size(info) -> int:
-    """Side of the product the tuner times: 4096, or 256 on a CPU device (slow to build and run)."""
+    """Side of the product the tuner times: 4096, or 1024 on a CPU device."""
     return TUNE_CPU_SIZE if info.type == "CPU" else TUNE_GPU_SIZE
 
 
@@ -240,10 +309,11 @@ def tune(device: Device, dtype, *, size: int | None = None, budget: float = 60.0
          precision: str | None = None, around: list[KernelParams] | None = None) -> TuneOutcome:
     """Search (:func:`search`) and store the best correct candidate as this device's entry.
 
-    The current choice of the database and the kernel's defaults are tried
-    first, then ``around`` (earlier winners, e.g. :func:`earlier_winners`)
-    and their :func:`neighbours`, then the rest of the space in random
-    order.  The entry goes to the user database (``database`` instead when
+    The current choice of the database and the kernel's defaults
+    (:data:`CPU_DEFAULT` on a CPU device) are tried first, then ``around``
+    (earlier winners, e.g. :func:`earlier_winners`) and their
+    :func:`neighbours`, then the rest of the space (:func:`space_for`) in
+    random order.  The entry goes to the user database (``database`` instead when
     given) with its provenance: TFLOPS and size of the timed product, date,
     dgemm version and driver.  Nothing is stored when no candidate was correct.
     """
@@ -264,7 +334,8 @@ def tune(device: Device, dtype, *, size: int | None = None, budget: float = 60.0
                          f">= {need // 10}.{need % 10})")
     current = tuning.lookup(info, dtype, databases(database), precision=precision).params
     around = list(around or [])
-    first = [p for p in dict.fromkeys([current] + ([] if mma else [KernelParams()]) + around
+    default = [] if mma else [CPU_DEFAULT if info.type == "CPU" else KernelParams()]
+    first = [p for p in dict.fromkeys([current] + default + around
                                       + neighbours(around, info, dtype))
              if p.precision == (precision or "fma")
              and not p.problems(itemsize, info.max_work_group_size, info.local_mem)]
