@@ -19,7 +19,7 @@ from dgemm.dtypes import ALL_PRECISIONS, DTYPES
 @click.option("--budget", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
               help="Seconds of each search (the candidate under way when it runs out finishes).")
 @click.option("--size", type=click.IntRange(min=1), default=None,
-              help="Side of the timed product (default: 4096 on a GPU, 256 on a CPU device).")
+              help="Side of the timed product (default: 4096 on a GPU, 1024 on a CPU device).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the search order and inputs.")
 @click.option("--max-candidates", type=click.IntRange(min=1), default=None,
               help="Try at most this many candidates per search (default: as many as the budget allows).")
