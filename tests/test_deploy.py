@@ -158,6 +158,18 @@ def test_jobqueue_command_checks_the_operands_before_submitting(jobqueue, tmp_pa
     r = CliRunner().invoke(cli, ["jobqueue", "slurm", str(tmp_path / "missing.zarr"), str(tmp_path / "b.zarr"),
                                  str(tmp_path / "c.zarr")])
     assert r.exit_code != 0 and "missing.zarr" in r.output, r.output
+    # inputs that fit, but an output that is already there (and no --overwrite): refused, and left as it was
+    import numpy as np
+    import zarr
+
+    rng = np.random.default_rng()
+    for name, shape in (("a.zarr", (8, 6)), ("b.zarr", (6, 4)), ("c.zarr", (8, 4))):
+        arr = zarr.create_array(store=str(tmp_path / name), shape=shape, chunks=shape, dtype="float64")
+        arr[...] = rng.standard_normal(shape)
+    before = zarr.open_array(str(tmp_path / "c.zarr"), mode="r")[...]
+    r = CliRunner().invoke(cli, ["jobqueue", "slurm", *(str(tmp_path / n) for n in ("a.zarr", "b.zarr", "c.zarr"))])
+    assert r.exit_code == 2 and "c.zarr" in r.output and "overwrite" in r.output, r.output
+    assert (zarr.open_array(str(tmp_path / "c.zarr"), mode="r")[...] == before).all()
 
 
 def test_pbs_memory_is_never_less_than_asked():
@@ -205,6 +217,97 @@ def test_recipe_cluster_has_dgemms_scheduler(jobqueue, name):
         assert cluster.scheduler_address.startswith("tcp://127.0.0.1:")
     finally:
         cluster.close()
+
+
+FAKE_SBATCH = """#!/bin/sh
+if [ -n "$DGEMM_TEST_REFUSE" ]; then
+  echo "sbatch: error: invalid partition specified: $DGEMM_TEST_REFUSE" >&2
+  echo "sbatch: error: Batch job submission failed: Invalid partition name specified" >&2
+  exit 1
+fi
+n=$(cat "$DGEMM_TEST_BATCH/count" 2>/dev/null || echo 100)
+n=$((n + 1))
+echo $n > "$DGEMM_TEST_BATCH/count"
+echo "Submitted batch job $n"
+"""
+
+
+@pytest.fixture
+def fake_slurm(tmp_path, monkeypatch):
+    """``sbatch`` and ``scancel`` stand-ins first on PATH: sbatch numbers the jobs (or refuses them while
+    DGEMM_TEST_REFUSE names a partition), scancel notes the ids it is given; no job runs."""
+    import os
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text(FAKE_SBATCH)
+    (bin_dir / "scancel").write_text('#!/bin/sh\necho "$@" >> "$DGEMM_TEST_BATCH/cancelled"\n')
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("DGEMM_TEST_BATCH", str(tmp_path))
+    return tmp_path
+
+
+def test_submit_turns_a_refused_job_into_one_line(jobqueue, fake_slurm, monkeypatch):
+    """A job sbatch refuses: :func:`submit` says what sbatch said, at once; the cluster stays usable and closes."""
+    from dgemm.deploy.jobqueue import SubmissionError, submit
+
+    cluster = load("slurm").cluster(gpus_per_node=2, cores=2, memory="2GB", interface="lo",
+                                    scheduler_options={"dashboard_address": "127.0.0.1:0"})
+    with cluster:
+        monkeypatch.setenv("DGEMM_TEST_REFUSE", "nosuch")
+        with pytest.raises(SubmissionError) as refused:
+            submit(cluster, 2)
+        assert str(refused.value).startswith("sbatch refused the job (exit status 1): sbatch: error: invalid "
+                                             "partition specified: nosuch"), refused.value
+        assert "\n" not in str(refused.value) and not cluster.worker_spec and not cluster.workers
+        monkeypatch.delenv("DGEMM_TEST_REFUSE")
+        submit(cluster, 1)                        # the same cluster, the partition right: the job is taken
+        assert [job.job_id for job in cluster.workers.values()] == ["101"]
+    assert (fake_slurm / "cancelled").read_text().split() == ["101"]     # closing the cluster cancelled it
+
+
+def test_scaling_down_gives_up_jobs_without_workers_first(jobqueue, fake_slurm):
+    """Several workers per job (<job>-0, <job>-1): scaling down gives up the jobs none of whose workers are
+    there (queued, or ended by scancel) and keeps those whose workers run (distributed alone keeps any two of
+    the six: these two once in 15)."""
+    import time
+
+    from distributed import Worker
+
+    from dgemm.deploy.jobqueue import submit
+
+    cluster = load("slurm").cluster(gpus_per_node=2, cores=2, memory="2GB", interface="lo",
+                                    scheduler_options={"dashboard_address": "127.0.0.1:0"})
+    with cluster:
+        submit(cluster, 6)
+        names = list(cluster.worker_spec)
+        live = [names[1], names[4]]      # neither the oldest nor the newest: the order alone cannot pick them
+
+        async def join():        # the live jobs' workers, two each, as their dgemm worker would start them
+            return [await Worker(cluster.scheduler_address, name=f"{job}-{i}", nthreads=1)
+                    for job in live for i in range(2)]
+        workers = cluster.sync(join)
+        try:
+            deadline = time.monotonic() + 30
+            while len(cluster.scheduler_info["workers"]) < 4:
+                assert time.monotonic() < deadline, cluster.scheduler_info
+                time.sleep(0.1)
+            ids = {name: job.job_id for name, job in cluster.workers.items()}
+            cluster.scale(jobs=2)
+            assert sorted(cluster.worker_spec) == sorted(live)
+            deadline = time.monotonic() + 30
+            while set(cluster.workers) != set(live):
+                assert time.monotonic() < deadline, cluster.workers
+                time.sleep(0.1)
+            cancelled = (fake_slurm / "cancelled").read_text().split()
+            assert sorted(cancelled) == sorted(ids[n] for n in names if n not in live), (cancelled, ids)
+        finally:
+            async def leave():
+                for w in workers:
+                    await w.close()
+            cluster.sync(leave)
 
 
 def test_recipes_are_no_longer_scripts_in_deploy():

@@ -5,8 +5,9 @@ The ``slurm`` fixture writes a ``slurm.conf`` into a temporary folder and runs
 test's child processes on 127.0.0.1, stopped at the end.  The node declares
 four GPUs as SLURM's ``gres/gpu`` (placeholder files: SLURM counts and hands
 them out, nothing opens them), so the recipes' ``--gres=gpu:G`` requests are
-scheduled as on a GPU cluster; the workers run on the PoCL CPU device
-(``--devices cpu``).
+scheduled as on a GPU cluster; each job runs two workers, as a GPU node runs
+one per GPU (``--gpus-per-node 2``), both on the PoCL CPU device (``--devices
+cpu,cpu``).
 
 Every job runs in a working folder of its own (``--chdir``) that holds decoy
 arrays named like the client's, with a temporary folder of its own and none of
@@ -17,8 +18,10 @@ result, or none.
 The README's "Clusters" commands are run verbatim, with this one-node
 cluster's sizes appended (the last value of an option wins).  Then, as its
 Python recipe: scale up, a job cancelled (``scancel``) in the middle of a
-product (nothing lost, as with a killed worker), scale down.  The jobs
-``squeue`` listed are printed and kept in ``test-artifacts/slurm.log``.
+product (nothing lost, as with a killed worker), scale down; and a job sbatch
+refuses, which must end the command at once.  The jobs ``squeue`` listed are
+printed and kept in ``test-artifacts/slurm.log``.  Every wait has a deadline,
+and every test's jobs are cancelled at its end, so one failure stays one.
 """
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
@@ -62,10 +66,13 @@ pytestmark = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _free_ports(n: int) -> list[int]:
+    """``n`` distinct free ports: every socket stays bound until all are picked, so none is picked twice."""
+    with ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
 
 
 def _wait_for(cond, timeout: float, what: str, every: float = 0.2):
@@ -148,6 +155,18 @@ class Slurm:
     def daemon_logs(self) -> str:
         return "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(self.base.glob("*.log")))
 
+    def drain(self, timeout: float = 60) -> bool:
+        """Cancel every job and wait (at most ``timeout`` s) until squeue lists none; False, logged, if some stay."""
+        self.run("scancel", "--full", "-u", "root", check=False)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            left = self.run("squeue", "-h", "-o", "%i %T", check=False)
+            if left.returncode == 0 and not left.stdout.strip():
+                return True
+            time.sleep(0.5)
+        self.log(f"jobs still listed {timeout:g} s after scancel:\n{left.stdout.rstrip()}")
+        return False
+
 
 @pytest.fixture(scope="module")
 def slurm():
@@ -167,7 +186,8 @@ def slurm():
     for g in gpus:
         g.touch()
     conf = base / "slurm.conf"
-    conf.write_text(SLURM_CONF.format(host=host, base=base, node=NODE, ctld_port=_free_port(), d_port=_free_port()))
+    ctld_port, d_port = _free_ports(2)
+    conf.write_text(SLURM_CONF.format(host=host, base=base, node=NODE, ctld_port=ctld_port, d_port=d_port))
     (base / "gres.conf").write_text(f"NodeName={NODE} Name=gpu File={base}/gpu[0-3]\n")
     env = {**os.environ, "SLURM_CONF": str(conf), "PATH": SBIN}
     ARTIFACTS.mkdir(exist_ok=True)
@@ -212,7 +232,7 @@ def slurm():
         yield cluster
     finally:
         if procs and procs[-1][0] == "slurmd" and procs[-1][1].poll() is None:
-            cluster.run("scancel", "--full", "-u", "root", check=False)
+            cluster.drain()       # slurmd ends the jobs' processes: stopped before it, none is left behind
         for name, p, out in reversed(procs):
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
@@ -246,12 +266,20 @@ def folders(tmp_path, slurm, monkeypatch):
     finally:
         if any(True for _ in node.glob("slurm-*.out")):
             slurm.log(f"job outputs in {node}:\n{slurm.job_outputs(node)}")
+        # a failed test's jobs would hold the node's GPUs and fail the next test too
+        slurm.drain()
+
+
+# Workers per job: several, as on a GPU node (jobqueue's processes > 1: workers <job>-0, <job>-1), each on
+# the CPU device.
+PER_JOB = 2
 
 
 def one_node(node: Path) -> dict:
-    """What this one-node cluster adds to the recipe: small jobs on the CPU device, in their own folder and
-    environment (the prologue: a node's own temporary folder, and the tests' hermetic tuning database)."""
-    return dict(gpus_per_node=1, cores=2, memory="2GB", partition="debug", devices="cpu",
+    """What this one-node cluster adds to the recipe: small jobs of PER_JOB workers on the CPU device, in their
+    own folder and environment (the prologue: a node's own temporary folder, the tests' hermetic tuning database)."""
+    return dict(gpus_per_node=PER_JOB, cores=PER_JOB, memory="4GB", partition="debug",
+                devices=",".join(["cpu"] * PER_JOB),
                 extra_directives=[f"--chdir={node}", "--export=NONE"],
                 prologue=[f"export TMPDIR={node / 'tmp'}",
                           f"export DGEMM_TUNING_DB={shlex.quote(os.environ['DGEMM_TUNING_DB'])}"])
@@ -261,7 +289,7 @@ def as_flags(values: dict) -> list[str]:
     """:func:`one_node`'s values as ``dgemm jobqueue slurm`` options."""
     flags = ["--gpus-per-node", str(values["gpus_per_node"]), "--cores", str(values["cores"]),
              "--memory", values["memory"], "--partition", values["partition"], "--devices", values["devices"],
-             "--interface", "lo"]
+             "--interface", "lo", "--timeout", "120"]
     flags += [f"--directive={d}" for d in values["extra_directives"]]
     for line in values["prologue"]:
         flags += ["--prologue", line]
@@ -307,7 +335,8 @@ def test_readme_cluster_guide_runs_on_slurm(slurm, folders, rng):
             r = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
             assert r.returncode == 0, r.stdout + r.stderr
             script = r.stdout
-            assert "#SBATCH --gres=gpu:1" in script and "-m dgemm worker tcp://SCHEDULER:8786" in script, script
+            assert f"#SBATCH --gres=gpu:{PER_JOB}" in script, script
+            assert "-m dgemm worker tcp://SCHEDULER:8786" in script, script
             (client_dir / "job.sh").write_text(script)
             # the real controller accepts the job as written (and places it on the node's GPUs), without running it
             test = slurm.run("sbatch", "--test-only", str(client_dir / "job.sh"), check=False)
@@ -327,15 +356,32 @@ def test_readme_cluster_guide_runs_on_slurm(slurm, folders, rng):
     assert not (node / "c.zarr").exists()
 
 
-def _run_watching_the_queue(slurm: Slurm, args: list[str], env: dict) -> list[list]:
-    """Run ``dgemm jobqueue slurm A B OUT ...`` to its end, logging squeue while its jobs run."""
+@contextmanager
+def _running(args: list[str], env: dict | None = None):
+    """``args`` started, its output (stdout and stderr) collected by a thread; killed if still running at the end.
+
+    Yields the process and the list its output lines go to.
+    """
     proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     output: list[str] = []
     reader = threading.Thread(target=lambda: output.extend(proc.stdout), daemon=True)
     reader.start()
-    seen, logged = [], 0
     try:
-        while proc.poll() is None:
+        yield proc, output
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        reader.join(10)
+
+
+def _run_watching_the_queue(slurm: Slurm, args: list[str], env: dict, timeout: float = 300) -> list[list]:
+    """Run ``dgemm jobqueue slurm A B OUT ...`` to its end (at most ``timeout`` s), logging squeue while its jobs
+    run."""
+    deadline = time.monotonic() + timeout
+    seen, logged = [], 0
+    with _running(args, env) as (proc, output):
+        while proc.poll() is None and time.monotonic() < deadline:
             jobs = slurm.jobs()
             running = [j for j in jobs if j[2] == "RUNNING"]
             if len(running) > logged:       # each time more of its jobs run
@@ -343,15 +389,13 @@ def _run_watching_the_queue(slurm: Slurm, args: list[str], env: dict) -> list[li
                 logged = len(running)
             seen.append(jobs)
             time.sleep(0.5)
-        proc.wait(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        reader.join(10)
+        status = proc.poll()
     text = "".join(output)
     slurm.log(f"dgemm jobqueue slurm said:\n{text.rstrip()[-2000:]}")
-    assert proc.returncode == 0, text
-    assert "2 workers joined" in text and "written to: c.zarr" in text, text
+    assert status is not None, f"still running after {timeout:g} s (killed); squeue listed {seen[-1:]}:\n{text}"
+    assert status == 0, text
+    workers = 2 * PER_JOB
+    assert f"{workers} workers joined" in text and "written to: c.zarr" in text, text
     return seen
 
 
@@ -361,35 +405,57 @@ def test_jobqueue_command_keeps_the_cluster_until_sigterm(slurm, folders, rng):
 
     client_dir, node = folders
     sf = client_dir / "sched.json"
-    proc = subprocess.Popen([sys.executable, "-m", "dgemm", "jobqueue", "slurm", "--jobs", "1", "--scheduler-file",
-                             "sched.json", *as_flags(one_node(node))],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    output: list[str] = []
-    reader = threading.Thread(target=lambda: output.extend(proc.stdout), daemon=True)
-    reader.start()
-    try:
+    with _running([sys.executable, "-m", "dgemm", "jobqueue", "slurm", "--jobs", "1", "--scheduler-file",
+                   "sched.json", *as_flags(one_node(node))]) as (proc, output):
         _wait_for(lambda: (sf.exists() and sf.read_text().strip()) or proc.poll() is not None, 60, "the scheduler file")
         assert proc.poll() is None, "".join(output)
         A, B = randn(rng, (96, 64)), randn(rng, (64, 80))
         zarr_in("a.zarr", A, (32, 64))
         zarr_in("b.zarr", B, (64, 40))
         with Client(scheduler_file=str(sf), timeout="30s", set_as_default=False) as client:
-            client.wait_for_workers(1, timeout=120)
+            client.wait_for_workers(PER_JOB, timeout=120)
             assert len(slurm.show("dgemm jobqueue slurm --jobs 1, serving")) == 1
             check_product(dgemm.matmul("a.zarr", "b.zarr", out="c.zarr", client=client)[...], A, B, dtype="float64")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0, "".join(output)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        reader.join(10)
     text = "".join(output)
     slurm.log(f"dgemm jobqueue slurm (serving) said:\n{text.rstrip()[-1500:]}")
     assert "scheduler: tcp://127.0.0.1:" in text and "press Ctrl-C to stop" in text, text
     _wait_for(lambda: not slurm.jobs(), 60, "its job to be cancelled")
 
 
+def test_a_refused_job_ends_the_command_at_once(slurm, folders, rng):
+    """A job sbatch refuses (no such partition): one line with what sbatch said, exit status 1, nothing queued.
+
+    Without A B OUT the command would otherwise serve forever, with them wait
+    --timeout for workers that never come: the subprocess's limit fails it.
+    """
+    client_dir, node = folders
+    zarr_in("a.zarr", randn(rng, (64, 48)), (32, 48))
+    zarr_in("b.zarr", randn(rng, (48, 32)), (48, 32))
+    for operands in ([], ["a.zarr", "b.zarr", "c.zarr"]):
+        args = [sys.executable, "-m", "dgemm", "jobqueue", "slurm", *operands, "--jobs", "2",
+                *as_flags(one_node(node)), "--partition", "nosuch"]
+        r = subprocess.run(args, capture_output=True, text=True, timeout=90)
+        slurm.log(f"$ dgemm jobqueue slurm {shlex.join(operands)} ... --partition nosuch: exit status {r.returncode}\n"
+                  f"{r.stderr.rstrip()}")
+        errors = [ln for ln in r.stderr.splitlines() if ln.startswith("Error:")]
+        assert r.returncode == 1 and "Traceback" not in r.stderr and len(errors) == 1, r.stdout + r.stderr
+        [error] = errors
+        assert error.startswith("Error: sbatch refused the job"), error
+        assert "nosuch" in error and "partition" in error.lower(), error
+        assert "workers joined" not in r.stdout and not slurm.jobs()
+    assert not Path("c.zarr").exists()
+
+
 # -- the Python recipe: scale up and down, a job cancelled mid-run -----------------------------------
+def _job_workers(client, cluster, job_id: str) -> list[str]:
+    """Addresses of the workers job ``job_id`` started: jobqueue names them ``<job>-0``, ``<job>-1``, ..."""
+    names = [name for name, job in cluster.workers.items() if job.job_id == job_id]
+    return [addr for addr, w in client.scheduler_info()["workers"].items()
+            if any(str(w["name"]).startswith(f"{name}-") for name in names)]
+
+
 def test_scale_and_a_cancelled_job_lose_nothing(slurm, folders, rng):
     """``slurm.cluster(...)``, ``cluster.scale(jobs=...)`` up and down, and ``scancel`` of a job mid-product."""
     from distributed import Client
@@ -397,51 +463,76 @@ def test_scale_and_a_cancelled_job_lose_nothing(slurm, folders, rng):
     from dgemm.deploy import slurm as recipe
 
     client_dir, node = folders
-    m = k = n = 384
+    m, k, n = 2048, 256, 2048
     A, B = randn(rng, (m, k)), randn(rng, (k, n))
     zarr_in("a.zarr", A, (32, k))                   # relative: the client's folder
     zarr_in("b.zarr", B, (k, 32))
     zarr_in(node / "a.zarr", randn(rng, (m, k)), (32, k))   # decoys where the jobs run
     zarr_in(node / "b.zarr", randn(rng, (k, n)), (k, 32))
-    total = (m // 32) * (n // 32)
 
     cluster = recipe.cluster(**one_node(node), interface="lo",
                              scheduler_options={"dashboard_address": "127.0.0.1:0"})   # 8787 is the session's
     with cluster, Client(cluster, set_as_default=False) as client:
         cluster.scale(jobs=2)
-        client.wait_for_workers(2, timeout=120)
+        client.wait_for_workers(2 * PER_JOB, timeout=120)
         assert len(slurm.show("scaled to 2 jobs")) == 2
+        names = {w["name"] for w in client.scheduler_info()["workers"].values()}
+        assert names == {f"{job}-{i}" for job in cluster.workers for i in range(PER_JOB)}, names
         where = client.run(lambda: (os.getcwd(), os.environ.get("TMPDIR"), os.environ.get(CLIENT_ONLY)))
         assert set(where.values()) == {(str(node), str(node / "tmp"), None)}, where
 
         with ThreadPoolExecutor(1) as pool:
+            started = time.monotonic()
             run = pool.submit(dgemm.matmul, "a.zarr", "b.zarr", out="c.zarr", client=client, block=(32, 32, k))
-            _wait_for(lambda: blocks_done("c.zarr") >= 8 or run.done(), 120, "the first blocks")
-            assert not run.done(), "the product finished before a job could be cancelled: make it longer"
+
+            def busy_job():
+                """A running job whose workers hold GEMM tasks, the newest first."""
+                if run.done():
+                    return "finished"
+                processing = client.processing()
+                for job_id in sorted(slurm.running(), key=int, reverse=True):
+                    if any(processing.get(a) for a in _job_workers(client, cluster, job_id)):
+                        return job_id
+            _wait_for(lambda: blocks_done("c.zarr") >= 4 or run.done(), 120, "the first blocks")
+            victim = _wait_for(busy_job, 60, "a job whose workers hold tasks")
+            assert victim != "finished", "the product finished before a job could be cancelled: make it longer"
+            addrs = _job_workers(client, cluster, victim)
+            assert len(addrs) == PER_JOB, addrs
+            held = {a: len(client.processing(addrs).get(a, ())) for a in addrs}
             at = blocks_done("c.zarr")
-            victim = max(slurm.running(), key=int)
+            assert any(held.values()) and not run.done(), (held, at)
             slurm.run("scancel", victim)
-            slurm.log(f"scancel {victim} with {at} of {total} blocks stored")
+            slurm.log(f"scancel {victim} with {at} blocks stored, its workers holding {held} tasks")
             _wait_for(lambda: victim not in slurm.running(), 60, f"job {victim} to end")
+            _wait_for(lambda: not set(addrs) & set(client.scheduler_info()["workers"]), 60,
+                      f"job {victim}'s workers to leave")
+            left_at = blocks_done("c.zarr")
+            assert not run.done(), f"the product ended before job {victim} left: make it longer"
+            slurm.log(f"job {victim} and its workers gone with {left_at} blocks stored")
             result = run.result(timeout=240)
+            slurm.log(f"product done, {time.monotonic() - started:.1f} s after it began")
         slurm.show("after the cancelled job")
         check_product(result[...], A, B, dtype="float64")
         meta = dgemm.open_result("c.zarr").attrs[COMPLETE_ATTR]
-        assert meta["complete"] is True and meta["blocks"] == total
+        total = meta["blocks"]        # the grid dgemm chose (block sizes are rounded to its kernel's tiles)
+        assert meta["complete"] is True and left_at < total, (meta, left_at)
         owner = meta.get("owner") or meta["run"]["id"]
-        assert BlockMarkers(zarr.open_array("c.zarr", mode="r"), owner).done() == {
-            (i, j) for i in range(m // 32) for j in range(n // 32)}
+        done = BlockMarkers(zarr.open_array("c.zarr", mode="r"), owner).done()
+        rows, cols = len({i for i, _ in done}), len({j for _, j in done})
+        assert len(done) == total and done == {(i, j) for i in range(rows) for j in range(cols)}, (total, done)
+        slurm.log(f"all {total} blocks stored, {left_at} of them before job {victim} left")
         assert not (node / "c.zarr").exists()
 
         # the cancelled job's place is given up, a new job takes it (scale up), then one job goes (scale down)
         cluster.scale(jobs=1)
-        _wait_for(lambda: len(client.scheduler_info()["workers"]) == 1 and len(slurm.running()) == 1, 60,
-                  "one job and one worker")
+        _wait_for(lambda: len(client.scheduler_info()["workers"]) == PER_JOB and len(slurm.running()) == 1, 60,
+                  "one job and its workers")
         cluster.scale(jobs=2)
-        client.wait_for_workers(2, timeout=120)
+        client.wait_for_workers(2 * PER_JOB, timeout=120)
         assert len(slurm.show("scaled up again to 2 jobs")) == 2
         cluster.scale(jobs=1)
-        _wait_for(lambda: len(client.scheduler_info()["workers"]) == 1, 60, "one worker after scaling down")
+        _wait_for(lambda: len(client.scheduler_info()["workers"]) == PER_JOB, 60,
+                  "one job's workers after scaling down")
         _wait_for(lambda: len(slurm.jobs()) == 1, 60, "one job after scaling down")
         slurm.show("scaled down to 1 job")
         A2, B2 = randn(rng, (100, 70)), randn(rng, (70, 90))

@@ -118,7 +118,10 @@ def _run(ctx, recipe, *, a, b, out, jobs, gpus_per_node, cores, memory, queue, a
         click.echo(f"dgemm page: {link.rsplit('/', 1)[0]}/dgemm")
         if scheduler_file:
             client.write_scheduler_file(scheduler_file)
-        cluster.scale(jobs=jobs)
+        try:
+            jobqueue.submit(cluster, jobs)
+        except jobqueue.SubmissionError as e:   # nothing would ever join: say why, now
+            raise click.ClickException(str(e)) from None
         click.echo(f"submitted {jobs} job{'s' if jobs > 1 else ''} of {gpus_per_node} GPU worker"
                    f"{'s' if gpus_per_node > 1 else ''} each")
         if not operands:
