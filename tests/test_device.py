@@ -268,3 +268,14 @@ def test_cpu_kernel_invalid_params(any_device, monkeypatch, name):
     with pytest.raises(cl.Error) as err:
         any_device.kernels("float32", p)
     assert "TSM, TSN must be multiples of WPTM, WPTN and WPTN of VWN" in str(err.value)
+
+
+def test_a_wgmma_kernel_the_device_cannot_build_falls_back_and_says_why(any_device):
+    """The wgmma kernel's PTX route works on sm_90 only: elsewhere the device builds the kernels the
+    database names instead (here: no tf32 path at all, so the FMA kernel) and keeps the reason."""
+    dev = Device(any_device.info)   # its own: the session's device keeps no failure
+    wg = KernelParams(MMA=7, TSM=128, TSN=128, TSK=32, WARPSM=2, WARPSN=1, STAGES=5, GROUPM=8)
+    k = dev.kernels(np.float32, wg)
+    assert not k.params.k_major and k.params.precision == "fma"
+    assert "wgmma is sm_90's" in dev.failed[wg]
+    assert dev.kernels(np.float32, wg) is k                     # tried once, not on every call

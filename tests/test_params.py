@@ -1,6 +1,8 @@
 """KernelParams: the rules a parameter set must obey, and its conversions."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from dgemm.tuning.params import KernelParams, lcm_tiles
@@ -164,3 +166,22 @@ def test_gpu_kernel_is_the_default():
     assert KernelParams().GEMMK == 0
     assert KernelParams.from_dict({"TSM": 32, "TSN": 32, "WPTM": 4, "WPTN": 4}).GEMMK == 0
     assert KernelParams().local_size == (16, 16)
+
+
+def test_wgmma_params_rules():
+    """MMA=7 (gemm_wgmma.cl): its own shape rules, its macros, and local memory past the 48 KiB OpenCL reports."""
+    p = KernelParams(MMA=7, TSM=128, TSN=128, TSK=32, WARPSM=2, WARPSN=1, STAGES=5, GROUPM=8)
+    assert p.k_major and p.precision == "tf32" and p.problems(4, 1024, 49152) == []
+    assert p.local_size == (256, 1) and p.launch(256, 384) == ((6 * 256, 1), (256, 1))
+    assert p.local_mem_bytes(4) == 5 * 32 * 256 * 4 > 49152
+    assert p.defines() == {"WG": 2, "BN": 128, "BK": 32, "STAGES": 5, "GROUPM": 8, "LAYOUT": 2, "ROUND": 1}
+    assert KernelParams.from_dict(p.as_dict()) == p
+    assert not KernelParams(MMA=5).k_major and "STAGES" not in KernelParams().defines()
+    bad = KernelParams(MMA=7, TSM=64, TSN=100, TSK=16, WARPSM=2, WARPSN=2, STAGES=2)
+    problems = " | ".join(bad.problems(4))
+    for text in ("TSM must be 64 * WARPSM (128), not 64", "WARPSN must be 1", "TSN=100 must be a multiple of 8",
+                 "TSK must be 32", "STAGES=2 must be at least 3"):
+        assert text in problems, problems
+    assert "float32 only" in " ".join(p.problems(8))
+    assert "exceed" in " ".join(dataclasses.replace(p, TSN=256, STAGES=8).problems(4))   # 256 KiB > 227
+    assert "STAGES=3 is the wgmma kernel's" in " ".join(KernelParams(STAGES=3).problems(4))

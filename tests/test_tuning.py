@@ -250,3 +250,22 @@ def test_real_device_choice_is_valid(any_device, dtype):
     itemsize = 4 if dtype == "float32" else 8
     assert c.params.problems(itemsize, any_device.info.max_work_group_size, any_device.info.local_mem) == []
     assert c.level in LEVELS
+
+
+def test_the_wgmma_entry_and_its_mma_sync_fallback():
+    """sm_90's tf32 path is the wgmma kernel; wgmma=False (its PTX route failed) takes the mma.sync entry;
+    the wgmma entry is never chosen for another architecture, not even a later one."""
+    wg = KernelParams(MMA=7, TSM=128, TSN=128, TSK=32, WARPSM=2, WARPSN=1, STAGES=5, GROUPM=8)
+    mma = KernelParams(TSM=128, TSN=128, TSK=16, WIDTH=4, PADA=8, PADB=8, MMA=5, WARPSM=2, WARPSN=2)
+    db = {"architecture": {arch: {"float32:tf32": entry(wg, tuned=True), "float32:tf32/mma.sync": entry(mma)}
+                           for arch in ("sm_90", "sm_100")}}
+
+    def info(arch):
+        return DeviceInfo(0, 0, "NVIDIA CUDA", "NVIDIA H100", "NVIDIA Corporation", "GPU", 2**34, 49152, 1024,
+                          132, True, arch, "580")
+    assert lookup(info("sm_90"), "float32", [("shipped", db)], precision="tf32").params == wg
+    assert lookup(info("sm_90"), "float32", [("shipped", db)], precision="tf32", wgmma=False).params == mma
+    assert lookup(info("sm_100"), "float32", [("shipped", db)], precision="tf32").params == mma
+    shipped = lookup(info("sm_90"), "float32", precision="tf32")   # the shipped database
+    assert shipped.params.k_major and shipped.level == "architecture"
+    assert lookup(info("sm_90"), "float32", precision="tf32", wgmma=False).params.MMA == 5

@@ -24,8 +24,8 @@
 // flight while the tensor cores work on tile t.  Local memory holds them in
 // wgmma's no-swizzle K-major layout: 8-row x 16-byte "core matrices", stored
 // LAYOUT 0: [k/4][row/8][row%8][k%4] (K-outer) or LAYOUT 1: [row/8][k/4][row%8][k%4],
-// (with STAGES >= 3 the tiles go global -> local by cp.async, several in flight, and the
-// tensor cores round the float32 values to TF32 themselves, by truncation, instead of cvt.rna)
+// (with STAGES >= 3 the tiles go global -> local by cp.async, several in flight; ROUND then
+// rounds them to TF32 in local memory, else the tensor cores truncate the float32 values)
 // described to the instruction by a 64-bit descriptor (start address,
 // the byte offsets between core matrices along K and along M/N).
 #include "common.cl"
@@ -51,6 +51,9 @@
 #ifndef GROUPM
 #define GROUPM 8             // tile rows walked together, so neighbouring work-groups share B panels in L2
 #endif
+#ifndef ROUND
+#define ROUND 1              // 1: each thread rounds the values it copied to TF32 (cvt.rna) before the
+#endif                       // tensor cores read them; 0: they truncate (cheaper, twice the error)
 #ifndef STAGES
 #define STAGES 5             // 0: two tiles, the next one prefetched through registers (seed kernel 9);
 #endif                       // >= 3: STAGES tiles in flight, copied global -> local by cp.async
@@ -266,8 +269,28 @@ void gemm_wgmma(const int M, const int N, const int K,
         if (t < nt) COPY_TILE(t, t);
         CP_COMMIT();
     }
+#if ROUND
+    // Round-to-nearest TF32 in place, each thread over the chunks it copied itself (those are the
+    // copies its CP_WAIT covers), as gemm_dmma.cl's cvt.rna: the tf32 path's accuracy contract.
+#define ROUND_TILE(s)                                                                        \
+    {                                                                                        \
+        __local float4* st = tiles[s];                                                       \
+        _Pragma("unroll") for (int i = 0; i < A_LOADS; i++) {                                \
+            const int e = tid + i * NT, r = COPY_ROW(e, BM), c = COPY_COL(e, BM);            \
+            st[CORE_OFFSET(r, c, BM) / 16] = to_tf32(st[CORE_OFFSET(r, c, BM) / 16]);        \
+        }                                                                                    \
+        _Pragma("unroll") for (int i = 0; i < B_LOADS; i++) {                                \
+            const int e = tid + i * NT, r = COPY_ROW(e, BN), c = COPY_COL(e, BN);            \
+            const int o = BM * KC + CORE_OFFSET(r, c, BN) / 16;                              \
+            st[o] = to_tf32(st[o]);                                                          \
+        }                                                                                    \
+    }
+#else
+#define ROUND_TILE(s)
+#endif
     for (int t = 0; t < nt; t++) {
         CP_WAIT();          // this thread's copies of tile t are in local memory
+        ROUND_TILE(t % STAGES);
         PROXY_FENCE();      // ... visible to the tensor cores
         barrier(CLK_LOCAL_MEM_FENCE);   // ... everyone's; and tile t-2's stage is free
         const int next = t + STAGES - 2;

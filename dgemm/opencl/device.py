@@ -7,6 +7,8 @@ cached on the :class:`Device`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import logging
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +22,8 @@ from dgemm.opencl.discovery import DeviceInfo, cl_device, worker_device
 from dgemm.opencl.panels import PanelCache
 from dgemm.tuning.params import KernelParams
 from dgemm.tuning.database import Choice, lookup
+
+logger = logging.getLogger("dgemm")
 
 # the kernels' PRECISION macro: bits of the element type
 PRECISION_BITS = {dt: dt.itemsize * 8 for dt in SUPPORTED}
@@ -54,13 +58,26 @@ class DeviceError(RuntimeError):
 
 
 class Kernels:
-    """The built kernels of one program, with the parameters they were built for."""
+    """The built kernels of one program, with the parameters they were built for.
 
-    def __init__(self, program, params: KernelParams, dtype: np.dtype):
+    ``gemm_program``: where the GEMM kernel comes from when it is not
+    ``program`` (the wgmma kernel, built on its own through the PTX route).
+    """
+
+    def __init__(self, program, params: KernelParams, dtype: np.dtype, gemm_program=None):
         self.program = program
         self.params = params
         self.dtype = dtype
-        self.gemm = program.gemm
+        if gemm_program is None:
+            self.gemm = program.gemm
+        else:
+            import pyopencl as cl
+
+            kernel = cl.Kernel(gemm_program, "gemm_wgmma")
+
+            def gemm(queue, gsize, lsize, *args, **kw):
+                return kernel(queue, gsize, lsize, *args, None, **kw)   # no probe buffer
+            self.gemm = gemm
         self.pad_zeros = program.pad_zeros
         self.unpad = program.unpad
         self.transpose_pad = program.transpose_pad
@@ -93,6 +110,9 @@ class Device:
         self._pinned_bytes = 0
         self._kernels: dict = {}
         self._lock = threading.Lock()
+        # Kernels that could not be built here, and why (the wgmma kernel's PTX route can fail
+        # with a driver it was not tried on); choice() and dgemm devices say so.
+        self.failed: dict[KernelParams, str] = {}
 
     def staging(self, nbytes: int) -> np.ndarray:
         """This thread's page-locked host buffer of at least ``nbytes`` (uint8), kept for the thread's next block.
@@ -207,8 +227,18 @@ class Device:
             return self._pools[copy]
 
     def choice(self, dtype, precision: str | None = None) -> Choice:
-        """The tuning database's parameters for ``dtype`` (and ``precision``) on this device."""
-        return lookup(self.info, np.dtype(dtype).name, precision=precision)
+        """The tuning database's parameters for ``dtype`` (and ``precision``) on this device.
+
+        A wgmma kernel that failed to build here is passed over, and the
+        choice's note says why.
+        """
+        choice = lookup(self.info, np.dtype(dtype).name, precision=precision)
+        why = self.failed.get(choice.params)
+        if why is None:
+            return choice
+        other = lookup(self.info, np.dtype(dtype).name, precision=precision, wgmma=False)
+        note = f"the wgmma kernel failed on this device ({why}); using the {other.params.kind.instruction} kernel"
+        return dataclasses.replace(other, note=f"{other.note}; {note}" if other.note else note)
 
     def check_dtype(self, dtype) -> np.dtype:
         dtype = np.dtype(dtype)
@@ -230,6 +260,16 @@ class Device:
 
         dtype = self.check_dtype(dtype)
         params = params or self.choice(dtype).params
+        if params.k_major:
+            try:
+                return self._kernels_wgmma(dtype, params, tuple(extra_options))
+            except Exception as e:   # the PTX route did not work here: the kernels it stands for instead
+                why = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+                logger.warning("dgemm: the wgmma kernel %s could not be built on %s (%s); falling back",
+                               params, self.info.name, why)
+                self.failed[params] = why
+                other = lookup(self.info, dtype.name, precision=params.precision, wgmma=False).params
+                return self.kernels(dtype, other, extra_options)
         key = (dtype, params, tuple(extra_options))
         with self._lock:
             if key not in self._kernels:
@@ -246,6 +286,27 @@ class Device:
                 program = cl.Program(self.context, sources.program_source()).build(options=options)
                 self._kernels[key] = Kernels(program, params, dtype)
             return self._kernels[key]
+
+    def _kernels_wgmma(self, dtype, params: KernelParams, extra_options: tuple) -> Kernels:
+        """The wgmma GEMM (built through :mod:`dgemm.opencl.ptx`) with the padding and transpose kernels."""
+        from dgemm.opencl import wgmma
+
+        key = (dtype, params, extra_options)
+        with self._lock:
+            if key in self._kernels:
+                return self._kernels[key]
+        if params in self.failed:
+            raise RuntimeError(self.failed[params])
+        bad = params.problems(dtype.itemsize, self.info.max_work_group_size, self.info.local_mem)
+        if self.info.compute_capability != 90:
+            bad.append(f"wgmma is sm_90's (Hopper); {self.info.name} is {self.info.architecture or 'not NVIDIA'}")
+        if bad:
+            raise ValueError(f"invalid kernel parameters {params}: " + "; ".join(bad))
+        program, _, _ = wgmma.build(self.context, self.cl_device, wgmma.WgmmaParams.of(params), extra_options)
+        # The padding and transpose kernels of the regular program (any GEMM parameters build them).
+        helpers = self.kernels(dtype, lookup(self.info, dtype.name, precision="fma").params).program
+        with self._lock:
+            return self._kernels.setdefault(key, Kernels(helpers, params, dtype, gemm_program=program))
 
     def build_log(self, dtype, params: KernelParams, extra_options: tuple = ("-cl-nv-verbose",)) -> str:
         """The compiler's log for a build (registers and spills on NVIDIA with -cl-nv-verbose)."""

@@ -251,8 +251,8 @@ class BlockEngine:
             for a, b in pairs:
                 k = self._check(a.shape, b.shape, m, n, trans_a, trans_b)
                 if k and m and n:
-                    kp = roundup(k, self.params.TSK)
-                    yield k, self.upload(a, not trans_a, kp, mp), self.upload(b, trans_b, kp, np_)
+                    yield k, self.upload(a, *self._layout("a", trans_a, k, mp)), \
+                        self.upload(b, *self._layout("b", trans_b, k, np_))
         return self._run(steps, m, n, alpha, beta, c)
 
     def stream(self, a_refs: Sequence, b_refs: Sequence, m: int, n: int, *, alpha: float = 1.0,
@@ -294,10 +294,9 @@ class BlockEngine:
         shared = hostcache.current() if scope is not None else None
 
         def request(k, a, b):
-            kp = roundup(k, self.params.TSK)
-            ea = self._staged(a, not trans_a, kp, mp, scope, shared)
+            ea = self._staged(a, *self._layout("a", trans_a, k, mp), scope, shared)
             try:
-                eb = self._staged(b, trans_b, kp, np_, scope, shared)
+                eb = self._staged(b, *self._layout("b", trans_b, k, np_), scope, shared)
             except BaseException:
                 self.cache.release(ea)
                 raise
@@ -336,18 +335,30 @@ class BlockEngine:
         for ref, side, extent in ahead:
             rows, cols = _shape(ref)
             if side == "a":
-                k, transpose, tile = (rows if trans_a else cols), not trans_a, p.TSM
+                k, trans, tile = (rows if trans_a else cols), trans_a, p.TSM
             else:
-                k, transpose, tile = (cols if trans_b else rows), trans_b, p.TSN
+                k, trans, tile = (cols if trans_b else rows), trans_b, p.TSN
             if not k or not extent:
                 continue
-            geometry = (roundup(k, p.TSK), roundup(extent, tile))
-            nbytes = geometry[0] * geometry[1] * self.dtype.itemsize
+            transpose, drows, dcols = self._layout(side, trans, k, roundup(extent, tile))
+            nbytes = drows * dcols * self.dtype.itemsize
             if out and spent + nbytes > self.cache.budget // 4:
                 break
-            out.append((ref, transpose, *geometry))
+            out.append((ref, transpose, drows, dcols))
             spent += nbytes
         return out
+
+    def _layout(self, side: str, trans: bool, k: int, extent: int) -> tuple[bool, int, int]:
+        """``(transpose, rows, cols)`` of a block of A (``side="a"``) or B on the device.
+
+        The kernels take A^T (k x m) and B (k x n), K padded to TSK; the wgmma kernel
+        (``params.k_major``) takes A (m x k) and B^T (n x k).  ``trans``: the block is
+        stored transposed (``trans_a``/``trans_b``); ``extent``: the padded m or n.
+        """
+        kp = roundup(k, self.params.TSK)
+        if self.params.k_major:
+            return (trans, extent, kp) if side == "a" else (not trans, extent, kp)
+        return (not trans, kp, extent) if side == "a" else (trans, kp, extent)
 
     def _padded(self, m: int, n: int) -> tuple[int, int]:
         return roundup(max(m, 1), self.params.TSM), roundup(max(n, 1), self.params.TSN)

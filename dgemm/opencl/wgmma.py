@@ -1,8 +1,9 @@
 """The wgmma (Hopper TF32) kernel: kernels/gemm_wgmma.cl finished in PTX by :mod:`dgemm.opencl.ptx`.
 
-Experimental: built and measured by ``bench/wgmma_bench.py``; the engine
-does not launch it yet (its operands are K-major, the engine stages A
-transposed).
+:class:`dgemm.opencl.device.Device` builds it for ``KernelParams(MMA=7, ...)``
+(the ``tf32`` path on sm_90 devices), ``bench/wgmma_bench.py`` times its
+variants on their own.  Its operands are K-major (A as M x K, B as N x K):
+the engine stages them so (``KernelParams.k_major``).
 """
 from __future__ import annotations
 
@@ -27,6 +28,14 @@ class WgmmaParams:
     FIELDS: int = 0
     GROUPM: int = 8
     STAGES: int = 5
+    ROUND: int = 1
+
+    @classmethod
+    def of(cls, params) -> "WgmmaParams":
+        """The macros of a :class:`dgemm.tuning.params.KernelParams` with MMA=7."""
+        d = params.defines()
+        return cls(WG=d["WG"], BN=d["BN"], BK=d["BK"], LAYOUT=d["LAYOUT"], GROUPM=d["GROUPM"],
+                   STAGES=d["STAGES"], ROUND=d["ROUND"])
 
     @property
     def tile(self) -> tuple[int, int, int]:

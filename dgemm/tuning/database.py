@@ -67,7 +67,7 @@ def _keys(info: DeviceInfo) -> dict[str, str | None]:
 
 
 def lookup(info: DeviceInfo, dtype: str, databases: list[tuple[str, dict]] | None = None,
-           precision: str | None = None) -> Choice:
+           precision: str | None = None, wgmma: bool = True) -> Choice:
     """Choose kernel parameters for ``info``, ``dtype`` ("float32"/"float64") and ``precision``.
 
     ``precision=None`` takes the database's entry for the dtype: the most
@@ -75,6 +75,9 @@ def lookup(info: DeviceInfo, dtype: str, databases: list[tuple[str, dict]] | Non
     exact).  A named precision takes entries ``"<dtype>:<precision>"`` (or a
     dtype entry of that precision); a tensor-core precision the device lacks
     falls back to the FMA kernel, and the choice says so in ``note``.
+    ``wgmma=False`` passes over the wgmma kernel's entries (MMA=7): the
+    choice when its PTX route failed on the device, an entry named
+    ``"<dtype>:<precision>/mma.sync"`` or the next one found.
 
     Examples
     --------
@@ -93,20 +96,21 @@ def lookup(info: DeviceInfo, dtype: str, databases: list[tuple[str, dict]] | Non
     if databases is None:
         databases = [("user", load(user_path())), ("shipped", load(shipped_path()))]
     if precision is None:
-        found = _find(info, dtype, [dtype], databases, None)
+        found = _find(info, dtype, [dtype], databases, None, wgmma)
     else:
-        found = _find(info, dtype, [f"{dtype}:{precision}", dtype], databases, precision)
+        names = [f"{dtype}:{precision}", f"{dtype}:{precision}/mma.sync", dtype]
+        found = _find(info, dtype, names, databases, precision, wgmma)
     if found is not None:
         return found
     if precision not in (None, "fma"):
-        fma = lookup(info, dtype, databases, "fma")
+        fma = lookup(info, dtype, databases, "fma", wgmma)
         need = min_compute_capability(precision)
         return dataclasses.replace(fma, note=f"no {precision} kernel for this device (needs NVIDIA compute "
                                              f"capability >= {need // 10}.{need % 10}); using the FMA kernel")
     return Choice(FALLBACK, "default", "built-in", "none", False)
 
 
-def _find(info, dtype, names, databases, want) -> Choice | None:
+def _find(info, dtype, names, databases, want, wgmma: bool = True) -> Choice | None:
     """First usable entry named one of ``names``, by level then database, of precision ``want``."""
     keys = _keys(info)
     # (level, key, the section's path in a database); the device type's defaults before the plain ones
@@ -126,6 +130,8 @@ def _find(info, dtype, names, databases, want) -> Choice | None:
                 params = KernelParams.from_dict(entry["params"])
                 if want is not None and params.precision != want:
                     continue
+                if params.k_major and not wgmma:
+                    continue
                 if _usable(params, info, dtype):
                     rates = [v for f, v in entry.items() if f.startswith("tflops") and isinstance(v, (int, float))]
                     return Choice(params, level, key, dbname, bool(entry.get("tuned", False)),
@@ -136,6 +142,8 @@ def _find(info, dtype, names, databases, want) -> Choice | None:
 def _usable(params: KernelParams, info: DeviceInfo, dtype: str) -> bool:
     """The device can build and run ``params`` (an architecture entry may not fit every device)."""
     if params.min_compute_capability and info.compute_capability < params.min_compute_capability:
+        return False
+    if params.k_major and info.compute_capability != 90:   # wgmma is sm_90a's, not a later chip's
         return False
     return not params.problems(4 if dtype == "float32" else 8, info.max_work_group_size, info.local_mem)
 

@@ -22,15 +22,18 @@ class MmaKind:
     dtype: str | None                # the one dtype it computes; None: any (the FMA kernel)
     shape: tuple[int, int, int] | None   # the mma.sync instruction's m, n, k; None: no tensor cores
     compute_capability: int          # NVIDIA compute capability (10*major+minor) it needs; 0: any device
+    wgmma: bool = False              # Hopper's warpgroup MMA (kernels/gemm_wgmma.cl, the PTX route): sm_90 only
 
     @property
     def instruction(self) -> str:
-        """``m16n8k8`` and the like; ``fma`` for the FMA kernel."""
+        """``m16n8k8`` and the like; ``fma`` for the FMA kernel; ``wgmma.m64nNk8`` (N: the tile's TSN)."""
+        if self.wgmma:
+            return "wgmma.m64nNk8"
         return "fma" if self.shape is None else "m{}n{}k{}".format(*self.shape)
 
 
 # Every value MMA may take: the one table the kernel's rules, the tuner's search space and the
-# tuning database's fallbacks read (kernels/gemm_dmma.cl implements 1-6).
+# tuning database's fallbacks read (kernels/gemm_dmma.cl implements 1-6, kernels/gemm_wgmma.cl 7).
 MMA_KINDS = {
     0: MmaKind("fma", None, None, 0),
     1: MmaKind("dmma", "float64", (8, 8, 4), 80),
@@ -39,7 +42,13 @@ MMA_KINDS = {
     4: MmaKind("dmma", "float64", (16, 8, 16), 90),
     5: MmaKind("tf32", "float32", (16, 8, 8), 80),     # TF32 accuracy
     6: MmaKind("3xtf32", "float32", (16, 8, 8), 80),   # error-compensated: float32 accuracy
+    7: MmaKind("tf32", "float32", (64, 8, 8), 90, wgmma=True),   # wgmma through the PTX route
 }
+
+# Local memory a Hopper work-group may have (227 KiB).  The wgmma kernel's static local memory is
+# finished for sm_90a in PTX, where NVIDIA's OpenCL does not hold it to the 48 KiB it reports (runs
+# with 197 KB measured on an H100, 2026-11-23); the other kernels keep the device's figure.
+WGMMA_LOCAL_MEM = 227 * 1024
 
 
 def mma_values(precision: str) -> tuple[int, ...]:
@@ -61,7 +70,7 @@ def min_compute_capability(precision: str) -> int:
 
 
 _FIELDS = ("TSM", "TSN", "TSK", "WPTM", "WPTN", "WIDTH", "VWM", "VWN", "PADA", "PADB", "GROUPM",
-           "MMA", "WARPSM", "WARPSN", "GEMMK")
+           "MMA", "WARPSM", "WARPSN", "GEMMK", "STAGES")
 
 # Vector widths along N the GEMMK=1 kernel accepts (OpenCL vectors of 16 are two AVX registers).
 CPU_VWN = (1, 2, 4, 8, 16)
@@ -96,8 +105,13 @@ class KernelParams:
         plain (5, TF32 accuracy) or error-compensated 3xTF32 (6, float32
         accuracy).  WPTM, WPTN, VWM and VWN are then unused and the
         work-group is WARPSM x WARPSN warps.
+        MMA=7 is float32 TF32 on Hopper's warpgroup instruction ``wgmma``
+        (``gemm_wgmma.cl``, finished in PTX by :mod:`dgemm.opencl.ptx`):
+        WARPSM warpgroups of 128 work-items, TSM = 64 WARPSM, TSK = 32 (the
+        128-byte swizzle), STAGES tiles in flight, and its operands K-major
+        (:attr:`k_major`).
     WARPSM, WARPSN : int
-        Warps of an MMA work-group along M and N.
+        Warps of an MMA work-group along M and N (MMA=7: warpgroups along M; WARPSN is 1).
     GEMMK : int
         Which FMA kernel (the name is CLBlast's): 0 is the GPU kernel above
         (``gemm.cl``: work-groups sharing tiles through local memory).  1 is
@@ -108,6 +122,9 @@ class KernelParams:
         register block over them, in vectors of VWN (1, 2, 4, 8 or 16) along
         N.  WIDTH, VWM, PADA and PADB are unused there (WIDTH and VWM must be
         1 and the pads 0, so that equal kernels have equal parameters).
+    STAGES : int
+        MMA=7 only: local-memory stages the cp.async copies fill ahead (>= 3);
+        0 for every other kernel.
 
     Examples
     --------
@@ -136,10 +153,19 @@ class KernelParams:
     WARPSM: int = 2
     WARPSN: int = 2
     GEMMK: int = 0
+    STAGES: int = 0
+
+    @property
+    def k_major(self) -> bool:
+        """Whether the kernel takes A as M x K and B as N x K (wgmma's TF32 operands), not A^T and B."""
+        kind = MMA_KINDS.get(self.MMA)
+        return bool(kind and kind.wgmma)
 
     @property
     def local_size(self) -> tuple[int, int]:
         """Work-group shape (along N, along M), as the kernel requires."""
+        if self.k_major:
+            return (128 * self.WARPSM, 1)
         if self.MMA:
             return (32 * self.WARPSN, self.WARPSM)
         if self.GEMMK:
@@ -160,6 +186,8 @@ class KernelParams:
         ((256, 4), (64, 2))
         """
         lx, ly = self.local_size
+        if self.k_major:   # one row of work-groups; the kernel orders the tiles itself (GROUPM)
+            return ((mp // self.TSM) * (np_ // self.TSN) * lx, 1), (lx, 1)
         return ((np_ // self.TSN) * lx, (mp // self.TSM) * ly), (lx, ly)
 
     @property
@@ -173,6 +201,8 @@ class KernelParams:
         """
         if self.GEMMK and not self.MMA:
             return self.TSK * (self.TSM + self.TSN) * itemsize
+        if self.k_major:
+            return self.STAGES * self.TSK * (self.TSM + self.TSN) * itemsize
         return 2 * self.TSK * (self.TSM + self.PADA + self.TSN + self.PADB) * itemsize
 
     def problems(self, itemsize: int, max_work_group_size: int | None = None,
@@ -181,7 +211,7 @@ class KernelParams:
         out = []
         for f in _FIELDS:
             v = getattr(self, f)
-            zero_ok = f.startswith("PAD") or f in ("GROUPM", "MMA", "GEMMK")
+            zero_ok = f.startswith("PAD") or f in ("GROUPM", "MMA", "GEMMK", "STAGES")
             if not isinstance(v, int) or v < (0 if zero_ok else 1):
                 out.append(f"{f}={v!r} must be a {'non-negative' if zero_ok else 'positive'} integer")
         if out:
@@ -192,6 +222,11 @@ class KernelParams:
             return [f"GEMMK=1 is an FMA kernel: MMA must be 0, not {self.MMA}"]
         if self.GEMMK:
             return self._cpu_problems() + self._limits(itemsize, max_work_group_size, local_mem_size)
+        if self.STAGES and not self.k_major:
+            return [f"STAGES={self.STAGES} is the wgmma kernel's (MMA=7); it must be 0 here"]
+        if self.k_major:
+            out = self._wgmma_problems(itemsize)
+            return out + self._limits(itemsize, max_work_group_size, WGMMA_LOCAL_MEM if not out else None)
         out = self._mma_problems(itemsize) if self.MMA else self._fma_problems()
         if out and self.MMA and out[0].startswith("MMA="):
             return out
@@ -248,6 +283,28 @@ class KernelParams:
             out.append(f"{self.local_mem_bytes(itemsize)} bytes of local memory exceed the device's {local_mem_size}")
         return out
 
+    def _wgmma_problems(self, itemsize) -> list[str]:
+        """Rules of gemm_wgmma.cl (its #error lines, said before the build)."""
+        out = []
+        if itemsize != 4:
+            out.append("the wgmma kernel (MMA=7) is float32 only")
+        if self.TSM != 64 * self.WARPSM:
+            out.append(f"MMA=7: TSM must be 64 * WARPSM ({64 * self.WARPSM}), not {self.TSM}")
+        if self.WARPSN != 1:
+            out.append(f"MMA=7: WARPSN must be 1 (warpgroups stack along M), not {self.WARPSN}")
+        if self.TSN % 8 or self.TSN > 256:
+            out.append(f"MMA=7: TSN={self.TSN} must be a multiple of 8 up to 256 (wgmma's n)")
+        if self.TSK != 32:
+            out.append(f"MMA=7: TSK must be 32 (a 128-byte row of the swizzled tile), not {self.TSK}")
+        if self.STAGES < 3:
+            out.append(f"MMA=7: STAGES={self.STAGES} must be at least 3")
+        if (self.TSN * self.TSK // 4) % (128 * self.WARPSM):
+            out.append(f"MMA=7: the B tile ({self.TSK}x{self.TSN}) does not split in 16-byte copies over "
+                       f"{128 * self.WARPSM} work-items")
+        if self.GROUPM < 0:
+            out.append("GROUPM must be non-negative")
+        return out
+
     def _mma_problems(self, itemsize) -> list[str]:
         out = []
         kind = MMA_KINDS.get(self.MMA)
@@ -291,7 +348,11 @@ class KernelParams:
         return kind.precision if kind is not None else "invalid"   # problems() says why
 
     def defines(self) -> dict[str, int]:
-        return {f: getattr(self, f) for f in _FIELDS}
+        """The ``-D`` macros of the kernel (the wgmma kernel's are named as in gemm_wgmma.cl)."""
+        if self.k_major:
+            return {"WG": self.WARPSM, "BN": self.TSN, "BK": self.TSK, "STAGES": self.STAGES,
+                    "GROUPM": self.GROUPM, "LAYOUT": 2, "ROUND": 1}
+        return {f: getattr(self, f) for f in _FIELDS if f != "STAGES"}
 
     def as_dict(self) -> dict[str, int]:
         return dataclasses.asdict(self)

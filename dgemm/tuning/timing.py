@@ -46,32 +46,38 @@ class KernelBench:
         self.b = self.rng.standard_normal((k, n)).astype(self.dtype)
         self._cache: dict = {}
 
-    def _inputs(self, tiles):
-        """AT (K' x M') and B (K' x N') padded for these tiles, on the device."""
+    def _inputs(self, tiles, k_major: bool = False):
+        """AT (K' x M') and B (K' x N') padded for these tiles, on the device.
+
+        ``k_major``: A (M' x K') and B^T (N' x K') instead (the wgmma kernel's operands).
+        """
         import pyopencl as cl
 
         tm, tn, tk = tiles
         mp, np_, kp = roundup(self.m, tm), roundup(self.n, tn), roundup(self.k, tk)
-        key = (mp, np_, kp)
+        key = (mp, np_, kp, k_major)
         if key not in self._cache:
             at = np.zeros((kp, mp), self.dtype)
             at[:self.k, :self.m] = self.a.T
             bp = np.zeros((kp, np_), self.dtype)
             bp[:self.k, :self.n] = self.b
+            if k_major:
+                at, bp = np.ascontiguousarray(at.T), np.ascontiguousarray(bp.T)
             mf = cl.mem_flags
             ctx = self.device.context
             bufs = (cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=at),
                     cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=bp),
                     cl.Buffer(ctx, mf.READ_WRITE, mp * np_ * self.dtype.itemsize))
             self._cache.clear()  # keep one size resident: device memory is finite
-            self._cache[key] = (bufs, key)
+            self._cache[key] = (bufs, key[:3])
         return self._cache[key]
 
     def run(self, params: KernelParams, reps: int = 5, warmup: int = 1) -> Timing:
         import pyopencl as cl
 
         kern = self.device.kernels(self.dtype, params)
-        (at, bp, c), (mp, np_, kp) = self._inputs(params.tiles)
+        params = kern.params   # (another kernel when the one asked for could not be built here)
+        (at, bp, c), (mp, np_, kp) = self._inputs(params.tiles, params.k_major)
         q = self.device.queue
         real = self.dtype.type
         # Poison C so unwritten elements fail the check.
