@@ -174,7 +174,7 @@ def test_wgmma_params_rules():
     assert p.k_major and p.precision == "tf32" and p.problems(4, 1024, 49152) == []
     assert p.local_size == (256, 1) and p.launch(256, 384) == ((6 * 256, 1), (256, 1))
     assert p.local_mem_bytes(4) == 5 * 32 * 256 * 4 > 49152
-    assert p.defines() == {"WG": 2, "BN": 128, "BK": 32, "STAGES": 5, "GROUPM": 8, "LAYOUT": 2, "ROUND": 1}
+    assert p.defines() == {"WG": 2, "BN": 128, "BK": 32, "STAGES": 5, "GROUPM": 8, "LAYOUT": 2, "ROUND": 0}
     assert KernelParams.from_dict(p.as_dict()) == p
     assert not KernelParams(MMA=5).k_major and "STAGES" not in KernelParams().defines()
     bad = KernelParams(MMA=7, TSM=64, TSN=100, TSK=16, WARPSM=2, WARPSN=2, STAGES=2)

@@ -316,3 +316,13 @@ void gemm_wgmma(const int M, const int N, const int K,
         }
     }
 }
+
+// The operands rounded to TF32 (round to nearest, as gemm_dmma.cl's cvt.rna) once, where the engine
+// stages them: a pass over the block instead of one per use of each tile (ROUND 1 halved the rate).
+__kernel void round_tf32(__global float4* x, const int n4)
+{
+    const int i = get_global_id(0);
+    if (i < n4) {
+        x[i] = to_tf32(x[i]);
+    }
+}

@@ -68,10 +68,13 @@ class Kernels:
         self.program = program
         self.params = params
         self.dtype = dtype
+        self.round_tf32 = None   # the wgmma kernel's: round its operands to TF32 where they are staged
         if gemm_program is None:
             self.gemm = program.gemm
         else:
             import pyopencl as cl
+
+            self.round_tf32 = cl.Kernel(gemm_program, "round_tf32")
 
             kernel = cl.Kernel(gemm_program, "gemm_wgmma")
 

@@ -169,7 +169,15 @@ class BlockEngine:
         # once, on the host: any byte order (a big-endian Zarr or numpy block) and layout to the engine's
         host = np.ascontiguousarray(host, dtype=self.dtype)
         out = self.device.buffer(drows * dcols * self.dtype.itemsize)
-        return out, self._stage_into(self.device.transfer_queue, host, transpose, drows, dcols, out)
+        q = self.device.transfer_queue
+        ev = self._stage_into(q, host, transpose, drows, dcols, out)
+        if self.k.round_tf32 is not None:   # the wgmma kernel's operands: rounded once here, not per use
+            with self._launch:
+                ev = self.k.round_tf32(q, (roundup(drows * dcols // 4, 256),), (256,), out,
+                                       np.int32(drows * dcols // 4), wait_for=[ev] if ev is not None else None)
+            q.flush()
+            self._transferred(ev)
+        return out, ev
 
     def _fetch(self, ref, transpose: bool, drows: int, dcols: int, scope=None, shared=None):
         """Read a block from its store (in a pool thread) and upload it.

@@ -350,8 +350,9 @@ class KernelParams:
     def defines(self) -> dict[str, int]:
         """The ``-D`` macros of the kernel (the wgmma kernel's are named as in gemm_wgmma.cl)."""
         if self.k_major:
+            # ROUND 0: the engine rounds the operands to TF32 once, where it stages them (round_tf32)
             return {"WG": self.WARPSM, "BN": self.TSN, "BK": self.TSK, "STAGES": self.STAGES,
-                    "GROUPM": self.GROUPM, "LAYOUT": 2, "ROUND": 1}
+                    "GROUPM": self.GROUPM, "LAYOUT": 2, "ROUND": 0}
         return {f: getattr(self, f) for f in _FIELDS if f != "STAGES"}
 
     def as_dict(self) -> dict[str, int]:

@@ -46,10 +46,12 @@ class KernelBench:
         self.b = self.rng.standard_normal((k, n)).astype(self.dtype)
         self._cache: dict = {}
 
-    def _inputs(self, tiles, k_major: bool = False):
+    def _inputs(self, tiles, k_major: bool = False, prepare=None):
         """AT (K' x M') and B (K' x N') padded for these tiles, on the device.
 
         ``k_major``: A (M' x K') and B^T (N' x K') instead (the wgmma kernel's operands).
+        ``prepare(buffer, elements)``: run on each operand once it is uploaded (the
+        rounding to TF32 the engine does where it stages the wgmma kernel's operands).
         """
         import pyopencl as cl
 
@@ -68,6 +70,9 @@ class KernelBench:
             bufs = (cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=at),
                     cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=bp),
                     cl.Buffer(ctx, mf.READ_WRITE, mp * np_ * self.dtype.itemsize))
+            if prepare is not None:
+                prepare(bufs[0], at.size)
+                prepare(bufs[1], bp.size)
             self._cache.clear()  # keep one size resident: device memory is finite
             self._cache[key] = (bufs, key[:3])
         return self._cache[key]
@@ -77,8 +82,13 @@ class KernelBench:
 
         kern = self.device.kernels(self.dtype, params)
         params = kern.params   # (another kernel when the one asked for could not be built here)
-        (at, bp, c), (mp, np_, kp) = self._inputs(params.tiles, params.k_major)
         q = self.device.queue
+
+        def prepare(buf, elements):
+            n4 = elements // 4
+            kern.round_tf32(q, (-(-n4 // 256) * 256,), (256,), buf, np.int32(n4)).wait()
+        (at, bp, c), (mp, np_, kp) = self._inputs(params.tiles, params.k_major,
+                                                  prepare if kern.round_tf32 is not None else None)
         real = self.dtype.type
         # Poison C so unwritten elements fail the check.
         cl.enqueue_fill_buffer(q, c, real(np.nan), 0, mp * np_ * self.dtype.itemsize)
