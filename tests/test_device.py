@@ -279,3 +279,30 @@ def test_a_wgmma_kernel_the_device_cannot_build_falls_back_and_says_why(any_devi
     assert not k.params.k_major and k.params.precision == "fma"
     assert "wgmma is sm_90's" in dev.failed[wg]
     assert dev.kernels(np.float32, wg) is k                     # tried once, not on every call
+
+
+def test_after_a_wgmma_failure_the_choice_is_its_stand_in_and_says_why(any_device, monkeypatch):
+    import dgemm.opencl.device as device_module
+    from dgemm.tuning.database import Choice
+
+    wg = KernelParams(MMA=7, TSM=128, TSN=128, TSK=32, WARPSM=2, WARPSN=1, STAGES=5, GROUPM=8)
+    fma = KernelParams(TSM=32, TSN=32, TSK=16, WPTM=2, WPTN=2, WIDTH=1)
+
+    def lookup(info, dtype, databases=None, precision=None, wgmma=True):
+        return Choice(wg if wgmma else fma, "architecture", "sm_90", "shipped", True)
+    monkeypatch.setattr(device_module, "lookup", lookup)
+    dev = Device(any_device.info)
+    assert dev.choice("float32", "tf32").params == wg                 # nothing failed yet
+    dev.failed[wg] = "RuntimeError: clBuildProgram failed"
+    c = dev.choice("float32", "tf32")
+    assert c.params == fma and "the wgmma kernel failed on this device (RuntimeError: clBuildProgram failed)" in c.note
+
+
+def test_a_wgmma_failure_is_tried_once_and_kept_as_it_was(any_device, caplog):
+    dev = Device(any_device.info)
+    wg = KernelParams(MMA=7, TSM=128, TSN=128, TSK=32, WARPSM=2, WARPSN=1, STAGES=5, GROUPM=8)
+    with caplog.at_level("WARNING", logger="dgemm"):
+        first = dev.kernels(np.float32, wg)
+        why = dev.failed[wg]
+        assert dev.kernels(np.float32, wg) is first and dev.failed[wg] == why
+    assert sum("could not be built" in r.getMessage() for r in caplog.records) == 1

@@ -539,3 +539,43 @@ def test_blocks_are_staged_in_the_layout_the_kernel_takes():
     assert layout(wg, "a", True, 100, 256) == (True, 256, 128)
     assert layout(wg, "b", False, 100, 384) == (True, 384, 128)      # B stored k x n -> B^T
     assert layout(wg, "b", True, 100, 384) == (False, 384, 128)
+
+
+def test_a_product_asked_of_the_wgmma_kernel_where_it_cannot_run_is_right(any_device, rng):
+    """Off Hopper the wgmma parameters are replaced by the kernels that stand in for them, and the engine
+    stages the blocks for those (its layout follows what was built, not what was asked)."""
+    from dgemm.opencl.device import Device
+
+    dev = Device(any_device.info)
+    wg = KernelParams(MMA=7, TSM=128, TSN=128, TSK=32, WARPSM=2, WARPSN=1, STAGES=5, GROUPM=8)
+    engine = BlockEngine(dev, np.float32, wg)
+    assert not engine.params.k_major and wg in dev.failed
+    a, b = randn(rng, (70, 45), np.float32), randn(rng, (45, 33), np.float32)
+    check_product(engine.product([(a, b)], 70, 33), a, b, dtype="float32")
+
+
+@pytest.mark.gpu
+def test_the_wgmma_engine_rounds_its_operands_to_tf32_and_leaves_c_alone(gpu_device, rng):
+    """The wgmma kernel's operands are rounded to TF32 (to nearest) where they are staged; C, added
+    with beta, keeps float32: a product of tiny operands onto a large C is float32-accurate on C."""
+    import pyopencl as cl
+
+    dev = gpu_device
+    engine = BlockEngine(dev, np.float32, dev.choice(np.float32, "tf32").params)
+    if not engine.params.k_major:
+        pytest.skip(f"{dev.info.name}: no wgmma kernel here ({dev.failed or 'not sm_90'})")
+    x = rng.standard_normal((256, 96)).astype(np.float32)
+    buf, ev = engine.upload(x, False, 256, 128)
+    if ev is not None:
+        ev.wait()
+    got = np.empty((256, 128), np.float32)
+    cl.enqueue_copy(dev.transfer_queue, got, buf, is_blocking=True)
+    bits = x.view(np.uint32).astype(np.uint64)
+    want = (((bits + 0x1000) & ~np.uint64(0x1FFF)).astype(np.uint32)).view(np.float32)   # round half away
+    np.testing.assert_array_equal(got[:, :96], want)
+    assert not got[:, 96:].any()
+    a, b = 1e-6 * randn(rng, (300, 200), np.float32), 1e-6 * randn(rng, (200, 250), np.float32)
+    c = randn(rng, (300, 250), np.float32)
+    out = engine.product([(a, b)], 300, 250, beta=3.0, c=c)
+    ref = a.astype(np.float64) @ b + 3.0 * c.astype(np.float64)
+    assert np.abs(out - ref).max() <= 4 * np.finfo(np.float32).eps * np.abs(ref).max()

@@ -110,3 +110,26 @@ def test_params_say_their_tile_and_options():
     p = wgmma.WgmmaParams(WG=2, BN=256, BK=8)
     assert p.tile == (128, 256, 8) and p.threads == 256
     assert "-DBN=256" in p.options() and "-DPRECISION=32" in p.options()
+
+
+def test_an_accumulator_moved_between_two_sites_is_refused():
+    """Two wgmma sites (and the wait) must name the same accumulators: a copy in between would read a
+    value an asynchronous instruction is still writing."""
+    site = (asm("add.u32 %r1, %r1, 7101;"), asm("mov.b64 %rd1, %rd1;"), asm("mov.b64 %rd2, %rd2;"))
+    accs = lambda *r: "".join(asm(f"mov.f32 %f{i}, %f{i};") for i in r)   # noqa: E731
+    good = body(*site, accs(*range(1, 65)), *site, accs(*range(1, 65)))
+    assert finish(good, wgmma.sites(128)).count("wgmma.mma_async") == 2
+    moved = body(*site, accs(*range(1, 65)), "\tmov.f32 %f99, %f1;\n", *site, accs(99, *range(2, 65)))
+    with pytest.raises(PtxEditError, match="names other accumulators registers"):
+        finish(moved, wgmma.sites(128))
+    twice = body(*site, accs(1, *range(1, 64)))
+    with pytest.raises(PtxEditError, match="marked twice"):
+        finish(twice, wgmma.sites(128))
+
+
+@pytest.mark.parametrize("flow", ["$L__BB0_4:", "@%p3 bra \t$L__BB0_2;", "bra.uni \t$L__BB0_9;", "ret;"])
+def test_a_label_or_jump_between_the_marks_is_refused(flow):
+    ptx = body(asm("add.u32 %r1, %r1, 1;"), asm("mov.b64 %rd3, %rd3;"), f"\t{flow}\n",
+               asm("mov.f32 %f1, %f1;"), asm("mov.f32 %f2, %f2;"))
+    with pytest.raises(PtxEditError, match="label or a jump"):
+        finish(ptx, SITES)

@@ -157,6 +157,10 @@ def _bench_path(dev, info, dtype, prec, sizes, reps, seed, backend, cublas_why, 
     """Time one kernel path (``prec``: None for the database's choice) over ``sizes`` into ``record``."""
     from dgemm.tuning.timing import KernelBench
 
+    try:   # built first: a kernel that cannot be built here is replaced, and the choice then says so
+        dev.kernels(dtype, dev.choice(dtype, prec).params)
+    except Exception:   # reported with the first size's run below
+        pass
     choice = dev.choice(dtype, prec)
     tf32 = choice.params.precision == "tf32"   # cuBLAS with TF32 too: like for like
     entry = {"params": choice.params.as_dict(), "source": choice.describe(), "level": choice.level,

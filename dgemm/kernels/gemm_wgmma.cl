@@ -17,17 +17,25 @@
 // kernel 10's zero padding).
 //
 // A work-group is WG warpgroups of 128 threads; warpgroup w computes rows
-// 64w .. 64w+63 of the BM x BN tile (BM = 64 WG) with one
-// wgmma.m64nBNk8 per k-step of 8, its BN/2 accumulators per thread in
-// registers.  Tiles of A and BT go through local memory, double-buffered
-// through registers as in the seed's kernel 9: the loads of tile t+1 are in
-// flight while the tensor cores work on tile t.  Local memory holds them in
-// wgmma's no-swizzle K-major layout: 8-row x 16-byte "core matrices", stored
-// LAYOUT 0: [k/4][row/8][row%8][k%4] (K-outer) or LAYOUT 1: [row/8][k/4][row%8][k%4],
-// (with STAGES >= 3 the tiles go global -> local by cp.async, several in flight; ROUND then
-// rounds them to TF32 in local memory, else the tensor cores truncate the float32 values)
-// described to the instruction by a 64-bit descriptor (start address,
-// the byte offsets between core matrices along K and along M/N).
+// 64w .. 64w+63 of the BM x BN tile (BM = 64 WG) with one wgmma.m64nBNk8
+// per k-step of 8, its BN/2 accumulators per thread in registers.  Tiles of
+// A and BT go global -> local memory by cp.async, STAGES deep (the seed's
+// kernel 9 double buffer, deeper), while the tensor cores work on an older
+// one.  Local memory holds them in one of wgmma's K-major layouts, described
+// to the instruction by a 64-bit descriptor (start address, byte offsets
+// between 8-row "core matrices", swizzle mode):
+//   LAYOUT 2 (the default, 3x the others): the 128-byte swizzle: BK = 32, a
+//     tile row is 128 bytes, chunk c of row r at chunk c ^ r%8, so the copies
+//     of whole rows are coalesced and free of bank conflicts;
+//   LAYOUT 0 / 1: no swizzle, 8-row x 16-byte core matrices stored
+//     [k/4][row/8][row%8][k%4] (K-outer) or [row/8][k/4][row%8][k%4].
+// STAGES 0 keeps the first version: two tiles, the next prefetched through
+// registers.  The operands must already be TF32 values (rounded to nearest):
+// the engine rounds them where it stages them (round_tf32, below); ROUND 1
+// rounds in local memory instead (half the rate), and otherwise the tensor
+// cores truncate.
+// Local memory past the 48 KiB OpenCL reports builds and runs on this route
+// (the sm_90a binary): 5 stages of 128 x 128 x 32 take 160 KiB.
 #include "common.cl"
 
 #if PRECISION != 32
@@ -104,7 +112,7 @@
 #define SBO(ROWS) K_STRIDE(ROWS)
 #endif
 
-// Sites (see ptx.py: SITES).  The number says which instruction replaces the site.
+// Sites (dgemm.opencl.wgmma.sites() says what replaces each number, and why).
 #define SITE(n) asm volatile("add.u32 %0, %0, " #n ";" : "+r"(site))
 #define MARK64(x) asm volatile("mov.b64 %0, %0;" : "+l"(x))
 #define MARKACC() do { _Pragma("unroll") for (int i = 0; i < NACC; i++) asm volatile("mov.f32 %0, %0;" : "+f"(acc[i])); } while (0)

@@ -69,6 +69,7 @@ class Kernels:
         self.params = params
         self.dtype = dtype
         self.round_tf32 = None   # the wgmma kernel's: round its operands to TF32 where they are staged
+        self.gemm_program = gemm_program or program
         if gemm_program is None:
             self.gemm = program.gemm
         else:
@@ -264,15 +265,16 @@ class Device:
         dtype = self.check_dtype(dtype)
         params = params or self.choice(dtype).params
         if params.k_major:
-            try:
-                return self._kernels_wgmma(dtype, params, tuple(extra_options))
-            except Exception as e:   # the PTX route did not work here: the kernels it stands for instead
-                why = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
-                logger.warning("dgemm: the wgmma kernel %s could not be built on %s (%s); falling back",
-                               params, self.info.name, why)
-                self.failed[params] = why
-                other = lookup(self.info, dtype.name, precision=params.precision, wgmma=False).params
-                return self.kernels(dtype, other, extra_options)
+            if params not in self.failed:   # tried once per device: a failure is remembered, with its reason
+                try:
+                    return self._kernels_wgmma(dtype, params, tuple(extra_options))
+                except Exception as e:   # the PTX route did not work here: the kernels it stands for instead
+                    why = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+                    logger.warning("dgemm: the wgmma kernel %s could not be built on %s (%s); falling back",
+                                   params, self.info.name, why)
+                    self.failed[params] = why
+            other = lookup(self.info, dtype.name, precision=params.precision, wgmma=False).params
+            return self.kernels(dtype, other, extra_options)
         key = (dtype, params, tuple(extra_options))
         with self._lock:
             if key not in self._kernels:
@@ -298,8 +300,6 @@ class Device:
         with self._lock:
             if key in self._kernels:
                 return self._kernels[key]
-        if params in self.failed:
-            raise RuntimeError(self.failed[params])
         bad = params.problems(dtype.itemsize, self.info.max_work_group_size, self.info.local_mem)
         if self.info.compute_capability != 90:
             bad.append(f"wgmma is sm_90's (Hopper); {self.info.name} is {self.info.architecture or 'not NVIDIA'}")
@@ -314,7 +314,7 @@ class Device:
     def build_log(self, dtype, params: KernelParams, extra_options: tuple = ("-cl-nv-verbose",)) -> str:
         """The compiler's log for a build (registers and spills on NVIDIA with -cl-nv-verbose)."""
         import pyopencl as cl
-        prog = self.kernels(dtype, params, extra_options).program
+        prog = self.kernels(dtype, params, extra_options).gemm_program
         return prog.get_build_info(self.cl_device, cl.program_build_info.LOG)
 
     def buffer(self, nbytes: int):

@@ -230,7 +230,8 @@ class BlockEngine:
         """The cache entry (pinned) of ``ref`` staged as ``drows x dcols``, read in the background on a miss."""
         key = None
         if isinstance(ref, ZarrBlock):   # blocks held by dask arrive as arrays and are not kept
-            key = (scope, ref.key(), transpose, drows, dcols, self.dtype.str)
+            # (rounded: the wgmma engine's blocks are TF32 values, not the float32 ones another engine needs)
+            key = (scope, ref.key(), transpose, drows, dcols, self.dtype.str, self.k.round_tf32 is not None)
         nbytes = drows * dcols * self.dtype.itemsize
         entry, _ = self.cache.acquire(key, nbytes, lambda: self.device.pool(copy=_copies(ref)).submit(
             self._fetch, ref, transpose, drows, dcols, scope, shared))

@@ -51,6 +51,13 @@ class Site:
         Index of the first register that goes into ``{regs}``.
     why : str
         What the instruction is for (it ends up in the PTX as a comment).
+    group : str
+        Sites of one group must name the same registers from ``group_from``
+        on, in every occurrence: the accumulators an asynchronous instruction
+        writes stay where the next one, and the wait, expect them (a copy
+        between two would read a value still being written).
+    group_from : int
+        Index of the first register the group compares.
     """
 
     text: str
@@ -58,6 +65,8 @@ class Site:
     at: str = "number"
     first_list: int = 0
     why: str = ""
+    group: str = ""
+    group_from: int = 0
 
 
 _ASM_BEGIN, _ASM_END = "// begin inline asm", "// end inline asm"
@@ -65,6 +74,8 @@ _NUMBER = re.compile(r"^add\.u32\s+(%r\d+),\s*\1,\s*(\d+);$")
 _MARK = re.compile(r"^mov\.(b64|f32)\s+(%\w+),\s*\2;$")
 _REG = re.compile(r"%[a-z]+\d+\b")
 _TARGET = re.compile(r"^(\s*\.target\s+)sm_(\d+)a?\b", re.M)
+# A label or a jump: a site's marks must all lie in one straight run of code.
+_FLOW = re.compile(r"^(\$?[\w.]+:|(@!?%\w+\s+)?(bra|brx|ret|exit|call)\b)")
 
 
 def program_ptx(program, device=None) -> str:
@@ -107,6 +118,20 @@ def _asm_blocks(lines: list[str]):
 def finish(ptx: str, sites: Mapping[int, Site], target: str | None = "sm_90a") -> str:
     """Replace every site of ``ptx`` by its instruction; retarget to ``target`` (None: keep).
 
+    Parameters
+    ----------
+    ptx : str
+        The PTX the OpenCL compiler returned (:func:`program_ptx`).
+    sites : mapping of int to Site
+        What each site number stands for.
+    target : str or None
+        The ``.target`` to give the result.
+
+    Returns
+    -------
+    str
+        The PTX to load with ``clCreateProgramWithBinary``.
+
     Raises
     ------
     PtxEditError
@@ -121,6 +146,7 @@ def finish(ptx: str, sites: Mapping[int, Site], target: str | None = "sm_90a") -
     blocks = list(_asm_blocks(lines))
     drop: set[int] = set()
     put: dict[int, list[str]] = {}
+    groups: dict[str, tuple[list[str], int]] = {}
     done = 0
     b = 0
     while b < len(blocks):
@@ -145,6 +171,16 @@ def finish(ptx: str, sites: Mapping[int, Site], target: str | None = "sm_90a") -
                                    f"{blocks[b][0] + 2}, found {blocks[b][2]!r}")
             regs.append(mb.group(2))
             mark_blocks.append(blocks[b])
+        if len(set(regs)) != len(regs):
+            raise PtxEditError(f"site {number} at line {begin + 1}: a register is marked twice")
+        if mark_blocks:
+            _check_straight(lines, begin, mark_blocks[-1][0], number)
+        if site.group:
+            named = regs[site.group_from:]
+            first = groups.setdefault(site.group, (named, begin))
+            if named != first[0]:
+                raise PtxEditError(f"site {number} at line {begin + 1} names other {site.group} registers than "
+                                   f"the site at line {first[1] + 1}: the compiler moved them in between")
         where = begin
         if site.at == "last" and mark_blocks:
             where = mark_blocks[-1][0]
@@ -166,6 +202,14 @@ def finish(ptx: str, sites: Mapping[int, Site], target: str | None = "sm_90a") -
             out.append(line)
     text = "\n".join(out) + "\n"
     return retarget(text, target) if target else text
+
+
+def _check_straight(lines: list[str], first: int, last: int, number: int) -> None:
+    """No label or jump between a site's number and its last mark."""
+    for i in range(first, last):
+        s = lines[i].strip()
+        if _FLOW.match(s):
+            raise PtxEditError(f"site {number}: line {i + 1} ({s!r}) is a label or a jump between its marks")
 
 
 def _check_untouched(lines: list[str], mark_blocks, regs: list[str], number: int) -> None:

@@ -44,9 +44,11 @@ class WgmmaParams:
 
     @property
     def threads(self) -> int:
+        """Work-items of a work-group: WG warpgroups of 128."""
         return 128 * self.WG
 
     def options(self) -> list[str]:
+        """The OpenCL compiler's ``-D`` options for these macros."""
         return ["-DPRECISION=32"] + [f"-D{k}={v}" for k, v in self.__dict__.items()]
 
 
@@ -58,10 +60,10 @@ def sites(bn: int) -> dict[int, Site]:
             "wgmma.fence.sync.aligned;\n"
             "{{\n.reg .pred p;\n.reg .b32 one;\nmov.b32 one, 1;\nsetp.ne.b32 p, one, 0;\n"
             f"wgmma.mma_async.sync.aligned.m64n{bn}k8.f32.tf32.tf32 {{regs}}, {{0}}, {{1}}, p, 1, 1;\n}}}}",
-            marks=("b64", "b64") + acc, at="last", first_list=2,
+            marks=("b64", "b64") + acc, at="last", first_list=2, group="accumulators", group_from=2,
             why="D += A * B on the tensor cores, A and B read from local memory through descriptors"),
         7102: Site("wgmma.commit_group.sync.aligned;", why="close the group of wgmma issued this k-tile"),
-        7103: Site("wgmma.wait_group.sync.aligned 0;", marks=acc,
+        7103: Site("wgmma.wait_group.sync.aligned 0;", marks=acc, group="accumulators",
                    why="the accumulators are read (or the tile overwritten) only after the wgmma finish"),
         7105: Site("wgmma.wait_group.sync.aligned 1;",
                    why="all but the newest wgmma group done: the stage before it may be refilled"),
@@ -71,12 +73,30 @@ def sites(bn: int) -> dict[int, Site]:
 
 
 def build(ctx, device, params: WgmmaParams, extra_options=(), keep: str | None = None):
-    """Build gemm_wgmma.cl for ``device`` and return (program, original PTX, finished PTX).
+    """Build gemm_wgmma.cl for ``device`` through the PTX route.
 
-    ``keep``: a path prefix to write both PTX texts to (``.ptx``, ``-finished.ptx``) before loading.
+    Parameters
+    ----------
+    ctx, device : pyopencl.Context, pyopencl.Device
+        An NVIDIA sm_90 device and its context.
+    params : WgmmaParams
+        The kernel's macros.
+    extra_options : sequence of str
+        More compiler options (e.g. ``-cl-nv-verbose`` for ptxas's report).
+    keep : str, optional
+        A path prefix to write both PTX texts to (``.ptx``, ``-finished.ptx``) before loading.
 
-    Raises :class:`dgemm.opencl.ptx.PtxEditError` where the PTX cannot be
-    finished, and pyopencl's errors where it does not build or load.
+    Returns
+    -------
+    (pyopencl.Program, str, str)
+        The loaded program (kernels ``gemm_wgmma`` and ``round_tf32``), the PTX
+        the OpenCL compiler returned and the finished PTX.
+
+    Raises
+    ------
+    dgemm.opencl.ptx.PtxEditError
+        Where the PTX cannot be finished; pyopencl's errors where it does
+        not build or load.
     """
     import pyopencl as cl
 
