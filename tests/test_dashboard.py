@@ -151,15 +151,16 @@ def assert_parts_add_up(w: dict) -> None:
 def test_progress_within_blocks_and_a_busy_split_that_adds_up(cluster, client, tmp_path):
     """While a block product runs, the page shows how far it is; afterwards each worker's parts add up.
 
-    512 x 512 blocks over K = 8192: 16 k steps to share between the workers' block products, each
-    step a GEMM of 512^3 (seconds in all on a CPU device), so the heartbeats report products in flight.
+    512 x 512 blocks of a 1024 x 1024 C over K = 32768: 64 k steps in each of the workers' block
+    products, each step a GEMM of 512^3 (seconds in all on a CPU device, whose kernel does some 20
+    GFLOPS on two cores), so the heartbeats report products in flight.
     """
     import threading
 
     import zarr
 
     rng = np.random.default_rng()
-    A, B = randn(rng, (512, 8192), "float32"), randn(rng, (8192, 512), "float32")
+    A, B = randn(rng, (1024, 32768), "float32"), randn(rng, (32768, 1024), "float32")
     paths = []
     for name, x in (("a", A), ("b", B)):
         z = zarr.create_array(store=str(tmp_path / f"{name}.zarr"), shape=x.shape, chunks=(512, 512),
