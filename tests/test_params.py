@@ -174,7 +174,8 @@ def test_wgmma_params_rules():
     assert p.k_major and p.precision == "tf32" and p.problems(4, 1024, 49152) == []
     assert p.local_size == (256, 1) and p.launch(256, 384) == ((6 * 256, 1), (256, 1))
     assert p.local_mem_bytes(4) == 5 * 32 * 256 * 4 > 49152
-    assert p.defines() == {"WG": 2, "BN": 128, "BK": 32, "STAGES": 5, "GROUPM": 8, "LAYOUT": 2, "ROUND": 0}
+    assert p.defines() == {"WG": 2, "BN": 128, "BK": 32, "STAGES": 5, "GROUPM": 8, "LAYOUT": 2, "ROUND": 0,
+                           "SPLIT": 0}
     assert KernelParams.from_dict(p.as_dict()) == p
     assert not KernelParams(MMA=5).k_major and "STAGES" not in KernelParams().defines()
     bad = KernelParams(MMA=7, TSM=64, TSN=100, TSK=16, WARPSM=2, WARPSN=2, STAGES=2)
@@ -185,3 +186,11 @@ def test_wgmma_params_rules():
     assert "float32 only" in " ".join(p.problems(8))
     assert "exceed" in " ".join(dataclasses.replace(p, TSN=256, STAGES=8).problems(4))   # 256 KiB > 227
     assert "STAGES=3 is the wgmma kernel's" in " ".join(KernelParams(STAGES=3).problems(4))
+
+
+def test_wgmma_3xtf32_params():
+    p = KernelParams(MMA=8, TSM=128, TSN=128, TSK=32, WARPSM=2, WARPSN=1, STAGES=3)
+    assert p.k_major and p.precision == "3xtf32" and p.parts == 2 and p.problems(4, 1024, 49152) == []
+    assert p.defines()["SPLIT"] == 1 and p.local_mem_bytes(4) == 2 * 3 * 32 * 256 * 4
+    assert KernelParams(MMA=7, TSM=128, TSN=128, TSK=32, WARPSM=2, WARPSN=1, STAGES=3).parts == 1
+    assert "exceed" in " ".join(dataclasses.replace(p, STAGES=4).problems(4))   # 256 KiB > 227

@@ -62,6 +62,9 @@
 #ifndef ROUND
 #define ROUND 1              // 1: each thread rounds the values it copied to TF32 (cvt.rna) before the
 #endif                       // tensor cores read them; 0: they truncate (cheaper, twice the error)
+#ifndef SPLIT
+#define SPLIT 0              // 1: 3xTF32 (float32 accuracy): A and BT arrive as [big; small] TF32 halves
+#endif                       // (split_tf32), three wgmma per k-step, each tile summed with IEEE adds
 #ifndef STAGES
 #define STAGES 5             // 0: two tiles, the next one prefetched through registers (seed kernel 9);
 #endif                       // >= 3: STAGES tiles in flight, copied global -> local by cp.async
@@ -76,6 +79,14 @@
 #endif
 #if (BM * KC) % NT || (BN * KC) % NT
 #error "the tile loads need BM*BK/4 and BN*BK/4 to be multiples of the work-group size"
+#endif
+#if SPLIT
+#define PARTS 2
+#if STAGES == 0 || LAYOUT != 2
+#error "SPLIT (3xTF32) needs the cp.async stages and the swizzled layout"
+#endif
+#else
+#define PARTS 1
 #endif
 #define A_LOADS (BM * KC / NT)
 #define B_LOADS (BN * KC / NT)
@@ -115,9 +126,18 @@
 // Sites (dgemm.opencl.wgmma.sites() says what replaces each number, and why).
 #define SITE(n) asm volatile("add.u32 %0, %0, " #n ";" : "+r"(site))
 #define MARK64(x) asm volatile("mov.b64 %0, %0;" : "+l"(x))
-#define MARKACC() do { _Pragma("unroll") for (int i = 0; i < NACC; i++) asm volatile("mov.f32 %0, %0;" : "+f"(acc[i])); } while (0)
-// 7101: wgmma.fence + wgmma.mma_async m64nBNk8 f32.tf32.tf32 (descriptors, then the accumulators)
+// The registers the tensor cores accumulate into: acc, or with SPLIT one tile's sum (tacc), which
+// IEEE adds then take into acc (the tensor cores' own accumulation truncates: its error would grow with K).
+#if SPLIT
+#define WACC tacc
+#else
+#define WACC acc
+#endif
+#define MARKACC() do { _Pragma("unroll") for (int i = 0; i < NACC; i++) asm volatile("mov.f32 %0, %0;" : "+f"(WACC[i])); } while (0)
+// 7101: wgmma.fence + wgmma.mma_async m64nBNk8 f32.tf32.tf32, D += A B (descriptors, then the accumulators)
 #define WGMMA(da, db) do { SITE(7101); MARK64(da); MARK64(db); MARKACC(); } while (0)
+// 7106: the same with D = A B (the first of a tile's products: the accumulators start from zero)
+#define WGMMA_FIRST(da, db) do { SITE(7106); MARK64(da); MARK64(db); MARKACC(); } while (0)
 #define WGMMA_COMMIT() SITE(7102)                       // wgmma.commit_group
 #define WGMMA_WAIT() do { SITE(7103); MARKACC(); } while (0)   // wgmma.wait_group 0 (the accumulators are read after it)
 #define WGMMA_WAIT1() SITE(7105)                        // wgmma.wait_group 1: all but the newest group done
@@ -165,7 +185,7 @@ void gemm_wgmma(const int M, const int N, const int K,
                 __global float* C,
                 __global uint* probe)
 {
-    __local float4 tiles[NSTAGE][(BM + BN) * KC] __attribute__((aligned(1024)));   // (swizzle atoms: 1024)
+    __local float4 tiles[NSTAGE][PARTS * (BM + BN) * KC] __attribute__((aligned(1024)));   // (swizzle atoms: 1024)
     const int tid = get_local_id(0);
     const int wg = tid >> 7, lane = tid & 31, warp = (tid >> 5) & 3;
     uint site = 0;
@@ -209,15 +229,38 @@ void gemm_wgmma(const int M, const int N, const int K,
 
     float acc[NACC];
     _Pragma("unroll") for (int i = 0; i < NACC; i++) acc[i] = 0.0f;
+#if SPLIT
+    float tacc[NACC];
+    _Pragma("unroll") for (int i = 0; i < NACC; i++) tacc[i] = 0.0f;
+#endif
 
     // Shared-window address of stage 0 (an address-space-3 pointer as an integer).
     const uint base = (uint)(size_t)&tiles[0][0];
-#define STAGE_BYTES ((BM + BN) * KC * 16)
+#define PART_BYTES ((BM + BN) * KC * 16)
+#define STAGE_BYTES (PARTS * PART_BYTES)
     if (probe != 0 && get_group_id(0) == 0 && get_group_id(1) == 0 && tid == 0) {
         probe[0] = base;
         probe[1] = base + STAGE_BYTES;
     }
     const int nt = K / BK;
+#if SPLIT
+    // 3xTF32: big*big + big*small + small*big (small*small is below float32's rounding).
+#define ISSUE_WGMMA(s)                                                                     \
+    {                                                                                      \
+        const uint a0 = base + (s) * STAGE_BYTES + wg * 64 * 16 * KC;                      \
+        const uint b0 = base + (s) * STAGE_BYTES + BM * KC * 16;                           \
+        _Pragma("unroll") for (int k8 = 0; k8 < BK / 8; k8++) {                           \
+            ulong da = descriptor(a0 + CORE_OFFSET(0, 2 * k8, BM), LBO(BM), SBO(BM));      \
+            ulong db = descriptor(b0 + CORE_OFFSET(0, 2 * k8, BN), LBO(BN), SBO(BN));      \
+            ulong ds = descriptor(a0 + PART_BYTES + CORE_OFFSET(0, 2 * k8, BM), LBO(BM), SBO(BM)); \
+            ulong dt = descriptor(b0 + PART_BYTES + CORE_OFFSET(0, 2 * k8, BN), LBO(BN), SBO(BN)); \
+            if (k8 == 0) WGMMA_FIRST(da, db); else WGMMA(da, db);                          \
+            WGMMA(da, dt);                                                                 \
+            WGMMA(ds, db);                                                                 \
+        }                                                                                  \
+        WGMMA_COMMIT();                                                                    \
+    }
+#else
 #define ISSUE_WGMMA(s)                                                                     \
     {                                                                                      \
         const uint a0 = base + (s) * STAGE_BYTES + wg * 64 * 16 * (LAYOUT == 0 ? 1 : KC);  \
@@ -230,6 +273,7 @@ void gemm_wgmma(const int M, const int N, const int K,
         }                                                                                  \
         WGMMA_COMMIT();                                                                    \
     }
+#endif
 #if STAGES == 0
     LOAD_TILE(0);
     STORE_TILE(0);
@@ -261,20 +305,25 @@ void gemm_wgmma(const int M, const int N, const int K,
 #define COPY_ROW(e, ROWS) ((e) % (ROWS)) // rows fastest: one contiguous run of local memory per warp
 #define COPY_COL(e, ROWS) ((e) / (ROWS))
 #endif
+    // (with SPLIT the small halves follow the big ones: rows M.. of A, N.. of BT)
 #define COPY_TILE(t, s)                                                                      \
-    {                                                                                        \
-        const uint st = base + (s) * STAGE_BYTES;                                            \
+    _Pragma("unroll") for (int part = 0; part < PARTS; part++) {                             \
+        const uint st = base + (s) * STAGE_BYTES + part * PART_BYTES;                        \
         _Pragma("unroll") for (int i = 0; i < A_LOADS; i++) {                                \
             const int e = tid + i * NT, r = COPY_ROW(e, BM), c = COPY_COL(e, BM);            \
-            CP_ASYNC(st + CORE_OFFSET(r, c, BM), A + (size_t)(m0 + r) * kv + (t) * KC + c);  \
+            CP_ASYNC(st + CORE_OFFSET(r, c, BM),                                             \
+                     A + (size_t)(part * M + m0 + r) * kv + (t) * KC + c);                   \
         }                                                                                    \
         _Pragma("unroll") for (int i = 0; i < B_LOADS; i++) {                                \
             const int e = tid + i * NT, r = COPY_ROW(e, BN), c = COPY_COL(e, BN);            \
-            CP_ASYNC(st + BM * KC * 16 + CORE_OFFSET(r, c, BN), BT + (size_t)(n0 + r) * kv + (t) * KC + c); \
+            CP_ASYNC(st + BM * KC * 16 + CORE_OFFSET(r, c, BN),                              \
+                     BT + (size_t)(part * N + n0 + r) * kv + (t) * KC + c);                  \
         }                                                                                    \
     }
     _Pragma("unroll") for (int t = 0; t < STAGES - 2; t++) {
-        if (t < nt) COPY_TILE(t, t);
+        if (t < nt) {
+            COPY_TILE(t, t);
+        }
         CP_COMMIT();
     }
 #if ROUND
@@ -302,12 +351,20 @@ void gemm_wgmma(const int M, const int N, const int K,
         PROXY_FENCE();      // ... visible to the tensor cores
         barrier(CLK_LOCAL_MEM_FENCE);   // ... everyone's; and tile t-2's stage is free
         const int next = t + STAGES - 2;
-        if (next < nt) COPY_TILE(next, next % STAGES);
+        if (next < nt) {
+            COPY_TILE(next, next % STAGES);
+        }
         CP_COMMIT();        // (empty groups too: the count in CP_WAIT stays right)
         ISSUE_WGMMA(t % STAGES);
+#if SPLIT
+        WGMMA_WAIT();       // this tile's sum, then IEEE adds into acc
+        _Pragma("unroll") for (int i = 0; i < NACC; i++) acc[i] += tacc[i];
+    }
+#else
         WGMMA_WAIT1();      // tile t-1's wgmma done: its stage can be refilled after the next barrier
     }
     WGMMA_WAIT();
+#endif
 #endif
 
     // Accumulator i of lane 4g+q in warp w of the warpgroup: row 16w + g (+8 for i%4 >= 2),
@@ -332,5 +389,18 @@ __kernel void round_tf32(__global float4* x, const int n4)
     const int i = get_global_id(0);
     if (i < n4) {
         x[i] = to_tf32(x[i]);
+    }
+}
+
+// 3xTF32's operands: x becomes big = TF32(x) (to nearest) in place and small = TF32(x - big)
+// n4 float4s further on (the buffer holds both halves: the small one starts where the big one ends).
+__kernel void split_tf32(__global float4* x, const int n4)
+{
+    const int i = get_global_id(0);
+    if (i < n4) {
+        const float4 v = x[i];
+        const float4 big = to_tf32(v);
+        x[i] = big;
+        x[n4 + i] = to_tf32(v - big);
     }
 }

@@ -68,14 +68,17 @@ class Kernels:
         self.program = program
         self.params = params
         self.dtype = dtype
-        self.round_tf32 = None   # the wgmma kernel's: round its operands to TF32 where they are staged
+        # The wgmma kernels' operands are prepared where they are staged: rounded to TF32
+        # (round_tf32), or split into [big; small] TF32 halves for 3xTF32 (split_tf32, ``parts`` 2).
+        self.prepare = None
+        self.parts = params.parts
         self.gemm_program = gemm_program or program
         if gemm_program is None:
             self.gemm = program.gemm
         else:
             import pyopencl as cl
 
-            self.round_tf32 = cl.Kernel(gemm_program, "round_tf32")
+            self.prepare = cl.Kernel(gemm_program, "split_tf32" if self.parts == 2 else "round_tf32")
 
             kernel = cl.Kernel(gemm_program, "gemm_wgmma")
 

@@ -168,13 +168,13 @@ class BlockEngine:
         """A new device buffer holding ``host`` staged as ``drows x dcols``; returns ``(buffer, event)``."""
         # once, on the host: any byte order (a big-endian Zarr or numpy block) and layout to the engine's
         host = np.ascontiguousarray(host, dtype=self.dtype)
-        out = self.device.buffer(drows * dcols * self.dtype.itemsize)
+        out = self.device.buffer(drows * dcols * self.dtype.itemsize * self.k.parts)
         q = self.device.transfer_queue
         ev = self._stage_into(q, host, transpose, drows, dcols, out)
-        if self.k.round_tf32 is not None:   # the wgmma kernel's operands: rounded once here, not per use
+        if self.k.prepare is not None:   # the wgmma kernels' operands: rounded (or split) once here, not per use
             with self._launch:
-                ev = self.k.round_tf32(q, (roundup(drows * dcols // 4, 256),), (256,), out,
-                                       np.int32(drows * dcols // 4), wait_for=[ev] if ev is not None else None)
+                ev = self.k.prepare(q, (roundup(drows * dcols // 4, 256),), (256,), out,
+                                    np.int32(drows * dcols // 4), wait_for=[ev] if ev is not None else None)
             q.flush()
             self._transferred(ev)
         return out, ev
@@ -230,9 +230,9 @@ class BlockEngine:
         """The cache entry (pinned) of ``ref`` staged as ``drows x dcols``, read in the background on a miss."""
         key = None
         if isinstance(ref, ZarrBlock):   # blocks held by dask arrive as arrays and are not kept
-            # (rounded: the wgmma engine's blocks are TF32 values, not the float32 ones another engine needs)
-            key = (scope, ref.key(), transpose, drows, dcols, self.dtype.str, self.k.round_tf32 is not None)
-        nbytes = drows * dcols * self.dtype.itemsize
+            # (prepared: the wgmma engines' blocks are TF32 values or [big; small] halves, not plain float32)
+            key = (scope, ref.key(), transpose, drows, dcols, self.dtype.str, self.k.parts, self.k.prepare is not None)
+        nbytes = drows * dcols * self.dtype.itemsize * self.k.parts
         entry, _ = self.cache.acquire(key, nbytes, lambda: self.device.pool(copy=_copies(ref)).submit(
             self._fetch, ref, transpose, drows, dcols, scope, shared))
         return entry

@@ -29,13 +29,14 @@ class WgmmaParams:
     GROUPM: int = 8
     STAGES: int = 5
     ROUND: int = 1
+    SPLIT: int = 0
 
     @classmethod
     def of(cls, params) -> "WgmmaParams":
         """The macros of a :class:`dgemm.tuning.params.KernelParams` with MMA=7."""
         d = params.defines()
         return cls(WG=d["WG"], BN=d["BN"], BK=d["BK"], LAYOUT=d["LAYOUT"], GROUPM=d["GROUPM"],
-                   STAGES=d["STAGES"], ROUND=d["ROUND"])
+                   STAGES=d["STAGES"], ROUND=d["ROUND"], SPLIT=d["SPLIT"])
 
     @property
     def tile(self) -> tuple[int, int, int]:
@@ -62,6 +63,12 @@ def sites(bn: int) -> dict[int, Site]:
             f"wgmma.mma_async.sync.aligned.m64n{bn}k8.f32.tf32.tf32 {{regs}}, {{0}}, {{1}}, p, 1, 1;\n}}}}",
             marks=("b64", "b64") + acc, at="last", first_list=2, group="accumulators", group_from=2,
             why="D += A * B on the tensor cores, A and B read from local memory through descriptors"),
+        7106: Site(
+            "wgmma.fence.sync.aligned;\n"
+            "{{\n.reg .pred p;\n.reg .b32 one;\nmov.b32 one, 1;\nsetp.ne.b32 p, one, 1;\n"
+            f"wgmma.mma_async.sync.aligned.m64n{bn}k8.f32.tf32.tf32 {{regs}}, {{0}}, {{1}}, p, 1, 1;\n}}}}",
+            marks=("b64", "b64") + acc, at="last", first_list=2, group="accumulators", group_from=2,
+            why="D = A * B (scale-d false: the accumulators start from zero), as 7101 otherwise"),
         7102: Site("wgmma.commit_group.sync.aligned;", why="close the group of wgmma issued this k-tile"),
         7103: Site("wgmma.wait_group.sync.aligned 0;", marks=acc, group="accumulators",
                    why="the accumulators are read (or the tile overwritten) only after the wgmma finish"),

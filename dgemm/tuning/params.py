@@ -43,6 +43,7 @@ MMA_KINDS = {
     5: MmaKind("tf32", "float32", (16, 8, 8), 80),     # TF32 accuracy
     6: MmaKind("3xtf32", "float32", (16, 8, 8), 80),   # error-compensated: float32 accuracy
     7: MmaKind("tf32", "float32", (64, 8, 8), 90, wgmma=True),   # wgmma through the PTX route
+    8: MmaKind("3xtf32", "float32", (64, 8, 8), 90, wgmma=True), # the same, 3xTF32 on split operands
 }
 
 # Local memory a Hopper work-group may have (227 KiB).  The wgmma kernel's static local memory is
@@ -105,7 +106,7 @@ class KernelParams:
         plain (5, TF32 accuracy) or error-compensated 3xTF32 (6, float32
         accuracy).  WPTM, WPTN, VWM and VWN are then unused and the
         work-group is WARPSM x WARPSN warps.
-        MMA=7 is float32 TF32 on Hopper's warpgroup instruction ``wgmma``
+        MMA=7 (8: 3xTF32) is float32 TF32 on Hopper's warpgroup instruction ``wgmma``
         (``gemm_wgmma.cl``, finished in PTX by :mod:`dgemm.opencl.ptx`):
         WARPSM warpgroups of 128 work-items, TSM = 64 WARPSM, TSK = 32 (the
         128-byte swizzle), STAGES tiles in flight, and its operands K-major
@@ -162,6 +163,11 @@ class KernelParams:
         return bool(kind and kind.wgmma)
 
     @property
+    def parts(self) -> int:
+        """Halves each operand block has on the device: 2 for the wgmma 3xTF32 kernel ([big; small]), else 1."""
+        return 2 if self.k_major and self.precision == "3xtf32" else 1
+
+    @property
     def local_size(self) -> tuple[int, int]:
         """Work-group shape (along N, along M), as the kernel requires."""
         if self.k_major:
@@ -202,7 +208,7 @@ class KernelParams:
         if self.GEMMK and not self.MMA:
             return self.TSK * (self.TSM + self.TSN) * itemsize
         if self.k_major:
-            return self.STAGES * self.TSK * (self.TSM + self.TSN) * itemsize
+            return self.parts * self.STAGES * self.TSK * (self.TSM + self.TSN) * itemsize
         return 2 * self.TSK * (self.TSM + self.PADA + self.TSN + self.PADB) * itemsize
 
     def problems(self, itemsize: int, max_work_group_size: int | None = None,
@@ -352,7 +358,7 @@ class KernelParams:
         if self.k_major:
             # ROUND 0: the engine rounds the operands to TF32 once, where it stages them (round_tf32)
             return {"WG": self.WARPSM, "BN": self.TSN, "BK": self.TSK, "STAGES": self.STAGES,
-                    "GROUPM": self.GROUPM, "LAYOUT": 2, "ROUND": 0}
+                    "GROUPM": self.GROUPM, "LAYOUT": 2, "ROUND": 0, "SPLIT": int(self.parts == 2)}
         return {f: getattr(self, f) for f in _FIELDS if f != "STAGES"}
 
     def as_dict(self) -> dict[str, int]:

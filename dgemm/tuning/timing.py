@@ -46,7 +46,7 @@ class KernelBench:
         self.b = self.rng.standard_normal((k, n)).astype(self.dtype)
         self._cache: dict = {}
 
-    def _inputs(self, tiles, k_major: bool = False, prepare=None):
+    def _inputs(self, tiles, k_major: bool = False, prepare=None, parts: int = 1):
         """AT (K' x M') and B (K' x N') padded for these tiles, on the device.
 
         ``k_major``: A (M' x K') and B^T (N' x K') instead (the wgmma kernel's operands).
@@ -57,7 +57,7 @@ class KernelBench:
 
         tm, tn, tk = tiles
         mp, np_, kp = roundup(self.m, tm), roundup(self.n, tn), roundup(self.k, tk)
-        key = (mp, np_, kp, k_major)
+        key = (mp, np_, kp, k_major, parts)
         if key not in self._cache:
             at = np.zeros((kp, mp), self.dtype)
             at[:self.k, :self.m] = self.a.T
@@ -65,14 +65,16 @@ class KernelBench:
             bp[:self.k, :self.n] = self.b
             if k_major:
                 at, bp = np.ascontiguousarray(at.T), np.ascontiguousarray(bp.T)
+            if parts > 1:   # room for the small halves of 3xTF32, written by ``prepare``
+                at, bp = np.vstack([at, np.zeros_like(at)]), np.vstack([bp, np.zeros_like(bp)])
             mf = cl.mem_flags
             ctx = self.device.context
             bufs = (cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=at),
                     cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=bp),
                     cl.Buffer(ctx, mf.READ_WRITE, mp * np_ * self.dtype.itemsize))
             if prepare is not None:
-                prepare(bufs[0], at.size)
-                prepare(bufs[1], bp.size)
+                prepare(bufs[0], at.size // parts)
+                prepare(bufs[1], bp.size // parts)
             self._cache.clear()  # keep one size resident: device memory is finite
             self._cache[key] = (bufs, key[:3])
         return self._cache[key]
@@ -86,9 +88,9 @@ class KernelBench:
 
         def prepare(buf, elements):
             n4 = elements // 4
-            kern.round_tf32(q, (-(-n4 // 256) * 256,), (256,), buf, np.int32(n4)).wait()
+            kern.prepare(q, (-(-n4 // 256) * 256,), (256,), buf, np.int32(n4)).wait()
         (at, bp, c), (mp, np_, kp) = self._inputs(params.tiles, params.k_major,
-                                                  prepare if kern.round_tf32 is not None else None)
+                                                  prepare if kern.prepare is not None else None, kern.parts)
         real = self.dtype.type
         # Poison C so unwritten elements fail the check.
         cl.enqueue_fill_buffer(q, c, real(np.nan), 0, mp * np_ * self.dtype.itemsize)
