@@ -269,3 +269,21 @@ def test_the_wgmma_entry_and_its_mma_sync_fallback():
     shipped = lookup(info("sm_90"), "float32", precision="tf32")   # the shipped database
     assert shipped.params.k_major and shipped.level == "architecture"
     assert lookup(info("sm_90"), "float32", precision="tf32", wgmma=False).params.MMA == 5
+
+
+def test_hopper_float32_defaults_to_the_wgmma_3xtf32_kernel():
+    """On sm_90 float32's default is 3xTF32 on wgmma (faster and at least as accurate, README); "fma" still
+    finds the tuned FMA kernel, and where the PTX route fails the default falls back to it, not further."""
+    h100 = DeviceInfo(0, 0, "NVIDIA CUDA", "NVIDIA H100 80GB HBM3", "NVIDIA Corporation", "GPU", 2**36, 49152,
+                      1024, 132, True, "sm_90", "580")
+    h200 = DeviceInfo(0, 0, "NVIDIA CUDA", "NVIDIA H200", "NVIDIA Corporation", "GPU", 2**37, 49152,
+                      1024, 132, True, "sm_90", "580")
+    for info in (h100, h200):
+        default = lookup(info, "float32")
+        assert default.params.k_major and default.params.precision == "3xtf32", default
+        fma = lookup(info, "float32", precision="fma")
+        assert fma.params.precision == "fma" and fma.level in ("device", "architecture") and fma.tuned
+        assert lookup(info, "float32", wgmma=False).params == fma.params
+    ampere = DeviceInfo(0, 0, "NVIDIA CUDA", "NVIDIA A100", "NVIDIA Corporation", "GPU", 2**35, 49152,
+                        1024, 108, True, "sm_80", "580")
+    assert lookup(ampere, "float32").params.precision == "fma"

@@ -95,8 +95,8 @@ def lookup(info: DeviceInfo, dtype: str, databases: list[tuple[str, dict]] | Non
     """
     if databases is None:
         databases = [("user", load(user_path())), ("shipped", load(shipped_path()))]
-    if precision is None:
-        found = _find(info, dtype, [dtype], databases, None, wgmma)
+    if precision is None:   # (without wgmma: the default's stand-in is the FMA kernel's own entry)
+        found = _find(info, dtype, [dtype] if wgmma else [dtype, f"{dtype}:fma"], databases, None, wgmma)
     else:
         names = [f"{dtype}:{precision}", f"{dtype}:{precision}/mma.sync", dtype]
         found = _find(info, dtype, names, databases, precision, wgmma)
