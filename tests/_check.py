@@ -1,6 +1,8 @@
 """Numerical checks shared by the tests: results against numpy in float64."""
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 # Relative (Frobenius) error allowed for products with K <= a few thousand.
@@ -69,3 +71,15 @@ def assert_nonfinite_like(got, ref, what="result"):
     np.testing.assert_array_equal(np.isneginf(got), np.isneginf(ref), err_msg=f"{what}: -Inf positions differ")
     fin = np.isfinite(ref)
     np.testing.assert_allclose(got[fin], ref[fin], rtol=1e-4, atol=1e-3, err_msg=f"{what}: finite part")
+
+
+def wait_for(cond, timeout: float = 30, what: str = "condition", every: float = 0.1):
+    """Poll ``cond()`` until it is true and return its value; fail naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(every)

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import dgemm
-from _check import randn
+from _check import randn, wait_for
 from dgemm import busy
 from dgemm.scheduler.dashboard import DgemmDashboard, MatmulProgress
 from dgemm.scheduler.page import render_page
@@ -54,16 +54,6 @@ def page_data(cluster) -> dict | None:
             return None
         raise
 
-
-def wait_for(predicate, timeout: float = 30, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.2)
 
 
 @pytest.fixture(scope="module")

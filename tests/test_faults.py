@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -24,7 +23,7 @@ import pytest
 import zarr
 
 import dgemm
-from _check import check_product, randn
+from _check import check_product, randn, wait_for
 from dgemm.storage import COMPLETE_ATTR, BlockMarkers, lease
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,17 +34,6 @@ def zarr_in(path, data, chunks, **kw):
     arr[...] = data
     return arr
 
-
-def wait_for(cond, timeout: float, what: str, every: float = 0.05):
-    """Poll ``cond()`` until it is true; fail naming ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(every)
 
 
 def markers_of(path) -> BlockMarkers | None:

@@ -42,7 +42,7 @@ import pytest
 import zarr
 
 import dgemm
-from _check import check_product, randn
+from _check import check_product, randn, wait_for
 from conftest import DEVICES
 from dgemm.storage import COMPLETE_ATTR, BlockMarkers
 from test_readme import cluster_guide
@@ -74,16 +74,6 @@ def _free_ports(n: int) -> list[int]:
             s.bind(("127.0.0.1", 0))
         return [s.getsockname()[1] for s in socks]
 
-
-def _wait_for(cond, timeout: float, what: str, every: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(every)
 
 
 SLURM_CONF = """\
@@ -211,7 +201,7 @@ def slurm():
         start("munged", "--foreground", "--force", f"--key-file={key}", f"--socket={base}/munge/munge.socket",
               f"--pid-file={base}/munge/munged.pid", f"--seed-file={base}/munge/munged.seed",
               f"--log-file={base}/munge/munged.log")
-        _wait_for(lambda: (base / "munge" / "munge.socket").exists() or procs[0][1].poll() is not None, 30, "munged")
+        wait_for(lambda: (base / "munge" / "munge.socket").exists() or procs[0][1].poll() is not None, 30, "munged")
         assert procs[0][1].poll() is None, (base / "munged.out").read_text()
         start("slurmctld", "-D", "-f", str(conf))
         start("slurmd", "-D", "-N", NODE, "-f", str(conf))
@@ -224,7 +214,7 @@ def slurm():
             r = cluster.run("sinfo", "-h", "-N", "-o", "%T", check=False)
             return r.returncode == 0 and r.stdout.strip() == "idle"
         try:
-            _wait_for(idle, 60, "the SLURM node to be idle")
+            wait_for(idle, 60, "the SLURM node to be idle")
         except AssertionError as e:
             raise AssertionError(f"{e}:\n{cluster.run('sinfo', '-N', '-l', check=False).stdout}\n"
                                  f"{cluster.daemon_logs()}") from None
@@ -345,7 +335,7 @@ def test_readme_cluster_guide_runs_on_slurm(slurm, folders, rng):
         elif words[1:3] == ["jobqueue", "slurm"]:
             seen = _run_watching_the_queue(slurm, args, env)
             assert max(len(jobs) for jobs in seen) == 2, seen            # --jobs 2, both listed
-            _wait_for(lambda: not slurm.jobs(), 60, "the command's jobs to be cancelled at its end")
+            wait_for(lambda: not slurm.jobs(), 60, "the command's jobs to be cancelled at its end")
         else:
             r = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
             assert r.returncode == 0, r.stdout + r.stderr
@@ -407,7 +397,7 @@ def test_jobqueue_command_keeps_the_cluster_until_sigterm(slurm, folders, rng):
     sf = client_dir / "sched.json"
     with _running([sys.executable, "-m", "dgemm", "jobqueue", "slurm", "--jobs", "1", "--scheduler-file",
                    "sched.json", *as_flags(one_node(node))]) as (proc, output):
-        _wait_for(lambda: (sf.exists() and sf.read_text().strip()) or proc.poll() is not None, 60, "the scheduler file")
+        wait_for(lambda: (sf.exists() and sf.read_text().strip()) or proc.poll() is not None, 60, "the scheduler file")
         assert proc.poll() is None, "".join(output)
         A, B = randn(rng, (96, 64)), randn(rng, (64, 80))
         zarr_in("a.zarr", A, (32, 64))
@@ -421,7 +411,7 @@ def test_jobqueue_command_keeps_the_cluster_until_sigterm(slurm, folders, rng):
     text = "".join(output)
     slurm.log(f"dgemm jobqueue slurm (serving) said:\n{text.rstrip()[-1500:]}")
     assert "scheduler: tcp://127.0.0.1:" in text and "press Ctrl-C to stop" in text, text
-    _wait_for(lambda: not slurm.jobs(), 60, "its job to be cancelled")
+    wait_for(lambda: not slurm.jobs(), 60, "its job to be cancelled")
 
 
 def test_a_refused_job_ends_the_command_at_once(slurm, folders, rng):
@@ -493,8 +483,8 @@ def test_scale_and_a_cancelled_job_lose_nothing(slurm, folders, rng):
                 for job_id in sorted(slurm.running(), key=int, reverse=True):
                     if any(processing.get(a) for a in _job_workers(client, cluster, job_id)):
                         return job_id
-            _wait_for(lambda: blocks_done("c.zarr") >= 4 or run.done(), 120, "the first blocks")
-            victim = _wait_for(busy_job, 60, "a job whose workers hold tasks")
+            wait_for(lambda: blocks_done("c.zarr") >= 4 or run.done(), 120, "the first blocks")
+            victim = wait_for(busy_job, 60, "a job whose workers hold tasks")
             assert victim != "finished", "the product finished before a job could be cancelled: make it longer"
             addrs = _job_workers(client, cluster, victim)
             assert len(addrs) == PER_JOB, addrs
@@ -503,8 +493,8 @@ def test_scale_and_a_cancelled_job_lose_nothing(slurm, folders, rng):
             assert any(held.values()) and not run.done(), (held, at)
             slurm.run("scancel", victim)
             slurm.log(f"scancel {victim} with {at} blocks stored, its workers holding {held} tasks")
-            _wait_for(lambda: victim not in slurm.running(), 60, f"job {victim} to end")
-            _wait_for(lambda: not set(addrs) & set(client.scheduler_info()["workers"]), 60,
+            wait_for(lambda: victim not in slurm.running(), 60, f"job {victim} to end")
+            wait_for(lambda: not set(addrs) & set(client.scheduler_info()["workers"]), 60,
                       f"job {victim}'s workers to leave")
             left_at = blocks_done("c.zarr")
             assert not run.done(), f"the product ended before job {victim} left: make it longer"
@@ -525,20 +515,20 @@ def test_scale_and_a_cancelled_job_lose_nothing(slurm, folders, rng):
 
         # the cancelled job's place is given up, a new job takes it (scale up), then one job goes (scale down)
         cluster.scale(jobs=1)
-        _wait_for(lambda: len(client.scheduler_info()["workers"]) == PER_JOB and len(slurm.running()) == 1, 60,
+        wait_for(lambda: len(client.scheduler_info()["workers"]) == PER_JOB and len(slurm.running()) == 1, 60,
                   "one job and its workers")
         cluster.scale(jobs=2)
         client.wait_for_workers(2 * PER_JOB, timeout=120)
         assert len(slurm.show("scaled up again to 2 jobs")) == 2
         cluster.scale(jobs=1)
-        _wait_for(lambda: len(client.scheduler_info()["workers"]) == PER_JOB, 60,
+        wait_for(lambda: len(client.scheduler_info()["workers"]) == PER_JOB, 60,
                   "one job's workers after scaling down")
-        _wait_for(lambda: len(slurm.jobs()) == 1, 60, "one job after scaling down")
+        wait_for(lambda: len(slurm.jobs()) == 1, 60, "one job after scaling down")
         slurm.show("scaled down to 1 job")
         A2, B2 = randn(rng, (100, 70)), randn(rng, (70, 90))
         zarr_in("a2.zarr", A2, (50, 70))
         zarr_in("b2.zarr", B2, (70, 45))
         check_product(dgemm.matmul("a2.zarr", "b2.zarr", out="c2.zarr", client=client)[...], A2, B2,
                       dtype="float64")
-    _wait_for(lambda: not slurm.jobs(), 60, "the jobs to be cancelled when the cluster closes")
+    wait_for(lambda: not slurm.jobs(), 60, "the jobs to be cancelled when the cluster closes")
     slurm.show("cluster closed")

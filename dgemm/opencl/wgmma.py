@@ -53,22 +53,23 @@ class WgmmaParams:
         return ["-DPRECISION=32"] + [f"-D{k}={v}" for k, v in self.__dict__.items()]
 
 
+def _mma(bn: int, accumulate: bool, why: str) -> Site:
+    """wgmma.fence + wgmma.mma_async m64n{bn}k8 f32.tf32.tf32 (descriptors, then the accumulators);
+    scale-d (D += A B, or D = A B) is a predicate, set from a constant here."""
+    return Site(
+        "wgmma.fence.sync.aligned;\n"
+        f"{{{{\n.reg .pred p;\n.reg .b32 one;\nmov.b32 one, 1;\nsetp.ne.b32 p, one, {0 if accumulate else 1};\n"
+        f"wgmma.mma_async.sync.aligned.m64n{bn}k8.f32.tf32.tf32 {{regs}}, {{0}}, {{1}}, p, 1, 1;\n}}}}",
+        marks=("b64", "b64") + ("f32",) * (bn // 2), at="last", first_list=2, group="accumulators", group_from=2,
+        why=why)
+
+
 def sites(bn: int) -> dict[int, Site]:
     """The edits gemm_wgmma.cl's site numbers stand for, for accumulators of ``m64n{bn}``."""
     acc = ("f32",) * (bn // 2)
     return {
-        7101: Site(
-            "wgmma.fence.sync.aligned;\n"
-            "{{\n.reg .pred p;\n.reg .b32 one;\nmov.b32 one, 1;\nsetp.ne.b32 p, one, 0;\n"
-            f"wgmma.mma_async.sync.aligned.m64n{bn}k8.f32.tf32.tf32 {{regs}}, {{0}}, {{1}}, p, 1, 1;\n}}}}",
-            marks=("b64", "b64") + acc, at="last", first_list=2, group="accumulators", group_from=2,
-            why="D += A * B on the tensor cores, A and B read from local memory through descriptors"),
-        7106: Site(
-            "wgmma.fence.sync.aligned;\n"
-            "{{\n.reg .pred p;\n.reg .b32 one;\nmov.b32 one, 1;\nsetp.ne.b32 p, one, 1;\n"
-            f"wgmma.mma_async.sync.aligned.m64n{bn}k8.f32.tf32.tf32 {{regs}}, {{0}}, {{1}}, p, 1, 1;\n}}}}",
-            marks=("b64", "b64") + acc, at="last", first_list=2, group="accumulators", group_from=2,
-            why="D = A * B (scale-d false: the accumulators start from zero), as 7101 otherwise"),
+        7101: _mma(bn, True, "D += A * B on the tensor cores, A and B read from local memory through descriptors"),
+        7106: _mma(bn, False, "D = A * B (scale-d false: the accumulators start from zero), as 7101 otherwise"),
         7102: Site("wgmma.commit_group.sync.aligned;", why="close the group of wgmma issued this k-tile"),
         7103: Site("wgmma.wait_group.sync.aligned 0;", marks=acc, group="accumulators",
                    why="the accumulators are read (or the tile overwritten) only after the wgmma finish"),
