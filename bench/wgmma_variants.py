@@ -14,9 +14,10 @@ from dgemm.opencl.discovery import list_devices
 from dgemm.tuning.params import KernelParams
 from dgemm.tuning.timing import KernelBench
 
-VARIANTS = {   # (WARPSM, TSN, STAGES, GROUPM)
-    7: [(2, 128, 5, 8), (2, 128, 6, 8), (2, 128, 5, 16), (2, 256, 4, 8)],
-    8: [(2, 128, 3, 8), (2, 128, 3, 16), (2, 128, 3, 4), (2, 64, 4, 8), (2, 64, 3, 8), (1, 128, 4, 8), (1, 128, 3, 8)],
+VARIANTS = {   # (WARPSM, TSN, STAGES, GROUPM, extra compiler options)
+    7: [(2, 128, 5, 8, ()), (2, 128, 6, 8, ()), (2, 128, 5, 16, ()), (2, 256, 4, 8, ())],
+    8: [(2, 128, 3, 8, ()), (2, 128, 3, 8, ("-DOVERLAP=1",)), (2, 64, 4, 8, ("-DOVERLAP=1",)),
+        (2, 64, 3, 8, ("-DOVERLAP=1",)), (1, 128, 4, 8, ("-DOVERLAP=1",))],
 }
 
 
@@ -32,20 +33,25 @@ def main():
     for n in sizes:
         kb = KernelBench(dev, "float32", n, n, n, seed=n)
         peer = cublas("float32", n, n, n, reps=5, tf32=args.mma == 7)
-        for wg, tsn, stages, groupm in VARIANTS[args.mma]:
+        for wg, tsn, stages, groupm, extra in VARIANTS[args.mma]:
+            extra = tuple(extra) + ("-cl-nv-verbose",)   # ptxas's register and spill report in the log
             p = KernelParams(MMA=args.mma, TSM=64 * wg, TSN=tsn, TSK=32, WARPSM=wg, WARPSN=1, STAGES=stages,
                              GROUPM=groupm)
-            row = {"size": n, "params": p.as_dict(), "cublas_tflops": peer and peer["tflops"]}
+            row = {"size": n, "params": p.as_dict(), "options": list(extra), "cublas_tflops": peer and peer["tflops"]}
             try:
-                t = kb.run(p, reps=5)
+                t = kb.run(p, reps=5, extra_options=extra)
+                built = dev.kernels("float32", p, extra)
+                log = built.gemm_program.get_build_info(dev.cl_device, 0x1183)   # CL_PROGRAM_BUILD_LOG
                 row.update(ok=t.ok, rel_err=t.rel_err, tflops=t.tflops if t.ok else None,
-                           built=dict(dev.kernels("float32", p).params.as_dict()), failed=dev.failed.get(p))
+                           built=built.params.as_dict(), failed=dev.failed.get(p),
+                           registers=[ln.strip() for ln in log.splitlines() if "registers" in ln or "spill" in ln])
             except Exception as e:
                 row.update(ok=False, error=f"{type(e).__name__}: {str(e)[:300]}")
             rows.append(row)
-            print(n, f"WG={wg} TSN={tsn} STAGES={stages} GROUPM={groupm}", row.get("ok"), row.get("tflops"),
+            print(n, f"WG={wg} TSN={tsn} STAGES={stages} GROUPM={groupm} {' '.join(extra)}", row.get("ok"),
+                  row.get("tflops"),
                   row.get("rel_err"), "cuBLAS", row["cublas_tflops"], row.get("error", ""), row.get("failed") or "",
-                  flush=True)
+                  row.get("registers", ""), flush=True)
     rec = {"benchmark": "wgmma-variants", "mma": args.mma, "device": dev.info.name, "driver": dev.info.driver,
            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "commit": os.environ.get("DGEMM_COMMIT"),
            "command": f"python3 bench/wgmma_variants.py --mma {args.mma} --sizes {args.sizes}", "rows": rows}

@@ -65,6 +65,9 @@
 #ifndef SPLIT
 #define SPLIT 0              // 1: 3xTF32 (float32 accuracy): A and BT arrive as [big; small] TF32 halves
 #endif                       // (split_tf32), three wgmma per k-step, each tile summed with IEEE adds
+#ifndef OVERLAP
+#define OVERLAP 0            // SPLIT: 1 sums tile t into one of two register sets while tile t-1's
+#endif                       // wgmma still run into the other (wait_group 1); 0 waits for each tile
 #ifndef STAGES
 #define STAGES 5             // 0: two tiles, the next one prefetched through registers (seed kernel 9);
 #endif                       // >= 3: STAGES tiles in flight, copied global -> local by cp.async
@@ -229,7 +232,10 @@ void gemm_wgmma(const int M, const int N, const int K,
 
     float acc[NACC];
     _Pragma("unroll") for (int i = 0; i < NACC; i++) acc[i] = 0.0f;
-#if SPLIT
+#if SPLIT && OVERLAP
+    float tacc0[NACC], tacc1[NACC];
+    _Pragma("unroll") for (int i = 0; i < NACC; i++) tacc0[i] = tacc1[i] = 0.0f;
+#elif SPLIT
     float tacc[NACC];
     _Pragma("unroll") for (int i = 0; i < NACC; i++) tacc[i] = 0.0f;
 #endif
@@ -260,6 +266,30 @@ void gemm_wgmma(const int M, const int N, const int K,
         }                                                                                  \
         WGMMA_COMMIT();                                                                    \
     }
+#if OVERLAP
+    // Two register sets, each its own site numbers (ptx.py checks each set's registers stay put):
+    // set 0 is 7101 / 7106 / 7103 / 7107, set 1 7111 / 7116 / 7113 / 7117.
+#define MARKSET(arr) do { _Pragma("unroll") for (int i = 0; i < NACC; i++) asm volatile("mov.f32 %0, %0;" : "+f"(arr[i])); } while (0)
+#define WG0(da, db) do { SITE(7101); MARK64(da); MARK64(db); MARKSET(tacc0); } while (0)
+#define WG0F(da, db) do { SITE(7106); MARK64(da); MARK64(db); MARKSET(tacc0); } while (0)
+#define WG1(da, db) do { SITE(7111); MARK64(da); MARK64(db); MARKSET(tacc1); } while (0)
+#define WG1F(da, db) do { SITE(7116); MARK64(da); MARK64(db); MARKSET(tacc1); } while (0)
+#define ISSUE_SET(s, FIRST, NEXT)                                                          \
+    {                                                                                      \
+        const uint a0 = base + (s) * STAGE_BYTES + wg * 64 * 16 * KC;                      \
+        const uint b0 = base + (s) * STAGE_BYTES + BM * KC * 16;                           \
+        _Pragma("unroll") for (int k8 = 0; k8 < BK / 8; k8++) {                           \
+            ulong da = descriptor(a0 + CORE_OFFSET(0, 2 * k8, BM), LBO(BM), SBO(BM));      \
+            ulong db = descriptor(b0 + CORE_OFFSET(0, 2 * k8, BN), LBO(BN), SBO(BN));      \
+            ulong ds = descriptor(a0 + PART_BYTES + CORE_OFFSET(0, 2 * k8, BM), LBO(BM), SBO(BM)); \
+            ulong dt = descriptor(b0 + PART_BYTES + CORE_OFFSET(0, 2 * k8, BN), LBO(BN), SBO(BN)); \
+            if (k8 == 0) FIRST(da, db); else NEXT(da, db);                                 \
+            NEXT(da, dt);                                                                  \
+            NEXT(ds, db);                                                                  \
+        }                                                                                  \
+        WGMMA_COMMIT();                                                                    \
+    }
+#endif
 #else
 #define ISSUE_WGMMA(s)                                                                     \
     {                                                                                      \
@@ -345,6 +375,43 @@ void gemm_wgmma(const int M, const int N, const int K,
 #else
 #define ROUND_TILE(s)
 #endif
+#if SPLIT && OVERLAP
+    // Tiles in pairs: tile t sums into set 0 while tile t-1's wgmma (set 1) finish, then the
+    // other way round.  A tile's stage is refilled two tiles later, after both warpgroups waited
+    // for all but their newest group (as in the TF32 loop below).
+#define TILE_START(t)                                                                        \
+    {                                                                                        \
+        CP_WAIT();                                                                           \
+        PROXY_FENCE();                                                                       \
+        barrier(CLK_LOCAL_MEM_FENCE);                                                        \
+        const int next = (t) + STAGES - 2;                                                   \
+        if (next < nt) {                                                                     \
+            COPY_TILE(next, next % STAGES);                                                  \
+        }                                                                                    \
+        CP_COMMIT();                                                                         \
+    }
+    for (int t = 0; t < nt; t += 2) {
+        TILE_START(t);
+        ISSUE_SET(t % STAGES, WG0F, WG0);
+        if (t > 0) {
+            SITE(7117); MARKSET(tacc1);         // wait_group 1: tile t-1 (set 1) done
+            _Pragma("unroll") for (int i = 0; i < NACC; i++) acc[i] += tacc1[i];
+        }
+        if (t + 1 < nt) {
+            TILE_START(t + 1);
+            ISSUE_SET((t + 1) % STAGES, WG1F, WG1);
+            SITE(7107); MARKSET(tacc0);         // wait_group 1: tile t (set 0) done
+            _Pragma("unroll") for (int i = 0; i < NACC; i++) acc[i] += tacc0[i];
+        }
+    }
+    if (nt & 1) {   // the last tile's group is still running
+        SITE(7103); MARKSET(tacc0);
+        _Pragma("unroll") for (int i = 0; i < NACC; i++) acc[i] += tacc0[i];
+    } else if (nt > 0) {
+        SITE(7113); MARKSET(tacc1);
+        _Pragma("unroll") for (int i = 0; i < NACC; i++) acc[i] += tacc1[i];
+    }
+#else
     for (int t = 0; t < nt; t++) {
         CP_WAIT();          // this thread's copies of tile t are in local memory
         ROUND_TILE(t % STAGES);
@@ -364,6 +431,7 @@ void gemm_wgmma(const int M, const int N, const int K,
         WGMMA_WAIT1();      // tile t-1's wgmma done: its stage can be refilled after the next barrier
     }
     WGMMA_WAIT();
+#endif
 #endif
 #endif
 

@@ -53,14 +53,14 @@ class WgmmaParams:
         return ["-DPRECISION=32"] + [f"-D{k}={v}" for k, v in self.__dict__.items()]
 
 
-def _mma(bn: int, accumulate: bool, why: str) -> Site:
+def _mma(bn: int, accumulate: bool, why: str, group: str = "accumulators") -> Site:
     """wgmma.fence + wgmma.mma_async m64n{bn}k8 f32.tf32.tf32 (descriptors, then the accumulators);
     scale-d (D += A B, or D = A B) is a predicate, set from a constant here."""
     return Site(
         "wgmma.fence.sync.aligned;\n"
         f"{{{{\n.reg .pred p;\n.reg .b32 one;\nmov.b32 one, 1;\nsetp.ne.b32 p, one, {0 if accumulate else 1};\n"
         f"wgmma.mma_async.sync.aligned.m64n{bn}k8.f32.tf32.tf32 {{regs}}, {{0}}, {{1}}, p, 1, 1;\n}}}}",
-        marks=("b64", "b64") + ("f32",) * (bn // 2), at="last", first_list=2, group="accumulators", group_from=2,
+        marks=("b64", "b64") + ("f32",) * (bn // 2), at="last", first_list=2, group=group, group_from=2,
         why=why)
 
 
@@ -70,6 +70,15 @@ def sites(bn: int) -> dict[int, Site]:
     return {
         7101: _mma(bn, True, "D += A * B on the tensor cores, A and B read from local memory through descriptors"),
         7106: _mma(bn, False, "D = A * B (scale-d false: the accumulators start from zero), as 7101 otherwise"),
+        # 3xTF32 with OVERLAP: a second register set, and waits that name the set read after them
+        7111: _mma(bn, True, "as 7101, into the second register set", "accumulators1"),
+        7116: _mma(bn, False, "as 7106, into the second register set", "accumulators1"),
+        7113: Site("wgmma.wait_group.sync.aligned 0;", marks=acc, group="accumulators1",
+                   why="as 7103, for the second register set"),
+        7107: Site("wgmma.wait_group.sync.aligned 1;", marks=acc, group="accumulators",
+                   why="all but the newest group done: the first register set is read after it"),
+        7117: Site("wgmma.wait_group.sync.aligned 1;", marks=acc, group="accumulators1",
+                   why="all but the newest group done: the second register set is read after it"),
         7102: Site("wgmma.commit_group.sync.aligned;", why="close the group of wgmma issued this k-tile"),
         7103: Site("wgmma.wait_group.sync.aligned 0;", marks=acc, group="accumulators",
                    why="the accumulators are read (or the tile overwritten) only after the wgmma finish"),

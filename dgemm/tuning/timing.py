@@ -79,10 +79,11 @@ class KernelBench:
             self._cache[key] = (bufs, key[:3])
         return self._cache[key]
 
-    def run(self, params: KernelParams, reps: int = 5, warmup: int = 1) -> Timing:
+    def run(self, params: KernelParams, reps: int = 5, warmup: int = 1, extra_options: tuple = ()) -> Timing:
+        """Time ``params`` (``extra_options``: more compiler options, e.g. a kernel's own macro)."""
         import pyopencl as cl
 
-        kern = self.device.kernels(self.dtype, params)
+        kern = self.device.kernels(self.dtype, params, tuple(extra_options))
         params = kern.params   # (another kernel when the one asked for could not be built here)
         q = self.device.queue
 
