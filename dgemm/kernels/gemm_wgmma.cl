@@ -251,29 +251,6 @@ void gemm_wgmma(const int M, const int N, const int K,
     const int nt = K / BK;
 #if SPLIT
     // 3xTF32: big*big + big*small + small*big (small*small is below float32's rounding).
-#define ISSUE_WGMMA(s)                                                                     \
-    {                                                                                      \
-        const uint a0 = base + (s) * STAGE_BYTES + wg * 64 * 16 * KC;                      \
-        const uint b0 = base + (s) * STAGE_BYTES + BM * KC * 16;                           \
-        _Pragma("unroll") for (int k8 = 0; k8 < BK / 8; k8++) {                           \
-            ulong da = descriptor(a0 + CORE_OFFSET(0, 2 * k8, BM), LBO(BM), SBO(BM));      \
-            ulong db = descriptor(b0 + CORE_OFFSET(0, 2 * k8, BN), LBO(BN), SBO(BN));      \
-            ulong ds = descriptor(a0 + PART_BYTES + CORE_OFFSET(0, 2 * k8, BM), LBO(BM), SBO(BM)); \
-            ulong dt = descriptor(b0 + PART_BYTES + CORE_OFFSET(0, 2 * k8, BN), LBO(BN), SBO(BN)); \
-            if (k8 == 0) WGMMA_FIRST(da, db); else WGMMA(da, db);                          \
-            WGMMA(da, dt);                                                                 \
-            WGMMA(ds, db);                                                                 \
-        }                                                                                  \
-        WGMMA_COMMIT();                                                                    \
-    }
-#if OVERLAP
-    // Two register sets, each its own site numbers (ptx.py checks each set's registers stay put):
-    // set 0 is 7101 / 7106 / 7103 / 7107, set 1 7111 / 7116 / 7113 / 7117.
-#define MARKSET(arr) do { _Pragma("unroll") for (int i = 0; i < NACC; i++) asm volatile("mov.f32 %0, %0;" : "+f"(arr[i])); } while (0)
-#define WG0(da, db) do { SITE(7101); MARK64(da); MARK64(db); MARKSET(tacc0); } while (0)
-#define WG0F(da, db) do { SITE(7106); MARK64(da); MARK64(db); MARKSET(tacc0); } while (0)
-#define WG1(da, db) do { SITE(7111); MARK64(da); MARK64(db); MARKSET(tacc1); } while (0)
-#define WG1F(da, db) do { SITE(7116); MARK64(da); MARK64(db); MARKSET(tacc1); } while (0)
 #define ISSUE_SET(s, FIRST, NEXT)                                                          \
     {                                                                                      \
         const uint a0 = base + (s) * STAGE_BYTES + wg * 64 * 16 * KC;                      \
@@ -289,6 +266,15 @@ void gemm_wgmma(const int M, const int N, const int K,
         }                                                                                  \
         WGMMA_COMMIT();                                                                    \
     }
+#define ISSUE_WGMMA(s) ISSUE_SET(s, WGMMA_FIRST, WGMMA)
+#if OVERLAP
+    // Two register sets, each its own site numbers (ptx.py checks each set's registers stay put):
+    // set 0 is 7101 / 7106 / 7103 / 7107, set 1 7111 / 7116 / 7113 / 7117.
+#define MARKSET(arr) do { _Pragma("unroll") for (int i = 0; i < NACC; i++) asm volatile("mov.f32 %0, %0;" : "+f"(arr[i])); } while (0)
+#define WG0(da, db) do { SITE(7101); MARK64(da); MARK64(db); MARKSET(tacc0); } while (0)
+#define WG0F(da, db) do { SITE(7106); MARK64(da); MARK64(db); MARKSET(tacc0); } while (0)
+#define WG1(da, db) do { SITE(7111); MARK64(da); MARK64(db); MARKSET(tacc1); } while (0)
+#define WG1F(da, db) do { SITE(7116); MARK64(da); MARK64(db); MARKSET(tacc1); } while (0)
 #endif
 #else
 #define ISSUE_WGMMA(s)                                                                     \
