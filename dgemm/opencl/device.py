@@ -118,7 +118,7 @@ class Device:
         self._kernels: dict = {}
         self._lock = threading.Lock()
         # Kernels that could not be built here, and why (the wgmma kernel's PTX route can fail
-        # with a driver it was not tried on); choice() and dgemm devices say so.
+        # with a driver it was not tried on); choice() says so, and the worker's description with it.
         self.failed: dict[KernelParams, str] = {}
 
     def staging(self, nbytes: int) -> np.ndarray:
@@ -243,7 +243,7 @@ class Device:
         why = self.failed.get(choice.params)
         if why is None:
             return choice
-        other = lookup(self.info, np.dtype(dtype).name, precision=precision, wgmma=False)
+        other = self._stand_in(np.dtype(dtype), precision)
         note = f"the wgmma kernel failed on this device ({why}); using the {other.params.kind.instruction} kernel"
         return dataclasses.replace(other, note=f"{other.note}; {note}" if other.note else note)
 
@@ -276,8 +276,7 @@ class Device:
                     logger.warning("dgemm: the wgmma kernel %s could not be built on %s (%s); falling back",
                                    params, self.info.name, why)
                     self.failed[params] = why
-            other = lookup(self.info, dtype.name, precision=params.precision, wgmma=False).params
-            return self.kernels(dtype, other, extra_options)
+            return self.kernels(dtype, self._stand_in(dtype, params.precision).params, extra_options)
         key = (dtype, params, tuple(extra_options))
         with self._lock:
             if key not in self._kernels:
@@ -294,6 +293,10 @@ class Device:
                 program = cl.Program(self.context, sources.program_source()).build(options=options)
                 self._kernels[key] = Kernels(program, params, dtype)
             return self._kernels[key]
+
+    def _stand_in(self, dtype: np.dtype, precision: str | None) -> Choice:
+        """What runs where the wgmma kernel for ``precision`` cannot: the database's next choice."""
+        return lookup(self.info, dtype.name, precision=precision, wgmma=False)
 
     def _kernels_wgmma(self, dtype, params: KernelParams, extra_options: tuple) -> Kernels:
         """The wgmma GEMM (built through :mod:`dgemm.opencl.ptx`) with the padding and transpose kernels."""

@@ -168,7 +168,7 @@ class BlockEngine:
         """A new device buffer holding ``host`` staged as ``drows x dcols``; returns ``(buffer, event)``."""
         # once, on the host: any byte order (a big-endian Zarr or numpy block) and layout to the engine's
         host = np.ascontiguousarray(host, dtype=self.dtype)
-        out = self.device.buffer(drows * dcols * self.dtype.itemsize * self.k.parts)
+        out = self.device.buffer(self._nbytes(drows, dcols))
         q = self.device.transfer_queue
         ev = self._stage_into(q, host, transpose, drows, dcols, out)
         if self.k.prepare is not None:   # the wgmma kernels' operands: rounded (or split) once here, not per use
@@ -232,7 +232,7 @@ class BlockEngine:
         if isinstance(ref, ZarrBlock):   # blocks held by dask arrive as arrays and are not kept
             # (prepared: the wgmma engines' blocks are TF32 values or [big; small] halves, not plain float32)
             key = (scope, ref.key(), transpose, drows, dcols, self.dtype.str, self.k.parts, self.k.prepare is not None)
-        nbytes = drows * dcols * self.dtype.itemsize * self.k.parts
+        nbytes = self._nbytes(drows, dcols)
         entry, _ = self.cache.acquire(key, nbytes, lambda: self.device.pool(copy=_copies(ref)).submit(
             self._fetch, ref, transpose, drows, dcols, scope, shared))
         return entry
@@ -350,7 +350,7 @@ class BlockEngine:
             if not k or not extent:
                 continue
             transpose, drows, dcols = self._layout(side, trans, k, roundup(extent, tile))
-            nbytes = drows * dcols * self.dtype.itemsize
+            nbytes = self._nbytes(drows, dcols)
             if out and spent + nbytes > self.cache.budget // 4:
                 break
             out.append((ref, transpose, drows, dcols))
@@ -368,6 +368,10 @@ class BlockEngine:
         if self.params.k_major:
             return (trans, extent, kp) if side == "a" else (not trans, extent, kp)
         return (not trans, kp, extent) if side == "a" else (trans, kp, extent)
+
+    def _nbytes(self, drows: int, dcols: int) -> int:
+        """Device bytes of a staged ``drows x dcols`` block (3xTF32's blocks hold two halves)."""
+        return drows * dcols * self.dtype.itemsize * self.k.parts
 
     def _padded(self, m: int, n: int) -> tuple[int, int]:
         return roundup(max(m, 1), self.params.TSM), roundup(max(n, 1), self.params.TSN)
