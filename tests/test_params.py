@@ -175,7 +175,7 @@ def test_wgmma_params_rules():
     assert p.local_size == (256, 1) and p.launch(256, 384) == ((6 * 256, 1), (256, 1))
     assert p.local_mem_bytes(4) == 5 * 32 * 256 * 4 > 49152
     assert p.defines() == {"WG": 2, "BN": 128, "BK": 32, "STAGES": 5, "GROUPM": 8, "LAYOUT": 2, "ROUND": 0,
-                           "SPLIT": 0}
+                           "SPLIT": 0, "PROMOTE": 1}
     assert KernelParams.from_dict(p.as_dict()) == p
     assert not KernelParams(MMA=5).k_major and "STAGES" not in KernelParams().defines()
     bad = KernelParams(MMA=7, TSM=64, TSN=100, TSK=16, WARPSM=2, WARPSN=2, STAGES=2)
@@ -194,3 +194,16 @@ def test_wgmma_3xtf32_params():
     assert p.defines()["SPLIT"] == 1 and p.local_mem_bytes(4) == 2 * 3 * 32 * 256 * 4
     assert KernelParams(MMA=7, TSM=128, TSN=128, TSK=32, WARPSM=2, WARPSN=1, STAGES=3).parts == 1
     assert "exceed" in " ".join(dataclasses.replace(p, STAGES=4).problems(4))   # 256 KiB > 227
+
+
+def test_promote_is_the_wgmma_3xtf32_kernels_alone():
+    """PROMOTE (tiles per IEEE add) reaches gemm_wgmma.cl for MMA=8; elsewhere it must stay 1 and out of -D."""
+    p = KernelParams(MMA=8, TSM=128, TSN=128, TSK=32, WARPSM=2, WARPSN=1, STAGES=3, PROMOTE=2)
+    assert p.problems(4, 1024, 49152) == [] and p.defines()["PROMOTE"] == 2
+    assert KernelParams.from_dict(p.as_dict()) == p
+    assert KernelParams.from_dict({"MMA": 8, "TSM": 128}).PROMOTE == 1   # entries written before it existed
+    assert "PROMOTE" not in KernelParams().defines() and "PROMOTE" not in KernelParams(MMA=3).defines()
+    assert "PROMOTE=2 is the wgmma 3xTF32 kernel's" in " ".join(KernelParams(PROMOTE=2).problems(4))
+    assert "PROMOTE=2 is the wgmma 3xTF32 kernel's" in " ".join(
+        KernelParams(MMA=7, TSM=128, TSN=128, TSK=32, WARPSM=2, WARPSN=1, STAGES=3, PROMOTE=2).problems(4))
+    assert "PROMOTE=0 must be a positive integer" in " ".join(dataclasses.replace(p, PROMOTE=0).problems(4))

@@ -68,6 +68,9 @@
 #ifndef OVERLAP
 #define OVERLAP 0            // SPLIT: 1 sums tile t into one of two register sets while tile t-1's
 #endif                       // wgmma still run into the other (wait_group 1); 0 waits for each tile
+#ifndef PROMOTE
+#define PROMOTE 1            // SPLIT: tiles the tensor cores sum (wgmma's truncating accumulation) before one
+#endif                       // IEEE add into acc: more hides the per-add wait, fewer keeps each truncated sum short
 #ifndef STAGES
 #define STAGES 5             // 0: two tiles, the next one prefetched through registers (seed kernel 9);
 #endif                       // >= 3: STAGES tiles in flight, copied global -> local by cp.async
@@ -82,6 +85,9 @@
 #endif
 #if (BM * KC) % NT || (BN * KC) % NT
 #error "the tile loads need BM*BK/4 and BN*BK/4 to be multiples of the work-group size"
+#endif
+#if PROMOTE < 1 || (OVERLAP && PROMOTE != 1)
+#error "PROMOTE is at least 1, and 1 with OVERLAP"
 #endif
 #if SPLIT
 #define PARTS 2
@@ -361,10 +367,8 @@ void gemm_wgmma(const int M, const int N, const int K,
 #else
 #define ROUND_TILE(s)
 #endif
-#if SPLIT && OVERLAP
-    // Tiles in pairs: tile t sums into set 0 while tile t-1's wgmma (set 1) finish, then the
-    // other way round.  A tile's stage is refilled two tiles later, after both warpgroups waited
-    // for all but their newest group (as in the TF32 loop below).
+    // Tile t in local memory for the tensor cores, and the copies of tile t + STAGES - 2 under way
+    // (the TF32 loop below does the same with the optional rounding pass between).
 #define TILE_START(t)                                                                        \
     {                                                                                        \
         CP_WAIT();                                                                           \
@@ -376,6 +380,10 @@ void gemm_wgmma(const int M, const int N, const int K,
         }                                                                                    \
         CP_COMMIT();                                                                         \
     }
+#if SPLIT && OVERLAP
+    // Tiles in pairs: tile t sums into set 0 while tile t-1's wgmma (set 1) finish, then the
+    // other way round.  A tile's stage is refilled two tiles later, after both warpgroups waited
+    // for all but their newest group (as in the TF32 loop below).
     for (int t = 0; t < nt; t += 2) {
         TILE_START(t);
         ISSUE_SET(t % STAGES, WG0F, WG0);
@@ -397,6 +405,24 @@ void gemm_wgmma(const int M, const int N, const int K,
         SITE(7113); MARKSET(tacc1);
         _Pragma("unroll") for (int i = 0; i < NACC; i++) acc[i] += tacc1[i];
     }
+#elif SPLIT
+    // PROMOTE tiles summed from zero by the tensor cores (7106 starts the sum), then one IEEE add.
+    // Between the tiles of a sum, wait_group 1 as in the TF32 loop: the tensor cores never idle
+    // there, and tile t-1's stage is free at the next barrier.  Only the add waits for all (7103).
+    for (int t0 = 0; t0 < nt; t0 += PROMOTE) {
+        TILE_START(t0);
+        ISSUE_SET(t0 % STAGES, WGMMA_FIRST, WGMMA);
+        WGMMA_WAIT1();
+        _Pragma("unroll") for (int p = 1; p < PROMOTE; p++) {
+            if (t0 + p < nt) {
+                TILE_START(t0 + p);
+                ISSUE_SET((t0 + p) % STAGES, WGMMA, WGMMA);
+                WGMMA_WAIT1();
+            }
+        }
+        WGMMA_WAIT();
+        _Pragma("unroll") for (int i = 0; i < NACC; i++) acc[i] += tacc[i];
+    }
 #else
     for (int t = 0; t < nt; t++) {
         CP_WAIT();          // this thread's copies of tile t are in local memory
@@ -409,15 +435,9 @@ void gemm_wgmma(const int M, const int N, const int K,
         }
         CP_COMMIT();        // (empty groups too: the count in CP_WAIT stays right)
         ISSUE_WGMMA(t % STAGES);
-#if SPLIT
-        WGMMA_WAIT();       // this tile's sum, then IEEE adds into acc
-        _Pragma("unroll") for (int i = 0; i < NACC; i++) acc[i] += tacc[i];
-    }
-#else
         WGMMA_WAIT1();      // tile t-1's wgmma done: its stage can be refilled after the next barrier
     }
     WGMMA_WAIT();
-#endif
 #endif
 #endif
 

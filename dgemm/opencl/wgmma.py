@@ -30,13 +30,14 @@ class WgmmaParams:
     STAGES: int = 5
     ROUND: int = 1
     SPLIT: int = 0
+    PROMOTE: int = 1
 
     @classmethod
     def of(cls, params) -> "WgmmaParams":
         """The macros of a :class:`dgemm.tuning.params.KernelParams` with MMA=7."""
         d = params.defines()
         return cls(WG=d["WG"], BN=d["BN"], BK=d["BK"], LAYOUT=d["LAYOUT"], GROUPM=d["GROUPM"],
-                   STAGES=d["STAGES"], ROUND=d["ROUND"], SPLIT=d["SPLIT"])
+                   STAGES=d["STAGES"], ROUND=d["ROUND"], SPLIT=d["SPLIT"], PROMOTE=d["PROMOTE"])
 
     @property
     def tile(self) -> tuple[int, int, int]:

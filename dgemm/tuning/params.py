@@ -71,7 +71,7 @@ def min_compute_capability(precision: str) -> int:
 
 
 _FIELDS = ("TSM", "TSN", "TSK", "WPTM", "WPTN", "WIDTH", "VWM", "VWN", "PADA", "PADB", "GROUPM",
-           "MMA", "WARPSM", "WARPSN", "GEMMK", "STAGES")
+           "MMA", "WARPSM", "WARPSN", "GEMMK", "STAGES", "PROMOTE")
 
 # Vector widths along N the GEMMK=1 kernel accepts (OpenCL vectors of 16 are two AVX registers).
 CPU_VWN = (1, 2, 4, 8, 16)
@@ -126,6 +126,11 @@ class KernelParams:
     STAGES : int
         MMA=7 only: local-memory stages the cp.async copies fill ahead (>= 3);
         0 for every other kernel.
+    PROMOTE : int
+        MMA=8 (3xTF32 on wgmma) only: K tiles the tensor cores sum from zero
+        before one IEEE add into the result.  Their float32 accumulation
+        truncates, so each such sum must stay short; more tiles per add hide
+        the wait before it.  1 for every other kernel.
 
     Examples
     --------
@@ -155,6 +160,7 @@ class KernelParams:
     WARPSN: int = 2
     GEMMK: int = 0
     STAGES: int = 0
+    PROMOTE: int = 1
 
     @property
     def k_major(self) -> bool:
@@ -230,6 +236,8 @@ class KernelParams:
             return self._cpu_problems() + self._limits(itemsize, max_work_group_size, local_mem_size)
         if self.STAGES and not self.k_major:
             return [f"STAGES={self.STAGES} is the wgmma kernel's (MMA=7); it must be 0 here"]
+        if self.PROMOTE != 1 and self.MMA != 8:
+            return [f"PROMOTE={self.PROMOTE} is the wgmma 3xTF32 kernel's (MMA=8); it must be 1 here"]
         if self.k_major:
             out = self._wgmma_problems(itemsize)
             return out + self._limits(itemsize, max_work_group_size, WGMMA_LOCAL_MEM if not out else None)
@@ -358,8 +366,9 @@ class KernelParams:
         if self.k_major:
             # ROUND 0: the engine rounds the operands to TF32 once, where it stages them (round_tf32)
             return {"WG": self.WARPSM, "BN": self.TSN, "BK": self.TSK, "STAGES": self.STAGES,
-                    "GROUPM": self.GROUPM, "LAYOUT": 2, "ROUND": 0, "SPLIT": int(self.parts == 2)}
-        return {f: getattr(self, f) for f in _FIELDS if f != "STAGES"}
+                    "GROUPM": self.GROUPM, "LAYOUT": 2, "ROUND": 0, "SPLIT": int(self.parts == 2),
+                    "PROMOTE": self.PROMOTE}
+        return {f: getattr(self, f) for f in _FIELDS if f not in ("STAGES", "PROMOTE")}
 
     def as_dict(self) -> dict[str, int]:
         return dataclasses.asdict(self)
