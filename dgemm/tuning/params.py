@@ -301,19 +301,19 @@ class KernelParams:
         """Rules of gemm_wgmma.cl (its #error lines, said before the build)."""
         out = []
         if itemsize != 4:
-            out.append("the wgmma kernel (MMA=7) is float32 only")
+            out.append(f"the wgmma kernel (MMA={self.MMA}) is float32 only")
         if self.TSM != 64 * self.WARPSM:
-            out.append(f"MMA=7: TSM must be 64 * WARPSM ({64 * self.WARPSM}), not {self.TSM}")
+            out.append(f"MMA={self.MMA}: TSM must be 64 * WARPSM ({64 * self.WARPSM}), not {self.TSM}")
         if self.WARPSN != 1:
-            out.append(f"MMA=7: WARPSN must be 1 (warpgroups stack along M), not {self.WARPSN}")
+            out.append(f"MMA={self.MMA}: WARPSN must be 1 (warpgroups stack along M), not {self.WARPSN}")
         if self.TSN % 8 or self.TSN > 256:
-            out.append(f"MMA=7: TSN={self.TSN} must be a multiple of 8 up to 256 (wgmma's n)")
+            out.append(f"MMA={self.MMA}: TSN={self.TSN} must be a multiple of 8 up to 256 (wgmma's n)")
         if self.TSK != 32:
-            out.append(f"MMA=7: TSK must be 32 (a 128-byte row of the swizzled tile), not {self.TSK}")
+            out.append(f"MMA={self.MMA}: TSK must be 32 (a 128-byte row of the swizzled tile), not {self.TSK}")
         if self.STAGES < 3:
-            out.append(f"MMA=7: STAGES={self.STAGES} must be at least 3")
+            out.append(f"MMA={self.MMA}: STAGES={self.STAGES} must be at least 3")
         if (self.TSN * self.TSK // 4) % (128 * self.WARPSM):
-            out.append(f"MMA=7: the B tile ({self.TSK}x{self.TSN}) does not split in 16-byte copies over "
+            out.append(f"MMA={self.MMA}: the B tile ({self.TSK}x{self.TSN}) does not split in 16-byte copies over "
                        f"{128 * self.WARPSM} work-items")
         if self.GROUPM < 0:
             out.append("GROUPM must be non-negative")
