@@ -133,3 +133,14 @@ def test_a_label_or_jump_between_the_marks_is_refused(flow):
                asm("mov.f32 %f1, %f1;"), asm("mov.f32 %f2, %f2;"))
     with pytest.raises(PtxEditError, match="label or a jump"):
         finish(ptx, SITES)
+
+
+def test_one_fence_opens_a_set_of_wgmma_without_their_own():
+    """FENCES 0: site 7108 is the tile's one wgmma.fence; 7121 / 7126 are wgmma (D += AB, D = AB) without one."""
+    marks = "".join(asm(f"mov.f32 %f{i}, %f{i};") for i in range(1, 65))
+    site = lambda n: (asm(f"add.u32 %r1, %r1, {n};"), asm("mov.b64 %rd1, %rd1;"), asm("mov.b64 %rd2, %rd2;"),   # noqa: E731
+                      marks)
+    out = finish(body(asm("add.u32 %r1, %r1, 7108;"), *site(7126), *site(7121)), wgmma.sites(128))
+    assert out.count("wgmma.fence.sync.aligned;") == 1 and out.count("wgmma.mma_async") == 2
+    assert out.index("wgmma.fence") < out.index("wgmma.mma_async")
+    assert ", p, 1, 1;" in out and "setp.ne.b32 p, one, 1;" in out and "setp.ne.b32 p, one, 0;" in out

@@ -71,6 +71,9 @@
 #ifndef PROMOTE
 #define PROMOTE 1            // SPLIT: tiles the tensor cores sum (wgmma's truncating accumulation) before one
 #endif                       // IEEE add into acc: more hides the per-add wait, fewer keeps each truncated sum short
+#ifndef FENCES
+#define FENCES 1             // 1: a wgmma.fence before every wgmma; 0: one per tile's set of wgmma (the PTX
+#endif                       // ISA orders wgmma of one shape on the same accumulators without it)
 #ifndef STAGES
 #define STAGES 5             // 0: two tiles, the next one prefetched through registers (seed kernel 9);
 #endif                       // >= 3: STAGES tiles in flight, copied global -> local by cp.async
@@ -88,6 +91,9 @@
 #endif
 #if PROMOTE < 1 || (OVERLAP && PROMOTE != 1)
 #error "PROMOTE is at least 1, and 1 with OVERLAP"
+#endif
+#if OVERLAP && !FENCES
+#error "OVERLAP has its own sites, each with its fence: FENCES 1"
 #endif
 #if SPLIT
 #define PARTS 2
@@ -143,10 +149,18 @@
 #define WACC acc
 #endif
 #define MARKACC() do { _Pragma("unroll") for (int i = 0; i < NACC; i++) asm volatile("mov.f32 %0, %0;" : "+f"(WACC[i])); } while (0)
+#if FENCES
 // 7101: wgmma.fence + wgmma.mma_async m64nBNk8 f32.tf32.tf32, D += A B (descriptors, then the accumulators)
 #define WGMMA(da, db) do { SITE(7101); MARK64(da); MARK64(db); MARKACC(); } while (0)
 // 7106: the same with D = A B (the first of a tile's products: the accumulators start from zero)
 #define WGMMA_FIRST(da, db) do { SITE(7106); MARK64(da); MARK64(db); MARKACC(); } while (0)
+#define WGMMA_FENCE()
+#else
+// 7121, 7126: as 7101, 7106 without the fence; 7108, the fence, opens each tile's set
+#define WGMMA(da, db) do { SITE(7121); MARK64(da); MARK64(db); MARKACC(); } while (0)
+#define WGMMA_FIRST(da, db) do { SITE(7126); MARK64(da); MARK64(db); MARKACC(); } while (0)
+#define WGMMA_FENCE() SITE(7108)
+#endif
 #define WGMMA_COMMIT() SITE(7102)                       // wgmma.commit_group
 #define WGMMA_WAIT() do { SITE(7103); MARKACC(); } while (0)   // wgmma.wait_group 0 (the accumulators are read after it)
 #define WGMMA_WAIT1() SITE(7105)                        // wgmma.wait_group 1: all but the newest group done
@@ -259,6 +273,7 @@ void gemm_wgmma(const int M, const int N, const int K,
     // 3xTF32: big*big + big*small + small*big (small*small is below float32's rounding).
 #define ISSUE_SET(s, FIRST, NEXT)                                                          \
     {                                                                                      \
+        WGMMA_FENCE();                                                                     \
         const uint a0 = base + (s) * STAGE_BYTES + wg * 64 * 16 * KC;                      \
         const uint b0 = base + (s) * STAGE_BYTES + BM * KC * 16;                           \
         _Pragma("unroll") for (int k8 = 0; k8 < BK / 8; k8++) {                           \
@@ -285,6 +300,7 @@ void gemm_wgmma(const int M, const int N, const int K,
 #else
 #define ISSUE_WGMMA(s)                                                                     \
     {                                                                                      \
+        WGMMA_FENCE();                                                                     \
         const uint a0 = base + (s) * STAGE_BYTES + wg * 64 * 16 * (LAYOUT == 0 ? 1 : KC);  \
         const uint b0 = base + (s) * STAGE_BYTES + BM * KC * 16;                           \
         _Pragma("unroll") for (int k8 = 0; k8 < BK / 8; k8++) {                           \

@@ -54,12 +54,12 @@ class WgmmaParams:
         return ["-DPRECISION=32"] + [f"-D{k}={v}" for k, v in self.__dict__.items()]
 
 
-def _mma(bn: int, accumulate: bool, why: str, group: str = "accumulators") -> Site:
-    """wgmma.fence + wgmma.mma_async m64n{bn}k8 f32.tf32.tf32 (descriptors, then the accumulators);
-    scale-d (D += A B, or D = A B) is a predicate, set from a constant here."""
+def _mma(bn: int, accumulate: bool, why: str, group: str = "accumulators", fence: bool = True) -> Site:
+    """wgmma.fence (unless ``fence`` is false) + wgmma.mma_async m64n{bn}k8 f32.tf32.tf32 (descriptors, then
+    the accumulators); scale-d (D += A B, or D = A B) is a predicate, set from a constant here."""
     return Site(
-        "wgmma.fence.sync.aligned;\n"
-        f"{{{{\n.reg .pred p;\n.reg .b32 one;\nmov.b32 one, 1;\nsetp.ne.b32 p, one, {0 if accumulate else 1};\n"
+        ("wgmma.fence.sync.aligned;\n" if fence else "")
+        + f"{{{{\n.reg .pred p;\n.reg .b32 one;\nmov.b32 one, 1;\nsetp.ne.b32 p, one, {0 if accumulate else 1};\n"
         f"wgmma.mma_async.sync.aligned.m64n{bn}k8.f32.tf32.tf32 {{regs}}, {{0}}, {{1}}, p, 1, 1;\n}}}}",
         marks=("b64", "b64") + ("f32",) * (bn // 2), at="last", first_list=2, group=group, group_from=2,
         why=why)
@@ -71,6 +71,13 @@ def sites(bn: int) -> dict[int, Site]:
     return {
         7101: _mma(bn, True, "D += A * B on the tensor cores, A and B read from local memory through descriptors"),
         7106: _mma(bn, False, "D = A * B (scale-d false: the accumulators start from zero), as 7101 otherwise"),
+        # FENCES 0: one wgmma.fence per tile's set (7108), the wgmma after it without their own.  The PTX ISA
+        # asks for the fence between other accesses to the registers and a wgmma, not between wgmma of the
+        # same shape on the same accumulators (those are ordered by default).
+        7108: Site("wgmma.fence.sync.aligned;",
+                   why="order the registers' other accesses (IEEE adds, zeroing) before the tile's wgmma"),
+        7121: _mma(bn, True, "as 7101, without its fence (7108 precedes the tile's set)", fence=False),
+        7126: _mma(bn, False, "as 7106, without its fence (7108 precedes the tile's set)", fence=False),
         # 3xTF32 with OVERLAP: a second register set, and waits that name the set read after them
         7111: _mma(bn, True, "as 7101, into the second register set", "accumulators1"),
         7116: _mma(bn, False, "as 7106, into the second register set", "accumulators1"),
