@@ -9,6 +9,7 @@ in-process, and one runs ``dgemm demo`` end to end in a subprocess.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -26,6 +27,7 @@ import dgemm.benchmarks.demo
 import dgemm.benchmarks.inputs
 import dgemm.opencl.discovery
 import dgemm.tuning.database
+import dgemm.tuning.report
 from dgemm.cli import cli, main
 from dgemm.accuracy import check_sample
 from dgemm.benchmarks.inputs import random_zarr
@@ -142,6 +144,30 @@ def test_devices_shows_where_parameters_come_from(runner, monkeypatch, tmp_path)
     r = runner.invoke(cli, ["devices"])
     assert r.exit_code == 0
     assert "DGEMM_DEVICES=tpu" in r.output and "no OpenCL device matches 'tpu'" in r.output
+
+
+@pytest.mark.skipif(not HAVE_DEVICE, reason="no OpenCL device to build on")
+def test_devices_build_says_which_kernel_runs_and_why_one_fell_back(runner, monkeypatch):
+    """--build builds each path: this host's device runs its chosen kernels; a device the database takes
+    for an H100 (this host's device under that name) cannot finish the wgmma kernel's PTX route, and the
+    report says so with the reason, as a worker would log it."""
+    r = runner.invoke(cli, ["devices", "--build"])
+    assert r.exit_code == 0, r.output
+    real = dgemm.opencl.discovery.list_devices()[0]
+    report = dgemm.tuning.report.device_report(build=True)["devices"][0]
+    for dt, entry in report["params"].items():
+        assert entry["built"]["default"]["as_chosen"], entry["built"]
+        assert "fell_back" not in entry["built"]["default"]
+    assert "built, default: " + report["params"]["float32"]["built"]["default"]["kernel"] in r.output
+    h100 = dataclasses.replace(real, name="NVIDIA H100 80GB HBM3", architecture="sm_90", vendor="NVIDIA Corporation")
+    monkeypatch.setattr(dgemm.opencl.discovery, "list_devices", lambda: [h100])
+    r = runner.invoke(cli, ["devices", "--build"])
+    assert r.exit_code == 0, r.output
+    report = dgemm.tuning.report.device_report(build=True)["devices"][0]
+    built = report["params"]["float32"]["built"]
+    assert report["params"]["float32"]["kernel"] == "3xtf32" and built["default"]["fell_back"]
+    assert built["tf32"]["fell_back"]
+    assert f"built, default: " in r.output and f"(fell back: {built['default']['fell_back']})" in r.output
 
 
 def test_devices_none_found_explains_nvidia_icd(runner, monkeypatch):

@@ -13,12 +13,14 @@ from dgemm.dtypes import DTYPES
 
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def devices(as_json):
+@click.option("--build", is_flag=True,
+              help="Also build each device's kernels and say which run, and why where one fell back.")
+def devices(as_json, build):
     """List OpenCL devices and the GEMM kernel parameters each would use."""
     from dgemm.opencl import discovery
     from dgemm.tuning.report import device_report
 
-    report = device_report()
+    report = device_report(build=build)
     if not report["devices"]:
         click.echo("No OpenCL device found. " + discovery.icd_hint(), err=True)
         raise click.exceptions.Exit(1)
@@ -39,6 +41,10 @@ def devices(as_json):
             click.echo(f"      {' ' * len(dt)}  from the {p['source']}")
             click.echo(f"      {' ' * len(dt)}  paths (precision=): " + ", ".join(
                 f"{x} (default)" if x == p["kernel"] else x for x in p["paths"]))
+            for path, b in p.get("built", {}).items():
+                what = b.get("kernel") or f"does not build: {b.get('error')}"
+                why = f" (fell back: {b['fell_back']})" if "fell_back" in b else ""
+                click.echo(f"      {' ' * len(dt)}  built, {path}: {what}{why}")
     var, spec = config.environment("devices"), config.get("devices")
     if spec is None:
         why = f"{var} unset"
