@@ -365,3 +365,262 @@ def test_tune_command_several_precisions_in_one_call(runner, tmp_path, monkeypat
     assert set(json.loads(report.read_text())["dtypes"]) == {f"{d}:{p}" for d, p in wanted}
     r = runner.invoke(cli, ["tune", "--dtype", "float64", "--precision", "tf32", "--database", str(tmp_path / "d")])
     assert r.exit_code == 2 and "--precision tf32 is not available for float64" in r.output
+
+
+# -- the wgmma kernels (sm_90): their space, storage and failed builds ----------------
+A100 = DeviceInfo(3, 0, "NVIDIA CUDA", "NVIDIA A100", "NVIDIA Corporation", "GPU", 40 * 2**30, 48 * 1024, 1024,
+                  108, True, "sm_80", "550.54")
+B200 = dataclasses.replace(A100, name="NVIDIA B200", architecture="sm_100")
+# the shipped sm_90 entries: the fastest wgmma sets measured (bench/NOTES.md, issue 16)
+TF32_WG = KernelParams(MMA=7, TSM=128, TSN=128, TSK=32, WARPSM=2, WARPSN=1, STAGES=5, GROUPM=8)
+X3_WG = KernelParams(MMA=8, TSM=128, TSN=128, TSK=32, WARPSM=2, WARPSN=1, STAGES=3, GROUPM=8)
+
+
+@pytest.mark.parametrize("precision,mma", [("tf32", 7), ("3xtf32", 8)])
+def test_wgmma_candidates_on_sm_90(precision, mma):
+    from dgemm.tuning.params import WGMMA_LOCAL_MEM
+    from dgemm.tuning.search import WGMMA_MAX_ACC, WGMMA_SPACE, wgmma_accumulators, wgmma_candidates
+    space = wgmma_candidates(H100, "float32", precision)
+    assert space and len(set(space)) == len(space)
+    for p in space:
+        assert p.MMA == mma and p.k_major and p.precision == precision, p
+        # the kernel's rules; H100.local_mem is the 48 KiB NVIDIA's OpenCL reports, not the limit here
+        assert p.problems(4, H100.max_work_group_size, H100.local_mem) == [], p
+        assert p.local_mem_bytes(4) <= WGMMA_LOCAL_MEM, p
+        assert wgmma_accumulators(p) <= WGMMA_MAX_ACC, p
+        assert (p.TSK, p.TSM, p.WARPSN) == (32, 64 * p.WARPSM, 1), p
+        assert p.STAGES in WGMMA_SPACE["STAGES"] and p.GROUPM in WGMMA_SPACE["GROUPM"], p
+    shipped = TF32_WG if mma == 7 else X3_WG
+    assert shipped in space                                  # the measured winner is in the space
+    assert {p.WARPSM for p in space} == set(WGMMA_SPACE["WARPSM"])
+    if mma == 7:
+        assert {p.PROMOTE for p in space} == {1}             # a 3xTF32 macro only
+        assert max(p.TSN for p in space) == 256              # 128 accumulators: 254 registers, measured
+    else:
+        assert {p.PROMOTE for p in space} == set(WGMMA_SPACE["PROMOTE"])
+        assert max(p.TSN for p in space) == 128              # two sets of TSN/2: more would spill
+        # [big; small] halves double the stages: 128 x 128 fits 3 of them in 227 KiB, not 4
+        assert dataclasses.replace(X3_WG, STAGES=4) not in space and X3_WG.STAGES == 3
+    assert dataclasses.replace(shipped, STAGES=8) not in space   # 8 stages of 128 x 128: over 227 KiB
+
+
+def test_wgmma_candidates_only_on_sm_90():
+    from dgemm.tuning.search import space_for, wgmma_candidates
+    for info in (A100, B200, CPU, SMALL_GPU):                # Ampere, a later chip, PoCL, no NVIDIA
+        for prec in ("tf32", "3xtf32"):
+            assert wgmma_candidates(info, "float32", prec) == [], (info.name, prec)
+    assert wgmma_candidates(H100, "float64", "dmma") == [] and wgmma_candidates(H100, "float32", "fma") == []
+    assert not any(p.k_major for p in space_for(A100, "float32", "tf32"))
+    both = space_for(H100, "float32", "tf32")                # sm_90: one search over both kinds
+    assert {p.MMA for p in both} == {5, 7}
+    assert {p.MMA for p in space_for(H100, "float32", "3xtf32")} == {6, 8}
+
+
+@pytest.mark.parametrize("start", [TF32_WG, X3_WG, dataclasses.replace(TF32_WG, TSN=256, STAGES=3)],
+                         ids=["tf32", "3xtf32", "tf32-bn256"])
+def test_wgmma_neighbours(start):
+    from dgemm.tuning.search import neighbours, wgmma_candidates
+    near = neighbours([start], H100, "float32")
+    assert near and start not in near and len(set(near)) == len(near)
+    space = set(wgmma_candidates(H100, "float32", start.precision))
+    assert set(near) <= space                                # the same restrictions as the space
+    def varied(q):
+        return {f for f in ("STAGES", "GROUPM", "PROMOTE", "TSN", "WARPSM") if getattr(q, f) != getattr(start, f)}
+    assert all(len(varied(q)) == 1 for q in near), near      # one parameter at a time (TSM follows WARPSM)
+    stages = {q.STAGES for q in near if varied(q) == {"STAGES"}}
+    assert stages == {s for s in (start.STAGES - 1, start.STAGES + 1) if dataclasses.replace(start, STAGES=s) in space}
+    assert {q.GROUPM for q in near if varied(q) == {"GROUPM"}} == {0, 4, 8, 16} - {start.GROUPM}
+    assert {q.TSN for q in near if varied(q) == {"TSN"}} <= {96, 160, 192} and any(varied(q) == {"TSN"} for q in near)
+    assert any(varied(q) == {"WARPSM"} for q in near)
+    promote = {q.PROMOTE for q in near if varied(q) == {"PROMOTE"}}
+    assert promote == ({2, 4} if start.MMA == 8 else set())
+
+
+class FakeHopper:
+    """A Device on an sm_90 info whose kernels() builds nothing: a wgmma set in ``broken`` fails as
+    Device.kernels' PTX route fails (recorded in ``failed``) and stands in the mma.sync entry."""
+
+    def __init__(self, info=H100, broken=(), stand_in=None):
+        self.info, self.broken, self.stand_in = info, set(broken), stand_in
+        self.failed: dict[KernelParams, str] = {}
+
+    def check_dtype(self, dtype):
+        return np.dtype(dtype)
+
+    def kernels(self, dtype, params, extra_options=()):
+        if params.k_major and params in self.broken:
+            self.failed[params] = "RuntimeError: ptxas refused the wgmma site"
+            params = self.stand_in
+        return type("Kernels", (), {"params": params})()
+
+
+def _device_bench(monkeypatch, outcomes):
+    """A KernelBench stand-in that, like the real one, times whatever device.kernels() built."""
+    runs = []
+
+    class Bench:
+        def __init__(self, device, dtype, m, n, k, seed=0):
+            self.device, self.dtype, self.m, self.n, self.k = device, dtype, m, n, k
+
+        def run(self, params, reps=5, warmup=1):
+            params = self.device.kernels(self.dtype, params).params
+            runs.append(params)
+            seconds, ok = outcomes.get(params, (1.0, True))
+            return Timing(params, self.m, self.n, self.k, seconds, 1e-7 if ok else 0.5, ok)
+
+    monkeypatch.setattr(dgemm.tuning.search, "KernelBench", Bench)
+    return runs
+
+
+def test_search_on_sm_90_tries_the_wgmma_sets_before_the_mma_sync_ones(monkeypatch):
+    """After ``first``, the random order puts the wgmma sets (lookup's choice there) before the mma.sync
+    ones, which are only their stand-in; within each kind the order is the seeded shuffle."""
+    from dgemm.tuning.search import space_for
+    runs = _fake_bench(monkeypatch, {})
+    n_wg = sum(p.k_major for p in space_for(H100, "float32", "tf32"))
+    search(FakeHopper(), "float32", size=64, budget=60, seed=2, first=[], max_candidates=n_wg + 3,
+           precision="tf32")
+    assert all(p.k_major for p in runs[:n_wg]) and not any(p.k_major for p in runs[n_wg:])
+    assert runs[:n_wg] != sorted(runs[:n_wg], key=lambda p: (p.WARPSM, p.TSN, p.STAGES))   # shuffled
+
+
+def test_a_failed_wgmma_build_is_a_failed_candidate_not_its_stand_in(monkeypatch, tmp_path):
+    """Device.kernels builds the mma.sync stand-in where the PTX route fails; the search must count
+    that wgmma set as failed, with the reason, and never time the stand-in under its name."""
+    stand_in = tuning.lookup(H100, "float32", precision="tf32", wgmma=False).params
+    assert stand_in.MMA == 5
+    broken = dataclasses.replace(TF32_WG, STAGES=4)
+    runs = _device_bench(monkeypatch, {stand_in: (1e-6, True)})          # the stand-in would win
+    dev = FakeHopper(broken=[broken], stand_in=stand_in)
+    out = tune(dev, "float32", size=64, budget=30, max_candidates=3, precision="tf32",
+               database=tmp_path / "db.json", around=[broken])
+    assert broken in dev.failed
+    assert broken not in [t.params for t in out.results] and broken not in runs
+    assert runs.count(stand_in) == 1                         # timed once, as itself (the current choice)
+    assert len(out.errors) == 1 and "ptxas refused the wgmma site" in out.errors[0]
+    assert out.failed == 1
+    wg = out.entries["float32:tf32"].params
+    assert wg.k_major and wg != broken                       # the wgmma entry holds a wgmma kernel that ran
+    assert out.entries["float32:tf32/mma.sync"].params == stand_in
+
+
+@needs_device
+def test_search_on_a_real_device_counts_a_wgmma_set_it_cannot_build_as_failed():
+    """The real Device.kernels: off sm_90 the wgmma kernel cannot build and it builds a stand-in;
+    the search reports the wgmma set as failed, with the device's reason, and times nothing for it."""
+    from dgemm.opencl.device import Device
+    dev = Device(_pick())               # its own: the session's device keeps no failure
+    if dev.info.compute_capability == 90:
+        pytest.skip(f"{dev.info.name} builds the wgmma kernel; this is about a device that cannot")
+    reports = []
+    best, results = search(dev, "float32", size=64, budget=30, first=[TF32_WG], max_candidates=1,
+                           report=lambda *a: reports.append(a))
+    assert best is None and results == []
+    assert TF32_WG in dev.failed
+    assert len(reports) == 1 and reports[0][2] is None
+    assert "WgmmaBuildFailed" in reports[0][4] and "wgmma is sm_90's" in reports[0][4]
+
+
+def _stored(db, name=H100.name):
+    return {k: KernelParams.from_dict(v["params"]) for k, v in json.loads(db.read_text())["device"][name].items()}
+
+
+@pytest.mark.parametrize("precision,sync", [("tf32", 5), ("3xtf32", 6)])
+def test_tune_stores_each_kind_under_the_name_lookup_reads(monkeypatch, tmp_path, precision, sync):
+    """On sm_90 the best wgmma set goes to float32:PREC, the best mma.sync one to float32:PREC/mma.sync;
+    lookup(wgmma=True/False) then finds each.  3xTF32 on wgmma is float32's default there: its winner is too."""
+    from dgemm.tuning.search import mma_candidates, neighbours
+    shipped_wg = tuning.lookup(H100, "float32", precision=precision).params
+    wg = neighbours([shipped_wg], H100, "float32")[0]
+    sync_p = next(p for p in mma_candidates(H100, "float32", precision)
+                  if p != tuning.lookup(H100, "float32", precision=precision, wgmma=False).params)
+    assert wg.k_major and sync_p.MMA == sync
+    _fake_bench(monkeypatch, {wg: (0.1, True), sync_p: (0.2, True)})
+    db = tmp_path / "db.json"
+    out = tune(FakeHopper(), "float32", size=64, budget=30, max_candidates=4, precision=precision, database=db,
+               around=[wg, sync_p])
+    assert out.best.params == wg
+    names = {f"float32:{precision}": wg, f"float32:{precision}/mma.sync": sync_p}
+    if precision == "3xtf32":
+        names["float32"] = wg
+    assert _stored(db) == names and {k: t.params for k, t in out.entries.items()} == names
+    dbs = databases(db)
+    assert tuning.lookup(H100, "float32", dbs, precision=precision).params == wg
+    assert tuning.lookup(H100, "float32", dbs, precision=precision, wgmma=False).params == sync_p
+    default = tuning.lookup(H100, "float32", dbs)
+    assert default.params == (wg if precision == "3xtf32" else tuning.lookup(H100, "float32").params)
+
+
+def test_an_mma_sync_winner_never_replaces_the_wgmma_entry(monkeypatch, tmp_path):
+    """Every wgmma set fails (or is slower): only float32:tf32/mma.sync is written, and the wgmma
+    entry (the shipped one here) still answers lookup, with the tuned stand-in behind it."""
+    from dgemm.tuning.search import mma_candidates
+    sync_p = mma_candidates(H100, "float32", "tf32")[0]
+    _fake_bench(monkeypatch, {p: (0.1, False) for p in [TF32_WG]} | {sync_p: (1e-3, True)})
+    db = tmp_path / "db.json"
+    out = tune(FakeHopper(), "float32", size=64, budget=30, max_candidates=3, precision="tf32", database=db,
+               around=[sync_p])
+    shipped_sync = tuning.lookup(H100, "float32", precision="tf32", wgmma=False).params
+    # the current choices first, both kinds: the shipped wgmma set ran (incorrect) and its stand-in (slower)
+    assert [t.params for t in out.results] == [TF32_WG, shipped_sync, sync_p]
+    assert _stored(db) == {"float32:tf32/mma.sync": sync_p}
+    dbs = databases(db)
+    c = tuning.lookup(H100, "float32", dbs, precision="tf32")
+    assert c.params == TF32_WG and c.database == "shipped"
+    assert out.choice == c
+    assert tuning.lookup(H100, "float32", dbs, precision="tf32", wgmma=False).params == sync_p
+    # elsewhere (no wgmma) the mma.sync winner is the precision's entry itself
+    out = tune(FakeHopper(A100), "float32", size=64, budget=30, max_candidates=1, precision="tf32",
+               database=db, around=[sync_p])
+    assert list(out.entries) == ["float32:tf32"]
+    assert tuning.lookup(A100, "float32", databases(db), precision="tf32").params == out.best.params
+
+
+def test_tune_without_precision_leaves_a_tensor_core_default_alone(monkeypatch, tmp_path, small_space):
+    """float32's default on sm_90 is 3xTF32 on wgmma: a search without a precision tunes the FMA kernel
+    as float32:fma; float64 with DMMA likewise; where the default is the FMA kernel it is the default."""
+    from dgemm.tuning.search import tuned_path
+    db = tmp_path / "db.json"
+    assert tuned_path(H100, "float32", None, db) == "fma" and tuned_path(H100, "float64", None, db) == "fma"
+    assert tuned_path(A100, "float32", None, db) is None and tuned_path(CPU, "float32", None, db) is None
+    assert tuned_path(H100, "float32", "tf32", db) == "tf32"
+    _fake_bench(monkeypatch, {})
+    default = tuning.lookup(H100, "float32", databases(db)).params
+    assert default.k_major and default.precision == "3xtf32"
+    out = tune(FakeHopper(), "float32", size=64, budget=30, max_candidates=2, database=db)
+    assert out.precision == "fma" and out.best.params.precision == "fma"
+    assert _stored(db) == {"float32:fma": out.best.params}
+    assert tuning.lookup(H100, "float32", databases(db)).params == default
+    assert tuning.lookup(H100, "float32", databases(db), precision="fma").params == out.best.params
+    assert out.choice.params == out.best.params
+    # an FMA default (PoCL) is tuned in place, as before
+    out = tune(FakeHopper(CPU), "float32", size=64, budget=30, max_candidates=1, database=db)
+    assert out.precision is None and list(out.entries) == ["float32"]
+
+
+def test_tune_command_on_sm_90(runner, tmp_path, monkeypatch, small_space):
+    """dgemm tune --dtype float32 on an H100 says it tunes the FMA kernel as float32:fma and leaves the
+    default alone; --precision 3xtf32 tunes the default, and lists every entry it wrote."""
+    import dgemm.cli.tune
+    import dgemm.opencl.device
+    monkeypatch.setattr(dgemm.cli.tune, "one_device", lambda spec: H100)
+    monkeypatch.setattr(dgemm.opencl.device, "Device", lambda info: FakeHopper(info))
+    _fake_bench(monkeypatch, {})
+    db = tmp_path / "db.json"
+    common = ["tune", "--size", "64", "--max-candidates", "2", "--database", str(db)]
+    r = runner.invoke(cli, common + ["--dtype", "float32"])
+    assert r.exit_code == 0, r.output
+    assert ("float32's default on NVIDIA H100 80GB HBM3 is the 3xtf32 kernel (wgmma.m64nNk8): tuning the FMA "
+            "kernel as float32:fma, the default is left alone (--precision 3xtf32 tunes it)") in r.output
+    assert "float32:fma [1/2" in r.output and "\n  float32:fma: " in r.output
+    assert set(_stored(db)) == {"float32:fma"}
+    r = runner.invoke(cli, common + ["--precision", "3xtf32", "--json", str(tmp_path / "r.json")])
+    assert r.exit_code == 0, r.output
+    assert "'s default" not in r.output
+    stored = _stored(db)
+    assert set(stored) == {"float32:fma", "float32:3xtf32", "float32:3xtf32/mma.sync", "float32"}
+    for name in ("float32:3xtf32", "float32:3xtf32/mma.sync", "float32"):
+        assert f"\n  {name}: " in r.output
+    report = json.loads((tmp_path / "r.json").read_text())["dtypes"]["float32:3xtf32"]
+    assert {k: KernelParams.from_dict(v["params"]) for k, v in report["entries"].items()} == \
+        {k: v for k, v in stored.items() if k != "float32:fma"}

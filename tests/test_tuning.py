@@ -271,6 +271,26 @@ def test_the_wgmma_entry_and_its_mma_sync_fallback():
     assert lookup(info("sm_90"), "float32", precision="tf32", wgmma=False).params.MMA == 5
 
 
+def test_a_user_stand_in_does_not_hide_the_shipped_wgmma_entry():
+    """At one level the name asked for comes before a later name in any database: a tuned user
+    ``float32:tf32/mma.sync`` (what dgemm tune stores for mma.sync) leaves the shipped wgmma entry
+    the tf32 choice and is the stand-in; the same name in the user database still wins."""
+    wg = KernelParams(MMA=7, TSM=128, TSN=128, TSK=32, WARPSM=2, WARPSN=1, STAGES=5, GROUPM=8)
+    wg2 = KernelParams(MMA=7, TSM=64, TSN=192, TSK=32, WARPSM=1, WARPSN=1, STAGES=4, GROUPM=4)
+    mma = KernelParams(TSM=128, TSN=128, TSK=16, WIDTH=4, PADA=8, PADB=8, MMA=5, WARPSM=2, WARPSN=2)
+    h100 = DeviceInfo(0, 0, "NVIDIA CUDA", "NVIDIA H100", "NVIDIA Corporation", "GPU", 2**34, 49152, 1024,
+                      132, True, "sm_90", "580")
+    shipped = {"device": {h100.name: {"float32:tf32": entry(wg)}}}
+    user = {"device": {h100.name: {"float32:tf32/mma.sync": entry(mma, tuned=True)}}}
+    dbs = [("user", user), ("shipped", shipped)]
+    c = lookup(h100, "float32", dbs, precision="tf32")
+    assert (c.params, c.database) == (wg, "shipped")
+    c = lookup(h100, "float32", dbs, precision="tf32", wgmma=False)
+    assert (c.params, c.database) == (mma, "user")
+    user["device"][h100.name]["float32:tf32"] = entry(wg2, tuned=True)
+    assert lookup(h100, "float32", dbs, precision="tf32").params == wg2
+
+
 def test_hopper_float32_defaults_to_the_wgmma_3xtf32_kernel():
     """On sm_90 float32's default is 3xTF32 on wgmma (faster and at least as accurate, README); "fma" still
     finds the tuned FMA kernel, and where the PTX route fails the default falls back to it, not further."""

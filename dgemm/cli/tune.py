@@ -30,7 +30,7 @@ from dgemm.dtypes import ALL_PRECISIONS, DTYPES
               help="Also write the search's results to this JSON file.")
 @click.option("--precision", type=click.Choice(ALL_PRECISIONS), multiple=True,
               help="Tune a tensor-core path (dmma: float64; 3xtf32, tf32: float32) instead of the FMA kernel; "
-                   "give it several times to tune several paths in one call.")
+                   "give it several times to tune several paths in one call (the entries each sets: above).")
 @click.option("--around", "around_path", type=click.Path(exists=True, dir_okay=False), default=None,
               help="An earlier --json report: its fastest sets and their variants are tried first.")
 @click.pass_context
@@ -41,13 +41,27 @@ def tune_cmd(ctx, device_spec, dtype, budget, size, seed, max_candidates, databa
     Every candidate is checked against numpy; only correct ones count.  The
     best becomes the device's entry in the user tuning database (or
     --database), which dgemm then uses on that device.
+
+    \b
+    Entries, by path (DTYPE:PATH, e.g. float32:tf32):
+      no --precision  the FMA kernel, as DTYPE; as DTYPE:fma where the dtype's
+                      default is a tensor-core kernel (float32 on Hopper, float64
+                      with DMMA), which it leaves alone
+      fma             DTYPE:fma, and DTYPE where the default is an FMA kernel
+      dmma            float64:dmma, and float64's default
+      tf32, 3xtf32    on Hopper (sm_90) the wgmma and the mma.sync kernels in one
+                      search, the best of each: wgmma as DTYPE:PATH, mma.sync as
+                      DTYPE:PATH/mma.sync (the stand-in where wgmma cannot build);
+                      3xtf32 on wgmma is also float32's default there; elsewhere
+                      the mma.sync kernel as DTYPE:PATH
     """
     import json
 
     from dgemm.benchmarks.records import write_json
     from dgemm.opencl.device import Device, DeviceError
     from dgemm.tuning import database as tuning
-    from dgemm.tuning.search import default_size, earlier_winners, plan_runs, report_header, tune, tune_key
+    from dgemm.tuning.search import (databases, default_size, earlier_winners, plan_runs, report_header, tune,
+                                     tune_key, tuned_path)
 
     with user_errors(ctx):
         info = one_device(device_spec)
@@ -72,8 +86,14 @@ def tune_cmd(ctx, device_spec, dtype, budget, size, seed, max_candidates, databa
         raise click.ClickException(one_line(e)) from None
     report = report_header(info, size=size, budget=budget, seed=seed, database=db_path)
     nothing = []
-    for dt, prec in runs:
+    for dt, asked in runs:
+        prec = tuned_path(info, dt, asked, database)
         name = tune_key(dt, prec)
+        if prec != asked:
+            default = tuning.lookup(info, dt, databases(database)).params
+            click.echo(f"{dt}'s default on {info.name} is the {default.precision} kernel "
+                       f"({default.kind.instruction}): tuning the FMA kernel as {name}, the default is left "
+                       f"alone (--precision {default.precision} tunes it)")
         t0 = time.monotonic()
         count = {"failed": 0}
 
@@ -105,7 +125,9 @@ def tune_cmd(ctx, device_spec, dtype, budget, size, seed, max_candidates, databa
         click.echo(f"{name}: best {b.tflops:.4g} TFLOPS (rel_err {b.rel_err:.2g}) with "
                    f"{fmt_params(b.params.as_dict())}; {entry['tried']} candidates tried in {out.seconds:.0f} s, "
                    f"{out.failed} failed")
-        click.echo(f"{name}: stored in {out.stored}")
+        click.echo(f"{name}: stored in {out.stored} as")
+        for key, t in out.entries.items():
+            click.echo(f"  {key}: {t.tflops:.4g} TFLOPS with {fmt_params(t.params.as_dict())}")
         click.echo(f"{name} on {info.name} now uses {fmt_params(out.choice.params.as_dict())}")
         click.echo(f"{' ' * len(name)}  from the {out.choice.describe()}")
     if database and db_path != os.path.abspath(tuning.user_path()):

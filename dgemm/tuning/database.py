@@ -111,7 +111,13 @@ def lookup(info: DeviceInfo, dtype: str, databases: list[tuple[str, dict]] | Non
 
 
 def _find(info, dtype, names, databases, want, wgmma: bool = True) -> Choice | None:
-    """First usable entry named one of ``names``, by level then database, of precision ``want``."""
+    """First usable entry named one of ``names``, by level, then name, then database, of precision ``want``.
+
+    Names before databases: at one level a user's entry under a later name (the
+    ``/mma.sync`` stand-in ``dgemm tune`` stores) must not hide the shipped
+    entry under the name asked for (the wgmma kernel's); under the same name the
+    user's database still comes first.
+    """
     keys = _keys(info)
     # (level, key, the section's path in a database); the device type's defaults before the plain ones
     places = [(level, keys[level], (level, keys[level])) for level in LEVELS[:-1]]
@@ -119,11 +125,14 @@ def _find(info, dtype, names, databases, want, wgmma: bool = True) -> Choice | N
     for level, key, path in places:
         if key is None:
             continue
+        sections = []
         for dbname, db in databases:
             section = db
             for step in path:
                 section = section.get(step, {})
-            for name in names:
+            sections.append((dbname, section))
+        for name in names:
+            for dbname, section in sections:
                 entry = section.get(name)
                 if not entry:
                     continue
@@ -132,15 +141,19 @@ def _find(info, dtype, names, databases, want, wgmma: bool = True) -> Choice | N
                     continue
                 if params.k_major and not wgmma:
                     continue
-                if _usable(params, info, dtype):
+                if usable(params, info, dtype):
                     rates = [v for f, v in entry.items() if f.startswith("tflops") and isinstance(v, (int, float))]
                     return Choice(params, level, key, dbname, bool(entry.get("tuned", False)),
                                   tflops=float(rates[0]) if rates else None)
     return None
 
 
-def _usable(params: KernelParams, info: DeviceInfo, dtype: str) -> bool:
-    """The device can build and run ``params`` (an architecture entry may not fit every device)."""
+def usable(params: KernelParams, info: DeviceInfo, dtype: str) -> bool:
+    """The device can build and run ``params`` (an architecture entry may not fit every device).
+
+    The tuner's wgmma space (:func:`dgemm.tuning.search.wgmma_candidates`) applies the same test,
+    so what it stores is what lookup then chooses.
+    """
     if params.min_compute_capability and info.compute_capability < params.min_compute_capability:
         return False
     if params.k_major and info.compute_capability != 90:   # wgmma is sm_90a's, not a later chip's

@@ -22,8 +22,8 @@ import numpy as np
 
 from dgemm.dtypes import check_precision
 from dgemm.opencl.device import Device
-from dgemm.tuning.database import Choice
-from dgemm.tuning.params import CPU_VWN, KernelParams, min_compute_capability, mma_values
+from dgemm.tuning.database import Choice, usable
+from dgemm.tuning.params import CPU_VWN, MMA_KINDS, KernelParams, min_compute_capability, mma_values
 from dgemm.tuning.timing import KernelBench, Timing
 
 SPACE = {
@@ -109,9 +109,14 @@ def cpu_candidates(device_info, dtype) -> list[KernelParams]:
 
 def space_for(device_info, dtype, precision: str | None = None) -> list[KernelParams]:
     """The space :func:`search` draws from: tensor-core shapes for a named precision, the CPU
-    kernel's on a CPU device, else the GPU FMA kernel's."""
+    kernel's on a CPU device, else the GPU FMA kernel's.
+
+    A float32 tensor-core precision on sm_90 searches the ``mma.sync`` and the
+    ``wgmma`` kernels together (:func:`mma_candidates` + :func:`wgmma_candidates`):
+    one search, one budget; :func:`tune` stores the best of each under its own entry.
+    """
     if precision not in (None, "fma"):
-        return mma_candidates(device_info, dtype, precision)
+        return mma_candidates(device_info, dtype, precision) + wgmma_candidates(device_info, dtype, precision)
     if device_info.type == "CPU":
         return cpu_candidates(device_info, dtype)
     return candidates(device_info, dtype)
@@ -121,7 +126,8 @@ def mma_candidates(device_info, dtype, precision: str) -> list[KernelParams]:
     """The tensor-core kernels' space: instruction shape, tile, warps, grouping.
 
     ``precision`` is ``"dmma"`` (float64: m8n8k4, m16n8k4/k8/k16),
-    ``"3xtf32"`` or ``"tf32"`` (float32).  Restrictions: the kernel's rules,
+    ``"3xtf32"`` or ``"tf32"`` (float32; their ``wgmma`` kernels are
+    :func:`wgmma_candidates`').  Restrictions: the kernel's rules,
     the device's compute capability and limits, at least 64 work-items, and
     a warp tile of 4..32 (64 for plain TF32) 8x8 fragments so the
     accumulators stay in registers.  Local rows are padded so the four
@@ -129,7 +135,7 @@ def mma_candidates(device_info, dtype, precision: str) -> list[KernelParams]:
     """
     itemsize = np.dtype(dtype).itemsize
     # largest k first, as the seeded shuffle of the search has always received them
-    mmas = sorted(mma_values(precision), reverse=True)
+    mmas = sorted((v for v in mma_values(precision) if not MMA_KINDS[v].wgmma), reverse=True)
     if precision == "dmma":
         pad, width, max_frag = 4, 2, 32
     else:
@@ -150,16 +156,73 @@ def mma_candidates(device_info, dtype, precision: str) -> list[KernelParams]:
     return out
 
 
+# The wgmma kernels' space (MMA 7 and 8, kernels/gemm_wgmma.cl, sm_90 only).  TSM is 64 per
+# warpgroup and TSK 32 (a 128-byte swizzled row), so the free choices are these: warpgroups, the
+# tile's width (wgmma's n, multiples of 8 up to 256: a spread of them), the cp.async stages in
+# flight, the work-group order, and for 3xTF32 (MMA=8) the tiles summed per IEEE add.
+WGMMA_SPACE = {
+    "WARPSM": (1, 2, 3),
+    "TSN": (64, 96, 128, 160, 192, 256),
+    "STAGES": (3, 4, 5, 6, 7, 8),
+    "GROUPM": (0, 4, 8, 16),
+    "PROMOTE": (1, 2, 4),
+}
+# Accumulator floats per thread a wgmma kernel may hold (wgmma_accumulators): TSN 256 on MMA=7 is
+# 128 of them and ptxas gave it 254 registers, still without spills (bench/NOTES.md, "Issue 16");
+# 3xTF32's second set would take TSN > 128 past the 255-register limit.
+WGMMA_MAX_ACC = 128
+
+
+def wgmma_accumulators(p: KernelParams) -> int:
+    """Accumulator floats per thread of a wgmma kernel: a TSM x TSN tile over 128 WARPSM threads is
+    TSN/2 each; 3xTF32 (two parts) sums each tile in a second set of the same size."""
+    return p.TSN // 2 * p.parts
+
+
+def _wgmma_worth(p: KernelParams, device_info, dtype) -> bool:
+    """The restrictions of :func:`wgmma_candidates` (and of their :func:`neighbours`)."""
+    # usable() is lookup's own test (the kernel's rules within WGMMA_LOCAL_MEM, not the 48 KiB
+    # NVIDIA's OpenCL reports; sm_90 exactly), so lookup chooses whatever the tuner stores
+    return usable(p, device_info, np.dtype(dtype).name) and wgmma_accumulators(p) <= WGMMA_MAX_ACC
+
+
+def wgmma_candidates(device_info, dtype, precision: str) -> list[KernelParams]:
+    """The ``wgmma`` kernels' space (:data:`WGMMA_SPACE`) for ``"tf32"`` (MMA=7) or ``"3xtf32"`` (MMA=8).
+
+    Empty for any other precision and on any device but sm_90 (Hopper; wgmma
+    is sm_90a's, not a later chip's).  Restrictions: the kernel's rules
+    (:meth:`KernelParams.problems`: at most ``WGMMA_LOCAL_MEM`` of stages,
+    the B tile split in 16-byte copies over the work-group), at most
+    :data:`WGMMA_MAX_ACC` accumulators per thread so they stay in registers,
+    and PROMOTE only where it means something (MMA=8).
+    """
+    out = []
+    for mma in (v for v in mma_values(precision) if MMA_KINDS[v].wgmma):
+        for wg, tsn, stages, gm, promote in itertools.product(*WGMMA_SPACE.values()):
+            if promote != 1 and MMA_KINDS[mma].precision != "3xtf32":   # a 3xTF32 macro; 1 elsewhere
+                continue
+            p = KernelParams(MMA=mma, TSM=64 * wg, TSN=tsn, TSK=32, WARPSM=wg, WARPSN=1, STAGES=stages,
+                             GROUPM=gm, PROMOTE=promote)
+            if _wgmma_worth(p, device_info, dtype):
+                out.append(p)
+    return out
+
+
 def neighbours(params: list[KernelParams], device_info, dtype) -> list[KernelParams]:
     """Variants of good parameter sets: vector widths, local padding, TSK and group order.
 
     Used to focus a search around earlier winners before sampling the rest
     of the space.  A CPU kernel's set (GEMMK=1) varies its tile, K depth,
-    vector width and group order instead.
+    vector width and group order instead; a wgmma kernel's (MMA 7, 8) its
+    stages, group order, tiles per add, tile width and warpgroups
+    (:func:`_wgmma_neighbours`), within :func:`wgmma_candidates`' restrictions.
     """
     itemsize = np.dtype(dtype).itemsize
     out: list[KernelParams] = []
     for p in params:
+        if p.k_major:
+            out += [q for q in _wgmma_neighbours(p) if q not in out and _wgmma_worth(q, device_info, dtype)]
+            continue
         if p.GEMMK:
             variants = _cpu_neighbours(p)
             for q in variants:
@@ -174,6 +237,20 @@ def neighbours(params: list[KernelParams], device_info, dtype) -> list[KernelPar
         for q in variants:
             if q not in out and not q.problems(itemsize, device_info.max_work_group_size, device_info.local_mem):
                 out.append(q)
+    return out
+
+
+def _wgmma_neighbours(p: KernelParams) -> list[KernelParams]:
+    """Variants of a wgmma kernel's parameters: STAGES +-1, the other group orders and (MMA=8) tiles
+    per add, TSN one step either way in :data:`WGMMA_SPACE`, the other warpgroup counts."""
+    out = [dataclasses.replace(p, STAGES=s) for s in (p.STAGES - 1, p.STAGES + 1)]
+    out += [dataclasses.replace(p, GROUPM=g) for g in WGMMA_SPACE["GROUPM"] if g != p.GROUPM]
+    if p.precision == "3xtf32":
+        out += [dataclasses.replace(p, PROMOTE=v) for v in WGMMA_SPACE["PROMOTE"] if v != p.PROMOTE]
+    widths = sorted(set(WGMMA_SPACE["TSN"]) | {p.TSN})   # (a hand-made entry's width may be off the list)
+    i = widths.index(p.TSN)
+    out += [dataclasses.replace(p, TSN=widths[j]) for j in (i - 1, i + 1) if 0 <= j < len(widths)]
+    out += [dataclasses.replace(p, WARPSM=w, TSM=64 * w) for w in WGMMA_SPACE["WARPSM"] if w != p.WARPSM]
     return out
 
 
@@ -198,11 +275,16 @@ def search(device: Device, dtype, *, size: int = 4096, budget: float = 60.0, see
     are tried before the random ones.  The space is :func:`space_for`'s:
     ``precision`` names a tensor-core space (:func:`mma_candidates`), a CPU
     device searches the CPU kernel's (:func:`cpu_candidates`), others the
-    GPU FMA kernel's (:func:`candidates`).
+    GPU FMA kernel's (:func:`candidates`); where it holds wgmma and
+    mma.sync kernels, the wgmma ones come first.  A wgmma candidate the device
+    cannot build is a failed one (:func:`_check_built`), never timed as the
+    stand-in :meth:`Device.kernels` builds in its place.
     """
     space = space_for(device.info, dtype, precision)
     rng = random.Random(seed)
     rng.shuffle(space)
+    # wgmma sets first (sm_90): lookup chooses them there; the mma.sync ones are their stand-in only
+    space.sort(key=lambda p: not p.k_major)
     order = list(first or []) + [p for p in space if p not in (first or [])]
     if max_candidates:
         order = order[:max_candidates]
@@ -214,10 +296,15 @@ def search(device: Device, dtype, *, size: int = 4096, budget: float = 60.0, see
         if time.monotonic() > t_end:
             break
         try:
+            if p.k_major:
+                _check_built(device, dtype, p)
             t = bench.run(p, reps=3)
+            if t.params != p:    # (safety net: the kernel timed must be the one asked for)
+                raise RuntimeError(f"{t.params} ran instead")
         except Exception as e:  # a build or launch failure rules the candidate out
-            if report:
-                report(i, len(order), None, best, f"{p}: {type(e).__name__}: {str(e)[:200]}")
+            if report:   # (the device's reason for a wgmma failure is short already, and is the point)
+                why = str(e) if isinstance(e, WgmmaBuildFailed) else str(e)[:200]
+                report(i, len(order), None, best, f"{p}: {type(e).__name__}: {why}")
             continue
         results.append(t)
         if t.ok and (best is None or t.seconds < best.seconds):
@@ -225,6 +312,24 @@ def search(device: Device, dtype, *, size: int = 4096, budget: float = 60.0, see
         if report:
             report(i, len(order), t, best, "")
     return best, results
+
+
+class WgmmaBuildFailed(RuntimeError):
+    """A wgmma candidate's PTX-route build failed: a failed candidate, never its stand-in's timing."""
+
+
+def _check_built(device: Device, dtype, p: KernelParams) -> None:
+    """Raise :class:`WgmmaBuildFailed` unless ``device`` builds the wgmma kernel ``p`` itself.
+
+    Where the PTX route fails, :meth:`Device.kernels` builds the database's
+    mma.sync stand-in instead (so that a product still runs) and keeps the
+    reason in :attr:`Device.failed`; timing that under ``p`` would store the
+    stand-in's speed as the wgmma kernel's.
+    """
+    kern = device.kernels(dtype, p)
+    if kern.params != p:
+        why = device.failed.get(p, f"the device built {kern.params} instead")
+        raise WgmmaBuildFailed(f"the wgmma kernel did not build: {why}")
 
 
 # -- tune and store ---------------------------------------------------------------
@@ -259,6 +364,7 @@ class TuneOutcome:
     stored: Path | None          # the database written, None when nothing was correct
     choice: Choice               # the entry lookup now picks for this device and dtype
     seconds: float
+    entries: dict[str, Timing] = dataclasses.field(default_factory=dict)   # what each entry written now holds
 
     @property
     def incorrect(self) -> list[Timing]:
@@ -277,6 +383,7 @@ class TuneOutcome:
                 "top": [timing_dict(t) for t in ranked[:top]],
                 "incorrect": [timing_dict(t) for t in self.incorrect[:top]], "errors": self.errors[:top],
                 "stored": str(self.stored) if self.stored else None,
+                "entries": {name: timing_dict(t) for name, t in self.entries.items()},
                 "now_used": {"params": self.choice.params.as_dict(), "source": self.choice.describe(),
                              "level": self.choice.level, "tuned": self.choice.tuned}}
 
@@ -294,7 +401,10 @@ def earlier_winners(report: dict, dtype: str, precision: str | None = None, coun
     >>> [p.TSM for p in earlier_winners(r, "float32", count=1)], earlier_winners(r, "float64")
     ([32], [])
     """
-    entry = report.get("dtypes", {}).get(tune_key(dtype, precision), {})
+    runs = report.get("dtypes", {})
+    # (an FMA search on a device whose default is a tensor-core kernel was named after the dtype
+    # before it was named dtype:fma; tune() keeps only sets of the path it searches)
+    entry = runs.get(tune_key(dtype, precision)) or (runs.get(dtype) if precision == "fma" else None) or {}
     return [KernelParams.from_dict(t["params"]) for t in entry.get("top", [])[:count]]
 
 
@@ -303,19 +413,65 @@ def tune_key(dtype: str, precision: str | None) -> str:
     return dtype if precision is None else f"{dtype}:{precision}"
 
 
+def tuned_path(info, dtype: str, precision: str | None, database=None) -> str | None:
+    """The path a search for ``precision`` tunes: ``precision``, except None where the dtype's default is not FMA.
+
+    Without a precision the tuner searches the FMA kernel (as it always
+    has).  Where the dtype's default on this device is a tensor-core kernel
+    (float32 on sm_90: 3xTF32 on wgmma; float64 with DMMA) that search is
+    the ``"fma"`` path, stored as ``<dtype>:fma``, so that it never replaces
+    the default with a slower kernel; ``precision=<the default's>`` tunes the default.
+    """
+    if precision is not None:
+        return precision
+    from dgemm.tuning import database as tuning
+    default = tuning.lookup(info, dtype, databases(database))
+    return None if default.params.precision == "fma" else "fma"
+
+
+def entry_names(dtype: str, precision: str | None, params: KernelParams, default: KernelParams,
+                split: bool) -> list[str]:
+    """The database entries a winner of a search for ``precision`` is stored under.
+
+    ``<dtype>:<precision>`` (the dtype alone for precision None), except that
+    where the search covered the wgmma kernels too (``split``: sm_90, a float32
+    tensor-core precision) an ``mma.sync`` winner is ``<dtype>:<precision>/mma.sync``:
+    :func:`dgemm.tuning.database.lookup` reads the plain name as the wgmma
+    kernel's entry and this one as its stand-in (``wgmma=False``), so
+    neither kernel's entry is ever replaced by the other's.  The winner also
+    becomes the dtype's default entry for ``"dmma"`` (exact, as before), and
+    where the current ``default`` is that same kernel (precision and
+    wgmma or not): 3xTF32 on wgmma is float32's default on sm_90.
+
+    >>> wg = KernelParams(MMA=8, TSM=128, TSN=128, TSK=32, WARPSM=2, WARPSN=1, STAGES=3)
+    >>> sync = KernelParams(MMA=6, TSM=128, TSN=64, TSK=16, WARPSM=4, WARPSN=1, WIDTH=4, PADA=8, PADB=8)
+    >>> entry_names("float32", "3xtf32", wg, wg, True), entry_names("float32", "3xtf32", sync, wg, True)
+    (['float32:3xtf32', 'float32'], ['float32:3xtf32/mma.sync'])
+    """
+    name = tune_key(dtype, precision) + ("/mma.sync" if split and not params.k_major else "")
+    same = default.precision == params.precision and default.k_major == params.k_major
+    return [name] + ([dtype] if precision is not None and (precision == "dmma" or same) else [])
+
+
 def tune(device: Device, dtype, *, size: int | None = None, budget: float = 60.0, seed: int = 0,
          max_candidates: int | None = None, database=None,
          report: Callable[[int, int, Timing | None, Timing | None, str], None] | None = None,
          precision: str | None = None, around: list[KernelParams] | None = None) -> TuneOutcome:
-    """Search (:func:`search`) and store the best correct candidate as this device's entry.
+    """Search (:func:`search`) and store the best correct candidates as this device's entries.
 
-    The current choice of the database and the kernel's defaults
-    (:data:`CPU_DEFAULT` on a CPU device) are tried first, then ``around``
-    (earlier winners, e.g. :func:`earlier_winners`) and their
-    :func:`neighbours`, then the rest of the space (:func:`space_for`) in
-    random order.  The entry goes to the user database (``database`` instead when
-    given) with its provenance: TFLOPS and size of the timed product, date,
-    dgemm version and driver.  Nothing is stored when no candidate was correct.
+    Without ``precision`` the FMA kernel is searched (:func:`tuned_path`: as
+    ``"fma"`` where the dtype's default is a tensor-core kernel).  The
+    current choices of the database (for a float32 tensor-core precision on
+    sm_90 both the wgmma kernel's and its mma.sync stand-in's) and the
+    kernel's defaults (:data:`CPU_DEFAULT` on a CPU device) are tried first,
+    then ``around`` (earlier winners, e.g. :func:`earlier_winners`) and
+    their :func:`neighbours`, then the rest of the space (:func:`space_for`)
+    in random order.  The best correct candidate is stored under the names
+    :func:`entry_names` gives; where the search covered wgmma and mma.sync
+    kernels, the best of each kind under its own name.  Entries go to the
+    user database (``database`` instead when given) with their provenance:
+    TFLOPS and size of the timed product, date, dgemm version and driver.
+    Nothing is stored when no candidate was correct.
     """
     import datetime
 
@@ -325,20 +481,20 @@ def tune(device: Device, dtype, *, size: int | None = None, budget: float = 60.0
     dtype = device.check_dtype(dtype).name
     info = device.info
     size = size or default_size(info)
-    itemsize = np.dtype(dtype).itemsize
-    precision = check_precision(dtype, precision)
+    dbs = databases(database)
+    precision = tuned_path(info, dtype, check_precision(dtype, precision), database)
     mma = precision not in (None, "fma")
-    if mma and not mma_candidates(info, dtype, precision):
+    if mma and not space_for(info, dtype, precision):
         need = min_compute_capability(precision)
         raise ValueError(f"{info.name} has no {precision} path (needs an NVIDIA GPU of compute capability "
                          f">= {need // 10}.{need % 10})")
-    current = tuning.lookup(info, dtype, databases(database), precision=precision).params
+    default = tuning.lookup(info, dtype, dbs).params
+    split = bool(wgmma_candidates(info, dtype, precision)) if mma else False
+    current = [tuning.lookup(info, dtype, dbs, precision=precision, wgmma=w).params for w in (True, False)]
     around = list(around or [])
-    default = [] if mma else [CPU_DEFAULT if info.type == "CPU" else KernelParams()]
-    first = [p for p in dict.fromkeys([current] + default + around
-                                      + neighbours(around, info, dtype))
-             if p.precision == (precision or "fma")
-             and not p.problems(itemsize, info.max_work_group_size, info.local_mem)]
+    defaults = [] if mma else [CPU_DEFAULT if info.type == "CPU" else KernelParams()]
+    first = [p for p in dict.fromkeys(current + defaults + around + neighbours(around, info, dtype))
+             if p.precision == (precision or "fma") and usable(p, info, dtype)]
     errors: list[str] = []
 
     def _report(i, n, t, best, msg):
@@ -352,17 +508,21 @@ def tune(device: Device, dtype, *, size: int | None = None, budget: float = 60.0
                            max_candidates=max_candidates, report=_report, precision=precision)
     seconds = time.monotonic() - t0
     stored = None
-    if best is not None:
-        extra = {"tflops": best.tflops, "size": size,
-                 "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                 "generated_by": "dgemm tune", "dgemm_version": __version__, "driver": info.driver,
-                 "rel_err": best.rel_err, "candidates_tried": len(results) + len(errors)}
-        # named precisions get their own entry; DMMA (exact) also becomes float64's default
-        keys = [tune_key(dtype, precision)] + ([dtype] if precision == "dmma" else [])
-        for key in keys:
-            stored = tuning.store(info, key, best.params, extra, path=Path(database) if database else None)
+    entries: dict[str, Timing] = {}
+    correct = sorted((t for t in results if t.ok), key=lambda t: t.seconds)
+    # the best correct candidate; where the search covered both, the best of each kind (wgmma, mma.sync)
+    winners = [next((t for t in correct if t.params.k_major == kind), None) for kind in (True, False)]
+    winners = [t for t in winners if t is not None] if split else correct[:1]
+    date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    for t in winners:
+        extra = {"tflops": t.tflops, "size": size, "date": date, "generated_by": "dgemm tune",
+                 "dgemm_version": __version__, "driver": info.driver, "rel_err": t.rel_err,
+                 "candidates_tried": len(results) + len(errors)}
+        for key in entry_names(dtype, precision, t.params, default, split):
+            stored = tuning.store(info, key, t.params, extra, path=Path(database) if database else None)
+            entries[key] = t
     choice = tuning.lookup(info, dtype, databases(database), precision=precision)
-    return TuneOutcome(dtype, precision, size, best, results, errors, stored, choice, seconds)
+    return TuneOutcome(dtype, precision, size, best, results, errors, stored, choice, seconds, entries)
 
 
 def plan_runs(dtypes, precisions=()) -> list[tuple[str, str | None]]:
