@@ -72,8 +72,9 @@
 #define PROMOTE 1            // SPLIT: tiles the tensor cores sum (wgmma's truncating accumulation) before one
 #endif                       // IEEE add into acc: more hides the per-add wait, fewer keeps each truncated sum short
 #ifndef FENCES
-#define FENCES 1             // 1: a wgmma.fence before every wgmma; 0: one per tile's set of wgmma (the PTX
-#endif                       // ISA orders wgmma of one shape on the same accumulators without it)
+#define FENCES 1             // 1: a wgmma.fence before every wgmma; 0: one per tile's set of wgmma; 2: one where
+#endif                       // other instructions touched the accumulators (the start; with SPLIT each sum's first
+                             // tile).  The PTX ISA orders wgmma of one shape on the same accumulators without it.
 #ifndef STAGES
 #define STAGES 5             // 0: two tiles, the next one prefetched through registers (seed kernel 9);
 #endif                       // >= 3: STAGES tiles in flight, copied global -> local by cp.async
@@ -92,8 +93,11 @@
 #if PROMOTE < 1 || (OVERLAP && PROMOTE != 1)
 #error "PROMOTE is at least 1, and 1 with OVERLAP"
 #endif
-#if OVERLAP && !FENCES
+#if OVERLAP && FENCES != 1
 #error "OVERLAP has its own sites, each with its fence: FENCES 1"
+#endif
+#if FENCES < 0 || FENCES > 2
+#error "FENCES is 0, 1 or 2"
 #endif
 #if SPLIT
 #define PARTS 2
@@ -149,17 +153,25 @@
 #define WACC acc
 #endif
 #define MARKACC() do { _Pragma("unroll") for (int i = 0; i < NACC; i++) asm volatile("mov.f32 %0, %0;" : "+f"(WACC[i])); } while (0)
-#if FENCES
+#if FENCES == 1
 // 7101: wgmma.fence + wgmma.mma_async m64nBNk8 f32.tf32.tf32, D += A B (descriptors, then the accumulators)
 #define WGMMA(da, db) do { SITE(7101); MARK64(da); MARK64(db); MARKACC(); } while (0)
 // 7106: the same with D = A B (the first of a tile's products: the accumulators start from zero)
 #define WGMMA_FIRST(da, db) do { SITE(7106); MARK64(da); MARK64(db); MARKACC(); } while (0)
 #define WGMMA_FENCE()
+#define SUM_FENCE()
 #else
-// 7121, 7126: as 7101, 7106 without the fence; 7108, the fence, opens each tile's set
+// 7121, 7126: as 7101, 7106 without the fence; 7108 is the fence, before each tile's set (FENCES 0)
+// or where the accumulators were last touched by other instructions (FENCES 2)
 #define WGMMA(da, db) do { SITE(7121); MARK64(da); MARK64(db); MARKACC(); } while (0)
 #define WGMMA_FIRST(da, db) do { SITE(7126); MARK64(da); MARK64(db); MARKACC(); } while (0)
+#if FENCES == 0
 #define WGMMA_FENCE() SITE(7108)
+#define SUM_FENCE()
+#else
+#define WGMMA_FENCE()
+#define SUM_FENCE() SITE(7108)
+#endif
 #endif
 #define WGMMA_COMMIT() SITE(7102)                       // wgmma.commit_group
 #define WGMMA_WAIT() do { SITE(7103); MARKACC(); } while (0)   // wgmma.wait_group 0 (the accumulators are read after it)
@@ -313,6 +325,7 @@ void gemm_wgmma(const int M, const int N, const int K,
     }
 #endif
 #if STAGES == 0
+    SUM_FENCE();
     LOAD_TILE(0);
     STORE_TILE(0);
     PROXY_FENCE();
@@ -427,6 +440,7 @@ void gemm_wgmma(const int M, const int N, const int K,
     // there, and tile t-1's stage is free at the next barrier.  Only the add waits for all (7103).
     for (int t0 = 0; t0 < nt; t0 += PROMOTE) {
         TILE_START(t0);
+        SUM_FENCE();        // (FENCES 2: tacc was read by the IEEE adds)
         ISSUE_SET(t0 % STAGES, WGMMA_FIRST, WGMMA);
         WGMMA_WAIT1();
         _Pragma("unroll") for (int p = 1; p < PROMOTE; p++) {
@@ -440,6 +454,7 @@ void gemm_wgmma(const int M, const int N, const int K,
         _Pragma("unroll") for (int i = 0; i < NACC; i++) acc[i] += tacc[i];
     }
 #else
+    SUM_FENCE();            // (FENCES 2: after acc's zeroing, the only other access before the end)
     for (int t = 0; t < nt; t++) {
         CP_WAIT();          // this thread's copies of tile t are in local memory
         ROUND_TILE(t % STAGES);
