@@ -75,6 +75,9 @@
 #define FENCES 1             // 1: a wgmma.fence before every wgmma; 0: one per tile's set of wgmma; 2: one where
 #endif                       // other instructions touched the accumulators (the start; with SPLIT each sum's first
                              // tile).  The PTX ISA orders wgmma of one shape on the same accumulators without it.
+#ifndef REFILL
+#define REFILL 0             // 1: refill a stage one tile sooner, behind a second barrier per tile (see the ring)
+#endif
 #ifndef STAGES
 #define STAGES 5             // 0: two tiles, the next one prefetched through registers (seed kernel 9);
 #endif                       // >= 3: STAGES tiles in flight, copied global -> local by cp.async
@@ -95,6 +98,9 @@
 #endif
 #if OVERLAP && FENCES != 1
 #error "OVERLAP has its own sites, each with its fence: FENCES 1"
+#endif
+#if OVERLAP && REFILL
+#error "OVERLAP refills as REFILL 0 does"
 #endif
 #if FENCES < 0 || FENCES > 2
 #error "FENCES is 0, 1 or 2"
@@ -345,10 +351,19 @@ void gemm_wgmma(const int M, const int N, const int K,
     }
 #else
     // STAGES-deep ring: at iteration t the tensor cores read stage t % STAGES, one wgmma group
-    // (tile t-1) may still be running, and the copies of tiles t+1 .. t+STAGES-2 are in flight.
-    // The copies issued at t go to the stage of tile t-2, which both warpgroups finished
-    // reading before the barrier of iteration t (each waited for all but its newest group).
-#define CP_PENDING (STAGES - 3)
+    // (tile t-1) may still be running, and the copies of the next LEAD-1 tiles are in flight.
+    // REFILL 0: the copies issued at t (after its first barrier) go to the stage of tile t-2, which
+    //   both warpgroups finished reading before that barrier (each waited for all but its newest
+    //   group): LEAD = STAGES-2 tiles ahead.
+    // REFILL 1: they are issued after tile t's wgmma, once each warpgroup waited for tile t-1's and a
+    //   second barrier says all did, into tile t-1's stage: LEAD = STAGES-1, one tile more warning
+    //   for the copies from the same local memory, for a second barrier per tile.
+#if REFILL
+#define LEAD (STAGES - 1)
+#else
+#define LEAD (STAGES - 2)
+#endif
+#define CP_PENDING (LEAD - 1)
 #if LAYOUT == 2
 #define COPY_ROW(e, ROWS) ((e) / KC)     // chunks of a row fastest: coalesced, and the swizzle spreads the banks
 #define COPY_COL(e, ROWS) ((e) % KC)
@@ -371,7 +386,7 @@ void gemm_wgmma(const int M, const int N, const int K,
                      BT + (size_t)(part * N + n0 + r) * kv + (t) * KC + c);                  \
         }                                                                                    \
     }
-    _Pragma("unroll") for (int t = 0; t < STAGES - 2; t++) {
+    _Pragma("unroll") for (int t = 0; t < LEAD; t++) {
         if (t < nt) {
             COPY_TILE(t, t);
         }
@@ -396,19 +411,42 @@ void gemm_wgmma(const int M, const int N, const int K,
 #else
 #define ROUND_TILE(s)
 #endif
-    // Tile t in local memory for the tensor cores, and the copies of tile t + STAGES - 2 under way
-    // (the TF32 loop below does the same with the optional rounding pass between).
-#define TILE_START(t)                                                                        \
+    // Tile t in local memory for the tensor cores (this thread's copies landed, rounded if ROUND, made
+    // visible to the async proxy, everyone's behind the barrier) and the copies of tile t + LEAD
+    // under way: here (REFILL 0) or in TILE_REFILL, after tile t's wgmma are issued (REFILL 1).
+    // Every iteration commits one group, empty or not, so CP_WAIT's count stays right.
+#define COPY_NEXT(t)                                                                         \
     {                                                                                        \
-        CP_WAIT();                                                                           \
-        PROXY_FENCE();                                                                       \
-        barrier(CLK_LOCAL_MEM_FENCE);                                                        \
-        const int next = (t) + STAGES - 2;                                                   \
+        const int next = (t) + LEAD;                                                         \
         if (next < nt) {                                                                     \
             COPY_TILE(next, next % STAGES);                                                  \
         }                                                                                    \
         CP_COMMIT();                                                                         \
     }
+#if REFILL
+#define TILE_START(t)                                                                        \
+    {                                                                                        \
+        CP_WAIT();                                                                           \
+        ROUND_TILE((t) % STAGES);                                                            \
+        PROXY_FENCE();                                                                       \
+        barrier(CLK_LOCAL_MEM_FENCE);                                                        \
+    }
+#define TILE_REFILL(t)      /* after this warpgroup's wait for tile t-1's wgmma */             \
+    {                                                                                        \
+        barrier(CLK_LOCAL_MEM_FENCE);                                                        \
+        COPY_NEXT(t);                                                                        \
+    }
+#else
+#define TILE_START(t)                                                                        \
+    {                                                                                        \
+        CP_WAIT();                                                                           \
+        ROUND_TILE((t) % STAGES);                                                            \
+        PROXY_FENCE();                                                                       \
+        barrier(CLK_LOCAL_MEM_FENCE);                                                        \
+        COPY_NEXT(t);                                                                        \
+    }
+#define TILE_REFILL(t)
+#endif
 #if SPLIT && OVERLAP
     // Tiles in pairs: tile t sums into set 0 while tile t-1's wgmma (set 1) finish, then the
     // other way round.  A tile's stage is refilled two tiles later, after both warpgroups waited
@@ -443,11 +481,13 @@ void gemm_wgmma(const int M, const int N, const int K,
         SUM_FENCE();        // (FENCES 2: tacc was read by the IEEE adds)
         ISSUE_SET(t0 % STAGES, WGMMA_FIRST, WGMMA);
         WGMMA_WAIT1();
+        TILE_REFILL(t0);
         _Pragma("unroll") for (int p = 1; p < PROMOTE; p++) {
             if (t0 + p < nt) {
                 TILE_START(t0 + p);
                 ISSUE_SET((t0 + p) % STAGES, WGMMA, WGMMA);
                 WGMMA_WAIT1();
+                TILE_REFILL(t0 + p);
             }
         }
         WGMMA_WAIT();
@@ -456,17 +496,10 @@ void gemm_wgmma(const int M, const int N, const int K,
 #else
     SUM_FENCE();            // (FENCES 2: after acc's zeroing, the only other access before the end)
     for (int t = 0; t < nt; t++) {
-        CP_WAIT();          // this thread's copies of tile t are in local memory
-        ROUND_TILE(t % STAGES);
-        PROXY_FENCE();      // ... visible to the tensor cores
-        barrier(CLK_LOCAL_MEM_FENCE);   // ... everyone's; and tile t-2's stage is free
-        const int next = t + STAGES - 2;
-        if (next < nt) {
-            COPY_TILE(next, next % STAGES);
-        }
-        CP_COMMIT();        // (empty groups too: the count in CP_WAIT stays right)
+        TILE_START(t);
         ISSUE_WGMMA(t % STAGES);
         WGMMA_WAIT1();      // tile t-1's wgmma done: its stage can be refilled after the next barrier
+        TILE_REFILL(t);
     }
     WGMMA_WAIT();
 #endif
