@@ -372,8 +372,9 @@ A100 = DeviceInfo(3, 0, "NVIDIA CUDA", "NVIDIA A100", "NVIDIA Corporation", "GPU
                   108, True, "sm_80", "550.54")
 B200 = dataclasses.replace(A100, name="NVIDIA B200", architecture="sm_100")
 # the shipped sm_90 entries: the fastest wgmma sets measured (bench/NOTES.md, issue 16)
-TF32_WG = KernelParams(MMA=7, TSM=128, TSN=128, TSK=32, WARPSM=2, WARPSN=1, STAGES=5, GROUPM=8)
-X3_WG = KernelParams(MMA=8, TSM=128, TSN=128, TSK=32, WARPSM=2, WARPSN=1, STAGES=3, GROUPM=8)
+TF32_WG = tuning.lookup(H100, "float32", precision="tf32").params
+X3_WG = tuning.lookup(H100, "float32", precision="3xtf32").params
+assert (TF32_WG.MMA, X3_WG.MMA) == (7, 8)
 
 
 @pytest.mark.parametrize("precision,mma", [("tf32", 7), ("3xtf32", 8)])
@@ -416,10 +417,11 @@ def test_wgmma_candidates_only_on_sm_90():
     assert {p.MMA for p in space_for(H100, "float32", "3xtf32")} == {6, 8}
 
 
-@pytest.mark.parametrize("start", [TF32_WG, X3_WG, dataclasses.replace(TF32_WG, TSN=256, STAGES=3)],
-                         ids=["tf32", "3xtf32", "tf32-bn256"])
+@pytest.mark.parametrize("start", [TF32_WG, X3_WG, KernelParams(MMA=7, TSM=128, TSN=128, TSK=32, WARPSM=2,
+                                                                   WARPSN=1, STAGES=5, GROUPM=8)],
+                         ids=["tf32", "3xtf32", "tf32-bn128"])
 def test_wgmma_neighbours(start):
-    from dgemm.tuning.search import neighbours, wgmma_candidates
+    from dgemm.tuning.search import WGMMA_SPACE, neighbours, wgmma_candidates
     near = neighbours([start], H100, "float32")
     assert near and start not in near and len(set(near)) == len(near)
     space = set(wgmma_candidates(H100, "float32", start.precision))
@@ -433,7 +435,7 @@ def test_wgmma_neighbours(start):
     assert {q.TSN for q in near if varied(q) == {"TSN"}} <= {96, 160, 192} and any(varied(q) == {"TSN"} for q in near)
     assert any(varied(q) == {"WARPSM"} for q in near)
     promote = {q.PROMOTE for q in near if varied(q) == {"PROMOTE"}}
-    assert promote == ({2, 4} if start.MMA == 8 else set())
+    assert promote == (set(WGMMA_SPACE["PROMOTE"]) - {start.PROMOTE} if start.MMA == 8 else set())
 
 
 class FakeHopper:
@@ -489,7 +491,7 @@ def test_a_failed_wgmma_build_is_a_failed_candidate_not_its_stand_in(monkeypatch
     that wgmma set as failed, with the reason, and never time the stand-in under its name."""
     stand_in = tuning.lookup(H100, "float32", precision="tf32", wgmma=False).params
     assert stand_in.MMA == 5
-    broken = dataclasses.replace(TF32_WG, STAGES=4)
+    broken = dataclasses.replace(TF32_WG, STAGES=TF32_WG.STAGES - 1)
     runs = _device_bench(monkeypatch, {stand_in: (1e-6, True)})          # the stand-in would win
     dev = FakeHopper(broken=[broken], stand_in=stand_in)
     out = tune(dev, "float32", size=64, budget=30, max_candidates=3, precision="tf32",

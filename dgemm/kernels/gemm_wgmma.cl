@@ -72,11 +72,13 @@
 #define PROMOTE 1            // SPLIT: tiles the tensor cores sum (wgmma's truncating accumulation) before one
 #endif                       // IEEE add into acc: more hides the per-add wait, fewer keeps each truncated sum short
 #ifndef FENCES
-#define FENCES 1             // 1: a wgmma.fence before every wgmma; 0: one per tile's set of wgmma; 2: one where
-#endif                       // other instructions touched the accumulators (the start; with SPLIT each sum's first
-                             // tile).  The PTX ISA orders wgmma of one shape on the same accumulators without it.
+#define FENCES 0             // 0: one wgmma.fence per tile's set of wgmma; 1: one before every wgmma (4-9 % slower
+#endif                       // on the H100); 2: one where other instructions touched the accumulators (the start;
+                             // with SPLIT each sum's first tile; ptxas adds its own, C7519: as fast as 0).  The PTX
+                             // ISA orders wgmma of one shape on the same accumulators without one.
 #ifndef REFILL
-#define REFILL 0             // 1: refill a stage one tile sooner, behind a second barrier per tile (see the ring)
+#define REFILL 0             // 1: refill a stage one tile sooner, behind a second barrier per tile (see the ring;
+                             // 4-11 % slower on the H100: the barrier costs more than the copies' extra time)
 #endif
 #ifndef STAGES
 #define STAGES 5             // 0: two tiles, the next one prefetched through registers (seed kernel 9);

@@ -165,7 +165,7 @@ WGMMA_SPACE = {
     "TSN": (64, 96, 128, 160, 192, 256),
     "STAGES": (3, 4, 5, 6, 7, 8),
     "GROUPM": (0, 4, 8, 16),
-    "PROMOTE": (1, 2, 4),
+    "PROMOTE": (1, 2, 4, 8),
 }
 # Accumulator floats per thread a wgmma kernel may hold (wgmma_accumulators): TSN 256 on MMA=7 is
 # 128 of them and ptxas gave it 254 registers, still without spills (bench/NOTES.md, "Issue 16");
