@@ -46,9 +46,11 @@ def main():
     ctx = cl.Context([dev])
     _, _, finished = wgmma.build(ctx, dev, w, tuple(args.options.split()))
     del ctx
-    path = os.path.join(tempfile.mkdtemp(), "gemm_wgmma.ptx")
+    path = os.path.join(os.environ.get("OUT") or tempfile.mkdtemp(), "gemm_wgmma.ptx")
     with open(path, "w") as f:
         f.write(finished)
+    entry = finished[finished.index(".entry gemm_wgmma"):]
+    print("PTX:", [ln for ln in finished.splitlines()[:30] if ln.startswith(".")], entry[:entry.index("{")].split())
     kernel = cupy.RawModule(path=path).get_function("gemm_wgmma")
 
     n = args.size
