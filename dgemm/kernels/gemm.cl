@@ -22,6 +22,13 @@
 //  * PADA / PADB pad the local tile rows (bank-conflict tuning knob).
 //  * GROUPM > 0 reorders the work-groups in bands of GROUPM tile rows, so the
 //    groups that run at the same time share A rows and B columns in L2.
+//  * STAGES >= 2 (NVIDIA sm_80+ only, tile_loads.cl): the tiles come by
+//    cp.async into a ring of STAGES local tiles instead of through registers
+//    into two; the registers the prefetch held are free for the register
+//    block, and STAGES - 1 tiles are in flight.
+//  * FRAGPREFETCH 1 (with STAGES >= 3): the next tile's first row of A and B
+//    is read into registers while this tile's last FMAs run, so the first
+//    FMAs after the barrier do not wait for local memory.
 // Every parameter has a default; the host passes tuned values with -D.
 #include "common.cl"
 
@@ -64,6 +71,9 @@
 #ifndef GROUPM
 #define GROUPM 0
 #endif
+#ifndef FRAGPREFETCH
+#define FRAGPREFETCH 0
+#endif
 
 #define RTSM (TSM / WPTM)            // work-items along M
 #define RTSN (TSN / WPTN)            // work-items along N
@@ -78,7 +88,16 @@
 #error "WPTM, PADA must be multiples of VWM and WPTN, PADB of VWN"
 #endif
 
+#if FRAGPREFETCH && STAGES < 3
+#error "FRAGPREFETCH reads the next tile from the cp.async ring: it needs STAGES >= 3"
+#endif
+#define TILE_RING_LOOKAHEAD FRAGPREFETCH   // iteration t reads tile t + 1's first k-row
+
 #include "tile_loads.cl"
+
+#if SWIZZLE
+#error "SWIZZLE is gemm_dmma.cl's: this kernel reads its tiles unswizzled"
+#endif
 
 #define CAT_(a, b) a##b
 #define CAT(a, b) CAT_(a, b)
@@ -94,6 +113,18 @@
 #else
 #define LOCAL_READ_N(dst, src) CAT(vstore, VWN)(*(const __local CAT(real, VWN)*)(src), 0, (dst))
 #endif
+
+// Row k of the A and B tiles at As, Bs into this work-item's areg[WPTM], breg[WPTN].
+// (Two loop statements: used without a semicolon.)
+#define REG_READ(areg, breg, As, Bs, k)                                         \
+            _Pragma("unroll")                                                   \
+            for (int g = 0; g < WPTM / VWM; g++) {                              \
+                LOCAL_READ_M(areg + g * VWM, As + k * LDAS + g * (RTSM * VWM) + tidm * VWM); \
+            }                                                                   \
+            _Pragma("unroll")                                                   \
+            for (int g = 0; g < WPTN / VWN; g++) {                              \
+                LOCAL_READ_N(breg + g * VWN, Bs + k * LDBS + g * (RTSN * VWN) + tidn * VWN); \
+            }
 
 // Row (column) of the C tile held in register wm (wn) of work-item tidm (tidn).
 #define ROW_OF(wm) (((wm) / VWM) * (RTSM * VWM) + tidm * VWM + (wm) % VWM)
@@ -113,8 +144,8 @@ void gemm(const int M, const int N, const int K,
     const int tid = tidm * RTSN + tidn;
     TILE_ORIGIN(offsetM, offsetN);
 
-    __local real Asub[2][TSK * LDAS] __attribute__((aligned(16)));
-    __local real Bsub[2][TSK * LDBS] __attribute__((aligned(16)));
+    __local real Asub[TILE_STAGES][TSK * LDAS] __attribute__((aligned(16)));
+    __local real Bsub[TILE_STAGES][TSK * LDBS] __attribute__((aligned(16)));
     TILE_SETUP(AT, B, M, N, offsetM, offsetN, tid);
 
     real acc[WPTM][WPTN];
@@ -127,30 +158,52 @@ void gemm(const int M, const int N, const int K,
     }
 
     const int numTiles = K / TSK;
+#if STAGES
+    TILE_RING_START(Asub, Bsub, numTiles);
+#else
     if (numTiles > 0) {
         TILE_LOAD_DIRECT(0, Asub[0], Bsub[0]);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
+#endif
+#if FRAGPREFETCH
+    TILE_RING_FIRST();
+    real fa[WPTM], fb[WPTN];   // row 0 of the tile computed next
+    REG_READ(fa, fb, Asub[0], Bsub[0], 0)
+#endif
 
     for (int t = 0; t < numTiles; t++) {
+#if STAGES
+        TILE_RING_REFILL(t, Asub, Bsub, numTiles);
+        const __local real* As = Asub[TILE_RING_STAGE];
+        const __local real* Bs = Bsub[TILE_RING_STAGE];
+#else
         const int more = t + 1 < numTiles;
         if (more) {  // issue the next tile's global loads now; use them after the arithmetic
             TILE_FETCH(t + 1);
         }
         const __local real* As = Asub[t & 1];
         const __local real* Bs = Bsub[t & 1];
+#endif
         #pragma unroll
         for (int k = 0; k < TSK; k++) {
             real areg[WPTM];
             real breg[WPTN];
-            #pragma unroll
-            for (int g = 0; g < WPTM / VWM; g++) {
-                LOCAL_READ_M(areg + g * VWM, As + k * LDAS + g * (RTSM * VWM) + tidm * VWM);
+#if FRAGPREFETCH
+            if (k == 0) {   // read in the previous iteration (or before the loop)
+                #pragma unroll
+                for (int wm = 0; wm < WPTM; wm++) areg[wm] = fa[wm];
+                #pragma unroll
+                for (int wn = 0; wn < WPTN; wn++) breg[wn] = fb[wn];
+            } else {
+                REG_READ(areg, breg, As, Bs, k)
             }
-            #pragma unroll
-            for (int g = 0; g < WPTN / VWN; g++) {
-                LOCAL_READ_N(breg + g * VWN, Bs + k * LDBS + g * (RTSN * VWN) + tidn * VWN);
+            if (k == TSK - 1) {   // the next tile's first k-row, while this one's FMAs run
+                REG_READ(fa, fb, Asub[TILE_RING_NEXT], Bsub[TILE_RING_NEXT], 0)
             }
+#else
+            REG_READ(areg, breg, As, Bs, k)
+#endif
             #pragma unroll
             for (int wm = 0; wm < WPTM; wm++) {
                 #pragma unroll
@@ -159,10 +212,14 @@ void gemm(const int M, const int N, const int K,
                 }
             }
         }
+#if STAGES
+        TILE_RING_ADVANCE();
+#else
         if (more) {  // the other buffer held tile t-1, which everyone finished before the last barrier
             TILE_COMMIT(Asub[(t + 1) & 1], Bsub[(t + 1) & 1]);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
+#endif
     }
 
     // beta == 0 must not read C (BLAS semantics): C may hold garbage or NaN.

@@ -10,6 +10,30 @@
 // ISA): lane l = 4*g + q holds A[g][q], B[q][g] and C[g][2q], C[g][2q+1].
 // PADA/PADB = 4 (mod 16) puts the four k-rows a half-warp reads in distinct
 // banks.
+//
+// Options (macros; 0 is the first version):
+//  * STAGES >= 2 (tile_loads.cl): the tiles come by cp.async into a ring of
+//    STAGES local tiles instead of through registers into two, so the
+//    prefetch holds no registers and runs STAGES - 1 tiles ahead.
+//  * FRAGPAIRS 1: a lane reads the elements of two fragments with one
+//    16-byte local load (ld.shared.v2.f64) instead of two 8-byte ones.  The
+//    pairs are fragments i, i+1 along M (and j, j+1 along N): a lane's rows
+//    g of fragment i and g of fragment i+1 are the tile's rows 2g, 2g+1 of
+//    that pair's 16, adjacent in the k-major tile.  Only which fragment
+//    element is which row (column) changes, so the copies stay whole 16-byte
+//    rows, cp.async as well; the stores of C follow the same map.  (A k-pair
+//    layout, k and k+4 side by side, would pair the same way but needs the
+//    copies split into 8-byte pieces.)  With PADA = PADB = 4 (mod 16) the
+//    eight lanes of each 16-byte access phase hit distinct banks.
+//  * FRAGPREFETCH 1 (with STAGES >= 3): the next tile's first fragments are
+//    read while this tile's last MMAs run (the ring waits for tile t + 1 at
+//    the top of iteration t), so no MMA waits for local-memory latency after
+//    the barrier; one more fragment set of registers, one tile less ahead.
+//  * SWIZZLE 1 (with STAGES >= 2): unpadded tiles with their 16-byte pieces
+//    permuted per k-row (tile_loads.cl), read through TILE_SWZ: no bank
+//    conflicts and no padding, so 128 x 128 x 8 float64 tiles fit three
+//    stages in 48 KiB.
+//  * Larger warp tiles are parameters: TSM / WARPSM and TSN / WARPSN.
 #include "common.cl"
 
 #ifndef MMA
@@ -48,6 +72,12 @@
 #ifndef GROUPM
 #define GROUPM 0
 #endif
+#ifndef FRAGPAIRS
+#define FRAGPAIRS 0
+#endif
+#ifndef FRAGPREFETCH
+#define FRAGPREFETCH 0
+#endif
 
 #define NTHREADS (32 * WARPSM * WARPSN)
 #define WTM (TSM / WARPSM)           // warp tile
@@ -79,11 +109,63 @@
 #if MMA >= 2 && (MT % 2)
 #error "the m16 shapes need an even number of 8-row fragments per warp"
 #endif
+#if FRAGPAIRS && ((MT % 2) || (NT % 2) || (PADA % 2) || (PADB % 2))
+#error "FRAGPAIRS reads fragments in pairs: an even number of them per warp along M and N, even PADA and PADB"
+#endif
+#if FRAGPREFETCH && STAGES < 3
+#error "FRAGPREFETCH reads the next tile from the cp.async ring: it needs STAGES >= 3"
+#endif
+#define TILE_RING_LOOKAHEAD FRAGPREFETCH   // iteration t reads tile t + 1's first fragments
 
 #include "tile_loads.cl"
 
+// The fragments of k-step kk (k = kk .. kk + KSTEP - 1) of the tiles at As, Bs into
+// a[KSUB][MT], b[KSUB][NT]: lane (g, q) takes k-row kk + 4s + q of each k-substep s.
+// (A loop statement: used without a semicolon.)
+#if FRAGPAIRS
+#define FRAG_LOAD(a, b, As, Bs, kk)                                            \
+            _Pragma("unroll")                                                  \
+            for (int s = 0; s < KSUB; s++) {                                   \
+                const int k = (kk) + 4 * s + q;                                \
+                _Pragma("unroll")                                              \
+                for (int i = 0; i < MT; i += 2) {                              \
+                    const real2 v = *(const __local real2*)((As) + k * LDAS + TILE_SWZ(arow + i * 8, k)); \
+                    a[s][i] = v.x;                                             \
+                    a[s][i + 1] = v.y;                                         \
+                }                                                              \
+                _Pragma("unroll")                                              \
+                for (int j = 0; j < NT; j += 2) {                              \
+                    const real2 v = *(const __local real2*)((Bs) + k * LDBS + TILE_SWZ(bcol + j * 8, k)); \
+                    b[s][j] = v.x;                                             \
+                    b[s][j + 1] = v.y;                                         \
+                }                                                              \
+            }
+#elif SWIZZLE
+#define FRAG_LOAD(a, b, As, Bs, kk)                                            \
+            _Pragma("unroll")                                                  \
+            for (int s = 0; s < KSUB; s++) {                                   \
+                const int k = (kk) + 4 * s + q;                                \
+                _Pragma("unroll")                                              \
+                for (int i = 0; i < MT; i++) a[s][i] = (As)[k * LDAS + TILE_SWZ(arow + i * 8, k)]; \
+                _Pragma("unroll")                                              \
+                for (int j = 0; j < NT; j++) b[s][j] = (Bs)[k * LDBS + TILE_SWZ(bcol + j * 8, k)]; \
+            }
+#else
+#define FRAG_LOAD(a, b, As, Bs, kk)                                            \
+            _Pragma("unroll")                                                  \
+            for (int s = 0; s < KSUB; s++) {                                   \
+                _Pragma("unroll")                                              \
+                for (int i = 0; i < MT; i++) a[s][i] = As[(kk + 4 * s + q) * LDAS + arow + i * 8]; \
+                _Pragma("unroll")                                              \
+                for (int j = 0; j < NT; j++) b[s][j] = Bs[(kk + 4 * s + q) * LDBS + bcol + j * 8]; \
+            }
+#endif
+
 // Lane 4g+q holds, for k-substep s (k = 4s + q): A rows g and g+8, B column g;
 // C rows g, g+8 at columns 2q, 2q+1.
+// (tests/test_kernels_source.py defines DMMA..MMA_TF32 and TF32_BITS itself: a CPU emulation of
+// these fragment layouts, to check the kernel's index maps on a CPU)
+#ifndef DMMA
 #define DMMA(c0, c1, a, b)                                                     \
     asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 "           \
                  "{%0, %1}, {%2}, {%3}, {%0, %1};"                             \
@@ -105,23 +187,30 @@
                  : "+d"(c0), "+d"(c1), "+d"(c2), "+d"(c3)                      \
                  : "d"(a0), "d"(a1), "d"(a2), "d"(a3), "d"(a4), "d"(a5),       \
                    "d"(a6), "d"(a7), "d"(b0), "d"(b1), "d"(b2), "d"(b3))
+#endif
 
 #if MMA >= 5
 // float32 through TF32 tensor cores.  TF32 keeps 10 mantissa bits; 3xTF32
 // splits x = big + small (both TF32) and adds small*big + big*small +
 // big*big, recovering float32 accuracy (the dropped small*small term is
 // below float32 rounding).
+#ifndef TF32_BITS
 inline uint tf32_bits(const float x)
 {
     uint r;
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
     return r;
 }
+#else
+#define tf32_bits TF32_BITS
+#endif
+#ifndef MMA_TF32
 #define MMA_TF32(c0, c1, c2, c3, a0, a1, a2, a3, b0, b1)                      \
     asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "        \
                  "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};" \
                  : "+f"(c0), "+f"(c1), "+f"(c2), "+f"(c3)                      \
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1))
+#endif
 #endif
 
 __kernel __attribute__((reqd_work_group_size(32 * WARPSN, WARPSM, 1)))
@@ -138,8 +227,8 @@ void gemm(const int M, const int N, const int K,
     const int g = lane >> 2, q = lane & 3;
     TILE_ORIGIN(offsetM, offsetN);
 
-    __local real Asub[2][TSK * LDAS] __attribute__((aligned(16)));
-    __local real Bsub[2][TSK * LDBS] __attribute__((aligned(16)));
+    __local real Asub[TILE_STAGES][TSK * LDAS] __attribute__((aligned(16)));
+    __local real Bsub[TILE_STAGES][TSK * LDBS] __attribute__((aligned(16)));
     TILE_SETUP(AT, B, M, N, offsetM, offsetN, tid);
 
     real acc[MT][NT][2];
@@ -153,20 +242,40 @@ void gemm(const int M, const int N, const int K,
     }
 
     const int numTiles = K / TSK;
+#if STAGES
+    TILE_RING_START(Asub, Bsub, numTiles);
+#else
     if (numTiles > 0) {
         TILE_LOAD_DIRECT(0, Asub[0], Bsub[0]);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
+#endif
 
+#if FRAGPAIRS
+    const int arow = wm * WTM + 2 * g;   // this lane's rows in each pair of A fragments
+    const int bcol = wn * WTN + 2 * g;   // ... and columns in each pair of B fragments
+#else
     const int arow = wm * WTM + g;   // this lane's row in each A fragment
     const int bcol = wn * WTN + g;   // ... and column in each B fragment
+#endif
+#if FRAGPREFETCH
+    TILE_RING_FIRST();
+    real fa[KSUB][MT], fb[KSUB][NT];   // the first k-step of the tile computed next
+    FRAG_LOAD(fa, fb, Asub[0], Bsub[0], 0)
+#endif
     for (int t = 0; t < numTiles; t++) {
+#if STAGES
+        TILE_RING_REFILL(t, Asub, Bsub, numTiles);
+        const __local real* As = Asub[TILE_RING_STAGE];
+        const __local real* Bs = Bsub[TILE_RING_STAGE];
+#else
         const int more = t + 1 < numTiles;
         if (more) {
             TILE_FETCH(t + 1);
         }
         const __local real* As = Asub[t & 1];
         const __local real* Bs = Bsub[t & 1];
+#endif
 #if MMA == 6
         // The tensor cores' float32 accumulation is not round-to-nearest: its
         // error grows with K.  Each tile accumulates from zero in tacc and is
@@ -187,13 +296,24 @@ void gemm(const int M, const int N, const int K,
         #pragma unroll
         for (int kk = 0; kk < TSK; kk += KSTEP) {
             real a[KSUB][MT], b[KSUB][NT];
-            #pragma unroll
-            for (int s = 0; s < KSUB; s++) {
+#if FRAGPREFETCH
+            if (kk == 0) {   // read in the previous iteration (or before the loop)
                 #pragma unroll
-                for (int i = 0; i < MT; i++) a[s][i] = As[(kk + 4 * s + q) * LDAS + arow + i * 8];
-                #pragma unroll
-                for (int j = 0; j < NT; j++) b[s][j] = Bs[(kk + 4 * s + q) * LDBS + bcol + j * 8];
+                for (int s = 0; s < KSUB; s++) {
+                    #pragma unroll
+                    for (int i = 0; i < MT; i++) a[s][i] = fa[s][i];
+                    #pragma unroll
+                    for (int j = 0; j < NT; j++) b[s][j] = fb[s][j];
+                }
+            } else {
+                FRAG_LOAD(a, b, As, Bs, kk)
             }
+            if (kk + KSTEP == TSK) {   // the next tile's first k-step, while this one's MMAs run
+                FRAG_LOAD(fa, fb, Asub[TILE_RING_NEXT], Bsub[TILE_RING_NEXT], 0)
+            }
+#else
+            FRAG_LOAD(a, b, As, Bs, kk)
+#endif
 #if MMA == 1
             #pragma unroll
             for (int i = 0; i < MT; i++) {
@@ -255,20 +375,34 @@ void gemm(const int M, const int N, const int K,
         }
 #endif
 #undef ACC
+#if STAGES
+        TILE_RING_ADVANCE();
+#else
         if (more) {
             TILE_COMMIT(Asub[(t + 1) & 1], Bsub[(t + 1) & 1]);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
+#endif
     }
 
     #pragma unroll
     for (int i = 0; i < MT; i++) {
+#if FRAGPAIRS
+        // row g of fragment i is the tile's row 2g (+1 for the odd one of the pair) of the pair's 16
+        const int row = offsetM + wm * WTM + (i & ~1) * 8 + 2 * g + (i & 1);
+#else
         const int row = offsetM + wm * WTM + i * 8 + g;
+#endif
         #pragma unroll
         for (int j = 0; j < NT; j++) {
             #pragma unroll
             for (int h = 0; h < 2; h++) {
+#if FRAGPAIRS
+                // column n = 2q + h of fragment j: the tile's column 2n (+1 for odd j) of the pair's 16
+                const int col = offsetN + wn * WTN + (j & ~1) * 8 + 2 * (2 * q + h) + (j & 1);
+#else
                 const int col = offsetN + wn * WTN + j * 8 + 2 * q + h;
+#endif
                 const size_t idx = (size_t)row * N + col;
                 real r = alpha * acc[i][j][h];
                 if (beta != ZERO) {
