@@ -6,11 +6,11 @@ export PYTHONPATH=/tmp/site:$PWD DGEMM_COMMIT=$1
 shift
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv,noheader
 echo "=== variants: $*"
-timeout 420 python3 bench/variants.py "$@" --sizes 8192,16384 --out "$OUT" 2>&1 | grep -E "^(8192|16384|BEST|Traceback)|Error" | cut -c1-220
+timeout 420 python3 bench/variants.py "$@" --sizes "${SIZES:-8192,16384}" --out "$OUT" 2>&1 | grep -E "^(8192|16384|10000|10240|BEST|Traceback)|Error" | cut -c1-220
 echo "=== the finished PTX through CUDA (a cross-check of the timing), then ncu over one launch of each"
 X='{"MMA": 8, "TSM": 128, "TSN": 128, "TSK": 32, "WARPSM": 2, "WARPSN": 1, "STAGES": 3, "GROUPM": 8, "PROMOTE": 4}'
 T='{"MMA": 7, "TSM": 128, "TSN": 256, "TSK": 32, "WARPSM": 2, "WARPSN": 1, "STAGES": 4, "GROUPM": 8}'
-for spec in "x 8192" "x 16384" "t 8192" "t 16384"; do
+for spec in "x 8192" "x 16384" "t 16384"; do
   set -- $spec
   P=$X; [ "$1" = t ] && P=$T
   timeout 100 python3 bench/ptx_in_cuda.py --params "$P" --options=-DFENCES=0 --size $2 2>&1 | grep -v Warn | tail -2 | cut -c1-600

@@ -47,6 +47,14 @@ def main():
     _, _, finished = wgmma.build(ctx, dev, w, tuple(args.options.split()))
     del ctx
     path = os.path.join(os.environ.get("OUT") or tempfile.mkdtemp(), "gemm_wgmma.ptx")
+    # NVIDIA's OpenCL reads the work-group offsets (%envreg0-2: 0 here, no global offset) and the number of
+    # work-groups (%envreg6-8) from environment registers its launcher sets; a CUDA launch does not set them.
+    for i in range(6):
+        finished = finished.replace(f"%envreg{i};", "0;")
+    for i, axis in zip((6, 7, 8), "xyz"):
+        finished = finished.replace(f"%envreg{i};", f"%nctaid.{axis};")
+    finished = "\n".join(ln.replace("mov.b32", "mov.u32") if "%nctaid" in ln else ln for ln in finished.splitlines())
+    assert "%envreg" not in finished, "an environment register this launch does not set"
     with open(path, "w") as f:
         f.write(finished)
     entry = finished[finished.index(".entry gemm_wgmma"):]

@@ -185,7 +185,18 @@ def test_wgmma_params_rules():
         assert text in problems, problems
     assert "float32 only" in " ".join(p.problems(8))
     assert "exceed" in " ".join(dataclasses.replace(p, TSN=256, STAGES=8).problems(4))   # 256 KiB > 227
-    assert "STAGES=3 is the wgmma kernel's" in " ".join(KernelParams(STAGES=3).problems(4))
+
+def test_a_cp_async_ring_needs_sm_80_and_counts_its_tiles():
+    """STAGES >= 2 on the FMA and mma.sync kernels: a ring of local tiles filled by cp.async (tile_loads.cl)."""
+    ring = KernelParams(TSM=64, TSN=256, TSK=8, WPTM=16, WPTN=8, WIDTH=4, VWM=4, VWN=2, PADA=4, PADB=4, STAGES=4)
+    assert ring.problems(4, 1024, 49152) == [] and ring.defines()["STAGES"] == 4
+    assert ring.local_mem_bytes(4) == 4 * 8 * (68 + 260) * 4 == 2 * dataclasses.replace(ring, STAGES=0).local_mem_bytes(4)
+    assert ring.min_compute_capability == 80 and KernelParams(MMA=3, STAGES=3).min_compute_capability == 90
+    assert KernelParams().min_compute_capability == 0 and "STAGES" not in KernelParams().defines()
+    assert "STAGES=1 must be 0" in " ".join(KernelParams(STAGES=1).problems(4))
+    assert "exceed" in " ".join(dataclasses.replace(ring, STAGES=8).problems(4, 1024, 49152))
+    cpu = KernelParams(GEMMK=1, TSM=48, TSN=64, TSK=64, WPTM=6, WPTN=16, WIDTH=1, VWN=8, STAGES=3)
+    assert "GEMMK=1 (the CPU kernel) copies no tiles by cp.async" in " ".join(cpu.problems(4))
 
 
 def test_wgmma_3xtf32_params():

