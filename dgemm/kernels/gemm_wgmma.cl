@@ -76,6 +76,10 @@
 #endif                       // on the H100); 2: one where other instructions touched the accumulators (the start;
                              // with SPLIT each sum's first tile; ptxas adds its own, C7519: as fast as 0).  The PTX
                              // ISA orders wgmma of one shape on the same accumulators without one.
+#ifndef EARLY
+#define EARLY 0              // SPLIT: 1 readies tile t+1 (its copies' wait, the fence, the barrier, the next copies)
+#endif                       // while tile t's wgmma run, so between one tile's wait and the next tile's wgmma
+                             // there is only the IEEE add (see the loop)
 #ifndef REFILL
 #define REFILL 0             // 1: refill a stage one tile sooner, behind a second barrier per tile (see the ring;
                              // 4-11 % slower on the H100: the barrier costs more than the copies' extra time)
@@ -100,6 +104,9 @@
 #endif
 #if OVERLAP && FENCES != 1
 #error "OVERLAP has its own sites, each with its fence: FENCES 1"
+#endif
+#if EARLY && (!SPLIT || OVERLAP || REFILL || PROMOTE != 1)
+#error "EARLY is a loop of SPLIT's alone, with PROMOTE 1 (no OVERLAP, no REFILL)"
 #endif
 #if OVERLAP && REFILL
 #error "OVERLAP refills as REFILL 0 does"
@@ -473,6 +480,22 @@ void gemm_wgmma(const int M, const int N, const int K,
     } else if (nt > 0) {
         SITE(7113); MARKSET(tacc1);
         _Pragma("unroll") for (int i = 0; i < NACC; i++) acc[i] += tacc1[i];
+    }
+#elif SPLIT && EARLY
+    // Each tile summed from zero (7106) and added with IEEE adds after its own wait_group 0, as below with
+    // PROMOTE 1; but the wait for tile t+1's copies, the fence, the barrier and the copies of tile t+1+LEAD
+    // happen while tile t's wgmma run, so after the wait only the adds stand between two tiles' wgmma.
+    // The copies go to the stage of tile t-1, which every warpgroup finished (its wait_group 0) before
+    // the barrier.  No accumulator is touched between a wgmma and its wait (ptxas would serialize them).
+    TILE_START(0);
+    for (int t = 0; t < nt; t++) {
+        SUM_FENCE();
+        ISSUE_SET(t % STAGES, WGMMA_FIRST, WGMMA);
+        if (t + 1 < nt) {
+            TILE_START(t + 1);
+        }
+        WGMMA_WAIT();
+        _Pragma("unroll") for (int i = 0; i < NACC; i++) acc[i] += tacc[i];
     }
 #elif SPLIT
     // PROMOTE tiles summed from zero by the tensor cores (7106 starts the sum), then one IEEE add.
