@@ -72,14 +72,17 @@
 #define PROMOTE 1            // SPLIT: tiles the tensor cores sum (wgmma's truncating accumulation) before one
 #endif                       // IEEE add into acc: more hides the per-add wait, fewer keeps each truncated sum short
 #ifndef FENCES
-#define FENCES 0             // 0: one wgmma.fence per tile's set of wgmma; 1: one before every wgmma (4-9 % slower
+#define FENCES (OVERLAP ? 1 : 0)             // 0: one wgmma.fence per tile's set of wgmma; 1: one before every wgmma (4-9 % slower
 #endif                       // on the H100); 2: one where other instructions touched the accumulators (the start;
                              // with SPLIT each sum's first tile; ptxas adds its own, C7519: as fast as 0).  The PTX
                              // ISA orders wgmma of one shape on the same accumulators without one.
-#ifndef EARLY
-#define EARLY 0              // SPLIT: 1 readies tile t+1 (its copies' wait, the fence, the barrier, the next copies)
-#endif                       // while tile t's wgmma run, so between one tile's wait and the next tile's wgmma
-                             // there is only the IEEE add (see the loop)
+#ifndef EARLY                // SPLIT: 1 readies tile t+1 (its copies' wait, the fence, the barrier, the next copies)
+#if SPLIT && PROMOTE == 1 && !OVERLAP && !REFILL   // while tile t's wgmma run, so between one tile's wait and
+#define EARLY 1              // the next tile's wgmma there is only the IEEE add (see the loop): +5-7 % on the H100
+#else
+#define EARLY 0
+#endif
+#endif
 #ifndef REFILL
 #define REFILL 0             // 1: refill a stage one tile sooner, behind a second barrier per tile (see the ring;
                              // 4-11 % slower on the H100: the barrier costs more than the copies' extra time)
