@@ -435,28 +435,22 @@ void gemm_wgmma(const int M, const int N, const int K,
         }                                                                                    \
         CP_COMMIT();                                                                         \
     }
-#if REFILL
-#define TILE_START(t)                                                                        \
+#define TILE_READY(t)       /* this thread's copies of tile t landed, visible, everyone's */    \
     {                                                                                        \
         CP_WAIT();                                                                           \
         ROUND_TILE((t) % STAGES);                                                            \
         PROXY_FENCE();                                                                       \
         barrier(CLK_LOCAL_MEM_FENCE);                                                        \
     }
+#if REFILL
+#define TILE_START(t) TILE_READY(t)
 #define TILE_REFILL(t)      /* after this warpgroup's wait for tile t-1's wgmma */             \
     {                                                                                        \
         barrier(CLK_LOCAL_MEM_FENCE);                                                        \
         COPY_NEXT(t);                                                                        \
     }
 #else
-#define TILE_START(t)                                                                        \
-    {                                                                                        \
-        CP_WAIT();                                                                           \
-        ROUND_TILE((t) % STAGES);                                                            \
-        PROXY_FENCE();                                                                       \
-        barrier(CLK_LOCAL_MEM_FENCE);                                                        \
-        COPY_NEXT(t);                                                                        \
-    }
+#define TILE_START(t) { TILE_READY(t); COPY_NEXT(t); }
 #define TILE_REFILL(t)
 #endif
 #if SPLIT && OVERLAP
