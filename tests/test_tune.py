@@ -32,6 +32,8 @@ needs_device = pytest.mark.skipif(not DEVICES, reason="no OpenCL device (pip ins
 
 H100 = DeviceInfo(0, 0, "NVIDIA CUDA", "NVIDIA H100 80GB HBM3", "NVIDIA Corporation", "GPU",
                   80 * 2**30, 48 * 1024, 1024, 132, True, "sm_90", "550.54")
+A100_LIKE_OLD = DeviceInfo(4, 0, "NVIDIA CUDA", "Tesla V100", "NVIDIA Corporation", "GPU", 16 * 2**30, 48 * 1024,
+                           1024, 80, True, "sm_70", "550.54")   # no cp.async before sm_80
 SMALL_GPU = DeviceInfo(1, 0, "Other", "Tiny GPU", "Acme", "GPU", 2**30, 16 * 1024, 256, 4, False, None, "1")
 CPU = DeviceInfo(2, 0, "Portable Computing Language", "pthread-Some CPU", "GenuineIntel", "CPU",
                  2**34, 512 * 1024, 4096, 8, True, "pocl-cpu", "6.0")
@@ -88,6 +90,22 @@ def test_candidates_respect_the_restrictions(info, dtype):
         for f, values in dgemm.tuning.search.SPACE.items():
             if f != "PAD":
                 assert getattr(p, f) in values, (f, p)
+
+
+def test_the_fma_space_has_cp_async_rings_where_the_device_has_cp_async():
+    """NVIDIA sm_80+: each set also as a ring of 3 and 4 local tiles (the FMA kernel's Hopper winner is one);
+    elsewhere only the register prefetch, which every device runs."""
+    from dgemm.tuning.search import neighbours, stage_choices
+    h100 = _candidates(H100, "float32")
+    assert {p.STAGES for p in h100} == {0, 3, 4} and stage_choices(H100) == (0, 3, 4)
+    assert all(p.local_mem_bytes(4) <= H100.local_mem and p.min_compute_capability == 80 for p in h100 if p.STAGES)
+    shipped = tuning.lookup(H100, "float32", precision="fma").params
+    assert shipped.STAGES == 4 and dataclasses.replace(shipped, GROUPM=0) in h100   # (GROUPM: neighbours vary it)
+    assert {q.STAGES for q in neighbours([shipped], H100, "float32") if q.TSM == shipped.TSM and q.WIDTH == shipped.WIDTH
+            and q.TSK == shipped.TSK and q.GROUPM == shipped.GROUPM and q.PADA == shipped.PADA} >= {0, 3}
+    for info in (SMALL_GPU, A100_LIKE_OLD):
+        assert {p.STAGES for p in _candidates(info, "float32")} == {0}, info.name
+        assert {q.STAGES for q in neighbours([KernelParams()], info, "float32")} == {0}
 
 
 def test_candidates_thread_limits_are_parameters():

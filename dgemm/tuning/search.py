@@ -39,6 +39,13 @@ SPACE = {
 }
 
 
+def stage_choices(device_info) -> tuple[int, ...]:
+    """The tile pipelines to search on this device: through registers (0) everywhere, and where the
+    device has cp.async (NVIDIA sm_80+) rings of 3 and 4 local tiles (the FMA kernel's Hopper winner
+    is a ring of 4: bench/NOTES.md, issue 16)."""
+    return (0, 3, 4) if device_info.compute_capability >= 80 else (0,)
+
+
 def candidates(device_info, dtype, *, min_threads: int = 64, max_threads: int = 512,
                min_acc: int | None = None) -> list[KernelParams]:
     """Every parameter set of :data:`SPACE` that the device can run and that is worth timing.
@@ -47,6 +54,8 @@ def candidates(device_info, dtype, *, min_threads: int = 64, max_threads: int = 
     device's work-group and local-memory limits, a work-group of
     ``min_threads..max_threads`` items, and at most 128 (float32) or 64
     (float64) accumulators per work-item so they can stay in registers.
+    On NVIDIA sm_80+ each set also comes with a cp.async ring
+    (:func:`stage_choices`).
     """
     itemsize = np.dtype(dtype).itemsize
     max_acc = 128 if itemsize == 4 else 64
@@ -54,11 +63,12 @@ def candidates(device_info, dtype, *, min_threads: int = 64, max_threads: int = 
         # GPUs need a large register block to feed the FMA units from local memory.
         min_acc = 16 if device_info.type == "GPU" else 1
     out = []
-    for tsm, tsn, tsk, wm, wn, w, vwm, vwn, pad in itertools.product(*SPACE.values()):
+    for tsm, tsn, tsk, wm, wn, w, vwm, vwn, pad, stages in itertools.product(*SPACE.values(),
+                                                                             stage_choices(device_info)):
         if not (min_acc <= wm * wn <= max_acc):
             continue
         p = KernelParams(TSM=tsm, TSN=tsn, TSK=tsk, WPTM=wm, WPTN=wn, WIDTH=w, VWM=vwm, VWN=vwn,
-                         PADA=math.lcm(w, vwm) if pad else 0, PADB=math.lcm(w, vwn) if pad else 0)
+                         PADA=math.lcm(w, vwm) if pad else 0, PADB=math.lcm(w, vwn) if pad else 0, STAGES=stages)
         if not (min_threads <= p.threads <= max_threads):
             continue
         if p.problems(itemsize, device_info.max_work_group_size, device_info.local_mem):
@@ -234,6 +244,7 @@ def neighbours(params: list[KernelParams], device_info, dtype) -> list[KernelPar
                     for w, vwm, vwn, pad in itertools.product((1, 2, 4), (1, 2, 4), (1, 2, 4), (False, True))]
         variants += [dataclasses.replace(p, TSK=tsk) for tsk in (8, 16, 32) if tsk != p.TSK]
         variants += [dataclasses.replace(p, GROUPM=g) for g in (4, 8, 16) if g != p.GROUPM]
+        variants += [dataclasses.replace(p, STAGES=st) for st in stage_choices(device_info) if st != p.STAGES]
         for q in variants:
             if q not in out and not q.problems(itemsize, device_info.max_work_group_size, device_info.local_mem):
                 out.append(q)
