@@ -1,15 +1,17 @@
-"""The wgmma kernel's finished PTX (the program dgemm loads through OpenCL) launched through CUDA instead, so
+"""A dgemm GEMM kernel's PTX (the program dgemm loads through OpenCL) launched through CUDA instead, so
 NVIDIA's profiler, which does not see OpenCL launches, can read its counters; also a cross-check of the
 OpenCL timing (CUDA events here against OpenCL profiling events there).
 
-The operands are prepared as the engine prepares them (K-major, rounded to TF32, or split into [big; small]
-halves for 3xTF32), C is poisoned, and sampled entries are checked against float64 before the time counts.
+Any kernel: the wgmma ones (MMA 7, 8: the finished PTX of the PTX route, operands K-major, rounded to TF32
+or split into [big; small] as the engine stages them) and the others (``gemm`` of gemm.cl / gemm_dmma.cl:
+A^T and B, k-major).  C is poisoned, and sampled entries are checked against float64 before the time
+counts.  ``--cublas`` times cuBLAS's product of the same size instead (torch), for the profiler to compare.
 
 On the GPU machine::
 
-    python3 bench/ptx_in_cuda.py --params '{"MMA": 8, ...}' --options=-DFENCES=0 --size 8192
-    ncu --clock-control none -k regex:gemm --launch-skip 2 -c 1 --section WarpStateStats \\
-        python3 bench/ptx_in_cuda.py ...
+    python3 bench/ptx_in_cuda.py --params '{"MMA": 8, ...}' --size 8192
+    ncu --clock-control none -k regex:gemm --launch-skip 1 -c 1 --set full \\
+        python3 bench/ptx_in_cuda.py --params '{"MMA": 3, ...}' --dtype float64 --reps 1
 """
 import argparse
 import json
@@ -25,66 +27,109 @@ def tf32(x: np.ndarray) -> np.ndarray:
     return ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--params", required=True, help="KernelParams fields (MMA 7 or 8) as JSON")
-    ap.add_argument("--options", default="", help="more compiler options, space-separated")
-    ap.add_argument("--size", type=int, default=8192)
-    ap.add_argument("--reps", type=int, default=5)
-    args = ap.parse_args()
+def for_cuda(ptx: str) -> str:
+    """NVIDIA's OpenCL reads the work-group offsets (%envreg0-2; 3-5 the global offset: 0 here, no offset)
+    and the number of work-groups (%envreg6-8) from environment registers its launcher sets; a CUDA
+    launch does not set them."""
+    for i in range(6):
+        ptx = ptx.replace(f"%envreg{i};", "0;")
+    for i, axis in zip((6, 7, 8), "xyz"):
+        ptx = ptx.replace(f"%envreg{i};", f"%nctaid.{axis};")
+    ptx = "\n".join(ln.replace("mov.b32", "mov.u32") if "%nctaid" in ln else ln for ln in ptx.splitlines())
+    assert "%envreg" not in ptx, "an environment register this launch does not set"
+    return ptx
 
-    import cupy
+
+def build(p, dtype, options):
+    """(PTX for CUDA, kernel name, tile (TSM, TSN, TSK), block shape)."""
     import pyopencl as cl
 
     from dgemm.opencl import wgmma
+    from dgemm.opencl.device import Device
+    from dgemm.opencl.discovery import list_devices
+
+    if p.k_major:
+        w = wgmma.WgmmaParams.of(p)
+        dev = [d for pl in cl.get_platforms() for d in pl.get_devices() if d.type & cl.device_type.GPU][0]
+        ctx = cl.Context([dev])
+        _, _, finished = wgmma.build(ctx, dev, w, tuple(options))
+        return for_cuda(finished), "gemm_wgmma", w.tile, (w.threads, 1, 1)
+    device = Device([d for d in list_devices() if d.type == "GPU"][0])
+    kern = device.kernels(dtype, p, tuple(options))
+    assert kern.params == p, (kern.params, p)
+    ptx = kern.program.get_info(cl.program_info.BINARIES)[0].rstrip(b"\0").decode()
+    lx, ly = p.local_size
+    return for_cuda(ptx), "gemm", p.tiles, (lx, ly, 1)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--params", required=True, help="KernelParams fields as JSON")
+    ap.add_argument("--options", default="", help="more compiler options, space-separated")
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--size", type=int, default=8192)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--cublas", action="store_true", help="time cuBLAS (torch) on the same size instead")
+    args = ap.parse_args()
+    dtype = np.dtype(args.dtype)
+    n = args.size
+
+    if args.cublas:
+        import torch
+        torch.backends.cuda.matmul.allow_tf32 = False
+        x = torch.randn(n, n, dtype=getattr(torch, dtype.name), device="cuda")
+        y = torch.randn(n, n, dtype=getattr(torch, dtype.name), device="cuda")
+        times = []
+        for _ in range(args.reps + 1):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            torch.matmul(x, y)
+            e.record()
+            e.synchronize()
+            times.append(s.elapsed_time(e) / 1e3)
+        t = float(np.median(times[1:]))
+        print(json.dumps({"size": n, "cublas": True, "dtype": dtype.name, "seconds": t, "tflops": 2 * n ** 3 / t / 1e12}))
+        return
+
+    import cupy
+
     from dgemm.tuning.params import KernelParams
 
     p = KernelParams(**json.loads(args.params))
-    assert p.k_major, "a wgmma kernel (MMA 7 or 8)"
-    w = wgmma.WgmmaParams.of(p)
-    dev = [d for pl in cl.get_platforms() for d in pl.get_devices() if d.type & cl.device_type.GPU][0]
-    ctx = cl.Context([dev])
-    _, _, finished = wgmma.build(ctx, dev, w, tuple(args.options.split()))
-    del ctx
-    path = os.path.join(os.environ.get("OUT") or tempfile.mkdtemp(), "gemm_wgmma.ptx")
-    # NVIDIA's OpenCL reads the work-group offsets (%envreg0-2: 0 here, no global offset) and the number of
-    # work-groups (%envreg6-8) from environment registers its launcher sets; a CUDA launch does not set them.
-    for i in range(6):
-        finished = finished.replace(f"%envreg{i};", "0;")
-    for i, axis in zip((6, 7, 8), "xyz"):
-        finished = finished.replace(f"%envreg{i};", f"%nctaid.{axis};")
-    finished = "\n".join(ln.replace("mov.b32", "mov.u32") if "%nctaid" in ln else ln for ln in finished.splitlines())
-    assert "%envreg" not in finished, "an environment register this launch does not set"
+    ptx, name, (bm, bn, bk), block = build(p, dtype, args.options.split())
+    path = os.path.join(os.environ.get("OUT") or tempfile.mkdtemp(), f"{name}.ptx")
     with open(path, "w") as f:
-        f.write(finished)
-    entry = finished[finished.index(".entry gemm_wgmma"):]
-    print("PTX:", [ln for ln in finished.splitlines()[:30] if ln.startswith(".")], entry[:entry.index("{")].split())
-    kernel = cupy.RawModule(path=path).get_function("gemm_wgmma")
+        f.write(ptx)
+    entry = ptx[ptx.index(f".entry {name}("):]
+    print("PTX:", [ln for ln in ptx.splitlines()[:30] if ln.startswith(".")], entry[:entry.index("{")].split())
+    kernel = cupy.RawModule(path=path).get_function(name)
 
-    n = args.size
-    bm, bn, bk = w.tile
     assert n % bm == 0 and n % bn == 0 and n % bk == 0, "a size the tile divides"
     rng = np.random.default_rng(1)
-    a = rng.standard_normal((n, n), dtype=np.float32)      # A, M x K
-    bt = rng.standard_normal((n, n), dtype=np.float32)     # B^T, N x K
-
-    def operand(x):
-        if p.parts == 2:
-            big = tf32(x)
-            return np.concatenate([big, tf32(x - big)])
-        return tf32(x)
-    da, db = cupy.asarray(operand(a)), cupy.asarray(operand(bt))
-    c = cupy.full((n, n), np.nan, dtype=np.float32)   # poisoned: an unwritten entry fails the check
-    grid = ((n // bm) * (n // bn), 1, 1)
-    block = (w.threads, 1, 1)
-    call = (np.int32(n), np.int32(n), np.int32(n), np.float32(1.0), np.float32(0.0), da, db, c, np.uint64(0))
+    a = rng.standard_normal((n, n)).astype(dtype)      # A, M x K
+    b = rng.standard_normal((n, n)).astype(dtype)      # B, K x N
+    c = cupy.full((n, n), np.nan, dtype=dtype)         # poisoned: an unwritten entry fails the check
+    scalar = dtype.type
+    if p.k_major:
+        def operand(x):
+            if p.parts == 2:
+                big = tf32(x)
+                return np.concatenate([big, tf32(x - big)])
+            return tf32(x)
+        da, db = cupy.asarray(operand(a)), cupy.asarray(operand(np.ascontiguousarray(b.T)))
+        grid = ((n // bm) * (n // bn), 1, 1)
+        call = (np.int32(n), np.int32(n), np.int32(n), scalar(1.0), scalar(0.0), da, db, c, np.uint64(0))
+    else:
+        da, db = cupy.asarray(np.ascontiguousarray(a.T)), cupy.asarray(b)
+        grid = (n // bn, n // bm, 1)
+        call = (np.int32(n), np.int32(n), np.int32(n), scalar(1.0), scalar(0.0), da, db, c)
     kernel(grid, block, call)
     cupy.cuda.Device().synchronize()
     rows = rng.choice(n, 16, replace=False)
     cols = rng.choice(n, 16, replace=False)
-    ref = a[rows].astype(np.float64) @ bt[cols].astype(np.float64).T
+    ref = a[rows].astype(np.float64) @ b[:, cols].astype(np.float64)
     got = cupy.asnumpy(c)[np.ix_(rows, cols)].astype(np.float64)
-    scale = np.abs(a[rows]).astype(np.float64) @ np.abs(bt[cols]).astype(np.float64).T
+    scale = np.abs(a[rows]).astype(np.float64) @ np.abs(b[:, cols]).astype(np.float64)
     err = float(np.max(np.abs(got - ref) / scale))
     times = []
     for _ in range(args.reps):
