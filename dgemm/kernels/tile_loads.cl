@@ -69,14 +69,28 @@
     const size_t stepB = (size_t)TSK * (N);                                     \
     realV ra[LPTA], rb[LPTB]
 
+// A WIDTH-vector of a tile in global memory.  vloadN promises only element alignment, and NVIDIA's
+// compiler then splits it into N scalar loads (ld.global.f64 twice for a double2: half of each
+// instruction's sectors wasted, ncu on the DMMA kernel).  The tile's vectors are WIDTH-aligned (TSM, TSN,
+// the offsets and the padded sizes are multiples of WIDTH; buffers start aligned), so GLOADS 1 reads
+// them as aligned vectors: one ld.global.v2.f64 / v4.f32.
+#ifndef GLOADS
+#define GLOADS 0
+#endif
+#if GLOADS && WIDTH > 1
+#define GLOAD(p) (*(const __global realV*)(p))
+#else
+#define GLOAD(p) VLOAD(0, p)
+#endif
+
 // Tile t straight into local memory (the first tile: nothing to overlap with).
 #define TILE_LOAD_DIRECT(t, As, Bs)                                             \
     do {                                                                        \
         const size_t oa = (size_t)(t) * stepA, ob = (size_t)(t) * stepB;        \
         _Pragma("unroll")                                                       \
-        for (int l = 0; l < LPTA; l++) VSTORE(VLOAD(0, pa[l] + oa), 0, (As) + la[l]); \
+        for (int l = 0; l < LPTA; l++) VSTORE(GLOAD(pa[l] + oa), 0, (As) + la[l]); \
         _Pragma("unroll")                                                       \
-        for (int l = 0; l < LPTB; l++) VSTORE(VLOAD(0, pb[l] + ob), 0, (Bs) + lb[l]); \
+        for (int l = 0; l < LPTB; l++) VSTORE(GLOAD(pb[l] + ob), 0, (Bs) + lb[l]); \
     } while (0)
 
 // Issue tile t's global loads into registers.
@@ -84,9 +98,9 @@
     do {                                                                        \
         const size_t oa = (size_t)(t) * stepA, ob = (size_t)(t) * stepB;        \
         _Pragma("unroll")                                                       \
-        for (int l = 0; l < LPTA; l++) ra[l] = VLOAD(0, pa[l] + oa);            \
+        for (int l = 0; l < LPTA; l++) ra[l] = GLOAD(pa[l] + oa);               \
         _Pragma("unroll")                                                       \
-        for (int l = 0; l < LPTB; l++) rb[l] = VLOAD(0, pb[l] + ob);            \
+        for (int l = 0; l < LPTB; l++) rb[l] = GLOAD(pb[l] + ob);               \
     } while (0)
 
 // Write the fetched tile into local memory.
