@@ -20,11 +20,7 @@ import tempfile
 
 import numpy as np
 
-
-def tf32(x: np.ndarray) -> np.ndarray:
-    """Round float32 to TF32 (10 mantissa bits), to nearest with ties away from zero (cvt.rna)."""
-    bits = x.astype(np.float32).view(np.uint32)
-    return ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+from dgemm.accuracy import sampled_error, tf32
 
 
 def for_cuda(ptx: str) -> str:
@@ -125,12 +121,8 @@ def main():
         call = (np.int32(n), np.int32(n), np.int32(n), scalar(1.0), scalar(0.0), da, db, c)
     kernel(grid, block, call)
     cupy.cuda.Device().synchronize()
-    rows = rng.choice(n, 16, replace=False)
-    cols = rng.choice(n, 16, replace=False)
-    ref = a[rows].astype(np.float64) @ b[:, cols].astype(np.float64)
-    got = cupy.asnumpy(c)[np.ix_(rows, cols)].astype(np.float64)
-    scale = np.abs(a[rows]).astype(np.float64) @ np.abs(b[:, cols]).astype(np.float64)
-    err = float(np.max(np.abs(got - ref) / scale))
+    # whole rows and columns, as dgemm's benchmarks check (an unwritten entry there is NaN: error inf)
+    err = sampled_error(a, b, cupy.asnumpy(c), rng.choice(n, 4, replace=False), rng.choice(n, 4, replace=False))
     times = []
     for _ in range(args.reps):
         start, end = cupy.cuda.Event(), cupy.cuda.Event()
@@ -144,8 +136,7 @@ def main():
         attrs = {k: kernel.attributes.get(k) for k in ("num_regs", "shared_size_bytes", "local_size_bytes")}
     except Exception as e:   # (CuPy versions differ in what a module's function offers)
         attrs = {"error": f"{type(e).__name__}: {e}"}
-    print(json.dumps({"size": n, "params": p.as_dict(), "options": args.options, "rel_err": err,
-                      "finite": bool(np.isfinite(got).all()), "seconds": t, "tflops": 2 * n ** 3 / t / 1e12,
+    print(json.dumps({"size": n, "params": p.as_dict(), "options": args.options, "rel_err": err, "seconds": t, "tflops": 2 * n ** 3 / t / 1e12,
                       "attributes": attrs}))
 
 

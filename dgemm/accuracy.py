@@ -91,6 +91,13 @@ def worst(errors) -> float:
     return w if w == w else float("inf")
 
 
+def tf32(x: np.ndarray) -> np.ndarray:
+    """``x`` rounded to TF32 (10 mantissa bits, to nearest, ties away from zero: PTX's ``cvt.rna.tf32``), as
+    the engine stages the ``tf32`` and ``3xtf32`` paths' operands.  A float32 array."""
+    bits = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    return ((bits + 0x1000) & 0xFFFFE000).astype(np.uint32).view(np.float32)
+
+
 def sampled_error(a: np.ndarray, b: np.ndarray, c: np.ndarray, rows, cols) -> float:
     """Worst entry error over whole rows ``rows`` and whole columns ``cols`` of an in-memory ``c``.
 

@@ -15,7 +15,7 @@ import pytest
 import zarr
 
 from _check import randn
-from dgemm.accuracy import (check_sample, entry_errors, sample_indices, sampled_error, tolerance,
+from dgemm.accuracy import (check_sample, entry_errors, sample_indices, sampled_error, tf32, tolerance,
                             worst)
 
 M, N, K = 24, 20, 512
@@ -35,12 +35,6 @@ def measured(a, b, c) -> float:
     """The worst entry error over all of ``c``: ``|c - A B| / (|A| |B|)``, in float64."""
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     return float(np.max(np.abs(c.astype(np.float64) - a64 @ b64) / (np.abs(a64) @ np.abs(b64))))
-
-
-def tf32(x: np.ndarray) -> np.ndarray:
-    """``x`` rounded to TF32 (10 mantissa bits, to nearest), as tensor cores read float32 inputs."""
-    bits = x.astype(np.float32).view(np.uint32).astype(np.uint64)
-    return ((bits + 0x1000) & 0xFFFFE000).astype(np.uint32).view(np.float32)
 
 
 # -- the checks, as dgemm's callers use them ------------------------------------------

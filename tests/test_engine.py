@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from _check import assert_nonfinite_like, check_product, randn, reference
+from dgemm.accuracy import tf32
 from dgemm.opencl.device import POISON_BYTE, poisoned
 from dgemm.opencl.engine import BlockEngine
 from dgemm.sizes import roundup
@@ -572,8 +573,7 @@ def test_the_wgmma_engine_rounds_its_operands_to_tf32_and_leaves_c_alone(gpu_dev
         ev.wait()
     got = np.empty((256, 128), np.float32)
     cl.enqueue_copy(dev.transfer_queue, got, buf, is_blocking=True)
-    bits = x.view(np.uint32).astype(np.uint64)
-    want = (((bits + 0x1000) & ~np.uint64(0x1FFF)).astype(np.uint32)).view(np.float32)   # round half away
+    want = tf32(x)   # to nearest, half away from zero
     np.testing.assert_array_equal(got[:, :96], want)
     assert not got[:, 96:].any()
     a, b = 1e-6 * randn(rng, (300, 200), np.float32), 1e-6 * randn(rng, (200, 250), np.float32)

@@ -140,7 +140,7 @@
                     b[s][j + 1] = v.y;                                         \
                 }                                                              \
             }
-#elif SWIZZLE
+#else   // (TILE_SWZ is the identity without SWIZZLE)
 #define FRAG_LOAD(a, b, As, Bs, kk)                                            \
             _Pragma("unroll")                                                  \
             for (int s = 0; s < KSUB; s++) {                                   \
@@ -149,15 +149,6 @@
                 for (int i = 0; i < MT; i++) a[s][i] = (As)[k * LDAS + TILE_SWZ(arow + i * 8, k)]; \
                 _Pragma("unroll")                                              \
                 for (int j = 0; j < NT; j++) b[s][j] = (Bs)[k * LDBS + TILE_SWZ(bcol + j * 8, k)]; \
-            }
-#else
-#define FRAG_LOAD(a, b, As, Bs, kk)                                            \
-            _Pragma("unroll")                                                  \
-            for (int s = 0; s < KSUB; s++) {                                   \
-                _Pragma("unroll")                                              \
-                for (int i = 0; i < MT; i++) a[s][i] = As[(kk + 4 * s + q) * LDAS + arow + i * 8]; \
-                _Pragma("unroll")                                              \
-                for (int j = 0; j < NT; j++) b[s][j] = Bs[(kk + 4 * s + q) * LDBS + bcol + j * 8]; \
             }
 #endif
 
