@@ -72,20 +72,16 @@
 #define PROMOTE 1            // SPLIT: tiles the tensor cores sum (wgmma's truncating accumulation) before one
 #endif                       // IEEE add into acc: more hides the per-add wait, fewer keeps each truncated sum short
 #ifndef FENCES
-#define FENCES (OVERLAP ? 1 : 0)             // 0: one wgmma.fence per tile's set of wgmma; 1: one before every wgmma (4-9 % slower
-#endif                       // on the H100); 2: one where other instructions touched the accumulators (the start;
-                             // with SPLIT each sum's first tile; ptxas adds its own, C7519: as fast as 0).  The PTX
-                             // ISA orders wgmma of one shape on the same accumulators without one.
+#define FENCES (OVERLAP ? 1 : 0)  // 0: one wgmma.fence per tile's set of wgmma; 1: one before every wgmma (4-9 %
+#endif                       // slower on the H100).  The PTX ISA orders wgmma of one shape on the same accumulators
+                             // without one.  (Fewer still, only where other instructions touched the accumulators,
+                             // measured as fast as 0: ptxas adds its own there, C7519; bench/NOTES.md.)
 #ifndef EARLY                // SPLIT: 1 readies tile t+1 (its copies' wait, the fence, the barrier, the next copies)
-#if SPLIT && PROMOTE == 1 && !OVERLAP && !REFILL   // while tile t's wgmma run, so between one tile's wait and
+#if SPLIT && PROMOTE == 1 && !OVERLAP              // while tile t's wgmma run, so between one tile's wait and
 #define EARLY 1              // the next tile's wgmma there is only the IEEE add (see the loop): +5-7 % on the H100
 #else
 #define EARLY 0
 #endif
-#endif
-#ifndef REFILL
-#define REFILL 0             // 1: refill a stage one tile sooner, behind a second barrier per tile (see the ring;
-                             // 4-11 % slower on the H100: the barrier costs more than the copies' extra time)
 #endif
 #ifndef STAGES
 #define STAGES 5             // 0: two tiles, the next one prefetched through registers (seed kernel 9);
@@ -108,14 +104,11 @@
 #if OVERLAP && FENCES != 1
 #error "OVERLAP has its own sites, each with its fence: FENCES 1"
 #endif
-#if EARLY && (!SPLIT || OVERLAP || REFILL || PROMOTE != 1)
-#error "EARLY is a loop of SPLIT's alone, with PROMOTE 1 (no OVERLAP, no REFILL)"
+#if EARLY && (!SPLIT || OVERLAP || PROMOTE != 1)
+#error "EARLY is a loop of SPLIT's alone, with PROMOTE 1 (no OVERLAP)"
 #endif
-#if OVERLAP && REFILL
-#error "OVERLAP refills as REFILL 0 does"
-#endif
-#if FENCES < 0 || FENCES > 2
-#error "FENCES is 0, 1 or 2"
+#if FENCES < 0 || FENCES > 1
+#error "FENCES is 0 or 1"
 #endif
 #if SPLIT
 #define PARTS 2
@@ -177,19 +170,11 @@
 // 7106: the same with D = A B (the first of a tile's products: the accumulators start from zero)
 #define WGMMA_FIRST(da, db) do { SITE(7106); MARK64(da); MARK64(db); MARKACC(); } while (0)
 #define WGMMA_FENCE()
-#define SUM_FENCE()
 #else
-// 7121, 7126: as 7101, 7106 without the fence; 7108 is the fence, before each tile's set (FENCES 0)
-// or where the accumulators were last touched by other instructions (FENCES 2)
+// 7121, 7126: as 7101, 7106 without the fence; 7108, the fence, opens each tile's set
 #define WGMMA(da, db) do { SITE(7121); MARK64(da); MARK64(db); MARKACC(); } while (0)
 #define WGMMA_FIRST(da, db) do { SITE(7126); MARK64(da); MARK64(db); MARKACC(); } while (0)
-#if FENCES == 0
 #define WGMMA_FENCE() SITE(7108)
-#define SUM_FENCE()
-#else
-#define WGMMA_FENCE()
-#define SUM_FENCE() SITE(7108)
-#endif
 #endif
 #define WGMMA_COMMIT() SITE(7102)                       // wgmma.commit_group
 #define WGMMA_WAIT() do { SITE(7103); MARKACC(); } while (0)   // wgmma.wait_group 0 (the accumulators are read after it)
@@ -343,7 +328,6 @@ void gemm_wgmma(const int M, const int N, const int K,
     }
 #endif
 #if STAGES == 0
-    SUM_FENCE();
     LOAD_TILE(0);
     STORE_TILE(0);
     PROXY_FENCE();
@@ -364,17 +348,11 @@ void gemm_wgmma(const int M, const int N, const int K,
 #else
     // STAGES-deep ring: at iteration t the tensor cores read stage t % STAGES, one wgmma group
     // (tile t-1) may still be running, and the copies of the next LEAD-1 tiles are in flight.
-    // REFILL 0: the copies issued at t (after its first barrier) go to the stage of tile t-2, which
-    //   both warpgroups finished reading before that barrier (each waited for all but its newest
-    //   group): LEAD = STAGES-2 tiles ahead.
-    // REFILL 1: they are issued after tile t's wgmma, once each warpgroup waited for tile t-1's and a
-    //   second barrier says all did, into tile t-1's stage: LEAD = STAGES-1, one tile more warning
-    //   for the copies from the same local memory, for a second barrier per tile.
-#if REFILL
-#define LEAD (STAGES - 1)
-#else
+    // The copies issued at t (after its barrier) go to the stage of tile t-2, which both warpgroups
+    // finished reading before that barrier (each waited for all but its newest group): LEAD =
+    // STAGES-2 tiles ahead.  (Refilling tile t-1's stage instead, behind a second barrier per tile,
+    // was slower on the H100: bench/NOTES.md.)
 #define LEAD (STAGES - 2)
-#endif
 #define CP_PENDING (LEAD - 1)
 #if LAYOUT == 2
 #define COPY_ROW(e, ROWS) ((e) / KC)     // chunks of a row fastest: coalesced, and the swizzle spreads the banks
@@ -424,35 +402,20 @@ void gemm_wgmma(const int M, const int N, const int K,
 #define ROUND_TILE(s)
 #endif
     // Tile t in local memory for the tensor cores (this thread's copies landed, rounded if ROUND, made
-    // visible to the async proxy, everyone's behind the barrier) and the copies of tile t + LEAD
-    // under way: here (REFILL 0) or in TILE_REFILL, after tile t's wgmma are issued (REFILL 1).
-    // Every iteration commits one group, empty or not, so CP_WAIT's count stays right.
-#define COPY_NEXT(t)                                                                         \
+    // visible to the async proxy, everyone's behind the barrier) and the copies of tile t + LEAD under
+    // way.  Every iteration commits one group, empty or not, so CP_WAIT's count stays right.
+#define TILE_START(t)                                                                        \
     {                                                                                        \
+        CP_WAIT();                                                                           \
+        ROUND_TILE((t) % STAGES);                                                            \
+        PROXY_FENCE();                                                                       \
+        barrier(CLK_LOCAL_MEM_FENCE);                                                        \
         const int next = (t) + LEAD;                                                         \
         if (next < nt) {                                                                     \
             COPY_TILE(next, next % STAGES);                                                  \
         }                                                                                    \
         CP_COMMIT();                                                                         \
     }
-#define TILE_READY(t)       /* this thread's copies of tile t landed, visible, everyone's */    \
-    {                                                                                        \
-        CP_WAIT();                                                                           \
-        ROUND_TILE((t) % STAGES);                                                            \
-        PROXY_FENCE();                                                                       \
-        barrier(CLK_LOCAL_MEM_FENCE);                                                        \
-    }
-#if REFILL
-#define TILE_START(t) TILE_READY(t)
-#define TILE_REFILL(t)      /* after this warpgroup's wait for tile t-1's wgmma */             \
-    {                                                                                        \
-        barrier(CLK_LOCAL_MEM_FENCE);                                                        \
-        COPY_NEXT(t);                                                                        \
-    }
-#else
-#define TILE_START(t) { TILE_READY(t); COPY_NEXT(t); }
-#define TILE_REFILL(t)
-#endif
 #if SPLIT && OVERLAP
     // Tiles in pairs: tile t sums into set 0 while tile t-1's wgmma (set 1) finish, then the
     // other way round.  A tile's stage is refilled two tiles later, after both warpgroups waited
@@ -486,7 +449,6 @@ void gemm_wgmma(const int M, const int N, const int K,
     // the barrier.  No accumulator is touched between a wgmma and its wait (ptxas would serialize them).
     TILE_START(0);
     for (int t = 0; t < nt; t++) {
-        SUM_FENCE();
         ISSUE_SET(t % STAGES, WGMMA_FIRST, WGMMA);
         if (t + 1 < nt) {
             TILE_START(t + 1);
@@ -500,28 +462,23 @@ void gemm_wgmma(const int M, const int N, const int K,
     // there, and tile t-1's stage is free at the next barrier.  Only the add waits for all (7103).
     for (int t0 = 0; t0 < nt; t0 += PROMOTE) {
         TILE_START(t0);
-        SUM_FENCE();        // (FENCES 2: tacc was read by the IEEE adds)
         ISSUE_SET(t0 % STAGES, WGMMA_FIRST, WGMMA);
         WGMMA_WAIT1();
-        TILE_REFILL(t0);
         _Pragma("unroll") for (int p = 1; p < PROMOTE; p++) {
             if (t0 + p < nt) {
                 TILE_START(t0 + p);
                 ISSUE_SET((t0 + p) % STAGES, WGMMA, WGMMA);
                 WGMMA_WAIT1();
-                TILE_REFILL(t0 + p);
             }
         }
         WGMMA_WAIT();
         _Pragma("unroll") for (int i = 0; i < NACC; i++) acc[i] += tacc[i];
     }
 #else
-    SUM_FENCE();            // (FENCES 2: after acc's zeroing, the only other access before the end)
     for (int t = 0; t < nt; t++) {
         TILE_START(t);
         ISSUE_WGMMA(t % STAGES);
         WGMMA_WAIT1();      // tile t-1's wgmma done: its stage can be refilled after the next barrier
-        TILE_REFILL(t);
     }
     WGMMA_WAIT();
 #endif
