@@ -34,7 +34,7 @@ if __name__ == "__main__":
         setattr(mod, name, wrapper)
 
     import dgemm.cluster.local as local
-    import dgemm.steps as steps
+    import dgemm.client.steps as steps
     for n in ("get_client", "prepare", "_plan", "_open_output", "_compute", "_complete"):
         timed(steps, n)
     timed(local, "DeviceCluster")

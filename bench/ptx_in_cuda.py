@@ -89,7 +89,7 @@ def main():
 
     import cupy
 
-    from dgemm.tuning.params import KernelParams
+    from dgemm.opencl.params import KernelParams
 
     p = KernelParams(**json.loads(args.params))
     ptx, name, (bm, bn, bk), block = build(p, dtype, args.options.split())

@@ -31,7 +31,7 @@ def child(path: str, size: int, start: int, rows_out: str):
 
     from dgemm.opencl.device import Device
     from dgemm.opencl.discovery import list_devices
-    from dgemm.tuning.params import KernelParams
+    from dgemm.opencl.params import KernelParams
     from dgemm.tuning.timing import KernelBench
 
     spec = json.load(open(path))

@@ -18,15 +18,15 @@ __version__ = "0.1.0"
 
 # Each public name, and the module that holds it.
 _PUBLIC = {
-    "matmul": "dgemm.api", "gemm": "dgemm.api", "open_result": "dgemm.results",
-    "list_devices": "dgemm.opencl.discovery", "make_plan": "dgemm.plan", "DeviceCluster": "dgemm.cluster",
-    "DgemmPlugin": "dgemm.worker", "DeviceError": "dgemm.opencl.device", "NoDeviceWorkerError": "dgemm.cluster",
-    "IncompleteResultError": "dgemm.results", "OutputBusyError": "dgemm.storage.lease",
-    "OutputTakenOverError": "dgemm.storage.lease",
+    "matmul": "dgemm.api", "gemm": "dgemm.api", "open_result": "dgemm.client.results",
+    "list_devices": "dgemm.opencl.discovery", "make_plan": "dgemm.client.plan", "DeviceCluster": "dgemm.cluster",
+    "DgemmPlugin": "dgemm.worker",
+    **{name: "dgemm.errors" for name in (
+        "DgemmError", "PlanError", "DeviceError", "NoDeviceWorkerError", "IncompleteResultError", "OutputBusyError",
+        "OutputTakenOverError", "SubmissionError", "PtxEditError")},
 }
 
-__all__ = ["matmul", "gemm", "open_result", "list_devices", "make_plan", "DeviceCluster", "DgemmPlugin",
-           "DeviceError", "NoDeviceWorkerError", "IncompleteResultError", "OutputBusyError", "OutputTakenOverError"]
+__all__ = list(_PUBLIC)
 
 
 def __getattr__(name: str):

@@ -1,14 +1,14 @@
 """The public operations: :func:`matmul` and :func:`gemm`.
 
-A call is checked whole first (:meth:`dgemm.request.Request.check`: shapes,
-dtypes, output), before any cluster is used; :func:`dgemm.steps.run` then
+A call is checked whole first (:meth:`dgemm.client.request.Request.check`: shapes,
+dtypes, output), before any cluster is used; :func:`dgemm.client.steps.run` then
 takes the checked request through its steps.
 """
 from __future__ import annotations
 
-# dgemm.request and dgemm.steps (which import Dask, distributed and Zarr) are imported by the calls, not
+# dgemm.client.request and dgemm.client.steps (which import Dask, distributed and Zarr) are imported by the calls, not
 # here: ``from dgemm import matmul`` stays cheap, in a script and in every worker process that imports it.
-from dgemm.dataarrays import is_dataarray, result_dims, unwrap, wrap
+from dgemm.client.dataarrays import is_dataarray, result_dims, unwrap, wrap
 
 
 def matmul(a, b, out=None, *, client=None, overwrite: bool = False, resume: bool = False, block=None,
@@ -121,8 +121,8 @@ def matmul(a, b, out=None, *, client=None, overwrite: bool = False, resume: bool
     (True, True)
     >>> shutil.rmtree(folder)
     """
-    from dgemm.request import Request
-    from dgemm.steps import run
+    from dgemm.client.request import Request
+    from dgemm.client.steps import run
 
     if is_dataarray(a) or is_dataarray(b):
         result_dims(a, b)   # refused before any work: dims xarray cannot hold
@@ -154,8 +154,8 @@ def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 0.0, trans_a: bool =
     trans_a, trans_b : bool
         Use the transpose of ``a`` / ``b``.
     """
-    from dgemm.request import Request
-    from dgemm.steps import run
+    from dgemm.client.request import Request
+    from dgemm.client.steps import run
 
     if is_dataarray(a) or is_dataarray(b):
         result_dims(a, b, trans_a=trans_a, trans_b=trans_b)

@@ -11,7 +11,7 @@ import numpy as np
 
 DTYPES = ("float32", "float64")
 SUPPORTED = tuple(np.dtype(d) for d in DTYPES)
-# precision= values per result dtype: the FMA kernel and the tensor-core paths (see dgemm.tuning.params)
+# precision= values per result dtype: the FMA kernel and the tensor-core paths (see dgemm.opencl.params)
 PRECISIONS = {"float32": ("fma", "3xtf32", "tf32"), "float64": ("fma", "dmma")}
 ALL_PRECISIONS = tuple(dict.fromkeys(p for ps in PRECISIONS.values() for p in ps))
 

@@ -18,7 +18,7 @@ PLACEMENT_PLUGIN = "dgemm-placement"    # dgemm.scheduler.placement.PlacementPlu
 # Key of the worker metric (a worker's device snapshot) in the scheduler's WorkerState.metrics.
 WORKER_METRIC = "dgemm"
 
-# Prefixes of the task keys of one matmul's graph (dgemm.graph), followed by its token.
+# Prefixes of the task keys of one matmul's graph (dgemm.client.graph), followed by its token.
 GEMM = "dgemm-gemm"        # one block product on a device
 REDUCE = "dgemm-reduce"    # adds the k segments of a C block
 STORE = "dgemm-store"      # writes one C block to the output store

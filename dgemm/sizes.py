@@ -1,4 +1,5 @@
-"""Size rules every layer shares: the kernels' 32-bit indexing and rounding up to tiles."""
+"""Size rules every layer shares: the kernels' 32-bit indexing, rounding up to tiles, and what one
+block product holds on a device (the client plans by it, the worker sizes its panel cache by it)."""
 from __future__ import annotations
 
 INT32_MAX = 2**31 - 1   # the kernels index buffers with 32-bit integers
@@ -11,3 +12,55 @@ def roundup(x: int, m: int) -> int:
     (128, 96, 0)
     """
     return -(-x // m) * m
+
+
+# Share of a device's memory a plan may fill (the rest: programs, the driver,
+# another dtype's engine).
+MEMORY_FRACTION = 0.8
+
+
+def default_target(device_types) -> int:
+    """The block size asked for when the user gives none, by the types of the devices that will run it.
+
+    ``device_types`` are OpenCL device types (``"CPU"``, ``"GPU"``, ...):
+    1024 when every device is a CPU, else 4096 (also when none is known).
+
+    >>> default_target(["CPU", "CPU"]), default_target(["CPU", "GPU"]), default_target([])
+    (1024, 4096, 4096)
+    """
+    types = list(device_types)
+    return 1024 if types and all(t == "CPU" for t in types) else 4096
+
+
+def working_set(bm: int, bn: int, bk: int, tiles: tuple[int, int, int], itemsize: int) -> tuple[int, int]:
+    """Device bytes one block product holds, and its largest single buffer.
+
+    The engine keeps the A and B panels padded to the tiles (``kp x mp`` and
+    ``kp x np``), the padded C accumulator, the unpadded C for the download,
+    and one staging buffer as large as the largest host block it uploads.
+
+    >>> working_set(64, 64, 64, (64, 64, 16), 4)
+    (81920, 16384)
+    >>> working_set(100, 10, 1, (64, 64, 16), 8)   # padded to 128 x 64, k to 16
+    (106112, 65536)
+    """
+    tm, tn, tk = tiles
+    mp, np_, kp = roundup(max(bm, 1), tm), roundup(max(bn, 1), tn), roundup(max(bk, 1), tk)
+    buffers = (kp * mp, kp * np_, mp * np_, max(bm * bk, bk * bn, bm * bn), bm * bn)
+    return itemsize * sum(buffers), itemsize * max(buffers)
+
+
+def index_overflow(bm: int, bn: int, bk: int, tiles: tuple[int, int, int]) -> str | None:
+    """Why blocks of ``bm x bn x bk`` overflow the kernels' 32-bit indexing (None if they do not).
+
+    >>> index_overflow(4096, 4096, 4096, (64, 64, 16)) is None
+    True
+    >>> index_overflow(50000, 50000, 64, (64, 64, 16))
+    'a C block of 50048 x 50048 padded elements exceeds 2**31 - 1'
+    """
+    tm, tn, tk = tiles
+    mp, np_, kp = roundup(max(bm, 1), tm), roundup(max(bn, 1), tn), roundup(max(bk, 1), tk)
+    for what, x, y in (("a C block", mp, np_), ("an A block", mp, kp), ("a B block", kp, np_)):
+        if x * y > INT32_MAX:
+            return f"{what} of {x} x {y} padded elements exceeds 2**31 - 1"
+    return None

@@ -22,11 +22,11 @@ from click.testing import CliRunner
 from dgemm.accuracy import sampled_error, tolerance
 from dgemm.benchmarks import kernel as bm
 from dgemm.benchmarks import peers, records
-from dgemm.tuning import database as tuning
+from dgemm.opencl import database as tuning
 from dgemm.cli import cli
 from dgemm.opencl.discovery import DeviceInfo, list_devices
 from dgemm.tuning.timing import KernelBench, Timing
-from dgemm.tuning.params import KernelParams
+from dgemm.opencl.params import KernelParams
 
 DEVICES = list_devices()
 needs_device = pytest.mark.skipif(not DEVICES, reason="no OpenCL device (pip install pocl-binary-distribution)")
@@ -184,39 +184,6 @@ def test_numpy_matmul():
     a = np.ones((32, 16), np.float32)
     r = peers.numpy_matmul(a, a.T.copy(), reps=2)
     assert r["seconds"] >= 0 and set(r) == {"seconds", "tflops"}
-
-
-# -- provenance ------------------------------------------------------------------------
-def test_command_line():
-    assert records.command_line(["/x/.venv/bin/dgemm", "bench", "kernel", "--sizes", "64,128"]) == \
-        "dgemm bench kernel --sizes 64,128"
-    assert records.command_line(["bench/overhead.py", "--out", "a b"]) == "bench/overhead.py --out 'a b'"
-    assert records.command_line(["/x/dgemm/__main__.py", "bench", "kernel"]) == "python -m dgemm bench kernel"
-
-
-def test_git_commit_falls_back_to_the_environment(monkeypatch):
-    def no_git(*args, **kwargs):
-        raise FileNotFoundError("git")
-    monkeypatch.setattr(records.subprocess, "run", no_git)
-    monkeypatch.setenv("DGEMM_COMMIT", "abc1234")
-    assert records.git_commit() == ("abc1234", None)
-    monkeypatch.delenv("DGEMM_COMMIT")
-    assert records.git_commit() == ("unknown", None)
-
-
-def test_the_environment_names_the_commit_before_git(monkeypatch):
-    """A copy of the tree may carry a stale .git: the commit the caller names wins."""
-    monkeypatch.setenv("DGEMM_COMMIT", "abc1234")
-    assert records.git_commit() == ("abc1234", None)
-
-
-def test_the_commit_setting_names_the_commit(monkeypatch):
-    """The commit comes through dgemm.config: a Dask setting works as the variable does."""
-    import dask
-
-    monkeypatch.delenv("DGEMM_COMMIT", raising=False)
-    with dask.config.set({"dgemm.commit": "def5678"}):
-        assert records.git_commit() == ("def5678", None)
 
 
 def test_result_path_does_not_overwrite(tmp_path):

@@ -26,7 +26,7 @@ import dgemm.cluster
 import dgemm.benchmarks.demo
 import dgemm.benchmarks.inputs
 import dgemm.opencl.discovery
-import dgemm.tuning.database
+import dgemm.opencl.database
 import dgemm.tuning.report
 from dgemm.cli import cli, main
 from dgemm.accuracy import check_sample
@@ -97,7 +97,7 @@ def test_devices_lists_this_hosts_devices(runner):
     assert r.exit_code == 0, r.output
     for d in dgemm.opencl.discovery.list_devices():
         assert f"{d.id}  {d.name}" in r.output
-        assert dgemm.tuning.database.lookup(d, "float32").describe() in r.output
+        assert dgemm.opencl.database.lookup(d, "float32").describe() in r.output
     assert "fp64: " in r.output and "architecture: " in r.output
     assert "would use:" in r.output
 
@@ -111,7 +111,7 @@ def test_devices_json_matches_discovery(runner):
     assert [d["id"] for d in report["devices"]] == [d.id for d in infos]
     for d, info in zip(report["devices"], infos):
         assert d["name"] == info.name and d["fp64"] == info.fp64
-        choice = dgemm.tuning.database.lookup(info, "float32")
+        choice = dgemm.opencl.database.lookup(info, "float32")
         assert d["params"]["float32"]["params"] == choice.params.as_dict()
         assert d["params"]["float32"]["source"] == choice.describe()
     assert report["local_cluster"] == [d.id for d in dgemm.opencl.discovery.select_devices(None)]
@@ -127,10 +127,10 @@ def test_devices_shows_where_parameters_come_from(runner, monkeypatch, tmp_path)
     (tmp_path / "db.json").write_text(json.dumps(db))
     monkeypatch.setenv("DGEMM_TUNING_DB", str(tmp_path / "db.json"))
     # The shipped database without its device entries (it has tuned ones for the H100 now).
-    shipped = json.loads(dgemm.tuning.database.shipped_path().read_text())
+    shipped = json.loads(dgemm.opencl.database.shipped_path().read_text())
     shipped["device"] = {}
     (tmp_path / "shipped.json").write_text(json.dumps(shipped))
-    monkeypatch.setattr(dgemm.tuning.database, "shipped_path", lambda: tmp_path / "shipped.json")
+    monkeypatch.setattr(dgemm.opencl.database, "shipped_path", lambda: tmp_path / "shipped.json")
     r = runner.invoke(cli, ["devices"])
     assert r.exit_code == 0, r.output
     assert "user database, device entry 'NVIDIA H100 80GB HBM3' (tuned; fma kernel)" in r.output

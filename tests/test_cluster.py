@@ -21,7 +21,7 @@ from dgemm.cluster import local as cluster_mod
 from dgemm.cluster.launch import worker_specs
 from dgemm.opencl.device import reader_share
 from dgemm.opencl.discovery import DeviceInfo
-from dgemm.tuning.params import KernelParams
+from dgemm.opencl.params import KernelParams
 from dgemm.worker.plugin import warm_worker
 
 CLUSTER_KW = dict(processes=True, threads_per_worker=2, dashboard_address=":0", silence_logs=50)

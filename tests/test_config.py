@@ -95,7 +95,7 @@ def test_parsed_values(clean, monkeypatch):
 def test_settings_reach_their_readers(clean, monkeypatch, tmp_path):
     """The modules read settings when they act, so a later dask.config.set counts."""
     from dgemm.opencl import device, discovery, engine
-    from dgemm.tuning import database
+    from dgemm.opencl import database
 
     cpu = discovery.DeviceInfo(0, 0, "P", "cpu0", "v", "CPU", 1, 1, 1, 1, True, None, "")
 

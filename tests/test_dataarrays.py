@@ -1,4 +1,4 @@
-"""xarray in, xarray out (dgemm.dataarrays): dims and coordinates kept, dask data never computed here."""
+"""xarray in, xarray out (dgemm.client.dataarrays): dims and coordinates kept, dask data never computed here."""
 from __future__ import annotations
 
 import dask

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dgemm.opencl.device import Device, DeviceError, Kernels
-from dgemm.tuning.params import KernelParams
+from dgemm.opencl.params import KernelParams
 
 
 @pytest.mark.parametrize("dtype", ["int32", "int64", "complex64", "float16", "bool", "object", "U3"])
@@ -111,7 +111,7 @@ def test_separate_device_objects_share_nothing(any_device):
 
 def test_mma_kernel_refused_without_tensor_cores(device):
     """The DMMA path is compiled out where it cannot run: a clear error, not a build failure."""
-    from dgemm.tuning.params import KernelParams
+    from dgemm.opencl.params import KernelParams
     if device.info.dmma:
         pytest.skip(f"{device.info.name} has float64 tensor cores; the refusal is for devices without")
     with pytest.raises(ValueError, match="compute capability"):
@@ -283,7 +283,7 @@ def test_a_wgmma_kernel_the_device_cannot_build_falls_back_and_says_why(any_devi
 
 def test_after_a_wgmma_failure_the_choice_is_its_stand_in_and_says_why(any_device, monkeypatch):
     import dgemm.opencl.device as device_module
-    from dgemm.tuning.database import Choice
+    from dgemm.opencl.database import Choice
 
     wg = KernelParams(MMA=7, TSM=128, TSN=128, TSK=32, WARPSM=2, WARPSN=1, STAGES=5, GROUPM=8)
     fma = KernelParams(TSM=32, TSN=32, TSK=16, WPTM=2, WPTN=2, WIDTH=1)

@@ -18,7 +18,7 @@ from dgemm.accuracy import tf32
 from dgemm.opencl.device import POISON_BYTE, poisoned
 from dgemm.opencl.engine import BlockEngine
 from dgemm.sizes import roundup
-from dgemm.tuning.params import KernelParams
+from dgemm.opencl.params import KernelParams
 
 DTYPES = ["float32", "float64"]
 

@@ -353,7 +353,7 @@ def test_an_output_missing_a_marker_is_never_marked_complete(client, tmp_path, r
     on purpose, as a store that loses a write would) must make the call
     fail and leave ``out`` incomplete, however every task ended.
     """
-    import dgemm.steps as steps
+    import dgemm.client.steps as steps
 
     A, B = randn(rng, (64, 64)), randn(rng, (64, 64))
     path = tmp_path / "c.zarr"
@@ -457,7 +457,7 @@ def memory_limit(fault_client):
 def test_small_device_memory_shrinks_blocks(fault_cluster, fault_client, memory_limit, tmp_path, rng):
     """A device with little memory: the plan shrinks the blocks asked for until they fit, and the product is right."""
     from dgemm.cluster import device_limits, prepare, tiles_of
-    from dgemm.plan import MEMORY_FRACTION, working_set
+    from dgemm.sizes import MEMORY_FRACTION, working_set
 
     client = fault_client
     pids = worker_pids(fault_cluster)
@@ -479,7 +479,7 @@ def test_small_device_memory_shrinks_blocks(fault_cluster, fault_client, memory_
 
 def test_too_little_device_memory_is_a_clear_error_before_any_work(fault_client, memory_limit, tmp_path):
     memory_limit("16KiB")
-    with pytest.raises(dgemm.plan.PlanError, match=r"no blocking of C\[64 x 64\] = .* fits: .* of the smallest "
+    with pytest.raises(dgemm.PlanError, match=r"no blocking of C\[64 x 64\] = .* fits: .* of the smallest "
                                                      r"device's \d+\.\d+ kiB is \d+\.\d+ kiB"):
         dgemm.matmul(np.ones((64, 64)), np.ones((64, 64)), out=str(tmp_path / "c.zarr"), client=fault_client)
     assert not (tmp_path / "c.zarr").exists()
@@ -536,7 +536,7 @@ def test_prepare_does_not_register_the_plugin_twice():
     down every worker's device under the tasks of runs in flight."""
     from dgemm.cluster import prepare
     from dgemm.opencl.discovery import DeviceInfo
-    from dgemm.tuning.params import KernelParams
+    from dgemm.opencl.params import KernelParams
 
     info = DeviceInfo(0, 0, "P", "d", "v", "GPU", 2**30, 65536, 1024, 1, True, None, "")
     ready = {"ok": True, "device": info, "params": {"float32": {"params": KernelParams().as_dict()}},

@@ -13,8 +13,8 @@ import zarr
 from dask.delayed import Delayed
 
 from _check import check_product, randn
-from dgemm import graph as graph_mod
-from dgemm.plan import make_plan
+from dgemm.client import graph as graph_mod
+from dgemm.client.plan import make_plan
 from dgemm.storage import Operand, ZarrBlock, check_output, create_output
 from dgemm.worker.tasks import gemm_block, read_block, reduce_blocks
 

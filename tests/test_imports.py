@@ -156,6 +156,71 @@ def test_the_package_has_no_import_cycle():
         for k in found)
 
 
+# -- layers: no arrow runs back up ----------------------------------------------------
+# The package's layers, lowest first: a module imports from its own package and from lower layers only,
+# never from a sibling package of its layer (storage and opencl know nothing of each other) nor from
+# above.  The leaves may import each other (the cycle check still holds them).  README.md's tree names them.
+LAYERS = (
+    ("leaves", ("errors", "config", "names", "dtypes", "sizes", "busy", "accuracy", "provenance", "metrics")),
+    ("storage and devices", ("storage", "opencl")),
+    ("the scheduler's plugins", ("scheduler",)),
+    ("workers and the tuner", ("worker", "tuning")),
+    ("clusters", ("cluster",)),
+    ("the client", ("client",)),
+    ("the public face, benchmarks and batch systems", ("api", "benchmarks", "deploy")),
+    ("the command line", ("cli", "dashboard")),
+    ("python -m dgemm", ("__main__",)),
+)
+OPEN_LAYERS = {"leaves"}
+
+
+def layer_of(module: str) -> tuple[int, str, str]:
+    """``(layer index, layer name, top package)`` of ``dgemm.<top>...``."""
+    top = module.split(".")[1]
+    for i, (name, tops) in enumerate(LAYERS):
+        if top in tops:
+            return i, name, top
+    raise KeyError(f"{module} is in no layer: add dgemm.{top} to LAYERS (and to README.md's tree)")
+
+
+def upward_imports(graph: dict[str, dict[str, int]]) -> list[str]:
+    """Each import of a module from a higher layer, or from a sibling package of its own layer."""
+    out = []
+    for module, edges in sorted(graph.items()):
+        if module.count(".") == 0:
+            continue
+        mine, layer, top = layer_of(module)
+        for target, line in sorted(edges.items()):
+            theirs, their_layer, their_top = layer_of(target)
+            if theirs > mine or (theirs == mine and their_top != top and layer not in OPEN_LAYERS):
+                out.append(f"{module}:{line} ({layer}) imports {target} ({their_layer})")
+    return out
+
+
+def test_no_module_imports_from_a_layer_above_its_own():
+    graph = import_graph(PACKAGE_DIR)
+    assert {m.split(".")[1] for m in graph if "." in m} <= {t for _, tops in LAYERS for t in tops}
+    found = upward_imports(graph)
+    assert not found, "imports that run back up (or across) the layers:\n" + "\n".join(found)
+
+
+def test_the_layer_check_sees_an_import_that_runs_back_up(tmp_path):
+    pkg = write(tmp_path, {"dgemm/__init__.py": "",
+                           "dgemm/sizes.py": "",
+                           "dgemm/storage/__init__.py": "def f():\n    from dgemm.worker import x\n",
+                           "dgemm/opencl/__init__.py": "from dgemm import storage\nfrom dgemm import sizes\n",
+                           "dgemm/worker/__init__.py": "from dgemm.storage import f\nx = 1\n"})
+    assert upward_imports(import_graph(pkg)) == [
+        "dgemm.opencl:1 (storage and devices) imports dgemm.storage (storage and devices)",
+        "dgemm.storage:2 (storage and devices) imports dgemm.worker (workers and the tuner)"]
+
+
+def test_no_module_is_over_700_lines():
+    long = {str(p.relative_to(PACKAGE_DIR)): n for p in PACKAGE_DIR.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 700}
+    assert not long, f"modules over 700 lines (split them by what they hold): {long}"
+
+
 # -- the checker itself, on tiny packages ------------------------------------------
 def write(root: Path, files: dict[str, str]) -> Path:
     for rel, text in files.items():

@@ -1,4 +1,4 @@
-"""numpy in, numpy out (dgemm.inmemory, dgemm.steps._in_memory): at once, without the data in the graph."""
+"""numpy in, numpy out (dgemm.client.inmemory, dgemm.client.steps._in_memory): at once, without the data in the graph."""
 from __future__ import annotations
 
 import warnings
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 import dgemm
-import dgemm.steps
+import dgemm.client.steps
 from _check import check_product, randn
-from dgemm.inmemory import host_product
+from dgemm.client.inmemory import host_product
 
 
 def no_cluster(*args, **kwargs):
@@ -19,7 +19,7 @@ def no_cluster(*args, **kwargs):
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_small_products_are_numpy_here_without_a_cluster(monkeypatch, rng, dtype):
-    monkeypatch.setattr(dgemm.steps, "get_client", no_cluster)
+    monkeypatch.setattr(dgemm.client.steps, "get_client", no_cluster)
     A, B, C = randn(rng, (30, 20), dtype), randn(rng, (20, 25), dtype), randn(rng, (30, 25), dtype)
     with dask.config.set({"dgemm.small-flops": 1e12}):
         got = dgemm.matmul(A, B)

@@ -32,7 +32,7 @@ import numpy as np
 import pytest
 
 from dgemm.opencl.sources import kernel_dir
-from dgemm.tuning.params import KernelParams
+from dgemm.opencl.params import KernelParams
 
 # Emulations of the PTX the kernels use.  EMU_* sizes are set per build (-D).
 EMULATION = r"""

@@ -280,7 +280,7 @@ def test_a_second_writer_is_refused_while_the_first_replaces_the_output(client, 
     large old one holds it); the second must find the output held, not free,
     and the first's product must be right.
     """
-    import dgemm.steps as steps
+    import dgemm.client.steps as steps
 
     A, B = randn(rng, (64, 48)), randn(rng, (48, 64))
     path = str(tmp_path / "c.zarr")

@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from dgemm.tuning.params import KernelParams, lcm_tiles
+from dgemm.opencl.params import KernelParams, lcm_tiles
 
 VALID = [
     KernelParams(),

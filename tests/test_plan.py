@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dgemm.plan import block_size, bounds, make_plan
+from dgemm.client.plan import block_size, bounds, make_plan
 
 
 def assert_partition(pieces, extent):
@@ -147,7 +147,7 @@ def test_explain_and_bytes():
 # -- limits: 32-bit indexing and device memory ----------------------------------
 def test_huge_dimensions_are_split_within_32_bit_indexing():
     """Whatever the size asked for, every padded block buffer stays below 2**31 elements."""
-    from dgemm.plan import index_overflow
+    from dgemm.sizes import index_overflow
     from dgemm.sizes import INT32_MAX
 
     p = make_plan(10**6, 10**6, 10**6, "float32", (64, 64, 16), target=10**6)
@@ -167,7 +167,8 @@ def test_huge_dimensions_are_split_within_32_bit_indexing():
        memory=st.one_of(st.none(), st.integers(2**20, 2**36)),
        dtype=st.sampled_from(["float32", "float64"]))
 def test_blocks_respect_every_limit(m, n, k, tiles, target, memory, dtype):
-    from dgemm.plan import MEMORY_FRACTION, PlanError, index_overflow, working_set
+    from dgemm.errors import PlanError
+    from dgemm.sizes import MEMORY_FRACTION, index_overflow, working_set
 
     try:
         p = make_plan(m, n, k, dtype, tiles, target=target, device_memory=memory)
@@ -187,7 +188,7 @@ def test_blocks_respect_every_limit(m, n, k, tiles, target, memory, dtype):
 
 
 def test_small_device_memory_shrinks_blocks():
-    from dgemm.plan import working_set
+    from dgemm.sizes import working_set
 
     tiles = (64, 64, 16)
     big = make_plan(5000, 5000, 5000, "float64", tiles, target=4096)
@@ -205,14 +206,14 @@ def test_small_device_memory_shrinks_blocks():
 
 
 def test_device_memory_too_small_for_one_tile():
-    from dgemm.plan import PlanError
+    from dgemm.errors import PlanError
     with pytest.raises(PlanError, match=r"no blocking of C\[500 x 500\] = A @ B\[500\] \(float64\) fits: a block "
                                         r"product of 64 x 64 x 16 needs"):
         make_plan(500, 500, 500, "float64", (64, 64, 16), device_memory=50_000)
 
 
 def test_fixed_output_chunks_shrink_only_k():
-    from dgemm.plan import PlanError
+    from dgemm.errors import PlanError
     p = make_plan(1000, 1000, 5000, "float32", (32, 32, 16), out_chunks=(500, 500), target=4096,
                   device_memory=8 * 2**20)
     assert p.block_shape[:2] == (500, 500) and p.block_shape[2] < 4096
@@ -228,7 +229,7 @@ def test_fixed_output_chunks_shrink_only_k():
 @pytest.mark.parametrize("n_workers", [1, 2, 3, 4, 5, 6, 8, 12, 16])
 def test_loads_sum_what_assign_places(m, n, k, target, n_workers):
     """loads() (O(workers), from block sizes) is exactly the sum over the tasks assign() gives each worker."""
-    from dgemm.plan import _load, assign, loads
+    from dgemm.client.plan import _load, assign, loads
 
     p = make_plan(m, n, k, "float64", (32, 32, 16), target=target, n_workers=n_workers)
     assert loads(p, n_workers) == [_load(p, part) for part in assign(p.tasks(), n_workers, p)]
@@ -236,7 +237,7 @@ def test_loads_sum_what_assign_places(m, n, k, target, n_workers):
 
 def test_huge_plans_are_made_and_estimated_without_listing_blocks():
     """10**7 x 10**7 has 10**8 C blocks and 2**62 x 2**62 has 10**31: neither is ever listed."""
-    from dgemm.plan import PlanError
+    from dgemm.errors import PlanError
 
     p = make_plan(10**7, 10**7, 10**7, "float64", (32, 32, 16), target=1024, n_workers=4)
     assert p.rows.count == p.cols.count == 9766 and p.rows[-1] == (9999360, 10**7)

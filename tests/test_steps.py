@@ -1,4 +1,4 @@
-"""The steps of a call (dgemm.steps): a lazy call builds a graph and starts nothing; no default client left."""
+"""The steps of a call (dgemm.client.steps): a lazy call builds a graph and starts nothing; no default client left."""
 from __future__ import annotations
 
 import dask
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import dgemm
-import dgemm.steps
+import dgemm.client.steps
 from _check import check_product, randn
 
 
@@ -26,7 +26,7 @@ def test_a_lazy_call_without_a_client_starts_nothing_and_computes_where_dask_doe
     def no_cluster(*args, **kwargs):
         raise AssertionError("a lazy call reached for a cluster")
 
-    monkeypatch.setattr(dgemm.steps, "get_client", no_cluster)
+    monkeypatch.setattr(dgemm.client.steps, "get_client", no_cluster)
     A, B = randn(rng, (90, 70), "float32"), randn(rng, (70, 50), "float32")
     lazy = dgemm.matmul(da.from_array(A, chunks=40), da.from_array(B, chunks=30), block=32)
     assert isinstance(lazy, da.Array) and current_client() is None

@@ -37,7 +37,7 @@ def test_zarr_operand(tmp_path, rng):
     arr = zarr_array(tmp_path / "a.zarr", data, (20, 16))
     for x in (arr, str(tmp_path / "a.zarr"), tmp_path / "a.zarr"):
         op = Operand(x, "a")
-        assert op.zarr is not None and op.dask is None
+        assert op.zarr is not None and op.data is None
         assert (op.shape, op.stored_shape, op.chunks, op.ndim, op.dtype) == ((70, 45), (70, 45), (20, 16), 2,
                                                                              np.float64)
         assert "a.zarr" in op.label
@@ -50,7 +50,7 @@ def test_zarr_operand(tmp_path, rng):
 def test_dask_and_numpy_operands(rng):
     data = rng.standard_normal((30, 20)).astype("f4")
     op = Operand(da.from_array(data, chunks=((7, 23), (20,))), "b")
-    assert op.dask is not None and op.zarr is None and op.chunks == (7, 20) and op.dtype == np.float32
+    assert op.data is not None and op.zarr is None and op.chunks == (7, 20) and op.dtype == np.float32
     op = Operand(data, "b")
     assert op.chunks == (None, None) and op.shape == (30, 20)
     op = Operand(data.tolist(), "b")

@@ -38,7 +38,7 @@ def test_describe(cpu_state, rng):
     d = cpu_state.describe()
     assert d["ok"] is True and d["device"] == cpu_state.device.info
     for dt in ("float32", "float64") if cpu_state.device.info.fp64 else ("float32",):
-        p = dgemm.tuning.params.KernelParams.from_dict(d["params"][dt]["params"])
+        p = dgemm.opencl.params.KernelParams.from_dict(d["params"][dt]["params"])
         assert p == cpu_state.device.choice(dt).params
         assert "database" in d["params"][dt]["source"]
     e = cpu_state.engine("float32")

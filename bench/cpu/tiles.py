@@ -7,7 +7,7 @@ import time
 import numpy as np
 from dgemm.opencl.device import Device
 from dgemm.opencl.discovery import list_devices
-from dgemm.tuning.params import KernelParams
+from dgemm.opencl.params import KernelParams
 from dgemm.tuning.timing import KernelBench
 dev = Device([d for d in list_devices() if d.type == "CPU"][0])
 cands = {

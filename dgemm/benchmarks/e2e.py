@@ -1242,7 +1242,7 @@ def _best(rates: dict | None) -> float | None:
 
 
 def measured_rates(record: dict) -> dict:
-    """The run's own rates in :class:`dgemm.plan.Rates`' terms (bytes/s, flop/s), and where each came from.
+    """The run's own rates in :class:`dgemm.client.plan.Rates`' terms (bytes/s, flop/s), and where each came from.
 
     Store reads: the best of dgemm's reader (else zarr's) over thread counts,
     cold ones with ``--cold``; on S3 the server's best raw GET.  Writes: the
@@ -1277,7 +1277,7 @@ def measured_rates(record: dict) -> dict:
 
 def plan_floor(usable: dict, a_path, b_path, dtype, measured: dict | None = None,
                storage_options: dict | None = None) -> dict:
-    """``dgemm plan``'s predicted floor for this product on these workers (:meth:`dgemm.plan.Plan.estimate`).
+    """``dgemm plan``'s predicted floor for this product on these workers (:meth:`dgemm.client.plan.Plan.estimate`).
 
     The plan is made as :func:`dgemm.matmul` makes it on ``usable`` (the
     workers' tiles, memory and default block size; the inputs' chunks);
@@ -1287,9 +1287,10 @@ def plan_floor(usable: dict, a_path, b_path, dtype, measured: dict | None = None
     run's own (:func:`measured_rates`), each missing one at its default.
     """
     from dgemm.cluster import device_limits, tiles_of
-    from dgemm.plan import MEMORY_FRACTION, Rates, default_target, make_plan
+    from dgemm.client.plan import Rates, make_plan
+    from dgemm.sizes import MEMORY_FRACTION, default_target
     from dgemm.storage import Operand
-    from dgemm.tuning.database import lookup
+    from dgemm.opencl.database import lookup
 
     A, B = Operand(os.fspath(a_path), "a", storage_options), Operand(os.fspath(b_path), "b", storage_options)
     (m, k), (_, n) = A.shape, B.shape

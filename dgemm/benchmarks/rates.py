@@ -1,7 +1,7 @@
 """The host's rates that bound an end-to-end product: store reads and writes, host-device copies.
 
 ``dgemm bench e2e`` records them beside its timings, so that a run can be
-read against its floor (:meth:`dgemm.plan.Plan.explain_estimate` takes the
+read against its floor (:meth:`dgemm.client.plan.Plan.explain_estimate` takes the
 same three rates).  Each is measured the way dgemm moves data: whole Zarr
 chunks by several threads, and one device buffer copied by one thread from
 ordinary (pageable) and from page-locked (pinned) host memory.

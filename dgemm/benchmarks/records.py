@@ -13,59 +13,15 @@ taken gets ``-2``, ``-3``...: no record is overwritten.  Sorted by name,
 """
 from __future__ import annotations
 
-import datetime
 import json
 import math
 import os
 import re
-import shlex
-import subprocess
-import sys
 from pathlib import Path
 
-from dgemm import config
+from dgemm.provenance import command_line, git_commit, utc_now  # noqa: F401  (what every record carries)
 
 DEFAULT_OUT = os.path.join("bench", "results")
-
-
-def git_commit() -> tuple[str, bool | None]:
-    """``(short commit, dirty)`` of the checkout dgemm runs from.
-
-    The ``commit`` setting (:mod:`dgemm.config`, ``$DGEMM_COMMIT``), when set,
-    names the commit: a copy of the tree (the GPU machine's) may carry a
-    stale ``.git``, or none.  Else git is asked; else ``"unknown"``.
-    ``dirty`` (tracked files modified) is ``None`` when git was not asked.
-    """
-    named = config.get("commit")
-    if named:
-        return named, None
-    here = os.path.dirname(os.path.abspath(__file__))
-    try:
-        r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True,
-                           text=True, timeout=10)
-        if r.returncode == 0 and r.stdout.strip():
-            s = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
-                               capture_output=True, text=True, timeout=10)
-            return r.stdout.strip(), (bool(s.stdout.strip()) if s.returncode == 0 else None)
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return "unknown", None
-
-
-def command_line(argv: list[str] | None = None) -> str:
-    """The command as typed: ``sys.argv`` with the console script's path shortened to its name.
-
-    >>> command_line(["/x/.venv/bin/dgemm", "bench", "kernel", "--out", "a b"])
-    "dgemm bench kernel --out 'a b'"
-    """
-    argv = list(sys.argv if argv is None else argv)
-    if argv:
-        base = os.path.basename(argv[0])
-        if base in ("dgemm", "dask"):
-            argv[0] = base
-        elif argv[0].endswith(os.path.join("dgemm", "__main__.py")):
-            argv[0:1] = ["python", "-m", "dgemm"]
-    return shlex.join(argv)
 
 
 def device_slug(name: str) -> str:
@@ -77,11 +33,6 @@ def device_slug(name: str) -> str:
     'pthread-amd-epyc'
     """
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "device"
-
-
-def utc_now() -> str:
-    """The time now, UTC, as ISO 8601 to the second (what records' ``date`` holds)."""
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 def result_stem(date: str, devices, benchmark: str, detail: str | None = None) -> str:

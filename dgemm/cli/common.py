@@ -35,8 +35,7 @@ def _environment_errors() -> tuple:
 
     from distributed.scheduler import KilledWorker
 
-    from dgemm.cluster import NoDeviceWorkerError
-    from dgemm.storage.lease import OutputBusyError, OutputTakenOverError
+    from dgemm.errors import NoDeviceWorkerError, OutputBusyError, OutputTakenOverError
     return (OSError, NoDeviceWorkerError, KilledWorker, CancelledError, MemoryError, OutputBusyError,
             OutputTakenOverError)
 

@@ -59,11 +59,12 @@ def plan(ctx, a, b, block, dtype, workers, read_gbps, write_gbps, pcie_gbps, tfl
     run uses those of its workers' devices, which may differ.
     """
     from dgemm.opencl import discovery
-    from dgemm.tuning.params import KernelParams
+    from dgemm.opencl.params import KernelParams
     from dgemm.dtypes import check_dtype
-    from dgemm.plan import MEMORY_FRACTION, Rates, default_target, make_plan
+    from dgemm.client.plan import Rates, make_plan
+    from dgemm.sizes import MEMORY_FRACTION, default_target
     from dgemm.storage import Operand
-    from dgemm.tuning.database import lookup
+    from dgemm.opencl.database import lookup
 
     try:
         selection = discovery.select_devices(None)

@@ -14,6 +14,7 @@ import threading
 import click
 
 from dgemm.cli.common import InputError, cli, user_errors
+from dgemm.errors import SubmissionError
 
 
 @cli.group(name="jobqueue")
@@ -106,7 +107,7 @@ def _run(ctx, recipe, *, a, b, out, jobs, gpus_per_node, cores, memory, queue, a
             click.echo(script, nl=not script.endswith("\n"))
             return
         if operands:   # the user's mistakes before any job is queued
-            from dgemm.request import Request
+            from dgemm.client.request import Request
             Request.check("matmul", a, b, out=out, overwrite=overwrite)
         cluster = jobqueue.start_cluster(recipe.CLUSTER, opts, **extra)
     from distributed import Client
@@ -120,7 +121,7 @@ def _run(ctx, recipe, *, a, b, out, jobs, gpus_per_node, cores, memory, queue, a
             client.write_scheduler_file(scheduler_file)
         try:
             jobqueue.submit(cluster, jobs)
-        except jobqueue.SubmissionError as e:   # nothing would ever join: say why, now
+        except SubmissionError as e:   # nothing would ever join: say why, now
             raise click.ClickException(str(e)) from None
         click.echo(f"submitted {jobs} job{'s' if jobs > 1 else ''} of {gpus_per_node} GPU worker"
                    f"{'s' if gpus_per_node > 1 else ''} each")

@@ -58,8 +58,9 @@ def tune_cmd(ctx, device_spec, dtype, budget, size, seed, max_candidates, databa
     import json
 
     from dgemm.benchmarks.records import write_json
-    from dgemm.opencl.device import Device, DeviceError
-    from dgemm.tuning import database as tuning
+    from dgemm.errors import DeviceError
+    from dgemm.opencl.device import Device
+    from dgemm.opencl import database as tuning
     from dgemm.tuning.search import (databases, default_size, earlier_winners, plan_runs, report_header, tune,
                                      tune_key, tuned_path)
 

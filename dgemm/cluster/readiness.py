@@ -10,8 +10,9 @@ from __future__ import annotations
 from distributed import Client
 
 from dgemm import config
+from dgemm.errors import NoDeviceWorkerError
 from dgemm.names import WORKER_PLUGIN
-from dgemm.tuning.params import KernelParams, lcm_tiles
+from dgemm.opencl.params import KernelParams, lcm_tiles
 from dgemm.worker import DgemmPlugin, describe_worker
 from dgemm.worker.plugin import warm_worker
 from dgemm.worker.state import device_memory
@@ -60,10 +61,6 @@ def device_limits(workers: dict) -> tuple[int | None, int | None]:
         if ma is not None:
             max_alloc = ma if max_alloc is None else min(max_alloc, ma)
     return memory, max_alloc
-
-
-class NoDeviceWorkerError(RuntimeError):
-    """No worker of the cluster can run dgemm's GEMM tasks."""
 
 
 def prepare(client: Client, dtype, timeout: float | None = None) -> dict:

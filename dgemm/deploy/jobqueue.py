@@ -14,15 +14,13 @@ import importlib
 import re
 from collections.abc import Sequence
 
+from dgemm.errors import SubmissionError
+
 # Preloaded by the scheduler: the /dgemm dashboard page and block placement from the start.
 SCHEDULER_PRELOAD = "dgemm.scheduler"
 # How dask-jobqueue runs the worker: ``python -m dgemm worker SCHEDULER --name ... --nthreads ... ...``.
 WORKER_COMMAND = "dgemm worker"
 JOBQUEUE_MISSING = "dask-jobqueue is not installed: pip install 'dgemm[jobqueue]' (or pip install dask-jobqueue)"
-
-
-class SubmissionError(RuntimeError):
-    """The batch system refused a job: its submission command (``sbatch``, ``qsub``) failed; says what it said."""
 
 
 def worker_options(*, gpus_per_node: int, cores: int, memory: str, account: str | None, walltime: str | None,

@@ -16,12 +16,13 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from dgemm import config
+from dgemm.errors import DeviceError
 from dgemm.dtypes import SUPPORTED
 from dgemm.opencl import sources
 from dgemm.opencl.discovery import DeviceInfo, cl_device, worker_device
 from dgemm.opencl.panels import PanelCache
-from dgemm.tuning.params import KernelParams
-from dgemm.tuning.database import Choice, lookup
+from dgemm.opencl.params import KernelParams
+from dgemm.opencl.database import Choice, lookup
 
 logger = logging.getLogger("dgemm")
 
@@ -51,10 +52,6 @@ def poisoned():
         yield
     finally:
         POISON = saved
-
-
-class DeviceError(RuntimeError):
-    """The device cannot do what was asked (no fp64, too little memory...)."""
 
 
 class Kernels:

@@ -284,7 +284,7 @@ class BlockEngine:
             ``extent`` the m (for A) or n (for B) of their product.  They are
             read once this product's own reads are all under way, as many as
             a quarter of the panel cache holds, so that the readers never
-            wait for the next task to ask (:func:`dgemm.graph.build` lists
+            wait for the next task to ask (:func:`dgemm.client.graph.build` lists
             them: the blocks not read before, in this worker's order).
         prefetch : int, optional
             How many k steps to read ahead (default :func:`default_prefetch`).

@@ -2,7 +2,7 @@
 
 A C block ``(i, j)`` needs the A row panel ``i`` and the B column panel
 ``j``.  A worker that runs the blocks of a row one after the other (the
-graph orders them so, see :mod:`dgemm.graph`) needs A's panel again for each
+graph orders them so, see :mod:`dgemm.client.graph`) needs A's panel again for each
 of them, and B's panels again on every row.  Keeping the staged (padded,
 transposed) device buffers means each input block is read from the store
 and sent over PCIe once per worker while it fits, instead of once per use.

@@ -23,11 +23,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
+from dgemm.errors import PtxEditError
+
 __all__ = ["PtxEditError", "Site", "finish", "program_ptx", "retarget"]
-
-
-class PtxEditError(ValueError):
-    """The PTX does not have the sites, or the shape, an edit expects."""
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ class WgmmaParams:
 
     @classmethod
     def of(cls, params) -> "WgmmaParams":
-        """The macros of a :class:`dgemm.tuning.params.KernelParams` with MMA=7."""
+        """The macros of a :class:`dgemm.opencl.params.KernelParams` with MMA=7."""
         d = params.defines()
         return cls(WG=d["WG"], BN=d["BN"], BK=d["BK"], LAYOUT=d["LAYOUT"], GROUPM=d["GROUPM"],
                    STAGES=d["STAGES"], ROUND=d["ROUND"], SPLIT=d["SPLIT"], PROMOTE=d["PROMOTE"])

@@ -1,7 +1,7 @@
 """Block placement that survives the death of every worker at once.
 
 :func:`dgemm.matmul` places each C block on one device worker
-(:func:`dgemm.plan.assign`: a rectangle of blocks per worker, so that each
+(:func:`dgemm.client.plan.assign`: a rectangle of blocks per worker, so that each
 worker reads only its share of A and B).  The placement is *loose*
 (``allow_other_workers``): when a worker dies, its blocks go to the others.
 

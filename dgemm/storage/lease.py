@@ -34,19 +34,12 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
 from dgemm import config
+from dgemm.errors import OutputBusyError, OutputTakenOverError
 from dgemm.storage import keys
 from dgemm.storage.markers import BlockMarkers
 from dgemm.storage.originals import Originals
 
 EXPIRY = 3   # intervals without a renewal after which a lease is stale
-
-
-class OutputBusyError(RuntimeError):
-    """Another live run writes this output; raised before any work."""
-
-
-class OutputTakenOverError(RuntimeError):
-    """The output was taken over by another run (or this run was cancelled); its tasks write nothing more."""
 
 
 def lease_key(array) -> str:

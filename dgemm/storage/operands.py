@@ -32,7 +32,7 @@ class Operand:
     def __init__(self, x, what: str, storage_options: dict | None = None, incomplete_ok: bool = False):
         self.what = what
         self.zarr = None
-        self.dask = None
+        self.data = None   # the numpy or dask array of an operand not in Zarr
         self.label = what
         self.expand: int | None = None
         self.trans = False
@@ -47,7 +47,7 @@ class Operand:
                                  "did not finish, so some of its blocks are missing; finish it first "
                                  "(the same call with resume=True)")
         elif is_dask_array(x):
-            self.dask = x
+            self.data = x
             shape, dtype = tuple(x.shape), x.dtype
             if any(math.isnan(s) for s in shape):
                 raise ValueError(f"{what} is a dask array of unknown shape {shape} (unknown chunk sizes); "
@@ -55,7 +55,7 @@ class Operand:
             chunks = tuple(c[0] if c else 0 for c in x.chunks)
         elif isinstance(x, (np.ndarray, list, tuple)) or hasattr(x, "__array__"):
             arr = np.asarray(x)
-            self.dask = arr  # turned into a dask array once the plan fixes its blocks
+            self.data = arr  # turned into a dask array once the plan fixes its blocks
             shape, dtype, chunks = arr.shape, arr.dtype, None
         else:
             raise TypeError(f"{what} must be a zarr.Array, a path or URL of one, a dask array or a numpy "
@@ -81,8 +81,8 @@ class Operand:
         c = self.stored_chunks[0] if self.stored_chunks else None
         self.stored_shape = (1, n) if axis == 0 else (n, 1)
         self.stored_chunks = None if c is None else ((1, c) if axis == 0 else (c, 1))
-        if self.dask is not None:
-            self.dask = self.dask[None, :] if axis == 0 else self.dask[:, None]
+        if self.data is not None:
+            self.data = self.data[None, :] if axis == 0 else self.data[:, None]
 
     def transpose(self) -> None:
         self.trans = not self.trans
@@ -102,13 +102,13 @@ class Operand:
         if self.zarr is not None:
             d["zarr"] = location(self.zarr)
             d["chunks"] = list(self.zarr.chunks)
-        elif isinstance(self.dask, np.ndarray):
-            d["numpy"] = tokenize(self.dask)
+        elif isinstance(self.data, np.ndarray):
+            d["numpy"] = tokenize(self.data)
         else:
-            d["dask"] = self.dask.name
+            d["dask"] = self.data.name
             # the name hashes how each Zarr array was spelt, not where it lives: "a.zarr" in two folders
             # gives one name, so the arrays the graph reads are part of what it is
-            d["reads"] = sorted(str(loc) for loc in sources(self.dask))
+            d["reads"] = sorted(str(loc) for loc in sources(self.data))
         return d
 
     @property
@@ -146,10 +146,10 @@ class Operand:
                 raise IndexError(f"{self.what} has no blocks")
             return no_ref, None
         chunks = (tuple(b - a for a, b in sr), tuple(b - a for a, b in sc))
-        if isinstance(self.dask, np.ndarray):
-            x = da.from_array(self.dask, chunks=chunks, name=f"dgemm-load-{self.what}-{tokenize(self.dask, chunks)}")
+        if isinstance(self.data, np.ndarray):
+            x = da.from_array(self.data, chunks=chunks, name=f"dgemm-load-{self.what}-{tokenize(self.data, chunks)}")
         else:
-            x = self.dask.rechunk(chunks)
+            x = self.data.rechunk(chunks)
 
         def ref(i, j):
             if self.trans:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 
 from dgemm.dtypes import DTYPES, PRECISIONS
-from dgemm.tuning.database import lookup
+from dgemm.opencl.database import lookup
 
 
 def device_report(build: bool = False) -> dict:

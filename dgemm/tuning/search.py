@@ -22,8 +22,8 @@ import numpy as np
 
 from dgemm.dtypes import check_precision
 from dgemm.opencl.device import Device
-from dgemm.tuning.database import Choice, usable
-from dgemm.tuning.params import CPU_VWN, MMA_KINDS, KernelParams, min_compute_capability, mma_values
+from dgemm.opencl.database import Choice, usable
+from dgemm.opencl.params import CPU_VWN, MMA_KINDS, KernelParams, min_compute_capability, mma_values
 from dgemm.tuning.timing import KernelBench, Timing
 
 SPACE = {
@@ -359,8 +359,8 @@ def default_size(info) -> int:
 
 
 def databases(path=None) -> list[tuple[str, dict]]:
-    """The databases :func:`dgemm.tuning.database.lookup` reads, with ``path`` as the user database if given."""
-    from dgemm.tuning import database as tuning
+    """The databases :func:`dgemm.opencl.database.lookup` reads, with ``path`` as the user database if given."""
+    from dgemm.opencl import database as tuning
     user = Path(path) if path is not None else tuning.user_path()
     return [("user", tuning.load(user)), ("shipped", tuning.load(tuning.shipped_path()))]
 
@@ -438,7 +438,7 @@ def tuned_path(info, dtype: str, precision: str | None, database=None) -> str | 
     """
     if precision is not None:
         return precision
-    from dgemm.tuning import database as tuning
+    from dgemm.opencl import database as tuning
     default = tuning.lookup(info, dtype, databases(database))
     return None if default.params.precision == "fma" else "fma"
 
@@ -450,7 +450,7 @@ def entry_names(dtype: str, precision: str | None, params: KernelParams, default
     ``<dtype>:<precision>`` (the dtype alone for precision None), except that
     where the search covered the wgmma kernels too (``split``: sm_90, a float32
     tensor-core precision) an ``mma.sync`` winner is ``<dtype>:<precision>/mma.sync``:
-    :func:`dgemm.tuning.database.lookup` reads the plain name as the wgmma
+    :func:`dgemm.opencl.database.lookup` reads the plain name as the wgmma
     kernel's entry and this one as its stand-in (``wgmma=False``), so
     neither kernel's entry is ever replaced by the other's.  The winner also
     becomes the dtype's default entry for ``"dmma"`` (exact, as before), and
@@ -490,7 +490,7 @@ def tune(device: Device, dtype, *, size: int | None = None, budget: float = 60.0
     import datetime
 
     from dgemm import __version__
-    from dgemm.tuning import database as tuning
+    from dgemm.opencl import database as tuning
 
     dtype = device.check_dtype(dtype).name
     info = device.info
@@ -565,7 +565,7 @@ def plan_runs(dtypes, precisions=()) -> list[tuple[str, str | None]]:
 def report_header(info, *, size: int, budget: float, seed: int, database: str) -> dict:
     """The provenance of a ``dgemm tune --json`` report: device, date, commit, command and the search's settings."""
     from dgemm import __version__
-    from dgemm.benchmarks.records import command_line, git_commit, utc_now
+    from dgemm.provenance import command_line, git_commit, utc_now
 
     return {"device": info.name, "device_id": info.id, "driver": info.driver, "architecture": info.architecture,
             "date": utc_now(), "commit": git_commit()[0], "command": command_line(),

@@ -15,7 +15,7 @@ import numpy as np
 from dgemm.accuracy import sampled_error, tolerance
 from dgemm.opencl.device import Device
 from dgemm.sizes import roundup
-from dgemm.tuning.params import KernelParams
+from dgemm.opencl.params import KernelParams
 
 SAMPLES = 24    # rows and columns of every timed C that are checked
 

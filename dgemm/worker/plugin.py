@@ -178,7 +178,7 @@ def staging_bytes(info, dtypes) -> int:
     """
     import numpy as np
 
-    from dgemm.plan import default_target
+    from dgemm.sizes import default_target
 
     side = default_target([info.type])
     return side * side * max([np.dtype(d).itemsize for d in dtypes] or [4])

@@ -25,7 +25,7 @@ from dgemm.names import COUNTERS, EXTRA, GEMM, TASK_SECONDS, WORKER_PLUGIN
 from dgemm.opencl.device import Device, DeviceError
 from dgemm.opencl.discovery import select_devices
 from dgemm.opencl.engine import BlockEngine
-from dgemm.plan import MEMORY_FRACTION
+from dgemm.sizes import MEMORY_FRACTION
 
 # Block products a worker remembers, and how old the ones it reports may be: the
 # scheduler samples every second, so each product reaches it at least once.
@@ -297,7 +297,7 @@ class DeviceState:
             self.error = f"{type(e).__name__}: {e}"
 
     def engine(self, dtype, precision: str | None = None):
-        """The engine for ``dtype`` and ``precision`` (see :func:`dgemm.tuning.database.lookup`), built once."""
+        """The engine for ``dtype`` and ``precision`` (see :func:`dgemm.opencl.database.lookup`), built once."""
         if self.device is None:
             raise DeviceError(f"this worker has no usable OpenCL device ({self.error})")
         dtype = np.dtype(dtype)
@@ -357,7 +357,7 @@ class DeviceState:
 
         ``reserve`` is what the plan says one block product holds besides
         its cached inputs (accumulator, staging, inputs in flight).  The
-        share is :data:`dgemm.plan.MEMORY_FRACTION` of the device memory,
+        share is :data:`dgemm.sizes.MEMORY_FRACTION` of the device memory,
         or of the ``device-memory-limit`` setting (``DGEMM_DEVICE_MEMORY_LIMIT``)
         when that is smaller; CPU devices (whose memory is the host's) keep
         a quarter of it.

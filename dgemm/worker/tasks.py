@@ -1,4 +1,4 @@
-"""The functions the tasks of a dgemm graph run, in the workers (:mod:`dgemm.graph` builds the graph).
+"""The functions the tasks of a dgemm graph run, in the workers (:mod:`dgemm.client.graph` builds the graph).
 
 ``dgemm-gemm``    :func:`gemm_block`, one block product on this worker's device
 ``dgemm-reduce``  :func:`reduce_blocks`, the sum of a C block's k segments

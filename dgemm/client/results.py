@@ -1,12 +1,9 @@
 """Reading results back: a finished output carries a completion marker."""
 from __future__ import annotations
 
+from dgemm.errors import IncompleteResultError
 from dgemm.storage import COMPLETE_ATTR
 from dgemm.storage.options import access_hint, is_url
-
-
-class IncompleteResultError(RuntimeError):
-    """The output exists but its run did not finish."""
 
 
 def open_result(path, *, storage_options: dict | None = None):

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from dgemm.dtypes import check_dtype, check_precision
-from dgemm.plan import index_overflow
+from dgemm.sizes import index_overflow
 from dgemm.sizes import INT32_MAX
 from dgemm.storage import Operand, OutputSpec, check_output, check_storage_options, is_zarr_array
 from dgemm.storage.locations import is_dask_array, locate, open_array, plain_zarr, sources

@@ -6,10 +6,10 @@ import json
 import numpy as np
 import pytest
 
-from dgemm.tuning import database as tuning
+from dgemm.opencl import database as tuning
 from dgemm.opencl.discovery import DeviceInfo
-from dgemm.tuning.params import KernelParams
-from dgemm.tuning.database import LEVELS, Choice, lookup, shipped_path, store, user_path
+from dgemm.opencl.params import KernelParams
+from dgemm.opencl.database import LEVELS, Choice, lookup, shipped_path, store, user_path
 
 INFO = DeviceInfo(0, 0, "Plat", "Acme X1", "Acme Corporation", "GPU", 2**30, 65536, 1024, 8, True, "acme-arch", "1.0")
 

@@ -1,4 +1,4 @@
-"""The steps of a checked call (:class:`dgemm.request.Request`), each its own function.
+"""The steps of a checked call (:class:`dgemm.client.request.Request`), each its own function.
 
 An output to resume is checked against this call first (:func:`_finished`);
 only then is a cluster found or started, the product planned, the graph run
@@ -13,12 +13,13 @@ import uuid
 
 import numpy as np
 
-from dgemm import graph as graph_mod
+from dgemm.client import graph as graph_mod
 from dgemm.cluster import device_limits, get_client, prepare, tiles_of
 from dgemm.storage import hostcache
-from dgemm.plan import Plan, default_target, make_plan
+from dgemm.client.plan import Plan, make_plan
+from dgemm.sizes import default_target
 from dgemm.scheduler import placement
-from dgemm.request import Request
+from dgemm.client.request import Request
 from dgemm.storage import COMPLETE_ATTR, BlockMarkers, create_output, location, mark_complete, run_id
 from dgemm.storage import keys
 from dgemm.storage.lease import Lease, Writer, refuse_if_held
@@ -122,17 +123,17 @@ def _unplaced(req: Request) -> Plan:
 def _in_memory_operands(req: Request) -> bool:
     """Whether every operand the product reads is an in-memory (numpy) array."""
     used = [req.a, req.b] + ([req.c] if req.c is not None and req.beta != 0 else [])
-    return all(isinstance(x.dask, np.ndarray) for x in used)
+    return all(isinstance(x.data, np.ndarray) for x in used)
 
 
 def _host_array(x) -> np.ndarray:
     """An in-memory operand as the product sees it (promoted, transposed)."""
-    return x.dask.T if x.trans else x.dask
+    return x.data.T if x.trans else x.data
 
 
 def _in_memory(req: Request) -> np.ndarray:
     """numpy in, numpy out: small products by numpy here, others on the devices, gathered back."""
-    from dgemm import inmemory
+    from dgemm.client import inmemory
 
     c = _host_array(req.c) if req.c is not None and req.beta != 0 else None
     if req.k == 0 or inmemory.is_small(2 * req.m * req.n * req.k):   # k == 0: no product, just beta * C
@@ -151,7 +152,7 @@ def _in_memory(req: Request) -> np.ndarray:
                 continue
             sr, sc = (cols, rows) if x.trans else (rows, cols)
             x = copy.copy(x)
-            x.dask, futures = inmemory.scatter_blocks(client, x.dask, sr, sc, f"dgemm-scattered-{name}-{token}")
+            x.data, futures = inmemory.scatter_blocks(client, x.data, sr, sc, f"dgemm-scattered-{name}-{token}")
             held += futures
             ops[name] = x
         req = dataclasses.replace(req, **ops)

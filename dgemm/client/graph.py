@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
-from dgemm.plan import Plan, assign
+from dgemm.client.plan import Plan, assign
 from dgemm.storage import BlockMarkers, Operand, ZarrBlock
 from dgemm.storage.lease import Fence
 from dgemm.storage.originals import OriginalBlock, Originals
@@ -55,9 +55,9 @@ def build(plan: Plan, a: Operand, b: Operand, c: Operand | None, *, alpha: float
           originals: Originals | None = None) -> Graph:
     """The layers that compute the C blocks of ``plan`` (``blocks``: a list of ``(i, j)``, default all).
 
-    ``precision`` picks the kernel family on each worker (see :func:`dgemm.tuning.database.lookup`).
+    ``precision`` picks the kernel family on each worker (see :func:`dgemm.opencl.database.lookup`).
     ``workers`` (addresses of the device workers) places the blocks for
-    locality (:func:`dgemm.plan.assign`): each worker gets a rectangle of C
+    locality (:func:`dgemm.client.plan.assign`): each worker gets a rectangle of C
     blocks and runs it row by row, so its A and B panels are read once into
     its device's cache.  The placement is loose: if a worker dies, its blocks
     go to the others; if every worker dies at once,

@@ -20,11 +20,11 @@ from click.testing import CliRunner
 import dgemm
 import dgemm.accuracy
 import dgemm.tuning.search
-from dgemm.tuning import database as tuning
+from dgemm.opencl import database as tuning
 from dgemm.cli import cli
 from dgemm.opencl.discovery import DeviceInfo, list_devices
 from dgemm.tuning.timing import Timing
-from dgemm.tuning.params import KernelParams
+from dgemm.opencl.params import KernelParams
 from dgemm.tuning.search import candidates, databases, default_size, search, tune
 
 DEVICES = list_devices()
@@ -397,7 +397,7 @@ assert (TF32_WG.MMA, X3_WG.MMA) == (7, 8)
 
 @pytest.mark.parametrize("precision,mma", [("tf32", 7), ("3xtf32", 8)])
 def test_wgmma_candidates_on_sm_90(precision, mma):
-    from dgemm.tuning.params import WGMMA_LOCAL_MEM
+    from dgemm.opencl.params import WGMMA_LOCAL_MEM
     from dgemm.tuning.search import WGMMA_MAX_ACC, WGMMA_SPACE, wgmma_accumulators, wgmma_candidates
     space = wgmma_candidates(H100, "float32", precision)
     assert space and len(set(space)) == len(space)
