@@ -527,10 +527,10 @@ def _bad_cases():
         "block-int32-overflow-c": (M, lambda t: dict(a=huge(t, "ha.zarr", (100000, 64), (10000, 64)),
                                                      b=huge(t, "hb.zarr", (64, 100000), (64, 10000)),
                                                      block=(50000, 50000, 64)), ValueError,
-                                   r"gives C blocks of 50000 x 50000 = 2500000000 elements, more than the 2\*\*31 - 1"),
+                                   r"block=\(50000, 50000, 64\) is too large: a C block of 50000 x 50000 padded elements exceeds 2\*\*31 - 1"),
         "block-int32-overflow-a": (M, lambda t: dict(a=huge(t, "ha.zarr", (100000, 100000), (10000, 10000)),
                                                      b=huge(t, "hb.zarr", (100000, 8), (10000, 8)),
-                                                     block=(60000, 8, 60000)), ValueError, "gives A blocks of 60000 x 60000"),
+                                                     block=(60000, 8, 60000)), ValueError, "is too large: an A block of 60000 x 60000 padded elements"),
         "out-chunks-int32-overflow": (M, out_chunks_overflow, ValueError,
                                       r"out's chunks \(50000, 50000\) are too large for dgemm: a C block of 50000 x 50000"),
     }

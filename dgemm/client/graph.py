@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
+from dgemm import names
 from dgemm.client.plan import Plan, assign
 from dgemm.storage import BlockMarkers, Operand, ZarrBlock
 from dgemm.storage.lease import Fence
@@ -81,7 +82,7 @@ def build(plan: Plan, a: Operand, b: Operand, c: Operand | None, *, alpha: float
             return OriginalBlock(c_block(i, j), originals, i, j)
     inputs = {name for name in (_merge(graph, a_coll), _merge(graph, b_coll), _merge(graph, c_coll)) if name}
 
-    gname = f"dgemm-gemm-{token}"
+    gname = f"{names.GEMM}-{token}"
     split = len(plan.segments) > 1
     dt = plan.dtype.str
     reserve = plan.device_bytes()
@@ -171,7 +172,7 @@ def _add_tree_reduction(graph: Graph, plan: Plan, gname: str, token: str, blocks
     level = 0
     while True:
         last = all(len(v) <= fan_in for v in keys.values())
-        name = f"dgemm-reduce-{token}" if last else f"dgemm-reduce-{token}-{level}"
+        name = f"{names.REDUCE}-{token}" if last else f"{names.REDUCE}-{token}-{level}"
         dsk, nxt = {}, {}
         for ij, parts in keys.items():
             groups = [parts[x:x + fan_in] for x in range(0, len(parts), fan_in)]
@@ -199,7 +200,7 @@ def add_store(graph: Graph, plan: Plan, array, drop: tuple, token: str, markers:
     C) keeps each original C block before it is overwritten.  See
     :func:`dgemm.worker.tasks.store`.
     """
-    sname, dname = f"dgemm-store-{token}", f"dgemm-done-{token}"
+    sname, dname = f"{names.STORE}-{token}", f"{names.DONE}-{token}"
     dsk = {(sname, i, j): (store, array, plan.rows[i], plan.cols[j], (graph.result_name, i, j), drop,
                            None if markers is None else (markers, i, j), fence, originals)
            for i, j in _blocks(plan, blocks)}

@@ -10,7 +10,6 @@ import numpy as np
 
 from dgemm.dtypes import check_dtype, check_precision
 from dgemm.sizes import index_overflow
-from dgemm.sizes import INT32_MAX
 from dgemm.storage import Operand, OutputSpec, check_output, check_storage_options, is_zarr_array
 from dgemm.storage.locations import is_dask_array, locate, open_array, plain_zarr, sources
 from dgemm.storage.outputs import codec_configs, output_codecs
@@ -32,12 +31,10 @@ def _check_block_overflow(target, m: int, n: int, k: int) -> None:
     """Refuse a ``block`` whose blocks would exceed the kernels' 32-bit indexing."""
     if target is None:
         return
-    bm, bn, bk = (min(t, max(e, 1)) for t, e in zip(target, (m, n, k)))
-    for what, x, y in (("C", bm, bn), ("A", bm, bk), ("B", bk, bn)):
-        if x * y > INT32_MAX:
-            raise ValueError(f"block={target} gives {what} blocks of {x} x {y} = {x * y} elements, more than the "
-                             f"2**31 - 1 the kernels index with 32-bit integers; use smaller blocks "
-                             f"(e.g. block=4096)")
+    why = index_overflow(*(min(t, max(e, 1)) for t, e in zip(target, (m, n, k))), (1, 1, 1))
+    if why:
+        raise ValueError(f"block={target} is too large: {why}, the limit of the kernels' 32-bit indexing; "
+                         "use smaller blocks (e.g. block=4096)")
 
 
 def _check_block(block):

@@ -15,6 +15,7 @@ import os
 import numpy as np
 
 from dgemm.dtypes import check_dtype
+from dgemm.names import LOAD
 from dgemm.storage.blocks import ZarrBlock
 from dgemm.storage.locations import absolute, check_readable, is_dask_array, location, open_array, plain_zarr, sources
 from dgemm.storage.markers import COMPLETE_ATTR
@@ -147,7 +148,7 @@ class Operand:
             return no_ref, None
         chunks = (tuple(b - a for a, b in sr), tuple(b - a for a, b in sc))
         if isinstance(self.data, np.ndarray):
-            x = da.from_array(self.data, chunks=chunks, name=f"dgemm-load-{self.what}-{tokenize(self.data, chunks)}")
+            x = da.from_array(self.data, chunks=chunks, name=f"{LOAD}-{self.what}-{tokenize(self.data, chunks)}")
         else:
             x = self.data.rechunk(chunks)
 
