@@ -45,11 +45,10 @@ def build(p, dtype, options):
     from dgemm.opencl.discovery import list_devices
 
     if p.k_major:
-        w = wgmma.WgmmaParams.of(p)
         dev = [d for pl in cl.get_platforms() for d in pl.get_devices() if d.type & cl.device_type.GPU][0]
         ctx = cl.Context([dev])
-        _, _, finished = wgmma.build(ctx, dev, w, tuple(options))
-        return for_cuda(finished), "gemm_wgmma", w.tile, (w.threads, 1, 1)
+        _, _, finished = wgmma.build(ctx, dev, p, tuple(options))
+        return for_cuda(finished), "gemm_wgmma", p.tiles, (p.threads, 1, 1)
     device = Device([d for d in list_devices() if d.type == "GPU"][0])
     kern = device.kernels(dtype, p, tuple(options))
     assert kern.params == p, (kern.params, p)

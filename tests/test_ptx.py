@@ -2,7 +2,7 @@
 
 The PTX here is written the way NVIDIA's OpenCL compiler prints inline
 assembly (between ``// begin inline asm`` and ``// end inline asm``); the
-GPU run of bench/wgmma_bench.py is what shows the edited programs load and
+GPU run of bench/variants.py is what shows the edited programs load and
 compute the right product.
 """
 import pytest
@@ -106,10 +106,15 @@ def test_the_wgmma_site_names_every_accumulator(bn):
     assert "mov.f32 %f1, %f1;" not in out and "add.u32 %r1, %r1, 71" not in out
 
 
-def test_params_say_their_tile_and_options():
-    p = wgmma.WgmmaParams(WG=2, BN=256, BK=8)
-    assert p.tile == (128, 256, 8) and p.threads == 256
-    assert "-DBN=256" in p.options() and "-DPRECISION=32" in p.options()
+def test_the_kernel_macros_come_from_the_parameters():
+    """One description of a wgmma kernel: KernelParams gives its tile, work-group and -D macros."""
+    from dgemm.opencl.params import KernelParams
+
+    p = KernelParams(MMA=7, TSM=128, TSN=256, TSK=8, WARPSM=2, GROUPM=8, STAGES=4)
+    assert p.tiles == (128, 256, 8) and p.threads == 256
+    flags = wgmma.options(p)
+    assert {"-DPRECISION=32", "-DWG=2", "-DBN=256", "-DBK=8", "-DSTAGES=4", "-DROUND=0", "-DSPLIT=0"} <= set(flags)
+    assert "-DSPLIT=1" in wgmma.options(KernelParams(MMA=8, TSM=128, TSN=128, TSK=32, WARPSM=2, STAGES=4))
 
 
 def test_an_accumulator_moved_between_two_sites_is_refused():

@@ -308,7 +308,7 @@ class Device:
             bad.append(f"wgmma is sm_90's (Hopper); {self.info.name} is {self.info.architecture or 'not NVIDIA'}")
         if bad:
             raise ValueError(f"invalid kernel parameters {params}: " + "; ".join(bad))
-        program, _, _ = wgmma.build(self.context, self.cl_device, wgmma.WgmmaParams.of(params), extra_options)
+        program, _, _ = wgmma.build(self.context, self.cl_device, params, extra_options)
         # The padding and transpose kernels of the regular program (any GEMM parameters build them).
         helpers = self.kernels(dtype, lookup(self.info, dtype.name, precision="fma").params).program
         with self._lock:

@@ -1,57 +1,17 @@
 """The wgmma (Hopper TF32) kernel: kernels/gemm_wgmma.cl finished in PTX by :mod:`dgemm.opencl.ptx`.
 
 :class:`dgemm.opencl.device.Device` builds it for ``KernelParams(MMA=7, ...)``
-(the ``tf32`` path on sm_90 devices), ``bench/wgmma_bench.py`` times its
-variants on their own.  Its operands are K-major (A as M x K, B as N x K):
+(the ``tf32`` and ``3xtf32`` paths on sm_90 devices), ``bench/variants.py`` times its
+variants.  Its macros are :meth:`KernelParams.defines` (``WG``, ``BN``, ``BK``... as
+the kernel names them): the parameters are written once, in :mod:`dgemm.opencl.params`.  Its operands are K-major (A as M x K, B as N x K):
 the engine stages them so (``KernelParams.k_major``).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from dgemm.opencl.params import KernelParams
 from dgemm.opencl.ptx import Site, finish, program_ptx
 
-__all__ = ["WgmmaParams", "build", "sites"]
-
-
-@dataclass(frozen=True)
-class WgmmaParams:
-    """Tuning macros of gemm_wgmma.cl (its ``#ifndef`` defaults say what each means).
-
-    The defaults are the kernel's: the fastest variant measured on an H100 and an H200 (2026-11-23).
-    """
-
-    WG: int = 2
-    BN: int = 128
-    BK: int = 32
-    LAYOUT: int = 2
-    FIELDS: int = 0
-    GROUPM: int = 8
-    STAGES: int = 5
-    ROUND: int = 1
-    SPLIT: int = 0
-    PROMOTE: int = 1
-
-    @classmethod
-    def of(cls, params) -> "WgmmaParams":
-        """The macros of a :class:`dgemm.opencl.params.KernelParams` with MMA=7."""
-        d = params.defines()
-        return cls(WG=d["WG"], BN=d["BN"], BK=d["BK"], LAYOUT=d["LAYOUT"], GROUPM=d["GROUPM"],
-                   STAGES=d["STAGES"], ROUND=d["ROUND"], SPLIT=d["SPLIT"], PROMOTE=d["PROMOTE"])
-
-    @property
-    def tile(self) -> tuple[int, int, int]:
-        """(BM, BN, BK): the sizes M, N, K must be multiples of."""
-        return 64 * self.WG, self.BN, self.BK
-
-    @property
-    def threads(self) -> int:
-        """Work-items of a work-group: WG warpgroups of 128."""
-        return 128 * self.WG
-
-    def options(self) -> list[str]:
-        """The OpenCL compiler's ``-D`` options for these macros."""
-        return ["-DPRECISION=32"] + [f"-D{k}={v}" for k, v in self.__dict__.items()]
+__all__ = ["build", "options", "sites"]
 
 
 def _mma(bn: int, accumulate: bool, why: str, group: str = "accumulators", fence: bool = True) -> Site:
@@ -97,15 +57,24 @@ def sites(bn: int) -> dict[int, Site]:
     }
 
 
-def build(ctx, device, params: WgmmaParams, extra_options=(), keep: str | None = None):
+def options(params: KernelParams) -> list[str]:
+    """The OpenCL compiler's ``-D`` options of the wgmma kernel for ``params`` (``MMA=7`` or ``8``).
+
+    >>> options(KernelParams(MMA=7, TSM=128, TSN=256, TSK=32, WARPSM=2, GROUPM=8, STAGES=4))
+    ['-DPRECISION=32', '-DWG=2', '-DBN=256', '-DBK=32', '-DSTAGES=4', '-DGROUPM=8', '-DLAYOUT=2', '-DROUND=0', '-DSPLIT=0', '-DPROMOTE=1']
+    """
+    return ["-DPRECISION=32"] + [f"-D{k}={v}" for k, v in params.defines().items()]
+
+
+def build(ctx, device, params: KernelParams, extra_options=(), keep: str | None = None):
     """Build gemm_wgmma.cl for ``device`` through the PTX route.
 
     Parameters
     ----------
     ctx, device : pyopencl.Context, pyopencl.Device
         An NVIDIA sm_90 device and its context.
-    params : WgmmaParams
-        The kernel's macros.
+    params : KernelParams
+        A wgmma parameter set (``params.k_major``); its :meth:`~KernelParams.defines` are the macros.
     extra_options : sequence of str
         More compiler options (e.g. ``-cl-nv-verbose`` for ptxas's report).
     keep : str, optional
@@ -127,11 +96,11 @@ def build(ctx, device, params: WgmmaParams, extra_options=(), keep: str | None =
 
     from dgemm.opencl.sources import kernel_dir
 
-    options = params.options() + [f"-I{kernel_dir()}", *extra_options]
+    flags = options(params) + [f"-I{kernel_dir()}", *extra_options]
     source = (kernel_dir() / "gemm_wgmma.cl").read_text()
-    first = cl.Program(ctx, source).build(options=options, devices=[device])
+    first = cl.Program(ctx, source).build(options=flags, devices=[device])
     ptx = program_ptx(first, device)
-    finished = finish(ptx, sites(params.BN))
+    finished = finish(ptx, sites(params.TSN))
     if keep:
         for suffix, text in ((".ptx", ptx), ("-finished.ptx", finished)):
             with open(keep + suffix, "w") as f:
