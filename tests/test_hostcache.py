@@ -306,6 +306,44 @@ def test_in_process_stores_are_not_shared():
     assert not hostcache.shareable(zarr.create_array(zarr.storage.MemoryStore(), shape=(4, 4), dtype="f8"))
 
 
+# -- blocks read through the cache ----------------------------------------------------
+def test_a_zarr_block_reads_through_the_cache_as_it_reads_itself(tmp_path):
+    """:func:`hostcache.through` wraps the Zarr blocks of a run: read like the bare block (the engine's one
+    call), decoded once (False) then served (True); an in-process array is not shared (None); arrays
+    in memory, no cache or no run pass by; a damaged chunk raises the block's one read error."""
+    import zarr
+
+    from dgemm.storage import ZarrBlock
+
+    data = expected(3)
+    arr = zarr.create_array(str(tmp_path / "a.zarr"), shape=SHAPE, chunks=(32, 40), dtype="f8")   # zstd
+    arr[...] = data
+    cache = HostCache(str(tmp_path / "shm"), 1 << 30)
+    ref = ZarrBlock(arr, (0, SHAPE[0]), (0, SHAPE[1]))
+    shared = hostcache.through(cache, "run", ref)
+    assert isinstance(shared, hostcache.Shared)
+    assert (shared.shape, shared.dtype, shared.key(), shared.copies) == (ref.shape, ref.dtype, ref.key(), False)
+    for served in (False, True):
+        out = poisoned()
+        assert shared.fill_into(out) is served
+        np.testing.assert_array_equal(out, data)
+    assert cache.counts == {"misses": 1, "hits": 1, "bytes_decoded": BLOCK_BYTES, "bytes_served": BLOCK_BYTES}
+    held = np.ones(3)
+    assert hostcache.through(cache, "run", held) is held
+    assert hostcache.through(None, "run", ref) is ref and hostcache.through(cache, None, ref) is ref
+    mem = zarr.create_array(zarr.storage.MemoryStore(), shape=SHAPE, dtype="f8")
+    mem[...] = data
+    out = poisoned()
+    assert hostcache.through(cache, "run", ZarrBlock(mem, ref.rows, ref.cols)).fill_into(out) is None
+    np.testing.assert_array_equal(out, data)
+    (tmp_path / "a.zarr" / "c" / "1" / "1").write_bytes(b"not zstd")
+    with pytest.raises(OSError) as err:
+        hostcache.through(cache, "run2", ref).fill_into(poisoned())   # a run that has not shared it
+    assert str(err.value).startswith(f"dgemm could not read Zarr array file://{tmp_path}/a.zarr rows 0:96, "
+                                     f"columns 0:80, chunk (1, 1) (store key 'c/1/1'): ")
+    assert "dgemm could not" not in str(err.value.__cause__)                 # explained once, not twice
+
+
 # -- end to end -----------------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.timeout(300)

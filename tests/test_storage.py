@@ -371,6 +371,45 @@ def test_read_error_of_a_vector_and_in_a_group(tmp_path):
     assert "chunk (1,) (store key 'v/c/1')" in read_error(ref, err.value)
 
 
+# -- fill_into: the device engine's one read call -------------------------------------
+@pytest.mark.parametrize("layout", ["raw", "zstd", "left to zarr"])
+def test_fill_into_fills_a_poisoned_buffer_or_raises_the_one_read_error(tmp_path, layout):
+    """A good block fills every element of a NaN-poisoned buffer (dgemm's reader, or zarr's for a layout
+    left to it); a damaged chunk raises one OSError naming array, rows, columns, chunk and store key,
+    the reader's own error as its cause, the same one :func:`read_block` raises."""
+    from zarr.codecs import TransposeCodec, ZstdCodec
+
+    from dgemm.storage import read_block, read_error, unreadable
+    from dgemm.storage.chunks import why_not
+
+    kw = {"raw": {"compressors": None}, "zstd": {"compressors": ZstdCodec()},
+          "left to zarr": {"compressors": None, "filters": [TransposeCodec(order=(1, 0))]}}[layout]
+    data = np.arange(1.0, 65.0).reshape(8, 8)
+    arr = zarr.create_array(store=str(tmp_path / "a.zarr"), shape=(8, 8), chunks=(2, 4), dtype="f8", **kw)
+    arr[...] = data
+    assert (why_not(arr) is None) == (layout != "left to zarr")
+    ref = ZarrBlock(arr, (3, 7), (1, 8))                     # cut chunks on every side
+    assert ref.dtype == np.dtype("f8") and ref.copies == (layout == "raw")
+    out = np.full(ref.shape, np.nan)
+    assert ref.fill_into(out) is None
+    np.testing.assert_array_equal(out, data[3:7, 1:8])
+    (tmp_path / "a.zarr" / "c" / "2" / "1").write_bytes(b"bad")   # chunk (2, 1): rows 4:6, columns 4:8
+    with pytest.raises(OSError) as err:
+        ref.fill_into(np.full(ref.shape, np.nan))
+    with pytest.raises(Exception) as own:                          # the same read, unexplained
+        ref.decode_into(np.full(ref.shape, np.nan))
+    msg = str(err.value)
+    assert msg.startswith(f"dgemm could not read Zarr array file://{tmp_path}/a.zarr rows 3:7, columns 1:8, "
+                          f"chunk (2, 1) (store key 'c/2/1'): ")
+    assert msg == read_error(ref, own.value) == str(unreadable(ref, own.value))
+    assert type(err.value.__cause__) is type(own.value) and not isinstance(own.value, OSError)
+    with pytest.raises(OSError) as again:
+        read_block(ref)
+    assert str(again.value) == msg
+    np.testing.assert_array_equal(read_block(ZarrBlock(arr, (0, 2), (0, 8))), data[:2])
+    np.testing.assert_array_equal(read_block(data), data)
+
+
 # -- resume: outputs and run identities ---------------------------------------------
 def test_check_output_for_resume(tmp_path):
     path = str(tmp_path / "c.zarr")

@@ -10,7 +10,7 @@ URLs.  This package is dgemm's only user of zarr's private API.
 """
 from __future__ import annotations
 
-from dgemm.storage.blocks import ZarrBlock, load, read_error
+from dgemm.storage.blocks import ZarrBlock, load, read_block, read_error, unreadable
 from dgemm.storage.markers import COMPLETE_ATTR, BlockMarkers, mark_complete, run_id
 from dgemm.storage.locations import location
 from dgemm.storage.operands import Operand, is_zarr_array
@@ -19,4 +19,4 @@ from dgemm.storage.outputs import OutputSpec, check_output, create_output, store
 
 __all__ = ["COMPLETE_ATTR", "BlockMarkers", "Operand", "OutputSpec", "ZarrBlock", "check_output",
            "check_storage_options", "create_output", "is_url", "is_zarr_array", "load",
-           "location", "mark_complete", "read_error", "run_id", "store_block"]
+           "location", "mark_complete", "read_block", "read_error", "run_id", "store_block", "unreadable"]

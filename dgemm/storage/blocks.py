@@ -4,6 +4,12 @@ A task receives either a :class:`ZarrBlock` (read from the store where it
 runs; for an in-place C, :class:`~dgemm.storage.originals.OriginalBlock`) or
 the block itself (held by dask); :func:`load` turns each into an array and
 :func:`read_error` explains a read that failed.
+
+A failed read raises one error wherever it happens, :func:`unreadable`'s:
+from :func:`read_block` (a task reading C) and from
+:meth:`ZarrBlock.fill_into`, the one call the device engine makes, which
+knows no storage: it hands a block a host buffer (page-locked staging memory
+where it can) and gets it back full.
 """
 from __future__ import annotations
 
@@ -12,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from dgemm.storage.chunks import visible
+from dgemm.storage import chunks
 
 
 @dataclass(frozen=True)
@@ -26,10 +32,13 @@ class ZarrBlock:
 
     def load(self) -> np.ndarray:
         """The block, in this machine's byte order: read by :mod:`~dgemm.storage.chunks` where it can, else by zarr."""
-        out = np.empty(self.shape, np.dtype(self.array.dtype).newbyteorder("="))
+        out = np.empty(self.shape, self.dtype)
         if self.read_into(out):
             return out
-        visible(self.array)
+        return self._through_zarr()
+
+    def _through_zarr(self) -> np.ndarray:
+        chunks.visible(self.array)
         if self.expand is None:
             return np.asarray(self.array[self.rows[0]:self.rows[1], self.cols[0]:self.cols[1]])
         # A 1-D operand: its one axis is the non-expanded one.
@@ -41,6 +50,17 @@ class ZarrBlock:
     def shape(self) -> tuple[int, int]:
         """The block's 2-D shape as :meth:`load` returns it (a promoted 1-D block has a 1 on its new axis)."""
         return (self.rows[1] - self.rows[0], self.cols[1] - self.cols[0])
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The dtype :meth:`load` returns and :meth:`fill_into` fills: the array's, in this machine's byte order."""
+        return np.dtype(self.array.dtype).newbyteorder("=")
+
+    @property
+    def copies(self) -> bool:
+        """Whether reading the block only copies file bytes (raw local chunks: little CPU; see
+        :func:`~dgemm.storage.chunks.copies`)."""
+        return chunks.copies(self.array)
 
     def key(self) -> tuple:
         """What the block holds, hashable: the same region of the same array gives the same key."""
@@ -55,9 +75,39 @@ class ZarrBlock:
         of it.  Returns False (``out`` untouched) when the array's layout is
         one that module leaves to zarr (:func:`~dgemm.storage.chunks.why_not`).
         """
-        from dgemm.storage.chunks import read_into
+        return chunks.read_into(self, out)
 
-        return read_into(self, out)
+    def decode_into(self, out: np.ndarray) -> None:
+        """Fill all of ``out`` (as for :meth:`read_into`): by :meth:`read_into` where it can, else by zarr.
+
+        A failure raises the reader's own error; :meth:`fill_into` is the
+        same read with the one read error.
+        """
+        if not self.read_into(out):
+            out[...] = self._through_zarr()
+
+    def fill_into(self, out: np.ndarray) -> None:
+        """Fill all of ``out`` with the block, or raise the one read error (:func:`unreadable`).
+
+        What the device engine calls to read a block it knows only by its
+        ``shape``, ``dtype``, ``key()`` and ``copies``: ``out`` is
+        C-contiguous, of :attr:`shape` and :attr:`dtype`, most often this
+        thread's page-locked staging buffer, which raw local chunks are read
+        into and zstd chunks decoded into directly.  Layouts that
+        :mod:`~dgemm.storage.chunks` leaves to zarr are read by zarr and
+        copied in.  (:class:`~dgemm.storage.hostcache.Shared` makes the same
+        call through the host cache.)
+
+        Raises
+        ------
+        OSError
+            Naming the array, rows and columns, and the chunk and its store
+            key when it can tell (:func:`read_error`).
+        """
+        try:
+            self.decode_into(out)
+        except Exception as e:
+            raise unreadable(self, e) from e
 
     def describe(self) -> str:
         path = getattr(self.array, "store_path", None) or getattr(self.array, "path", "?")
@@ -95,6 +145,22 @@ def load(ref) -> np.ndarray:
     """Materialise a block reference: anything with a ``load()`` (a :class:`ZarrBlock`, an in-place C's
     :class:`~dgemm.storage.originals.OriginalBlock`) or an array."""
     return ref.load() if hasattr(ref, "load") else np.asarray(ref)
+
+
+def read_block(ref) -> np.ndarray:
+    """:func:`load` a block reference in this worker; a failed read raises the one read error (:func:`unreadable`)."""
+    try:
+        return load(ref)
+    except Exception as e:
+        raise unreadable(ref, e) from e
+
+
+def unreadable(ref, e: Exception) -> OSError:
+    """The one error of a failed read of ``ref``: an :class:`OSError` with :func:`read_error`'s message.
+
+    Raise it ``from e``: the reader's own error stays the cause.
+    """
+    return OSError(read_error(ref, e))
 
 
 def read_error(ref, e: Exception) -> str:

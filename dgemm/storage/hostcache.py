@@ -27,6 +27,11 @@ folder goes when the run ends (:func:`forget`, from the client), and files
 older than :data:`MAX_AGE` go when a worker first uses the cache (a crashed
 run's leftovers).  Caching is best effort: a block that does not fit, or a
 write that fails, is still decoded and used, only not shared.
+
+A worker hands its device engine each Zarr block of a run wrapped by
+:func:`through` (a :class:`Shared`): the engine reads it with the same one
+call as a bare block, :meth:`Shared.fill_into`, and learns from it whether
+the cache served the block.
 """
 from __future__ import annotations
 
@@ -45,8 +50,11 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Hashable
+from dataclasses import dataclass
 
 import numpy as np
+
+from dgemm.storage.blocks import ZarrBlock, unreadable
 
 logger = logging.getLogger(__name__)
 
@@ -491,6 +499,64 @@ def _unlink(path: str) -> None:
     except OSError as e:
         if e.errno != errno.ENOENT:
             logger.debug("dgemm host cache: could not remove %s: %s", path, e)
+
+
+# -- blocks read through the cache ---------------------------------------------------
+@dataclass(frozen=True)
+class Shared:
+    """A :class:`~dgemm.storage.blocks.ZarrBlock` of run ``scope`` read through ``cache``.
+
+    Read like the block itself (the same ``shape``, ``dtype``, ``key()``
+    and ``copies``), so the device engine needs to know nothing of the
+    cache; :meth:`fill_into` also says whether the cache served it, for the
+    engine's ``host_cache_*`` counters.
+    """
+
+    block: ZarrBlock
+    cache: HostCache
+    scope: Hashable
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.block.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.block.dtype
+
+    @property
+    def copies(self) -> bool:
+        return self.block.copies
+
+    def key(self) -> tuple:
+        return self.block.key()
+
+    def fill_into(self, out: np.ndarray) -> bool | None:
+        """Fill all of ``out`` as :meth:`ZarrBlock.fill_into <dgemm.storage.blocks.ZarrBlock.fill_into>` does.
+
+        Returns True when the cache served the block, False when this
+        worker decoded it (and shared it), None when the array cannot be
+        shared (:func:`shareable`: the cache was not asked).  Raises the
+        same one read error (:func:`~dgemm.storage.blocks.unreadable`).
+        """
+        if not shareable(self.block.array):
+            return self.block.fill_into(out)
+        try:
+            return self.cache.fetch(self.scope, self.block.key(), out, self.block.decode_into)
+        except Exception as e:
+            raise unreadable(self.block, e) from e
+
+
+def through(cache: HostCache | None, scope: Hashable, ref):
+    """``ref`` to be read through ``cache`` for run ``scope``: a :class:`Shared` for a Zarr block, else ``ref``.
+
+    Blocks held in memory, and every block where there is no cache
+    (``cache`` None) or no run to share them in (``scope`` None), are
+    returned as they are.
+    """
+    if cache is None or scope is None or not isinstance(ref, ZarrBlock):
+        return ref
+    return Shared(ref, cache, scope)
 
 
 # -- the end of a run ---------------------------------------------------------------
