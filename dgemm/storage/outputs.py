@@ -7,8 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from dgemm.storage.locations import (ZARR_METADATA, absolute, check_protocol, local_path, locate,
-                                     open_array)
+from dgemm.storage.locations import ZARR_METADATA, absolute, check_protocol, local_path, locate
 from dgemm.storage.markers import COMPLETE_ATTR
 from dgemm.storage.operands import is_zarr_array
 from dgemm.storage.options import check_remote_parent, is_url
@@ -53,7 +52,10 @@ def check_output(out, shape: tuple[int, ...], dtype: np.dtype, overwrite: bool,
     from zarr.abc.store import Store
 
     if resume:
-        existing = _open_for_resume(out, storage_options)
+        try:
+            existing = open_existing(out, storage_options, mode="r+")
+        except NotAnArrayError as e:
+            raise ValueError(f"cannot resume: out {_name(out)} exists but is not a Zarr array ({e})") from None
         if existing is not None:
             spec = check_output(existing, shape, dtype, False)
             meta = existing.attrs.get(COMPLETE_ATTR)
@@ -176,31 +178,6 @@ def _name(out) -> str:
     return repr(os.fspath(out)) if isinstance(out, (str, os.PathLike)) else str(getattr(out, "store_path", out))
 
 
-def _open_for_resume(out, storage_options=None):
-    """The existing array at ``out`` opened for writing, or None when there is nothing there."""
-    from zarr.abc.store import Store
-
-    if is_zarr_array(out):
-        return out
-    if not isinstance(out, (str, os.PathLike, Store)):
-        return None  # check_output explains what is wrong with it
-    if isinstance(out, (str, os.PathLike)):
-        local = local_path(out)
-        if local is not None and not os.path.exists(local):
-            return None
-        if local is None:
-            check_protocol(out, "out", storage_options)
-            if not _exists(out, storage_options):
-                return None
-    elif not _exists(out):
-        return None
-    try:
-        return open_array(out, mode="r+", storage_options=storage_options)
-    except Exception as e:
-        raise ValueError(f"cannot resume: out {_name(out)} exists but is not a Zarr array "
-                         f"({type(e).__name__}: {e})") from None
-
-
 def _refuse_memory() -> None:
     raise ValueError("out is an in-memory Zarr store, which worker processes cannot write to; "
                      "give a path or URL, or use out=None for a lazy dask array")
@@ -223,14 +200,67 @@ def _refuse_unwritable(store) -> None:
 
 
 def _exists(target, storage_options=None) -> bool:
-    import zarr
-
-    is_remote = isinstance(target, (str, os.PathLike)) and local_path(target) is None
+    """Whether a URL or store holds Zarr data (an array or a group) at its root."""
     try:
-        zarr.open(target, mode="r", storage_options=storage_options if is_remote else None)
+        return open_existing(target, storage_options) is not None
+    except NotAnArrayError:
         return True
-    except Exception:
-        return False
+
+
+class NotAnArrayError(ValueError):
+    """Something is where an output would be, but no Zarr array: the message is what opening it raised."""
+
+
+def open_existing(out, storage_options=None, *, mode: str = "r"):
+    """The Zarr array already at ``out``, or None where there is nothing.
+
+    dgemm's one way to open an output that may be there already: to check a
+    new one (:func:`check_output`), to resume one, or to replace one
+    (:mod:`dgemm.storage.output_run`).  *Nothing* is a local path that does
+    not exist, a URL or store with no Zarr array or group at its root (or
+    one that cannot be reached), or an ``out`` of a type no output has
+    (:func:`check_output` says what is wrong with it).  Relative paths and
+    store roots are made absolute first.
+
+    Parameters
+    ----------
+    out : str, os.PathLike, zarr store or zarr.Array
+        An array is returned as it is.
+    storage_options : dict, optional
+        Of a URL's filesystem; ignored for anything else.
+    mode : str
+        Zarr's access mode: ``"r+"`` to write into the array.
+
+    Returns
+    -------
+    zarr.Array or None
+
+    Raises
+    ------
+    NotAnArrayError
+        Something is there that is no array: a Zarr group, or a local
+        folder or file that Zarr cannot open.
+    """
+    import zarr
+    from zarr.abc.store import Store
+
+    if is_zarr_array(out):
+        return out
+    if not isinstance(out, (str, os.PathLike, Store)):
+        return None
+    local = local_path(out) if isinstance(out, (str, os.PathLike)) else None
+    if local is not None and not os.path.exists(local):
+        return None
+    is_remote = isinstance(out, (str, os.PathLike)) and local is None
+    try:
+        node = zarr.open(absolute(out), mode=mode, storage_options=storage_options if is_remote else None)
+    except Exception as e:
+        if local is None:   # no Zarr node at a URL or in a store: nothing there
+            return None
+        raise NotAnArrayError(f"{type(e).__name__}: {e}") from None
+    if not isinstance(node, zarr.Array):
+        raise NotAnArrayError(f"a Zarr group is there ({node.store_path})")
+    return node
 
 
 def create_output(spec: OutputSpec, chunks: tuple[int, ...], meta: dict):
