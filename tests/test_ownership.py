@@ -280,12 +280,12 @@ def test_a_second_writer_is_refused_while_the_first_replaces_the_output(client, 
     large old one holds it); the second must find the output held, not free,
     and the first's product must be right.
     """
-    import dgemm.client.steps as steps
+    import dgemm.storage.output_run as output_run
 
     A, B = randn(rng, (64, 48)), randn(rng, (48, 64))
     path = str(tmp_path / "c.zarr")
     dgemm.matmul(A, B, out=path, client=client, block=32)           # the output to replace
-    real, entered, go = steps.create_output, threading.Event(), threading.Event()
+    real, entered, go = output_run.create_output, threading.Event(), threading.Event()
 
     def slow_create(*args, **kwargs):
         if threading.current_thread().name == "first":
@@ -293,7 +293,7 @@ def test_a_second_writer_is_refused_while_the_first_replaces_the_output(client, 
             go.wait(60)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(steps, "create_output", slow_create)
+    monkeypatch.setattr(output_run, "create_output", slow_create)
     done = {}
     first = threading.Thread(name="first", target=lambda: done.setdefault(
         "c", dgemm.matmul(2 * A, B, out=path, overwrite=True, client=client, block=32)))

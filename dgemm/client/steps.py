@@ -1,8 +1,11 @@
 """The steps of a checked call (:class:`dgemm.client.request.Request`), each its own function.
 
 An output to resume is checked against this call first (:func:`_finished`);
-only then is a cluster found or started, the product planned, the graph run
-and the output marked complete.
+only then is a cluster found or started, the product planned, the output
+opened, the graph run and the output marked complete.  What happens to the
+output (created, replaced, resumed, held, completed, abandoned) is
+:class:`dgemm.storage.output_run.OutputRun`'s; the steps here run the tasks
+and stop them.
 """
 from __future__ import annotations
 
@@ -20,13 +23,11 @@ from dgemm.client.plan import Plan, make_plan
 from dgemm.sizes import default_target
 from dgemm.scheduler import placement
 from dgemm.client.request import Request
-from dgemm.storage import COMPLETE_ATTR, BlockMarkers, create_output, location, mark_complete, run_id
-from dgemm.storage import keys
-from dgemm.storage.lease import Lease, Writer, refuse_if_held
+from dgemm.storage.output_run import OutputRun, already_complete, write_empty
 
 
 def run(req: Request):
-    """The steps after the checks: resume check, plan, run, completion.
+    """The steps after the checks: resume check, plan, open the output, compute, complete.
 
     Without ``out``: operands all in memory give a numpy result at once
     (:func:`_in_memory`); others a lazy dask array, planned for the client
@@ -48,46 +49,18 @@ def run(req: Request):
     plan = _plan(req, workers)
     if req.spec is None:
         return _lazy(req, plan, token)
-    result, markers, todo = _open_output(req, plan)
+    output = _open_output(req, plan)
     t0 = time.perf_counter()
-    if todo:
-        _compute(req, plan, token, client, workers, result, markers, todo)
-    _complete(req, plan, result, markers, len(todo), time.perf_counter() - t0)
-    return result
+    if output.pending:
+        _compute(req, plan, token, client, workers, output)
+    output.complete(time.perf_counter() - t0, plan.flops)
+    return output.array
 
 
 def _finished(req: Request):
     """Before any work: refuse an output another live run is writing, or one of another product (resume);
     return it when already complete."""
-    if req.spec is None:
-        return None
-    existing = _existing(req.spec)
-    if existing is not None:   # a second writer is refused here, before a cluster is used
-        refuse_if_held(existing, _where(existing))
-    if not req.spec.resume:
-        return None
-    _check_resumable(req.spec.array, req.fingerprint)
-    return req.spec.array if req.spec.array.attrs[COMPLETE_ATTR].get("complete") else None
-
-
-def _existing(spec):
-    """The output already there that this call would write into (None for a new one)."""
-    if spec.array is not None:
-        return spec.array
-    if not spec.overwrite:   # check_output refused an existing target
-        return None
-    import zarr
-
-    target = spec.target
-    options = getattr(spec, "storage_options", None) if isinstance(target, str) and "://" in target else None
-    try:
-        return zarr.open_array(target, mode="r", **({"storage_options": options} if options else {}))
-    except Exception:   # nothing there, or not an array: no run of dgemm holds it
-        return None
-
-
-def _where(array) -> str:
-    return str(getattr(array, "store_path", array))
+    return None if req.spec is None else already_complete(req.spec, req.fingerprint)
 
 
 def _plan(req: Request, workers: dict) -> Plan:
@@ -176,133 +149,58 @@ def _lazy(req: Request, plan: Plan, token: str):
     return arr[tuple(0 if ax in req.drop else slice(None) for ax in range(2))] if req.drop else arr
 
 
-def _grid(plan: Plan) -> tuple[int, int]:
-    return (len(plan.rows), len(plan.cols))
+def _open_output(req: Request, plan: Plan) -> OutputRun:
+    """The output this call writes, opened for these blocks and held (:meth:`OutputRun.open`)."""
+    reads_c = req.c.zarr if req.c is not None and req.beta != 0 else None
+    return OutputRun.open(req.spec, req.fingerprint, block=plan.block_shape[:2],
+                          grid=(len(plan.rows), len(plan.cols)), drop=req.drop,
+                          about={"operation": req.op, "a": req.a.label, "b": req.b.label, "plan": plan.explain()},
+                          reads_c=reads_c)
 
 
-def _all_blocks(plan: Plan) -> set[tuple[int, int]]:
-    return {(i, j) for i in range(len(plan.rows)) for j in range(len(plan.cols))}
-
-
-def _open_output(req: Request, plan: Plan):
-    """Create the output, or reopen the one to resume, and take its lease; returns
-    ``(array, writer, blocks to compute)`` (:class:`dgemm.storage.lease.Writer`).
-
-    A resumed output must have been cut into the same blocks: its run id
-    (a hash of the fingerprint with the block grid) must match.  A fresh run
-    draws a new owner token (naming its block markers); a resume continues
-    the stored one.  Another live run's lease is refused (checked again here,
-    just before writing); a stale one is taken over.
-    """
-    grid = _grid(plan)
-    fingerprint = {**req.fingerprint, "block": list(plan.block_shape[:2]), "grid": list(grid)}
-    run = run_id(fingerprint)
-    existing = _existing(req.spec)
-    stale = refuse_if_held(existing, _where(existing)) if existing is not None else None
-    if req.spec.resume:
-        result = req.spec.array
-        stored = result.attrs[COMPLETE_ATTR].get("run", {})
-        # _finished refused other products already; the C blocks are out's chunks, so the grid matches
-        # too.  Checked again because a run id that differs (attributes edited, an older dgemm's plan)
-        # would resume into blocks cut another way.
-        if stored.get("id") != run:
-            raise ValueError("cannot resume: " + (_differences(stored, fingerprint) or
-                                                  "out was cut into different blocks") +
-                             "; pass overwrite=True to start again")
-        # outputs of an older dgemm have no owner: their markers are named by the run id
-        owner = result.attrs[COMPLETE_ATTR].get("owner") or run
-        writer = Writer.open(result, owner, _in_place(req, result), stale)
-        return result, writer, sorted(_all_blocks(plan) - writer.markers.done(grid))
-    owner = uuid.uuid4().hex[:16]
-    chunks = tuple(s for ax, s in enumerate(plan.block_shape[:2]) if ax not in req.drop)
-    meta = {"operation": req.op, "a": req.a.label, "b": req.b.label, "plan": plan.explain(), "owner": owner,
-            "run": {"id": run, **fingerprint}}
-    claimed = None
-    if existing is not None and req.spec.array is None:
-        claimed = Lease(existing, owner, _where(existing))
-        stale = _replace(existing, claimed) or stale
-    result = create_output(req.spec, chunks, meta)
-    BlockMarkers(result, owner).reset()   # earlier runs' markers, originals and lease
-    writer = Writer.open(result, owner, _in_place(req, result), stale, lease=claimed)
-    return result, writer, sorted(_all_blocks(plan))
-
-
-def _replace(existing, lease: Lease):
-    """Hold an output about to be replaced, then empty it; returns a stale lease taken over.
-
-    Deleting a large output takes a while: the lease is taken first and
-    the array's metadata (marked incomplete) kept to the end, so a second
-    call meanwhile finds the output held, and a reader finds it unfinished.
-    """
-    import zarr
-
-    stale = lease.claim(existing)
-    node = existing.path.strip("/")
-    old = zarr.open_array(lease.store, path=node, mode="r+")
-    old.attrs[COMPLETE_ATTR] = {"complete": False, "replacing": True}
-    metadata = {f"{node}/{n}" if node else n for n in ("zarr.json", ".zarray", ".zattrs")}
-    keys.clear_except(lease.store, node, metadata | {lease.key})
-    return stale
-
-
-def _in_place(req: Request, result) -> bool:
-    """Whether the run overwrites the C it reads (``out`` is ``c``, ``beta != 0``)."""
-    return (req.c is not None and req.beta != 0 and req.c.zarr is not None
-            and location(req.c.zarr) == location(result))
-
-
-def _compute(req: Request, plan: Plan, token: str, client, workers: dict, result, writer: Writer,
-             todo: list) -> None:
-    """Compute and store the blocks ``todo`` on the cluster, each marked once stored, holding out's lease.
+def _compute(req: Request, plan: Plan, token: str, client, workers: dict, output: OutputRun) -> None:
+    """Compute and store the output's pending blocks on the cluster, each marked once stored, holding its lease.
 
     Interrupted (Ctrl-C) or failed, the run is stopped before the exception
-    goes on (:func:`_abandon`): nothing of it is left running to write into
-    ``out`` after this returns.
+    goes on (:func:`_cancel`, :meth:`OutputRun.abandon`): nothing of it is
+    left running to write into ``out`` after this returns.
     """
     from dask.delayed import Delayed
 
     address = client.scheduler.address
-    with writer.lease.kept(address, token):
+    with output.held(address, token):
         future = None
         try:
-            if writer.took_over is not None and writer.took_over.scheduler == address and writer.took_over.token:
-                _drain(client, writer.took_over.token)   # a dead client's tasks may still be running there
+            dead_writers_token = output.took_over_tasks(address)
+            if dead_writers_token:
+                _drain(client, dead_writers_token)   # a dead client's tasks may still be running there
             # each worker its rectangle of C blocks, so it reads only its share of A and B
             where = sorted(workers) if len(workers) > 1 and placement.ensure(client) else None
             g = graph_mod.build(plan, req.a, req.b, req.c, alpha=req.alpha, beta=req.beta, token=token,
-                                blocks=todo, precision=req.precision, workers=where, originals=writer.originals)
-            done_key = graph_mod.add_store(g, plan, result, req.drop, token, writer.markers, blocks=todo,
-                                           fence=writer.lease.fence(), originals=writer.originals)
+                                blocks=output.pending, precision=req.precision, workers=where,
+                                originals=output.originals)
+            done_key = graph_mod.add_store(g, plan, output.array, req.drop, token, output.markers,
+                                           blocks=output.pending, fence=output.fence(), originals=output.originals)
             future = client.compute(Delayed(done_key, g.hlg()))
             if req.progress:
                 from distributed import progress as show_progress
                 show_progress(future, scheduler=address)  # the client given, not just the default
             future.result()
         except BaseException:
-            _abandon(client, future, writer, token)
+            _cancel(client, future)
+            output.abandon(lambda: _drain(client, token))
             raise
         finally:
             hostcache.forget(client, token)   # the run's decoded input blocks leave the hosts' shared memory
 
 
-def _abandon(client, future, writer: Writer, token: str) -> None:
-    """Stop a run that was interrupted or failed: cancel its tasks, fence them off, wait for those running.
-
-    Stopping the lease first makes every task still to write fail its check
-    while other writers stay refused; the tasks already writing are waited
-    for (dask cannot stop a running task), and only then is ``out`` given up,
-    so a call right after this one finds nothing of this run still writing.
-    If some are still running after the wait, the stopped lease is left to
-    expire (``lease-interval``), keeping other writers out that long.
-    """
+def _cancel(client, future) -> None:
+    """Cancel a stopped run's tasks not yet started (dask cannot stop those running: :func:`_drain` waits)."""
     try:
         if future is not None:
             client.cancel([future], force=True)
     except Exception:   # a lost cluster: nothing to cancel
         pass
-    writer.lease.stop()
-    if _drain(client, token):
-        writer.lease.release()
 
 
 def _drain(client, token: str, per_task: float = 10.0, least: float = 10.0) -> bool:
@@ -318,7 +216,7 @@ def _drain(client, token: str, per_task: float = 10.0, least: float = 10.0) -> b
         warnings.warn(f"dgemm: {running} task(s) of the stopped run {token} were still running after "
                       f"{max(least, per_task * running):.0f} s; a block they are writing may still land, so out "
                       "stays refused to other writers until the stopped run's lease expires", RuntimeWarning,
-                      stacklevel=3)
+                      stacklevel=2)
     return not running
 
 
@@ -334,54 +232,6 @@ def _running(client, token: str) -> int:
         return 0
 
 
-def _complete(req: Request, plan: Plan, result, writer: Writer, blocks_run: int, seconds: float) -> None:
-    """Mark the output complete, once every block's marker says it is stored; then give up its lease."""
-    try:
-        all_blocks = _all_blocks(plan)
-        missing = all_blocks - writer.markers.done(_grid(plan))
-        if missing:  # never mark complete what is not: every block must have its marker
-            raise RuntimeError(f"dgemm: {len(missing)} of {len(all_blocks)} blocks of {result.store_path} have "
-                               f"no completion marker after the run (first: {min(missing)}); out is left "
-                               "incomplete, resume=True finishes it")
-        writer.lease.check("mark it complete")
-        mark_complete(result, {"seconds": seconds, "tflops": plan.flops / seconds / 1e12 if seconds and
-                               blocks_run == len(all_blocks) else None,
-                               "blocks": len(all_blocks), "blocks_run": blocks_run,
-                               "resumed": bool(req.spec.resume)})
-        if writer.originals is not None:   # complete: C is the result now, its originals are no longer needed
-            writer.originals.remove()
-    finally:
-        writer.lease.release()
-
-
-def _check_resumable(array, fingerprint: dict) -> None:
-    """Refuse to resume into an output made by a different product (before any work)."""
-    stored = array.attrs[COMPLETE_ATTR].get("run")
-    if not isinstance(stored, dict):
-        raise ValueError(f"cannot resume: out ({array.store_path}) records no dgemm run to resume "
-                         "(written by an older dgemm, or an empty product); pass overwrite=True to start again")
-    diff = _differences(stored, fingerprint)
-    if diff:
-        raise ValueError(f"cannot resume: out ({array.store_path}) was written by a different product: {diff}; "
-                         "pass overwrite=True to start again")
-
-
-def _differences(stored: dict, now: dict) -> str:
-    """What differs between a stored run fingerprint and this call's (ignoring the block fields not yet known)."""
-    out = []
-    for key, value in now.items():
-        old = stored.get(key)
-        if _plain(old) != _plain(value):
-            out.append(f"{key} was {old!r}, now {value!r}")
-    return "; ".join(out)
-
-
-def _plain(x):
-    """Lists and tuples alike, as JSON stores them."""
-    import json
-    return json.loads(json.dumps(x))
-
-
 def _empty(req: Request):
     """A product with no elements: nothing to compute, an output (if any) complete at once."""
     if req.spec is None:
@@ -389,8 +239,4 @@ def _empty(req: Request):
             return np.zeros(req.shape, dtype=req.dtype)
         import dask.array as da
         return da.zeros(req.shape, dtype=req.dtype)
-    chunks = tuple(max(s, 1) for s in req.shape)
-    result = create_output(req.spec, req.spec.chunks or chunks,
-                           {"operation": "empty", "run": {"id": run_id(req.fingerprint), **req.fingerprint}})
-    mark_complete(result, {"seconds": 0.0})
-    return result
+    return write_empty(req.spec, req.fingerprint)

@@ -3,10 +3,13 @@
 :mod:`~dgemm.storage.locations` knows where an array lives however it is
 spelt (and makes local paths absolute before anything reaches a worker),
 :mod:`~dgemm.storage.operands` wraps the inputs, :mod:`~dgemm.storage.blocks`
-is what a worker reads, :mod:`~dgemm.storage.outputs` checks, creates and
-writes the output, :mod:`~dgemm.storage.markers` records which of it is
-done, and :mod:`~dgemm.storage.options` checks the ``storage_options`` of
-URLs.  This package is dgemm's only user of zarr's private API.
+is what a worker reads, :mod:`~dgemm.storage.outputs` checks, opens, creates
+and writes the output, :mod:`~dgemm.storage.output_run` is one call's run on
+it (opened fresh, replaced, resumed or in place; held by its lease,
+:mod:`~dgemm.storage.lease`; completed or abandoned),
+:mod:`~dgemm.storage.markers` records which of it is done, and
+:mod:`~dgemm.storage.options` checks the ``storage_options`` of URLs.  This
+package is dgemm's only user of zarr's private API.
 """
 from __future__ import annotations
 

@@ -36,8 +36,6 @@ from dataclasses import asdict, dataclass
 from dgemm import config
 from dgemm.errors import OutputBusyError, OutputTakenOverError
 from dgemm.storage import keys
-from dgemm.storage.markers import BlockMarkers
-from dgemm.storage.originals import Originals
 
 EXPIRY = 3   # intervals without a renewal after which a lease is stale
 
@@ -168,6 +166,8 @@ class Fence:
 class Lease:
     """The lease this call holds on its output (client side): acquired, renewed while computing, released.
 
+    A call's :class:`~dgemm.storage.output_run.OutputRun` holds it.
+
     ``interval`` defaults to the ``dgemm.lease-interval`` setting.
     """
 
@@ -278,32 +278,3 @@ class Lease:
         finally:
             stop.set()
             thread.join()
-
-
-@dataclass
-class Writer:
-    """One call writing an output (client side): what its store tasks need, and the lease it holds.
-
-    ``originals`` is set for an in-place update (``out`` is ``c``);
-    ``took_over`` is the stale lease this call replaced, whose tasks may
-    still be finishing on a cluster.
-    """
-
-    lease: Lease
-    markers: BlockMarkers
-    originals: Originals | None = None
-    took_over: Holder | None = None
-
-    @classmethod
-    def open(cls, array, owner: str, in_place: bool, took_over: Holder | None = None,
-             lease: Lease | None = None) -> Writer:
-        """Take ``array``'s lease (the caller has refused a live holder) for the run ``owner``.
-
-        ``lease``: one the call claimed before replacing the output, written
-        again now that the new array exists (creating it removed the old one).
-        """
-        where = str(getattr(array, "store_path", array))
-        w = cls(lease or Lease(array, owner, where), BlockMarkers(array, owner),
-                Originals(array, owner) if in_place else None, took_over)
-        w.lease.acquire()
-        return w
