@@ -427,6 +427,31 @@ def test_check_output_for_resume(tmp_path):
         check_output(zarr.open_array(path, mode="r"), (4, 5), np.dtype("f4"), False, resume=True)
 
 
+def test_open_existing_is_the_one_way_to_open_an_output_that_may_be_there(tmp_path, monkeypatch):
+    """An array (relative paths made absolute), nothing, or something that is no array, told apart."""
+    from zarr.storage import LocalStore
+
+    from dgemm.storage.outputs import NotAnArrayError, open_existing
+
+    monkeypatch.chdir(tmp_path)
+    assert open_existing("c.zarr") is None                                   # no such path
+    assert open_existing(LocalStore(str(tmp_path / "nothing"))) is None      # a store with no Zarr data
+    assert open_existing(object()) is None                                   # check_output says why
+    arr = zarr.create_array(store="c.zarr", shape=(2, 2), dtype="f8")
+    assert open_existing(arr) is arr
+    got = open_existing("c.zarr")
+    assert got.read_only and str(got.store_path) == f"file://{tmp_path / 'c.zarr'}"
+    assert not open_existing(f"file://{tmp_path / 'c.zarr'}", mode="r+").read_only
+    zarr.open_group("grp.zarr", mode="w")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "notes.txt").write_text("mine")
+    for there in ("grp.zarr", LocalStore(str(tmp_path / "grp.zarr")), "docs"):
+        with pytest.raises(NotAnArrayError):
+            open_existing(there)
+    with pytest.raises(ValueError, match=r"cannot resume: out 'docs' exists but is not a Zarr array \("):
+        check_output("docs", (2, 2), np.dtype("f8"), False, resume=True)
+
+
 def test_operand_identity(tmp_path):
     from dgemm.storage import run_id
 

@@ -1,0 +1,252 @@
+"""One call's run on its output (dgemm.storage.output_run), on real Zarr folders, without a cluster.
+
+Each test plays what a call does with its output: the checks before any
+work, opening it (fresh, replaced, resumed, in place), holding its lease,
+and completing or abandoning it; the store tasks' part is played by
+writing blocks and their markers here.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import zarr
+
+from dgemm.errors import OutputBusyError, OutputTakenOverError
+from dgemm.storage import COMPLETE_ATTR, ZarrBlock, check_output, keys, run_id, store_block
+from dgemm.storage import output_run
+from dgemm.storage.lease import Holder, Lease, current, lease_key, refuse_if_held
+from dgemm.storage.output_run import OutputRun, already_complete, write_empty
+
+F8 = np.dtype("f8")
+SHAPE, BLOCK, GRID = (4, 6), (2, 3), (2, 2)
+FINGERPRINT = {"operation": "matmul", "shape": list(SHAPE), "dtype": F8.str, "a": "a", "b": "b", "c": None,
+               "alpha": 1.0, "beta": 0.0, "precision": None}
+ALL = [(0, 0), (0, 1), (1, 0), (1, 1)]
+STAMP = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
+
+
+def open_run(spec, fingerprint=FINGERPRINT, block=BLOCK, grid=GRID, **kwargs) -> OutputRun:
+    return OutputRun.open(spec, fingerprint, block=block, grid=grid, about={"operation": "matmul"}, **kwargs)
+
+
+def store(run: OutputRun, blocks, value: float = 1.0) -> None:
+    """What the run's store tasks do: each block written, then its marker."""
+    for i, j in blocks:
+        rows, cols = (i * BLOCK[0], (i + 1) * BLOCK[0]), (j * BLOCK[1], (j + 1) * BLOCK[1])
+        store_block(run.array, rows, cols, np.full(BLOCK, value))
+        run.markers.mark(i, j)
+
+
+def stale_holder(*, fresh: bool) -> Holder:
+    now = time.time()
+    expires = now + 3600 if fresh else now - 15
+    return Holder("x", "o", "elsewhere", 4242, now - 60, now - 30, expires, "tcp://10.0.0.1:8786", "tok")
+
+
+def test_a_fresh_run_creates_its_output_incomplete_and_holds_it(tmp_path):
+    path = str(tmp_path / "c.zarr")
+    spec = check_output(path, SHAPE, F8, False)
+    assert already_complete(spec, FINGERPRINT) is None
+    run = open_run(spec)
+    meta = run.array.attrs[COMPLETE_ATTR]
+    assert meta["complete"] is False and meta["operation"] == "matmul" and meta["owner"]
+    assert meta["run"]["id"] == run_id({**FINGERPRINT, "block": list(BLOCK), "grid": list(GRID)})
+    assert run.array.chunks == BLOCK and run.pending == ALL and not run.resumed
+    assert run.originals is None and run.took_over is None
+    assert current(run.array).id == run.lease.id
+    # a second writer is refused, before any work and again just before writing
+    again = check_output(path, SHAPE, F8, True)
+    with pytest.raises(OutputBusyError, match=r"out file://.*c\.zarr is being written by another dgemm run"):
+        already_complete(again, FINGERPRINT)
+    with pytest.raises(OutputBusyError, match="is being written by another dgemm run"):
+        open_run(again)
+    assert current(run.array).id == run.lease.id
+
+
+def test_vector_axes_are_dropped_from_a_new_outputs_chunks(tmp_path):
+    spec = check_output(str(tmp_path / "v.zarr"), (6,), F8, False)
+    run = open_run(spec, {**FINGERPRINT, "shape": [6]}, block=(1, 3), grid=(1, 2), drop=(0,))
+    assert run.array.shape == (6,) and run.array.chunks == (3,) and run.pending == [(0, 0), (0, 1)]
+
+
+def test_completion_needs_every_marker_then_gives_up_the_lease(tmp_path):
+    path = str(tmp_path / "c.zarr")
+    run = open_run(check_output(path, SHAPE, F8, False))
+    store(run, ALL[:3])
+    with pytest.raises(RuntimeError, match=r"dgemm: 1 of 4 blocks of file://.*c\.zarr have no completion marker "
+                                           r"after the run \(first: \(1, 1\)\); out is left incomplete, "
+                                           r"resume=True finishes it"):
+        run.complete(1.0, 1e12)
+    assert run.array.attrs[COMPLETE_ATTR]["complete"] is False and current(run.array) is None
+
+    run = open_run(check_output(path, SHAPE, F8, True))
+    store(run, ALL)
+    run.complete(2.0, 1e12)
+    meta = zarr.open_array(path, mode="r").attrs[COMPLETE_ATTR]
+    assert meta["complete"] is True and meta["tflops"] == 0.5 and meta["seconds"] == 2.0
+    assert (meta["blocks"], meta["blocks_run"], meta["resumed"]) == (4, 4, False)
+    assert current(run.array) is None
+
+
+def test_a_run_taken_over_is_not_marked_complete(tmp_path):
+    run = open_run(check_output(str(tmp_path / "c.zarr"), SHAPE, F8, False))
+    store(run, ALL)
+    thief = Lease(run.array, "someone", "c.zarr", interval=60)
+    thief.acquire()
+    with pytest.raises(OutputTakenOverError, match="before this run could mark it complete"):
+        run.complete(1.0, 1e12)
+    assert run.array.attrs[COMPLETE_ATTR]["complete"] is False and current(run.array).id == thief.id
+
+
+def test_a_resumed_run_computes_only_the_unmarked_blocks_under_the_same_owner(tmp_path):
+    path = str(tmp_path / "c.zarr")
+    first = open_run(check_output(path, SHAPE, F8, False))
+    store(first, [(0, 0), (1, 1)])
+    first.abandon(lambda: True)                       # interrupted: the lease is given up
+    spec = check_output(path, SHAPE, F8, False, resume=True)
+    assert spec.resume and already_complete(spec, FINGERPRINT) is None
+    run = open_run(spec)
+    assert run.resumed and run.pending == [(0, 1), (1, 0)]
+    assert run.markers.prefix == first.markers.prefix and run.lease.id != first.lease.id
+    store(run, run.pending, 2.0)
+    run.complete(1.0, 1e12)
+    meta = run.array.attrs[COMPLETE_ATTR]
+    assert (meta["blocks_run"], meta["resumed"], meta["tflops"]) == (2, True, None)   # no rate for a part
+    np.testing.assert_array_equal(run.array[0:2, 0:3], 1.0)
+    np.testing.assert_array_equal(run.array[0:2, 3:6], 2.0)
+    done = already_complete(check_output(path, SHAPE, F8, False, resume=True), FINGERPRINT)
+    assert done is not None and done.attrs[COMPLETE_ATTR]["complete"] is True
+
+
+def test_resume_refuses_another_product_other_blocks_and_no_run(tmp_path):
+    path = str(tmp_path / "c.zarr")
+    open_run(check_output(path, SHAPE, F8, False)).abandon(lambda: True)
+    spec = check_output(path, SHAPE, F8, False, resume=True)
+    with pytest.raises(ValueError, match=r"cannot resume: out \(file://.*c\.zarr\) was written by a different "
+                                         r"product: beta was 0\.0, now 1\.0; pass overwrite=True to start again"):
+        already_complete(spec, {**FINGERPRINT, "beta": 1.0})
+    with pytest.raises(ValueError, match=r"^cannot resume: block was \[2, 3\], now \[1, 3\]; grid was \[2, 2\], "
+                                         r"now \[4, 2\]; pass overwrite=True to start again$"):
+        open_run(spec, block=(1, 3), grid=(4, 2))
+    spec.array.attrs[COMPLETE_ATTR] = {**spec.array.attrs[COMPLETE_ATTR], "run": {"id": "edited", **FINGERPRINT,
+                                                                                "block": [2, 3], "grid": [2, 2]}}
+    with pytest.raises(ValueError, match="^cannot resume: out was cut into different blocks; pass overwrite=True"):
+        open_run(spec)
+    spec.array.attrs[COMPLETE_ATTR] = {"complete": False}
+    with pytest.raises(ValueError, match=r"records no dgemm run to resume \(written by an older dgemm, or an "
+                                         r"empty product\); pass overwrite=True to start again"):
+        already_complete(spec, FINGERPRINT)
+
+
+def test_a_replaced_output_is_held_before_it_is_emptied(tmp_path, monkeypatch):
+    """The lease is claimed and the old metadata (marked incomplete) kept while the old chunks go."""
+    path = tmp_path / "c.zarr"
+    old = zarr.create_array(store=str(path), shape=SHAPE, chunks=(1, 6), dtype=F8, fill_value=0)
+    old[...] = 7.0
+    old.attrs[COMPLETE_ATTR] = {"complete": True}
+    seen = {}
+    real = output_run.create_output
+
+    def look_then_create(*args, **kwargs):
+        now = zarr.open_array(str(path), mode="r")
+        seen.update(held=current(now), meta=now.attrs[COMPLETE_ATTR], chunks=(path / "c").exists())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(output_run, "create_output", look_then_create)
+    run = open_run(check_output(str(path), SHAPE, F8, True))
+    assert seen["held"] is not None and seen["held"].id == run.lease.id
+    assert seen["meta"] == {"complete": False, "replacing": True} and not seen["chunks"]
+    with pytest.raises(OutputBusyError):   # meanwhile, and now: another call is refused
+        refuse_if_held(run.array, "c.zarr")
+    assert run.array.chunks == BLOCK and np.all(run.array[...] == 0) and run.pending == ALL
+    assert current(run.array).id == run.lease.id
+
+
+def test_a_fresh_lease_is_refused_and_a_stale_one_taken_over(tmp_path):
+    path = tmp_path / "c.zarr"
+    old = zarr.create_array(store=str(path), shape=SHAPE, chunks=BLOCK, dtype=F8, fill_value=0)
+    old[...] = 7.0
+    keys.put(old.store, lease_key(old), stale_holder(fresh=True).dumps())
+    with pytest.raises(OutputBusyError, match=rf"\(process 4242 on elsewhere, started {STAMP}, tasks on "
+                                              r"tcp://10\.0\.0\.1:8786; its lease was renewed"):
+        open_run(check_output(str(path), SHAPE, F8, True))
+    np.testing.assert_array_equal(zarr.open_array(str(path), mode="r")[...], 7.0)     # nothing deleted
+    keys.put(old.store, lease_key(old), stale_holder(fresh=False).dumps())
+    spec = check_output(str(path), SHAPE, F8, True)
+    assert already_complete(spec, FINGERPRINT) is None
+    run = open_run(spec)
+    assert run.took_over is not None and run.took_over.pid == 4242
+    assert run.took_over_tasks("tcp://10.0.0.1:8786") == "tok" and run.took_over_tasks("tcp://other:8786") is None
+    assert current(run.array).id == run.lease.id
+
+
+def test_in_place_the_originals_are_kept_until_completion(tmp_path, rng):
+    path = str(tmp_path / "c.zarr")
+    c = zarr.create_array(store=path, shape=SHAPE, chunks=BLOCK, dtype=F8)
+    C0 = rng.standard_normal(SHAPE)
+    c[...] = C0
+    spec = check_output(c, SHAPE, F8, False)
+    other = zarr.create_array(store=str(tmp_path / "other.zarr"), shape=SHAPE, dtype=F8)
+    for reads_c in (other, None):                        # another C, or none read (beta = 0): not in place
+        run = open_run(spec, reads_c=reads_c)
+        assert run.originals is None
+        run.abandon(lambda: True)
+    run = open_run(spec, reads_c=zarr.open_array(f"file://{path}", mode="r"))   # C however spelt
+    assert run.originals is not None
+    run.originals.keep(0, 0, ZarrBlock(c, (0, 2), (0, 3)))
+    store(run, ALL)
+    assert (tmp_path / "c.zarr" / ".dgemm" / "original").exists()
+    run.complete(1.0, 1e12)
+    assert not (tmp_path / "c.zarr" / ".dgemm" / "original").exists() and current(c) is None
+
+
+def test_abandoning_fences_the_tasks_off_at_once_and_frees_the_output_once_drained(tmp_path):
+    path = str(tmp_path / "c.zarr")
+    run = open_run(check_output(path, SHAPE, F8, False))
+    fence = run.fence()
+    fence.check(0, 0)                                    # its tasks write while it holds the output
+
+    waited = []
+
+    def still_running() -> bool:                         # the run's tasks are waited for after the fence
+        with pytest.raises(OutputTakenOverError, match="its run was stopped"):
+            fence.check(0, 0)
+        waited.append(True)
+        return False
+    run.abandon(still_running)
+    assert waited
+    with pytest.raises(OutputBusyError, match=r"held by a dgemm run that was stopped .* while the last of its "
+                                              r"tasks finish writing"):
+        already_complete(check_output(path, SHAPE, F8, True), FINGERPRINT)
+    run.lease.release()                                  # the stopped lease expires, or is released
+
+    run = open_run(check_output(path, SHAPE, F8, True))
+    fence = run.fence()
+    run.abandon(lambda: True)
+    assert current(run.array) is None
+    with pytest.raises(OutputTakenOverError, match="its lease was released: the run was cancelled"):
+        fence.check(1, 1)
+
+
+def test_held_renews_the_lease_naming_the_cluster_unless_taken_over(tmp_path):
+    run = open_run(check_output(str(tmp_path / "c.zarr"), SHAPE, F8, False))
+    with run.held("tcp://10.0.0.2:8786", "token1"):
+        held = current(run.array)
+        assert (held.id, held.scheduler, held.token) == (run.lease.id, "tcp://10.0.0.2:8786", "token1")
+    Lease(run.array, "someone", "c.zarr", interval=60).acquire()
+    with pytest.raises(OutputTakenOverError, match="before this run started computing"):
+        with run.held("tcp://10.0.0.2:8786", "token2"):
+            pass
+
+
+def test_an_empty_product_is_complete_at_once(tmp_path):
+    fingerprint = {**FINGERPRINT, "shape": [0, 6]}
+    spec = check_output(str(tmp_path / "c.zarr"), (0, 6), F8, False)
+    out = write_empty(spec, fingerprint)
+    meta = out.attrs[COMPLETE_ATTR]
+    assert out.shape == (0, 6) and out.chunks == (1, 6)
+    assert meta["complete"] is True and meta["seconds"] == 0.0 and meta["run"]["id"] == run_id(fingerprint)
+    done = already_complete(check_output(str(tmp_path / "c.zarr"), (0, 6), F8, False, resume=True), fingerprint)
+    assert done is not None and done.attrs[COMPLETE_ATTR]["complete"] is True   # resume: nothing to do
