@@ -500,7 +500,7 @@ def test_stream_reads_the_next_product_ahead(cached, tmp_path, rng):
 
 def test_stream_reads_chunks_without_zarr(cached, tmp_path, rng, monkeypatch):
     """Raw and zstd chunks, edge blocks included, go file -> (decoded into) page-locked memory -> device."""
-    import dgemm.opencl.engine as engine_mod
+    import zarr
 
     m, n, k = 40, 24, 50                      # k: chunks of 16, the last cut short (an edge block)
     ks = ((0, 16), (16, 32), (32, 48), (48, 50))
@@ -508,10 +508,6 @@ def test_stream_reads_chunks_without_zarr(cached, tmp_path, rng, monkeypatch):
     cached.cache.budget = 1 << 30
     a, a_refs = zarr_refs(tmp_path, rng, "a.zarr", (m, k), (40, 16), ks, 1, (0, m), "float32")
     b, b_refs = zarr_refs(tmp_path, rng, "b.zarr", (k, n), (16, 24), ks, 0, (0, n), "float32")
-    through_zarr = []
-    real_load = engine_mod.load
-    monkeypatch.setattr(engine_mod, "load", lambda ref: through_zarr.append(ref) or real_load(ref))
-    import zarr
     for name in ("a.zarr", "b.zarr"):     # make them raw: no compressor (zarr_refs used the default)
         arr = zarr.open_array(str(tmp_path / name))
         raw = zarr.create_array(store=str(tmp_path / ("raw-" + name)), shape=arr.shape, chunks=arr.chunks,
@@ -519,10 +515,52 @@ def test_stream_reads_chunks_without_zarr(cached, tmp_path, rng, monkeypatch):
         raw[...] = arr[...]
     a_raw = [type(r)(zarr.open_array(str(tmp_path / "raw-a.zarr")), r.rows, r.cols) for r in a_refs]
     b_raw = [type(r)(zarr.open_array(str(tmp_path / "raw-b.zarr")), r.rows, r.cols) for r in b_refs]
+    through_zarr = []
+    for owner, name in ((zarr.Array, "__getitem__"), (zarr.AsyncArray, "getitem")):
+        real = getattr(owner, name)
+        monkeypatch.setattr(owner, name, lambda *args, real=real, **kw: through_zarr.append(args) or real(*args, **kw))
     got = e.stream(a_raw, b_raw, m, n, scope="raw")
     check_product(got, a, b, dtype="float32")
     check_product(e.stream(a_refs, b_refs, m, n, scope="zstd"), a, b, dtype="float32")
     assert through_zarr == []
+
+
+class SelfReading:
+    """A block that reads itself, as the engine knows one (no storage): it fills what it is given."""
+
+    def __init__(self, data, dtype=None, fail=None):
+        self.data, self.fail, self.filled = data, fail, []
+        self.shape, self.dtype, self.copies = data.shape, np.dtype(dtype or data.dtype), False
+
+    def key(self):
+        return ("self-reading", id(self))
+
+    def fill_into(self, out):
+        self.filled.append((out, bool(np.isnan(out).all())))   # poisoned: the device lent it (staging)
+        if self.fail is not None:
+            raise self.fail
+        out[...] = self.data
+        return None
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_blocks_that_read_themselves_fill_staging_memory(cached, rng, dtype):
+    """The engine reads a block by its one call, ``fill_into``, into this thread's page-locked staging
+    buffer where the dtypes agree (a host array where they do not); the block's error is the product's."""
+    m, n, k = 24, 20, 16
+    e = BlockEngine(cached, dtype)
+    cached.cache.budget = 1 << 30
+    a, b = randn(rng, (m, k), "float32"), randn(rng, (k, n), dtype)
+    ra, rb = SelfReading(a), SelfReading(b)
+    check_product(e.stream([ra], [rb], m, n, scope="self"), a, b, dtype=dtype)
+    assert e.stats.bytes_read == a.nbytes + b.nbytes and e.stats.extra.get("host_cache_misses", 0) == 0
+    [(out_a, staged_a)], [(out_b, staged_b)] = ra.filled, rb.filled
+    assert staged_b and out_b.dtype == np.dtype(dtype) and out_b.shape == (k, n)
+    assert staged_a == (dtype == "float32") and out_a.dtype == np.float32   # into float64: converted on upload
+    bad = SelfReading(b, fail=OSError("dgemm could not read the test's block"))
+    with pytest.raises(OSError, match="^dgemm could not read the test's block$"):
+        e.stream([SelfReading(a)], [bad], m, n, scope="self")
+    assert not any(key[1] == bad.key() for key in cached.cache.keys())
 
 
 def test_blocks_are_staged_in_the_layout_the_kernel_takes():

@@ -12,6 +12,16 @@ compute queue, each kernel waiting only for the events of its own inputs.
 threads while the device multiplies the current ones, and keeps staged
 blocks in the device's :class:`~dgemm.opencl.panels.PanelCache` for the next
 block product that needs them.
+
+The engine knows no storage: a block it is handed is either an array or a
+block that reads itself, which it knows by ``fill_into``.  Such a block has
+``shape`` and ``dtype`` (what it reads as), ``key()`` (hashable: the same
+region of the same array gives the same key), ``copies`` (whether reading
+it only copies file bytes) and ``fill_into(out)``, which fills all of
+``out`` or raises its one read error; it returns True or False where a host
+cache served or decoded the block, None where none was asked.  The workers
+hand it :class:`dgemm.storage.ZarrBlock` and
+:class:`dgemm.storage.hostcache.Shared` blocks.
 """
 from __future__ import annotations
 
@@ -27,9 +37,6 @@ from dgemm import config
 from dgemm.opencl.device import Device, Kernels, read_threads
 from dgemm.opencl.panels import PanelCache
 from dgemm.sizes import INT32_MAX, roundup
-from dgemm.storage import ZarrBlock, load, read_error
-
-
 
 # The padding kernels check bounds, so they run on a fixed work-group shape
 # over a rounded-up grid: a fixed shape lets drivers that specialise kernels
@@ -179,45 +186,30 @@ class BlockEngine:
             self._transferred(ev)
         return out, ev
 
-    def _fetch(self, ref, transpose: bool, drows: int, dcols: int, scope=None, shared=None):
-        """Read a block from its store (in a pool thread) and upload it.
+    def _fetch(self, ref, transpose: bool, drows: int, dcols: int):
+        """Read a block (in a pool thread) and upload it.
 
-        With the host cache ``shared`` (:mod:`dgemm.storage.hostcache`, looked
-        up once per product), a Zarr block of run ``scope`` is decoded by one worker of the host and
-        copied from shared memory by the others.  ``bytes_read`` counts the
-        bytes this worker read from the store; the ``host_cache_*`` figures
-        of ``Stats.extra`` what the host cache served and decoded.
+        A block that reads itself fills page-locked staging memory where its
+        dtype is the engine's (sent over the bus from there), else an array
+        converted on upload; its read errors reach the product as they are.
+        ``bytes_read`` counts the bytes this worker read from the store; the
+        ``host_cache_*`` figures of ``Stats.extra`` what a host cache served
+        and decoded.
         """
-        from dgemm.storage import hostcache
-
         t0 = time.perf_counter()
         served = None
-        try:
-            host = None
-            if isinstance(ref, ZarrBlock):
-                native = np.dtype(ref.array.dtype).newbyteorder("=")
-                if native == self.dtype:
-                    # Decoded by dgemm's chunk reader straight into page-locked memory, then sent over the bus.
-                    rows, cols = ref.shape
-                    host = self.device.staging(rows * cols * self.dtype.itemsize).view(self.dtype)
-                    host = host.reshape(rows, cols)
-                if shared is not None and scope is not None and hostcache.shareable(ref.array):
-                    host = np.empty(ref.shape, native) if host is None else host
-
-                    def decode(out):
-                        if not ref.read_into(out):
-                            out[...] = load(ref)
-                    served = shared.fetch(scope, ref.key(), host, decode)
-                else:
-                    shared = None
-                    if host is not None and not ref.read_into(host):
-                        host = None
-            if host is None:
-                host = load(ref)
-        except Exception as e:
-            raise OSError(read_error(ref, e)) from e
+        if _reads_itself(ref):
+            rows, cols = ref.shape
+            dtype = np.dtype(ref.dtype)
+            if dtype == self.dtype:
+                host = self.device.staging(rows * cols * dtype.itemsize).view(dtype).reshape(rows, cols)
+            else:
+                host = np.empty((rows, cols), dtype)
+            served = ref.fill_into(host)
+        else:
+            host = np.asarray(ref)
         self._add(read_seconds=time.perf_counter() - t0, bytes_read=0 if served else host.nbytes)
-        if served is not None:   # the host cache was asked (Zarr blocks only; arrays in memory are not shared)
+        if served is not None:   # a host cache was asked (blocks that read themselves only)
             with self._count:
                 extra = self.stats.extra
                 for name, value in (("host_cache_hits", int(served)), ("host_cache_misses", int(not served)),
@@ -226,15 +218,15 @@ class BlockEngine:
                     extra[name] = extra.get(name, 0) + value
         return self.upload(host, transpose, drows, dcols)
 
-    def _staged(self, ref, transpose: bool, drows: int, dcols: int, scope, shared=None):
+    def _staged(self, ref, transpose: bool, drows: int, dcols: int, scope):
         """The cache entry (pinned) of ``ref`` staged as ``drows x dcols``, read in the background on a miss."""
         key = None
-        if isinstance(ref, ZarrBlock):   # blocks held by dask arrive as arrays and are not kept
+        if _reads_itself(ref):   # blocks held by dask arrive as arrays and are not kept
             # (prepared: the wgmma engines' blocks are TF32 values or [big; small] halves, not plain float32)
             key = (scope, ref.key(), transpose, drows, dcols, self.dtype.str, self.k.parts, self.k.prepare is not None)
         nbytes = self._nbytes(drows, dcols)
         entry, _ = self.cache.acquire(key, nbytes, lambda: self.device.pool(copy=_copies(ref)).submit(
-            self._fetch, ref, transpose, drows, dcols, scope, shared))
+            self._fetch, ref, transpose, drows, dcols))
         return entry
 
     # -- the product ----------------------------------------------------
@@ -272,9 +264,9 @@ class BlockEngine:
         Parameters
         ----------
         a_refs, b_refs : sequences
-            The k-blocks of A and B: :class:`~dgemm.storage.ZarrBlock`
-            references (read in the device's pool of threads, and kept in its
-            panel cache) or arrays.
+            The k-blocks of A and B: blocks that read themselves (see the
+            module's notes; read in the device's pool of threads, and kept in
+            its panel cache) or arrays.
         scope : hashable, optional
             Names the run: cached blocks are shared only within one scope, so
             an input rewritten between two runs is never served stale.
@@ -298,14 +290,11 @@ class BlockEngine:
             if k and m and n:
                 plan.append((k, a, b))
         nxt = self._ahead(ahead or (), trans_a, trans_b)
-        # once per product, before any read: a bad host-cache setting fails with its own message
-        from dgemm.storage import hostcache
-        shared = hostcache.current() if scope is not None else None
 
         def request(k, a, b):
-            ea = self._staged(a, *self._layout("a", trans_a, k, mp), scope, shared)
+            ea = self._staged(a, *self._layout("a", trans_a, k, mp), scope)
             try:
-                eb = self._staged(b, *self._layout("b", trans_b, k, np_), scope, shared)
+                eb = self._staged(b, *self._layout("b", trans_b, k, np_), scope)
             except BaseException:
                 self.cache.release(ea)
                 raise
@@ -326,7 +315,7 @@ class BlockEngine:
                         pending.append(request(*item))
                     else:   # all of ours are under way: warm the cache for the next product
                         while nxt:
-                            self.cache.release(self._staged(*nxt.pop(0), scope, shared))
+                            self.cache.release(self._staged(*nxt.pop(0), scope))
                     try:
                         yield k, ea.future.result(), eb.future.result()
                     finally:
@@ -472,12 +461,15 @@ def _seconds(event) -> float:
     return (event.profile.end - event.profile.start) * 1e-9
 
 
+def _reads_itself(ref) -> bool:
+    """Whether ``ref`` is a block that reads itself (see the module's notes) rather than an array."""
+    return hasattr(ref, "fill_into")
+
+
 def _copies(ref) -> bool:
     """Whether reading ``ref`` only copies file bytes (see :meth:`~dgemm.opencl.device.Device.pool`)."""
-    from dgemm.storage.chunks import copies
-
-    return isinstance(ref, ZarrBlock) and copies(ref.array)
+    return _reads_itself(ref) and ref.copies
 
 
 def _shape(ref) -> tuple[int, int]:
-    return ref.shape if isinstance(ref, ZarrBlock) else np.shape(ref)
+    return ref.shape if _reads_itself(ref) else np.shape(ref)

@@ -7,21 +7,7 @@
 """
 from __future__ import annotations
 
-import numpy as np
-
-from dgemm.storage import ZarrBlock, load, read_error, store_block
-
-
-def read_block(ref) -> np.ndarray:
-    """Read a block reference (a :class:`~dgemm.storage.ZarrBlock` or an array) in this worker.
-
-    A failed read raises :class:`OSError` naming the array, rows and
-    columns, and the chunk when it can tell (:func:`dgemm.storage.read_error`).
-    """
-    try:
-        return load(ref)
-    except Exception as e:
-        raise OSError(read_error(ref, e)) from e
+from dgemm.storage import ZarrBlock, hostcache, read_block, store_block
 
 
 def gemm_block(a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_b, dtype, precision=None,
@@ -30,10 +16,13 @@ def gemm_block(a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_b, dtype
 
     The A and B blocks are read and uploaded ahead of the device and kept in
     its panel cache for the run ``scope`` (see
-    :meth:`dgemm.opencl.engine.BlockEngine.stream`); ``reserve`` is the device memory
-    the product itself needs besides the cache; ``ahead`` lists the blocks
-    the products this worker is expected to run next will read first, read
-    while this one finishes.
+    :meth:`dgemm.opencl.engine.BlockEngine.stream`), their Zarr blocks
+    through the host cache where it is on (:func:`dgemm.storage.hostcache.through`);
+    ``reserve`` is the device memory the product itself needs besides the
+    cache; ``ahead`` lists the blocks the products this worker is expected
+    to run next will read first, read while this one finishes.  A failed
+    read raises :class:`OSError` naming the array, rows and columns, and the
+    chunk when it can tell (:func:`dgemm.storage.unreadable`).
     """
     # At call time, so that the package dgemm.worker may import this module without a cycle.
     from dgemm.worker import device_state
@@ -41,6 +30,12 @@ def gemm_block(a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_b, dtype
     state = device_state()
     engine = state.engine(dtype, precision)
     state.plan_cache(reserve)
+    # once per product, before any read: a bad host-cache setting fails with its own message
+    shared = hostcache.current() if scope is not None else None
+    if shared is not None:
+        a_refs = [hostcache.through(shared, scope, r) for r in a_refs]
+        b_refs = [hostcache.through(shared, scope, r) for r in b_refs]
+        ahead = [(hostcache.through(shared, scope, r), side, extent) for r, side, extent in ahead or ()]
     c = read_block(c_ref) if c_ref is not None and beta != 0 else None
     return engine.stream(a_refs, b_refs, m, n, alpha=alpha, beta=beta, c=c, trans_a=trans_a, trans_b=trans_b,
                          scope=scope, ahead=ahead)
