@@ -53,7 +53,7 @@ def run(req: Request):
     t0 = time.perf_counter()
     if output.pending:
         _compute(req, plan, token, client, workers, output)
-    output.complete(time.perf_counter() - t0, plan.flops)
+    _complete(output, plan, time.perf_counter() - t0)
     return output.array
 
 
@@ -230,6 +230,11 @@ def _running(client, token: str) -> int:
         return sum(client.run(count, on_error="ignore").values())
     except Exception:   # no cluster to ask
         return 0
+
+
+def _complete(output: OutputRun, plan: Plan, seconds: float) -> None:
+    """Mark the output complete (:meth:`OutputRun.complete`: only once every block has its marker)."""
+    output.complete(seconds, plan.flops)
 
 
 def _empty(req: Request):
