@@ -34,10 +34,8 @@ if __name__ == "__main__":
     from distributed import Client, get_task_stream
 
     import dgemm
-    from dgemm.benchmarks.inputs import random_zarr
+    from dgemm.benchmarks.inputs import input_compressors, random_zarr
     from dgemm.cluster.local import DeviceCluster
-
-    from dgemm.benchmarks.e2e import input_compressors
 
     comp = input_compressors("default" if args.codec == "zstd" else args.codec)
     outc = None if args.out_codec == "raw" else input_compressors(

@@ -61,7 +61,7 @@ def crossover(rows: list[dict]) -> float | None:
 def crossover_bench(client, *, dtypes=("float32", "float64"), sizes=DEFAULT_SIZES, reps: int = 5,
                     seed: int = 0, out_dir=DEFAULT_OUT, log=print) -> tuple[dict, object]:
     """Time numpy-in, numpy-out products on ``client``'s devices against numpy here; ``(record, path)``."""
-    from dgemm.benchmarks.e2e import ready_workers
+    from dgemm.benchmarks.measure import ready_workers
 
     _, names, _ = ready_workers(client, dtypes[0])
     rng = np.random.default_rng(seed)

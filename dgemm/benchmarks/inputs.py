@@ -11,18 +11,30 @@ when a chunk is larger), and the threads are fewer when their panels would
 hold more than :data:`BYTES_IN_FLIGHT`.  A sharded array is written in whole
 shards (a shard is one object: two threads writing parts of it would race).
 The codec and the Zarr format are the caller's (by default raw chunks, v3).
+
+:func:`make_inputs` writes the end-to-end benchmark's A and B that way, as
+users write them (raw chunks, zarr's default codec or Blosc/LZ4, Zarr v2,
+sharded: :data:`INPUT_CODECS`), in a local folder or on S3, and says what
+zarr reads back (:func:`describe_zarr`).
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 
+from dgemm.benchmarks.objectstore import Location, open_zarr, stored_bytes
 from dgemm.dtypes import SUPPORTED
+from dgemm.sizes import roundup
 
 PANEL_BYTES = 256 * 2**20         # one write: whole chunks of a chunk row, up to this size
 BYTES_IN_FLIGHT = 8 * 2**30       # bound on what the writer threads hold at once
+INPUT_CODECS = ("raw", "default", "blosc-lz4")   # how the benchmark's inputs are encoded (make_inputs)
 
 
 def _exists(path: str) -> bool:
@@ -167,3 +179,117 @@ def random_zarr(path, shape, chunks, dtype="float64", seed: int | None = None, o
         for _ in ex.map(write, todo):  # re-raises a writer's error
             pass
     return arr
+
+
+# -- the end-to-end benchmark's inputs ------------------------------------------------------
+def input_compressors(codec: str, zarr_format: int = 3):
+    """zarr's ``compressors`` for an input codec of :data:`INPUT_CODECS` in a Zarr format.
+
+    ``"default"`` is zarr's own default (``"auto"``: zstd in both formats),
+    what an array written without naming a codec has; ``"blosc-lz4"`` is
+    Blosc with LZ4 and Blosc's other defaults (byte shuffle, level 5).
+
+    >>> input_compressors("raw"), input_compressors("default", 2)
+    (None, 'auto')
+    >>> input_compressors("blosc-lz4", 2)
+    Blosc(cname='lz4', clevel=5, shuffle=SHUFFLE, blocksize=0)
+    """
+    if codec == "raw":
+        return None
+    if codec == "default":
+        return "auto"
+    if codec == "blosc-lz4":
+        if zarr_format == 2:
+            from numcodecs import Blosc
+            return Blosc(cname="lz4")
+        from zarr.codecs import BloscCodec
+        return BloscCodec(cname="lz4")
+    raise ValueError(f"input codec must be one of {', '.join(INPUT_CODECS)}, not {codec!r}")
+
+
+def codec_dict(codec) -> dict | str:
+    """A codec as JSON: zarr v3 codecs have ``to_dict``, numcodecs' (Zarr v2) ``get_config``."""
+    for method in ("to_dict", "get_config"):
+        with contextlib.suppress(Exception):
+            return _jsonable(getattr(codec, method)())
+    return repr(codec)
+
+
+def _jsonable(x):
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if x is None or isinstance(x, (bool, int, float, str)):
+        return x
+    return getattr(x, "value", None) if isinstance(getattr(x, "value", None), (str, int)) else str(x)
+
+
+def describe_zarr(path, storage_options: dict | None = None) -> dict:
+    """What zarr says the array at ``path`` is: format, chunks, shards and codecs, as JSON."""
+    arr = open_zarr(path, storage_options)
+    meta = arr.metadata
+    out = {"zarr_format": meta.zarr_format, "chunks": list(arr.chunks),
+           "shards": list(arr.shards) if arr.shards is not None else None,
+           "compressors": [codec_dict(c) for c in arr.compressors],
+           "filters": [codec_dict(c) for c in arr.filters]}
+    if meta.zarr_format == 3:
+        out["codecs"] = [codec_dict(c) for c in meta.codecs]
+    return out
+
+
+def _capped_shards(shards: int | None, shape, ch) -> tuple[int, int] | None:
+    """The shard shape for an array: ``shards`` along each axis, capped to the array (rounded up to its chunks)."""
+    if not shards:
+        return None
+    return tuple(min(shards, roundup(max(x, 1), c)) for x, c in zip(shape, ch))
+
+
+def make_inputs(folder, m: int, n: int, k: int, chunks: int, dtype: str, seed: int, tag: str = "",
+                codec: str = "raw", zarr_format: int = 3, shards: int | None = None, staging=None) -> dict:
+    """Write A (m x k) and B (k x n) into ``folder``; their paths, chunks, codecs, bytes and the write time.
+
+    Written with zarr's API (``zarr.create_array`` with zarr's defaults except
+    the codec ``codec`` names, then whole chunks, or whole shards of
+    ``shards`` x ``shards``, set from threads): the same arrays
+    ``dask.array.to_zarr`` makes with the same codec.  Each array's entry
+    carries what zarr reads back (:func:`describe_zarr`).
+
+    ``folder`` is a local folder, or a remote
+    :class:`~dgemm.benchmarks.objectstore.Location` (an S3 prefix): there
+    each array is written into the local folder ``staging`` first, then
+    uploaded file by file (its entry's ``upload``) and its local copy
+    removed, so the objects are the same bytes as a local array's files.
+    """
+    remote = isinstance(folder, Location) and folder.remote
+    if remote and staging is None:
+        raise ValueError("inputs on a remote store are written in a local staging folder first: give staging")
+    so = folder.storage_options if isinstance(folder, Location) else None
+    out = {"seconds": 0.0, "codec": codec, "zarr_format": zarr_format, "shards": shards,
+           "writer": "zarr.create_array (zarr's defaults but the codec) + threaded setitem of whole "
+                     + ("shards" if shards else "chunks")
+                     + ("; written locally, then every file uploaded (s3fs put)" if remote else "")}
+    compressors = input_compressors(codec, zarr_format)
+    for name, shape, s in (("a", (m, k), seed), ("b", (k, n), seed + 1)):
+        path = folder / f"{name}{tag}.zarr"
+        local = Path(staging) / f"{name}{tag}.zarr" if remote else path
+        ch = (min(chunks, max(shape[0], 1)), min(chunks, max(shape[1], 1)))
+        sh = _capped_shards(shards, shape, ch)
+        t0 = time.perf_counter()
+        random_zarr(local, shape, ch, dtype, seed=s, overwrite=True, compressors=compressors, shards=sh,
+                    zarr_format=zarr_format)
+        upload = None
+        if remote:
+            try:
+                folder.remove(path)      # a stale copy's objects would stay beside the new ones
+                upload = folder.upload(local, path)
+            finally:
+                shutil.rmtree(local, ignore_errors=True)
+        sec = time.perf_counter() - t0
+        out["seconds"] += sec
+        nbytes = shape[0] * shape[1] * np.dtype(dtype).itemsize
+        out[name] = {"path": str(path), "shape": list(shape), "chunks": list(ch),
+                     "shards": list(sh) if sh else None, "bytes": nbytes,
+                     "bytes_on_disk": stored_bytes(path, so), "seconds": sec, "upload": upload,
+                     "write_gbps": nbytes / sec / 1e9 if sec > 0 else None, "zarr": describe_zarr(path, so)}
+    return out

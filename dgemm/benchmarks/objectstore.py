@@ -6,7 +6,9 @@
   same way, with request signatures checked.
 * :class:`Location`: where the benchmark's Zarr arrays live, a local folder
   or an S3 prefix with the ``storage_options`` that reach it; paths are
-  joined with ``/`` and removed or measured the same way in both.
+  joined with ``/`` and removed or measured the same way in both;
+  :func:`open_zarr`, :func:`remove_array` and :func:`stored_bytes` take a
+  path of either kind with its ``storage_options``.
 * :func:`object_get_rate` and :func:`object_put_rate`: the raw object rates
   of the server, whole objects by concurrent threads with boto3 (no Zarr,
   no decoding), the floor beside which dgemm's figure on that store is read.
@@ -308,6 +310,32 @@ class Location:
         nbytes = sum(os.path.getsize(p) for p in lpaths)
         return {"objects": len(lpaths), "bytes": nbytes, "seconds": seconds,
                 "gbps": nbytes / seconds / 1e9 if seconds > 0 else None}
+
+
+def is_remote(path) -> bool:
+    """Not on this host's filesystem (:func:`dgemm.storage.locations.local_path`)."""
+    from dgemm.storage.locations import local_path
+
+    return local_path(os.fspath(path)) is None
+
+
+def stored_bytes(path, storage_options: dict | None = None) -> int | None:
+    """Bytes stored under ``path`` (a local folder's files, or an S3 prefix's objects); None if unreadable."""
+    path = os.fspath(path)
+    return Location(path, storage_options).nbytes(path)
+
+
+def remove_array(path, storage_options: dict | None = None) -> None:
+    """Remove the array at ``path`` (a local folder or an S3 prefix); nothing if it is not there."""
+    path = os.fspath(path)
+    Location(path, storage_options).remove(path)
+
+
+def open_zarr(path, storage_options: dict | None = None, mode: str = "r"):
+    """A local path, or a URL with its ``storage_options``, opened (:func:`dgemm.storage.locations.open_array`)."""
+    from dgemm.storage.locations import open_array
+
+    return open_array(os.fspath(path), mode=mode, storage_options=storage_options)
 
 
 def new_location(store, storage_options: dict | None = None) -> Location:

@@ -145,7 +145,8 @@ def bench_e2e(ctx, size, shape, dtype, chunks, devices, scheduler, gpus, store, 
     first dgemm.matmul; with --cold, every timed run starts with its inputs
     out of the page cache.  A wrong dgemm result makes the command fail.
     """
-    from dgemm.benchmarks.e2e import e2e_bench, format_table
+    from dgemm.benchmarks.e2e import E2EOptions, e2e_bench
+    from dgemm.benchmarks.report import format_table
 
     if size is not None and shape is not None:
         raise InputError("give --size or --shape, not both")
@@ -175,13 +176,13 @@ def bench_e2e(ctx, size, shape, dtype, chunks, devices, scheduler, gpus, store, 
     if store is not None and not remote and os.path.isfile(store):
         raise InputError(f"--store {store!r} is a file: give a folder")
     with user_errors(ctx), contextlib.ExitStack() as stack:
+        options = E2EOptions(size=size, shape=mnk, dtype=dtype, chunks=chunks, devices=devices,
+                             gpus=gpu_counts or (), store=store, s3_server=s3_server, keep=keep, peers=not no_peers,
+                             numpy_size=numpy_size, kernel_size=kernel_size, reps=reps, out_dir=out_dir, seed=seed,
+                             compressors=None if uncompressed else "auto", input_codec=input_codec,
+                             input_zarr_format=zarr_format, shards=shards, first_call=first_call, cold=cold)
         client = connect(stack, scheduler)
-        record, path = e2e_bench(size, shape=mnk, dtype=dtype, chunks=chunks, devices=devices, gpus=gpu_counts,
-                                 store=store, keep=keep, peers=not no_peers, numpy_size=numpy_size,
-                                 kernel_size=kernel_size, reps=reps, out_dir=out_dir, client=client, seed=seed,
-                                 compressors=None if uncompressed else "auto", input_codec=input_codec,
-                                 input_zarr_format=zarr_format, shards=shards, first_call=first_call,
-                                 cold=cold, s3_server=s3_server, log=click.echo)
+        record, path = e2e_bench(options, client=client, log=click.echo)
     click.echo()
     click.echo(format_table(record))
     if keep:
@@ -211,7 +212,7 @@ def bench_crossover(ctx, devices, scheduler, dtypes, sizes, reps, out_dir):
     the devices won at every larger size.
     """
     from dgemm.benchmarks.crossover import crossover_bench
-    from dgemm.benchmarks.e2e import bench_cluster
+    from dgemm.benchmarks.measure import bench_cluster
 
     dts = _csv(dtypes, "dtypes", _dtype_name)
     size_list = _csv(sizes, "sizes", _size)
