@@ -2,7 +2,8 @@
 
     python bench/timeline.py OUTDIR [--size N] [--chunks N] [--codec zstd|raw|blosc-lz4] [--store DIR]
 
-Its arrays go in DIR/dgemm-timeline (kept for the next call with the same options).
+Its arrays go in DIR/dgemm-timeline (DIR: --store, by default the system's temporary folder; kept for the
+next call with the same options).
 
 Writes inputs, runs dgemm.matmul twice on one DeviceCluster (the second timed
 inside distributed's task stream) and prints the phases: submit -> first GEMM,
@@ -13,6 +14,7 @@ import argparse
 import json
 import os
 import shutil
+import tempfile
 import time
 
 def _row(key: str) -> str:
@@ -27,7 +29,8 @@ if __name__ == "__main__":
     p.add_argument("--chunks", type=int, default=4096)
     p.add_argument("--codec", default="zstd")
     p.add_argument("--out-codec", default="auto")
-    p.add_argument("--store", default="/tmp/tl")
+    p.add_argument("--store", default=tempfile.gettempdir(),
+                   help="folder that gets the dgemm-timeline folder (default: the system's temporary folder)")
     p.add_argument("--reps", type=int, default=2)
     args = p.parse_args()
     import numpy as np

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import re
 import subprocess
 import sys
 import types
@@ -201,7 +202,6 @@ def test_result_path_does_not_overwrite(tmp_path):
 
 def test_existing_results_follow_the_naming_scheme():
     """Every record the writers make is named <date>-<device>-<benchmark>[-<detail>]; so are most kept ones."""
-    import re
     names = [p.name for p in (ROOT / "bench" / "results").glob("*.json")]
     scheme = re.compile(r"^\d{4}-\d\d-\d\d-[a-z0-9-]+\.json$")
     assert sum(bool(scheme.match(n)) for n in names) > len(names) / 2, names
@@ -244,16 +244,58 @@ def test_bench_kernel_in_a_subprocess_records_its_command(tmp_path):
     assert rec["dtypes"]["float32"]["sizes"][0]["status"] == "ok"
 
 
-SCRIPTS = sorted(p.name for p in (ROOT / "bench").glob("*.py"))
+BENCH = ROOT / "bench"
+
+
+def _bench_files(pattern: str) -> list[str]:
+    """bench/'s files matching ``pattern`` at any depth (the tools and bench/notes/), records left out."""
+    return sorted(str(p.relative_to(BENCH)) for p in BENCH.rglob(pattern)
+                  if p.is_file() and p.relative_to(BENCH).parts[0] != "results")
+
+
+SCRIPTS = _bench_files("*.py")
+SHELL_SCRIPTS = _bench_files("*.sh")
+# where another machine's files were: the GPU machine's site folder, home folders, a checkout's own place
+MACHINE_PATHS = re.compile(r"/tmp/|/home/|/root/|/Users/|/work/|\.\./shared")
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_bench_scripts_run_against_the_installed_package(script, tmp_path):
     """No script edits sys.path: each imports dgemm as installed (--help imports it and exits)."""
-    assert "sys.path" not in (ROOT / "bench" / script).read_text()
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / script), "--help"], cwd=tmp_path, capture_output=True,
+    assert "sys.path" not in (BENCH / script).read_text()
+    r = subprocess.run([sys.executable, str(BENCH / script), "--help"], cwd=tmp_path, capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0 and "usage" in r.stdout.lower(), r.stderr
+
+
+@pytest.mark.parametrize("script", SHELL_SCRIPTS)
+def test_bench_shell_scripts_parse_and_find_the_project_themselves(script):
+    """Run from anywhere: each script finds the project from its own path and writes under $OUT."""
+    text = (BENCH / script).read_text()
+    assert 'dirname "$0"' in text and '"$OUT"' in text and "PYTHONPATH" not in text
+    r = subprocess.run(["bash", "-n", str(BENCH / script)], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+
+
+def test_nothing_in_bench_assumes_a_path_on_another_machine():
+    """Scripts and their inputs take paths from their own place, $OUT, $STORE or their arguments."""
+    found = [f"{name}:{i}: {line.strip()}" for pattern in ("*.py", "*.sh", "*.txt", "*.json")
+             for name in _bench_files(pattern)
+             for i, line in enumerate((BENCH / name).read_text().splitlines(), 1) if MACHINE_PATHS.search(line)]
+    assert not found, "\n".join(found)
+
+
+def test_bench_readme_names_every_file():
+    """bench/README.md says what each file of bench/ is for (a notes/ folder's files in its row)."""
+    readme = (BENCH / "README.md").read_text()
+
+    def named(name: str) -> bool:
+        folder, _, base = name.rpartition("/")
+        return name in readme or (f"`{folder}/`" in readme and f"`{base}`" in readme)
+
+    missing = [name for name in _bench_files("*") if name != "README.md" and not name.startswith("variants/")
+               and not named(name)]
+    assert not missing, missing
 
 
 @pytest.mark.gpu

@@ -1,8 +1,14 @@
 #!/bin/bash
-# On the GPU machine (device tool), from the project root: the float64 DMMA kernel (the shipped default) and
-# cuBLAS DGEMM under ncu's full set, through CUDA (bench/ptx_in_cuda.py).  Usage: bash bench/gpu_issue16d.sh COMMIT
+# NOTES.md, "Issue 16, third session (stop 16)", the row "ncu on the DMMA kernel and on cuBLAS DGEMM": the
+# float64 DMMA kernel (the shipped default) and cuBLAS DGEMM under ncu's full set, both through CUDA
+# (bench/ptx_in_cuda.py).  On the GPU machine, from the project root:
+#   source .whl/gpu-env.sh && bash bench/notes/issue-16-third-session/ncu_dmma_vs_cublas.sh COMMIT
+# Profiles and their text go to $OUT.
 set -u
-export PYTHONPATH=/tmp/site:$PWD DGEMM_COMMIT=$1
+: "${OUT:?set OUT to the folder for the records}"
+root=$(cd "$(dirname "$0")/../../.." && pwd)
+cd "$root"
+export DGEMM_COMMIT=$1
 D='{"TSM": 128, "TSN": 64, "TSK": 8, "WIDTH": 2, "PADA": 4, "PADB": 4, "MMA": 3, "WARPSM": 4, "WARPSN": 2}'
 timeout 90 python3 bench/ptx_in_cuda.py --params "$D" --dtype float64 --size 8192 2>&1 | grep -E "^\{|Error" | cut -c1-500
 timeout 90 python3 bench/ptx_in_cuda.py --params "$D" --dtype float64 --size 8192 --cublas 2>&1 | grep -E "^\{|Error"

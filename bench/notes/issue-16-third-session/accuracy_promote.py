@@ -1,8 +1,10 @@
-"""3xTF32 on wgmma at each PROMOTE (tiles per IEEE add) against the FMA kernel, through the engine, on the
+"""NOTES.md, "Issue 16, third session (stop 16)", the row "the engine's GPU test on PROMOTE 4".
+
+3xTF32 on wgmma at each PROMOTE (tiles per IEEE add) against the FMA kernel, through the engine, on the
 data of the engine's tensor-core test (m 1000, n 700, k blocks 900 + 333, alpha 1.5, beta -0.5; normal entries
 and entries spread over 2^-16 .. 2^16): the relative error (Frobenius) of each against float64, per seed.
 
-On the GPU machine:  python3 bench/accuracy_promote.py [--seeds 3]
+On the GPU machine:  source .whl/gpu-env.sh && python3 bench/notes/issue-16-third-session/accuracy_promote.py [--seeds 3]
 """
 import argparse
 import dataclasses
