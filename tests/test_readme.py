@@ -78,3 +78,24 @@ def test_ci_installs_slurm_for_the_cluster_test():
     setup = [ln for ln in ci_lines() if ln.startswith("apt-get ")]
     words = {w for ln in setup if "install" in ln for w in ln.split()}
     assert {"slurm-wlm", "munge"} <= words, setup
+
+
+# -- "How it works": the README's tree is the tree ----------------------------------------------------
+def readme_tree() -> str:
+    readme = (ROOT / "README.md").read_text()
+    assert "\n```\ndgemm/\n" in readme, "the README has no dgemm/ tree"
+    return readme.split("\n```\ndgemm/\n", 1)[1].split("\n```", 1)[0]
+
+
+def test_the_readme_tree_names_every_module_and_no_other():
+    import re
+
+    tree = readme_tree()
+    named = set(re.findall(r"\b([a-z_0-9]+\.py)\b", tree))
+    package = ROOT / "dgemm"
+    modules = {p.name for p in package.rglob("*.py") if p.name not in ("__init__.py", "__main__.py")}
+    folders = {p.parent.relative_to(package).as_posix() for p in package.rglob("__init__.py")} - {"."}
+    assert not modules - named, f"modules the README's tree does not name: {sorted(modules - named)}"
+    assert not named - modules - {"__init__.py"}, f"the README's tree names no such module: {sorted(named - modules)}"
+    missing = {f for f in folders if not re.search(rf"^  {re.escape(f)}/ ", tree, re.M)}
+    assert not missing, f"packages the README's tree does not list: {sorted(missing)}"
