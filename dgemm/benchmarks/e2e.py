@@ -50,8 +50,7 @@ from dgemm.benchmarks.measure import (bench_cluster, flops, free_cupy, kernel_ra
 from dgemm.benchmarks.objectstore import LocalS3, Location, new_location, s3_options, split_url
 from dgemm.benchmarks.peers import cupy_status, time_cublas
 from dgemm.benchmarks.records import DEFAULT_OUT, command_line, git_commit, result_path, utc_now, write_json
-from dgemm.benchmarks.report import (bytes_text, error_text, fmt, input_detail, inputs_text, ratios,
-                                     result_detail)
+from dgemm.benchmarks.report import bytes_text, error_text, fmt, input_detail, inputs_text, ratios, result_detail
 from dgemm.dtypes import DTYPES
 
 DEFAULT_CHUNKS = 8192

@@ -416,7 +416,6 @@ def warm_up(client, workers: list[str], dtype: str, folder, block_bytes: int = 0
     repetition pins them inside its time.  Returns the seconds it took.
     """
     import dgemm
-
     from dgemm.worker import build_kernels
 
     so = folder.storage_options if isinstance(folder, Location) else None

@@ -6,7 +6,7 @@ import os
 
 import click
 
-from dgemm.cli.common import InputError, connect, one_device, one_line, cli, user_errors
+from dgemm.cli.common import InputError, cli, connect, one_device, one_line, user_errors
 from dgemm.dtypes import DTYPES
 
 
@@ -237,8 +237,9 @@ def bench_plot(ctx, records, out_path):
     """Plot TFLOPS and parallel efficiency against GPU count from e2e records made with --gpus."""
     with user_errors(ctx):
         try:
-            from dgemm.benchmarks.plots import load_records, scaling_plot
             import matplotlib  # noqa: F401
+
+            from dgemm.benchmarks.plots import load_records, scaling_plot
         except ImportError:
             raise InputError("dgemm bench plot needs matplotlib: pip install 'dgemm[plot]'") from None
         path = scaling_plot(load_records(records), out_path)

@@ -14,7 +14,6 @@ import click
 
 from dgemm import __version__
 
-
 # The user's mistakes (exit 2) and the environment's (exit 1).  Anything else is
 # unexpected: one line too (a worker's traceback runs to a hundred lines), named
 # by its type, with the way to see the traceback.

@@ -6,7 +6,7 @@ import time
 import click
 import numpy as np
 
-from dgemm.cli.common import BlockParam, fmt_bytes, cli, user_errors
+from dgemm.cli.common import BlockParam, cli, fmt_bytes, user_errors
 from dgemm.dtypes import DTYPES
 
 
@@ -58,13 +58,13 @@ def plan(ctx, a, b, block, dtype, workers, read_gbps, write_gbps, pcie_gbps, tfl
     recorded kernel rate when there is one (else the default tiles); a real
     run uses those of its workers' devices, which may differ.
     """
-    from dgemm.opencl import discovery
-    from dgemm.opencl.params import KernelParams
-    from dgemm.dtypes import check_dtype
     from dgemm.client.plan import Rates, make_plan
+    from dgemm.dtypes import check_dtype
+    from dgemm.opencl import discovery
+    from dgemm.opencl.database import lookup
+    from dgemm.opencl.params import KernelParams
     from dgemm.sizes import MEMORY_FRACTION, default_target
     from dgemm.storage import Operand
-    from dgemm.opencl.database import lookup
 
     try:
         selection = discovery.select_devices(None)

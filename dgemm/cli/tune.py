@@ -6,7 +6,7 @@ import time
 
 import click
 
-from dgemm.cli.common import fmt_params, one_device, one_line, cli, user_errors
+from dgemm.cli.common import cli, fmt_params, one_device, one_line, user_errors
 from dgemm.dtypes import ALL_PRECISIONS, DTYPES
 
 
@@ -59,8 +59,8 @@ def tune_cmd(ctx, device_spec, dtype, budget, size, seed, max_candidates, databa
 
     from dgemm.benchmarks.records import write_json
     from dgemm.errors import DeviceError
-    from dgemm.opencl.device import Device
     from dgemm.opencl import database as tuning
+    from dgemm.opencl.device import Device
     from dgemm.tuning.search import (databases, default_size, earlier_winners, plan_runs, report_header, tune,
                                      tune_key, tuned_path)
 

@@ -25,7 +25,7 @@ import numpy as np
 from dask.utils import format_bytes
 
 from dgemm.errors import PlanError
-from dgemm.sizes import INT32_MAX, MEMORY_FRACTION, index_overflow, roundup, working_set
+from dgemm.sizes import MEMORY_FRACTION, index_overflow, working_set
 
 # numpy and Zarr address an array with 64-bit indices: beyond this, Zarr reads garbage, silently.
 INDEX_MAX = 2**63 - 1

@@ -17,12 +17,12 @@ import uuid
 import numpy as np
 
 from dgemm.client import graph as graph_mod
-from dgemm.cluster import device_limits, get_client, prepare, tiles_of
-from dgemm.storage import hostcache
 from dgemm.client.plan import Plan, make_plan
-from dgemm.sizes import default_target
-from dgemm.scheduler import placement
 from dgemm.client.request import Request
+from dgemm.cluster import device_limits, get_client, prepare, tiles_of
+from dgemm.scheduler import placement
+from dgemm.sizes import default_target
+from dgemm.storage import hostcache
 from dgemm.storage.output_run import OutputRun, already_complete, write_empty
 
 

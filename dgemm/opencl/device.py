@@ -16,13 +16,13 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from dgemm import config
-from dgemm.errors import DeviceError
 from dgemm.dtypes import SUPPORTED
+from dgemm.errors import DeviceError
 from dgemm.opencl import sources
+from dgemm.opencl.database import Choice, lookup
 from dgemm.opencl.discovery import DeviceInfo, cl_device, worker_device
 from dgemm.opencl.panels import PanelCache
 from dgemm.opencl.params import KernelParams
-from dgemm.opencl.database import Choice, lookup
 
 logger = logging.getLogger("dgemm")
 

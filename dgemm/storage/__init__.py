@@ -14,8 +14,8 @@ package is dgemm's only user of zarr's private API.
 from __future__ import annotations
 
 from dgemm.storage.blocks import ZarrBlock, load, read_block, read_error, unreadable
-from dgemm.storage.markers import COMPLETE_ATTR, BlockMarkers, mark_complete, run_id
 from dgemm.storage.locations import location
+from dgemm.storage.markers import COMPLETE_ATTR, BlockMarkers, mark_complete, run_id
 from dgemm.storage.operands import Operand, is_zarr_array
 from dgemm.storage.options import check_storage_options, is_url
 from dgemm.storage.outputs import OutputSpec, check_output, create_output, store_block

@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from dgemm.dtypes import check_precision
-from dgemm.opencl.device import Device
 from dgemm.opencl.database import Choice, usable
+from dgemm.opencl.device import Device
 from dgemm.opencl.params import CPU_VWN, MMA_KINDS, KernelParams, min_compute_capability, mma_values
 from dgemm.tuning.timing import KernelBench, Timing
 

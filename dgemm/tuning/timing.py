@@ -14,8 +14,8 @@ import numpy as np
 
 from dgemm.accuracy import sampled_error, tolerance
 from dgemm.opencl.device import Device
-from dgemm.sizes import roundup
 from dgemm.opencl.params import KernelParams
+from dgemm.sizes import roundup
 
 SAMPLES = 24    # rows and columns of every timed C that are checked
 
