@@ -218,6 +218,46 @@ def test_dgemm_cluster_serves_the_page_and_stops_on_ctrl_c(tmp_path):
             proc.kill()
 
 
+@pytest.fixture
+def taken_port():
+    """A port of 127.0.0.1 another process's socket listens on (this one's, as far as dgemm can tell)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+@needs_device
+@pytest.mark.parametrize("which", ["scheduler", "dashboard"])
+def test_dgemm_cluster_on_a_taken_port_says_so_in_one_line(taken_port, which):
+    """A taken scheduler port was distributed's traceback; a taken dashboard port given by the user was
+    quietly served elsewhere (the command ran on).  Both: one line naming the port, exit 1, at once."""
+    ports = (["--port", str(taken_port), "--dashboard-address", "127.0.0.1:0"] if which == "scheduler"
+             else ["--port", "0", "--dashboard-address", f"127.0.0.1:{taken_port}"])
+    proc = subprocess.Popen([sys.executable, "-m", "dgemm", "cluster", "--devices", "cpu", *ports,
+                             "--nthreads", "1", "--memory-limit", "2GB"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        _stop(proc, signal.SIGINT)
+        pytest.fail(f"dgemm cluster on a taken {which} port ran on")
+    assert proc.returncode == 1, (out, err)
+    assert "Traceback" not in err and "scheduler:" not in out, (out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"Error: the {which} cannot listen on 127.0.0.1:{taken_port}: another process "
+                               "listens there"), err
+    assert ("--port" if which == "scheduler" else "--dashboard-address") in lines[0]
+
+
+def test_dgemm_cluster_refuses_a_malformed_dashboard_address():
+    r = CliRunner().invoke(cli, ["cluster", "--port", "0", "--dashboard-address", "[::1]:x:y"])
+    assert r.exit_code == 2 and "--dashboard-address '[::1]:x:y'" in r.output, r.output
+
+
 # -- what dask worker / dask cuda worker users pass ------------------------------------
 def test_specs_carry_device_memory_limit_preload_and_prefix():
     [spec] = worker_specs(None, device_infos=_gpus(1), device_memory_limit="4GiB", preload=["a.b", "/x/c.py"],

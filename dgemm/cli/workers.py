@@ -1,11 +1,13 @@
 """``dgemm worker`` (one Dask worker per device of this host) and ``dgemm cluster`` (a one-host cluster)."""
 from __future__ import annotations
 
+import errno
 import os
+import warnings
 
 import click
 
-from dgemm.cli.common import InputError, cli, user_errors
+from dgemm.cli.common import InputError, cli, one_line, user_errors
 
 
 def _security(tls_ca_file, tls_cert, tls_key, scheduler=False):
@@ -142,6 +144,45 @@ def worker_cmd(ctx, scheduler, devices, nthreads, memory_limit, device_memory_li
         raise click.ClickException("the workers could not start (see the log above)")
 
 
+DEFAULT_DASHBOARD_PORT = 8787
+
+
+def _refuse_taken_ports(host: str, port: int, dashboard_address: str | None) -> None:
+    """Refuse, in one line (exit 1), a scheduler port or a dashboard port given by the user that cannot be
+    listened on (another process holds it), before anything starts.
+
+    Unchecked, a taken scheduler port ends in distributed's traceback and a
+    taken dashboard port is quietly moved to another one, which the user who
+    named it (a proxy, a tunnel, a firewall rule) did not ask for.  The
+    default dashboard port (``dashboard_address`` None) may move: its help says so.
+    """
+    from distributed.utils import clean_dashboard_address
+
+    from dgemm.cluster.launch import bind_error
+
+    def refuse(what, option, h, p, error):
+        taken = getattr(error, "errno", None) == errno.EADDRINUSE
+        why = "another process listens there (a dgemm cluster already running?)" if taken else one_line(error)
+        raise click.ClickException(f"{what} cannot listen on {h}:{p}: {why}; choose another with {option}")
+
+    if port:
+        error = bind_error(host, port)
+        if error is not None:
+            refuse("the scheduler", "--port (0: any free port)", host, port, error)
+    if dashboard_address is None:
+        return
+    try:
+        addresses = clean_dashboard_address(dashboard_address)
+    except (ValueError, TypeError):
+        raise InputError(f"--dashboard-address {dashboard_address!r}: expected HOST:PORT, :PORT or PORT") from None
+    for a in addresses:
+        # distributed listens on every interface for an address without a host
+        h = a["address"] or "0.0.0.0"
+        error = bind_error(h, a["port"]) if a["port"] else None
+        if error is not None:
+            refuse("the dashboard", "--dashboard-address (HOST:0: any free port)", h, a["port"], error)
+
+
 @cli.command(name="cluster")
 @_worker_options
 @click.option("--host", default="127.0.0.1", show_default=True,
@@ -175,7 +216,9 @@ def cluster_cmd(ctx, devices, nthreads, memory_limit, device_memory_limit, prelo
         specs = worker_specs(devices, nthreads=nthreads, memory_limit=memory_limit,
                              dashboard_address=f"{host}:0" if local else ":0",
                              device_memory_limit=device_memory_limit, preload=preload)
+    given = dashboard_address is not None
     dashboard_address = dashboard_address or f"{host}:8787"
+    _refuse_taken_ports(host, port, dashboard_address if given else None)
 
     async def run():
         from distributed import Scheduler
@@ -184,11 +227,25 @@ def cluster_cmd(ctx, devices, nthreads, memory_limit, device_memory_limit, prelo
         from dgemm.names import DASHBOARD_PLUGIN
         from dgemm.scheduler.dashboard import DgemmDashboard, ROUTE
 
-        async with Scheduler(host=host, port=port, dashboard_address=dashboard_address,
-                             scheduler_file=scheduler_file, plugins=[DgemmDashboard()], **tls) as s:
+        scheduler = Scheduler(host=host, port=port, dashboard_address=dashboard_address,
+                              scheduler_file=scheduler_file, plugins=[DgemmDashboard()], **tls)
+        with warnings.catch_warnings():
+            # The default dashboard port, taken, moves to a free one (said in one line below) instead of
+            # distributed's three-line warning.
+            warnings.filterwarnings("ignore", message="Port .* is already in use")
+            try:
+                await scheduler
+            except Exception as e:   # a port taken since the check above: its OSError, not a traceback
+                cause = e.__cause__ if isinstance(e.__cause__, OSError) else e
+                raise click.ClickException(f"the scheduler could not start on {host}:{port}: {one_line(cause)}") \
+                    from None
+        async with scheduler as s:
             assert DASHBOARD_PLUGIN in s.plugins
             link = format_dashboard_link(s.ip if host in ("0.0.0.0", "") else host, s.http_server.port)
             click.echo(f"scheduler: {s.address}")
+            if not given and s.http_server.port != DEFAULT_DASHBOARD_PORT:
+                click.echo(f"dashboard: port {DEFAULT_DASHBOARD_PORT} is taken (another cluster?); "
+                           f"serving on {s.http_server.port} instead", err=True)
             click.echo(f"dashboard: {link}")
             click.echo(f"dgemm page: {link.rsplit('/', 1)[0]}{ROUTE}")
             _echo_workers(specs, s.address)

@@ -42,6 +42,31 @@ def parse_resources(text: str | None) -> dict:
     return out
 
 
+def bind_error(host: str | None, port: int) -> OSError | None:
+    """Why ``host:port`` cannot be listened on now (another process holds it), else None.
+
+    Binds as the scheduler's TCP listener and its dashboard's HTTP server
+    bind (tornado's ``bind_sockets``, with ``SO_REUSEADDR``), then lets go,
+    so a port only a closing connection still uses is not called taken.
+
+    >>> import socket
+    >>> s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
+    >>> bind_error("127.0.0.1", s.getsockname()[1]).errno == __import__("errno").EADDRINUSE
+    True
+    >>> s.close(); bind_error("127.0.0.1", 0) is None
+    True
+    """
+    from tornado.netutil import bind_sockets
+
+    try:
+        sockets = bind_sockets(port, address=host or None)
+    except OSError as e:
+        return e
+    for sock in sockets:
+        sock.close()
+    return None
+
+
 def _port(address: str | None, i: int, n: int):
     """The i-th worker's dashboard address: a fixed port p becomes p + i when there are several."""
     if address is None or n == 1:
