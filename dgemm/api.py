@@ -8,7 +8,7 @@ from __future__ import annotations
 
 # dgemm.client.request and dgemm.client.steps (which import Dask, distributed and Zarr) are imported by the calls, not
 # here: ``from dgemm import matmul`` stays cheap, in a script and in every worker process that imports it.
-from dgemm.client.dataarrays import is_dataarray, result_dims, unwrap, wrap
+from dgemm.client.dataarrays import align, check, is_dataarray, unwrap, wrap
 
 
 def matmul(a, b, out=None, *, client=None, overwrite: bool = False, resume: bool = False, block=None,
@@ -22,9 +22,14 @@ def matmul(a, b, out=None, *, client=None, overwrite: bool = False, resume: bool
 
     Parameters
     ----------
-    a, b : zarr.Array, str, os.PathLike, zarr store, dask.array.Array or numpy.ndarray
+    a, b : zarr.Array, str, os.PathLike, zarr store, dask.array.Array, numpy.ndarray or xarray.DataArray
         The operands; paths and URLs are opened as Zarr arrays (read-only).
-        float32 and float64; mixed inputs give float64.
+        float32 and float64; mixed inputs give float64.  Two DataArrays
+        follow :func:`xarray.dot`: the contracted dimension (``a``'s last,
+        ``b``'s first) must have one name (two names are a ValueError
+        naming both), and ``a`` and ``b`` are aligned on its labels first
+        (an inner join, or xarray's ``arithmetic_join="exact"``), lazily
+        for dask data; see :mod:`dgemm.client.dataarrays`.
     out : str, os.PathLike, zarr store or zarr.Array, optional
         Where to write the product as a Zarr array.  ``None`` returns a lazy
         dask array instead.
@@ -84,8 +89,9 @@ def matmul(a, b, out=None, *, client=None, overwrite: bool = False, resume: bool
         wherever dask computes it (a distributed client's workers, or this
         process's OpenCL device under dask's local schedulers).  An
         :class:`xarray.DataArray` operand gives a DataArray with the dims
-        ``(a.dims[0], b.dims[-1])`` and the coordinates along them (lazy
-        when the data is; a written ``out`` is wrapped lazily).
+        ``(a.dims[0], b.dims[-1])`` and the coordinates along them, named as
+        xr.dot names it (the operands' common name, else None); lazy when
+        the data is; a written ``out`` is wrapped lazily.
 
     Examples
     --------
@@ -125,7 +131,8 @@ def matmul(a, b, out=None, *, client=None, overwrite: bool = False, resume: bool
     from dgemm.client.steps import run
 
     if is_dataarray(a) or is_dataarray(b):
-        result_dims(a, b)   # refused before any work: dims xarray cannot hold
+        check(a, b)          # refused before any work: dims xarray would not multiply, or cannot hold
+        a, b = align(a, b)   # on the contracted dim's labels, as xr.dot (lazily: nothing computed here)
     result = run(Request.check("matmul", unwrap(a), unwrap(b), out=out, client=client, overwrite=overwrite,
                                resume=resume, block=block, devices=devices, progress=progress,
                                precision=precision, compressors=compressors, storage_options=storage_options))
@@ -158,7 +165,8 @@ def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 0.0, trans_a: bool =
     from dgemm.client.steps import run
 
     if is_dataarray(a) or is_dataarray(b):
-        result_dims(a, b, trans_a=trans_a, trans_b=trans_b)
+        check(a, b, trans_a=trans_a, trans_b=trans_b)
+        a, b = align(a, b, trans_a=trans_a, trans_b=trans_b)
     result = run(Request.check("gemm", unwrap(a), unwrap(b), unwrap(c), alpha=alpha, beta=beta, trans_a=trans_a,
                                trans_b=trans_b, out=out, client=client, overwrite=overwrite, resume=resume,
                                block=block, devices=devices, progress=progress, precision=precision,

@@ -5,16 +5,17 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
+from _check import assert_close, check_product, randn
 
 import dgemm
-from _check import check_product, randn
 
 xr = pytest.importorskip("xarray", reason="xarray is not installed (pip install xarray)")
 
 
 def labelled(rng, dims, shape, dtype="float64", chunks=None):
     data = randn(rng, shape, dtype)
-    coords = {d: np.arange(n) * 10 + i for i, (d, n) in enumerate(zip(dims, shape))}
+    # labels follow the dim's name: the contracted dim of a and b has the same labels (xarray aligns on them)
+    coords = {d: np.arange(n) * 10 + sum(map(ord, d)) % 7 for d, n in zip(dims, shape)}
     coords[f"{dims[0]}_label"] = (dims[0], [f"{dims[0]}{i}" for i in range(shape[0])])
     x = xr.DataArray(da.from_array(data, chunks=chunks) if chunks else data, dims=dims, coords=coords)
     return x, data
@@ -78,3 +79,71 @@ def test_out_naming_the_zarr_array_behind_an_opened_dataset_is_refused(no_client
     with pytest.raises(ValueError, match="input a"):
         dgemm.matmul(ds.v, b, out=str(tmp_path / "ds.zarr" / "v"), overwrite=True, client=no_client)
     np.testing.assert_array_equal(xr.open_zarr(str(tmp_path / "ds.zarr")).v.values, V)
+
+
+# -- xarray's rules (issue 26): align on the contracted dimension, refuse what xr.dot would not contract --------
+
+def against_xr_dot(got, a, b, dtype):
+    """``got`` against ``xr.dot(a, b)`` computed in float64 (labels aligned by xarray), with the element-wise bound."""
+    a64, b64 = a.astype("float64"), b.astype("float64")
+    ref = xr.dot(a64, b64).transpose(*got.dims)
+    absref = xr.dot(abs(a64), abs(b64)).transpose(*got.dims)
+    assert got.dims == ref.dims
+    for d in got.dims:
+        np.testing.assert_array_equal(got[d], ref[d])
+    k = len(xr.align(a, b, join="inner")[0][b.dims[0]])
+    assert_close(np.asarray(got.values), np.asarray(ref.values), np.asarray(absref.values), dtype, k)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("lazy", [False, True], ids=["numpy", "dask"])
+def test_the_contracted_dimension_is_aligned_by_label_as_xr_dot_does(rng, dtype, lazy):
+    """A reversed (and partly disjoint) ``feature`` coordinate: labels meet labels, not positions."""
+    A, B = randn(rng, (40, 30), dtype), randn(rng, (26, 20), dtype)
+    a = xr.DataArray(A, dims=("sample", "feature"),
+                     coords={"sample": np.arange(40), "feature": np.arange(30)})
+    # b's labels (28 down to 3) run backwards, and a has four that b lacks (0, 1, 2, 29): the inner join keeps 26
+    b = xr.DataArray(B, dims=("feature", "mode"), coords={"feature": np.arange(28, 2, -1), "mode": np.arange(20)})
+    if lazy:
+        a, b = a.chunk({"sample": 16, "feature": 8}), b.chunk({"feature": 7, "mode": 8})
+    with dask.config.set({"dgemm.small-flops": 0 if lazy else 1e12}, scheduler="threads"):
+        got = dgemm.matmul(a, b)
+        assert isinstance(got.data, da.Array) == lazy           # aligned lazily: nothing computed yet
+        got = got.compute()
+    against_xr_dot(got, a, b, dtype)
+
+
+def test_aligning_a_lazy_operand_computes_nothing_here(client, rng):
+    A, B = randn(rng, (32, 24)), randn(rng, (24, 16))
+    a = xr.DataArray(da.from_array(A, chunks=8), dims=("r", "k"), coords={"k": np.arange(24)})
+    a = a.copy(data=a.data.map_blocks(in_a_worker_only, dtype=A.dtype, meta=np.empty((0, 0), A.dtype)))
+    b = xr.DataArray(B, dims=("k", "c"), coords={"k": np.arange(24)[::-1]})
+    got = dgemm.matmul(a, b, client=client, block=16)
+    assert isinstance(got.data, da.Array)
+    check_product(client.compute(got.data).result(), A, B[::-1], dtype="float64")
+
+
+def test_exact_join_is_refused_when_labels_differ(no_client, rng):
+    a = xr.DataArray(randn(rng, (4, 3)), dims=("x", "k"), coords={"k": [0, 1, 2]})
+    b = xr.DataArray(randn(rng, (3, 2)), dims=("k", "y"), coords={"k": [2, 1, 0]})
+    with xr.set_options(arithmetic_join="exact"), pytest.raises(ValueError, match="'k'"):
+        dgemm.matmul(a, b, client=no_client)
+
+
+def test_inner_dimensions_of_different_names_are_refused_naming_both(no_client, rng):
+    a, _ = labelled(rng, ("x", "space"), (6, 5))
+    b, _ = labelled(rng, ("distance", "y"), (5, 4))
+    with pytest.raises(ValueError, match="'space'.*'distance'"):
+        dgemm.matmul(a, b, client=no_client)
+    with pytest.raises(ValueError, match="'x'.*'distance'"):
+        dgemm.gemm(a, b.T, trans_a=True, trans_b=True, client=no_client)   # op(a) is (space, x)
+
+
+def test_the_result_is_named_as_xr_dot_names_it(rng):
+    a, _ = labelled(rng, ("x", "k"), (6, 5))
+    b, _ = labelled(rng, ("k", "y"), (5, 4))
+    with dask.config.set({"dgemm.small-flops": 1e12}, scheduler="threads"):
+        assert dgemm.matmul(a, b).name is None                        # unnamed operands: None, as xr.dot
+        assert dgemm.matmul(a.chunk(3), b.chunk(3)).name is None      # not the dask key of the lazy result
+        assert dgemm.matmul(a.rename("v"), b.rename("w")).name is None
+        assert dgemm.matmul(a.rename("v"), b.rename("v")).name == xr.dot(a.rename("v"), b.rename("v")).name == "v"
