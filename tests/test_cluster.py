@@ -233,6 +233,53 @@ def test_get_client_order(monkeypatch):
     assert get_client(None, "cpu", dtype="float32") is local and seen[-1] == ("cpu", "float32")
 
 
+@pytest.fixture
+def old_output(tmp_path, rng):
+    """Inputs a, b and an existing output c (ones) that a refused call must leave as it was."""
+    for name in ("a", "b"):
+        zarr.create_array(str(tmp_path / f"{name}.zarr"), data=randn(rng, (64, 64), "float32"), chunks=(32, 32))
+    zarr.create_array(str(tmp_path / "c.zarr"), data=np.ones((64, 64), "float32"), chunks=(32, 32))
+    return [str(tmp_path / f"{name}.zarr") for name in "abc"]
+
+
+def _untouched(c):
+    assert np.array_equal(zarr.open_array(c, mode="r")[:], np.ones((64, 64), "float32"))
+
+
+def test_a_closed_client_is_refused_before_any_work(cluster, old_output):
+    """A closed Client failed inside dgemm ('NoneType' object has no attribute 'broadcast')."""
+    a, b, c = old_output
+    closed = Client(cluster, set_as_default=False)
+    closed.close()
+    for out in (c, None):   # Zarr out (replacing c), and lazy
+        with pytest.raises(ValueError, match=r"client= is a closed Client \(tcp://127\.0\.0\.1:\d+\); dgemm needs "
+                                             "a running one"):
+            dgemm.matmul(a, b, out=out, overwrite=True, client=closed)
+    _untouched(c)
+
+
+def test_an_asynchronous_client_on_its_loop_is_refused_before_any_work(cluster, old_output):
+    """An asynchronous Client used from its event loop failed inside dgemm ('coroutine' object has no
+    attribute 'values'); from a thread (run_in_executor) its calls block, and dgemm works through it."""
+    import asyncio
+
+    a, b, c = old_output
+
+    async def main():
+        async with Client(cluster.scheduler_address, asynchronous=True) as ac:
+            for out in (c, None):
+                with pytest.raises(ValueError, match="dgemm.matmul and dgemm.gemm need a synchronous Client; "
+                                                     r"client= was made with asynchronous=True.*run_in_executor"):
+                    dgemm.matmul(a, b, out=out, overwrite=True, client=ac)
+            _untouched(c)
+            loop = asyncio.get_running_loop()
+            return await asyncio.wait_for(loop.run_in_executor(
+                None, lambda: dgemm.matmul(a, b, out=c, overwrite=True, client=ac)), 120)
+
+    result = asyncio.run(main())
+    np.testing.assert_allclose(result[:], zarr.open_array(a)[:] @ zarr.open_array(b)[:], rtol=1e-4, atol=1e-4)
+
+
 def test_a_local_cluster_started_for_a_product_builds_its_dtype_as_it_starts(monkeypatch):
     """local_client passes the product's dtype to the DeviceCluster it starts (its workers' ``warm``)."""
     started = []

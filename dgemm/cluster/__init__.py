@@ -9,8 +9,8 @@
 * :mod:`dgemm.cluster.launch`: the device workers ``dgemm worker`` and
   ``dgemm cluster`` start.
 """
-from dgemm.cluster.local import DeviceCluster, get_client, local_client
+from dgemm.cluster.local import DeviceCluster, check_client, get_client, local_client
 from dgemm.cluster.readiness import NoDeviceWorkerError, describe_for_plan, device_limits, prepare, tiles_of
 
-__all__ = ["DeviceCluster", "NoDeviceWorkerError", "describe_for_plan", "device_limits", "get_client",
+__all__ = ["DeviceCluster", "NoDeviceWorkerError", "check_client", "describe_for_plan", "device_limits", "get_client",
            "local_client", "prepare", "tiles_of"]

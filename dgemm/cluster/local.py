@@ -199,18 +199,69 @@ def local_client(devices: str | None = None, dtype=None) -> Client:
         return client
 
 
+def check_client(client, what: str = "client=") -> None:
+    """Refuse a client dgemm cannot work through, before any work: closed, or asynchronous on its loop.
+
+    dgemm's calls block (``wait_for_workers``, ``run``, ``compute(sync=True)``).
+    An asynchronous client used from its own event loop returns coroutines
+    instead, which failed far inside dgemm (``'coroutine' object has no
+    attribute 'values'``); a closed one failed on its missing scheduler
+    connection (``'NoneType' object has no attribute 'broadcast'``).
+
+    Parameters
+    ----------
+    client : distributed.Client
+        The client given (or found).
+    what : str
+        How the message names it (``client=``, ``the current client``).
+
+    Raises
+    ------
+    ValueError
+        ``client`` is closed (or closing), or asynchronous and this call
+        runs on its event loop.
+    """
+    status = getattr(client, "status", None)
+    if status in ("closing", "closed"):
+        raise ValueError(f"{what} is a closed Client ({_address(client)}); dgemm needs a running one: pass an open "
+                         "Client, or none to use the current one or a local cluster")
+    # True only on the client's own event loop: from another thread its calls block, and work.
+    if getattr(client, "asynchronous", False):
+        raise ValueError(f"dgemm.matmul and dgemm.gemm need a synchronous Client; {what} was made with "
+                         "asynchronous=True and this call runs on its event loop, where dgemm's blocking calls "
+                         f"cannot wait. Pass a synchronous Client({_address(client)!r}), or call dgemm from a thread "
+                         "(loop.run_in_executor)")
+
+
+def _address(client) -> str:
+    """The scheduler's address of ``client``, or what can be told of it."""
+    try:
+        return str(client.scheduler.address)
+    except Exception:
+        return str(getattr(getattr(client, "cluster", None), "scheduler_address", "scheduler unknown"))
+
+
 def get_client(client: Client | None = None, devices: str | None = None, dtype=None) -> Client:
     """``client``, else the current distributed client, else the local device cluster.
 
     ``dtype`` (of the product about to run) goes to :func:`local_client`.
+
+    Raises
+    ------
+    ValueError
+        ``client`` (or the current client) is closed, or asynchronous on
+        this thread's event loop (:func:`check_client`).
     """
     if client is not None:
+        check_client(client)
         return client
     try:
         from distributed import default_client
-        return default_client()
+        current = default_client()
     except ValueError:
         return local_client(devices, dtype=dtype)
+    check_client(current, "the current client")
+    return current
 
 
 @contextlib.contextmanager
