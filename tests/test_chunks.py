@@ -433,6 +433,29 @@ def test_corrupt_chunk_outside_the_region_is_not_read(tmp_path, rng):
     check_region(arr, data, (0, 16), (0, 32), label="next to a corrupt chunk")
 
 
+@pytest.mark.parametrize("layout", ["v3 bytes", "v3 zstd", "v3 sharded zstd", "v2 none sep'.' little",
+                                    "v2 zstd sep'/' big", "v3 zstd keys 'default' '.'"])
+def test_a_chunk_that_is_a_folder_is_a_read_error_naming_the_chunk(tmp_path, rng, layout):
+    """A chunk key whose path is a folder read as a bare '[Errno 21] Is a directory' (and zarr reads one as a
+    missing chunk, silently): the read error names the array, the rows and columns, the chunk and its key."""
+    from dgemm.storage.blocks import read_block
+
+    arr, data = create(HANDLED[layout], tmp_path, "float64", rng, missing=False)
+    idx = (0, 1) if arr.shards else (1, 2)           # the shard, or the chunk, holding rows 8:16, columns 32:48
+    path = chunk_file(arr, idx)
+    os.remove(path)
+    os.mkdir(path)
+    key = arr.metadata.encode_chunk_key(idx)
+    key = f"{arr.path.strip('/')}/{key}" if arr.path.strip("/") else key
+    block = ZarrBlock(arr, rows=(8, 16), cols=(32, 48))
+    for read in (lambda: block.fill_into(np.empty(block.shape, native(arr))), lambda: read_block(block)):
+        with pytest.raises(OSError) as e:
+            read()
+        msg = str(e.value)
+        assert msg.startswith(f"dgemm could not read Zarr array {arr.store_path} rows 8:16, columns 32:48"), msg
+        assert f"chunk {idx} (store key {key!r}) is a folder, not a file" in msg, msg
+
+
 # -- S3 --------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("layout,group", [("v3 zstd", ""), ("v3 zstd", "group/sub"),
                                           ("v3 sharded index-start zstd+crc32c", "group"),

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
+import stat
 import struct
 import threading
 from dataclasses import dataclass
@@ -340,13 +342,27 @@ class _Source:
                                           for k, r in requests))
         return iter([None if g is None else g.as_numpy_array() for g in sync(gather())])
 
-    def _read_file(self, key: str, rng) -> np.ndarray | None:
+    def _open(self, key: str) -> tuple[int, int] | None:
+        """``(descriptor, size)`` of ``key``'s file, or None when it is missing."""
         try:
             fd = os.open(self.file(key), os.O_RDONLY)
         except FileNotFoundError:
             return None
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            # os.open opens a folder too, whose read then fails with a bare "[Errno 21] Is a directory"
+            # (and zarr reads one as a missing chunk): say which chunk, as other unreadable chunks do.
+            os.close(fd)
+            index = tuple(int(p) for p in re.split(r"[./]", key.removeprefix("c")) if p.isdigit())
+            raise IsADirectoryError(f"chunk {index} (store key {self._key(key)!r}) is a folder, not a file")
+        return fd, st.st_size
+
+    def _read_file(self, key: str, rng) -> np.ndarray | None:
+        opened = self._open(key)
+        if opened is None:
+            return None
+        fd, size = opened
         try:
-            size = os.fstat(fd).st_size
             if rng is None:
                 start, stop = 0, size
             elif rng[0] == "suffix":
@@ -361,12 +377,11 @@ class _Source:
 
     def read_raw_into(self, key: str, out: np.ndarray) -> bool:
         """Read a raw chunk's file straight into ``out``; False when it is missing. Local stores only."""
-        try:
-            fd = os.open(self.file(key), os.O_RDONLY)
-        except FileNotFoundError:
+        opened = self._open(key)
+        if opened is None:
             return False
+        fd, size = opened
         try:
-            size = os.fstat(fd).st_size
             if size != out.nbytes:
                 raise ValueError(f"chunk {key!r} has {size} bytes; a raw chunk of this array has {out.nbytes}")
             _pread_into(fd, out.reshape(-1).view(np.uint8), 0, key)
