@@ -408,6 +408,27 @@ def test_matmul_on_a_scheduler_with_a_report_and_a_span(runner, ab, tmp_path, cl
     assert found and any({"gemm", "store"} <= set(g) for g in found), found
 
 
+def test_matmul_report_is_self_contained(runner, ab, tmp_path, cluster):
+    """--report loaded Bokeh from its CDN, a blank page without internet: the report carries Bokeh's
+    JavaScript itself and no script comes from http(s)."""
+    import re
+
+    from bokeh.resources import INLINE
+
+    pa, pb, _, _ = ab
+    report = tmp_path / "r.html"
+    r = runner.invoke(cli, ["matmul", str(pa), str(pb), str(tmp_path / "c.zarr"), "--scheduler",
+                            cluster.scheduler_address, "--block", "64", "--no-progress", "--report", str(report)])
+    assert r.exit_code == 0, r.output
+    html = report.read_text()
+    remote = re.findall(r"""<script[^>]*\bsrc\s*=\s*["']?(?:https?:)?//[^"'\s>]*""", html, flags=re.I)
+    assert not remote, remote
+    assert "cdn.bokeh.org" not in html
+    bokeh_js = INLINE.js_raw[0]          # bokeh.min.js itself
+    assert len(bokeh_js) > 100_000 and bokeh_js[:2000] in html and bokeh_js[-2000:] in html
+    assert "dgemm-gemm" in html
+
+
 def test_matmul_report_folder_must_exist(runner, ab, tmp_path, no_cluster):
     pa, pb, _, _ = ab
     r = runner.invoke(cli, ["matmul", str(pa), str(pb), str(tmp_path / "c.zarr"),

@@ -93,7 +93,7 @@ def _flops(sa, sb) -> float | None:
 @click.option("--progress/--no-progress", default=True, show_default=True, help="Show a progress bar.")
 @click.option("--report", "report", type=click.Path(dir_okay=False), default=None, metavar="FILE",
               help="Write Dask's HTML performance report of the run (task stream, profiles, "
-                   "bandwidths) to FILE.")
+                   "bandwidths) to FILE, self-contained (Bokeh inlined: it opens without internet).")
 @click.pass_context
 def matmul(ctx, a, b, out, scheduler, dtype, overwrite, resume, precision, block, devices, storage_options, progress,
            report):
@@ -128,7 +128,9 @@ def matmul(ctx, a, b, out, scheduler, dtype, overwrite, resume, precision, block
                 stack.enter_context(client.as_current())   # dgemm's own cluster is no default client
         if report:
             from distributed import performance_report
-            stack.enter_context(performance_report(filename=report))
+            # Bokeh's JavaScript inlined: by default the report loads it from a CDN, and is a blank page on a
+            # machine without internet (a cluster's login node, an air-gapped site).
+            stack.enter_context(performance_report(filename=report, mode="inline"))
         from distributed import span
         stack.enter_context(span("dgemm-matmul"))  # groups the product's tasks in Fine Performance Metrics
         try:
