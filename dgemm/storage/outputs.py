@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,6 +102,10 @@ def check_output(out, shape: tuple[int, ...], dtype: np.dtype, overwrite: bool,
             from zarr.storage import FsspecStore
             _check_replaceable(FsspecStore.from_url(target, storage_options=storage_options), repr(target))
         return OutputSpec(target, tuple(shape), dtype, overwrite, storage_options=storage_options)
+    if os.path.islink(local) and not os.path.exists(local):
+        # zarr would fail to create a folder there, once a cluster had started
+        raise FileExistsError(f"out {target!r} is a symbolic link to {os.readlink(local)!r}, which does not exist; "
+                              "remove the link, or create the folder it points to")
     if os.path.exists(local):
         if not overwrite:
             raise FileExistsError(f"out {target!r} already exists; pass overwrite=True to replace it")
@@ -109,12 +114,39 @@ def check_output(out, shape: tuple[int, ...], dtype: np.dtype, overwrite: bool,
         names = os.listdir(local)
         if names and not any(n in names for n in ZARR_METADATA):
             raise FileExistsError(_not_zarr(repr(target)))
+        refuse_foreign(_folder_entries(local), repr(target), _file_reader(local))
+        if os.path.islink(local):
+            # Replacing deletes the folder and creates it again: that of the link's target, whose Zarr data
+            # is replaced there (checked above: nothing else is in it), the link itself kept as it is.
+            local = os.path.realpath(local)
     parent = local
-    while not os.path.exists(parent):
+    while not os.path.lexists(parent):
         parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise NotADirectoryError(f"out {target!r} cannot be created: {parent} is a file, not a folder")
+    _check_name_lengths(local, parent, target)
     if not os.access(parent, os.W_OK) or (os.path.exists(local) and not os.access(local, os.W_OK)):
         raise PermissionError(f"out {target!r} is not writable ({parent} does not allow writing)")
     return OutputSpec(local, tuple(shape), dtype, overwrite)
+
+
+def _check_name_lengths(local: str, parent: str, target: str) -> None:
+    """Refuse a path that the file system cannot hold (ENAMETOOLONG), before zarr tries to create it."""
+    try:
+        name_max = os.pathconf(parent, "PC_NAME_MAX")
+        path_max = os.pathconf(parent, "PC_PATH_MAX")
+    except (OSError, ValueError, AttributeError):   # no limits to ask for (not POSIX): zarr finds out
+        return
+    for name in os.path.relpath(local, parent).split(os.sep):
+        if name_max and len(os.fsencode(name)) > name_max:
+            raise ValueError(f"out {target!r} cannot be created: its name {name[:40]!r}... is "
+                             f"{len(os.fsencode(name))} bytes long, more than the {name_max} that the file system "
+                             f"of {parent} allows for one name; give a shorter name")
+    # the chunk keys and dgemm's records go below it: room for their few dozen bytes
+    if path_max and len(os.fsencode(local)) + 64 > path_max:
+        raise ValueError(f"out {target!r} cannot be created: its path is {len(os.fsencode(local))} bytes long, "
+                         f"too long for the file system's {path_max} with the chunk files below it; "
+                         "give a shorter path")
 
 
 def _not_zarr(name: str) -> str:
@@ -127,6 +159,8 @@ def _check_replaceable(store, name: str) -> None:
     """Refuse to overwrite a store that holds anything but Zarr data (zarr would delete all of it)."""
     from zarr.core.sync import sync
 
+    from dgemm.storage.locations import local_folder
+
     async def holds_other_files() -> bool:
         for key in ZARR_METADATA:
             if await store.exists(key):
@@ -135,12 +169,159 @@ def _check_replaceable(store, name: str) -> None:
             return True
         return False
 
+    async def every_key() -> list[str]:
+        return [k async for k in store.list_prefix("")]
+
     try:
         other = sync(holds_other_files())
     except (FileNotFoundError, NotADirectoryError):
         return
     if other:
         raise FileExistsError(_not_zarr(name))
+    folder = local_folder(store)
+    if folder is not None:   # the folder itself: its links and empty folders too, which a store does not list
+        entries = _folder_entries(folder) if os.path.isdir(folder) else []
+        refuse_foreign(entries, name, _file_reader(folder))
+        return
+    elif getattr(store, "supports_listing", True):
+        try:
+            entries = sync(every_key())
+        except (FileNotFoundError, NotADirectoryError):
+            return
+    else:   # a store that cannot list: only its metadata keys can be told apart; zarr deletes nothing it cannot see
+        return
+    refuse_foreign(entries, name, lambda key: _store_get(store, key))
+
+
+# Names Zarr gives a node's metadata (zarr.json in v3; .zarray/.zgroup/.zattrs in v2).
+_METADATA_NAMES = {"zarr.json", ".zarray", ".zgroup", ".zattrs"}
+# A folder that dgemm set aside to delete in the background (dgemm.storage.keys.set_aside), left by a crash.
+_DISCARDED = re.compile(r"\..+\.dgemm-discarded-[0-9a-f]{32}")
+# An empty folder that only chunk keys go into ("c", "c/3", "3").
+_CHUNK_FOLDER = re.compile(r"(c|\d+)([/.]\d+)*")
+_SHOWN = 5   # foreign files named in the message; the rest are counted
+
+
+def _folder_entries(folder: str) -> list[str]:
+    """Everything under a local ``folder``, as keys (``a/b``): its files, links, and empty folders (``a/``).
+
+    Links are not followed (deleting one deletes the link only), but each
+    is listed: dgemm never writes one.
+    """
+    out = []
+    for top, dirs, files in os.walk(folder):
+        rel = os.path.relpath(top, folder)
+        pre = "" if rel == "." else rel.replace(os.sep, "/") + "/"
+        for d in dirs:
+            if os.path.islink(os.path.join(top, d)):
+                out.append(pre + d)
+        out.extend(pre + f for f in files)
+        if not dirs and not files and pre:
+            out.append(pre)
+    return out
+
+
+def _store_get(store, key: str) -> bytes | None:
+    from dgemm.storage import keys
+    return keys.get(store, key)
+
+
+def _file_reader(folder: str):
+    """``read(key)`` of a local folder: the bytes of its file ``key``, None when there is none."""
+    def read(key: str) -> bytes | None:
+        try:
+            with open(os.path.join(folder, *key.split("/")), "rb") as f:
+                return f.read()
+        except OSError:
+            return None
+    return read
+
+
+def foreign_entries(entries: list[str], read) -> list[str]:
+    """Those of ``entries`` (keys under an output, ``a/b``; a folder ends in ``/``) that neither Zarr nor dgemm wrote.
+
+    Zarr's and dgemm's are a node's metadata (a folder with ``zarr.json``,
+    ``.zarray`` or ``.zgroup`` is a node), the chunk keys of an array node
+    (by its chunk key encoding and number of dimensions), dgemm's records
+    under a node's ``.dgemm/``, and folders dgemm set aside to delete.
+    ``read(key)`` gives a metadata key's bytes (None: no such key).  Anything else is the user's: a notes
+    file, a folder of pictures, a file in a chunk folder, a symbolic link.
+    """
+    import json
+
+    nodes: dict[str, Any] = {}
+    for e in entries:
+        head, _, name = e.rpartition("/")
+        if name in ZARR_METADATA:
+            nodes.setdefault(head, None)
+            raw = read(e)
+            if name != ".zgroup" and raw is not None:
+                try:
+                    meta = json.loads(raw)
+                except ValueError:   # unreadable metadata: its node's chunks cannot be told apart
+                    continue
+                nodes[head] = _chunk_key_pattern(meta, name)
+    foreign = []
+    for e in entries:
+        parts = e.rstrip("/").split("/")
+        # the deepest node holding e
+        for depth in range(len(parts) - (0 if e.endswith("/") else 1), -1, -1):
+            node = "/".join(parts[:depth])
+            if node in nodes:
+                break
+        else:
+            foreign.append(e)
+            continue
+        rest = parts[depth:]
+        if e.endswith("/") and not rest:
+            continue   # the node's own folder, empty
+        if len(rest) == 1 and rest[0] in _METADATA_NAMES:
+            continue
+        if rest[0] == ".dgemm" or _DISCARDED.fullmatch(rest[0]):
+            continue
+        pattern = nodes[node]
+        key = "/".join(rest)
+        if pattern is not None and pattern.fullmatch(key):
+            continue
+        if pattern is not None and e.endswith("/") and _CHUNK_FOLDER.fullmatch(key):
+            continue   # a chunk folder left empty (its chunks deleted)
+        foreign.append(e)
+    return foreign
+
+
+def _chunk_key_pattern(meta: dict, name: str):
+    """The regular expression of an array node's chunk keys, from its metadata; None for a group."""
+    shape = meta.get("shape")
+    if not isinstance(shape, list):
+        return None
+    digits = [r"\d+"] * max(len(shape), 1)
+    if name == ".zarray":
+        sep = re.escape(meta.get("dimension_separator") or ".")
+        return re.compile(sep.join(digits))
+    encoding = meta.get("chunk_key_encoding") or {}
+    config = encoding.get("configuration") or {}
+    if encoding.get("name") == "v2":
+        return re.compile(re.escape(config.get("separator", ".")).join(digits))
+    sep = re.escape(config.get("separator", "/"))
+    return re.compile("c" + "".join(sep + d for d in digits[:len(shape)]))
+
+
+def refuse_foreign(entries: list[str], name: str, read) -> None:
+    """Refuse to replace an output holding anything that neither Zarr nor dgemm wrote; name a few, and how many.
+
+    Raises
+    ------
+    FileExistsError
+        Something of the user's is there: ``overwrite=True`` would delete it with the Zarr data.
+    """
+    foreign = foreign_entries(entries, read)
+    if foreign:
+        shown = ", ".join(repr(f) for f in sorted(foreign)[:_SHOWN])
+        more = f" and {len(foreign) - _SHOWN} more" if len(foreign) > _SHOWN else ""
+        raise FileExistsError(
+            f"out {name} holds {len(foreign)} file(s) or folder(s) that neither Zarr nor dgemm wrote ({shown}"
+            f"{more}); overwrite=True replaces only Zarr data, never other files: move them out, or write the "
+            "product to a new path")
 
 
 def output_codecs(compressors, shape: tuple[int, ...], dtype: np.dtype) -> list:

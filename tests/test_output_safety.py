@@ -1,0 +1,149 @@
+"""Issue 26: what ``overwrite=True``, ``resume=True`` and the request checks may touch, on real files.
+
+* An output folder that also holds the user's files is never replaced with them.
+* An output that is a symbolic link keeps its link, and nothing of the user's behind it goes.
+* An unfinished dgemm output is refused as an input however it is spelt.
+* A run that failed on a full disk gives its lease up: ``resume=True`` goes on at once.
+* Paths that cannot be created are refused before any cluster is started.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import os
+
+import dask.array as da
+import numpy as np
+import pytest
+import zarr
+
+import dgemm
+import dgemm.client.steps
+from _check import check_product, randn, wait_for
+from dgemm.storage import COMPLETE_ATTR, keys, lease
+
+
+def zarr_in(path, data, chunks):
+    arr = zarr.create_array(store=str(path), shape=data.shape, chunks=chunks, dtype=data.dtype, overwrite=True)
+    arr[...] = data
+    return arr
+
+
+def finished_output(client, path, rng, shape=(64, 64)):
+    """A complete dgemm output at ``path`` (2 x 2 chunks of 32)."""
+    A, B = randn(rng, (shape[0], 32)), randn(rng, (32, shape[1]))
+    return dgemm.matmul(A, B, out=str(path), client=client, block=32)
+
+
+@pytest.fixture
+def no_cluster(monkeypatch):
+    """Fail the test if the call reaches for a cluster (dgemm starts its local one there)."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("the call reached for a cluster before refusing")
+
+    monkeypatch.setattr(dgemm.client.steps, "get_client", refuse)
+
+
+def tree(path) -> list[str]:
+    """Every file, link and folder under ``path``, relative, sorted (links not followed)."""
+    out = []
+    for top, dirs, files in os.walk(path):
+        for name in dirs + files:
+            out.append(os.path.relpath(os.path.join(top, name), path))
+    return sorted(out)
+
+
+# -- 1. overwrite never deletes the user's files -------------------------------------------------
+@pytest.mark.parametrize("kind", ["array", "group"])
+def test_overwrite_refuses_a_zarr_folder_that_also_holds_the_users_files(tmp_path, no_cluster, kind):
+    """A Zarr array (or group) folder with a notes file and a folder of pictures: refused, all of it kept."""
+    out = tmp_path / "c.zarr"
+    if kind == "array":
+        zarr_in(out, np.ones((4, 5), "f4"), (2, 5))
+    else:
+        g = zarr.open_group(str(out), mode="w")
+        g.create_array("x", shape=(3,), dtype="f4")[...] = 1
+    (out / "notes.txt").write_text("my notes")
+    (out / "pictures").mkdir()
+    for i in range(7):
+        (out / "pictures" / f"p{i}.png").write_bytes(b"png")
+    before = tree(out)
+    with pytest.raises(FileExistsError, match=r"holds 8 file\(s\) or folder\(s\) that neither Zarr nor dgemm "
+                                              r"wrote \('notes.txt', 'pictures/p0.png'.* and 3 more\)"):
+        dgemm.matmul(np.ones((4, 3), "f4"), np.ones((3, 5), "f4"), out=str(out), overwrite=True)
+    assert tree(out) == before
+    assert (out / "notes.txt").read_text() == "my notes"
+
+
+def test_overwrite_refuses_a_file_among_the_chunks(tmp_path, no_cluster):
+    """A file in the chunk folder that is no chunk key of the array is the user's too; a link is never Zarr's."""
+    out = tmp_path / "c.zarr"
+    zarr_in(out, np.ones((4, 5), "f4"), (2, 5))
+    (out / "c" / "README").write_text("mine")
+    os.symlink(tmp_path, out / "elsewhere")
+    with pytest.raises(FileExistsError, match=r"holds 2 file.*'c/README', 'elsewhere'"):
+        dgemm.matmul(np.ones((4, 3), "f4"), np.ones((3, 5), "f4"), out=str(out), overwrite=True)
+    assert (out / "c" / "README").exists() and (out / "elsewhere").is_symlink()
+
+
+def test_overwrite_replaces_what_zarr_and_dgemm_wrote(client, tmp_path, rng):
+    """An earlier dgemm output (chunks, metadata, markers) and an empty chunk folder are replaced, as before."""
+    out = tmp_path / "c.zarr"
+    finished_output(client, out, rng)
+    (out / "c" / "9").mkdir()            # a chunk folder left empty
+    A, B = randn(rng, (64, 16)), randn(rng, (16, 64))
+    c = dgemm.matmul(A, B, out=str(out), client=client, overwrite=True, block=32)
+    check_product(c[...], A, B, dtype="float64")
+
+
+# -- 2. a symbolic link as the output ---------------------------------------------------------
+def test_overwrite_through_a_symbolic_link_keeps_the_link_and_replaces_inside(client, tmp_path, rng):
+    """``out`` a link to an output elsewhere: its Zarr data is replaced there, the link stays, and works."""
+    real = tmp_path / "disk" / "c.zarr"
+    real.parent.mkdir()
+    finished_output(client, real, rng)
+    (real.parent / "other.txt").write_text("beside it")
+    link = tmp_path / "c.zarr"
+    os.symlink(real, link)
+    A, B = randn(rng, (64, 16)), randn(rng, (16, 64))
+    dgemm.matmul(A, B, out=str(link), client=client, overwrite=True, block=32)
+    assert link.is_symlink() and os.readlink(link) == str(real)
+    assert (real.parent / "other.txt").read_text() == "beside it"
+    check_product(dgemm.open_result(str(link))[...], A, B, dtype="float64")
+
+
+def test_overwrite_through_a_symbolic_link_refuses_the_users_files_behind_it(tmp_path, no_cluster):
+    real = tmp_path / "disk" / "c.zarr"
+    real.parent.mkdir()
+    zarr_in(real, np.ones((4, 5), "f4"), (2, 5))
+    (real / "notes.txt").write_text("mine")
+    link = tmp_path / "c.zarr"
+    os.symlink(real, link)
+    before = tree(real)
+    with pytest.raises(FileExistsError, match=r"c\.zarr' holds 1 file.*'notes.txt'"):
+        dgemm.matmul(np.ones((4, 3), "f4"), np.ones((3, 5), "f4"), out=str(link), overwrite=True)
+    assert tree(real) == before and link.is_symlink()
+
+
+# -- 5. paths that cannot be created: refused before any cluster ----------------------------------
+def test_an_output_under_a_file_is_refused_before_any_cluster(tmp_path, no_cluster):
+    (tmp_path / "notes.txt").write_text("a file")
+    with pytest.raises(NotADirectoryError, match=r"notes\.txt/c\.zarr' cannot be created: .*notes\.txt is a file"):
+        dgemm.matmul(np.ones((4, 3), "f4"), np.ones((3, 5), "f4"), out=str(tmp_path / "notes.txt" / "c.zarr"))
+
+
+def test_an_output_name_too_long_is_refused_before_any_cluster(tmp_path, no_cluster):
+    name = "c" * 300 + ".zarr"
+    with pytest.raises(ValueError, match=r"305 bytes long, more than the \d+ that the file system"):
+        dgemm.matmul(np.ones((4, 3), "f4"), np.ones((3, 5), "f4"), out=str(tmp_path / name))
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_a_dangling_link_as_the_output_is_refused_before_any_cluster(tmp_path, no_cluster, overwrite):
+    link = tmp_path / "c.zarr"
+    os.symlink(tmp_path / "gone" / "c.zarr", link)
+    with pytest.raises(FileExistsError, match=r"c\.zarr' is a symbolic link to '.*gone/c\.zarr', which does not "
+                                              "exist"):
+        dgemm.matmul(np.ones((4, 3), "f4"), np.ones((3, 5), "f4"), out=str(link), overwrite=overwrite)
+    assert link.is_symlink() and not (tmp_path / "gone").exists()
