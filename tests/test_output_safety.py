@@ -125,6 +125,24 @@ def test_overwrite_through_a_symbolic_link_refuses_the_users_files_behind_it(tmp
     assert tree(real) == before and link.is_symlink()
 
 
+# -- 3. an unfinished output is no input, however it is spelt -------------------------------------
+@pytest.mark.parametrize("spelling", ["from_zarr-path", "from_zarr-array", "derived", "sliced", "from_array"])
+def test_an_unfinished_output_is_refused_as_an_input_however_it_is_spelt(tmp_path, no_cluster, spelling):
+    half = tmp_path / "half.zarr"
+    z = zarr_in(half, np.ones((4, 3), "f4"), (2, 3))
+    z.attrs[COMPLETE_ATTR] = {"complete": False}
+    a = {"from_zarr-path": lambda: da.from_zarr(str(half)),
+         "from_zarr-array": lambda: da.from_zarr(z),
+         "derived": lambda: da.from_zarr(str(half)) * 2,
+         "sliced": lambda: da.from_zarr(z)[:, :3].astype("f8"),
+         "from_array": lambda: da.from_array(z, chunks=1) + 0}[spelling]()
+    with pytest.raises(ValueError, match=r"half\.zarr\) is an incomplete dgemm output"):
+        dgemm.matmul(a, np.ones((3, 5), "f4"), out=str(tmp_path / "c.zarr"))
+    with pytest.raises(ValueError, match=r"half\.zarr\) is an incomplete dgemm output"):
+        dgemm.matmul(a, np.ones((3, 5), "f4"))      # a lazy product of it too
+    assert not (tmp_path / "c.zarr").exists()
+
+
 # -- 5. paths that cannot be created: refused before any cluster ----------------------------------
 def test_an_output_under_a_file_is_refused_before_any_cluster(tmp_path, no_cluster):
     (tmp_path / "notes.txt").write_text("a file")
@@ -147,3 +165,14 @@ def test_a_dangling_link_as_the_output_is_refused_before_any_cluster(tmp_path, n
                                               "exist"):
         dgemm.matmul(np.ones((4, 3), "f4"), np.ones((3, 5), "f4"), out=str(link), overwrite=overwrite)
     assert link.is_symlink() and not (tmp_path / "gone").exists()
+
+
+def test_a_zero_chunk_size_in_an_input_is_refused_before_any_cluster(tmp_path, no_cluster):
+    a = tmp_path / "a.zarr"
+    zarr_in(a, np.ones((4, 3), "f4"), (2, 3))
+    meta = json.loads((a / "zarr.json").read_text())
+    meta["chunk_grid"]["configuration"]["chunk_shape"] = [0, 3]
+    (a / "zarr.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=r"a\.zarr.* has a chunk size of 0 .*\(0, 3\)"):
+        dgemm.matmul(str(a), np.ones((3, 5), "f4"), out=str(tmp_path / "c.zarr"))
+    assert not (tmp_path / "c.zarr").exists()

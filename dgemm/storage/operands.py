@@ -17,7 +17,8 @@ import numpy as np
 from dgemm.dtypes import check_dtype
 from dgemm.names import LOAD
 from dgemm.storage.blocks import ZarrBlock
-from dgemm.storage.locations import absolute, check_readable, is_dask_array, location, open_array, plain_zarr, sources
+from dgemm.storage.locations import (absolute, check_readable, is_dask_array, location, open_array, plain_zarr, sources,
+                                     zarr_arrays)
 from dgemm.storage.markers import COMPLETE_ATTR
 from dgemm.storage.options import access_hint
 
@@ -42,12 +43,14 @@ class Operand:
             self.zarr = x
             self.label = f"{what} (Zarr {x.store_path})" if hasattr(x, "store_path") else what
             shape, dtype, chunks = tuple(x.shape), x.dtype, tuple(x.chunks)
-            meta = x.attrs.get(COMPLETE_ATTR)
-            if isinstance(meta, dict) and meta.get("complete") is False and not incomplete_ok:
-                raise ValueError(f"{what} ({x.store_path}) is an incomplete dgemm output: the run that writes it "
-                                 "did not finish, so some of its blocks are missing; finish it first "
-                                 "(the same call with resume=True)")
+            _check_chunks(x, what)
+            if not incomplete_ok:
+                _refuse_incomplete(x, what)
         elif is_dask_array(x):
+            # computed from Zarr arrays (from_zarr(...) * 2, a slice, a cast): each must be finished too, or
+            # the product of a half-written matrix would be marked complete
+            for z in zarr_arrays(x) if not incomplete_ok else ():
+                _refuse_incomplete(z, what)
             self.data = x
             shape, dtype = tuple(x.shape), x.dtype
             if any(math.isnan(s) for s in shape):
@@ -157,6 +160,30 @@ class Operand:
                 i, j = j, i
             return (x.name, i, j)
         return ref, x
+
+
+def _check_chunks(z, what: str) -> None:
+    """Refuse a Zarr input whose metadata gives a chunk (or shard) size of 0: no block could be cut from it.
+
+    Zarr opens such an array (an edited or corrupt ``zarr.json``); the plan
+    would divide by it on the cluster.  Refused here, before any work.
+    """
+    where = z.store_path if hasattr(z, "store_path") else z
+    for name, sizes in (("chunk", tuple(z.chunks)), ("shard", tuple(getattr(z, "shards", None) or ()))):
+        if any(int(s) <= 0 for s in sizes):
+            raise ValueError(f"{what} ({where}) has a {name} size of 0 in its metadata ({name}s {sizes}, shape "
+                             f"{tuple(z.shape)}): its zarr.json (or .zarray) is damaged; write the array again "
+                             "with positive chunk sizes")
+
+
+def _refuse_incomplete(z, what: str) -> None:
+    """Refuse an input that is an unfinished dgemm output (its ``dgemm`` attribute says ``complete: false``)."""
+    meta = z.attrs.get(COMPLETE_ATTR)
+    if isinstance(meta, dict) and meta.get("complete") is False:
+        where = z.store_path if hasattr(z, "store_path") else z
+        raise ValueError(f"{what} ({where}) is an incomplete dgemm output: the run that writes it "
+                         "did not finish, so some of its blocks are missing; finish it first "
+                         "(the same call with resume=True)")
 
 
 def is_zarr_array(x) -> bool:
