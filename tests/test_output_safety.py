@@ -143,6 +143,99 @@ def test_an_unfinished_output_is_refused_as_an_input_however_it_is_spelt(tmp_pat
     assert not (tmp_path / "c.zarr").exists()
 
 
+# -- 4. a run that failed on a full disk gives its lease up -----------------------------------
+def _disk_full_for_leases(monkeypatch):
+    """Make every write of a lease in this process fail as on a full disk (deleting still works, as there)."""
+    real = keys.put
+
+    def put(store, key, data):
+        if key.endswith("/lease") or key == "lease":
+            raise OSError(errno.ENOSPC, "No space left on device", key)
+        return real(store, key, data)
+
+    monkeypatch.setattr(keys, "put", put)
+    return real
+
+
+@pytest.mark.parametrize("drained", [True, False], ids=["drained", "tasks-left"])
+def test_a_run_failed_on_a_full_disk_is_resumed_at_once(client, tmp_path, rng, monkeypatch, drained):
+    """A chunk write fails on a worker, and so does stopping the lease (the disk is full): resume works at once.
+
+    The chunk (1, 1) is a folder when the run starts, so its block fails on
+    the worker; the client then finds no room to write its stopped lease.
+    The failed run must still give the output up, so ``resume=True`` right
+    after is not refused as "being written by another dgemm run" (the run
+    that just died, in this very process).  With tasks said to be left
+    running, the lease stays (it cannot be stopped): this process takes it
+    over at once, while another process is still refused.
+    """
+    A, B = randn(rng, (96, 64)), randn(rng, (64, 96))
+    path = tmp_path / "c.zarr"
+    zarr.create_array(store=str(path), shape=(96, 96), chunks=(32, 32), dtype="f8", fill_value=np.nan)
+    obstacle = path / "c" / "1" / "1"
+    obstacle.mkdir(parents=True)
+    (obstacle / "keep").write_text("a folder where the chunk goes")
+    out = zarr.open_array(str(path), mode="r+")
+    real_stop = lease.Lease.stop
+
+    def stop_on_a_full_disk(self):
+        _disk_full_for_leases(monkeypatch)
+        real_stop(self)
+
+    monkeypatch.setattr(lease.Lease, "stop", stop_on_a_full_disk)
+    if not drained:
+        monkeypatch.setattr(dgemm.client.steps, "_drain", lambda *args, **kwargs: False)
+    with pytest.raises(OSError):
+        dgemm.matmul(A, B, out=out, client=client, block=32)
+    monkeypatch.undo()
+    wait_for(lambda: not any(client.run(lambda dask_worker: len(dask_worker.state.executing)).values()), 60,
+             "the failed run's tasks to drain")
+    key = path / ".dgemm" / "lease"
+    assert key.exists() != drained
+    if not drained:   # the same lease seen from another process: a live writer, refused
+        held = key.read_text()
+        key.write_text(json.dumps({**json.loads(held), "pid": os.getpid() + 1}))
+        with pytest.raises(dgemm.OutputBusyError, match="being written by another dgemm run"):
+            dgemm.matmul(A, B, out=zarr.open_array(str(path), mode="r+"), client=client, block=32, resume=True)
+        key.write_text(held)
+    (obstacle / "keep").unlink()
+    obstacle.rmdir()
+    result = dgemm.matmul(A, B, out=zarr.open_array(str(path), mode="r+"), client=client, block=32, resume=True)
+    check_product(result[...], A, B, dtype="float64")
+
+
+def test_a_run_that_cannot_write_its_lease_gives_it_up(client, tmp_path, rng, monkeypatch):
+    """The disk fills between opening the output and computing: the lease it holds goes, resume goes on."""
+    A, B = randn(rng, (64, 32)), randn(rng, (32, 64))
+    path = tmp_path / "c.zarr"
+    real_kept = lease.Lease.kept
+
+    def kept_on_a_full_disk(self, *args, **kwargs):
+        _disk_full_for_leases(monkeypatch)
+        return real_kept(self, *args, **kwargs)
+
+    monkeypatch.setattr(lease.Lease, "kept", kept_on_a_full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        dgemm.matmul(A, B, out=str(path), client=client, block=32)
+    monkeypatch.undo()
+    result = dgemm.matmul(A, B, out=str(path), client=client, block=32, resume=True)
+    check_product(result[...], A, B, dtype="float64")
+
+
+def test_a_live_writer_of_another_process_is_still_refused(tmp_path, no_cluster, rng):
+    """The same refusal as before for a fresh lease of another run (here another process's)."""
+    path = tmp_path / "c.zarr"
+    z = zarr.create_array(store=str(path), shape=(4, 5), chunks=(2, 5), dtype="f4")
+    z.attrs[COMPLETE_ATTR] = {"complete": False}
+    other = lease.Lease(z, "someone", str(path))
+    other.acquire()
+    held = json.loads((path / ".dgemm" / "lease").read_text())
+    held["pid"] = os.getpid() + 1
+    (path / ".dgemm" / "lease").write_text(json.dumps(held))
+    with pytest.raises(dgemm.OutputBusyError, match="being written by another dgemm run"):
+        dgemm.matmul(np.ones((4, 3), "f4"), np.ones((3, 5), "f4"), out=str(path), resume=True)
+
+
 # -- 5. paths that cannot be created: refused before any cluster ----------------------------------
 def test_an_output_under_a_file_is_refused_before_any_cluster(tmp_path, no_cluster):
     (tmp_path / "notes.txt").write_text("a file")

@@ -123,6 +123,10 @@ def refuse_if_held(array, where: str, mine: str | None = None) -> Holder | None:
     held = current(array)
     if held is None or held.id == mine:
         return None
+    if held.id in _GIVEN_UP and held.pid == os.getpid() and held.host == socket.gethostname():
+        # a run of this very process that failed and could not delete its lease (a full disk): not another
+        # writer, but a dead one, taken over as a stale lease is (its tasks drained first)
+        return held
     if held.fresh() and held.stopping:
         raise OutputBusyError(
             f"out {where} is held by a dgemm run that was stopped ({held.describe()}) while the last of its "
@@ -136,6 +140,12 @@ def refuse_if_held(array, where: str, mine: str | None = None) -> Holder | None:
             f"If it is no longer running, its lease expires at {_when(held.expires)} and this call will then "
             f"take over; or write the result somewhere else")
     return held
+
+
+# Ids of the leases that runs of this process gave up but could not stop or delete (the store refused the
+# write or the delete: a full disk).  Such a lease stays fresh until it expires, but it names no live run:
+# refuse_if_held lets this process take it over at once.  Another process still sees a live writer.
+_GIVEN_UP: set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -233,14 +243,38 @@ class Lease:
 
         The lease passes to a new id that no task's fence names, so every
         task still to check fails; a second writer is refused until the
-        caller releases it (or it expires, if the caller dies too).
+        caller releases it (or it expires, if the caller dies too).  Where
+        the new lease cannot be written (the write raises), the lease keeps
+        its id, so :meth:`release` can still delete it.
         """
         with self._lock:
             held = read(self.store, self.key)
             if held is None or held.id != self.id:
                 return
-            self.id = STOPPING + self.id
-            keys.put(self.store, self.key, self._record().dumps())
+            mine = self.id
+            self.id = STOPPING + mine
+            try:
+                keys.put(self.store, self.key, self._record().dumps())
+            except BaseException:
+                self.id = mine
+                raise
+
+    def give_up(self) -> None:
+        """Release the lease of a run that ended; where even that fails, let this process take it over at once.
+
+        A store that refuses writes (a full disk, ``ENOSPC``) may refuse the
+        delete too; the lease then stays until it expires, so the run is
+        recorded here as given up (:func:`refuse_if_held`): a ``resume=True``
+        of this process goes on at once, while other processes still wait.
+        """
+        try:
+            self.release()
+        except Exception:
+            _GIVEN_UP.add(self.id)
+
+    def forsake(self) -> None:
+        """Record, in this process, that the run holding this lease ended (its lease could not be stopped)."""
+        _GIVEN_UP.add(self.id)
 
     def fence(self) -> Fence:
         return Fence(self.store, self.key, self.id, self.where)

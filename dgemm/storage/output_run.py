@@ -171,13 +171,19 @@ class OutputRun:
         chunks = tuple(s for ax, s in enumerate(block) if ax not in drop)
         attrs = {**(about or {}), "owner": owner, "run": {"id": identity, **fingerprint}}
         claimed = None
-        if existing is not None and spec.array is None:
-            claimed = Lease(existing, owner, _where(existing))
-            stale = _replace(existing, claimed) or stale
-        array = create_output(spec, chunks, attrs)
-        BlockMarkers(array, owner).reset()   # earlier runs' markers, originals and lease
-        return cls(array, owner, grid, sorted(_all_blocks(grid)), resumed=False,
-                   in_place=_is_read_as_c(array, reads_c), took_over=stale, lease=claimed)
+        try:
+            if existing is not None and spec.array is None:
+                claimed = Lease(existing, owner, _where(existing))
+                stale = _replace(existing, claimed) or stale
+            array = create_output(spec, chunks, attrs)
+            BlockMarkers(array, owner).reset()   # earlier runs' markers, originals and lease
+            return cls(array, owner, grid, sorted(_all_blocks(grid)), resumed=False,
+                       in_place=_is_read_as_c(array, reads_c), took_over=stale, lease=claimed)
+        except BaseException:
+            # a write failed (a full disk): the lease claimed to replace the output names no live run now
+            if claimed is not None:
+                claimed.give_up()
+            raise
 
     def fence(self) -> Fence:
         """What each store task checks before it writes: the lease still names this run."""
@@ -203,8 +209,18 @@ class OutputRun:
         OutputTakenOverError
             Another run took the output over before this one started computing.
         """
-        with self.lease.kept(scheduler, token):
-            yield self
+        started = False
+        try:
+            with self.lease.kept(scheduler, token):
+                started = True
+                yield self
+        except BaseException:
+            # The lease could not be renewed as the run started (a full disk): no task of it ran, and the
+            # caller abandons only a run that started; give its lease up here, or this process's own
+            # resume=True would find it "being written by another dgemm run" until it expires.
+            if not started:
+                self.lease.give_up()
+            raise
 
     def abandon(self, drained: Callable[[], bool]) -> None:
         """End a run that was interrupted or failed: fence its tasks off, and give up the output once none runs.
@@ -216,10 +232,21 @@ class OutputRun:
         lease released, so a call right after this one finds nothing of this
         run still writing; with tasks left, the stopped lease is left to
         expire (``lease-interval``), keeping other writers out that long.
+        A lease that the store refuses to stop or delete (a full disk) is
+        left, recorded as given up in this process
+        (:meth:`~dgemm.storage.lease.Lease.give_up`): a ``resume=True`` of
+        this process takes it over at once; other processes wait for it to
+        expire.
         """
-        self.lease.stop()
+        try:
+            self.lease.stop()
+        except Exception:
+            # The stopped lease could not be written (a full disk refuses even that): the lease still names
+            # this run, whose tasks go on to drain.  Recorded as given up, so that this process's next call
+            # takes it over (after draining them) rather than finding a live writer.
+            self.lease.forsake()
         if drained():
-            self.lease.release()
+            self.lease.give_up()
 
     def complete(self, seconds: float, flops: float) -> None:
         """Mark the output complete, once every block's marker says it is stored; then give up its lease.
