@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
 from dgemm import names
-from dgemm.client.plan import Plan, assign
+from dgemm.client.plan import Plan, assign, check_graph_size
 from dgemm.storage import BlockMarkers, Operand, ZarrBlock
 from dgemm.storage.lease import Fence
 from dgemm.storage.originals import OriginalBlock, Originals
@@ -69,7 +69,12 @@ def build(plan: Plan, a: Operand, b: Operand, c: Operand | None, *, alpha: float
     store tasks overwrite; each GEMM task reads its block of C through
     :class:`~dgemm.storage.originals.OriginalBlock`, the original even when
     it runs again after its block was written.
+
+    A plan of more than :data:`~dgemm.client.plan.MAX_BLOCK_PRODUCTS` block
+    products is refused (:func:`~dgemm.client.plan.check_graph_size`)
+    before anything is built.
     """
+    check_graph_size(plan)   # every block product is named below: refuse a plan too large to build, first
     graph = Graph({}, {}, "")
     a_ref, a_coll = a.block_refs(plan.rows, plan.ks)
     b_ref, b_coll = b.block_refs(plan.ks, plan.cols)

@@ -30,6 +30,12 @@ from dgemm.sizes import MEMORY_FRACTION, index_overflow, working_set
 # numpy and Zarr address an array with 64-bit indices: beyond this, Zarr reads garbage, silently.
 INDEX_MAX = 2**63 - 1
 
+# The most block products (one A block times one B block: a device GEMM call) a call's task graph may
+# hold.  The graph is built on the client, every block product named in it (measured: about 1 kB of memory
+# and 30 us each, so 10**7 is some 10 GB and minutes), and a scheduler would hold every task; beyond this,
+# the shape is a mistake (metadata-only Zarr arrays may claim any shape) or the blocks are too small.
+MAX_BLOCK_PRODUCTS = 10**7
+
 
 class Cuts(Sequence):
     """``range(extent)`` cut into pieces of ``size``: the ``(start, stop)`` pairs, computed when asked for.
@@ -210,7 +216,14 @@ class Plan:
             f"work: {_num(self.flops / 1e9, 3)} GFLOP; input bytes {_num(self.bytes_read() / 1e6, 1)} MB if no block "
             f"were reused, output bytes written {_num(self.m * self.n * self.dtype.itemsize / 1e6, 1)} MB",
             *([self.note] if self.note else []),
+            *([f"graph: {_count(self.block_products)} block products, more than the {MAX_BLOCK_PRODUCTS:,} a task "
+               "graph may hold: dgemm.matmul refuses it"] if self.block_products > MAX_BLOCK_PRODUCTS else []),
         ])
+
+    @property
+    def block_products(self) -> int:
+        """How many block products (one A block times one B block) the whole product takes; at least one per C block."""
+        return self.rows.count * self.cols.count * max(self.ks.count, 1)
 
     def tasks(self) -> list[tuple[int, int, int]]:
         """Every GEMM task ``(i, j, segment)``."""
@@ -286,6 +299,55 @@ class Plan:
         """Device memory one block product needs (see :func:`working_set`)."""
         bm, bn, bk = self.block_shape
         return working_set(bm, bn, bk, self.tiles, self.dtype.itemsize)[0]
+
+
+def _count(x: int) -> str:
+    """An integer with thousands separators, or in scientific notation once that would print a wall of digits.
+
+    >>> _count(1234567), _count(10**30)
+    ('1,234,567', '1e+30')
+    """
+    return f"{x:,}" if x < 10**12 else f"{x:.4g}"
+
+
+def check_graph_size(plan: Plan, limit: int = MAX_BLOCK_PRODUCTS) -> None:
+    """Refuse (:class:`PlanError`) a plan whose task graph would name more than ``limit`` block products.
+
+    Costs nothing, whatever the plan's size: called on the client before a
+    graph is built or an output created, so that metadata claiming an
+    absurd shape is answered at once rather than by the graph growing
+    until memory runs out.  The message names the count, the limit, the
+    blocks, and a ``block=`` that would bring the count within the limit
+    where one exists (blocks may also be capped by the devices' memory and
+    32-bit indexing: :func:`make_plan`).
+
+    >>> check_graph_size(make_plan(500_000, 500_000, 500_000, "float32", (1, 1, 1), target=4096))
+    >>> check_graph_size(make_plan(10**6, 10**6, 10**6, "float32", (1, 1, 1), target=4096))
+    Traceback (most recent call last):
+    ...
+    dgemm.errors.PlanError: C[1000000 x 1000000] = A @ B[1000000] (float32) would take 14,706,125 block products (245 x 245 C blocks of 4096 x 4096, 245 k-blocks of 4096), more than the 10,000,000 a task graph may hold (each costs the client about 1 kB and 30 us to build); check the operands' shapes (a Zarr array's metadata may claim any shape), or use larger blocks: block=(5120, 5120, 5120) would give 7,529,536
+    """
+    count = plan.block_products
+    if count <= limit:
+        return
+    bm, bn, bk = plan.block_shape
+    # the smallest cube of blocks per side that fits, if any: a side of ceil(limit ** (1/3)) is too many
+    per_axis = max(round(limit ** (1 / 3)), 1)
+    while per_axis ** 3 > limit:
+        per_axis -= 1
+    # rounded up to a multiple of 512, which every kernel's tiles divide (make_plan rounds blocks down to tiles)
+    sizes = [-(-max(-(-e // per_axis), 1) // 512) * 512 for e in (plan.m, plan.n, plan.k)]
+    fits = all(s * s <= 2**31 - 1 for s in sizes[:2])    # C blocks within 32-bit indexing, at least
+    hint = ""
+    if fits:
+        after = math.prod(-(-e // s) if e else 1 for e, s in zip((plan.m, plan.n, plan.k), sizes))
+        hint = f": block={tuple(sizes)} would give {_count(after)}"
+    raise PlanError(f"C[{plan.m} x {plan.n}] = A @ B[{plan.k}] ({plan.dtype}) would take {_count(count)} block "
+                    f"products ({plan.rows.count} x {plan.cols.count} C blocks of {bm} x {bn}, {plan.ks.count} "
+                    f"k-blocks of {bk}), more than the {limit:,} a task graph may hold (each costs the client "
+                    "about 1 kB and 30 us to build); check the operands' shapes (a Zarr array's metadata may claim "
+                    "any shape), or use larger blocks" + (hint or " (none fits: the blocks would be beyond 32-bit "
+                                                                    "indexing)"))
 
 
 def check_extents(m: int, n: int, k: int) -> None:

@@ -17,7 +17,7 @@ import uuid
 import numpy as np
 
 from dgemm.client import graph as graph_mod
-from dgemm.client.plan import Plan, make_plan
+from dgemm.client.plan import Plan, check_graph_size, make_plan
 from dgemm.client.request import Request
 from dgemm.cluster import device_limits, get_client, prepare, tiles_of
 from dgemm.scheduler import placement
@@ -68,9 +68,11 @@ def _plan(req: Request, workers: dict) -> Plan:
     tiles = tiles_of(workers, req.dtype, req.precision)
     target = req.block or default_target(d["device"].type for d in workers.values())
     memory, max_alloc = device_limits(workers)
-    return make_plan(req.m, req.n, req.k, req.dtype, tiles, a_chunks=req.a.chunks, b_chunks=req.b.chunks,
+    plan = make_plan(req.m, req.n, req.k, req.dtype, tiles, a_chunks=req.a.chunks, b_chunks=req.b.chunks,
                      out_chunks=req.out_chunks, target=target, n_workers=len(workers), device_memory=memory,
                      max_alloc=max_alloc, exact=req.block is not None)
+    check_graph_size(plan)   # before any graph or output: an absurd shape is refused at once
+    return plan
 
 
 def _current_client():
@@ -89,8 +91,10 @@ def _unplaced(req: Request) -> Plan:
     device's kernel pads them to its tiles, so no tile multiple is needed.
     """
     target = req.block or default_target([])
-    return make_plan(req.m, req.n, req.k, req.dtype, (1, 1, 1), a_chunks=req.a.chunks, b_chunks=req.b.chunks,
+    plan = make_plan(req.m, req.n, req.k, req.dtype, (1, 1, 1), a_chunks=req.a.chunks, b_chunks=req.b.chunks,
                      target=target, exact=req.block is not None)
+    check_graph_size(plan)
+    return plan
 
 
 def _in_memory_operands(req: Request) -> bool:
