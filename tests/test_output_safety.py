@@ -97,8 +97,11 @@ def test_overwrite_replaces_what_zarr_and_dgemm_wrote(client, tmp_path, rng):
 
 
 # -- 2. a symbolic link as the output ---------------------------------------------------------
-def test_overwrite_through_a_symbolic_link_keeps_the_link_and_replaces_inside(client, tmp_path, rng):
+@pytest.mark.parametrize("spelling", ["path", "store"])
+def test_overwrite_through_a_symbolic_link_keeps_the_link_and_replaces_inside(client, tmp_path, rng, spelling):
     """``out`` a link to an output elsewhere: its Zarr data is replaced there, the link stays, and works."""
+    from zarr.storage import LocalStore
+
     real = tmp_path / "disk" / "c.zarr"
     real.parent.mkdir()
     finished_output(client, real, rng)
@@ -106,7 +109,8 @@ def test_overwrite_through_a_symbolic_link_keeps_the_link_and_replaces_inside(cl
     link = tmp_path / "c.zarr"
     os.symlink(real, link)
     A, B = randn(rng, (64, 16)), randn(rng, (16, 64))
-    dgemm.matmul(A, B, out=str(link), client=client, overwrite=True, block=32)
+    dgemm.matmul(A, B, out=str(link) if spelling == "path" else LocalStore(str(link)), client=client,
+                 overwrite=True, block=32)
     assert link.is_symlink() and os.readlink(link) == str(real)
     assert (real.parent / "other.txt").read_text() == "beside it"
     check_product(dgemm.open_result(str(link))[...], A, B, dtype="float64")
@@ -251,12 +255,16 @@ def test_an_output_name_too_long_is_refused_before_any_cluster(tmp_path, no_clus
 
 
 @pytest.mark.parametrize("overwrite", [False, True])
-def test_a_dangling_link_as_the_output_is_refused_before_any_cluster(tmp_path, no_cluster, overwrite):
+@pytest.mark.parametrize("spelling", ["path", "store"])
+def test_a_dangling_link_as_the_output_is_refused_before_any_cluster(tmp_path, no_cluster, overwrite, spelling):
+    from zarr.storage import LocalStore
+
     link = tmp_path / "c.zarr"
     os.symlink(tmp_path / "gone" / "c.zarr", link)
     with pytest.raises(FileExistsError, match=r"c\.zarr' is a symbolic link to '.*gone/c\.zarr', which does not "
                                               "exist"):
-        dgemm.matmul(np.ones((4, 3), "f4"), np.ones((3, 5), "f4"), out=str(link), overwrite=overwrite)
+        dgemm.matmul(np.ones((4, 3), "f4"), np.ones((3, 5), "f4"), overwrite=overwrite,
+                     out=str(link) if spelling == "path" else LocalStore(str(link)))
     assert link.is_symlink() and not (tmp_path / "gone").exists()
 
 

@@ -79,7 +79,7 @@ def check_output(out, shape: tuple[int, ...], dtype: np.dtype, overwrite: bool,
         if out.read_only:
             raise PermissionError(f"out store {out} is read-only")
         _refuse_unwritable(out)
-        out = absolute(out)
+        out = _real_folder(absolute(out), overwrite)
         if _exists(out):
             if not overwrite:
                 raise FileExistsError(f"out {out} already holds Zarr data; pass overwrite=True to replace it")
@@ -128,6 +128,25 @@ def check_output(out, shape: tuple[int, ...], dtype: np.dtype, overwrite: bool,
     if not os.access(parent, os.W_OK) or (os.path.exists(local) and not os.access(local, os.W_OK)):
         raise PermissionError(f"out {target!r} is not writable ({parent} does not allow writing)")
     return OutputSpec(local, tuple(shape), dtype, overwrite)
+
+
+def _real_folder(store, overwrite: bool):
+    """A local store whose folder is a symbolic link: refused dangling; for ``overwrite``, the store of its target.
+
+    Replacing deletes the store's folder and creates it again (zarr); through
+    a link that deletes what is behind it and then fails on the link.  Over
+    the target instead, the Zarr data there is replaced (the rest checked by
+    :func:`_check_replaceable`) and the link kept.
+    """
+    from zarr.storage import LocalStore
+
+    if not isinstance(store, LocalStore) or not os.path.islink(store.root):
+        return store
+    root = str(store.root)
+    if not os.path.exists(root):
+        raise FileExistsError(f"out {root!r} is a symbolic link to {os.readlink(root)!r}, which does not exist; "
+                              "remove the link, or create the folder it points to")
+    return LocalStore(os.path.realpath(root), read_only=store.read_only) if overwrite else store
 
 
 def _check_name_lengths(local: str, parent: str, target: str) -> None:
