@@ -96,6 +96,20 @@ def test_overwrite_replaces_what_zarr_and_dgemm_wrote(client, tmp_path, rng):
     check_product(c[...], A, B, dtype="float64")
 
 
+def test_overwrite_refuses_an_object_store_output_holding_the_users_files(s3, no_cluster):
+    """The same refusal for a URL: every key under it is listed, and a notes key is the user's."""
+    url = s3.url("safety/c.zarr")
+    z = zarr.create_array(store=url, shape=(4, 5), chunks=(2, 5), dtype="f4", storage_options=s3.storage_options)
+    z[...] = 1
+    fs = s3.fs()
+    fs.pipe(url.replace("s3://", "") + "/notes.txt", b"mine")
+    with pytest.raises(FileExistsError, match=r"holds 1 file.*'notes.txt'"):
+        dgemm.matmul(np.ones((4, 3), "f4"), np.ones((3, 5), "f4"), out=url, overwrite=True,
+                     storage_options=s3.storage_options)
+    assert fs.cat(url.replace("s3://", "") + "/notes.txt") == b"mine"
+    assert fs.exists(url.replace("s3://", "") + "/c/0/0")
+
+
 # -- 2. a symbolic link as the output ---------------------------------------------------------
 @pytest.mark.parametrize("spelling", ["path", "store"])
 def test_overwrite_through_a_symbolic_link_keeps_the_link_and_replaces_inside(client, tmp_path, rng, spelling):

@@ -282,8 +282,8 @@ class OutputRun:
                                        "resumed": self.resumed})
             if self.originals is not None:   # complete: C is the result now, its originals are no longer needed
                 self.originals.remove()
-        finally:
-            self.lease.release()
+        finally:   # given up even where the store refuses to delete it (a full disk): see abandon
+            self.lease.give_up()
 
 
 def _existing(spec: OutputSpec):
