@@ -58,8 +58,8 @@ def poison(engine):
     """Fill the buffers ``engine`` kept from earlier products with NaN (new ones are NaN already)."""
     import pyopencl as cl
 
-    for buf in engine._buffers.values():
-        cl.enqueue_fill_buffer(engine.device.queue, buf, np.uint8(POISON_BYTE), 0, buf.size)
+    for buf, nbytes in engine._buffers.values():
+        cl.enqueue_fill_buffer(engine.device.queue, buf, np.uint8(POISON_BYTE), 0, nbytes)
     engine.device.queue.finish()
 
 

@@ -403,3 +403,57 @@ def test_warm_dtypes_are_checked_and_travel_with_the_plugin():
         DgemmPlugin(warm=["int8"])
     p = pickle.loads(pickle.dumps(DgemmPlugin(warm=["float64", "<f8", "float32"])))
     assert p.warm_dtypes == ("float64", "float32") and p.state is None
+
+
+def test_a_runs_last_gemm_task_gives_its_memory_back(any_device, rng):
+    """The plugin follows a run's GEMM tasks: when the last one here ends, the device's buffers go (issue 26)."""
+    w = FakeWorker()
+    plugin = DgemmPlugin(any_device.info.id)
+    asyncio.run(plugin.setup(w))
+    state = plugin.state
+    device = state.device
+    try:
+        a, b = randn(rng, (40, 30), "float32"), randn(rng, (30, 20), "float32")
+        name = f"{names.GEMM}-tok1"
+        keys = [(name, 0, 0), (name, 0, 1)]
+        for key in keys:
+            plugin.transition(key, "released", "waiting")
+            plugin.transition(key, "waiting", "ready")
+        engine = state.engine("float32")
+        for key in keys:
+            plugin.transition(key, "ready", "executing")
+            engine.product([(a, b)], 40, 20)
+            held = device.live_buffers()
+            plugin.transition(key, "executing", "memory")
+            if key != keys[-1]:   # the run goes on: its buffers stay for the next block
+                assert device.live_buffers() == held and held["buffers"] > 0
+        assert device.live_buffers()["buffers"] == 0 and plugin.runs == {}
+        assert engine._buffers == {} and device.idle
+        plugin.transition(("dgemm-store-tok1", 0, 0), "executing", "memory")   # not a GEMM task: ignored
+        assert plugin.runs == {}
+    finally:
+        plugin.teardown(w)
+
+
+def test_an_idle_state_gives_its_memory_back(cpu_state, rng):
+    """Without a run's end seen, IDLE_SECONDS without a product release what the last product held."""
+    a, b = randn(rng, (40, 30), "float64"), randn(rng, (30, 20), "float64")
+    cpu_state.engine("float64").product([(a, b)], 40, 20)
+    assert cpu_state.device.live_buffers()["buffers"] > 0
+    assert not cpu_state.release_idle(3600.0)               # not idle long enough: kept
+    assert cpu_state.device.live_buffers()["buffers"] > 0
+    assert cpu_state.release_idle(0.0)
+    assert cpu_state.device.live_buffers()["buffers"] == 0
+    assert not cpu_state.release_idle(0.0)                  # nothing more to give back
+    snap = cpu_state.snapshot()
+    assert snap["live_buffers"] == 0 and snap["live_buffer_bytes"] == 0 and "live_pinned_bytes" in snap
+
+
+def test_a_cached_engine_output_survives_the_release_of_its_run(cpu_state, rng):
+    """A C block downloaded into page-locked memory stays valid after its run's buffers are released."""
+    a, b = randn(rng, (64, 48), "float32"), randn(rng, (48, 32), "float32")
+    out = cpu_state.engine("float32").product([(a, b)], 64, 32)
+    cpu_state.release()
+    np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
+    del out          # given back while idle: released at once, not kept in the free list
+    assert cpu_state.device._free == []

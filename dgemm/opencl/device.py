@@ -11,6 +11,7 @@ import dataclasses
 import logging
 import os
 import threading
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -107,11 +108,25 @@ class Device:
         profiling = cl.command_queue_properties.PROFILING_ENABLE
         self.queue = cl.CommandQueue(self.context, properties=profiling)            # GEMM kernels
         self.transfer_queue = cl.CommandQueue(self.context, properties=profiling)   # uploads, staging
-        self.cache = PanelCache(0)   # the worker sets its budget (dgemm.worker.DeviceState)
+        # the worker sets its budget (dgemm.worker.DeviceState); a dropped entry's buffer is released at once
+        self.cache = PanelCache(0, on_drop=_release_entry)
         self._pools: dict[bool, ThreadPoolExecutor] = {}
-        self._local = threading.local()
+        # Each reader thread's page-locked staging buffer, by thread id (not thread-local: trim() must
+        # reach them from another thread), and the threads filling theirs now, which trim() leaves alone.
+        self._staging: dict[int, tuple] = {}
+        self._reading: dict[int, int] = {}
+        # What trim() keeps of a thread's staging buffer: one of the default block's size (the worker
+        # sets it, see DgemmPlugin), so that back-to-back runs do not pin their staging again.
+        self.staging_keep = 0
         self._free: list = []          # page-locked download buffers no array uses now
         self._pinned_bytes = 0
+        # Set by trim(), cleared when a product starts: while idle, download buffers given back by
+        # the arrays that held them are released at once instead of waiting in the free list.
+        self.idle = True
+        # Buffers allocated less buffers released (explicitly or collected), and their bytes:
+        # what live_buffers() reports.  Counted by DeviceBuffer, so no gc internals are needed.
+        self._live = {"device": 0, "page-locked": 0}
+        self._live_bytes = {"device": 0, "page-locked": 0}
         self._kernels: dict = {}
         self._lock = threading.Lock()
         # Kernels that could not be built here, and why (the wgmma kernel's PTX route can fail
@@ -123,11 +138,19 @@ class Device:
 
         Copies from page-locked memory run at the bus's speed, several times
         faster than from ordinary memory (bench/NOTES.md has the figures);
-        the driver allocates it for ``ALLOC_HOST_PTR`` buffers.
+        the driver allocates it for ``ALLOC_HOST_PTR`` buffers.  Call it
+        within :meth:`reading` (the engine does), so that :meth:`trim` leaves
+        the buffer alone while the thread fills it.
         """
-        held = getattr(self._local, "staging", None)
+        me = threading.get_ident()
+        with self._lock:
+            held = self._staging.get(me)
         if held is None or held[1].nbytes < nbytes:
-            held = self._local.staging = self._page_locked(nbytes)
+            if held is not None:   # grown: the smaller one is not kept beside it
+                held[0].release()
+            fresh = self._page_locked(nbytes)
+            with self._lock:
+                held = self._staging[me] = fresh
         if POISON:
             held[1][:nbytes] = POISON_BYTE
         return held[1][:nbytes]
@@ -162,8 +185,10 @@ class Device:
         def one():
             with contextlib.suppress(threading.BrokenBarrierError):
                 barrier.wait()   # n tasks on n threads: each thread's buffer is its own (thread-local)
-            self.staging(nbytes)
-            return self._local.staging[1].nbytes
+            with self.reading():
+                self.staging(nbytes)
+            with self._lock:
+                return self._staging[threading.get_ident()][1].nbytes
 
         futures = [pool.submit(one) for _ in range(n)]
         if wait:
@@ -176,10 +201,106 @@ class Device:
         import pyopencl as cl
 
         nbytes = max(int(nbytes), 1)
-        buf = cl.Buffer(self.context, cl.mem_flags.READ_WRITE | cl.mem_flags.ALLOC_HOST_PTR, nbytes)
-        host, _ = cl.enqueue_map_buffer(self.transfer_queue, buf, cl.map_flags.READ | cl.map_flags.WRITE, 0,
-                                        (nbytes,), np.uint8, is_blocking=True)
+        buf = self._allocate(cl.mem_flags.READ_WRITE | cl.mem_flags.ALLOC_HOST_PTR, nbytes, "page-locked",
+                             "page-locked host memory")
+        with self.failing(f"mapping {_size(nbytes)} of page-locked host memory"):
+            host, _ = cl.enqueue_map_buffer(self.transfer_queue, buf, cl.map_flags.READ | cl.map_flags.WRITE, 0,
+                                            (nbytes,), np.uint8, is_blocking=True)
         return buf, host
+
+    def _allocate(self, flags, nbytes: int, kind: str, what: str):
+        """A counted :class:`DeviceBuffer` (see :meth:`live_buffers`); a failure is a :class:`DeviceError`."""
+        cls = _buffer_class()
+        with self.failing(f"allocating {what} of {_size(nbytes)}"):
+            buf = cls(self.context, flags, nbytes)
+        with self._lock:
+            self._live[kind] += 1
+            self._live_bytes[kind] += nbytes
+        # counted down once: by release() or, for a buffer only dropped, when it is collected
+        buf._dgemm_gone = weakref.finalize(buf, self._gone, kind, nbytes)
+        return buf
+
+    def _gone(self, kind: str, nbytes: int) -> None:
+        with self._lock:
+            self._live[kind] -= 1
+            self._live_bytes[kind] -= nbytes
+
+    def live_buffers(self) -> dict:
+        """OpenCL buffers this device allocated and has not released or dropped yet, and their bytes.
+
+        Returns
+        -------
+        dict
+            ``buffers`` and ``buffer_bytes`` (device buffers: staged blocks,
+            the panel cache, accumulators), ``pinned_buffers`` and
+            ``pinned_bytes`` (page-locked host memory: staging and download
+            buffers).  A buffer kept alive by a reference cycle counts until
+            the collector frees it, so after each run these come back to the
+            idle worker's figures (:meth:`trim`), without any ``gc.collect()``.
+        """
+        with self._lock:
+            return {"buffers": self._live["device"], "buffer_bytes": self._live_bytes["device"],
+                    "pinned_buffers": self._live["page-locked"], "pinned_bytes": self._live_bytes["page-locked"]}
+
+    @contextlib.contextmanager
+    def failing(self, what: str):
+        """Within this block, an OpenCL error becomes a :class:`DeviceError` naming the device and ``what``.
+
+        pyopencl's errors carry a record that does not pickle, so a worker's
+        error would reach the client as an empty ``Exception``; this one is
+        plain text: the device, what was being allocated or launched (and its
+        size), and OpenCL's code.
+        """
+        try:
+            yield
+        except DeviceError:
+            raise
+        except Exception as e:
+            if not is_opencl_error(e):
+                raise
+            raise_plain(device_error(self.info.name, what, e))
+
+    @contextlib.contextmanager
+    def reading(self):
+        """Marks this thread as filling its staging buffer: :meth:`trim` leaves the buffer alone meanwhile."""
+        me = threading.get_ident()
+        with self._lock:
+            self._reading[me] = self._reading.get(me, 0) + 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                if self._reading[me] == 1:
+                    del self._reading[me]
+                else:
+                    self._reading[me] -= 1
+
+    def trim(self) -> dict:
+        """Give back what a finished run held: the panel cache, download buffers, grown staging.
+
+        Drops every panel cache entry no product uses (releasing its device
+        buffer), releases the page-locked download buffers no array holds
+        (and, until the next product starts, those given back later), and
+        each reader thread's staging buffer larger than :attr:`staging_keep`
+        (a thread reading now keeps its own).  Cheap: nothing is waited for
+        (OpenCL frees a released buffer once the commands using it finish).
+
+        Returns
+        -------
+        dict
+            :meth:`live_buffers` afterwards.
+        """
+        self.cache.clear()
+        with self._lock:
+            self.idle = True
+            free, self._free = self._free, []
+            self._pinned_bytes -= sum(e[1].nbytes for e in free)
+            big = [t for t, (_, host) in self._staging.items()
+                   if host.nbytes > self.staging_keep and t not in self._reading]
+            staging = [self._staging.pop(t) for t in big]
+        for buf, _ in (*free, *staging):
+            buf.release()
+        return self.live_buffers()
 
     def host_array(self, shape: tuple[int, ...], dtype) -> np.ndarray:
         """A new array in page-locked memory, for downloads; ordinary memory beyond :func:`pinned_limit`.
@@ -213,7 +334,11 @@ class Device:
 
     def _give_back(self, entry) -> None:
         with self._lock:
-            self._free.append(entry)
+            if not self.idle:   # a run goes on: its next C block reuses this memory
+                self._free.append(entry)
+                return
+            self._pinned_bytes -= entry[1].nbytes
+        entry[0].release()
 
     def pool(self, copy: bool = False) -> ThreadPoolExecutor:
         """The threads that read blocks from their stores and upload them.
@@ -320,10 +445,15 @@ class Device:
         prog = self.kernels(dtype, params, extra_options).gemm_program
         return prog.get_build_info(self.cl_device, cl.program_build_info.LOG)
 
-    def buffer(self, nbytes: int):
-        """A new device buffer of ``nbytes`` (at least 1: OpenCL has no empty buffers); NaN under :func:`poisoned`."""
+    def buffer(self, nbytes: int, what: str = "a device buffer"):
+        """A new device buffer of ``nbytes`` (at least 1: OpenCL has no empty buffers); NaN under :func:`poisoned`.
+
+        ``what`` names it in the :class:`DeviceError` raised when the device
+        cannot allocate it.  Release it (``buf.release()``) when done: a
+        buffer only dropped lives until the collector finds it.
+        """
         import pyopencl as cl
-        buf = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, max(int(nbytes), 1))
+        buf = self._allocate(cl.mem_flags.READ_WRITE, max(int(nbytes), 1), "device", what)
         if POISON:
             # waited for: the buffer may be used next on either queue
             cl.enqueue_fill_buffer(self.transfer_queue, buf, np.uint8(POISON_BYTE), 0, buf.size).wait()
@@ -332,10 +462,90 @@ class Device:
     def close(self) -> None:
         for pool in self._pools.values():
             pool.shutdown(wait=True, cancel_futures=True)
-        self.cache.clear()
+        self.staging_keep = 0
+        self.trim()
         self._kernels.clear()
         self.queue.finish()
         self.transfer_queue.finish()
+
+
+_BUFFER_CLASS = None
+
+
+def _buffer_class():
+    """:class:`pyopencl.Buffer` with a weak reference and a counted release (pyopencl is imported late)."""
+    global _BUFFER_CLASS
+    if _BUFFER_CLASS is None:
+        import pyopencl as cl
+
+        class DeviceBuffer(cl.Buffer):
+            """A buffer that :meth:`Device.live_buffers` counts until it is released or collected."""
+
+            def release(self):
+                gone = self.__dict__.pop("_dgemm_gone", None)
+                super().release()
+                if gone is not None:
+                    gone()   # a weakref.finalize: counts down once, and not again when collected
+        _BUFFER_CLASS = DeviceBuffer
+    return _BUFFER_CLASS
+
+
+def _release_entry(entry) -> None:
+    """Release the device buffer of a panel cache entry no product uses any more (once its upload is done).
+
+    Explicitly, not by dropping the last reference: a buffer in a
+    reference cycle would hold device memory until the collector runs.
+    """
+    def release(future):
+        if not future.cancelled() and future.exception() is None:
+            future.result()[0].release()
+    if entry.future is not None:
+        entry.future.add_done_callback(release)
+
+
+def is_opencl_error(e: BaseException) -> bool:
+    """Whether ``e`` is one of pyopencl's errors (their records do not pickle)."""
+    return type(e).__module__.startswith("pyopencl")
+
+
+def _size(nbytes: int) -> str:
+    """``nbytes`` for people: ``'256.0 MiB (268435456 bytes)'``."""
+    n = float(nbytes)
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit} ({int(nbytes)} bytes)" if unit != "bytes" else f"{int(nbytes)} bytes"
+        n /= 1024
+
+
+def raise_plain(error: BaseException):
+    """Raise ``error`` without the exception it replaces as its context.
+
+    ``raise ... from None`` only hides the context from the traceback's
+    text: tblib (installed by distributed) pickles ``__context__`` with the
+    error, and pyopencl's errors do not pickle.
+    """
+    try:
+        raise error
+    finally:
+        error.__context__ = None
+        error.__cause__ = None
+
+
+def device_error(device: str, what: str, error: BaseException) -> DeviceError:
+    """A :class:`DeviceError` for OpenCL's ``error`` while doing ``what`` on ``device``: plain text, it pickles.
+
+    >>> str(device_error("H100", "launching the GEMM kernel", RuntimeError("clEnqueueNDRangeKernel failed")))
+    "device 'H100': launching the GEMM kernel failed: RuntimeError: clEnqueueNDRangeKernel failed"
+    """
+    what_failed = str(error).strip() or type(error).__name__
+    code = getattr(error, "code", None)
+    detail = f"{type(error).__name__}: {what_failed}" + (f" (OpenCL code {code})" if isinstance(code, int) else "")
+    hint = ""
+    if "ALLOCATION" in what_failed.upper() or "OUT_OF" in what_failed.upper() or isinstance(error, MemoryError) \
+            or type(error).__name__ == "MemoryError":
+        hint = ("; the device is out of memory: set DGEMM_DEVICE_MEMORY_LIMIT lower on the worker, or use "
+                "smaller blocks")
+    return DeviceError(f"device {device!r}: {what} failed: {detail}{hint}")
 
 
 def _poisoned(array: np.ndarray) -> np.ndarray:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dgemm import config
-from dgemm.opencl.device import Device, Kernels, read_threads
+from dgemm.opencl.device import Device, Kernels, is_opencl_error, device_error, raise_plain, read_threads
 from dgemm.opencl.panels import PanelCache
 from dgemm.sizes import INT32_MAX, roundup
 
@@ -114,19 +114,32 @@ class BlockEngine:
                 setattr(self.stats, name, getattr(self.stats, name) + value)
 
     # -- buffers --------------------------------------------------------
-    def _buf(self, name: str, elements: int):
+    def _buf(self, name: str, elements: int, what: str):
         nbytes = elements * self.dtype.itemsize
-        buf = self._buffers.get(name)
-        if buf is None or buf.size < nbytes:
-            if buf is not None:
-                buf.release()
-            buf = self._buffers[name] = self.device.buffer(nbytes)
-        return buf
+        held = self._buffers.get(name)
+        if held is None or held[1] < nbytes:
+            if held is not None:
+                self._buffers.pop(name)[0].release()
+            # kept with its size: a released buffer must never be asked anything (pyopencl crashes)
+            self._buffers[name] = (self.device.buffer(nbytes, what=what), nbytes)
+        return self._buffers[name][0]
 
-    def release(self) -> None:
-        for buf in self._buffers.values():
-            buf.release()
-        self._buffers.clear()
+    def release(self, wait: bool = True) -> bool:
+        """Release the accumulator buffers kept between products; whether it was done.
+
+        ``wait=False``: only if no product is running now (else nothing is
+        released, False), for callers that must not block (the worker's
+        event loop, at the end of a run).
+        """
+        if not self._lock.acquire(blocking=wait):
+            return False
+        try:
+            for buf, _ in self._buffers.values():
+                buf.release()
+            self._buffers.clear()
+            return True
+        finally:
+            self._lock.release()
 
     # -- staging --------------------------------------------------------
     def _stage_into(self, q, host: np.ndarray, transpose: bool, drows: int, dcols: int, out):
@@ -148,16 +161,23 @@ class BlockEngine:
                 raise ValueError(f"a block of {n} elements is too large for 32-bit indexing; use smaller blocks")
         t0 = time.perf_counter()
         ev = None
+        size = f"{rows}x{cols} {self.dtype.name} block ({host.nbytes} bytes)"
         if not transpose and (rows, cols) == (drows, dcols):
             if host.size:
-                self._transferred(cl.enqueue_copy(q, out, host, is_blocking=True))
-        else:
-            # Its own staging buffer, so concurrent uploads never share one; OpenCL keeps it
-            # alive until the kernel that reads it has run.
-            raw = self.device.buffer(rows * cols * self.dtype.itemsize)
-            if host.size:
-                self._transferred(cl.enqueue_copy(q, raw, host, is_blocking=True))
-            with self._launch:
+                with self.device.failing(f"uploading a {size}"):
+                    self._transferred(cl.enqueue_copy(q, out, host, is_blocking=True))
+            self._add(bytes_up=host.nbytes, upload_seconds=time.perf_counter() - t0)
+            return ev
+        # Its own staging buffer, so concurrent uploads never share one.  Released as soon as the
+        # kernel that reads it is enqueued: OpenCL keeps it alive until that kernel has run, and a
+        # buffer left to Python's collector holds device memory until it happens to run.
+        raw = self.device.buffer(host.nbytes, what=f"the upload buffer of a {rows}x{cols} {self.dtype.name} block")
+        try:
+            with self.device.failing(f"uploading a {size}"):
+                if host.size:
+                    self._transferred(cl.enqueue_copy(q, raw, host, is_blocking=True))
+            with self._launch, self.device.failing(f"{'transposing' if transpose else 'padding'} a {size} "
+                                                   f"to {drows}x{dcols}"):
                 if transpose:
                     tt = self.k.transpose_tile
                     ev = self.k.transpose_pad(q, (roundup(drows, tt), roundup(dcols, tt)), (tt, tt),
@@ -166,8 +186,10 @@ class BlockEngine:
                 else:
                     ev = self.k.pad_zeros(q, _grid(dcols, drows), LOCAL_2D, np.int32(rows), np.int32(cols),
                                           np.int32(cols), raw, np.int32(drows), np.int32(dcols), out)
-            q.flush()  # another queue will wait on ``ev``: it must be submitted
-            self._transferred(ev)
+                q.flush()  # another queue will wait on ``ev``: it must be submitted
+        finally:
+            raw.release()
+        self._transferred(ev)
         self._add(bytes_up=host.nbytes, upload_seconds=time.perf_counter() - t0)
         return ev
 
@@ -175,15 +197,20 @@ class BlockEngine:
         """A new device buffer holding ``host`` staged as ``drows x dcols``; returns ``(buffer, event)``."""
         # once, on the host: any byte order (a big-endian Zarr or numpy block) and layout to the engine's
         host = np.ascontiguousarray(host, dtype=self.dtype)
-        out = self.device.buffer(self._nbytes(drows, dcols))
+        nbytes = self._nbytes(drows, dcols)
+        out = self.device.buffer(nbytes, what=f"a staged {drows}x{dcols} {self.dtype.name} block")
         q = self.device.transfer_queue
-        ev = self._stage_into(q, host, transpose, drows, dcols, out)
-        if self.k.prepare is not None:   # the wgmma kernels' operands: rounded (or split) once here, not per use
-            with self._launch:
-                ev = self.k.prepare(q, (roundup(drows * dcols // 4, 256),), (256,), out,
-                                    np.int32(drows * dcols // 4), wait_for=[ev] if ev is not None else None)
-            q.flush()
-            self._transferred(ev)
+        try:
+            ev = self._stage_into(q, host, transpose, drows, dcols, out)
+            if self.k.prepare is not None:   # the wgmma kernels' operands: rounded (or split) once here, not per use
+                with self._launch, self.device.failing(f"preparing a staged {drows}x{dcols} block for wgmma"):
+                    ev = self.k.prepare(q, (roundup(drows * dcols // 4, 256),), (256,), out,
+                                        np.int32(drows * dcols // 4), wait_for=[ev] if ev is not None else None)
+                    q.flush()
+                self._transferred(ev)
+        except BaseException:
+            out.release()   # nobody else holds it
+            raise
         return out, ev
 
     def _fetch(self, ref, transpose: bool, drows: int, dcols: int):
@@ -196,27 +223,29 @@ class BlockEngine:
         ``host_cache_*`` figures of ``Stats.extra`` what a host cache served
         and decoded.
         """
-        t0 = time.perf_counter()
-        served = None
-        if _reads_itself(ref):
-            rows, cols = ref.shape
-            dtype = np.dtype(ref.dtype)
-            if dtype == self.dtype:
-                host = self.device.staging(rows * cols * dtype.itemsize).view(dtype).reshape(rows, cols)
+        # this thread's staging buffer is in use until the upload has copied it (Device.trim waits)
+        with self.device.reading():
+            t0 = time.perf_counter()
+            served = None
+            if _reads_itself(ref):
+                rows, cols = ref.shape
+                dtype = np.dtype(ref.dtype)
+                if dtype == self.dtype:
+                    host = self.device.staging(rows * cols * dtype.itemsize).view(dtype).reshape(rows, cols)
+                else:
+                    host = np.empty((rows, cols), dtype)
+                served = ref.fill_into(host)
             else:
-                host = np.empty((rows, cols), dtype)
-            served = ref.fill_into(host)
-        else:
-            host = np.asarray(ref)
-        self._add(read_seconds=time.perf_counter() - t0, bytes_read=0 if served else host.nbytes)
-        if served is not None:   # a host cache was asked (blocks that read themselves only)
-            with self._count:
-                extra = self.stats.extra
-                for name, value in (("host_cache_hits", int(served)), ("host_cache_misses", int(not served)),
-                                    ("host_cache_bytes_served", host.nbytes if served else 0),
-                                    ("host_cache_bytes_decoded", 0 if served else host.nbytes)):
-                    extra[name] = extra.get(name, 0) + value
-        return self.upload(host, transpose, drows, dcols)
+                host = np.asarray(ref)
+            self._add(read_seconds=time.perf_counter() - t0, bytes_read=0 if served else host.nbytes)
+            if served is not None:   # a host cache was asked (blocks that read themselves only)
+                with self._count:
+                    extra = self.stats.extra
+                    for name, value in (("host_cache_hits", int(served)), ("host_cache_misses", int(not served)),
+                                        ("host_cache_bytes_served", host.nbytes if served else 0),
+                                        ("host_cache_bytes_decoded", 0 if served else host.nbytes)):
+                        extra[name] = extra.get(name, 0) + value
+            return self.upload(host, transpose, drows, dcols)
 
     def _staged(self, ref, transpose: bool, drows: int, dcols: int, scope):
         """The cache entry (pinned) of ``ref`` staged as ``drows x dcols``, read in the background on a miss."""
@@ -252,8 +281,17 @@ class BlockEngine:
             for a, b in pairs:
                 k = self._check(a.shape, b.shape, m, n, trans_a, trans_b)
                 if k and m and n:
-                    yield k, self.upload(a, *self._layout("a", trans_a, k, mp)), \
-                        self.upload(b, *self._layout("b", trans_b, k, np_))
+                    ua = self.upload(a, *self._layout("a", trans_a, k, mp))
+                    try:
+                        ub = self.upload(b, *self._layout("b", trans_b, k, np_))
+                    except BaseException:
+                        ua[0].release()
+                        raise
+                    try:
+                        yield k, ua, ub
+                    finally:   # the GEMM reading them is enqueued (or the product failed): OpenCL keeps them
+                        ua[0].release()
+                        ub[0].release()
         return self._run(steps, m, n, alpha, beta, c)
 
     def stream(self, a_refs: Sequence, b_refs: Sequence, m: int, n: int, *, alpha: float = 1.0,
@@ -283,6 +321,8 @@ class BlockEngine:
         """
         if prefetch is None:
             prefetch = default_prefetch()
+        if scope is not None:   # a new run: the last run's cached blocks go (the cache is per run)
+            self.cache.enter(scope)
         mp, np_ = self._padded(m, n)
         plan = []
         for a, b in zip(a_refs, b_refs, strict=True):
@@ -377,9 +417,14 @@ class BlockEngine:
 
     def _run(self, steps, m, n, alpha, beta, c, planned=None) -> np.ndarray:
         with self._lock:
+            self.device.idle = False
             t0 = time.perf_counter()
             try:
                 return self._measured(lambda: self._accumulate(steps(), m, n, alpha, beta, c), planned)
+            except Exception as e:
+                if is_opencl_error(e):   # one the steps did not name (their own are DeviceErrors already)
+                    raise_plain(device_error(self.device.info.name, f"a {m}x{n} {self.dtype.name} block product", e))
+                raise
             finally:
                 self._busy(t0, time.perf_counter())
 
@@ -413,10 +458,10 @@ class BlockEngine:
         if use_c:
             if c.shape != (m, n):
                 raise ValueError(f"C block has shape {c.shape}, expected {(m, n)}")
-            c_dev = self._buf("c", mp * np_)
+        acc = f"the {mp}x{np_} {self.dtype.name} accumulator"
+        c_dev = self._buf("c", mp * np_, acc)
+        if use_c:
             self._stage_into(q, np.ascontiguousarray(c, dtype=self.dtype), False, mp, np_, c_dev)
-        else:
-            c_dev = self._buf("c", mp * np_)
         beta_k = beta if use_c else 0.0
         events, flops = [], 0.0
         gsize, lsize = p.launch(mp, np_)
@@ -431,10 +476,12 @@ class BlockEngine:
                     break
                 k, (at, a_ev), (bt, b_ev) = step
                 wait = [e for e in (a_ev, b_ev) if e is not None] or None
-                events.append(self.k.gemm(q, gsize, lsize, np.int32(mp), np.int32(np_),
-                                          np.int32(roundup(k, p.TSK)), real(alpha), real(beta_k), at, bt, c_dev,
-                                          wait_for=wait))
-                q.flush()
+                with self.device.failing(f"launching the GEMM kernel on {mp}x{np_}x{roundup(k, p.TSK)} "
+                                         f"{self.dtype.name} blocks"):
+                    events.append(self.k.gemm(q, gsize, lsize, np.int32(mp), np.int32(np_),
+                                              np.int32(roundup(k, p.TSK)), real(alpha), real(beta_k), at, bt,
+                                              c_dev, wait_for=wait))
+                    q.flush()
                 self._launched(events[-1], 2.0 * m * n * k)
                 flops += 2.0 * m * n * k
                 beta_k = 1.0
@@ -446,10 +493,11 @@ class BlockEngine:
                 out[...] = real(beta) * c if use_c else 0
             return out
         out = self.device.host_array((m, n), self.dtype)   # page-locked: the download runs at bus speed
-        dense = self._buf("dense", m * n)
-        self._transferred(self.k.unpad(q, _grid(n, m), LOCAL_2D, np.int32(m), np.int32(n), np.int32(np_), c_dev,
-                                       dense))
-        down = cl.enqueue_copy(q, out, dense, is_blocking=True)
+        dense = self._buf("dense", m * n, f"the {m}x{n} {self.dtype.name} result")
+        with self.device.failing(f"downloading the {m}x{n} {self.dtype.name} result ({out.nbytes} bytes)"):
+            self._transferred(self.k.unpad(q, _grid(n, m), LOCAL_2D, np.int32(m), np.int32(n), np.int32(np_),
+                                           c_dev, dense))
+            down = cl.enqueue_copy(q, out, dense, is_blocking=True)
         self._transferred(down)
         self._add(kernel_seconds=sum(_seconds(e) for e in events), flops=flops, bytes_down=out.nbytes, blocks=1,
                   download_seconds=_seconds(down))

@@ -18,9 +18,15 @@ from distributed.protocol.pickle import dumps
 
 from dgemm import metrics
 from dgemm.dtypes import check_dtype
-from dgemm.names import DASHBOARD_PLUGIN, WORKER_METRIC, WORKER_PLUGIN
+from dgemm.names import DASHBOARD_PLUGIN, GEMM, WORKER_METRIC, WORKER_PLUGIN
 from dgemm.scheduler.dashboard import DgemmDashboard
 from dgemm.worker.state import DeviceState, attach, detach, live_states
+
+# The task states in which a GEMM task is still to run (or running) on this worker; in any other
+# (memory, error, released, forgotten...) it holds nothing on the device.
+PENDING = frozenset({"waiting", "ready", "constrained", "executing", "long-running", "resumed"})
+# How often (ms) a worker checks whether it has been idle long enough to give its memory back.
+IDLE_CHECK_MS = 1000
 
 logger = logging.getLogger(__name__)
 
@@ -53,14 +59,19 @@ class DgemmPlugin(WorkerPlugin):
         self.warm_dtypes = tuple(dict.fromkeys(check_dtype(d, "warm").name for d in warm))
         self.state: DeviceState | None = None
         self.worker = None
+        self.runs: dict = {}
 
     def __getstate__(self):  # a registered plugin travels to the workers without its state
         return {"device_spec": self.device_spec, "dashboard": self.dashboard, "warm_dtypes": self.warm_dtypes,
-                "state": None, "worker": None}
+                "state": None, "worker": None, "runs": {}}
 
     async def setup(self, worker):
         self.state = DeviceState(self.device_spec)
+        self.runs = {}
         if self.state.device is not None:
+            # What a run's end leaves of each reader's staging buffer: the default block's (bounded:
+            # one per reader thread), so that runs one after another do not pin theirs again.
+            self.state.device.staging_keep = staging_bytes(self.state.device.info, ["float64"])
             await _set_gpu(worker, 1)
             if self.warm_dtypes:
                 self.warm(self.warm_dtypes)   # goes on while the worker registers and the client plans
@@ -71,6 +82,12 @@ class DgemmPlugin(WorkerPlugin):
         if getattr(worker, "address", None) is None:  # a stand-in worker (tests): no reporting
             return
         self.worker = weakref.ref(worker)
+        callbacks = getattr(worker, "periodic_callbacks", None)
+        if self.state.device is not None and isinstance(callbacks, dict):
+            from tornado.ioloop import PeriodicCallback
+
+            pc = callbacks[IDLE_CALLBACK] = PeriodicCallback(self.state.release_idle, IDLE_CHECK_MS)
+            pc.start()
         # Reported to the scheduler with every heartbeat (WorkerState.metrics["dgemm"]).
         worker.metrics[WORKER_METRIC] = self.metric
         attach(self.state, worker)
@@ -104,7 +121,40 @@ class DgemmPlugin(WorkerPlugin):
             return {}
         return self.state.snapshot(dask_worker)
 
+    def transition(self, key, start, finish, **kwargs):
+        """Follow this worker's GEMM tasks: when the last of a run's ends here, give back what the run held.
+
+        A run's GEMM tasks share their name (``dgemm-gemm-<token>``; the
+        token is the run's scope, see :func:`dgemm.worker.tasks.gemm_block`).
+        When none of them is pending on this worker any more, its panel
+        cache entries are dropped and, if no other run is pending, the
+        device's buffers are given back (:meth:`DeviceState.release`) at
+        once, without waiting for the collector or the idle timer.  A task
+        of the run that comes later (a block re-run after a worker death)
+        reads its blocks again.  Runs on the worker's event loop: cheap.
+        """
+        name = key[0] if isinstance(key, tuple) and key else None
+        if not (isinstance(name, str) and name.startswith(GEMM + "-")) or self.state is None:
+            return
+        pending = self.runs.setdefault(name, set())
+        if finish in PENDING:
+            pending.add(key)
+            return
+        pending.discard(key)
+        if pending or start not in ("executing", "long-running"):
+            if not pending:
+                self.runs.pop(name, None)
+            return
+        del self.runs[name]
+        try:
+            self.state.release(scope=name[len(GEMM) + 1:], others=bool(self.runs))
+        except Exception as e:   # giving memory back must never fail a task
+            logger.warning("dgemm: releasing the device's buffers after a run failed: %s: %s", type(e).__name__, e)
+
     def teardown(self, worker):
+        pc = getattr(worker, "periodic_callbacks", {}).pop(IDLE_CALLBACK, None)
+        if pc is not None:
+            pc.stop()
         if self._warmer is not None:
             self._warmer.stop()
         worker_metrics = getattr(worker, "metrics", None)
@@ -113,6 +163,9 @@ class DgemmPlugin(WorkerPlugin):
         if self.state is not None:
             detach(self.state)
             self.state.close()
+
+
+IDLE_CALLBACK = "dgemm-idle-release"
 
 
 async def _set_gpu(worker, value: int) -> None:

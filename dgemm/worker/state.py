@@ -35,6 +35,10 @@ EVENTS_SECONDS = 15.0
 # and the products whose split waits for the next snapshot.
 TRANSFERS_KEPT = 4096
 UNSETTLED_KEPT = 64
+# Seconds without a block product after which a worker gives back what its last run held
+# (DeviceState.release_idle): the fallback where no run's end was seen (dgemm.worker.DgemmPlugin
+# sees it in the task transitions, and releases at once).
+IDLE_SECONDS = 10.0
 
 
 class MeteredEngine(BlockEngine):
@@ -290,6 +294,9 @@ class DeviceState:
         # (seq, start, end, flops, bytes, task key) of recent block products: the dashboard's time series
         self.events: deque = deque(maxlen=EVENTS_KEPT)
         self._seq = itertools.count(1)
+        # When a product last started or ended, and whether what it held was given back since (release).
+        self.last_used = time.time()
+        self.released = True
         try:
             info = select_devices(spec or config.get("device"))[0]
             self.device = Device(info)
@@ -303,6 +310,7 @@ class DeviceState:
         dtype = np.dtype(dtype)
         key = dtype if precision is None else (dtype, precision)
         with self._lock:
+            self.last_used, self.released = time.time(), False
             if key not in self._engines:
                 params = self.device.choice(dtype, precision).params
                 self._engines[key] = MeteredEngine(self.device, dtype, params, on_product=self._record)
@@ -327,6 +335,47 @@ class DeviceState:
 
     def _record(self, start: float, end: float, flops: float, nbytes: float, key=None) -> None:
         self.events.append((next(self._seq), start, end, flops, nbytes, key))
+        self.last_used = time.time()
+
+    def release(self, scope=None, others: bool = False) -> dict | None:
+        """Give back what a finished run held on this worker: its panel cache entries, then, if no other run
+        is going on (``others``), the engines' accumulators, download buffers and grown staging buffers.
+
+        Called when the worker sees run ``scope``'s last block product here
+        end (:meth:`dgemm.worker.DgemmPlugin.transition`) and after
+        :data:`IDLE_SECONDS` without a product (:meth:`release_idle`).  Never
+        waits: an engine running a product keeps its buffers (its run is not
+        over).  Within a run nothing is released, so its products reuse
+        their buffers.
+
+        Returns
+        -------
+        dict or None
+            The device's :meth:`~dgemm.opencl.device.Device.live_buffers`
+            afterwards; None without a device.
+        """
+        if self.device is None:
+            return None
+        if scope is not None:
+            self.device.cache.drop(lambda s: s == scope)
+        if others:
+            return self.device.live_buffers()
+        with self._lock:
+            engines = list(self._engines.values())
+        if all([e.release(wait=False) for e in engines]):   # each engine, not only up to the first busy one
+            self.device.trim()
+            self.released = True
+        return self.device.live_buffers()
+
+    def release_idle(self, seconds: float | None = None) -> bool:
+        """:meth:`release` if no product ran for ``seconds`` (:data:`IDLE_SECONDS`); whether it released."""
+        seconds = IDLE_SECONDS if seconds is None else seconds
+        if self.released or self.device is None or time.time() - self.last_used < seconds:
+            return False
+        if any(e.running is not None for e in list(self._engines.values())):
+            return False
+        self.release()
+        return self.released
 
     def totals(self) -> dict:
         """:data:`dgemm.names.COUNTERS` and the parts of the busy time summed over this device's engines.
@@ -350,6 +399,7 @@ class DeviceState:
                     out[k] += st.extra.get(k, 0.0)
         if self.device is not None:
             out.update(self.device.cache.stats())
+            out.update({f"live_{k}": v for k, v in self.device.live_buffers().items()})
         return out
 
     def plan_cache(self, reserve: int) -> int:
@@ -400,6 +450,8 @@ class DeviceState:
         for e in self._engines.values():
             e.release()
         self._engines.clear()
+        if self.device is not None:
+            self.device.trim()
 
 
 def task_seconds(dask_worker) -> dict:

@@ -1,0 +1,273 @@
+"""Issue 26: a worker gives its memory back after every product, and device errors reach the user readable.
+
+The distributed test runs products one after another on one real worker
+process (a DeviceCluster of one PoCL device) and checks, after each, that
+the worker's live OpenCL buffers (counted by the device:
+:meth:`dgemm.opencl.device.Device.live_buffers`, no gc internals) and its
+RSS come back to the idle worker's.  Before the fix, reference cycles
+(panel cache entry -> its future -> the future's callback -> the entry) and a
+panel cache kept across runs held every run's staged blocks, and the
+engines' accumulators of every dtype stayed: the buffers grew run after run
+until Python's collector happened to run.
+"""
+from __future__ import annotations
+
+import pickle
+import time
+
+import numpy as np
+import pytest
+import zarr
+
+import dgemm
+from conftest import CLUSTER_DEVICES, DEVICES
+from dgemm.errors import DeviceError
+
+MiB = 1 << 20
+
+
+def _probe(dask_worker=None):
+    """On the worker: its device's live buffers, panel cache bytes and RSS."""
+    import psutil
+
+    state = dask_worker.plugins["dgemm"].state
+    out = dict(state.device.live_buffers())
+    out.update(cache_bytes=state.device.cache.bytes, rss=psutil.Process().memory_info().rss,
+               keep=state.device.staging_keep, threads=state.device.pool()._max_workers)
+    return out
+
+
+def _zarr(path, data, chunks):
+    z = zarr.create_array(store=str(path), shape=data.shape, chunks=chunks, dtype=data.dtype)
+    z[...] = data
+    return str(path)
+
+
+def _products(tmp_path, rng):
+    """20 products: float32 and float64; square, tall-skinny, Gram X^T X, transposed operands."""
+    inputs = {}
+    for dt in ("float32", "float64"):
+        sq = rng.standard_normal((768, 768)).astype(dt)
+        tall = rng.standard_normal((2048, 256)).astype(dt)
+        small = rng.standard_normal((256, 384)).astype(dt)
+        inputs[dt] = {name: (_zarr(tmp_path / f"{name}-{dt}.zarr", x, (256, 256)), x)
+                      for name, x in (("sq", sq), ("tall", tall), ("small", small))}
+    kinds = [
+        ("square", "sq", "sq", {}),
+        ("tall-skinny", "tall", "small", {}),
+        ("gram", "tall", "tall", {"trans_a": True}),
+        ("trans_b", "sq", "sq", {"trans_b": True}),
+        ("trans_ab", "small", "tall", {"trans_a": True, "trans_b": True}),
+    ]
+    out = []
+    for i in range(20):
+        dt = ("float32", "float64")[i % 2]
+        name, a, b, kw = kinds[(i // 2) % len(kinds) if i < 10 else (i * 3) % len(kinds)]
+        out.append((dt, name, inputs[dt][a], inputs[dt][b], kw))
+    return out
+
+
+def _wait_idle(client, timeout=20.0):
+    """The worker's probe once its device buffers are all given back (or the last one at ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        (probe,) = client.run(_probe).values()
+        if probe["buffers"] == 0 or time.monotonic() > deadline:
+            return probe
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def one_worker():
+    """A DeviceCluster of one real worker process on the first PoCL/CPU device."""
+    from distributed import Client
+
+    if not DEVICES:
+        pytest.skip("no OpenCL device on this host (install pocl-binary-distribution for a CPU one)")
+    with dgemm.DeviceCluster(CLUSTER_DEVICES.split(",")[0], dashboard_address=":0") as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        client.wait_for_workers(1, timeout=120)
+        yield client
+
+
+def test_memory_comes_back_after_every_product(one_worker, tmp_path, rng):
+    """After each of 20 mixed products: no device buffer left, staging bounded, RSS back to idle."""
+    client = one_worker
+    products = _products(tmp_path, rng)
+    # Idle: after one product of each dtype (the kernels are built, the reader threads have their
+    # staging buffers) and their release.
+    for dt in ("float32", "float64"):
+        a = products[0 if dt == "float32" else 1][2]
+        dgemm.matmul(a[0], a[0], out=str(tmp_path / f"warm-{dt}.zarr"), client=client)
+    idle = _wait_idle(client)
+    assert idle["buffers"] == 0 and idle["cache_bytes"] == 0, idle
+    rows = []
+    for i, (dt, name, (a, xa), (b, xb), kw) in enumerate(products):
+        out = str(tmp_path / f"c-{dt}.zarr")
+        dgemm.gemm(a, b, out=out, overwrite=True, client=client, **kw)
+        got = zarr.open_array(out, mode="r")[...]
+        want = (xa.T if kw.get("trans_a") else xa) @ (xb.T if kw.get("trans_b") else xb)
+        np.testing.assert_allclose(got, want, rtol=1e-3 if dt == "float32" else 1e-10,
+                                   atol=1e-3 if dt == "float32" else 1e-10)
+        probe = _wait_idle(client)
+        rows.append((i, dt, name, probe))
+        print(f"product {i:2d} {dt} {name:11s}: device buffers {probe['buffers']} ({probe['buffer_bytes']} B), "
+              f"page-locked {probe['pinned_buffers']} ({probe['pinned_bytes'] / MiB:.1f} MiB), "
+              f"cache {probe['cache_bytes']} B, RSS {probe['rss'] / MiB:.1f} MiB "
+              f"(idle {idle['rss'] / MiB:.1f})")
+        assert probe["buffers"] == 0 and probe["buffer_bytes"] == 0, (i, dt, name, probe)
+        assert probe["cache_bytes"] == 0, (i, dt, name, probe)
+        # a bounded pool: at most one staging buffer of the default block per reader thread
+        # (decoding and copying pools), and nothing else page-locked
+        assert probe["pinned_bytes"] <= max(idle["pinned_bytes"], 2 * probe["threads"] * probe["keep"]), \
+            (i, dt, name, probe)
+        assert probe["rss"] <= idle["rss"] * 1.05 + 8 * MiB, (i, dt, name, probe, idle)
+
+
+@pytest.mark.gpu
+def test_gpu_memory_comes_back_between_large_products(tmp_path):
+    """On one GPU worker: a float32 then a float64 product, each sized to most of the device's memory.
+
+    Before the fix the second one found the first one's panels and
+    accumulators still on the device (issue 26: 19 GB, then 89, 122, 137 of
+    143 GB on an H200, and an unreadable MemoryError on an H100).
+    """
+    from distributed import Client
+
+    gpus = [d for d in DEVICES if d.type == "GPU"]
+    mem = gpus[0].global_mem
+    with dgemm.DeviceCluster(gpus[0].id, dashboard_address=":0") as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        client.wait_for_workers(1, timeout=300)
+        (idle,) = client.run(_probe).values()
+        for dt in ("float32", "float64"):
+            itemsize = np.dtype(dt).itemsize
+            # A, B and C together about half the device: with the panel cache filling the rest
+            n = int((0.5 * mem / (3 * itemsize)) ** 0.5) // 4096 * 4096
+            rng = np.random.default_rng(0)
+            paths = []
+            for name in ("a", "b"):
+                z = zarr.create_array(store=str(tmp_path / f"{name}-{dt}.zarr"), shape=(n, n),
+                                      chunks=(4096, 4096), dtype=dt, compressors=None)
+                for r in range(0, n, 4096):
+                    z[r:r + 4096] = rng.standard_normal((min(4096, n - r), n)).astype(dt)
+                paths.append(str(tmp_path / f"{name}-{dt}.zarr"))
+            dgemm.matmul(*paths, out=str(tmp_path / f"c-{dt}.zarr"), client=client, compressors=None)
+            probe = _wait_idle(client, timeout=60)
+            assert probe["buffers"] == 0 and probe["cache_bytes"] == 0, (dt, probe)
+            assert probe["rss"] <= idle["rss"] * 1.05 + 512 * MiB, (dt, probe, idle)
+
+
+def test_device_error_pickles_with_its_message():
+    """A DeviceError crosses process boundaries (dask pickles a task's error) with its message."""
+    from dgemm.opencl.device import device_error
+
+    e = device_error("NVIDIA H100", "allocating a staged 16384x16384 float64 block of 2.0 GiB (2147483648 bytes)",
+                     MemoryError("clCreateBuffer failed: MEM_OBJECT_ALLOCATION_FAILURE"))
+    back = pickle.loads(pickle.dumps(e))
+    assert type(back) is DeviceError and str(back) == str(e)
+    assert "NVIDIA H100" in str(back) and "2147483648 bytes" in str(back) and "staged" in str(back)
+    assert "MEM_OBJECT_ALLOCATION_FAILURE" in str(back) and "DGEMM_DEVICE_MEMORY_LIMIT" in str(back)
+
+
+def _cl_memory_error():
+    """pyopencl's own MemoryError, as a failed clCreateBuffer raises it (its record does not pickle)."""
+    import pyopencl as cl
+
+    err = cl.MemoryError(cl._cl._ErrorRecord("clCreateBuffer failed", -4, "MEM_OBJECT_ALLOCATION_FAILURE"))
+    with pytest.raises(TypeError):
+        pickle.dumps(err)   # what the user used to get: Exception('MemoryError(<..._ErrorRecord object...>)')
+    return err
+
+
+def test_allocation_failure_in_the_engine_is_a_device_error(any_device, monkeypatch):
+    """A failed allocation during a block product raises a DeviceError naming the device, what and how large."""
+    import pyopencl as cl
+
+    from dgemm.opencl import device as device_module
+    from dgemm.opencl.engine import BlockEngine
+
+    engine = BlockEngine(any_device, "float32")
+    err = _cl_memory_error()
+    cls = device_module._buffer_class()
+
+    class Failing(cls):
+        def __init__(self, context, flags, nbytes):
+            if nbytes >= 64 * 64 * 4:   # the staged blocks and the accumulator, not smaller ones
+                raise err
+            super().__init__(context, flags, nbytes)
+    monkeypatch.setattr(device_module, "_BUFFER_CLASS", Failing)
+    before = any_device.live_buffers()
+    a = np.ones((100, 70), np.float32)
+    b = np.ones((70, 90), np.float32)
+    with pytest.raises(DeviceError) as info:
+        engine.product([(a, b)], 100, 90)
+    text = str(info.value)
+    assert any_device.info.name in text and "allocating" in text and "bytes" in text, text
+    assert "MEM_OBJECT_ALLOCATION_FAILURE" in text, text
+    # as dask sends it: tblib (which distributed installs) pickles the traceback and the context too
+    from tblib import pickling_support
+    pickling_support.install()
+    back = pickle.loads(pickle.dumps(info.value))
+    assert str(back) == text and isinstance(back, RuntimeError) and info.value.__context__ is None
+    monkeypatch.setattr(device_module, "_BUFFER_CLASS", cls)
+    # nothing the failed product allocated is left behind
+    assert any_device.live_buffers()["buffers"] <= before["buffers"] + len(engine._buffers)
+    engine.release()
+    assert isinstance(err, cl.Error)
+
+
+def test_an_opencl_error_in_a_launch_is_a_device_error(any_device, monkeypatch):
+    """An OpenCL error a kernel launch raises is a DeviceError naming the launch."""
+    from dgemm.opencl.engine import BlockEngine
+
+    engine = BlockEngine(any_device, "float32")
+    err = _cl_memory_error()
+
+    def gemm(*args, **kwargs):
+        raise err
+    monkeypatch.setattr(engine.k, "gemm", gemm)
+    try:
+        with pytest.raises(DeviceError, match=r"launching the GEMM kernel on \d+x\d+x\d+ float32"):
+            engine.product([(np.ones((8, 8), np.float32), np.ones((8, 8), np.float32))], 8, 8)
+    finally:
+        monkeypatch.undo()
+        engine.release()
+
+
+def test_panel_cache_entries_hold_no_reference_cycle(any_device):
+    """A dropped cache entry is freed by reference counting alone, and its buffer released at once."""
+    import gc
+    import weakref
+
+    from dgemm.opencl.engine import BlockEngine
+
+    engine = BlockEngine(any_device, "float32")
+    any_device.cache.budget = 1 << 30
+    before = any_device.live_buffers()["buffers"]
+
+    class Block:   # a block that reads itself (see dgemm.opencl.engine)
+        def __init__(self, x, name):
+            self.x, self.name, self.shape, self.dtype, self.copies = x, name, x.shape, x.dtype, False
+
+        def key(self):
+            return self.name
+
+        def fill_into(self, out):
+            out[...] = self.x
+    a = Block(np.ones((40, 30), np.float32), "a")
+    b = Block(np.ones((30, 20), np.float32), "b")
+    gc.disable()
+    try:
+        got = engine.stream([a], [b], 40, 20, scope="run-1")
+        assert (got == 30).all()
+        entries = [weakref.ref(e) for e in any_device.cache._entries.values()]
+        assert len(entries) == 2 and any_device.live_buffers()["buffers"] > before
+        engine.stream([a], [b], 40, 20, scope="run-2")   # a new run: run-1's entries go
+        assert all(r() is None for r in entries), "an entry outlived its cache by a reference cycle"
+        any_device.cache.clear()
+        engine.release()
+        assert any_device.live_buffers()["buffers"] == before
+    finally:
+        gc.enable()
+        any_device.cache.budget = 0
