@@ -194,6 +194,42 @@ def test_storage_options_that_cannot_apply_are_refused(s3, tmp_path, rng, no_cli
     assert not os.path.exists(tmp_path / "c.zarr") and not os.path.exists(tmp_path / "d.zarr")
 
 
+def test_credentials_only_this_process_has_are_refused_before_any_work(s3, elsewhere, tmp_path, monkeypatch, rng):
+    """Credentials in the client's environment only: the client's checks passed, then every worker failed
+    with NoCredentialsError.  The workers' own access, with the options the run sends, is checked first:
+    one line naming the URL, the worker and the fix, exit 2, nothing written; the same with key and secret
+    given works."""
+    monkeypatch.chdir(tmp_path)
+    A, B = randn(rng, (64, 48)), randn(rng, (48, 40))
+    a, b = put(s3, "envonly/a.zarr", A, (32, 32)), put(s3, "envonly/b.zarr", B, (32, 32))
+    out = s3.url("envonly/c.zarr")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3.key)         # this process's, not the workers'
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3.secret)
+    region = s3.storage_options["client_kwargs"]["region_name"]
+    where = ["--storage-option", f"endpoint_url={s3.endpoint}", "--storage-option",
+             f"client_kwargs.region_name={region}"]
+    from dgemm.cluster import check_worker_access
+    partial = {k: v for k, v in s3.storage_options.items() if k not in ("key", "secret")}
+    with pytest.raises(ValueError, match=r"the workers cannot open b \(s3://.*envonly/b\.zarr\) .*NoCredentialsError.*"
+                                         r"give them with storage_options= \(s3fs: key, secret\)"):
+        check_worker_access(elsewhere.client, {"a": "local.zarr", "b": b}, partial)
+    check_worker_access(elsewhere.client, {"a": a, "b": b, "out": out}, s3.storage_options)   # all there: passes
+    args = ["matmul", a, b, out, "--scheduler", elsewhere.client.scheduler.address, "--no-progress", "--block", "32"]
+    r = CliRunner().invoke(cli, args + where)
+    assert r.exit_code == 2, r.output
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.output, r.output
+    assert lines[0].startswith(f"Error: the workers cannot open a ({a}) with the storage options this run sends "
+                               "them: tcp://"), r.output
+    assert "NoCredentialsError" in lines[0] and "--storage-option key=... --storage-option secret=..." in lines[0]
+    assert not exists(s3, out)
+    assert cluster_idle(elsewhere.client)
+    credentials = ["--storage-option", f"key={s3.key}", "--storage-option", f"secret={s3.secret}"]
+    r = CliRunner().invoke(cli, args + where + credentials)
+    assert r.exit_code == 0, r.output
+    check_product(dgemm.open_result(out, storage_options=s3.storage_options)[...], A, B, dtype="float64")
+
+
 @pytest.mark.parametrize("option, message", [
     ("noequals", "'noequals' is not KEY=VALUE"),
     ("=x", "'=x' is not KEY=VALUE"),

@@ -120,6 +120,12 @@ def matmul(ctx, a, b, out, scheduler, dtype, overwrite, resume, precision, block
     with user_errors(ctx), contextlib.ExitStack() as stack:
         (xa, sa), (xb, sb) = _operand(a, dtype, storage_options), _operand(b, dtype, storage_options)
         client = connect(stack, scheduler)
+        if client is not None:
+            # Credentials of this process (its environment, ~/.aws) pass the library's checks but do not reach
+            # the workers of a scheduler elsewhere, whose tasks then failed one by one: they are checked first.
+            from dgemm.cluster import check_worker_access
+            check_worker_access(client, {"a": a, "b": b, "out": out}, storage_options,
+                                options_hint="--storage-option key=... --storage-option secret=...")
         if not scheduler:
             stack.enter_context(closing_new_local_clusters())
             if report:  # the report needs the client before the product starts

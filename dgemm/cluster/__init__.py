@@ -10,7 +10,8 @@
   ``dgemm cluster`` start.
 """
 from dgemm.cluster.local import DeviceCluster, check_client, get_client, local_client
-from dgemm.cluster.readiness import NoDeviceWorkerError, describe_for_plan, device_limits, prepare, tiles_of
+from dgemm.cluster.readiness import (NoDeviceWorkerError, check_worker_access, describe_for_plan, device_limits,
+                                     prepare, tiles_of)
 
-__all__ = ["DeviceCluster", "NoDeviceWorkerError", "check_client", "describe_for_plan", "device_limits", "get_client",
-           "local_client", "prepare", "tiles_of"]
+__all__ = ["DeviceCluster", "NoDeviceWorkerError", "check_client", "check_worker_access", "describe_for_plan",
+           "device_limits", "get_client", "local_client", "prepare", "tiles_of"]

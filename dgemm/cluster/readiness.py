@@ -116,6 +116,95 @@ def prepare(client: Client, dtype, timeout: float | None = None) -> dict:
     return usable
 
 
+def check_worker_access(client: Client, targets: dict, storage_options: dict | None, *,
+                        options_hint: str = "storage_options= (s3fs: key, secret)") -> None:
+    """Refuse, before any work, URLs that the workers cannot open with the options the run sends them.
+
+    The client's own checks open each URL with ``storage_options`` *and*
+    whatever else this process finds: an ``s3fs`` filesystem takes
+    credentials from the environment (``AWS_ACCESS_KEY_ID``), ``~/.aws`` or
+    a profile when the options give none.  Those do not travel: the workers
+    get the options alone (inside the opened arrays) and, without
+    credentials of their own, each task failed with ``NoCredentialsError``
+    after the run had started.  Every worker opens each input URL
+    (``zarr.open_array``) and reaches the output's place
+    (:func:`dgemm.storage.options.check_remote_parent`) with exactly
+    ``storage_options``; local paths are not checked (workers see them or
+    say so when they read), nor URLs this process cannot open either
+    (dgemm's own checks refuse those, in their words).
+
+    Parameters
+    ----------
+    client : distributed.Client
+        The cluster's client.
+    targets : dict
+        ``{name: what the user gave}`` (``"a"``, ``"b"``, ``"c"``, ``"out"``);
+        only URLs are checked, ``"out"`` as an output (its place), the
+        others as arrays to read.
+    storage_options : dict or None
+        The options the run sends.
+    options_hint : str
+        How the message tells to give credentials (the command line's
+        ``--storage-option``).
+
+    Raises
+    ------
+    ValueError
+        Naming the first URL a worker cannot open, the worker, its error
+        (``NoCredentialsError: Unable to locate credentials``) and what to do.
+    """
+    from dgemm.storage.options import is_url
+
+    urls = {name: str(x) for name, x in targets.items() if x is not None and is_url(x)}
+    # What this process cannot open either, dgemm's own checks refuse, with their words (a wrong secret is
+    # not a credential that stayed behind).
+    for name in open_urls(urls, storage_options):
+        del urls[name]
+    if not urls:
+        return
+    answers = client.run(open_urls, urls, storage_options, on_error="return")
+    failed = []
+    for addr, got in sorted(answers.items()):
+        if isinstance(got, BaseException):   # the worker could not run the check at all
+            got = {name: f"{type(got).__name__}: {got}" for name in urls}
+        failed += [(name, addr, why) for name, why in got.items()]
+    if not failed:
+        return
+    name, addr, why = min(failed, key=lambda f: list(urls).index(f[0]))
+    workers = {a for n, a, _ in failed if n == name}
+    others = f" (and {len(workers) - 1} more of the {len(answers)} workers)" if len(workers) > 1 else ""
+    if "Credential" in why or "PermissionError" in why or "AccessDenied" in why or "Forbidden" in why:
+        fix = (f"the credentials this process found of its own (its environment, ~/.aws, a profile) do not "
+               f"travel: give them with {options_hint}, or to the workers' environment")
+    else:
+        fix = "the workers must reach the store themselves: check the endpoint and their network"
+    raise ValueError(f"the workers cannot open {name} ({urls[name]}) with the storage options this run sends them: "
+                     f"{addr}{others}: {why}; {fix}")
+
+
+def open_urls(urls: dict, storage_options: dict | None) -> dict:
+    """Run on a worker: ``{name: "Error: message"}`` for each URL it cannot open with ``storage_options``.
+
+    ``"out"`` is an output (its place must be reachable:
+    :func:`dgemm.storage.options.check_remote_parent`); the others arrays
+    to read (their metadata is read).
+    """
+    import zarr
+
+    from dgemm.storage.options import check_remote_parent
+
+    failed = {}
+    for name, url in urls.items():
+        try:
+            if name == "out":
+                check_remote_parent(url, storage_options, name)
+            else:
+                zarr.open_array(url, mode="r", storage_options=storage_options)
+        except Exception as e:
+            failed[name] = f"{type(e).__name__}: {' '.join(str(e).split())}"
+    return failed
+
+
 def _warm(client, dtype) -> None:
     """Have every worker start preparing its device for ``dtype`` (returns at once; a no-op where done)."""
     try:
