@@ -8,7 +8,15 @@ from __future__ import annotations
 
 # dgemm.client.request and dgemm.client.steps (which import Dask, distributed and Zarr) are imported by the calls, not
 # here: ``from dgemm import matmul`` stays cheap, in a script and in every worker process that imports it.
-from dgemm.client.dataarrays import align, check, is_dataarray, unwrap, wrap
+from dgemm.client.dataarrays import (
+    align,
+    check,
+    is_dataarray,
+    prepare_out,
+    unwrap,
+    wrap,
+    write_out_metadata,
+)
 
 
 def matmul(a, b, out=None, *, client=None, overwrite: bool = False, resume: bool = False, block=None,
@@ -91,7 +99,14 @@ def matmul(a, b, out=None, *, client=None, overwrite: bool = False, resume: bool
         :class:`xarray.DataArray` operand gives a DataArray with the dims
         ``(a.dims[0], b.dims[-1])`` and the coordinates along them, named as
         xr.dot names it (the operands' common name, else None); lazy when
-        the data is; a written ``out`` is wrapped lazily.
+        the data is.  A written ``out`` is wrapped lazily, and holds the
+        dims (Zarr v3 ``dimension_names``, v2 ``_ARRAY_DIMENSIONS``); when
+        ``out`` lies in a Zarr group (``out="ds.zarr/c"``), the coordinates
+        are written beside it as xarray lays them out, so that
+        ``xr.open_zarr("ds.zarr")["c"]`` reads the product back (a
+        coordinate the group holds with other labels is refused before any
+        work), and the DataArray is named ``"c"``.  ``xr.open_zarr`` needs
+        a group: an ``out`` in a plain folder gets the dims only.
 
     Examples
     --------
@@ -130,13 +145,18 @@ def matmul(a, b, out=None, *, client=None, overwrite: bool = False, resume: bool
     from dgemm.client.request import Request
     from dgemm.client.steps import run
 
-    if is_dataarray(a) or is_dataarray(b):
+    labelled = is_dataarray(a) or is_dataarray(b)
+    if labelled:
         check(a, b)          # refused before any work: dims xarray would not multiply, or cannot hold
         a, b = align(a, b)   # on the contracted dim's labels, as xr.dot (lazily: nothing computed here)
-    result = run(Request.check("matmul", unwrap(a), unwrap(b), out=out, client=client, overwrite=overwrite,
-                               resume=resume, block=block, devices=devices, progress=progress,
-                               precision=precision, compressors=compressors, storage_options=storage_options))
-    return wrap(result, a, b) if is_dataarray(a) or is_dataarray(b) else result
+    req = Request.check("matmul", unwrap(a), unwrap(b), out=out, client=client, overwrite=overwrite,
+                        resume=resume, block=block, devices=devices, progress=progress, precision=precision,
+                        compressors=compressors, storage_options=storage_options)
+    stored = prepare_out(out, a, b, storage_options=storage_options) if labelled else None   # clashes refused now
+    result = run(req)
+    if not labelled:
+        return result
+    return wrap(result, a, b, name=write_out_metadata(result, stored))
 
 
 def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 0.0, trans_a: bool = False,
@@ -164,15 +184,19 @@ def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 0.0, trans_a: bool =
     from dgemm.client.request import Request
     from dgemm.client.steps import run
 
-    if is_dataarray(a) or is_dataarray(b):
+    labelled = is_dataarray(a) or is_dataarray(b)
+    if labelled:
         check(a, b, trans_a=trans_a, trans_b=trans_b)
         a, b = align(a, b, trans_a=trans_a, trans_b=trans_b)
-    result = run(Request.check("gemm", unwrap(a), unwrap(b), unwrap(c), alpha=alpha, beta=beta, trans_a=trans_a,
-                               trans_b=trans_b, out=out, client=client, overwrite=overwrite, resume=resume,
-                               block=block, devices=devices, progress=progress, precision=precision,
-                               compressors=compressors, storage_options=storage_options))
-    if is_dataarray(a) or is_dataarray(b):
-        return wrap(result, a, b, trans_a=trans_a, trans_b=trans_b)
-    return result
+    req = Request.check("gemm", unwrap(a), unwrap(b), unwrap(c), alpha=alpha, beta=beta, trans_a=trans_a,
+                        trans_b=trans_b, out=out, client=client, overwrite=overwrite, resume=resume, block=block,
+                        devices=devices, progress=progress, precision=precision, compressors=compressors,
+                        storage_options=storage_options)
+    stored = (prepare_out(out, a, b, trans_a=trans_a, trans_b=trans_b, storage_options=storage_options)
+              if labelled else None)
+    result = run(req)
+    if not labelled:
+        return result
+    return wrap(result, a, b, trans_a=trans_a, trans_b=trans_b, name=write_out_metadata(result, stored))
 
 

@@ -147,3 +147,66 @@ def test_the_result_is_named_as_xr_dot_names_it(rng):
         assert dgemm.matmul(a.chunk(3), b.chunk(3)).name is None      # not the dask key of the lazy result
         assert dgemm.matmul(a.rename("v"), b.rename("w")).name is None
         assert dgemm.matmul(a.rename("v"), b.rename("v")).name == xr.dot(a.rename("v"), b.rename("v")).name == "v"
+
+
+# -- out=: dims and coordinates written where xarray reads them (issue 26) ----------------------------------------
+def test_out_in_the_operands_dataset_reads_back_with_xr_open_zarr(client, tmp_path, rng):
+    """The common workflow: operands from a Zarr dataset, the product written into the same group.
+
+    Coordinates the group already holds (equal) are shared; the product's
+    own are added beside it; the group's consolidated metadata (which
+    xarray writes and reads first) is brought up to date.
+    """
+    a, A = labelled(rng, ("time", "space"), (40, 30))
+    b, B = labelled(rng, ("space", "mode"), (30, 20))
+    path = str(tmp_path / "ds.zarr")
+    xr.Dataset({"a": a}).to_zarr(path, mode="w")
+    ds = xr.open_zarr(path)
+    got = dgemm.matmul(ds.a, b, out=f"{path}/c", client=client)
+    back = xr.open_zarr(path, consolidated=True)     # xarray's default reads the consolidated metadata first
+    assert set(back.data_vars) == {"a", "c"}
+    c = back["c"]
+    assert c.dims == got.dims == ("time", "mode") and c.name == got.name == "c"
+    check_product(c.values, A, B, dtype="float64")
+    for name in ("time", "mode", "time_label"):
+        np.testing.assert_array_equal(c[name].values, got[name].values)
+    assert "time_label" in c.coords and "space" not in c.coords
+    assert dgemm.open_result(f"{path}/c").attrs["dgemm"]["complete"]      # still dgemm's finished output
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_out_in_a_fresh_group_opens_as_a_dataarray(client, tmp_path, rng, zarr_format):
+    import zarr
+
+    a, A = labelled(rng, ("i", "j"), (30, 20))
+    b, B = labelled(rng, ("j", "l"), (20, 10))
+    group = str(tmp_path / "g.zarr")
+    g = zarr.open_group(group, mode="w", zarr_format=zarr_format)
+    out = g.create_array("prod", shape=(30, 10), chunks=(30, 10), dtype="float64")   # an existing array as out
+    dgemm.matmul(a.rename("p"), b.rename("p"), out=out, client=client)
+    back = xr.open_dataarray(group, engine="zarr", consolidated=False)   # a group made without consolidated metadata
+    assert back.name == "prod" and back.dims == ("i", "l")
+    check_product(back.values, A, B, dtype="float64")
+    np.testing.assert_array_equal(back["i_label"].values, a["i_label"].values)
+    np.testing.assert_array_equal(back["l"].values, b["l"].values)
+
+
+def test_a_top_level_out_records_its_dims(client, tmp_path, rng):
+    """No group holds it, so no coordinates have a place xarray would read; the dims are in the array's metadata."""
+    import zarr
+
+    a, _ = labelled(rng, ("i", "j"), (12, 8))
+    b, _ = labelled(rng, ("j", "l"), (8, 6))
+    dgemm.matmul(a, b, out=str(tmp_path / "c.zarr"), client=client)
+    assert zarr.open_array(str(tmp_path / "c.zarr")).metadata.dimension_names == ("i", "l")
+    assert not (tmp_path / "zarr.json").exists() and not (tmp_path / "i").exists()   # nothing written beside it
+
+
+def test_a_coordinate_the_group_holds_otherwise_is_refused_before_any_work(no_client, tmp_path, rng):
+    a, _ = labelled(rng, ("time", "space"), (10, 8))
+    b, _ = labelled(rng, ("space", "mode"), (8, 6))
+    path = str(tmp_path / "ds.zarr")
+    xr.Dataset(coords={"time": np.arange(10) + 1000}).to_zarr(path, mode="w")   # the same name, other labels
+    with pytest.raises(ValueError, match="'time'"):
+        dgemm.matmul(a, b, out=f"{path}/c", client=no_client)
+    assert "c" not in xr.open_zarr(path).variables and not (tmp_path / "ds.zarr" / "c").exists()

@@ -12,10 +12,26 @@ common name, else None.  An operand that is not a DataArray is positional,
 as in :func:`numpy.matmul`.  A DataArray's data goes in as it is (dask stays
 lazy, numpy stays in memory): nothing is computed on the client to unwrap or
 align it.  xarray is imported only when a DataArray is passed.
+
+With ``out=``, the product's dims are written into out's metadata as
+xarray reads them, and when out lies in a Zarr group (``"ds.zarr/c"``) its
+coordinates beside it, so that ``xr.open_zarr("ds.zarr")["c"]`` is the
+product, dims and coordinates (:func:`prepare_out`, :func:`write_out_metadata`).
 """
 from __future__ import annotations
 
+import dataclasses
+import os
 import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+def is_zarr_array(x) -> bool:
+    """Whether ``x`` is a zarr.Array (without importing zarr when it is not loaded)."""
+    zarr = sys.modules.get("zarr")
+    return zarr is not None and isinstance(x, zarr.Array)
 
 
 def is_dataarray(x) -> bool:
@@ -143,21 +159,198 @@ def wrap(result, a, b, *, trans_a: bool = False, trans_b: bool = False, name: st
     """
     import xarray as xr
 
-    from dgemm.storage import is_zarr_array
-
     if is_zarr_array(result):
         import dask.array as da
         result = da.from_zarr(result)
     dims = result_dims(a, b, trans_a=trans_a, trans_b=trans_b)
+    # only coordinates that lie along the kept dims: those along the contracted one do not
+    coords = _coords(a, b, dims)
+    out = xr.DataArray(result, dims=dims, coords=coords)
+    # set, not passed: given name=None, xarray takes the data's ``.name``, a dask array's graph key
+    out.name = result_name(a, b) if name is None else name
+    return out
+
+
+# -- out=: the dims and coordinates, written where xarray reads them ----------------------------------------------
+# xarray reads a Zarr *group* (xr.open_zarr, xr.open_dataarray): each variable an array in it, with its dims in the
+# array's metadata (Zarr v3 ``dimension_names``; v2: the ``_ARRAY_DIMENSIONS`` attribute), each coordinate an array
+# beside it, non-index ones listed in the variable's ``coordinates`` attribute.  dgemm's out stays an array (its
+# completion marker, resume and lease are the array's), so the group is the one that holds out, if any.
+
+@dataclass
+class Stored:
+    """Where the product's xarray metadata goes: out's group (None: out lies in none) and out's name in it."""
+
+    group_store: Any
+    group_path: str
+    name: str
+    dims: tuple
+    coords: dict            # name -> xarray.Variable: the result's coordinates
+    missing: tuple          # those the group lacks, to write beside out
+    zarr_format: int | None
+    consolidated: bool      # the group has consolidated metadata (xarray reads that first)
+
+
+def _coords(a, b, dims: tuple) -> dict:
+    """The coordinates of ``a`` and ``b`` that lie along the result's ``dims`` (not the contracted one)."""
     coords = {}
     for x in (a, b):
         if not is_dataarray(x):
             continue
         for cname, coord in x.coords.items():
-            # only coordinates that lie along the kept dims: those along the contracted one do not
             if coord.dims and set(coord.dims) <= set(dims) and cname not in coords:
                 coords[cname] = coord.variable
-    out = xr.DataArray(result, dims=dims, coords=coords)
-    # set, not passed: given name=None, xarray takes the data's ``.name``, a dask array's graph key
-    out.name = result_name(a, b) if name is None else name
-    return out
+    return coords
+
+
+def _out_store(out, storage_options=None):
+    """``(store, path)`` of the array ``out`` names (it need not exist yet); None for anything else."""
+    import zarr
+    from zarr.abc.store import Store
+    from zarr.storage import FsspecStore, LocalStore
+
+    from dgemm.storage.options import is_url
+
+    if isinstance(out, zarr.Array):
+        return out.store, out.path
+    if isinstance(out, Store):
+        return out, ""
+    if isinstance(out, (str, os.PathLike)):
+        s = os.fsdecode(os.fspath(out))
+        if s.startswith("file://"):
+            s = s[len("file://"):]
+        elif is_url(s):
+            return FsspecStore.from_url(s, storage_options=storage_options or None, read_only=False), ""
+        return LocalStore(os.path.abspath(s)), ""
+    return None
+
+
+def _group_of(store, path: str):
+    """``(group store, group path, name)`` of the group that would hold the array at ``(store, path)``, or None."""
+    from zarr.storage import FsspecStore, LocalStore
+
+    path = path.strip("/")
+    if path:
+        parent, _, name = path.rpartition("/")
+        return store, parent, name
+    if isinstance(store, LocalStore):
+        root = Path(store.root)
+        return LocalStore(root.parent, read_only=store.read_only), "", root.name
+    if isinstance(store, FsspecStore):
+        parent, _, name = store.path.rstrip("/").rpartition("/")
+        if not parent or not name:
+            return None
+        return FsspecStore(store.fs, read_only=store.read_only, path=parent), "", name
+    return None   # a store of its own (memory, zip...): no group around it
+
+
+def _open_group(store, path: str):
+    import zarr
+    try:
+        return zarr.open_group(store=store, path=path, mode="r")
+    except Exception:   # no group there (a plain folder, nothing at all): no place for coordinates
+        return None
+
+
+def prepare_out(out, a, b, *, trans_a: bool = False, trans_b: bool = False, storage_options=None) -> Stored | None:
+    """Check, before any work, where ``out``'s dims and coordinates will go; refuse a clash.
+
+    When ``out`` lies in a Zarr group (``"ds.zarr/c"``, an array of a
+    group), the coordinates go beside it, as :meth:`xarray.Dataset.to_zarr`
+    lays them out, so that ``xr.open_zarr(group)[name]`` (or
+    ``xr.open_dataarray(group, engine="zarr")`` when it is the group's only
+    variable) is the product with its dims and coordinates.  A coordinate
+    the group already holds is shared when equal (labels and dims), and
+    refused here, with a ValueError naming it, when not: xarray could not
+    read both.  An ``out`` in no group (a path in a plain folder) gets its
+    dims only; None when ``out`` is None or nothing dgemm can locate.
+    """
+    if out is None:
+        return None
+    where = _out_store(out, storage_options)
+    dims = result_dims(a, b, trans_a=trans_a, trans_b=trans_b)
+    around = _group_of(*where) if where is not None else None
+    group = _open_group(around[0], around[1]) if around is not None else None
+    if group is None:
+        return Stored(None, "", "", dims, {}, (), None, False)
+    gstore, gpath, name = around
+    coords = _coords(a, b, dims)
+    if name in coords:
+        raise ValueError(f"out is named {name!r} in its group, as a coordinate of the result; xarray could not read "
+                         "both: give out another name")
+    clashes = [c for c in coords if c in group]
+    if clashes:
+        _check_shared(group, gstore, gpath, name, {c: coords[c] for c in clashes})
+    missing = tuple(c for c in coords if c not in clashes)
+    return Stored(gstore, gpath, name, dims, coords, missing, group.metadata.zarr_format,
+                  group.metadata.consolidated_metadata is not None)
+
+
+def _check_shared(group, gstore, gpath: str, name: str, coords: dict) -> None:
+    """Refuse coordinates the group already holds with other labels or dims (read as xarray reads them)."""
+    import xarray as xr
+
+    others = [k for k in group.array_keys() if k not in coords]
+    try:
+        ds = xr.open_zarr(gstore, group=gpath or None, consolidated=False, drop_variables=others + [name])
+    except Exception as e:
+        raise ValueError(f"out's group already holds {sorted(coords)}, which xarray cannot read to compare with the "
+                         f"result's coordinates ({type(e).__name__}: {e}); write out in another group") from None
+    for cname, var in coords.items():
+        have = ds.variables.get(cname)
+        if have is None or have.dims != var.dims or not have.equals(var.to_base_variable()):
+            raise ValueError(f"out's group already holds a coordinate {cname!r} other than the result's (other labels "
+                             f"or dims); xarray could not read the product beside it: write out in another group, or "
+                             f"drop or rename the operands' {cname!r}")
+
+
+def write_out_metadata(array, stored: Stored | None) -> str | None:
+    """Write the dims into ``array`` (dgemm's finished out) and the coordinates beside it; the name xarray reads it by.
+
+    The dims go into the array's metadata as xarray reads them (Zarr v3
+    ``dimension_names``, v2 the ``_ARRAY_DIMENSIONS`` attribute); in a
+    group, the coordinates it lacks are written beside it (by xarray), the
+    non-index ones named in the array's ``coordinates`` attribute, and the
+    group's consolidated metadata, if it has any, is made again (xarray
+    reads that first, and would not see the new arrays).
+    """
+    import zarr
+
+    if stored is None or not is_zarr_array(array):
+        return None
+    # opened again: the completion marker was written through another handle, and saving this one's
+    # metadata as it was would drop it
+    arr = zarr.open_array(store=array.store, path=array.path, mode="r+")
+    in_group = stored.group_store is not None
+    attrs = {}
+    if arr.metadata.zarr_format == 2:
+        attrs["_ARRAY_DIMENSIONS"] = list(stored.dims)
+    non_index = sorted(c for c, v in stored.coords.items() if (c,) != v.dims)   # as xarray lists them
+    if in_group and non_index:
+        attrs["coordinates"] = " ".join(non_index)
+    if attrs:
+        arr.update_attributes(attrs)
+    if arr.metadata.zarr_format == 3:   # last, from the metadata just saved
+        _save(arr, dataclasses.replace(arr.metadata, dimension_names=tuple(stored.dims)))
+    if not in_group:
+        return None
+    if stored.missing:
+        import xarray as xr
+
+        coords = {}
+        for cname in stored.missing:
+            var = stored.coords[cname].to_base_variable().copy(deep=False)
+            var.encoding = {}      # the source's chunks and codecs need not suit the new array
+            coords[cname] = var
+        xr.Dataset(coords=coords).to_zarr(stored.group_store, group=stored.group_path or None, mode="a",
+                                          consolidated=False, zarr_format=stored.zarr_format)
+    # known from before the run: writing the coordinates (consolidated=False) drops the group's consolidated metadata
+    if stored.consolidated:
+        zarr.consolidate_metadata(stored.group_store, path=stored.group_path, zarr_format=stored.zarr_format)
+    return stored.name
+
+
+def _save(arr, metadata) -> None:
+    """Save ``arr``'s metadata whole (zarr has no public call to change ``dimension_names`` once created)."""
+    from zarr.core.sync import sync
+    sync(arr._async_array._save_metadata(metadata, ensure_parents=False))
