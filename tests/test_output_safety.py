@@ -75,6 +75,25 @@ def test_overwrite_refuses_a_zarr_folder_that_also_holds_the_users_files(tmp_pat
     assert (out / "notes.txt").read_text() == "my notes"
 
 
+def test_overwrite_refuses_a_file_saved_there_while_the_cluster_started(client, tmp_path, rng, monkeypatch):
+    """Checked again just before anything is deleted: a notes file saved after the call's checks is kept."""
+    out = tmp_path / "c.zarr"
+    finished_output(client, out, rng)
+    real_plan = dgemm.client.steps._plan
+
+    def plan_while_the_user_saves_a_file(*args, **kwargs):
+        (out / "notes.txt").write_text("saved meanwhile")
+        return real_plan(*args, **kwargs)
+
+    monkeypatch.setattr(dgemm.client.steps, "_plan", plan_while_the_user_saves_a_file)
+    before = tree(out)
+    with pytest.raises(FileExistsError, match=r"holds 1 file.*'notes.txt'"):
+        dgemm.matmul(randn(rng, (64, 8)), randn(rng, (8, 64)), out=str(out), client=client, overwrite=True,
+                     block=32)
+    assert tree(out) == sorted(before + ["notes.txt"])
+    assert dgemm.open_result(str(out)).shape == (64, 64)   # the old output, untouched and complete
+
+
 def test_overwrite_refuses_a_file_among_the_chunks(tmp_path, no_cluster):
     """A file in the chunk folder that is no chunk key of the array is the user's too; a link is never Zarr's."""
     out = tmp_path / "c.zarr"

@@ -25,7 +25,7 @@ from dgemm.storage.lease import Fence, Holder, Lease, refuse_if_held
 from dgemm.storage.locations import location
 from dgemm.storage.markers import COMPLETE_ATTR, BlockMarkers, mark_complete, run_id
 from dgemm.storage.originals import Originals
-from dgemm.storage.outputs import NotAnArrayError, OutputSpec, create_output, open_existing
+from dgemm.storage.outputs import NotAnArrayError, OutputSpec, check_replaceable, create_output, open_existing
 
 Block = tuple[int, int]
 
@@ -171,6 +171,8 @@ class OutputRun:
         chunks = tuple(s for ax, s in enumerate(block) if ax not in drop)
         attrs = {**(about or {}), "owner": owner, "run": {"id": identity, **fingerprint}}
         claimed = None
+        if spec.overwrite and spec.array is None:
+            check_replaceable(spec.target, spec.storage_options)   # again: files saved there since the checks
         try:
             if existing is not None and spec.array is None:
                 claimed = Lease(existing, owner, _where(existing))

@@ -174,6 +174,32 @@ def _not_zarr(name: str) -> str:
             "remove what is there yourself")
 
 
+def check_replaceable(target, storage_options=None) -> None:
+    """Refuse to replace ``target`` (a checked output's path, URL or store) if it holds anything of the user's.
+
+    :func:`check_output` checks this before any work; the run checks again
+    just before it deletes anything (:meth:`~dgemm.storage.output_run.OutputRun.open`),
+    since a cluster may take a while to start, and a file saved there
+    meanwhile would go with the rest.
+
+    Raises
+    ------
+    FileExistsError
+        It holds files (or keys) that neither Zarr nor dgemm wrote.
+    """
+    from zarr.abc.store import Store
+
+    if isinstance(target, Store):
+        _check_replaceable(target, str(target))
+        return
+    local = local_path(target)
+    if local is None:
+        from zarr.storage import FsspecStore
+        _check_replaceable(FsspecStore.from_url(target, storage_options=storage_options), repr(target))
+    elif os.path.isdir(local):
+        refuse_foreign(_folder_entries(local), repr(target), _file_reader(local))
+
+
 def _check_replaceable(store, name: str) -> None:
     """Refuse to overwrite a store that holds anything but Zarr data (zarr would delete all of it)."""
     from zarr.core.sync import sync
