@@ -275,15 +275,20 @@ class Device:
                 else:
                     self._reading[me] -= 1
 
-    def trim(self) -> dict:
-        """Give back what a finished run held: the panel cache, download buffers, grown staging.
+    def trim(self, pool: int | None = None) -> dict:
+        """Give back what a finished run held: the panel cache, and page-locked memory beyond a bounded pool.
 
         Drops every panel cache entry no product uses (releasing its device
-        buffer), releases the page-locked download buffers no array holds
-        (and, until the next product starts, those given back later), and
-        each reader thread's staging buffer larger than :attr:`staging_keep`
-        (a thread reading now keeps its own).  Cheap: nothing is waited for
-        (OpenCL frees a released buffer once the commands using it finish).
+        buffer).  ``pool`` None (the worker idle): releases the page-locked
+        download buffers no array holds (and, until the next product starts,
+        those given back later) and each reader thread's staging buffer
+        larger than :attr:`staging_keep`.  ``pool`` bytes (a run's end):
+        keeps the download buffers (their total is bounded by
+        :func:`pinned_limit`) and the staging buffers, smallest first, up to
+        ``pool`` bytes in all, so that the next run does not pin its memory
+        again; the rest goes.  A thread reading now keeps its staging buffer.
+        Cheap: nothing is waited for (OpenCL frees a released buffer once
+        the commands using it finish).
 
         Returns
         -------
@@ -292,12 +297,20 @@ class Device:
         """
         self.cache.clear()
         with self._lock:
-            self.idle = True
-            free, self._free = self._free, []
-            self._pinned_bytes -= sum(e[1].nbytes for e in free)
-            big = [t for t, (_, host) in self._staging.items()
-                   if host.nbytes > self.staging_keep and t not in self._reading]
-            staging = [self._staging.pop(t) for t in big]
+            free = []
+            if pool is None:
+                self.idle = True
+                free, self._free = self._free, []
+                self._pinned_bytes -= sum(e[1].nbytes for e in free)
+            mine = sorted(((host.nbytes, t) for t, (_, host) in self._staging.items() if t not in self._reading),
+                          key=lambda x: x[0])
+            kept, drop = 0, []
+            for nbytes, t in mine:
+                if (nbytes <= self.staging_keep if pool is None else kept + nbytes <= pool):
+                    kept += nbytes
+                else:
+                    drop.append(t)
+            staging = [self._staging.pop(t) for t in drop]
         for buf, _ in (*free, *staging):
             buf.release()
         return self.live_buffers()

@@ -129,7 +129,9 @@ class DgemmPlugin(WorkerPlugin):
         When none of them is pending on this worker any more, its panel
         cache entries are dropped and, if no other run is pending, the
         device's buffers are given back (:meth:`DeviceState.release`) at
-        once, without waiting for the collector or the idle timer.  A task
+        once, without waiting for the collector; page-locked host memory up
+        to the ``pinned-bytes`` setting stays for the next run until the
+        worker has been idle :data:`~dgemm.worker.state.IDLE_SECONDS`.  A task
         of the run that comes later (a block re-run after a worker death)
         reads its blocks again.  Runs on the worker's event loop: cheap.
         """
@@ -147,7 +149,7 @@ class DgemmPlugin(WorkerPlugin):
             return
         del self.runs[name]
         try:
-            self.state.release(scope=name[len(GEMM) + 1:], others=bool(self.runs))
+            self.state.release(scope=name[len(GEMM) + 1:], others=bool(self.runs), idle=False)
         except Exception as e:   # giving memory back must never fail a task
             logger.warning("dgemm: releasing the device's buffers after a run failed: %s: %s", type(e).__name__, e)
 

@@ -22,7 +22,7 @@ from distributed.worker import thread_state
 from dgemm import busy, config
 from dgemm.dtypes import PRECISIONS
 from dgemm.names import COUNTERS, EXTRA, GEMM, TASK_SECONDS, WORKER_PLUGIN
-from dgemm.opencl.device import Device, DeviceError
+from dgemm.opencl.device import Device, DeviceError, pinned_limit
 from dgemm.opencl.discovery import select_devices
 from dgemm.opencl.engine import BlockEngine
 from dgemm.sizes import MEMORY_FRACTION
@@ -337,16 +337,18 @@ class DeviceState:
         self.events.append((next(self._seq), start, end, flops, nbytes, key))
         self.last_used = time.time()
 
-    def release(self, scope=None, others: bool = False) -> dict | None:
+    def release(self, scope=None, others: bool = False, idle: bool = True) -> dict | None:
         """Give back what a finished run held on this worker: its panel cache entries, then, if no other run
-        is going on (``others``), the engines' accumulators, download buffers and grown staging buffers.
+        is going on (``others``), the engines' accumulators and page-locked memory.
 
         Called when the worker sees run ``scope``'s last block product here
-        end (:meth:`dgemm.worker.DgemmPlugin.transition`) and after
-        :data:`IDLE_SECONDS` without a product (:meth:`release_idle`).  Never
-        waits: an engine running a product keeps its buffers (its run is not
-        over).  Within a run nothing is released, so its products reuse
-        their buffers.
+        end (:meth:`dgemm.worker.DgemmPlugin.transition`, ``idle=False``:
+        page-locked memory up to the ``pinned-bytes`` setting stays for the
+        next run, see :meth:`~dgemm.opencl.device.Device.trim`) and after
+        :data:`IDLE_SECONDS` without a product (:meth:`release_idle`: all but
+        the readers' default staging buffers).  Never waits: an engine
+        running a product keeps its buffers (its run is not over).  Within a
+        run nothing is released, so its products reuse their buffers.
 
         Returns
         -------
@@ -363,8 +365,8 @@ class DeviceState:
         with self._lock:
             engines = list(self._engines.values())
         if all([e.release(wait=False) for e in engines]):   # each engine, not only up to the first busy one
-            self.device.trim()
-            self.released = True
+            self.device.trim(None if idle else pinned_limit())
+            self.released = idle
         return self.device.live_buffers()
 
     def release_idle(self, seconds: float | None = None) -> bool:
