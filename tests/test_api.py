@@ -6,6 +6,7 @@ never written shows up.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 
@@ -429,6 +430,26 @@ def _bad_cases():
         arr.attrs[COMPLETE_ATTR] = {"complete": False, "operation": "matmul"}
         return dict(a=arr, b=g4)
 
+    def incomplete_derived(tmp):
+        incomplete(tmp)
+        return dict(a=da.from_zarr(str(tmp / "half.zarr")) * 2, b=g4)
+
+    def out_with_notes(tmp):
+        existing(tmp)[...] = 1
+        (tmp / "existing.zarr" / "notes.txt").write_text("mine")
+        return dict(a=f4, b=g4, out=str(tmp / "existing.zarr"), overwrite=True)
+
+    def out_dangling_link(tmp):
+        os.symlink(tmp / "gone.zarr", tmp / "link.zarr")
+        return dict(a=f4, b=g4, out=str(tmp / "link.zarr"))
+
+    def zero_chunks(tmp):
+        zarr_in(tmp / "z.zarr", np.ones((4, 3), "f4"), (2, 3))
+        meta = json.loads((tmp / "z.zarr" / "zarr.json").read_text())
+        meta["chunk_grid"]["configuration"]["chunk_shape"] = [0, 3]
+        (tmp / "z.zarr" / "zarr.json").write_text(json.dumps(meta))
+        return dict(a=str(tmp / "z.zarr"), b=g4)
+
     def unknown_shape(tmp):
         d = da.ones((4, 3), chunks=2, dtype="f4")
         return dict(a=d[d[:, 0] > 0], b=g4)
@@ -510,6 +531,18 @@ def _bad_cases():
                       "out must be a path, URL, zarr store or zarr.Array, not ndarray"),
         "out-is-a": (M, out_is_a, ValueError, "is also the input a"),
         "a-incomplete-dgemm-output": (M, incomplete, ValueError, r"half\.zarr\) is an incomplete dgemm output"),
+        "a-incomplete-through-dask": (M, incomplete_derived, ValueError,
+                                      r"half\.zarr\) is an incomplete dgemm output"),
+        "out-holds-other-files": (M, out_with_notes, FileExistsError,
+                                  r"holds 1 file\(s\) or folder\(s\) that neither Zarr nor dgemm wrote "
+                                  r"\('notes.txt'\)"),
+        "out-under-a-file": (M, lambda t: dict(a=f4, b=g4, out=os.path.join(plain_file(t), "c.zarr")),
+                             NotADirectoryError, r"file\.bin/c\.zarr' cannot be created: .*file\.bin is a file"),
+        "out-name-too-long": (M, lambda t: dict(a=f4, b=g4, out=str(t / ("c" * 300))), ValueError,
+                              "300 bytes long, more than the"),
+        "out-dangling-link": (M, out_dangling_link, FileExistsError,
+                              r"is a symbolic link to .*gone\.zarr'.*does not exist"),
+        "a-zero-chunk-size": (M, zero_chunks, ValueError, r"z\.zarr\) has a chunk size of 0 in its metadata"),
         "a-dask-unknown-shape": (M, unknown_shape, ValueError, r"unknown shape \(nan, 3\).*compute_chunk_sizes"),
         "overwrite-not-bool": (M, lambda t: dict(a=f4, b=g4, overwrite="no"), TypeError,
                                "overwrite must be True or False, not 'no'"),
