@@ -234,10 +234,9 @@ def taken_port():
 def test_dgemm_cluster_on_a_taken_port_says_so_in_one_line(taken_port, which):
     """A taken scheduler port was distributed's traceback; a taken dashboard port given by the user was
     quietly served elsewhere (the command ran on).  Both: one line naming the port, exit 1, at once."""
-    ports = (["--port", str(taken_port), "--dashboard-address", "127.0.0.1:0"] if which == "scheduler"
-             else ["--port", "0", "--dashboard-address", f"127.0.0.1:{taken_port}"])
-    proc = subprocess.Popen([sys.executable, "-m", "dgemm", "cluster", "--devices", "cpu", *ports,
-                             "--nthreads", "1", "--memory-limit", "2GB"],
+    port, dashboard = (str(taken_port), "127.0.0.1:0") if which == "scheduler" else ("0", f"127.0.0.1:{taken_port}")
+    proc = subprocess.Popen([sys.executable, "-m", "dgemm", "cluster", "--devices", "cpu", "--port", port,
+                             "--dashboard-address", dashboard, "--nthreads", "1", "--memory-limit", "2GB"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         out, err = proc.communicate(timeout=60)
