@@ -43,8 +43,13 @@ def check_output(out, shape: tuple[int, ...], dtype: np.dtype, overwrite: bool,
     and a store or array with a relative root is re-created with an absolute
     one: the workers, in folders of their own, write where the user meant.
     ``overwrite`` replaces only what is already Zarr data (an array or a
-    group) or an empty folder, never other files.  Stores that the workers
-    cannot write are refused: in this process's memory, or a zip file.
+    group) or an empty folder, never other files: a folder holding anything
+    that neither Zarr nor dgemm wrote is refused, naming it
+    (:func:`refuse_foreign`).  An output that is a symbolic link to a
+    folder is replaced inside that folder, the link kept; a dangling link,
+    a path under a file, or a name longer than the file system allows is
+    refused here, before any cluster.  Stores that the workers cannot
+    write are refused: in this process's memory, or a zip file.
 
     With ``resume``, an existing ``out`` must be a dgemm output of that
     shape and dtype, and is returned opened for writing (``spec.resume``);
