@@ -210,3 +210,16 @@ def test_a_coordinate_the_group_holds_otherwise_is_refused_before_any_work(no_cl
     with pytest.raises(ValueError, match="'time'"):
         dgemm.matmul(a, b, out=f"{path}/c", client=no_client)
     assert "c" not in xr.open_zarr(path).variables and not (tmp_path / "ds.zarr" / "c").exists()
+
+
+def test_out_in_a_group_on_s3_reads_back_with_the_storage_options(s3, client, rng):
+    """The group around an s3:// out is found and written with the call's storage options (the server wants them)."""
+    a, A = labelled(rng, ("time", "space"), (24, 16))
+    b, B = labelled(rng, ("space", "mode"), (16, 8))
+    group = s3.url("xarray/ds.zarr")
+    xr.Dataset({"a": a}).to_zarr(group, mode="w", storage_options=s3.storage_options)
+    got = dgemm.matmul(a, b, out=f"{group}/c", client=client, storage_options=s3.storage_options)
+    back = xr.open_zarr(group, storage_options=s3.storage_options, consolidated=True)["c"]
+    assert back.dims == got.dims == ("time", "mode") and got.name == "c"
+    check_product(back.values, A, B, dtype="float64")
+    np.testing.assert_array_equal(back["mode"].values, b["mode"].values)
