@@ -450,6 +450,13 @@ def _bad_cases():
         (tmp / "z.zarr" / "zarr.json").write_text(json.dumps(meta))
         return dict(a=str(tmp / "z.zarr"), b=g4)
 
+    def out_zero_chunks(tmp):
+        existing(tmp, chunks=(2, 5))
+        meta = json.loads((tmp / "existing.zarr" / "zarr.json").read_text())
+        meta["chunk_grid"]["configuration"]["chunk_shape"] = [2, 0]
+        (tmp / "existing.zarr" / "zarr.json").write_text(json.dumps(meta))
+        return dict(a=f4, b=g4, out=zarr.open_array(str(tmp / "existing.zarr"), mode="r+"))
+
     def unknown_shape(tmp):
         d = da.ones((4, 3), chunks=2, dtype="f4")
         return dict(a=d[d[:, 0] > 0], b=g4)
@@ -543,6 +550,8 @@ def _bad_cases():
         "out-dangling-link": (M, out_dangling_link, FileExistsError,
                               r"is a symbolic link to .*gone\.zarr'.*does not exist"),
         "a-zero-chunk-size": (M, zero_chunks, ValueError, r"z\.zarr\) has a chunk size of 0 in its metadata"),
+        "out-zero-chunk-size": (M, out_zero_chunks, ValueError,
+                                r"existing\.zarr\) has a chunk size of 0 in its metadata \(chunks \(2, 0\)\)"),
         "a-dask-unknown-shape": (M, unknown_shape, ValueError, r"unknown shape \(nan, 3\).*compute_chunk_sizes"),
         "overwrite-not-bool": (M, lambda t: dict(a=f4, b=g4, overwrite="no"), TypeError,
                                "overwrite must be True or False, not 'no'"),

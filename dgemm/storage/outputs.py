@@ -77,6 +77,11 @@ def check_output(out, shape: tuple[int, ...], dtype: np.dtype, overwrite: bool,
             raise ValueError(f"out has dtype {out.dtype}, but the result is {dtype}")
         if out.read_only:
             raise PermissionError("out is opened read-only; open it with mode='r+' or 'a'")
+        for kind, sizes in (("chunk", tuple(out.chunks)), ("shard", tuple(getattr(out, "shards", None) or ()))):
+            if any(int(s) <= 0 for s in sizes):   # damaged metadata: the plan would divide by it on the cluster
+                raise ValueError(f"out ({out.store_path}) has a {kind} size of 0 in its metadata ({kind}s {sizes}): "
+                                 "its zarr.json (or .zarray) is damaged; write to a new path, or pass its path "
+                                 "with overwrite=True to replace it")
         _refuse_unwritable(out.store)
         out = absolute(out)
         return OutputSpec(out, tuple(shape), dtype, overwrite, array=out)
