@@ -223,3 +223,17 @@ def test_out_in_a_group_on_s3_reads_back_with_the_storage_options(s3, client, rn
     assert back.dims == got.dims == ("time", "mode") and got.name == "c"
     check_product(back.values, A, B, dtype="float64")
     np.testing.assert_array_equal(back["mode"].values, b["mode"].values)
+
+
+def test_a_new_out_in_a_zarr_v2_group_is_named_as_xarray_would_not_find(client, tmp_path, rng):
+    """dgemm creates a new out in Zarr v3, which a v2 group does not list: said, not silently unreadable."""
+    import zarr
+
+    a, _ = labelled(rng, ("i", "j"), (12, 8))
+    b, _ = labelled(rng, ("j", "l"), (8, 6))
+    path = str(tmp_path / "v2.zarr")
+    xr.Dataset({"a": a}).to_zarr(path, mode="w", zarr_format=2)
+    with pytest.warns(RuntimeWarning, match="v3 array in a Zarr v2 group"):
+        dgemm.matmul(a, b, out=f"{path}/c", client=client)
+    assert zarr.open_array(f"{path}/c").metadata.dimension_names == ("i", "l")
+    assert "l" not in xr.open_zarr(path).variables          # nothing written where nobody would read it

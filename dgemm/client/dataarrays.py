@@ -322,6 +322,15 @@ def write_out_metadata(array, stored: Stored | None) -> str | None:
     # metadata as it was would drop it
     arr = zarr.open_array(store=array.store, path=array.path, mode="r+")
     in_group = stored.group_store is not None
+    if in_group and arr.metadata.zarr_format != stored.zarr_format:
+        # a group lists its members of its own format only: xarray would not find out there, nor need coordinates
+        import warnings
+        warnings.warn(f"dgemm: out ({stored.name!r}) is a Zarr v{arr.metadata.zarr_format} array in a Zarr "
+                      f"v{stored.zarr_format} group, where xarray does not look for it; its dims are written, its "
+                      f"coordinates are not.  To read it with xr.open_zarr, pass an array created in the group "
+                      f"(group.create_array(...)) as out, or use a v{arr.metadata.zarr_format} group",
+                      RuntimeWarning, stacklevel=3)
+        in_group = False
     attrs = {}
     if arr.metadata.zarr_format == 2:
         attrs["_ARRAY_DIMENSIONS"] = list(stored.dims)
