@@ -227,13 +227,14 @@ def cluster_cmd(ctx, devices, nthreads, memory_limit, device_memory_limit, prelo
         from dgemm.names import DASHBOARD_PLUGIN
         from dgemm.scheduler.dashboard import DgemmDashboard, ROUTE
 
-        scheduler = Scheduler(host=host, port=port, dashboard_address=dashboard_address,
-                              scheduler_file=scheduler_file, plugins=[DgemmDashboard()], **tls)
         with warnings.catch_warnings():
             # The default dashboard port, taken, moves to a free one (said in one line below) instead of
-            # distributed's three-line warning.
-            warnings.filterwarnings("ignore", message="Port .* is already in use")
+            # distributed's three-line warning (the dashboard starts in Scheduler()).
+            if not given:   # a port the user named and lost since the check above: distributed's warning stays
+                warnings.filterwarnings("ignore", message="Port .* is already in use")
             try:
+                scheduler = Scheduler(host=host, port=port, dashboard_address=dashboard_address,
+                                      scheduler_file=scheduler_file, plugins=[DgemmDashboard()], **tls)
                 await scheduler
             except Exception as e:   # a port taken since the check above: its OSError, not a traceback
                 cause = e.__cause__ if isinstance(e.__cause__, OSError) else e
