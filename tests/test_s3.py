@@ -230,6 +230,25 @@ def test_credentials_only_this_process_has_are_refused_before_any_work(s3, elsew
     check_product(dgemm.open_result(out, storage_options=s3.storage_options)[...], A, B, dtype="float64")
 
 
+def test_credentials_only_this_process_has_are_refused_by_the_library_too(s3, elsewhere, tmp_path, monkeypatch,
+                                                                           rng):
+    """dgemm.matmul(..., client=) from Python: the same refusal before any work as the command line's, nothing
+    written; with key and secret in storage_options the same call works."""
+    monkeypatch.chdir(tmp_path)
+    A, B = randn(rng, (64, 48)), randn(rng, (48, 40))
+    a, b = put(s3, "envlib/a.zarr", A, (32, 32)), put(s3, "envlib/b.zarr", B, (32, 32))
+    out = s3.url("envlib/c.zarr")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3.key)         # this process's, not the workers'
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3.secret)
+    partial = {k: v for k, v in s3.storage_options.items() if k not in ("key", "secret")}
+    with pytest.raises(ValueError, match=r"the workers cannot open a \(s3://.*envlib/a\.zarr\) .*NoCredentialsError"):
+        dgemm.matmul(a, b, out=out, client=elsewhere.client, storage_options=partial, block=32)
+    assert not exists(s3, out)
+    assert cluster_idle(elsewhere.client)
+    c = dgemm.matmul(a, b, out=out, client=elsewhere.client, storage_options=s3.storage_options, block=32)
+    check_product(c[...], A, B, dtype="float64")
+
+
 @pytest.mark.parametrize("option, message", [
     ("noequals", "'noequals' is not KEY=VALUE"),
     ("=x", "'=x' is not KEY=VALUE"),

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,7 +11,7 @@ import numpy as np
 
 from dgemm.dtypes import check_dtype, check_precision
 from dgemm.sizes import index_overflow
-from dgemm.storage import Operand, OutputSpec, check_output, check_storage_options, is_zarr_array
+from dgemm.storage import Operand, OutputSpec, check_output, check_storage_options, is_url, is_zarr_array
 from dgemm.storage.locations import is_dask_array, locate, open_array, plain_zarr, sources
 from dgemm.storage.outputs import codec_configs, output_codecs
 
@@ -81,6 +82,10 @@ class Request:
     client: Any
     devices: str | None
     progress: bool
+    # The URLs the user named ({"a": "s3://...", ...}) and the storage options the run sends with them:
+    # what the workers must open on their own (dgemm.cluster.check_worker_access).
+    urls: dict = dataclasses.field(default_factory=dict)
+    storage_options: dict | None = None
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -125,8 +130,10 @@ class Request:
             fingerprint = {"operation": op, "shape": list(shape), "dtype": dtype.str, "a": A.identity(),
                            "b": B.identity(), "c": C.identity() if C is not None and beta != 0 else None,
                            "alpha": alpha, "beta": beta, "precision": precision}
+        urls = {name: str(x) for name, x in (("a", a), ("b", b), ("c", c), ("out", out))
+                if isinstance(x, (str, os.PathLike)) and is_url(str(x))}
         return cls(op, A, B, C, alpha, beta, m, n, k, drop, dtype, precision, target, spec, out_chunks,
-                   fingerprint, client, devices, progress)
+                   fingerprint, client, devices, progress, urls, storage_options)
 
 
 def _check_operands(op: str, a, b, c, trans_a: bool, trans_b: bool, beta: float, storage_options=None,

@@ -19,7 +19,7 @@ import numpy as np
 from dgemm.client import graph as graph_mod
 from dgemm.client.plan import Plan, check_graph_size, make_plan
 from dgemm.client.request import Request
-from dgemm.cluster import device_limits, get_client, prepare, tiles_of
+from dgemm.cluster import check_worker_access, device_limits, get_client, prepare, tiles_of
 from dgemm.scheduler import placement
 from dgemm.sizes import default_target
 from dgemm.storage import hostcache
@@ -49,6 +49,8 @@ def run(req: Request):
     plan = _plan(req, workers)
     if req.spec is None:
         return _lazy(req, plan, token)
+    if req.urls:   # credentials this process found of its own (environment, ~/.aws) do not reach the workers
+        check_worker_access(client, req.urls, req.storage_options)
     output = _open_output(req, plan)
     t0 = time.perf_counter()
     if output.pending:
