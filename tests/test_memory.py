@@ -285,11 +285,15 @@ def test_panel_cache_entries_hold_no_reference_cycle(any_device):
         assert (got == 30).all()
         entries = [weakref.ref(e) for e in any_device.cache._entries.values()]
         assert len(entries) == 2 and any_device.live_buffers()["buffers"] > before
+        any_device.cache.clear()
+        assert all(r() is None for r in entries), "a dropped entry outlived its cache in a reference cycle"
+        engine.stream([a], [b], 40, 20, scope="run-1")
+        assert {k[0] for k in any_device.cache.keys()} == {"run-1"}
         engine.stream([a], [b], 40, 20, scope="run-2")   # a new run: run-1's entries go
-        assert all(r() is None for r in entries), "an entry outlived its cache by a reference cycle"
+        assert {k[0] for k in any_device.cache.keys()} == {"run-2"}, "the panel cache outlived its run"
         any_device.cache.clear()
         engine.release()
-        assert any_device.live_buffers()["buffers"] == before
+        assert any_device.live_buffers()["buffers"] == before, "a buffer outlived its entry"
     finally:
         gc.enable()
         any_device.cache.budget = 0
