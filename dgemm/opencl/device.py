@@ -283,10 +283,12 @@ class Device:
         download buffers no array holds (and, until the next product starts,
         those given back later) and each reader thread's staging buffer
         larger than :attr:`staging_keep`.  ``pool`` bytes (a run's end):
-        keeps the download buffers (their total is bounded by
-        :func:`pinned_limit`) and the staging buffers, smallest first, up to
-        ``pool`` bytes in all, so that the next run does not pin its memory
-        again; the rest goes.  A thread reading now keeps its staging buffer.
+        keeps the download buffers and the staging buffers, smallest first,
+        up to ``pool`` bytes in all (downloads first), so that the next run
+        does not pin its memory again; the rest goes.  A thread reading now
+        keeps its staging buffer.  (NVIDIA's driver backs each page-locked
+        buffer with device memory of its size too: what is kept here is also
+        what the device holds between runs.)
         Cheap: nothing is waited for (OpenCL frees a released buffer once
         the commands using it finish).
 
@@ -304,7 +306,7 @@ class Device:
                 self._pinned_bytes -= sum(e[1].nbytes for e in free)
             mine = sorted(((host.nbytes, t) for t, (_, host) in self._staging.items() if t not in self._reading),
                           key=lambda x: x[0])
-            kept, drop = 0, []
+            kept, drop = (0 if pool is None else sum(e[1].nbytes for e in self._free)), []
             for nbytes, t in mine:
                 if (nbytes <= self.staging_keep if pool is None else kept + nbytes <= pool):
                     kept += nbytes
