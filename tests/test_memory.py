@@ -346,3 +346,23 @@ def test_panel_cache_entries_hold_no_reference_cycle(any_device):
     finally:
         gc.enable()
         any_device.cache.budget = 0
+
+
+def test_a_gemm_tasks_opencl_error_reaches_the_client_readable(monkeypatch):
+    """Any pyopencl error a GEMM task raises (a kernel build, say) leaves the worker as a DeviceError that pickles."""
+    import types
+
+    import dgemm.worker
+    from dgemm.worker.tasks import gemm_block
+
+    err = _cl_memory_error()
+
+    def engine(dtype, precision=None):
+        raise err
+    state = types.SimpleNamespace(device=types.SimpleNamespace(info=types.SimpleNamespace(name="Fake GPU")),
+                                  engine=engine)
+    monkeypatch.setattr(dgemm.worker, "device_state", lambda: state)
+    with pytest.raises(DeviceError) as info:
+        gemm_block([], [], None, 8, 8, 1.0, 0.0, False, False, "<f4")
+    text = str(pickle.loads(pickle.dumps(info.value)))
+    assert "Fake GPU" in text and "8x8" in text and "MEM_OBJECT_ALLOCATION_FAILURE" in text, text

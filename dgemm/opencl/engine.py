@@ -307,7 +307,10 @@ class BlockEngine:
             its panel cache) or arrays.
         scope : hashable, optional
             Names the run: cached blocks are shared only within one scope, so
-            an input rewritten between two runs is never served stale.
+            an input rewritten between two runs is never served stale.  The
+            first product of a new scope drops the other runs' cached blocks
+            that no product uses (:meth:`PanelCache.enter`): the cache is per
+            run, and its device memory is the next run's.
         ahead : sequence of (ref, side, extent), optional
             Blocks the products expected next on this device will read first,
             in the order they will need them: ``side`` is ``"a"`` or ``"b"``,

@@ -7,6 +7,7 @@
 """
 from __future__ import annotations
 
+from dgemm.opencl.device import device_error, is_opencl_error, raise_plain
 from dgemm.storage import ZarrBlock, hostcache, read_block, store_block
 
 
@@ -28,6 +29,20 @@ def gemm_block(a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_b, dtype
     from dgemm.worker import device_state
 
     state = device_state()
+    try:
+        return _gemm_block(state, a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_b, dtype, precision,
+                           scope, reserve, ahead)
+    except Exception as e:
+        # The engine names its own device errors; any other of pyopencl's (a kernel build, say) would reach
+        # the client as an empty Exception: its record does not pickle (issue 26).
+        if not is_opencl_error(e):
+            raise
+        name = state.device.info.name if state.device is not None else "?"
+        raise_plain(device_error(name, f"a {m}x{n} {dtype} block product", e))
+
+
+def _gemm_block(state, a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_b, dtype, precision, scope, reserve,
+                ahead):
     engine = state.engine(dtype, precision)
     state.plan_cache(reserve)
     # once per product, before any read: a bad host-cache setting fails with its own message
