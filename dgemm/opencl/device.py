@@ -275,22 +275,22 @@ class Device:
                 else:
                     self._reading[me] -= 1
 
-    def trim(self, pool: int | None = None) -> dict:
+    def trim(self, keep_pinned: bool = False) -> dict:
         """Give back what a finished run held: the panel cache, and page-locked memory beyond a bounded pool.
 
         Drops every panel cache entry no product uses (releasing its device
-        buffer).  ``pool`` None (the worker idle): releases the page-locked
-        download buffers no array holds (and, until the next product starts,
-        those given back later) and each reader thread's staging buffer
-        larger than :attr:`staging_keep`.  ``pool`` bytes (a run's end):
-        keeps the download buffers and the staging buffers, smallest first,
-        up to ``pool`` bytes in all (downloads first), so that the next run
-        does not pin its memory again; the rest goes.  A thread reading now
-        keeps its staging buffer.  (NVIDIA's driver backs each page-locked
-        buffer with device memory of its size too: what is kept here is also
-        what the device holds between runs.)
-        Cheap: nothing is waited for (OpenCL frees a released buffer once
-        the commands using it finish).
+        buffer).  ``keep_pinned`` (a run's end): page-locked memory stays for
+        the next run, so that it does not pin its staging again (16 readers'
+        256 MiB buffers take about a second): each reader thread's staging
+        buffer (one per thread, of the largest block it read) and the free
+        download buffers (at most :func:`pinned_limit` bytes).  Otherwise
+        (the worker idle): the download buffers no array holds are released
+        (and, until the next product starts, those given back later), and
+        each reader thread's staging buffer larger than :attr:`staging_keep`;
+        a thread reading now keeps its own.  (NVIDIA's driver backs each
+        page-locked buffer with device memory of its size too.)  Cheap:
+        nothing is waited for (OpenCL frees a released buffer once the
+        commands using it finish).
 
         Returns
         -------
@@ -298,21 +298,15 @@ class Device:
             :meth:`live_buffers` afterwards.
         """
         self.cache.clear()
+        if keep_pinned:
+            return self.live_buffers()
         with self._lock:
-            free = []
-            if pool is None:
-                self.idle = True
-                free, self._free = self._free, []
-                self._pinned_bytes -= sum(e[1].nbytes for e in free)
-            mine = sorted(((host.nbytes, t) for t, (_, host) in self._staging.items() if t not in self._reading),
-                          key=lambda x: x[0])
-            kept, drop = (0 if pool is None else sum(e[1].nbytes for e in self._free)), []
-            for nbytes, t in mine:
-                if (nbytes <= self.staging_keep if pool is None else kept + nbytes <= pool):
-                    kept += nbytes
-                else:
-                    drop.append(t)
-            staging = [self._staging.pop(t) for t in drop]
+            self.idle = True
+            free, self._free = self._free, []
+            self._pinned_bytes -= sum(e[1].nbytes for e in free)
+            big = [t for t, (_, host) in self._staging.items()
+                   if host.nbytes > self.staging_keep and t not in self._reading]
+            staging = [self._staging.pop(t) for t in big]
         for buf, _ in (*free, *staging):
             buf.release()
         return self.live_buffers()

@@ -129,9 +129,10 @@ class DgemmPlugin(WorkerPlugin):
         When none of them is pending on this worker any more, its panel
         cache entries are dropped and, if no other run is pending, the
         device's buffers are given back (:meth:`DeviceState.release`) at
-        once, without waiting for the collector; page-locked host memory up
-        to the ``pinned-bytes`` setting stays for the next run until the
-        worker has been idle :data:`~dgemm.worker.state.IDLE_SECONDS`.  A task
+        once, without waiting for the collector; page-locked host memory (one
+        staging buffer per reader thread, download buffers up to the
+        ``pinned-bytes`` setting) stays for the next run until the worker
+        has been idle :data:`~dgemm.worker.state.IDLE_SECONDS`.  A task
         of the run that comes later (a block re-run after a worker death)
         reads its blocks again.  Runs on the worker's event loop: cheap.
         """

@@ -22,7 +22,7 @@ from distributed.worker import thread_state
 from dgemm import busy, config
 from dgemm.dtypes import PRECISIONS
 from dgemm.names import COUNTERS, EXTRA, GEMM, TASK_SECONDS, WORKER_PLUGIN
-from dgemm.opencl.device import Device, DeviceError, pinned_limit
+from dgemm.opencl.device import Device, DeviceError
 from dgemm.opencl.discovery import select_devices
 from dgemm.opencl.engine import BlockEngine
 from dgemm.sizes import MEMORY_FRACTION
@@ -343,8 +343,9 @@ class DeviceState:
 
         Called when the worker sees run ``scope``'s last block product here
         end (:meth:`dgemm.worker.DgemmPlugin.transition`, ``idle=False``:
-        page-locked memory up to the ``pinned-bytes`` setting stays for the
-        next run, see :meth:`~dgemm.opencl.device.Device.trim`) and after
+        page-locked memory, one staging buffer per reader thread and the
+        download buffers, stays for the next run, see
+        :meth:`~dgemm.opencl.device.Device.trim`) and after
         :data:`IDLE_SECONDS` without a product (:meth:`release_idle`: all but
         the readers' default staging buffers).  Never waits: an engine
         running a product keeps its buffers (its run is not over).  Within a
@@ -365,7 +366,7 @@ class DeviceState:
         with self._lock:
             engines = list(self._engines.values())
         if all([e.release(wait=False) for e in engines]):   # each engine, not only up to the first busy one
-            self.device.trim(None if idle else pinned_limit())
+            self.device.trim(keep_pinned=not idle)
             self.released = idle
         return self.device.live_buffers()
 
