@@ -194,17 +194,22 @@ def test_storage_options_that_cannot_apply_are_refused(s3, tmp_path, rng, no_cli
     assert not os.path.exists(tmp_path / "c.zarr") and not os.path.exists(tmp_path / "d.zarr")
 
 
+def _credentials_only_here(s3, monkeypatch, tmp_path, rng, prefix: str):
+    """A and B on the server, out's URL, and the server's credentials in this process's environment only."""
+    monkeypatch.chdir(tmp_path)
+    A, B = randn(rng, (64, 48)), randn(rng, (48, 40))
+    a, b = put(s3, f"{prefix}/a.zarr", A, (32, 32)), put(s3, f"{prefix}/b.zarr", B, (32, 32))
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3.key)         # this process's, not the workers'
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3.secret)
+    return A, B, a, b, s3.url(f"{prefix}/c.zarr")
+
+
 def test_credentials_only_this_process_has_are_refused_before_any_work(s3, elsewhere, tmp_path, monkeypatch, rng):
     """Credentials in the client's environment only: the client's checks passed, then every worker failed
     with NoCredentialsError.  The workers' own access, with the options the run sends, is checked first:
     one line naming the URL, the worker and the fix, exit 2, nothing written; the same with key and secret
     given works."""
-    monkeypatch.chdir(tmp_path)
-    A, B = randn(rng, (64, 48)), randn(rng, (48, 40))
-    a, b = put(s3, "envonly/a.zarr", A, (32, 32)), put(s3, "envonly/b.zarr", B, (32, 32))
-    out = s3.url("envonly/c.zarr")
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3.key)         # this process's, not the workers'
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3.secret)
+    A, B, a, b, out = _credentials_only_here(s3, monkeypatch, tmp_path, rng, "envonly")
     region = s3.storage_options["client_kwargs"]["region_name"]
     where = ["--storage-option", f"endpoint_url={s3.endpoint}", "--storage-option",
              f"client_kwargs.region_name={region}"]
@@ -234,12 +239,7 @@ def test_credentials_only_this_process_has_are_refused_by_the_library_too(s3, el
                                                                            rng):
     """dgemm.matmul(..., client=) from Python: the same refusal before any work as the command line's, nothing
     written; with key and secret in storage_options the same call works."""
-    monkeypatch.chdir(tmp_path)
-    A, B = randn(rng, (64, 48)), randn(rng, (48, 40))
-    a, b = put(s3, "envlib/a.zarr", A, (32, 32)), put(s3, "envlib/b.zarr", B, (32, 32))
-    out = s3.url("envlib/c.zarr")
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3.key)         # this process's, not the workers'
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3.secret)
+    A, B, a, b, out = _credentials_only_here(s3, monkeypatch, tmp_path, rng, "envlib")
     partial = {k: v for k, v in s3.storage_options.items() if k not in ("key", "secret")}
     with pytest.raises(ValueError, match=r"the workers cannot open a \(s3://.*envlib/a\.zarr\) .*NoCredentialsError"):
         dgemm.matmul(a, b, out=out, client=elsewhere.client, storage_options=partial, block=32)
