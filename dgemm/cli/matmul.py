@@ -8,7 +8,7 @@ import time
 import click
 import numpy as np
 
-from dgemm.cli.common import BlockParam, InputError, connect, one_line, cli, user_errors
+from dgemm.cli.common import BlockParam, InputError, cli, connect, one_line, user_errors
 from dgemm.dtypes import ALL_PRECISIONS, DTYPES
 
 

@@ -225,7 +225,7 @@ def cluster_cmd(ctx, devices, nthreads, memory_limit, device_memory_limit, prelo
         from distributed.utils import format_dashboard_link
 
         from dgemm.names import DASHBOARD_PLUGIN
-        from dgemm.scheduler.dashboard import DgemmDashboard, ROUTE
+        from dgemm.scheduler.dashboard import ROUTE, DgemmDashboard
 
         with warnings.catch_warnings():
             # The default dashboard port, taken, moves to a free one (said in one line below) instead of

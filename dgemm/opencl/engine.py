@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dgemm import config
-from dgemm.opencl.device import Device, Kernels, is_opencl_error, device_error, raise_plain, read_threads
+from dgemm.opencl.device import Device, Kernels, device_error, is_opencl_error, raise_plain, read_threads
 from dgemm.opencl.panels import PanelCache
 from dgemm.sizes import INT32_MAX, roundup
 
