@@ -124,3 +124,18 @@ def test_the_limit_counts_block_products_and_names_the_fix():
     with pytest.raises(PlanError, match="30 block products"):
         check_graph_size(small, limit=29)
     assert "refuses" not in small.explain()
+
+
+def test_an_absurd_product_into_out_without_a_client_starts_no_cluster(absurd, tmp_path, monkeypatch):
+    """No client and no current one: the refusal comes before a local cluster is started for it."""
+    import dgemm
+    import dgemm.client.steps
+
+    def no_cluster(*args, **kwargs):
+        raise AssertionError("a cluster was looked for (or started) before the absurd shape was refused")
+    monkeypatch.setattr(dgemm.client.steps, "get_client", no_cluster)
+    monkeypatch.setattr(dgemm.client.steps, "_current_client", lambda: None)
+    out = str(tmp_path / "c.zarr")
+    with pytest.raises(PlanError, match=r"block products .*more than the"):
+        dgemm.matmul(*absurd, out=out)
+    assert not os.path.exists(out)

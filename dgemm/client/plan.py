@@ -310,8 +310,12 @@ def _count(x: int) -> str:
     return f"{x:,}" if x < 10**12 else f"{x:.4g}"
 
 
-def check_graph_size(plan: Plan, limit: int = MAX_BLOCK_PRODUCTS) -> None:
+def check_graph_size(plan: Plan, limit: int = MAX_BLOCK_PRODUCTS, *, slack: int = 1) -> None:
     """Refuse (:class:`PlanError`) a plan whose task graph would name more than ``limit`` block products.
+
+    ``slack``: refuse only beyond ``slack * limit`` (the message still names
+    ``limit``), for a plan coarser than the one the devices will run (a
+    check before any cluster is found).
 
     Costs nothing, whatever the plan's size: called on the client before a
     graph is built or an output created, so that metadata claiming an
@@ -328,7 +332,7 @@ def check_graph_size(plan: Plan, limit: int = MAX_BLOCK_PRODUCTS) -> None:
     dgemm.errors.PlanError: C[1000000 x 1000000] = A @ B[1000000] (float32) would take 14,706,125 block products (245 x 245 C blocks of 4096 x 4096, 245 k-blocks of 4096), more than the 10,000,000 a task graph may hold (each costs the client about 1 kB and 30 us to build); check the operands' shapes (a Zarr array's metadata may claim any shape), or use larger blocks: block=(5120, 5120, 5120) would give 7,529,536
     """
     count = plan.block_products
-    if count <= limit:
+    if count <= slack * limit:
         return
     bm, bn, bk = plan.block_shape
     # the smallest cube of blocks per side that fits, if any: a side of ceil(limit ** (1/3)) is too many

@@ -44,6 +44,10 @@ def run(req: Request):
     token = uuid.uuid4().hex[:12]
     if req.spec is None and req.client is None and _current_client() is None:
         return _lazy(req, _unplaced(req), token)
+    # Before a cluster is found or started: the devices' plan below only cuts finer (smaller default
+    # blocks on CPUs, blocks shrunk to fit memory; rounding to tiles grows a block by less than a tile), so
+    # a plan for no cluster beyond a generous multiple of the limit is an absurd shape, refused at once.
+    _unplaced(req, slack=8)
     client = get_client(req.client, req.devices, dtype=req.dtype)
     workers = prepare(client, req.dtype)
     plan = _plan(req, workers)
@@ -86,16 +90,17 @@ def _current_client():
         return None
 
 
-def _unplaced(req: Request) -> Plan:
+def _unplaced(req: Request, slack: int = 1) -> Plan:
     """A plan for no cluster in particular: the lazy result is computed wherever dask computes it.
 
     Blocks follow the inputs' chunks up to the default (GPU) block size; any
     device's kernel pads them to its tiles, so no tile multiple is needed.
+    Too many block products are refused (:func:`check_graph_size`, with its ``slack``).
     """
     target = req.block or default_target([])
     plan = make_plan(req.m, req.n, req.k, req.dtype, (1, 1, 1), a_chunks=req.a.chunks, b_chunks=req.b.chunks,
                      target=target, exact=req.block is not None)
-    check_graph_size(plan)
+    check_graph_size(plan, slack=slack)
     return plan
 
 
