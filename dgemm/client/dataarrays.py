@@ -20,11 +20,8 @@ product, dims and coordinates (:func:`prepare_out`, :func:`write_out_metadata`).
 """
 from __future__ import annotations
 
-import dataclasses
-import os
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 
@@ -203,55 +200,6 @@ def _coords(a, b, dims: tuple) -> dict:
     return coords
 
 
-def _out_store(out, storage_options=None):
-    """``(store, path)`` of the array ``out`` names (it need not exist yet); None for anything else."""
-    import zarr
-    from zarr.abc.store import Store
-    from zarr.storage import FsspecStore, LocalStore
-
-    from dgemm.storage.options import is_url
-
-    if isinstance(out, zarr.Array):
-        return out.store, out.path
-    if isinstance(out, Store):
-        return out, ""
-    if isinstance(out, (str, os.PathLike)):
-        s = os.fsdecode(os.fspath(out))
-        if s.startswith("file://"):
-            s = s[len("file://"):]
-        elif is_url(s):
-            return FsspecStore.from_url(s, storage_options=storage_options or None, read_only=False), ""
-        return LocalStore(os.path.abspath(s)), ""
-    return None
-
-
-def _group_of(store, path: str):
-    """``(group store, group path, name)`` of the group that would hold the array at ``(store, path)``, or None."""
-    from zarr.storage import FsspecStore, LocalStore
-
-    path = path.strip("/")
-    if path:
-        parent, _, name = path.rpartition("/")
-        return store, parent, name
-    if isinstance(store, LocalStore):
-        root = Path(store.root)
-        return LocalStore(root.parent, read_only=store.read_only), "", root.name
-    if isinstance(store, FsspecStore):
-        parent, _, name = store.path.rstrip("/").rpartition("/")
-        if not parent or not name:
-            return None
-        return FsspecStore(store.fs, read_only=store.read_only, path=parent), "", name
-    return None   # a store of its own (memory, zip...): no group around it
-
-
-def _open_group(store, path: str):
-    import zarr
-    try:
-        return zarr.open_group(store=store, path=path, mode="r")
-    except Exception:   # no group there (a plain folder, nothing at all): no place for coordinates
-        return None
-
-
 def prepare_out(out, a, b, *, trans_a: bool = False, trans_b: bool = False, storage_options=None) -> Stored | None:
     """Check, before any work, where ``out``'s dims and coordinates will go; refuse a clash.
 
@@ -267,10 +215,12 @@ def prepare_out(out, a, b, *, trans_a: bool = False, trans_b: bool = False, stor
     """
     if out is None:
         return None
-    where = _out_store(out, storage_options)
+    from dgemm.storage.groups import enclosing_group, open_group, out_store
+
+    where = out_store(out, storage_options)
     dims = result_dims(a, b, trans_a=trans_a, trans_b=trans_b)
-    around = _group_of(*where) if where is not None else None
-    group = _open_group(around[0], around[1]) if around is not None else None
+    around = enclosing_group(*where) if where is not None else None
+    group = open_group(around[0], around[1]) if around is not None else None
     if group is None:
         return Stored(None, "", "", dims, {}, (), None, False)
     gstore, gpath, name = around
@@ -340,7 +290,8 @@ def write_out_metadata(array, stored: Stored | None) -> str | None:
     if attrs:
         arr.update_attributes(attrs)
     if arr.metadata.zarr_format == 3:   # last, from the metadata just saved
-        _save(arr, dataclasses.replace(arr.metadata, dimension_names=tuple(stored.dims)))
+        from dgemm.storage.groups import save_dimension_names
+        save_dimension_names(arr, stored.dims)
     if not in_group:
         return None
     if stored.missing:
@@ -357,9 +308,3 @@ def write_out_metadata(array, stored: Stored | None) -> str | None:
     if stored.consolidated:
         zarr.consolidate_metadata(stored.group_store, path=stored.group_path, zarr_format=stored.zarr_format)
     return stored.name
-
-
-def _save(arr, metadata) -> None:
-    """Save ``arr``'s metadata whole (zarr has no public call to change ``dimension_names`` once created)."""
-    from zarr.core.sync import sync
-    sync(arr._async_array._save_metadata(metadata, ensure_parents=False))
