@@ -203,7 +203,8 @@ def plan_floor(usable: dict, a_path, b_path, dtype, measured: dict | None = None
         the floor with the run's rates.  The device cache is what ``dgemm
         plan`` assumes.
     """
-    from dgemm.client.plan import Rates, make_plan
+    from dgemm.client.estimate import Rates
+    from dgemm.client.plan import make_plan
     from dgemm.cluster import device_limits, tiles_of
     from dgemm.opencl.database import lookup
     from dgemm.sizes import MEMORY_FRACTION, default_target

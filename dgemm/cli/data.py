@@ -58,7 +58,8 @@ def plan(ctx, a, b, block, dtype, workers, read_gbps, write_gbps, pcie_gbps, tfl
     recorded kernel rate when there is one (else the default tiles); a real
     run uses those of its workers' devices, which may differ.
     """
-    from dgemm.client.plan import Rates, make_plan
+    from dgemm.client.estimate import Rates
+    from dgemm.client.plan import make_plan
     from dgemm.dtypes import check_dtype
     from dgemm.opencl import discovery
     from dgemm.opencl.database import lookup
