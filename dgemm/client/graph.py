@@ -6,6 +6,9 @@ Layers, named for the dashboard's task stream:
                   blocks in the worker, multiplies on the device, accumulates
                   over k there.  Asks for resource ``GPU=1``.
 ``dgemm-reduce``  adds the k segments of a C block (only when k is split).
+``dgemm-mirror``  a Gram product's C (X^T X, X X^T: symmetric): the blocks
+                  ``i <= j`` are computed, the others are their transposes
+                  (only when the product is one, :func:`mirrored`).
 ``dgemm-store``   writes one C block (whole chunks) to the output store, as long
                   as its run owns the output (:mod:`dgemm.storage.lease`).
 ``dgemm-done``    one task that depends on every store.
@@ -22,12 +25,14 @@ from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
 from dgemm import names
 from dgemm.client.plan import Plan, assign, check_graph_size
+from dgemm.client.request import is_gram
 from dgemm.storage import BlockMarkers, Operand, ZarrBlock
 from dgemm.storage.lease import Fence
 from dgemm.storage.originals import OriginalBlock, Originals
-from dgemm.worker.tasks import done, gemm_block, reduce_blocks, store
+from dgemm.worker.tasks import done, gemm_block, mirror, reduce_blocks, store
 
 GPU = {"resources": {"GPU": 1}}
+MIRROR = "dgemm-mirror"
 
 
 @dataclass
@@ -73,6 +78,12 @@ def build(plan: Plan, a: Operand, b: Operand, c: Operand | None, *, alpha: float
     A plan of more than :data:`~dgemm.client.plan.MAX_BLOCK_PRODUCTS` block
     products is refused (:func:`~dgemm.client.plan.check_graph_size`)
     before anything is built.
+
+    A symmetric product (:func:`mirrored`: a Gram product whose rows and
+    columns are cut alike) computes the blocks ``i <= j`` only, each
+    staged once for both of its sides on the device (``twin``); a
+    ``dgemm-mirror`` layer holds every C block, those below the diagonal
+    the transposes of those above.
     """
     check_graph_size(plan)   # every block product is named below: refuse a plan too large to build, first
     graph = Graph({}, {}, "")
@@ -91,7 +102,9 @@ def build(plan: Plan, a: Operand, b: Operand, c: Operand | None, *, alpha: float
     split = len(plan.segments) > 1
     dt = plan.dtype.str
     reserve = plan.device_bytes()
-    grid = _blocks(plan, blocks)
+    symmetric = mirrored(plan, a, b, beta)
+    wanted = _blocks(plan, blocks)
+    grid = sorted({(min(i, j), max(i, j)) for i, j in wanted}) if symmetric else wanted
     tasks = [(i, j, s) for i, j in grid for s in range(len(plan.segments))]
     order = assign(tasks, len(workers) if workers else 1, plan)
 
@@ -101,7 +114,7 @@ def build(plan: Plan, a: Operand, b: Operand, c: Operand | None, *, alpha: float
 
     dsk, where, priority = {}, {}, {}
     for w, mine in enumerate(order):
-        ahead = _read_ahead(mine, refs, plan)
+        ahead = _read_ahead(mine, refs, plan, symmetric)
         for pos, (i, j, s) in enumerate(mine):
             (r0, r1), (c0, c1) = plan.rows[i], plan.cols[j]
             key = (gname, i, j, s) if split else (gname, i, j)
@@ -109,7 +122,7 @@ def build(plan: Plan, a: Operand, b: Operand, c: Operand | None, *, alpha: float
             dsk[key] = (gemm_block, *refs(i, j, s),
                         c_ref(i, j) if (use_c and first) else None,
                         r1 - r0, c1 - c0, float(alpha), float(beta) if first else 0.0,
-                        a.trans, b.trans, dt, precision, token, reserve, ahead(pos))
+                        a.trans, b.trans, dt, precision, token, reserve, ahead(pos), symmetric)
             if workers:
                 where[key] = [workers[w]]
             priority[key] = len(mine) - pos   # each worker runs its blocks in the order given
@@ -120,8 +133,31 @@ def build(plan: Plan, a: Operand, b: Operand, c: Operand | None, *, alpha: float
     graph.dependencies[gname] = inputs
     graph.result_name = gname
     if split:
-        _add_tree_reduction(graph, plan, gname, token, blocks)
+        _add_tree_reduction(graph, plan, gname, token, grid)
+    if symmetric:
+        _add_mirror(graph, token, wanted)
     return graph
+
+
+def mirrored(plan: Plan, a: Operand, b: Operand, beta: float) -> bool:
+    """Whether C is symmetric and cut alike along rows and columns, so only its blocks ``i <= j`` are computed.
+
+    A Gram product (:func:`dgemm.client.request.is_gram`: one array X, X^T X
+    or X X^T, ``beta == 0``) whose plan cuts rows and columns at the same
+    places; otherwise (an output's chunks that differ along the two axes)
+    every block is computed.
+    """
+    return is_gram(a, b, beta) and plan.rows == plan.cols
+
+
+def _add_mirror(graph: Graph, token: str, grid) -> None:
+    """Every C block of ``grid`` under ``dgemm-mirror-<token>``: ``(i, j)`` with ``i <= j`` as computed, the
+    others the transposes of their mirror images (stored by their own store tasks, markers and fence alike)."""
+    name, src = f"{MIRROR}-{token}", graph.result_name
+    graph.layers[name] = MaterializedLayer({(name, i, j): (src, i, j) if i <= j else (mirror, (src, j, i))
+                                            for i, j in grid})
+    graph.dependencies[name] = {src}
+    graph.result_name = name
 
 
 # Blocks a GEMM task names for its worker to read ahead (the engine reads as many as a quarter of its
@@ -129,7 +165,7 @@ def build(plan: Plan, a: Operand, b: Operand, c: Operand | None, *, alpha: float
 READ_AHEAD = 32
 
 
-def _read_ahead(mine, refs, plan: Plan):
+def _read_ahead(mine, refs, plan: Plan, twin: bool = False):
     """``ahead(pos)``: the read-ahead list of the task at ``pos`` of a worker's ordered tasks ``mine``.
 
     The first :data:`READ_AHEAD` Zarr blocks, after the task's own, that
@@ -137,7 +173,8 @@ def _read_ahead(mine, refs, plan: Plan):
     each as ``(ref, "a" or "b", m or n of its product)``.  Blocks of a row
     panel already read (kept in the device's cache) are skipped, so the list
     reaches the next row's new panel while the current row still runs.
-    Only :class:`~dgemm.storage.blocks.ZarrBlock` references are listed:
+    A ``twin`` product's block (see :func:`build`) is listed once, for both
+    sides.  Only :class:`~dgemm.storage.blocks.ZarrBlock` references are listed:
     other references are graph keys, which would make dask fetch them as
     dependencies of this task.  None when nothing is left.
     """
@@ -149,7 +186,7 @@ def _read_ahead(mine, refs, plan: Plan):
         m, n = plan.rows[i][1] - plan.rows[i][0], plan.cols[j][1] - plan.cols[j][0]
         for a_r, b_r in zip(a_refs, b_refs):
             for ref, side, extent in ((a_r, "a", m), (b_r, "b", n)):
-                if isinstance(ref, ZarrBlock) and (key := (side, ref.key())) not in seen:
+                if isinstance(ref, ZarrBlock) and (key := (None if twin else side, ref.key())) not in seen:
                     seen.add(key)
                     first_use.append((pos, (ref, side, extent)))
     positions = [p for p, _ in first_use]
@@ -167,7 +204,7 @@ def _blocks(plan: Plan, blocks) -> list[tuple[int, int]]:
 
 
 def _add_tree_reduction(graph: Graph, plan: Plan, gname: str, token: str, blocks=None, fan_in: int = 2) -> None:
-    """Sum the k segments of every C block pairwise, level by level.
+    """Sum the k segments of every C block (of ``blocks``, default all) pairwise, level by level.
 
     Intermediate levels are ``dgemm-reduce-<token>-<level>``; the last is
     ``dgemm-reduce-<token>`` with keys ``(name, i, j)``, the C blocks.

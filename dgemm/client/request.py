@@ -139,6 +139,10 @@ class Request:
 def _check_operands(op: str, a, b, c, trans_a: bool, trans_b: bool, beta: float, storage_options=None,
                     incomplete_c_ok: bool = False):
     """The operands as the product sees them: ``(A, B, C, drop)``; refuses shapes that do not multiply."""
+    if _transpose_of(a, b) is not None:      # matmul(X.T, X): X read transposed, one operand twice
+        a, trans_a = b, not trans_a
+    elif _transpose_of(b, a) is not None:    # matmul(X, X.T)
+        b, trans_b = a, not trans_b
     A, B = Operand(a, "a", storage_options), Operand(b, "b", storage_options)
     drop: tuple = ()
     if op == "gemm":
@@ -170,6 +174,49 @@ def _check_operands(op: str, a, b, c, trans_a: bool, trans_b: bool, beta: float,
     elif beta != 0:
         raise ValueError(f"beta={beta} needs c (the matrix to scale and add)")
     return A, B, C, drop
+
+
+def _transpose_of(x, y):
+    """``y`` when ``x`` is its transpose (``y.T`` of a 2-D dask or numpy array), else None.
+
+    Given as ``y`` read transposed, ``x`` is one operand with ``y`` (the
+    same Zarr array or dask blocks, read once; :func:`is_gram`), not a
+    second array computed from it.
+    """
+    if is_dask_array(x) and is_dask_array(y):
+        # dask names its arrays by what they compute: y.T made here has the name of the user's y.T
+        return y if x.ndim == y.ndim == 2 and x.name == y.T.name else None
+    if isinstance(x, np.ndarray) and isinstance(y, np.ndarray) and x.ndim == y.ndim == 2:
+        return y if _same_memory(x.T, y) else None
+    return None
+
+
+def _same_memory(x: np.ndarray, y: np.ndarray) -> bool:
+    """Whether two numpy arrays are the same elements: one buffer, shape, strides and dtype."""
+    return (x is y or (x.__array_interface__["data"][0] == y.__array_interface__["data"][0]
+                       and x.shape == y.shape and x.strides == y.strides and x.dtype == y.dtype))
+
+
+def is_gram(a: Operand, b: Operand, beta: float) -> bool:
+    """Whether ``op(a) @ op(b)`` is a Gram product X^T X or X X^T: symmetric, so one triangle may be mirrored.
+
+    ``a`` and ``b`` are the same 2-D array (the same Zarr array in its
+    store, the same dask collection, the same numpy elements) read with
+    opposite transposes, and ``beta`` is 0: a C added in (``beta != 0``) is
+    never assumed symmetric.
+    """
+    if beta != 0 or a.trans == b.trans or a.expand is not None or b.expand is not None:
+        return False
+    if a.zarr is not None and b.zarr is not None:
+        # what the engine's panel cache keys a block by (ZarrBlock.key): one store, one array in it
+        return a.zarr is b.zarr or (str(a.zarr.store_path) == str(b.zarr.store_path)
+                                    and getattr(a.zarr, "path", "") == getattr(b.zarr, "path", "")
+                                    and a.zarr.dtype == b.zarr.dtype)
+    if is_dask_array(a.data) and is_dask_array(b.data):
+        return a.data.name == b.data.name
+    if isinstance(a.data, np.ndarray) and isinstance(b.data, np.ndarray):
+        return _same_memory(a.data, b.data)
+    return False
 
 
 def _check_out(out, a, b, c, shape, dtype, *, overwrite: bool, resume: bool,

@@ -25,6 +25,7 @@ hand it :class:`dgemm.storage.ZarrBlock` and
 """
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import deque
@@ -62,6 +63,7 @@ class Stats:
     bytes_up: int = 0
     bytes_down: int = 0
     bytes_read: int = 0
+    reads: int = 0          # blocks read from their store (or handed over as arrays): bytes_read's count
     kernel_seconds: float = 0.0
     read_seconds: float = 0.0
     upload_seconds: float = 0.0
@@ -237,7 +239,8 @@ class BlockEngine:
                 served = ref.fill_into(host)
             else:
                 host = np.asarray(ref)
-            self._add(read_seconds=time.perf_counter() - t0, bytes_read=0 if served else host.nbytes)
+            self._add(read_seconds=time.perf_counter() - t0, bytes_read=0 if served else host.nbytes,
+                      reads=0 if served else 1)
             if served is not None:   # a host cache was asked (blocks that read themselves only)
                 with self._count:
                     extra = self.stats.extra
@@ -296,7 +299,7 @@ class BlockEngine:
 
     def stream(self, a_refs: Sequence, b_refs: Sequence, m: int, n: int, *, alpha: float = 1.0,
                beta: float = 0.0, c: np.ndarray | None = None, trans_a: bool = False, trans_b: bool = False,
-               scope=None, ahead=None, prefetch: int | None = None) -> np.ndarray:
+               scope=None, ahead=None, prefetch: int | None = None, twin: bool = False) -> np.ndarray:
         """Like :meth:`product`, from block references that are read and uploaded ahead of the device.
 
         Parameters
@@ -321,18 +324,26 @@ class BlockEngine:
             them: the blocks not read before, in this worker's order).
         prefetch : int, optional
             How many k steps to read ahead (default :func:`default_prefetch`).
+        twin : bool
+            A and B are blocks of one array, which ``op`` stages in the same
+            layout on both sides (a Gram product, X^T X or X X^T): m and n are
+            padded to one tile (the least common multiple of TSM and TSN), so
+            that a block staged as A for one product is the very cache entry
+            another product needs as B: each block is read, decoded and
+            uploaded once, and held once on the device.  Every product of
+            the run must pass the same value (the cache keys depend on it).
         """
         if prefetch is None:
             prefetch = default_prefetch()
         if scope is not None:   # a new run: the last run's cached blocks go (the cache is per run)
             self.cache.enter(scope)
-        mp, np_ = self._padded(m, n)
+        mp, np_ = self._padded(m, n, twin)
         plan = []
         for a, b in zip(a_refs, b_refs, strict=True):
             k = self._check(_shape(a), _shape(b), m, n, trans_a, trans_b)
             if k and m and n:
                 plan.append((k, a, b))
-        nxt = self._ahead(ahead or (), trans_a, trans_b)
+        nxt = self._ahead(ahead or (), trans_a, trans_b, twin)
 
         def request(k, a, b):
             ea = self._staged(a, *self._layout("a", trans_a, k, mp), scope)
@@ -368,20 +379,26 @@ class BlockEngine:
                 for _, ea, eb in pending:
                     self.cache.release(ea)
                     self.cache.release(eb)
-        return self._run(steps, m, n, alpha, beta, c, planned=(len(plan), sum(2.0 * m * n * k for k, _, _ in plan)))
+        return self._run(steps, m, n, alpha, beta, c, planned=(len(plan), sum(2.0 * m * n * k for k, _, _ in plan)),
+                         twin=twin)
 
-    def _ahead(self, ahead, trans_a: bool, trans_b: bool) -> list:
+    def _ahead(self, ahead, trans_a: bool, trans_b: bool, twin: bool = False) -> list:
         """``(ref, transpose, drows, dcols)`` of each read-ahead block, up to a quarter of the cache's budget."""
-        p, out, spent = self.params, [], 0
+        out, spent, seen = [], 0, set()
         for ref, side, extent in ahead:
             rows, cols = _shape(ref)
             if side == "a":
-                k, trans, tile = (rows if trans_a else cols), trans_a, p.TSM
+                k, trans = (rows if trans_a else cols), trans_a
             else:
-                k, trans, tile = (cols if trans_b else rows), trans_b, p.TSN
+                k, trans = (cols if trans_b else rows), trans_b
             if not k or not extent:
                 continue
-            transpose, drows, dcols = self._layout(side, trans, k, roundup(extent, tile))
+            mp, np_ = self._padded(extent, extent, twin)
+            transpose, drows, dcols = self._layout(side, trans, k, mp if side == "a" else np_)
+            if _reads_itself(ref):   # a twin's block is listed once per side, for one cache entry (see stream)
+                if (ident := (ref.key(), transpose, drows, dcols)) in seen:
+                    continue
+                seen.add(ident)
             nbytes = self._nbytes(drows, dcols)
             if out and spent + nbytes > self.cache.budget // 4:
                 break
@@ -405,8 +422,12 @@ class BlockEngine:
         """Device bytes of a staged ``drows x dcols`` block (3xTF32's blocks hold two halves)."""
         return drows * dcols * self.dtype.itemsize * self.k.parts
 
-    def _padded(self, m: int, n: int) -> tuple[int, int]:
-        return roundup(max(m, 1), self.params.TSM), roundup(max(n, 1), self.params.TSN)
+    def _padded(self, m: int, n: int, twin: bool = False) -> tuple[int, int]:
+        """The C block's padded ``(m, n)``; ``twin`` (see :meth:`stream`): both to one common tile."""
+        tm, tn = self.params.TSM, self.params.TSN
+        if twin:
+            tm = tn = math.lcm(tm, tn)
+        return roundup(max(m, 1), tm), roundup(max(n, 1), tn)
 
     @staticmethod
     def _check(a_shape, b_shape, m, n, trans_a, trans_b) -> int:
@@ -418,12 +439,12 @@ class BlockEngine:
             raise ValueError(f"block shapes do not fit: A {tuple(a_shape)}, B {tuple(b_shape)} for C {(m, n)}")
         return k
 
-    def _run(self, steps, m, n, alpha, beta, c, planned=None) -> np.ndarray:
+    def _run(self, steps, m, n, alpha, beta, c, planned=None, twin: bool = False) -> np.ndarray:
         with self._lock:
             self.device.idle = False
             t0 = time.perf_counter()
             try:
-                return self._measured(lambda: self._accumulate(steps(), m, n, alpha, beta, c), planned)
+                return self._measured(lambda: self._accumulate(steps(), m, n, alpha, beta, c, twin), planned)
             except Exception as e:
                 if is_opencl_error(e):   # one the steps did not name (their own are DeviceErrors already)
                     raise_plain(device_error(self.device.info.name, f"a {m}x{n} {self.dtype.name} block product", e))
@@ -450,12 +471,12 @@ class BlockEngine:
     def _transferred(self, event) -> None:
         """An upload, padding, unpadding or download command (None: nothing was enqueued)."""
 
-    def _accumulate(self, steps, m, n, alpha, beta, c) -> np.ndarray:
+    def _accumulate(self, steps, m, n, alpha, beta, c, twin: bool = False) -> np.ndarray:
         """Enqueue one GEMM per step into the C accumulator, then unpad and download it once."""
         import pyopencl as cl
 
         p, q = self.params, self.device.queue
-        mp, np_ = self._padded(m, n)
+        mp, np_ = self._padded(m, n, twin)
         real = self.dtype.type
         use_c = c is not None and beta != 0
         if use_c:

@@ -2,17 +2,20 @@
 
 ``dgemm-gemm``    :func:`gemm_block`, one block product on this worker's device
 ``dgemm-reduce``  :func:`reduce_blocks`, the sum of a C block's k segments
+``dgemm-mirror``  :func:`mirror`, a symmetric product's block below the diagonal: one above, transposed
 ``dgemm-store``   :func:`store`, one C block written (as long as its run owns the output), then marked done
 ``dgemm-done``    :func:`done`, after every store
 """
 from __future__ import annotations
+
+import numpy as np
 
 from dgemm.opencl.device import device_error, is_opencl_error, raise_plain
 from dgemm.storage import ZarrBlock, hostcache, read_block, store_block
 
 
 def gemm_block(a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_b, dtype, precision=None,
-               scope=None, reserve=0, ahead=None):
+               scope=None, reserve=0, ahead=None, twin=False):
     """One C block: ``alpha * sum_k op(A_ik) op(B_kj) + beta * C_ij`` on this worker's device.
 
     The A and B blocks are read and uploaded ahead of the device and kept in
@@ -23,7 +26,9 @@ def gemm_block(a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_b, dtype
     cache; ``ahead`` lists the blocks the products this worker is expected
     to run next will read first, read while this one finishes.  A failed
     read raises :class:`OSError` naming the array, rows and columns, and the
-    chunk when it can tell (:func:`dgemm.storage.unreadable`).
+    chunk when it can tell (:func:`dgemm.storage.unreadable`).  ``twin``: A
+    and B are blocks of one array in one layout (a Gram product), staged
+    once for both sides (see :meth:`~dgemm.opencl.engine.BlockEngine.stream`).
     """
     # At call time, so that the package dgemm.worker may import this module without a cycle.
     from dgemm.worker import device_state
@@ -31,7 +36,7 @@ def gemm_block(a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_b, dtype
     state = device_state()
     try:
         return _gemm_block(state, a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_b, dtype, precision,
-                           scope, reserve, ahead)
+                           scope, reserve, ahead, twin)
     except Exception as e:
         # The engine names its own device errors; any other of pyopencl's (a kernel build, say) would reach
         # the client as an empty Exception: its record does not pickle (issue 26).
@@ -42,7 +47,7 @@ def gemm_block(a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_b, dtype
 
 
 def _gemm_block(state, a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_b, dtype, precision, scope, reserve,
-                ahead):
+                ahead, twin=False):
     engine = state.engine(dtype, precision)
     state.plan_cache(reserve)
     # once per product, before any read: a bad host-cache setting fails with its own message
@@ -53,7 +58,7 @@ def _gemm_block(state, a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_
         ahead = [(hostcache.through(shared, scope, r), side, extent) for r, side, extent in ahead or ()]
     c = read_block(c_ref) if c_ref is not None and beta != 0 else None
     return engine.stream(a_refs, b_refs, m, n, alpha=alpha, beta=beta, c=c, trans_a=trans_a, trans_b=trans_b,
-                         scope=scope, ahead=ahead)
+                         scope=scope, ahead=ahead, twin=twin)
 
 
 def reduce_blocks(parts):
@@ -62,6 +67,12 @@ def reduce_blocks(parts):
     for p in parts[1:]:
         out += p
     return out
+
+
+def mirror(block):
+    """The block below the diagonal of a symmetric C: its mirror image above it, transposed (C-contiguous,
+    as the store writes whole rows)."""
+    return np.ascontiguousarray(np.asarray(block).T)
 
 
 def store(array, rows, cols, block, drop, marker=None, fence=None, originals=None):
