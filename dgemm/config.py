@@ -32,6 +32,7 @@ ValueError: dgemm.read-threads='many' must be a positive integer
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -73,6 +74,27 @@ def _positive_bytes(value, name) -> int | None:
     if n == 0:
         raise ValueError(f"{name}={value!r} must be more than 0 bytes")
     return n
+
+
+def _memory_limit(value, name) -> int | float | None:
+    """Bytes (as :func:`_positive_bytes`), or a fraction in (0, 1] of the device's memory (a float).
+
+    A fraction is written with a decimal point (``0.8``, ``1.0``), as
+    dask-cuda's ``--device-memory-limit`` takes it; the worker, which knows
+    its device, resolves it (:func:`dgemm.worker.state.device_memory`).
+
+    >>> _memory_limit("0.8", "x"), _memory_limit(1.0, "x"), _memory_limit("4GiB", "x"), _memory_limit(1000, "x")
+    (0.8, 1.0, 4294967296, 1000)
+    """
+    text = value.strip() if isinstance(value, str) else value
+    if isinstance(text, float) or (isinstance(text, str) and re.fullmatch(r"\d*\.\d*", text) and text != "."):
+        f = float(text)
+        if 0 < f <= 1:
+            return f
+        if f <= 0:   # nothing of the device; above 1, bytes as before
+            raise ValueError(f"{name}={value!r} must be a fraction in (0, 1] of the device's memory, or a size "
+                             "in bytes (like 1000, 512MiB or 2GB)")
+    return _positive_bytes(value, name)
 
 
 def _positive_int(value, name) -> int | None:
@@ -130,6 +152,23 @@ def _host_cache(value, name) -> str | None:
     return folder
 
 
+def _cache_folder(value, name) -> str | None:
+    """``on``, ``off`` (YAML's booleans and 1/0 too) or an absolute folder (the cache there)."""
+    if _blank(value):
+        return None
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    text = str(value).strip()
+    word = {"on": "on", "true": "on", "yes": "on", "1": "on", "off": "off", "false": "off", "no": "off",
+            "0": "off"}.get(text.lower())
+    if word is not None:
+        return word
+    folder = os.path.expanduser(text)
+    if not os.path.isabs(folder):
+        raise ValueError(f"{name}={value!r} must be on, off or an absolute folder")
+    return folder
+
+
 @dataclass(frozen=True)
 class Setting:
     """One setting: its key in the ``dgemm`` namespace, its ``DGEMM_*`` variable, parser and meaning.
@@ -163,9 +202,9 @@ SETTINGS = {s.key: s for s in (
     Setting("device", "DGEMM_DEVICE", _text,
             "The one device a worker process opens (set per worker by `dgemm worker`, `dgemm cluster` and "
             "the local cluster). Unset: the first GPU, else a CPU device."),
-    Setting("device-memory-limit", "DGEMM_DEVICE_MEMORY_LIMIT", _positive_bytes,
-            "Caps the device memory dgemm plans for on a worker (bytes or `4GiB`): a device shared with "
-            "other jobs. Read where the worker runs."),
+    Setting("device-memory-limit", "DGEMM_DEVICE_MEMORY_LIMIT", _memory_limit,
+            "Caps the device memory dgemm plans for on a worker (bytes or `4GiB`, or a fraction like `0.8` "
+            "of the device's memory): a device shared with other jobs. Read where the worker runs."),
     Setting("worker-timeout", "DGEMM_WORKER_TIMEOUT", _seconds,
             "Seconds a call waits for the cluster's first worker (and for its device) before giving up."),
     Setting("lease-interval", "DGEMM_LEASE_INTERVAL", _seconds,
@@ -192,6 +231,10 @@ SETTINGS = {s.key: s for s in (
     Setting("small-flops", "DGEMM_SMALL_FLOPS", _count,
             "In-memory (numpy) products with no `out` below this many flops (2·m·n·k) are computed by numpy "
             "in the calling process, without a cluster; 0: always on the devices."),
+    Setting("program-cache", "DGEMM_PROGRAM_CACHE", _cache_folder,
+            "Programs dgemm finishes itself (the wgmma kernel, built through its PTX) kept on disk, per "
+            "source, options, device and driver: `on` (the default: `programs` in the user cache folder), "
+            "`off`, or an absolute folder. pyopencl caches the programs built from source itself."),
     Setting("commit", "DGEMM_COMMIT", _text,
             "The commit benchmark records name (a copy of the tree may carry a stale `.git`, or none)."),
 )}

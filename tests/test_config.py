@@ -110,6 +110,40 @@ def test_settings_reach_their_readers(clean, monkeypatch, tmp_path):
         assert engine.default_prefetch() == 5                     # unset: one step per reader, at least 4
 
 
+@pytest.mark.parametrize("raw, expected", [
+    ("0.8", 0.8), (" .25 ", 0.25), ("1.0", 1.0), (0.5, 0.5),        # dask-cuda's fraction of the device
+    ("4GiB", 4 << 30), ("1000", 1000), (3 << 30, 3 << 30), (4e9, 4_000_000_000),   # sizes, as before
+])
+def test_device_memory_limit_takes_a_fraction_or_bytes(clean, monkeypatch, raw, expected):
+    monkeypatch.setenv("DGEMM_DEVICE_MEMORY_LIMIT", str(raw))
+    got = config.get("device-memory-limit")
+    assert got == expected and type(got) is type(expected)
+    monkeypatch.delenv("DGEMM_DEVICE_MEMORY_LIMIT")
+    with dask.config.set({"dgemm.device-memory-limit": raw}):
+        assert config.get("device-memory-limit") == expected
+
+
+@pytest.mark.parametrize("raw", ["0.0", ".0", "-0.5", "0", "lots"])
+def test_device_memory_limit_refuses_what_is_neither(clean, monkeypatch, raw):
+    monkeypatch.setenv("DGEMM_DEVICE_MEMORY_LIMIT", raw)
+    with pytest.raises(ValueError, match="DGEMM_DEVICE_MEMORY_LIMIT"):
+        config.get("device-memory-limit")
+
+
+def test_a_fraction_is_resolved_against_each_device(clean):
+    """The worker's device decides what 0.8 means: 0.8 of 16 GiB on one, of 6 GiB on another; bytes cap."""
+    from types import SimpleNamespace
+
+    from dgemm.worker.state import device_memory
+
+    big, small = SimpleNamespace(global_mem=16 << 30), SimpleNamespace(global_mem=6 << 30)
+    with dask.config.set({"dgemm.device-memory-limit": "0.8"}):
+        assert device_memory(big) == int(0.8 * (16 << 30)) and device_memory(small) == int(0.8 * (6 << 30))
+    with dask.config.set({"dgemm.device-memory-limit": "8GiB"}):
+        assert device_memory(big) == 8 << 30 and device_memory(small) == 6 << 30
+    assert device_memory(big) == 16 << 30
+
+
 def test_readme_lists_every_setting():
     """The README's "Settings" section is the table config.settings_table() writes (paste it there)."""
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()

@@ -47,9 +47,9 @@ def _worker_options(f):
         click.option("--memory-limit", default="auto", show_default=True,
                      help="Memory limit per worker: bytes (16GB), a fraction of this host's memory, 0 for "
                           "none, or auto (this host's memory shared among the workers)."),
-        click.option("--device-memory-limit", default=None, metavar="BYTES",
-                     help="Caps the device memory each worker plans for, e.g. 4GiB (a device shared with "
-                          "other jobs); sets DGEMM_DEVICE_MEMORY_LIMIT in each worker "
+        click.option("--device-memory-limit", default=None, metavar="BYTES|FRACTION",
+                     help="Caps the device memory each worker plans for, e.g. 4GiB, or 0.8 of its device's "
+                          "(a device shared with other jobs); sets DGEMM_DEVICE_MEMORY_LIMIT in each worker "
                           "(default: the worker's own setting)."),
         click.option("--preload", multiple=True, metavar="MODULE",
                      help="Module (foo.bar) or file (/path/to/foo.py) each worker process loads, as dask "

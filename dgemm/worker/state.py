@@ -270,8 +270,10 @@ def _digest(kernel, transfer, wait, up, down, flops) -> None:
 
 
 def device_memory(info) -> int:
-    """Bytes dgemm may assume a device has: its global memory, capped by ``device-memory-limit`` (read here)."""
+    """Bytes dgemm may assume a device has: its global memory, capped by ``device-memory-limit`` (read here:
+    bytes, or a fraction of this device's memory)."""
     limit = config.get("device-memory-limit")
+    limit = int(limit * info.global_mem) if isinstance(limit, float) else limit
     return info.global_mem if limit is None else min(info.global_mem, limit)
 
 
