@@ -29,6 +29,10 @@ Every series is labelled ``worker`` (address), ``name`` (worker name) and
 ``dgemm_uploaded_bytes_total``      host to device
 ``dgemm_downloaded_bytes_total``    device to host
 ``dgemm_blocks_total``              block products finished (``dgemm-gemm`` tasks)
+``dgemm_storage_chunks_total``      chunks read or written, by ``path`` (:data:`dgemm.names.STORAGE_PATHS`:
+                                    dgemm's fast paths or zarr's; ``*_zarr`` count regions), for
+                                    the worker's whole process (:mod:`dgemm.storage.fastpaths`)
+``dgemm_storage_bytes_total``       the bytes of array elements those moved, by ``path``
 ``dgemm_device_info``               1, with ``device_id``, ``type``, ``driver``; 0 when the device failed
 ``dgemm_gemm_tasks_running``        GEMM tasks executing now
 ``dgemm_tflops``                    (scheduler) TFLOPS over the last seconds
@@ -45,6 +49,7 @@ from __future__ import annotations
 import threading
 
 from dgemm import busy
+from dgemm.names import STORAGE_PATHS
 
 # (snapshot key, metric name without _total, help)
 COUNTER_FAMILIES = (
@@ -145,14 +150,18 @@ class DgemmCollector:
         progress = GaugeMetricFamily("dgemm_matmul_progress",
                                      "Share of the flops of recent matmuls done, within running blocks too "
                                      "(scheduler only)", labels=["matmul"])
-        return counters, info, running, tflops, blocks, parts, progress
+        paths = (CounterMetricFamily("dgemm_storage_chunks", "Chunks read or written by the worker's process, by "
+                                     "path: dgemm's own or zarr's (*_zarr: regions)", labels=LABELS + ["path"]),
+                 CounterMetricFamily("dgemm_storage_bytes", "Bytes of array elements read or written by the "
+                                     "worker's process, by path", labels=LABELS + ["path"]))
+        return counters, info, running, tflops, blocks, parts, progress, paths
 
     def describe(self):
-        counters, *others = self._families()
-        return [*counters.values(), *others]
+        counters, *others, paths = self._families()
+        return [*counters.values(), *others, *paths]
 
     def collect(self):
-        counters, info, running, tflops, blocks, parts, progress = self._families()
+        counters, info, running, tflops, blocks, parts, progress, paths = self._families()
         found, matmuls = rows()
         for addr, name, snap, rate in found:
             if not snap:
@@ -162,6 +171,9 @@ class DgemmCollector:
                 fam.add_metric(labels, float(snap.get(key) or 0))
             for part, key in busy.KEYS.items():
                 parts.add_metric(labels + [part], float(snap.get(key) or 0))
+            for path in STORAGE_PATHS:
+                for fam, key in zip(paths, (f"storage_{path}", f"storage_{path}_bytes")):
+                    fam.add_metric(labels + [path], float(snap.get(key) or 0))
             info.add_metric(labels + [snap.get("device_id") or "", snap.get("device_type") or "",
                                       snap.get("driver") or ""], 1.0 if snap.get("ok") else 0.0)
             running.add_metric(labels, float(snap.get("gemm_running") or 0))
@@ -175,6 +187,7 @@ class DgemmCollector:
                     progress.add_metric([m["id"]], float(m["work_done"]))
         yield from counters.values()
         yield parts
+        yield from paths
         yield info
         yield running
         if matmuls is not None:

@@ -36,5 +36,9 @@ COUNTERS = ("flops", "bytes_up", "bytes_down", "kernel_seconds", "busy_seconds",
 # kept in Stats.extra, the others are Stats fields (host_cache_*: dgemm.storage.hostcache, where it is on)
 EXTRA = ("transfer_seconds", "read_wait_seconds", "host_cache_hits", "host_cache_misses",
          "host_cache_bytes_served", "host_cache_bytes_decoded")
+# How a process read and wrote chunks, by path (dgemm.storage.fastpaths): its snapshot's keys are
+# storage_<path> (a count) and storage_<path>_bytes, in a worker's snapshot beside the counters above.
+STORAGE_PATHS = ("read_direct", "read_decoded_into", "read_copied", "read_fill", "read_zarr",
+                 "write_direct", "write_batched", "write_zarr", "s3_put_batch")
 # Seconds of the other dgemm tasks (from the worker's Fine Performance Metrics), by the task prefix they sum.
 TASK_SECONDS = {"store_seconds": STORE, "load_seconds": LOAD, "reduce_seconds": REDUCE}

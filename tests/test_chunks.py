@@ -1,7 +1,8 @@
 """dgemm.storage.chunks: a block of a Zarr array read straight into the caller's buffer, without zarr's reading.
 
 Every layout :func:`chunks.read_into` says it handles must give exactly
-what zarr gives for the region (``np.asarray(block.load())``): edge chunks
+what zarr's own indexing gives for the region (``np.asarray(arr[region])``,
+never dgemm's reader, which is under test here): edge chunks
 cut short, chunks never written (the fill value), empty inner chunks of a
 shard, big-endian data, both dtypes.  The output buffer is poisoned first,
 so an element left unwritten shows; zarr's own reading is made to raise
@@ -222,10 +223,21 @@ def zarr_cannot_read():
         yield
 
 
+def through_zarr(arr, rows, cols, expand=None) -> np.ndarray:
+    """The region as zarr's own indexing reads it (2-D, as a block of it), in native byte order: the reference."""
+    if expand is None:
+        got = np.asarray(arr[rows[0]:rows[1], cols[0]:cols[1]])
+    else:
+        lo, hi = cols if expand == 0 else rows
+        got = np.asarray(arr[lo:hi])
+        got = got[None, :] if expand == 0 else got[:, None]
+    return got.astype(native(arr))
+
+
 def check_region(arr, data, rows, cols, *, expand=None, label="", poison=np.nan):
     """read_into gives True and exactly what zarr reads (and what was written) for one region."""
     block = ZarrBlock(arr, rows=rows, cols=cols, expand=expand)
-    expected = np.asarray(block.load())
+    expected = through_zarr(arr, rows, cols, expand)
     want = data[rows[0]:rows[1], cols[0]:cols[1]] if expand is None else (
         data[cols[0]:cols[1]][None, :] if expand == 0 else data[rows[0]:rows[1]][:, None])
     assert np.array_equal(expected, want, equal_nan=True), f"{label}: zarr itself does not read what was written"
@@ -328,7 +340,7 @@ def test_unhandled_layouts_return_false_and_leave_out_untouched(tmp_path, rng, l
     assert isinstance(reason, str) and reason.strip(), f"why_not gave {reason!r}"
     for name, (rows, cols) in REGIONS.items():
         block = ZarrBlock(arr, rows=rows, cols=cols)
-        assert np.array_equal(np.asarray(block.load()), data[rows[0]:rows[1], cols[0]:cols[1]])
+        assert np.array_equal(through_zarr(arr, rows, cols), data[rows[0]:rows[1], cols[0]:cols[1]])
         out = rng.standard_normal(block.shape).astype(native(arr))
         before = out.copy()
         assert chunks.read_into(block, out) is False, f"{layout} {name}: read_into claims a layout it should decline"
@@ -343,7 +355,7 @@ def test_other_layouts_are_read_right_or_declined(tmp_path, rng, layout):
     assert reason is None or (isinstance(reason, str) and reason.strip())
     for name, (rows, cols) in REGIONS.items():
         block = ZarrBlock(arr, rows=rows, cols=cols)
-        expected = np.asarray(block.load())
+        expected = through_zarr(arr, rows, cols)
         assert np.array_equal(expected, data[rows[0]:rows[1], cols[0]:cols[1]])
         out = np.full(block.shape, np.nan)
         took = chunks.read_into(block, out)
@@ -415,7 +427,7 @@ def test_corrupt_chunk_raises(tmp_path, rng, case):
         f.write(bad)
     block = ZarrBlock(arr, rows=(0, 16), cols=(0, 32))   # holds chunk (0, 0): the whole first shard
     with pytest.raises(Exception):
-        np.asarray(block.load())        # the damage is one zarr sees: read_into must see it too
+        through_zarr(arr, (0, 16), (0, 32))   # the damage is one zarr sees: read_into must see it too
     out = np.full(block.shape, np.nan)
     try:
         took = chunks.read_into(block, out)

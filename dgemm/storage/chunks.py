@@ -29,6 +29,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from dgemm.storage import fastpaths
+
 # numcodecs codecs that decode straight into a caller's buffer (``decode(buf, out=...)``) in C, without the GIL.
 _INTO = {"zstd", "blosc", "lz4"}
 # numcodecs compressors whose decode is a plain bytes-to-bytes function (any other codec id is left to zarr).
@@ -457,20 +459,26 @@ def read_into(block, out: np.ndarray) -> bool:
     arr = block.array
     if not out.flags.c_contiguous or tuple(out.shape) != tuple(block.shape) \
             or out.dtype != np.dtype(arr.dtype).newbyteorder("="):
-        return False
+        return _declined("read_zarr", out)
     try:
         lay = layout(arr)
     except Unsupported:
-        return False
+        return _declined("read_zarr", out)
     visible(arr)
     if block.expand is None:
         region = (slice(*block.rows), slice(*block.cols))
     else:
         region = (slice(*(block.cols if block.expand == 0 else block.rows)),)
     if len(region) != arr.ndim:
-        return False
+        return _declined("read_zarr", out)
     _read_region(_Source(arr), lay, tuple(arr.shape), region, out.reshape([s.stop - s.start for s in region]))
     return True
+
+
+def _declined(path: str, data) -> bool:
+    """False, counted: the caller reads (or writes) ``data``'s region through zarr."""
+    fastpaths.record(path, getattr(data, "nbytes", 0))
+    return False
 
 
 def _read_region(src: _Source, lay: Layout, shape, region, out: np.ndarray) -> None:
@@ -527,6 +535,7 @@ def _place(lay: Layout, shape, region, out: np.ndarray, idx, data, what: str) ->
     dest = out[outs]
     if data is None:
         dest[...] = lay.fill
+        fastpaths.record("read_fill", dest.nbytes)
         return
     nbytes = int(np.prod(lay.chunk)) * lay.dtype.itemsize
     if whole and dest.flags.c_contiguous:
@@ -536,11 +545,13 @@ def _place(lay: Layout, shape, region, out: np.ndarray, idx, data, what: str) ->
             target[...] = got
         if not lay.dtype.isnative:
             dest.view(lay.dtype).byteswap(inplace=True)   # swap in place: the bytes were stored big-endian
+        fastpaths.record("read_decoded_into" if got is target else "read_copied", dest.nbytes)
         return
     scratch = _scratch("chunk", nbytes)
     got = _decode(lay.steps, data, scratch, what)
     chunk = np.frombuffer(got, dtype=lay.dtype).reshape(lay.chunk)
     np.copyto(dest, chunk[inside])
+    fastpaths.record("read_copied", dest.nbytes)
 
 
 def _decode(steps, data, target: np.ndarray, what: str):
@@ -570,8 +581,11 @@ def _read_raw_local(src: _Source, lay: Layout, shape, region, out, per_key) -> N
         if whole and dest.flags.c_contiguous:
             if not src.read_raw_into(key, dest):
                 dest[...] = lay.fill
-            elif not lay.dtype.isnative:
+                fastpaths.record("read_fill", dest.nbytes)
+                continue
+            if not lay.dtype.isnative:
                 dest.view(lay.dtype).byteswap(inplace=True)
+            fastpaths.record("read_direct", dest.nbytes)
             continue
         data = next(src.fetch([(key, None)]))
         _place(lay, shape, region, out, idx, data, key)
@@ -589,28 +603,28 @@ def write_region(array, region: tuple[slice, ...], data: np.ndarray) -> bool:
     encoded in the calling thread (numcodecs, outside the GIL) and written
     as zarr's local store writes it, to a temporary file moved into place.
     """
+    data = np.asarray(data)
     try:
         lay = layout(array)
     except Unsupported:
-        return False
+        return _declined("write_zarr", data)
     from dgemm.storage import remote
 
     src = _Source(array)
     if lay.shard is not None or getattr(array, "read_only", True) \
             or not all(getattr(step, "encodes", False) for step in lay.steps) \
             or (src.root is None and not remote.handles(array.store)):
-        return False
+        return _declined("write_zarr", data)
     shape = tuple(array.shape)
-    data = np.asarray(data)
     if len(region) != len(shape) or data.shape != tuple(s.stop - s.start for s in region):
-        return False
+        return _declined("write_zarr", data)
     idxs = list(itertools.product(*[range(s.start // c, -(-s.stop // c)) for s, c in zip(region, lay.chunk)]))
     for idx in idxs:
         for i, c, n, s in zip(idx, lay.chunk, shape, region):
             if s.start > i * c or s.stop < min((i + 1) * c, n):
-                return False           # a part of a chunk: zarr reads, merges and rewrites it
+                return _declined("write_zarr", data)    # a part of a chunk: zarr reads, merges, rewrites it
     visible(array)
-    items = []
+    items, sizes = [], []
     for idx in idxs:
         inside, outs, whole = _cover(idx, lay, shape, region)
         part = data[outs]
@@ -626,10 +640,13 @@ def write_region(array, region: tuple[slice, ...], data: np.ndarray) -> bool:
         if src.root is None:
             # a raw chunk's buf may be this thread's scratch, reused by the next chunk: copied now
             items.append((src._key(lay.key(idx)), buf if lay.steps else buf.tobytes()))
+            sizes.append(part.nbytes)
         else:
             _write_file(src.file(lay.key(idx)), buf)
+            fastpaths.record("write_direct", part.nbytes)
     if items and remote.put_many(array.store, items) is None:
-        return False          # an object too large for one PUT: nothing written, zarr writes it
+        return _declined("write_zarr", data)    # an object too large for one PUT: nothing written, zarr writes it
+    fastpaths.record("write_batched", sum(sizes), len(sizes))
     return True
 
 

@@ -59,6 +59,8 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from dgemm.storage import fastpaths
+
 # Requests of one call run at once on this many threads (per process, shared by all callers); real S3
 # rewards many connections, and a thread waiting on the network costs little.
 POOL_THREADS = 64
@@ -149,6 +151,7 @@ def put_many(store, items: list) -> bool | None:
         raise ValueError(f"store {store!r} was opened read-only: nothing written")
     s3, fs, root, _ = found
     _run(lambda item: s3.put(fs, _path(root, item[0]), item[1]), items)
+    fastpaths.record("s3_put_batch", sum(len(value) for _, value in items))
     return True
 
 

@@ -26,6 +26,7 @@ from dgemm.opencl.device import Device, DeviceError
 from dgemm.opencl.discovery import select_devices
 from dgemm.opencl.engine import BlockEngine
 from dgemm.sizes import MEMORY_FRACTION
+from dgemm.storage import fastpaths
 
 # Block products a worker remembers, and how old the ones it reports may be: the
 # scheduler samples every second, so each product reaches it at least once.
@@ -405,6 +406,7 @@ class DeviceState:
         if self.device is not None:
             out.update(self.device.cache.stats())
             out.update({f"live_{k}": v for k, v in self.device.live_buffers().items()})
+        out.update(fastpaths.snapshot())   # this process's chunk reads and writes, by path (all its devices')
         return out
 
     def plan_cache(self, reserve: int) -> int:
