@@ -442,11 +442,32 @@ class Device:
             bad.append(f"wgmma is sm_90's (Hopper); {self.info.name} is {self.info.architecture or 'not NVIDIA'}")
         if bad:
             raise ValueError(f"invalid kernel parameters {params}: " + "; ".join(bad))
-        program, _, _ = wgmma.build(self.context, self.cl_device, params, extra_options)
+        program = self._wgmma_program(params, extra_options)
         # The padding and transpose kernels of the regular program (any GEMM parameters build them).
         helpers = self.kernels(dtype, lookup(self.info, dtype.name, precision="fma").params).program
         with self._lock:
             return self._kernels.setdefault(key, Kernels(helpers, params, dtype, gemm_program=program))
+
+    def _wgmma_program(self, params: KernelParams, extra_options: tuple):
+        """The wgmma program for ``params``: from the disk cache (dgemm.opencl.binaries) when built before.
+
+        Builds with ``extra_options`` (diagnostics: ``-cl-nv-verbose``) skip the cache, so that their
+        compiler log is a real build's.
+        """
+        from dgemm.opencl import wgmma
+        from dgemm.opencl.ptx import cached_program, files_digest
+
+        def build():
+            program, _, finished = wgmma.build(self.context, self.cl_device, params, extra_options)
+            return program, finished
+        if extra_options:
+            return build()[0]
+        program, hit = cached_program(self.context, self.cl_device, build,
+                                      sources=files_digest(p for p in sources.kernel_dir().iterdir() if p.is_file()),
+                                      options=wgmma.options(params), sites=files_digest([wgmma.__file__]),
+                                      target="sm_90a")
+        logger.debug("dgemm: the wgmma kernel %s %s", params, "loaded from the program cache" if hit else "built")
+        return program
 
     def build_log(self, dtype, params: KernelParams, extra_options: tuple = ("-cl-nv-verbose",)) -> str:
         """The compiler's log for a build (registers and spills on NVIDIA with -cl-nv-verbose)."""

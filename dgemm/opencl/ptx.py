@@ -16,16 +16,24 @@ the ``sm_90`` build accepts — and :func:`finish` replaces them:
 
 Every edit is checked: a site that is not where or what it should be
 raises :class:`PtxEditError`, and the caller keeps the kernels it had.
+
+The finished PTX is kept on disk (:func:`cached_program`, through
+:mod:`dgemm.opencl.binaries`), as pyopencl keeps the programs it builds from
+source: a new worker process loads it instead of building, editing and
+building again.
 """
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
 
 from dgemm.errors import PtxEditError
+from dgemm.opencl import binaries
 
-__all__ = ["PtxEditError", "Site", "finish", "program_ptx", "retarget"]
+__all__ = ["PtxEditError", "Site", "cached_program", "finish", "program_ptx", "retarget"]
 
 
 @dataclass(frozen=True)
@@ -231,3 +239,59 @@ def _check_untouched(lines: list[str], mark_blocks, regs: list[str], number: int
         used = set(_REG.findall(s)) & marked
         if used:
             raise PtxEditError(f"site {number}: line {i + 1} ({s!r}) uses {sorted(used)} between the marks")
+
+
+def device_identity(device) -> dict:
+    """What of ``device`` (a pyopencl.Device) decides the program built for it: name, driver, platform."""
+    return {"name": device.name, "vendor": device.vendor, "driver": device.driver_version,
+            "version": device.version, "platform": device.platform.version}
+
+
+def files_digest(paths) -> str:
+    """SHA-256 over the names and contents of ``paths`` (sorted): the sources a program is built from."""
+    h = hashlib.sha256()
+    for p in sorted(Path(p) for p in paths):
+        h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def cached_program(ctx, device, build: Callable[[], tuple], **parts):
+    """A program finished through this module, from the disk cache when built there before.
+
+    Parameters
+    ----------
+    ctx, device : pyopencl.Context, pyopencl.Device
+        Where the program is for.
+    build : callable
+        Builds it the whole way: ``(program, finished PTX text)`` (as
+        :func:`dgemm.opencl.wgmma.build` gives them first and last).
+    **parts
+        What else determines the finished PTX (JSON-able): the sources'
+        digest (:func:`files_digest`), the compiler options, the sites'
+        code.  The device and its driver (:func:`device_identity`), dgemm's
+        and pyopencl's versions and this module's own text are added.
+
+    Returns
+    -------
+    (pyopencl.Program, bool)
+        The built program, and whether its PTX came from the cache.  An
+        entry that is damaged, or that the driver does not build, is
+        dropped and the program built again (:func:`dgemm.opencl.binaries.cached`).
+    """
+    import pyopencl as cl
+
+    import dgemm
+
+    entry = binaries.key(**parts, device=device_identity(device), dgemm=dgemm.__version__,
+                         pyopencl=cl.VERSION_TEXT, editor=files_digest([__file__]))
+
+    def make():
+        program, finished = build()
+        return program, finished.encode() + b"\0"
+
+    def load(data: bytes):
+        if not data.endswith(b"\0") or b".target" not in data:
+            raise PtxEditError("a cached entry that is not finished PTX")
+        return cl.Program(ctx, [device], [data]).build()
+
+    return binaries.cached(entry, make, load)
