@@ -12,9 +12,9 @@ receives them.  Every other set builds the unchanged kernel.  The bugs:
 
 * ``PLANT_LOST_TILE``: the K loop stops one k-tile early (``k0 < K - TSK``).
 * ``PLANT_SHORT_A``: A's packed panel keeps 8 of float32's 24 significand bits
-  (bfloat16): 10 to 25 times the tolerance at k = 1024 (the tuner's size on
-  a CPU device) to 512 (this test's), which a tolerance 100 times too loose
-  passes.  A lost k-tile is hundreds of times the tolerance there; at the
+  (bfloat16): about 12 times the tolerance at k = 1024 (the tuner's size on
+  a CPU device) and 23 times at 512 (this test's), which a tolerance 100
+  times too loose passes.  A lost k-tile is hundreds of times the tolerance there; at the
   GPU's size (4096, TSK 8) about 60 times (:mod:`dgemm.accuracy`).
 * ``PLANT_CORNER_LOST_TILE``: the last work-group (the bottom-right tile of C)
   loses its last k-tile; every other tile is right.
