@@ -5,7 +5,7 @@
   the reads again with A out of the page cache), or on S3 the server's raw
   GET and PUT rates (:mod:`dgemm.benchmarks.objectstore`); and a worker's
   host-device copy rates;
-* :func:`measured_rates`: those rates in :class:`dgemm.client.plan.Rates`'
+* :func:`measured_rates`: those rates in :class:`dgemm.client.estimate.Rates`'
   terms, beside dgemm's kernel in memory from the same run;
 * :func:`plan_floor`: the plan :func:`dgemm.matmul` makes for these workers
   and inputs, and its predicted floor with ``dgemm plan``'s default rates
@@ -55,17 +55,19 @@ def time_host_rates(client, addr: str, record: dict, folder: Location, log) -> d
     if folder.remote:
         return _object_rates(client, addr, record["inputs"], folder, record, log)
     return _local_rates(client, addr, record["inputs"], folder, record["dtype"], record["errors"], log,
-                        cold=record["cold"])
+                        cold=record["cold"], compressors=record.get("compressors", "auto"))
 
 
-def _local_rates(client, addr, ins, folder, dtype, errors, log, cold: bool = False) -> dict | None:
-    """The store's and ``addr``'s bus rates (:func:`dgemm.benchmarks.rates.host_rates`); None if they fail.
+def _local_rates(client, addr, ins, folder, dtype, errors, log, cold: bool = False,
+                 compressors="auto") -> dict | None:
+    """The store's, C's codec's and ``addr``'s bus rates (:func:`dgemm.benchmarks.rates.host_rates`); None if they fail.
 
     With ``cold``, the store's reads are timed again with A dropped from the
     page cache before each thread count (``read_cold_gbps``, ``reader_cold_gbps``).
     """
     try:
-        r = host_rates(ins["a"]["path"], os.fspath(folder), ins["a"]["chunks"], dtype, client, addr)
+        r = host_rates(ins["a"]["path"], os.fspath(folder), ins["a"]["chunks"], dtype, client, addr,
+                       compressors=compressors)
         if cold:
             r.update(_cold_read_rates(ins["a"]["path"]))
     except Exception as e:  # a full disk...: the benchmark goes on without them
@@ -75,6 +77,8 @@ def _local_rates(client, addr, ins, folder, dtype, errors, log, cold: bool = Fal
     copy = r["copy_gbps"]
     log("host rates (GB/s): read " + ", ".join(f"{v:.3g} ({t} thr)" for t, v in r["read_gbps"].items() if v)
         + "; write " + ", ".join(f"{v:.3g} ({t} thr)" for t, v in r["write_gbps"].items() if v)
+        + "; encode C " + (", ".join(f"{v:.3g} ({t} thr)" for t, v in (r.get("encode_gbps") or {}).items() if v)
+                           or "not timed")
         + (f"; upload {fmt(copy['upload_pageable'], '.3g')} pageable, {fmt(copy['upload_pinned'], '.3g')} pinned"
            if copy else f"; copies not timed ({r['copy_skipped']})"))
     return r
@@ -133,29 +137,45 @@ def _best(rates: dict | None) -> float | None:
     return max(vals) if vals else None
 
 
-def measured_rates(record: dict) -> dict:
-    """The run's own rates in :class:`dgemm.client.plan.Rates`' terms (bytes/s, flop/s), and where each came from.
+def _per_core(rates: dict | None, cores: int | None) -> tuple[float | None, int | None]:
+    """GB/s per core at the best of ``{threads: GB/s}`` (threads beyond the cores count as cores), and its threads."""
+    got = [(v, int(t)) for t, v in (rates or {}).items() if v]
+    if not got:
+        return None, None
+    v, t = max(got)
+    return v / max(1, min(t, cores or t)), t
 
-    Store reads: the best of dgemm's reader (else zarr's) over thread counts,
-    cold ones with ``--cold``; on S3 the server's best raw GET.  Writes: the
-    local store's best (raw chunks), or the best PUT.  PCIe: page-locked
-    upload.  Kernel: dgemm's kernel in memory in this run.  A rate not
-    measured is left out (the plan's default stands).
+
+def measured_rates(record: dict) -> dict:
+    """The run's own rates in :class:`dgemm.client.estimate.Rates`' terms (bytes/s, flop/s), and where each came from.
+
+    ``rates``: store reads, the best of dgemm's reader (else zarr's) over
+    thread counts (it decodes too: the host's ceiling where it has more cores
+    than the threads measured), cold ones with ``--cold``; on S3 the server's best raw
+    GET.  Writes: the local store's best (raw chunks), or the best PUT.
+    PCIe: page-locked upload.  Kernel: dgemm's kernel in memory in this run.
+    ``cpu``: per core, the reader's best over thread counts divided by its
+    threads (it reads and decodes the inputs' codec: their decode rate with
+    every core busy), and the output codec's encode rate likewise
+    (``encode_gbps``, where measured); ``cores``, the host's.  A rate not
+    measured is left out (the plan's default, or the codec's, stands).
 
     >>> r = measured_rates({"host_rates": {"reader_gbps": {"1": 2.0, "4": 6.0}, "write_gbps": {"1": 1.0},
-    ...                     "copy_gbps": {"upload_pinned": 25.0}}, "kernel": {"tflops": 40.0}})
+    ...                     "copy_gbps": {"upload_pinned": 25.0}}, "kernel": {"tflops": 40.0}, "cpus": 16})
     >>> r["rates"]
     {'read': 6000000000.0, 'write': 1000000000.0, 'pcie': 25000000000.0, 'flops': 40000000000000.0}
+    >>> r["cpu"]
+    {'decode': 1500000000.0, 'cores': 16}
     >>> measured_rates({})["rates"]
     {}
     """
     hr, obj = record.get("host_rates") or {}, record.get("object_store") or {}
-    out, source = {}, {}
+    out, source, cpu = {}, {}, {}
+    cold = "_cold" if record.get("cold") else ""
     if record.get("store_kind") == "s3":
         read, source["read"] = (obj.get("get") or {}).get("best_gbps"), "object GET (best over threads)"
         write, source["write"] = (obj.get("put") or {}).get("best_gbps"), "object PUT (best over threads)"
     else:
-        cold = "_cold" if record.get("cold") else ""
         read = _best(hr.get(f"reader{cold}_gbps"))
         source["read"] = f"dgemm's chunk reader{', cold' if cold else ''} (best over threads)"
         if read is None:
@@ -171,21 +191,62 @@ def measured_rates(record: dict) -> dict:
             out[key] = v * scale
         else:
             source.pop(key, None)
-    return {"rates": out, "source": source}
+    cores = record.get("cpus")
+    for key, rates, what in (("decode", hr.get(f"reader{cold}_gbps"), "dgemm's chunk reader on A"),
+                             ("encode", hr.get("encode_gbps"), "C's codec, encoding")):
+        v, t = _per_core(rates, cores)
+        if v:
+            cpu[key] = v * 1e9
+            source[key] = f"{what}, best over threads ({t}) per thread"
+    if cores:
+        cpu["cores"] = cores
+    return {"rates": out, "cpu": cpu, "source": source}
+
+
+def floor_of(p, n_workers: int, cache, how: dict, db_tflops: float | None, measured: dict | None = None) -> dict:
+    """The floor of plan ``p`` on ``n_workers`` with ``dgemm plan``'s default rates and, given, the run's.
+
+    ``how``: :func:`dgemm.client.estimate.estimate`'s codecs, hosts and the
+    like; ``db_tflops``: the tuning database's kernel rate (None: unknown);
+    ``measured``: :func:`measured_rates`.  Each missing measured rate stands
+    at its default.
+    """
+    from dgemm.client.estimate import Rates
+
+    def estimate(rates):
+        e = p.estimate(n_workers, rates, cache, **how)
+        busiest = max(e["workers"], key=lambda w: w["floor"], default=None)
+        return {"floor_seconds": e["floor_seconds"], "bound": e["bound"], "tflops_ceiling": e["tflops_ceiling"],
+                "bytes_read": e["bytes_read"], "bytes_decoded": e["bytes_decoded"],
+                "bytes_written": e["bytes_written"], "rates": e["rates"], "codecs": e["codecs"],
+                "hosts": e["hosts"],
+                "busiest": {key: busiest[key] for key in ("tasks", "seconds", "fill", "drain")} if busiest else None,
+                "text": p.explain_estimate(n_workers, rates, cache, **how)}
+
+    cores = (measured or {}).get("cpu", {}).get("cores")
+    flops = db_tflops * 1e12 if db_tflops else None
+    out = {"defaults": estimate(Rates(flops=flops, cores=cores))}
+    if measured is not None:
+        rates = {"flops": flops, **measured["rates"], **measured.get("cpu", {})}
+        if measured["source"].get("read", "").startswith("zarr"):   # zarr reads slower than dgemm: no bound
+            rates["read"] = None
+        out["measured"] = {**estimate(Rates(**rates)), "source": measured["source"]}
+    return out
 
 
 def plan_floor(usable: dict, a_path, b_path, dtype, measured: dict | None = None,
-               storage_options: dict | None = None) -> dict:
-    """``dgemm plan``'s predicted floor for this product on these workers (:meth:`dgemm.client.plan.Plan.estimate`).
+               storage_options: dict | None = None, out_compressors="auto", shared_decode: bool = False) -> dict:
+    """``dgemm plan``'s predicted floor for this product on these workers (:func:`dgemm.client.estimate.estimate`).
 
     Parameters
     ----------
     usable : dict
         The workers' descriptions (:func:`dgemm.cluster.prepare`): their
         tiles, memory and default block size make the plan, as
-        :func:`dgemm.matmul` makes it.
+        :func:`dgemm.matmul` makes it; the workers' hosts, how many share
+        each host's cores.
     a_path, b_path : str or os.PathLike
-        The inputs (their shapes and chunks).
+        The inputs (their shapes, chunks and codecs).
     dtype : str
         The product's dtype.
     measured : dict, optional
@@ -193,17 +254,22 @@ def plan_floor(usable: dict, a_path, b_path, dtype, measured: dict | None = None
         its default.
     storage_options : dict, optional
         For inputs on S3.
+    out_compressors : "auto" or list
+        C's codecs (zarr's JSON; "auto": zarr's default).
+    shared_decode : bool
+        The run's workers share a host cache of decoded blocks.
 
     Returns
     -------
     dict
         The plan's blocks, tasks and text; ``defaults``, the floor with
-        ``dgemm plan``'s default rates (store reads 5 GB/s, writes 2 GB/s,
-        PCIe 20 GB/s) and the tuning database's kernel rate; ``measured``,
-        the floor with the run's rates.  The device cache is what ``dgemm
-        plan`` assumes.
+        ``dgemm plan``'s default rates (the store unbounded, as the page
+        cache; PCIe 20 GB/s; the codecs' per-core rates) and the tuning database's
+        kernel rate; ``measured``, the floor with the run's rates.  The
+        device cache is what ``dgemm plan`` assumes.
     """
-    from dgemm.client.estimate import Rates
+    from dgemm.benchmarks.inputs import describe_zarr
+    from dgemm.client.estimate import codec_of
     from dgemm.client.plan import make_plan
     from dgemm.cluster import device_limits, tiles_of
     from dgemm.opencl.database import lookup
@@ -218,22 +284,17 @@ def plan_floor(usable: dict, a_path, b_path, dtype, measured: dict | None = None
     p = make_plan(m, n, k, dtype, tiles, a_chunks=A.chunks, b_chunks=B.chunks, target=target,
                   n_workers=len(usable), device_memory=memory, max_alloc=max_alloc)
     cache = None if memory is None else max(0.0, MEMORY_FRACTION * memory - 2 * p.device_bytes())
-    db = lookup(next(iter(usable.values()))["device"], dtype).tflops
+    first = next(iter(usable.values()))["device"]
+    db = lookup(first, dtype).tflops
+    codecs = [codec_of(describe_zarr(x, storage_options)["compressors"]) for x in (a_path, b_path)]
+    codecs.append(codec_of("zstd" if out_compressors == "auto" else out_compressors))
+    how = {"codecs": tuple(codecs), "hosts": len({d.get("host") for d in usable.values()}),
+           "shared_decode": shared_decode, "device_is_host": str(getattr(first, "type", "")).upper() == "CPU",
+           "chunks": (A.chunks, B.chunks)}
     out = {"block": list(p.block_shape), "tasks": p.n_tasks, "workers": len(usable), "cache_bytes": cache,
-           "plan": p.explain(), "kernel_tflops_database": db}
-
-    def estimate(rates):
-        e = p.estimate(len(usable), rates, cache)
-        busiest = max(e["workers"], key=lambda w: w["floor"], default=None)
-        return {"floor_seconds": e["floor_seconds"], "bound": e["bound"], "tflops_ceiling": e["tflops_ceiling"],
-                "bytes_read": e["bytes_read"], "bytes_written": e["bytes_written"], "rates": e["rates"],
-                "busiest": {key: busiest[key] for key in ("tasks", "seconds", "fill", "drain")} if busiest else None,
-                "text": p.explain_estimate(len(usable), rates, cache)}
-
-    out["defaults"] = estimate(Rates(flops=db * 1e12 if db else None))
-    if measured is not None:
-        rates = {"flops": db * 1e12 if db else None, **measured["rates"]}
-        out["measured"] = {**estimate(Rates(**rates)), "source": measured["source"]}
+           "plan": p.explain(), "kernel_tflops_database": db,
+           "how": {**how, "codecs": [c.name for c in codecs]}}
+    out.update(floor_of(p, len(usable), cache, how, db, measured))
     return out
 
 
@@ -242,12 +303,15 @@ def add_floor(record: dict, usable: dict, ins: dict, storage_options, log) -> No
 
     The floor says whether the plan has the blocks the run used
     (``same_blocks_as_run``) and, for each set of rates, the measured time
-    over it (``measured_over_floor``).
+    over it (``measured_over_floor``).  A run whose workers decoded through
+    the host cache (its counters say so) is planned with shared decodes.
     """
     d = record.get("dgemm") or {}
+    total = (d.get("counters") or {}).get("total") or {}
     try:
         f = plan_floor(usable, ins["a"]["path"], ins["b"]["path"], record["dtype"], measured_rates(record),
-                       storage_options)
+                       storage_options, out_compressors=d.get("output_compressors", "auto"),
+                       shared_decode=bool(total.get("host_cache_misses")))
     except Exception as e:
         record["errors"].append({"stage": "plan_floor", "error": error_text(e)})
         log(f"plan floor: ERROR {error_text(e)}")

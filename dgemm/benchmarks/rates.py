@@ -1,8 +1,8 @@
-"""The host's rates that bound an end-to-end product: store reads and writes, host-device copies.
+"""The host's rates that bound an end-to-end product: store reads and writes, encoding C, host-device copies.
 
 ``dgemm bench e2e`` records them beside its timings, so that a run can be
-read against its floor (:meth:`dgemm.client.plan.Plan.explain_estimate` takes the
-same three rates).  Each is measured the way dgemm moves data: whole Zarr
+read against its floor (:func:`dgemm.client.estimate.estimate` takes the
+same rates: the reader's per thread is the inputs' decode rate per core).  Each is measured the way dgemm moves data: whole Zarr
 chunks by several threads, and one device buffer copied by one thread from
 ordinary (pageable) and from page-locked (pinned) host memory.
 """
@@ -20,6 +20,7 @@ READ_THREADS = (1, 4, 8)
 READER_THREADS = (1, 4, 8, 16)   # dgemm's own chunk reader (dgemm.storage.chunks), which scales further
 WRITE_THREADS = (1, 4)
 WRITE_CHUNKS = 8                 # chunks written per write-rate measurement
+ENCODE_SIDE = 2048               # chunk side of the encode rate: 16 MiB of float32, large enough to time the codec
 COPY_BYTES = 256 * 2**20         # the host-device copy (capped to an eighth of the device's memory)
 COPY_REPS = 4
 
@@ -94,6 +95,25 @@ def store_write_rate(folder, chunks, dtype, threads: int, count: int = WRITE_CHU
         shutil.rmtree(path, ignore_errors=True)
 
 
+def encode_rate(compressors, chunks, dtype, threads: int) -> float | None:
+    """GB/s encoding chunks of normal values with ``compressors`` ("auto": zarr's default) on ``threads`` threads.
+
+    Through zarr into memory (no disk), as C's blocks are encoded: ``2 *
+    threads`` chunks (at least 4) of at most :data:`ENCODE_SIDE` a side.
+    """
+    import zarr
+
+    cr, cc = (min(int(c), ENCODE_SIDE) for c in chunks)
+    count = max(2 * threads, 4)
+    arr = zarr.create_array(store=zarr.storage.MemoryStore(), shape=(cr * count, cc), chunks=(cr, cc),
+                            dtype=dtype, compressors=compressors)
+    block = np.random.default_rng(0).standard_normal((cr, cc)).astype(dtype)
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(lambda i: arr.__setitem__((slice(i * cr, (i + 1) * cr), slice(None)), block), range(count)))
+    return _gbps(block.nbytes * count, time.perf_counter() - t0)
+
+
 def copy_rates() -> dict:
     """Run on a worker (a task): GB/s of its device's copies, from one thread.
 
@@ -131,7 +151,7 @@ def copy_rates() -> dict:
         pinned.release()
 
 
-def host_rates(a_path, folder, chunks, dtype, client=None, worker: str | None = None) -> dict:
+def host_rates(a_path, folder, chunks, dtype, client=None, worker: str | None = None, compressors="auto") -> dict:
     """The store's read and write rates (GB/s by thread count) and, on ``worker``, its device's copy rates.
 
     Parameters
@@ -146,18 +166,25 @@ def host_rates(a_path, folder, chunks, dtype, client=None, worker: str | None = 
     client, worker : optional
         The worker whose device's copies are timed (a task holding its ``GPU``
         resource); without them, no copy rates.
+    compressors : "auto", None or list, optional
+        C's codecs (zarr's ``compressors=``): their encode rate on one thread
+        and on every core (:func:`encode_rate`); a codec given as anything
+        else (a repr) is not timed.
 
     Returns
     -------
     dict
         ``read_gbps`` (through zarr), ``reader_gbps`` (dgemm's chunk reader)
-        and ``write_gbps`` (``{threads: GB/s}``), ``copy_gbps``
+        ``write_gbps`` and ``encode_gbps`` (``{threads: GB/s}``), ``copy_gbps``
         (:func:`copy_rates`, or None with ``copy_skipped`` saying why).
     """
     out = {"read_gbps": {str(t): store_read_rate(a_path, t) for t in READ_THREADS},
            "reader_gbps": {str(t): reader_rate(a_path, t) for t in READER_THREADS},
            "write_gbps": {str(t): store_write_rate(folder, chunks, dtype, t) for t in WRITE_THREADS},
            "copy_gbps": None, "copy_skipped": "no worker given"}
+    if compressors is None or compressors == "auto" or isinstance(compressors, list):
+        out["encode_gbps"] = {str(t): encode_rate(compressors, chunks, dtype, t)
+                              for t in sorted({1, os.cpu_count() or 1})}
     if client is not None and worker is not None:
         try:
             out["copy_gbps"] = client.submit(copy_rates, workers=[worker], allow_other_workers=False,

@@ -136,7 +136,8 @@ def floor_text(d: dict) -> str:
         r = e["rates"]
         busiest = e.get("busiest") or {}
         details.append(
-            f"  {name}: read {r['read'] / 1e9:.3g}, write {r['write'] / 1e9:.3g}, PCIe {r['pcie'] / 1e9:.3g} GB/s, "
+            f"  {name}: read {fmt(r['read'] and r['read'] / 1e9, '.3g', 'unbounded')}, "
+            f"write {fmt(r['write'] and r['write'] / 1e9, '.3g', 'unbounded')}, PCIe {r['pcie'] / 1e9:.3g} GB/s, "
             + (f"kernel {r['flops'] / 1e12:.3g} TFLOPS" if r.get("flops") else "kernel not counted")
             + "; busiest worker: " + ", ".join(f"{k} {v:.3g} s" for k, v in (busiest.get("seconds") or {}).items())
             + f", fill {busiest.get('fill', 0):.2g} s, drain {busiest.get('drain', 0):.2g} s")

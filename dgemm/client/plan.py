@@ -198,8 +198,8 @@ class Plan:
             f"blocks: {bm} x {bn} (C), k-blocks of {bk}; kernel tiles {self.tiles}",
             f"grid: {self.rows.count} x {self.cols.count} C blocks, {self.ks.count} k-blocks, "
             f"k split into {len(self.segments)} segment(s): {self.n_tasks} GEMM tasks",
-            f"work: {_num(self.flops / 1e9, 3)} GFLOP; input bytes {_num(self.bytes_read() / 1e6, 1)} MB if no block "
-            f"were reused, output bytes written {_num(self.m * self.n * self.dtype.itemsize / 1e6, 1)} MB",
+            f"work: {_num(self.flops / 1e9, 3)} GFLOP; input bytes {format_bytes(self.bytes_read())} if no block "
+            f"were reused, output bytes written {format_bytes(self.m * self.n * self.dtype.itemsize)}",
             *([self.note] if self.note else []),
             *([f"graph: {_count(self.block_products)} block products, more than the {MAX_BLOCK_PRODUCTS:,} a task "
                "graph may hold: dgemm.matmul refuses it"] if self.block_products > MAX_BLOCK_PRODUCTS else []),
@@ -215,17 +215,21 @@ class Plan:
         return [(i, j, s) for i in range(self.rows.count) for j in range(self.cols.count)
                 for s in range(len(self.segments))]
 
-    def estimate(self, n_workers: int = 1, rates=None, cache_bytes: float | None = None) -> dict:
-        """Bytes moved and the time floor on ``n_workers`` devices: :func:`dgemm.client.estimate.estimate`."""
+    def estimate(self, n_workers: int = 1, rates=None, cache_bytes: float | None = None, **how) -> dict:
+        """Bytes moved and the time floor on ``n_workers`` devices placed by :func:`assign`.
+
+        :func:`dgemm.client.estimate.estimate` on this plan's shares (``how``:
+        its codecs, hosts and the like).
+        """
         from dgemm.client.estimate import estimate
 
-        return estimate(self, loads(self, n_workers), rates, cache_bytes)
+        return estimate(self, loads(self, n_workers), rates, cache_bytes, **how)
 
-    def explain_estimate(self, n_workers: int = 1, rates=None, cache_bytes: float | None = None) -> str:
+    def explain_estimate(self, n_workers: int = 1, rates=None, cache_bytes: float | None = None, **how) -> str:
         """:meth:`estimate` as text: :func:`dgemm.client.estimate.explain_estimate`."""
         from dgemm.client.estimate import explain_estimate
 
-        return explain_estimate(self, loads(self, n_workers), rates, cache_bytes)
+        return explain_estimate(self, loads(self, n_workers), rates, cache_bytes, **how)
 
     def device_bytes(self) -> int:
         """Device memory one block product needs (see :func:`working_set`)."""
