@@ -187,7 +187,12 @@ def _step(codec):
     name = str(impl.codec_id)
     if name not in _COMPRESSORS:
         raise Unsupported(f"codec {name}")
-    return _Numcodec(impl, name, encodes)
+    fast = None
+    if name == "zstd":
+        from dgemm.storage import zstd
+
+        fast = zstd.codec(impl.level, getattr(impl, "checksum", False))
+    return _Numcodec(impl, name, encodes, fast)
 
 
 def _blosc(codec):
@@ -213,20 +218,29 @@ def _blosc(codec):
 
 
 class _Numcodec:
-    """One numcodecs compressor; decodes into the caller's buffer where it can."""
+    """One numcodecs compressor; decodes into the caller's buffer where it can.
 
-    def __init__(self, codec, name: str, encodes: bool = True):
-        self.codec, self.name, self.encodes = codec, name, encodes
+    ``fast`` (zstd: :class:`dgemm.storage.zstd.Zstd`, where libzstd loads)
+    decodes into the buffer and encodes with this thread's reused context
+    and buffer; an encoded chunk is then ``transient`` (reused by the
+    thread's next encode).
+    """
+
+    def __init__(self, codec, name: str, encodes: bool = True, fast=None):
+        self.codec, self.name, self.encodes, self.fast = codec, name, encodes, fast
+        self.transient = fast is not None
 
     def decode(self, buf, out, what: str):
         if out is not None and self.name in _INTO and _content_size(self.name, buf) == out.nbytes:
             # decode() checks that the frame fits ``out``; its declared size, checked above, says it fills it
+            if self.fast is not None:
+                return self.fast.decode(buf, out, what)
             self.codec.decode(buf, out=out)
             return out
         return self.codec.decode(buf)
 
     def encode(self, buf):
-        return self.codec.encode(buf)
+        return self.codec.encode(buf) if self.fast is None else self.fast.encode(buf)
 
     def __repr__(self):
         return f"{self.name} codec"
@@ -638,8 +652,10 @@ def write_region(array, region: tuple[slice, ...], data: np.ndarray) -> bool:
         for step in reversed(lay.steps):
             buf = step.encode(buf)
         if src.root is None:
-            # a raw chunk's buf may be this thread's scratch, reused by the next chunk: copied now
-            items.append((src._key(lay.key(idx)), buf if lay.steps else buf.tobytes()))
+            # a raw chunk's buf may be this thread's scratch, and a zstd chunk's this thread's encoder
+            # buffer (dgemm.storage.zstd), both reused by the next chunk: copied now
+            reused = not lay.steps or getattr(lay.steps[0], "transient", False)
+            items.append((src._key(lay.key(idx)), bytes(memoryview(buf).cast("B")) if reused else buf))
             sizes.append(part.nbytes)
         else:
             _write_file(src.file(lay.key(idx)), buf)
