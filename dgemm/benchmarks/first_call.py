@@ -31,7 +31,11 @@ imported = time.time()
 if __name__ == "__main__":      # dgemm's local cluster spawns workers, which import the script again
     dgemm.matmul(sys.argv[1], sys.argv[2], out=sys.argv[3]{extra}{options})
     done = time.time()
-    print({mark!r} + json.dumps({{"start": start, "imported": imported, "done": done}}), flush=True)
+    # untimed, for the benchmark's record: the devices of the cluster the call started
+    from dgemm.benchmarks.first_call import ran_on
+    workers = ran_on()
+    print({mark!r} + json.dumps({{"start": start, "imported": imported, "done": done, "workers": workers,
+                                  "reported": time.time()}}), flush=True)
 """
 
 
@@ -55,6 +59,28 @@ def first_call_script(compressors="auto", storage_options: bool = False) -> str:
         raise ValueError(f"the first-call script writes C with zarr's default codec or none, not {compressors!r}")
     options = ", storage_options=json.loads(sys.argv[4])" if storage_options else ""
     return FIRST_CALL_SCRIPT.format(extra=extra, options=options, mark=FIRST_CALL_MARK)
+
+
+def ran_on() -> list[dict]:
+    """Run by the first-call script after its call: the workers of the local cluster the call started.
+
+    One entry per worker (by address): its device's ``id``, ``name`` and
+    ``type``, and the ``flops`` its block products did; ``{"device": None}``
+    for a worker without a dgemm device.  The record says from this what the
+    script ran on, whatever ``devices`` it was given.
+    """
+    from dgemm.cluster import local_client
+    from dgemm.worker import describe_worker
+
+    workers = []
+    for _, d in sorted(local_client().run(describe_worker).items()):   # the call's own cluster: started already
+        if not d or not d.get("ok"):
+            workers.append({"device": None})
+            continue
+        info = d["device"]
+        workers.append({"device": info.id, "name": info.name, "type": info.type,
+                        "flops": sum(s.get("flops", 0) for s in d.get("stats", {}).values())})
+    return workers
 
 
 def time_first_call(a_path, b_path, out_path, m: int, n: int, k: int, devices: str | None = None,
@@ -96,7 +122,8 @@ def time_first_call(a_path, b_path, out_path, m: int, n: int, k: int, devices: s
         ``seconds`` from just before the process is spawned to the return of
         the call, split into ``process_start_seconds``, ``import_seconds``
         and ``matmul_seconds``; ``exit_seconds``, what the process took
-        after it (closing its cluster); the sampled check and the script.
+        after it (closing its cluster); ``workers``, the devices of the
+        script's cluster (:func:`ran_on`); the sampled check and the script.
 
     Raises
     ------
@@ -134,7 +161,7 @@ def time_first_call(a_path, b_path, out_path, m: int, n: int, k: int, devices: s
              "tflops": tflops(flops(m, n, k), seconds),
              "process_start_seconds": t["start"] - t0, "import_seconds": t["imported"] - t["start"],
              "matmul_seconds": t["done"] - t["imported"], "dgemm_seconds": attrs.get("seconds"),
-             "exit_seconds": ended - t["done"], "check": check, "ok": check["passed"],
+             "exit_seconds": ended - t["reported"], "workers": t["workers"], "check": check, "ok": check["passed"],
              "status": "ok" if check["passed"] else "FAILED",
              "output_compressors": [codec_dict(c) for c in zc.compressors],
              "script": script.read_text(), "cold": cold}
