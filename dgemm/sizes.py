@@ -19,6 +19,19 @@ def roundup(x: int, m: int) -> int:
 MEMORY_FRACTION = 0.8
 
 
+def cache_budget(memory: int, reserve: int, device_type: str | None = None) -> int:
+    """Bytes of a device's panel cache: its share of ``memory`` less what one block product holds (``reserve``).
+
+    The share is :data:`MEMORY_FRACTION`; a CPU device, whose memory is the
+    host's, keeps a quarter of that.
+
+    >>> cache_budget(100, 30), cache_budget(100, 30, "CPU"), cache_budget(100, 90)
+    (50, 0, 0)
+    """
+    share = MEMORY_FRACTION * memory * (0.25 if device_type == "CPU" else 1.0)
+    return max(0, int(share - reserve))
+
+
 def default_target(device_types) -> int:
     """The block size asked for when the user gives none, by the types of the devices that will run it.
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
 from dgemm import names
+from dgemm.client.order import grow, panel_bytes
 from dgemm.client.plan import Plan, assign, check_graph_size
 from dgemm.client.request import is_gram
 from dgemm.storage import BlockMarkers, Operand, ZarrBlock
@@ -58,7 +59,7 @@ def _merge(graph: Graph, coll) -> str | None:
 
 def build(plan: Plan, a: Operand, b: Operand, c: Operand | None, *, alpha: float, beta: float,
           token: str, blocks=None, precision: str | None = None, workers=None,
-          originals: Originals | None = None) -> Graph:
+          originals: Originals | None = None, cache_bytes: float | None = None) -> Graph:
     """The layers that compute the C blocks of ``plan`` (``blocks``: a list of ``(i, j)``, default all).
 
     ``precision`` picks the kernel family on each worker (see :func:`dgemm.opencl.database.lookup`).
@@ -74,6 +75,11 @@ def build(plan: Plan, a: Operand, b: Operand, c: Operand | None, *, alpha: float
     store tasks overwrite; each GEMM task reads its block of C through
     :class:`~dgemm.storage.originals.OriginalBlock`, the original even when
     it runs again after its block was written.
+
+    ``cache_bytes``: the panel cache of the smallest worker's device, where
+    known.  A worker whose panels all fit in it runs its blocks as a growing
+    rectangle rather than row by row (:func:`dgemm.client.order.grow`), so
+    that its reads spread over the run.
 
     A plan of more than :data:`~dgemm.client.plan.MAX_BLOCK_PRODUCTS` block
     products is refused (:func:`~dgemm.client.plan.check_graph_size`)
@@ -106,7 +112,8 @@ def build(plan: Plan, a: Operand, b: Operand, c: Operand | None, *, alpha: float
     wanted = _blocks(plan, blocks)
     grid = sorted({(min(i, j), max(i, j)) for i, j in wanted}) if symmetric else wanted
     tasks = [(i, j, s) for i, j in grid for s in range(len(plan.segments))]
-    order = assign(tasks, len(workers) if workers else 1, plan)
+    order = [grow(mine, panel_bytes(plan, mine), cache_bytes)
+             for mine in assign(tasks, len(workers) if workers else 1, plan)]
 
     def refs(i, j, s):
         k0, k1 = plan.segments[s]
@@ -122,7 +129,8 @@ def build(plan: Plan, a: Operand, b: Operand, c: Operand | None, *, alpha: float
             dsk[key] = (gemm_block, *refs(i, j, s),
                         c_ref(i, j) if (use_c and first) else None,
                         r1 - r0, c1 - c0, float(alpha), float(beta) if first else 0.0,
-                        a.trans, b.trans, dt, precision, token, reserve, ahead(pos), symmetric)
+                        a.trans, b.trans, dt, precision, token, reserve, ahead(pos),
+                        *((True,) if symmetric else ()))   # twin (gemm_block's last argument)
             if workers:
                 where[key] = [workers[w]]
             priority[key] = len(mine) - pos   # each worker runs its blocks in the order given
