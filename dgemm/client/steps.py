@@ -21,7 +21,7 @@ from dgemm.client.plan import Plan, check_graph_size, make_plan
 from dgemm.client.request import Request
 from dgemm.cluster import check_worker_access, device_limits, get_client, prepare, tiles_of
 from dgemm.scheduler import placement
-from dgemm.sizes import default_target
+from dgemm.sizes import cache_budget, default_target
 from dgemm.storage import hostcache
 from dgemm.storage.output_run import OutputRun, already_complete, write_empty
 
@@ -169,6 +169,15 @@ def _open_output(req: Request, plan: Plan) -> OutputRun:
                           reads_c=reads_c)
 
 
+def _cache_bytes(plan: Plan, workers: dict) -> float | None:
+    """The panel cache of the smallest worker's device (a margin off, for the padding), None where unknown."""
+    memory, _ = device_limits(workers)
+    if memory is None:
+        return None
+    kind = "CPU" if any(d["device"].type == "CPU" for d in workers.values()) else None
+    return 0.9 * cache_budget(memory, plan.device_bytes(), kind)
+
+
 def _compute(req: Request, plan: Plan, token: str, client, workers: dict, output: OutputRun) -> None:
     """Compute and store the output's pending blocks on the cluster, each marked once stored, holding its lease.
 
@@ -189,13 +198,13 @@ def _compute(req: Request, plan: Plan, token: str, client, workers: dict, output
             where = sorted(workers) if len(workers) > 1 and placement.ensure(client) else None
             g = graph_mod.build(plan, req.a, req.b, req.c, alpha=req.alpha, beta=req.beta, token=token,
                                 blocks=output.pending, precision=req.precision, workers=where,
-                                originals=output.originals)
+                                originals=output.originals, cache_bytes=_cache_bytes(plan, workers))
             done_key = graph_mod.add_store(g, plan, output.array, req.drop, token, output.markers,
                                            blocks=output.pending, fence=output.fence(), originals=output.originals)
             future = client.compute(Delayed(done_key, g.hlg()))
-            if req.progress:   # the share of the flops done, as the dashboard counts it (not of the tasks)
-                from dgemm.client.progress import show_progress
-                show_progress(client, future, token)
+            if req.progress:
+                from distributed import progress as show_progress
+                show_progress(future, scheduler=address)  # the client given, not just the default
             future.result()
         except BaseException:
             _cancel(client, future)
