@@ -606,17 +606,18 @@ COPY_THREADS = 8
 
 
 def reader_share(cpus: int, devices: int) -> int:
-    """Reader threads per device worker on a host of ``cpus`` cores and ``devices`` device workers: 2 to 16.
+    """Reader threads per device worker on a host of ``cpus`` cores and ``devices`` device workers: 2 to 32.
 
     Decoding compressed chunks is CPU work that scales with threads (zstd
-    on one H100 host: 3.1 GB/s with 8 threads, 5.9 with 16; bench/NOTES.md),
-    so a device gets its share of the cores, up to 16.  Raw chunks are only
+    on a 32-core H200 host: 0.9 GB/s on one, 21 on 32; bench/NOTES.md,
+    "Issue 27"), so a device gets its share of the cores, up to 32 (each
+    thread holds a page-locked staging buffer).  Raw chunks are only
     copied, by a pool of at most :data:`COPY_THREADS` (:meth:`Device.pool`).
 
     >>> reader_share(64, 4), reader_share(16, 1), reader_share(2, 2), reader_share(12, 4), reader_share(128, 2)
-    (16, 16, 2, 3, 16)
+    (16, 16, 2, 3, 32)
     """
-    return max(2, min(16, cpus // max(1, devices)))
+    return max(2, min(32, cpus // max(1, devices)))
 
 
 def read_threads() -> int:
