@@ -37,12 +37,12 @@ BYTES_IN_FLIGHT = 8 * 2**30       # bound on what the writer threads hold at onc
 INPUT_CODECS = ("raw", "default", "blosc-lz4")   # how the benchmark's inputs are encoded (make_inputs)
 
 
-def _exists(path: str) -> bool:
+def _exists(path: str, storage_options: dict | None = None) -> bool:
     if "://" not in path or path.startswith("file://"):
         return os.path.lexists(path[len("file://"):] if path.startswith("file://") else path)
     import zarr
     try:
-        zarr.open(path, mode="r")
+        zarr.open(path, mode="r", storage_options=storage_options)
         return True
     except Exception:  # zarr raises several types for "nothing here"
         return False
@@ -74,7 +74,8 @@ def panels(shape, chunks, itemsize: int) -> list[tuple[int, int, int, int]]:
 
 
 def random_zarr(path, shape, chunks, dtype="float64", seed: int | None = None, overwrite: bool = False,
-                threads: int | None = None, *, compressors=None, shards=None, zarr_format: int = 3):
+                threads: int | None = None, *, compressors=None, shards=None, zarr_format: int = 3,
+                storage_options: dict | None = None):
     """Write a standard-normal random matrix as a Zarr array (uncompressed by default), chunks in parallel.
 
     Parameters
@@ -103,6 +104,9 @@ def random_zarr(path, shape, chunks, dtype="float64", seed: int | None = None, o
         only): ``chunks`` are then the inner chunks.
     zarr_format : {3, 2}
         The Zarr format of the array.
+    storage_options : dict, optional
+        Options of the filesystem behind a URL ``path`` (s3fs: credentials,
+        endpoint), as zarr's ``storage_options``; ignored for a local path.
 
     Returns
     -------
@@ -145,14 +149,16 @@ def random_zarr(path, shape, chunks, dtype="float64", seed: int | None = None, o
         if any(s % c for s, c in zip(shards, chunks)):
             raise ValueError(f"shards {shards} must be multiples of the chunks {chunks}")
     path = os.fspath(path)
-    if not overwrite and _exists(path):
+    storage_options = storage_options if "://" in path and not path.startswith("file://") else None
+    if not overwrite and _exists(path, storage_options):
         raise FileExistsError(f"{path!r} already exists; pass overwrite=True to replace it")
     if overwrite and os.path.isfile(path):
         # zarr would refuse to turn a plain file into a store; the user asked to replace it.
         os.remove(path)
     # Random normals do not compress: by default the codec is skipped, which writes several times faster.
     arr = zarr.create_array(store=path, shape=shape, chunks=chunks, shards=shards, dtype=dt,
-                            compressors=compressors, fill_value=0, overwrite=overwrite, zarr_format=zarr_format)
+                            compressors=compressors, fill_value=0, overwrite=overwrite, zarr_format=zarr_format,
+                            storage_options=storage_options)
     (m, n), (cr, cc) = shape, chunks
     grid_cols = -(-n // cc)
     seeds = np.random.SeedSequence(seed).spawn(-(-m // cr) * grid_cols)

@@ -101,11 +101,47 @@ class BlockParam(click.ParamType):
         return vals[0] if len(vals) == 1 else vals
 
 
-def fmt_bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.3g} {unit}"
-        n /= 1024
+def _storage_options(ctx, param, pairs) -> dict | None:
+    """``--storage-option KEY=VALUE`` pairs as one dict: VALUEs read as YAML scalars, dotted KEYs nested.
+
+    >>> _storage_options(None, None, ("anon=true", "client_kwargs.region_name=eu-west-1", "key=AK/x+1"))
+    {'anon': True, 'client_kwargs': {'region_name': 'eu-west-1'}, 'key': 'AK/x+1'}
+    """
+    import yaml
+
+    out: dict = {}
+    for pair in pairs:
+        key, eq, text = pair.partition("=")
+        parts = key.strip().split(".")
+        if not eq or not all(parts):
+            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", ctx, param)
+        try:  # true, 3, null as YAML reads them; anything else (a secret, a URL) stays the text given
+            value = yaml.safe_load(text) if text.strip() else text
+        except yaml.YAMLError:
+            value = text
+        if value is not None and not isinstance(value, (str, bool, int, float)):
+            value = text  # YAML's lists, mappings and dates: the text given
+        node = out
+        for name in parts[:-1]:
+            node = node.setdefault(name, {})
+            if not isinstance(node, dict):
+                raise click.BadParameter(f"{pair!r}: {name} is already given a value", ctx, param)
+        if parts[-1] in node:
+            raise click.BadParameter(f"{pair!r}: {key.strip()} is given twice", ctx, param)
+        node[parts[-1]] = value
+    return out or None
+
+
+def storage_option(what: str, api: str):
+    """The ``--storage-option KEY=VALUE`` option (repeatable) of a command whose ``what`` may be URLs.
+
+    Its value reaches the command as ``storage_options``: one dict, or None.
+    """
+    return click.option(
+        "--storage-option", "storage_options", multiple=True, callback=_storage_options, metavar="KEY=VALUE",
+        help=f"An option of the filesystem behind {what} (s3fs: key, secret, endpoint_url, anon=true, "
+             f"client_kwargs.region_name=...), as storage_options= of {api}; repeat it for each.  VALUE is "
+             "read as YAML (true, 3); quote it to keep it text.")
 
 
 def fmt_params(params: dict) -> str:
@@ -131,6 +167,27 @@ def connect(stack: contextlib.ExitStack, scheduler: str | None):
         return stack.enter_context(Client(scheduler, timeout="10s"))
     except (OSError, TimeoutError) as e:
         raise click.ClickException(f"cannot connect to the scheduler at {scheduler}: {e}") from None
+
+
+@contextlib.contextmanager
+def announcing_local_clusters():
+    """Print the line :func:`dgemm.cluster.local.local_client` logs when it starts a cluster (its dashboard
+    link, on whichever port it took) while the block runs."""
+    import logging
+
+    class Echo(logging.Handler):
+        def emit(self, record):
+            click.echo(record.getMessage())
+
+    log = logging.getLogger("dgemm.cluster.local")
+    handler, level = Echo(logging.INFO), log.level
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
 
 
 def one_device(spec: str | None):

@@ -5,9 +5,10 @@ import json
 import os
 
 import click
+from dask.utils import format_bytes
 
 from dgemm import config
-from dgemm.cli.common import cli, fmt_bytes, fmt_params
+from dgemm.cli.common import cli, fmt_params
 from dgemm.dtypes import DTYPES
 
 
@@ -29,7 +30,7 @@ def devices(as_json, build):
         return
     for d in report["devices"]:
         click.echo(f"{d['id']}  {d['name']}  ({d['type']}; {d['platform']}; {d['vendor']}; driver {d['driver']})")
-        click.echo(f"      memory {fmt_bytes(d['global_mem'])} global, {fmt_bytes(d['local_mem'])} local; "
+        click.echo(f"      memory {format_bytes(d['global_mem'])} global, {format_bytes(d['local_mem'])} local; "
                    f"{d['compute_units']} compute units; max work-group {d['max_work_group_size']}")
         click.echo(f"      fp64: {'yes' if d['fp64'] else 'no'}; architecture: {d['architecture'] or 'unknown'}")
         for dt in DTYPES:

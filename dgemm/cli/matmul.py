@@ -8,7 +8,8 @@ import time
 import click
 import numpy as np
 
-from dgemm.cli.common import BlockParam, InputError, cli, connect, one_line, user_errors
+from dgemm.cli.common import (BlockParam, InputError, announcing_local_clusters, cli, connect, one_line,
+                              storage_option, user_errors)
 from dgemm.dtypes import ALL_PRECISIONS, DTYPES
 
 
@@ -29,37 +30,6 @@ def _operand(path: str, dtype: str | None, storage_options: dict | None = None):
         return path, tuple(z.shape)
     import dask.array as da
     return da.from_zarr(z).astype(dtype), tuple(z.shape)
-
-
-def _storage_options(ctx, param, pairs) -> dict | None:
-    """``--storage-option KEY=VALUE`` pairs as one dict: VALUEs read as YAML scalars, dotted KEYs nested.
-
-    >>> _storage_options(None, None, ("anon=true", "client_kwargs.region_name=eu-west-1", "key=AK/x+1"))
-    {'anon': True, 'client_kwargs': {'region_name': 'eu-west-1'}, 'key': 'AK/x+1'}
-    """
-    import yaml
-
-    out: dict = {}
-    for pair in pairs:
-        key, eq, text = pair.partition("=")
-        parts = key.strip().split(".")
-        if not eq or not all(parts):
-            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", ctx, param)
-        try:  # true, 3, null as YAML reads them; anything else (a secret, a URL) stays the text given
-            value = yaml.safe_load(text) if text.strip() else text
-        except yaml.YAMLError:
-            value = text
-        if value is not None and not isinstance(value, (str, bool, int, float)):
-            value = text  # YAML's lists, mappings and dates: the text given
-        node = out
-        for name in parts[:-1]:
-            node = node.setdefault(name, {})
-            if not isinstance(node, dict):
-                raise click.BadParameter(f"{pair!r}: {name} is already given a value", ctx, param)
-        if parts[-1] in node:
-            raise click.BadParameter(f"{pair!r}: {key.strip()} is given twice", ctx, param)
-        node[parts[-1]] = value
-    return out or None
 
 
 def _flops(sa, sb) -> float | None:
@@ -86,10 +56,7 @@ def _flops(sa, sb) -> float | None:
 @click.option("--block", type=BlockParam(), default=None, help="Preferred block size N, or M,N,K.")
 @click.option("--devices", metavar="SPEC",
               help="Devices of the local cluster: gpu, cpu, all, ids like 0:1, or name parts, comma-separated.")
-@click.option("--storage-option", "storage_options", multiple=True, callback=_storage_options, metavar="KEY=VALUE",
-              help="An option of the filesystem behind URL inputs and OUT (s3fs: key, secret, endpoint_url, "
-                   "anon=true, client_kwargs.region_name=...), as storage_options= of dgemm.matmul; repeat it "
-                   "for each.  VALUE is read as YAML (true, 3); quote it to keep it text.")
+@storage_option("URL inputs and OUT", "dgemm.matmul")
 @click.option("--progress/--no-progress", default=True, show_default=True, help="Show a progress bar.")
 @click.option("--report", "report", type=click.Path(dir_okay=False), default=None, metavar="FILE",
               help="Write Dask's HTML performance report of the run (task stream, profiles, "
@@ -128,6 +95,7 @@ def matmul(ctx, a, b, out, scheduler, dtype, overwrite, resume, precision, block
                                 options_hint="--storage-option key=... --storage-option secret=...")
         if not scheduler:
             stack.enter_context(closing_new_local_clusters())
+            stack.enter_context(announcing_local_clusters())
             if report:  # the report needs the client before the product starts
                 from dgemm.cluster import get_client
                 client = get_client(None, devices)

@@ -202,9 +202,9 @@ def _compute(req: Request, plan: Plan, token: str, client, workers: dict, output
             done_key = graph_mod.add_store(g, plan, output.array, req.drop, token, output.markers,
                                            blocks=output.pending, fence=output.fence(), originals=output.originals)
             future = client.compute(Delayed(done_key, g.hlg()))
-            if req.progress:
-                from distributed import progress as show_progress
-                show_progress(future, scheduler=address)  # the client given, not just the default
+            if req.progress:   # the share of the flops done, as the dashboard counts it (not of the tasks)
+                from dgemm.client.progress import show_progress
+                show_progress(client, future, token)
             future.result()
         except BaseException:
             _cancel(client, future)

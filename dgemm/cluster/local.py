@@ -14,6 +14,7 @@ import logging
 import os
 import sys
 import threading
+import warnings
 
 from distributed import Client, LocalCluster
 
@@ -21,6 +22,8 @@ from dgemm import config
 from dgemm.cluster.spec import device_worker
 from dgemm.names import WORKER_PLUGIN
 from dgemm.opencl.discovery import select_devices
+
+logger = logging.getLogger(__name__)
 
 # The local clusters started by local_client, by their devices: {key: (cluster, client)}.
 _started: dict = {}
@@ -164,7 +167,10 @@ class DeviceCluster(LocalCluster):
         first = device_worker(0, self.device_ids, nthreads=threads_per_worker,
                               memory_limit=kwargs.pop("memory_limit", "auto"))
         allowed = ALLOWED_FAILURES if allowed_failures is None else int(allowed_failures)
-        with dask.config.set({"distributed.scheduler.allowed-failures": allowed}):  # read by the Scheduler
+        with dask.config.set({"distributed.scheduler.allowed-failures": allowed}), warnings.catch_warnings():
+            # (allowed-failures is read by the Scheduler.)  A dashboard port in use, another cluster's:
+            # distributed takes another and says so with a raw UserWarning; local_client logs the link instead
+            warnings.filterwarnings("ignore", r"Port \d+ is already in use", UserWarning)
             super().__init__(n_workers=0, threads_per_worker=first.nthreads, memory_limit=first.memory_limit,
                              processes=True, **kwargs)
         self.scale(len(self.device_ids))
@@ -196,6 +202,8 @@ def local_client(devices: str | None = None, dtype=None) -> Client:
         cluster = DeviceCluster(devices, warm=() if dtype is None else (dtype,))
         client = Client(cluster, set_as_default=False)   # dgemm's own: the user's other dask work stays where it was
         _started[key] = (cluster, client)
+        n = len(cluster.device_ids)
+        logger.info("local cluster of %d worker%s; dashboard: %s", n, "" if n == 1 else "s", client.dashboard_link)
         return client
 
 
