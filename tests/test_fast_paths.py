@@ -30,6 +30,8 @@ import pytest
 import zarr
 from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, GzipCodec, TransposeCodec, ZstdCodec
 
+import dgemm
+from _check import check_product
 from dgemm.names import STORAGE_PATHS
 from dgemm.storage import chunks, fastpaths, store_block
 from dgemm.storage.blocks import ZarrBlock
@@ -213,6 +215,23 @@ def test_reads_on_s3(s3, rng, layout, size):
         expect_reads(paths, f"s3 {layout} {size} {name}", **want)
 
 
+def test_reads_from_many_threads_are_all_counted(tmp_path, rng):
+    """The reader threads of a worker share the counters: none of their chunks is lost."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    arr, data = create(str(tmp_path / "a.zarr"), "v3 zstd", (8, 16), rng)
+    blocks = [ZarrBlock(arr, rows=(0, 24), cols=(16, 32)), ZarrBlock(arr, rows=(8, 16), cols=(0, 37))] * 64
+
+    def all_of_them():
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            return list(pool.map(lambda b: b.load(), blocks))
+    got, paths = counted(all_of_them)
+    assert all(np.array_equal(g, data[b.rows[0]:b.rows[1], b.cols[0]:b.cols[1]]) for g, b in zip(got, blocks))
+    # each first block: 3 whole chunks one chunk wide; each second: 3 chunks across, one of them cut by the edge
+    expect_reads(paths, "16 threads", read_decoded_into=(64 * 3, 64 * 3 * 1024),
+                 read_copied=(64 * 3, 64 * 8 * 37 * 8))
+
+
 # -- writes -----------------------------------------------------------------------------------------------------
 WRITE_LAYOUTS = ["v3 zstd", "v3 zstd+crc32c", "v3 blosc-lz4", "v3 raw", "v3 raw big-endian", "v2 zstd", "v2 raw",
                  "v3 gzip"]
@@ -310,9 +329,6 @@ def _worker_paths(dask_worker):
 
 def test_a_matmul_on_workers_reads_and_writes_through_dgemms_paths(client, tmp_path, rng):
     """zstd inputs and output with edge chunks: no region goes to zarr, every C chunk is written by dgemm."""
-    import dgemm
-    from _check import check_product
-
     block = 32
     A, B = rng.standard_normal((80, 72)), rng.standard_normal((72, 56))
     paths = {}
@@ -322,7 +338,7 @@ def test_a_matmul_on_workers_reads_and_writes_through_dgemms_paths(client, tmp_p
                           compressors=ZstdCodec(level=1))[...] = value
     out = str(tmp_path / "c.zarr")
     before = client.run(_worker_paths)
-    assert before and all(set(f"storage_{p}" for p in STORAGE_PATHS) <= set(v) for v in before.values()), before
+    assert before and all({f"storage_{p}" for p in STORAGE_PATHS} <= set(v) for v in before.values()), before
     dgemm.matmul(paths["a"], paths["b"], out=out, client=client, block=block)
     after = client.run(_worker_paths)
     grew = {k: sum(after[w][k] - before[w].get(k, 0) for w in after) for k in next(iter(after.values()))}
