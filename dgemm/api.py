@@ -142,6 +142,8 @@ def matmul(a, b, out=None, *, client=None, overwrite: bool = False, resume: bool
     (True, True)
     >>> shutil.rmtree(folder)
     """
+    from dgemm.client import prestart
+    prestart.start(client, out)   # the local cluster's workers' imports go on while this call imports and checks
     from dgemm.client.request import Request
     from dgemm.client.steps import run
 
@@ -181,6 +183,8 @@ def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 0.0, trans_a: bool =
     trans_a, trans_b : bool
         Use the transpose of ``a`` / ``b``.
     """
+    from dgemm.client import prestart
+    prestart.start(client, out)   # the local cluster's workers' imports go on while this call imports and checks
     from dgemm.client.request import Request
     from dgemm.client.steps import run
 

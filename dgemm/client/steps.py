@@ -17,6 +17,7 @@ import uuid
 import numpy as np
 
 from dgemm.client import graph as graph_mod
+from dgemm.client import prestart
 from dgemm.client.plan import Plan, check_graph_size, make_plan
 from dgemm.client.request import Request
 from dgemm.cluster import check_worker_access, device_limits, get_client, prepare, tiles_of
@@ -48,7 +49,7 @@ def run(req: Request):
     # blocks on CPUs, blocks shrunk to fit memory; rounding to tiles grows a block by less than a tile), so
     # a plan for no cluster beyond a generous multiple of the limit is an absurd shape, refused at once.
     _unplaced(req, slack=8)
-    client = get_client(req.client, req.devices, dtype=req.dtype)
+    client = get_client(req.client, req.devices, dtype=req.dtype, start_method=prestart.start_method())
     workers = prepare(client, req.dtype)
     plan = _plan(req, workers)
     if req.spec is None:
@@ -124,7 +125,7 @@ def _in_memory(req: Request) -> np.ndarray:
         out = inmemory.host_product(_host_array(req.a), _host_array(req.b), c, alpha=req.alpha, beta=req.beta,
                                     dtype=req.dtype)
     else:
-        client = get_client(req.client, req.devices, dtype=req.dtype)
+        client = get_client(req.client, req.devices, dtype=req.dtype, start_method=prestart.start_method())
         workers = prepare(client, req.dtype)
         plan = _plan(req, workers)
         token = uuid.uuid4().hex[:12]

@@ -119,6 +119,12 @@ class DeviceCluster(LocalCluster):
         the background as soon as its device is open, while the cluster
         finishes starting and the client plans (see
         :meth:`dgemm.worker.DgemmPlugin.warm`).
+    start_method : str, optional
+        How the workers' processes start: ``"forkserver"`` forks them from
+        multiprocessing's fork server (one started early, with their modules
+        imported: :mod:`dgemm.client.prestart`); default: as
+        ``distributed.worker.multiprocessing-method`` says (``spawn``).  A
+        worker the nanny restarts later starts the default way.
     allowed_failures : int
         Worker deaths a task may see before the run fails with
         ``KilledWorker`` (the scheduler's ``allowed-failures``; dask's default
@@ -147,7 +153,7 @@ class DeviceCluster(LocalCluster):
     """
 
     def __init__(self, devices: str | None = None, *, threads_per_worker: int | None = None,
-                 allowed_failures: int | None = None, warm=(), **kwargs):
+                 allowed_failures: int | None = None, warm=(), start_method: str | None = None, **kwargs):
         import dask
 
         from dgemm.worker.plugin import DgemmPlugin
@@ -173,8 +179,9 @@ class DeviceCluster(LocalCluster):
             warnings.filterwarnings("ignore", r"Port \d+ is already in use", UserWarning)
             super().__init__(n_workers=0, threads_per_worker=first.nthreads, memory_limit=first.memory_limit,
                              processes=True, **kwargs)
-        self.scale(len(self.device_ids))
-        self.sync(self._correct_state)
+        with _start_method(start_method):   # read by each nanny as it starts its worker
+            self.scale(len(self.device_ids))
+            self.sync(self._correct_state)
 
     def new_worker_spec(self):
         free = sorted(set(range(len(self.device_ids))) - set(self.worker_spec))
@@ -188,18 +195,37 @@ class DeviceCluster(LocalCluster):
         return {i: spec}
 
 
-def local_client(devices: str | None = None, dtype=None) -> Client:
+@contextlib.contextmanager
+def _start_method(method: str | None):
+    """Nanny processes started within start their workers by ``method`` (None: as configured)."""
+    import dask
+
+    if method is None:
+        yield
+        return
+    if method == "forkserver":
+        # distributed's first forkserver start would import its own preload list (pandas among them) here,
+        # in the client, for a fork server already running with dgemm's (dgemm.client.prestart)
+        with contextlib.suppress(Exception):
+            import distributed.utils
+            distributed.utils._forkserver_preload_set = True
+    with dask.config.set({"distributed.worker.multiprocessing-method": method}):
+        yield
+
+
+def local_client(devices: str | None = None, dtype=None, start_method: str | None = None) -> Client:
     """The process-wide local :class:`DeviceCluster` client (one per ``devices``), started on first use.
 
     ``dtype``, that of the product about to run, has a cluster started here
-    build its kernels while it starts (:class:`DeviceCluster`'s ``warm``).
+    build its kernels while it starts (:class:`DeviceCluster`'s ``warm``);
+    ``start_method`` is how it starts its workers (:class:`DeviceCluster`).
     """
     key = devices or config.get("devices") or ""
     with _started_lock:
         entry = _started.get(key)
         if entry is not None and entry[1].status == "running":
             return entry[1]
-        cluster = DeviceCluster(devices, warm=() if dtype is None else (dtype,))
+        cluster = DeviceCluster(devices, warm=() if dtype is None else (dtype,), start_method=start_method)
         client = Client(cluster, set_as_default=False)   # dgemm's own: the user's other dask work stays where it was
         _started[key] = (cluster, client)
         n = len(cluster.device_ids)
@@ -249,10 +275,11 @@ def _address(client) -> str:
         return str(getattr(getattr(client, "cluster", None), "scheduler_address", "scheduler unknown"))
 
 
-def get_client(client: Client | None = None, devices: str | None = None, dtype=None) -> Client:
+def get_client(client: Client | None = None, devices: str | None = None, dtype=None,
+               start_method: str | None = None) -> Client:
     """``client``, else the current distributed client, else the local device cluster.
 
-    ``dtype`` (of the product about to run) goes to :func:`local_client`.
+    ``dtype`` (of the product about to run) and ``start_method`` go to :func:`local_client`.
 
     Raises
     ------
@@ -267,7 +294,7 @@ def get_client(client: Client | None = None, devices: str | None = None, dtype=N
         from distributed import default_client
         current = default_client()
     except ValueError:
-        return local_client(devices, dtype=dtype)
+        return local_client(devices, dtype=dtype, start_method=start_method)
     check_client(current, "the current client")
     return current
 

@@ -1,0 +1,130 @@
+"""The local cluster's worker processes, begun before a call's checks (issue 27: the first call).
+
+A call with no cluster starts a local one (:func:`dgemm.cluster.local_client`),
+and only once the call is checked: a call whose input is refused starts no
+cluster.  Most of a worker process's start is its imports (Dask's
+``distributed``, pyopencl, Zarr, dgemm's worker: seconds), which read and
+write nothing of the user's.  So :func:`start`, at the top of a call that may
+start a local cluster, starts multiprocessing's *fork server* with those
+modules imported (preloaded), while this process imports and checks; the
+cluster, once the call is checked, forks its workers from it
+(:func:`start_method`, ``distributed.worker.multiprocessing-method``
+``forkserver``) instead of spawning interpreters that import everything
+anew.  A refused call leaves the fork server idle (it ends with this
+process) and starts no worker, scheduler or device.
+
+Nothing of OpenCL is touched in the fork server: a process that has opened
+a device must not fork, so each worker opens its own device and builds (or
+loads) its kernels after the fork, as before.  A script still needs its
+``if __name__ == "__main__":`` guard: each forked worker imports the main
+module again, as a spawned one does.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import os
+import sys
+import threading
+
+__all__ = ["PRELOAD", "start", "start_method"]
+
+logger = logging.getLogger("dgemm")
+
+# What a device worker imports on its way up (its plugin, device and tasks, the nanny's process entry,
+# the codecs), in the fork server, once.
+PRELOAD = ("distributed", "distributed.nanny", "dgemm.worker.plugin", "dgemm.worker.tasks", "dgemm.storage.chunks",
+           "pyopencl", "zarr", "numcodecs")
+
+_lock = threading.Lock()
+_started = False
+
+
+def start(client=None, out=None) -> bool:
+    """Start the fork server of the local cluster's workers now, if this call may start a local cluster.
+
+    Cheap here (one process started; it imports :data:`PRELOAD` on its
+    own): the call goes on with its imports and checks meanwhile.  Nothing
+    is started for a call without ``out`` (a lazy result starts no cluster;
+    a numpy product large enough for the devices spawns its workers as
+    before), or when ``client`` is given, a client is current, a local
+    cluster of dgemm's runs already, the workers are configured to start
+    otherwise (``distributed.worker.multiprocessing-method`` not
+    ``spawn``, the default, or ``forkserver``), or the platform has no fork
+    server.  Never raises: on any failure the cluster spawns its workers as
+    before.
+
+    Returns
+    -------
+    bool
+        Whether the fork server runs for this process's local clusters.
+    """
+    global _started
+    if out is None or client is not None or _has_cluster():
+        return _started
+    with _lock:
+        if _started:
+            return True
+        try:
+            import dask.config
+
+            method = dask.config.get("distributed.worker.multiprocessing-method", "spawn")
+            if method not in ("spawn", "forkserver") or "forkserver" not in multiprocessing.get_all_start_methods():
+                return False
+            from multiprocessing import forkserver
+
+            multiprocessing.get_context("forkserver").set_forkserver_preload(list(PRELOAD))
+            with _environment(_pre_spawn_environment(dask.config)):
+                forkserver.ensure_running()
+        except Exception as e:   # the workers are spawned as before
+            logger.info("dgemm: could not start the workers' fork server early: %s: %s", type(e).__name__, e)
+            return False
+        _started = True
+        return True
+
+
+def start_method() -> str | None:
+    """How a local cluster started now should start its workers: ``"forkserver"`` after :func:`start`, else None."""
+    return "forkserver" if _started else None
+
+
+def _has_cluster() -> bool:
+    """Whether a client is current, or a local cluster of dgemm's runs (asked only of modules already imported:
+    no module is imported for this)."""
+    if "distributed" in sys.modules:
+        try:
+            from distributed import default_client
+            default_client()
+            return True
+        except ValueError:
+            pass
+    local = sys.modules.get("dgemm.cluster.local")
+    started = getattr(local, "_started", None) or {}
+    return any(getattr(entry[1], "status", None) == "running" for entry in list(started.values()))
+
+
+def _pre_spawn_environment(dask_config) -> dict:
+    """The variables a nanny sets before it spawns a worker (``distributed.nanny.pre-spawn-environ``):
+    the fork server's own, since its forked workers inherit its environment (``MALLOC_TRIM_THRESHOLD_``
+    counts at a process's start, the ``*_NUM_THREADS`` at numpy's import, here)."""
+    env = {k: str(v) for k, v in (dask_config.get("distributed.nanny.pre-spawn-environ", {}) or {}).items()
+           if v is not None}
+    if env.get("PYTHONHASHSEED") in (None, "0"):   # as the nanny: one hash seed for every worker
+        env["PYTHONHASHSEED"] = "6640"
+    return env
+
+
+@contextlib.contextmanager
+def _environment(env: dict):
+    """``env`` in this process's environment while the fork server starts (it copies it), then as before."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

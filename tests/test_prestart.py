@@ -1,0 +1,115 @@
+"""The first call's order (issue 27): the local cluster's worker processes are begun before the call's checks
+(dgemm.client.prestart: a fork server with their modules imported), and a refused call starts no cluster and
+no worker.
+
+Each case is a user's script in a fresh Python process (the fork server is one per process), with real
+workers on this host's CPU device.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import zarr
+
+from _check import check_product, randn
+from conftest import DEVICES
+from dgemm.client import prestart
+
+SCRIPT = """\
+import json, os, sys
+import dgemm
+import dgemm.client.request as request
+
+seen = {{}}
+check = request.Request.check.__func__
+
+
+def checked(cls, *args, **kwargs):   # what had started when the call's checks began
+    from multiprocessing import forkserver
+    from dgemm.client import prestart
+    seen["method_at_checks"] = prestart.start_method()
+    seen["server_at_checks"] = forkserver._forkserver._forkserver_pid
+    seen["cluster_modules_at_checks"] = "dgemm.cluster.local" in sys.modules and bool(
+        sys.modules["dgemm.cluster.local"]._started)
+    return check(cls, *args, **kwargs)
+
+
+request.Request.check = classmethod(checked)
+if __name__ == "__main__":
+    try:
+        dgemm.matmul(sys.argv[1], sys.argv[2], out=sys.argv[3], devices="{devices}")
+        seen["error"] = None
+    except Exception as e:
+        seen["error"] = f"{{type(e).__name__}}: {{e}}"
+    import psutil
+    from multiprocessing import forkserver
+    server = forkserver._forkserver._forkserver_pid
+    local = sys.modules.get("dgemm.cluster.local")
+    seen["clusters"] = len(local._started) if local else 0
+    seen["server"] = server
+    seen["server_children"] = len(psutil.Process(server).children()) if server else None
+    if seen["clusters"]:
+        client = next(iter(local._started.values()))[1]   # the cluster the call started
+        seen["worker_parents"] = sorted(set(client.run(os.getppid).values()))
+    print("SEEN " + json.dumps(seen), flush=True)
+"""
+
+
+def run_script(tmp_path, a, b, out, devices="cpu") -> dict:
+    script = tmp_path / "users_script.py"
+    script.write_text(SCRIPT.format(devices=devices))
+    proc = subprocess.run([sys.executable, str(script), str(a), str(b), str(out)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=240)
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("SEEN ")]
+    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+    return json.loads(lines[-1][5:])
+
+
+@pytest.fixture
+def cpu_device():
+    if not any(d.type == "CPU" for d in DEVICES):
+        pytest.skip("no CPU OpenCL device (install pocl-binary-distribution)")
+
+
+def write(path, data, chunks=(32, 32)):
+    zarr.create_array(store=str(path), shape=data.shape, chunks=chunks, dtype=data.dtype)[...] = data
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_first_call_forks_its_workers_from_a_server_begun_before_its_checks(tmp_path, rng, cpu_device):
+    A, B = randn(rng, (96, 70), "float32"), randn(rng, (70, 50), "float32")
+    a, b = write(tmp_path / "a.zarr", A), write(tmp_path / "b.zarr", B)
+    seen = run_script(tmp_path, a, b, tmp_path / "c.zarr")
+    assert seen["error"] is None
+    assert seen["method_at_checks"] == "forkserver" and seen["server_at_checks"]   # begun before the checks
+    assert not seen["cluster_modules_at_checks"]                                   # but no cluster yet
+    assert seen["worker_parents"] == [seen["server"]], seen                         # the workers came from it
+    check_product(zarr.open_array(str(tmp_path / "c.zarr"))[...], A, B, dtype="float32")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("bad", ["shapes", "missing input"])
+def test_a_refused_first_call_starts_no_cluster_and_no_worker(tmp_path, rng, cpu_device, bad):
+    a = write(tmp_path / "a.zarr", randn(rng, (40, 30), "float32"))
+    b = write(tmp_path / "b.zarr", randn(rng, (31 if bad == "shapes" else 30, 20), "float32"))
+    if bad == "missing input":
+        b = tmp_path / "no-such.zarr"
+    seen = run_script(tmp_path, a, b, tmp_path / "c.zarr")
+    assert seen["error"] and ("do not match" in seen["error"] or "no-such" in seen["error"]), seen
+    assert seen["clusters"] == 0 and seen["server_children"] in (0, None), seen
+    assert not (tmp_path / "c.zarr").exists()
+
+
+def test_nothing_is_begun_for_a_call_that_starts_no_local_cluster(monkeypatch):
+    """A client given, or no out (a lazy result, or numpy in and out): no fork server (this test process
+    starts none)."""
+    monkeypatch.setattr(prestart, "_started", False)
+    assert prestart.start(client=object(), out="c.zarr") is False
+    assert prestart.start(client=None, out=None) is False
+    assert prestart.start_method() is None
