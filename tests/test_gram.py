@@ -57,7 +57,26 @@ class CountingBlock:
     def fill_into(self, out):
         self.fills += 1
         out[...] = self.data
-        return None
+
+
+def _stream_a_gram(engine, x, rows, cols, dtype, twin=True) -> dict:
+    """The blocks i <= j of X^T X streamed through ``engine`` (checked against numpy); each block's reads."""
+    blocks = {(r, c): CountingBlock(np.ascontiguousarray(x[r[0]:r[1], c[0]:c[1]]), ("x", r, c))
+              for r in rows for c in cols}
+    cache, budget = engine.cache, engine.cache.budget
+    cache.budget = 1 << 30
+    reads = engine.stats.reads
+    try:
+        for i, ci in enumerate(cols):
+            for cj in cols[i:]:
+                got = engine.stream([blocks[r, ci] for r in rows], [blocks[r, cj] for r in rows],
+                                    ci[1] - ci[0], cj[1] - cj[0], trans_a=True, scope=("gram", dtype), twin=twin)
+                check_product(got, x[:, ci[0]:ci[1]], x[:, cj[0]:cj[1]], dtype=dtype, trans_a=True)
+    finally:
+        cache.drop()
+        cache.budget = budget
+    assert engine.stats.reads - reads == sum(b.fills for b in blocks.values())
+    return {k: b.fills for k, b in blocks.items()}
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -68,23 +87,21 @@ def test_engine_stages_a_gram_block_once_for_both_sides(any_device, engines, rng
 
     engine = engines(any_device, dtype, KernelParams.from_dict(UNEQUAL[dtype]))
     x = randn(rng, (150, 90), dtype)
-    rows, cols = [(0, 64), (64, 128), (128, 150)], [(0, 32), (32, 64), (64, 90)]   # edge blocks of 22 and 26
-    blocks = {(r, c): CountingBlock(np.ascontiguousarray(x[r[0]:r[1], c[0]:c[1]]), ("x", r, c))
-              for r in rows for c in cols}
-    cache, budget = engine.cache, engine.cache.budget
-    cache.budget = 1 << 30
-    reads = engine.stats.reads
-    try:
-        for i, ci in enumerate(cols):
-            for cj in cols[i:]:
-                got = engine.stream([blocks[r, ci] for r in rows], [blocks[r, cj] for r in rows],
-                                    ci[1] - ci[0], cj[1] - cj[0], trans_a=True, scope=("gram", dtype), twin=True)
-                check_product(got, x[:, ci[0]:ci[1]], x[:, cj[0]:cj[1]], dtype=dtype, trans_a=True)
-    finally:
-        cache.drop()
-        cache.budget = budget
-    assert {k: b.fills for k, b in blocks.items()} == dict.fromkeys(blocks, 1)
-    assert engine.stats.reads - reads == len(blocks)
+    rows, cols = [(0, 64), (64, 128), (128, 150)], [(0, 32), (32, 64), (64, 90)]   # widths 32 and 26: 32 != 64
+    fills = _stream_a_gram(engine, x, rows, cols, dtype)
+    assert fills == dict.fromkeys(fills, 1)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_engine_stages_a_gram_block_once_on_the_gpu(gpu_device, engines, rng, dtype):
+    """The same with the GPU's own kernels (float64: DMMA, 128 x 64 tiles on the H100; float32: wgmma)."""
+    engine = engines(gpu_device, dtype)
+    x = randn(rng, (1000, 600), dtype)
+    rows, cols = [(0, 512), (512, 1000)], [(0, 256), (256, 512), (512, 600)]    # a column block of 88
+    fills = _stream_a_gram(engine, x, rows, cols, dtype)
+    print(f"{dtype}: tiles {engine.params.TSM} x {engine.params.TSN}, k_major {engine.params.k_major}")
+    assert fills == dict.fromkeys(fills, 1)
 
 
 # -- a real cluster: what the workers read -------------------------------------------
@@ -266,7 +283,7 @@ def test_a_gram_whose_rows_and_columns_are_cut_apart_computes_every_block(tmp_pa
 def test_a_gram_resumed_after_a_partial_run_rewrites_only_its_lost_blocks(client, tmp_path, rng, monkeypatch):
     """A run that lost a block above the diagonal and one below it (their markers gone, their chunks NaN) is
     resumed: both written again, from the two block products that hold them, and every element right."""
-    import dgemm.client.steps as steps
+    from dgemm.client import steps
 
     x_np = randn(rng, (100, 90))
     x = zarr_in(tmp_path / "x.zarr", x_np, (32, 32))
