@@ -223,7 +223,7 @@ def floor_of(p, n_workers: int, cache, how: dict, db_tflops: float | None, measu
                 "busiest": {key: busiest[key] for key in ("tasks", "seconds", "fill", "drain")} if busiest else None,
                 "text": p.explain_estimate(n_workers, rates, cache, **how)}
 
-    cores = (measured or {}).get("cpu", {}).get("cores")
+    cores = (measured or {}).get("cpu", {}).get("cores") or os.cpu_count()   # the bench runs on this host
     flops = db_tflops * 1e12 if db_tflops else None
     out = {"defaults": estimate(Rates(flops=flops, cores=cores))}
     if measured is not None:

@@ -219,8 +219,8 @@ def estimate(plan, shares, rates: Rates | None = None, cache_bytes: float | None
         share = cores / len(group)     # cores per worker, at the fill and drain
         devs = []
         for load in group:
-            up = sum(_panel_reads(load, item, cache_bytes, row_panel))
-            a, b = (x * w for x, w in zip(_panel_reads(load, item, cache_bytes, row_panel), (whole_a, whole_b)))
+            a, b = _panel_reads(load, item, cache_bytes, row_panel)
+            up, a, b = a + b, a * whole_a, b * whole_b      # blocks go up; whole chunks are read and decoded
             write = load.area * item
             flops = 2.0 * load.flop_terms
             times = {"upload": up / rates.pcie, "download": write / rates.pcie}

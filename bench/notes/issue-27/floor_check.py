@@ -2,7 +2,8 @@
 
     python bench/notes/issue-27/floor_check.py [RECORDS ...] [--json OUT] [--no-issue-cases]
 
-RECORDS: `dgemm bench e2e` records (default: bench/results/*e2e*.json beside this checkout).  For each
+RECORDS: `dgemm bench e2e` records (default: bench/results/*e2e*.json beside this checkout, and the PoCL
+runs of this folder, *e2e*.json).  For each
 record's main run and each run of its scaling table, the plan dgemm made (the record's blocks, chunks,
 codecs, workers, the host's cores, the device's memory) is estimated twice by
 dgemm.client.estimate: with `dgemm plan`'s default rates (the codecs' per-core figures, the tuning
@@ -186,11 +187,12 @@ def table(rows: list[dict]) -> str:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    ap.add_argument("records", nargs="*", help="e2e records (default: bench/results/*e2e*.json)")
+    ap.add_argument("records", nargs="*", help="e2e records (default: bench/results/*e2e*.json and this folder's)")
     ap.add_argument("--json", help="also write the rows, with each floor's split, to this file")
     ap.add_argument("--no-issue-cases", action="store_true", help="only the records, not issue 27's table")
     args = ap.parse_args(argv)
-    paths = args.records or sorted(glob.glob(os.path.join(RESULTS, "*e2e*.json")))
+    paths = args.records or sorted(glob.glob(os.path.join(RESULTS, "*e2e*.json"))
+                                   + glob.glob(os.path.join(HERE, "*e2e*.json")))
     rows = [r for path in paths for r in record_rows(path)]
     if not args.no_issue_cases:
         rows += issue_rows()
