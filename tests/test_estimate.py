@@ -164,3 +164,17 @@ def test_dgemm_plan_prints_sizes_as_dask_does_and_what_binds(arrays, monkeypatch
     r = CliRunner().invoke(cli, ["plan", a, b, "--workers", "2", "--cores", "4", "--block", "1000",
                                  "--tflops", "0.001"])
     assert re.search(r"time floor [\d.]+ s \(kernel-bound\)", r.output) and "kernel 0.001 TFLOPS" in r.output
+
+
+def test_the_host_rates_time_cs_codec_encoding(arrays, tmp_path):
+    """`dgemm bench e2e`'s host rates hold C's encode rate by threads (zarr into memory), the floor's per-core encode."""
+    from dgemm.benchmarks.rates import encode_rate, host_rates
+
+    assert encode_rate("auto", (64, 64), "float32", 1) > 0
+    a, _ = arrays
+    r = host_rates(a, tmp_path, (500, 500), "float32")
+    assert "1" in r["encode_gbps"] and all(v > 0 for v in r["encode_gbps"].values())
+    assert "encode_gbps" not in host_rates(a, tmp_path, (500, 500), "float32", compressors="<a codec object>")
+    m = measured_rates({"host_rates": r, "cpus": 2})
+    best, threads = max((v, int(t)) for t, v in r["encode_gbps"].items())
+    assert m["cpu"]["encode"] == pytest.approx(best * 1e9 / min(threads, 2))
