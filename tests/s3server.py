@@ -1,7 +1,7 @@
-"""A real S3-compatible server for the tests: moto's, run as its own process on 127.0.0.1.
+"""A real S3-compatible server for the tests: moto's, run as a process of its own on 127.0.0.1.
 
 The ``s3`` fixture (session-scoped, imported by conftest.py) starts
-``python -m moto.server`` on a free port (:func:`dgemm.benchmarks.objectstore.start_moto`,
+moto's ``ThreadedMotoServer``, in a process of its own, on a free port (:func:`dgemm.benchmarks.objectstore.start_moto`,
 as ``dgemm bench e2e --store s3://...`` does) with IAM authentication enforced,
 creates a user with an access key and a bucket, and yields an
 :class:`S3Server`.  Credentials and endpoint reach dgemm (and its workers)

@@ -1,8 +1,8 @@
 """Object storage for ``dgemm bench e2e --store s3://...``: a local S3 server, the bench's folder, the floor.
 
 * :func:`start_moto` / :class:`LocalS3`: moto's S3-compatible server
-  (``python -m moto.server``) as a process of its own on 127.0.0.1, on a
-  free port.  The tests' ``s3`` fixture (tests/s3server.py) starts it the
+  (``moto.server.ThreadedMotoServer``) as a process of its own on
+  127.0.0.1, on a free port.  The tests' ``s3`` fixture (tests/s3server.py) starts it the
   same way, with request signatures checked.
 * :class:`Location`: where the benchmark's Zarr arrays live, a local folder
   or an S3 prefix with the ``storage_options`` that reach it; paths are
@@ -18,11 +18,9 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -38,79 +36,73 @@ ZARR_METADATA = {"zarr.json", ".zarray", ".zattrs", ".zgroup", ".zmetadata"}
 
 
 # -- the local server ------------------------------------------------------------------
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free on ``host`` now (another process may take it before it is bound)."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+# moto's ThreadedMotoServer in a process of its own: it binds a free port itself (port 0) and is serving once
+# start() returns, so the port it prints is ready.  A process, not a thread of the caller: the server's
+# request handling (GIL-bound, a CPU-second per GB) must not share a process with the clients it is measured
+# against.  It ends when its parent closes its standard input (or dies).
+_SERVER = """
+import sys
+from moto.server import ThreadedMotoServer
+server = ThreadedMotoServer(ip_address=sys.argv[1], port=0, verbose=False)
+server.start()
+print(server.get_host_and_port()[1], flush=True)
+sys.stdin.read()
+"""
 
 
-def _wait_until_up(endpoint: str, proc: subprocess.Popen, log, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            # moto's own API: answers once the server is up, and is not counted as an S3 or IAM call
-            urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2).read()
-            return
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                tail = ""
-                if log is not None and hasattr(log, "seek"):
-                    log.flush()
-                    log.seek(0)
-                    tail = log.read()[-3000:]
-                raise RuntimeError(f"moto server did not start at {endpoint}: {tail}") from None
-            time.sleep(0.1)
-
-
-def start_moto(log=None, env: dict | None = None, host: str = "127.0.0.1", timeout: float = 60,
-               attempts: int = 3) -> tuple[str, subprocess.Popen]:
-    """Start ``python -m moto.server`` on a free port of ``host``; its endpoint URL and process.
+def start_moto(log=None, env: dict | None = None, host: str = "127.0.0.1",
+               timeout: float = 60) -> tuple[str, subprocess.Popen]:
+    """Start moto's S3-compatible server (``moto.server.ThreadedMotoServer``) in a process of its own, on a
+    free port of ``host``; its endpoint URL and process.
 
     Parameters
     ----------
     log : file, optional
-        Gets the server's output (opened ``w+``, so a failure can quote it);
+        Gets the server's log (opened ``w+``, so a failure can quote it);
         default: discarded.
     env : dict, optional
-        The server's environment (default: this process's).
+        The server's environment (default: this process's); moto reads its
+        settings (``INITIAL_NO_AUTH_ACTION_COUNT``...) from it.
     timeout : float
-        Seconds to wait for the server to answer.
-    attempts : int
-        Ports tried: a free port may be taken between finding and binding it.
+        Seconds to wait for the server to start.
 
     Raises
     ------
     ModuleNotFoundError
         moto's server is not installed (``pip install 'moto[server]'``).
     RuntimeError
-        The server did not answer; the message quotes its output.
+        The server did not start; the message quotes its output.
     """
     import importlib.util
+    import selectors
 
     if importlib.util.find_spec("moto") is None or importlib.util.find_spec("moto.server") is None:
         raise ModuleNotFoundError("the local S3 server needs moto's server: pip install 'moto[server]'")
-    out = log if log is not None else subprocess.DEVNULL
-    for attempt in range(attempts):
-        port = free_port(host)
-        endpoint = f"http://{host}:{port}"
-        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", host, "-p", str(port)],
-                                env=env if env is not None else dict(os.environ), stdout=out,
-                                stderr=subprocess.STDOUT)
-        try:
-            _wait_until_up(endpoint, proc, log, timeout)
-            return endpoint, proc
-        except RuntimeError:
-            stop_process(proc)
-            if attempt == attempts - 1:
-                raise
-    raise AssertionError("unreachable")
+    proc = subprocess.Popen([sys.executable, "-c", _SERVER, host], env=env if env is not None else dict(os.environ),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=log if log is not None else subprocess.DEVNULL, text=True)
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        line = proc.stdout.readline().strip() if sel.select(timeout) else ""
+    if not line.isdigit():
+        stop_process(proc)
+        tail = ""
+        if log is not None and hasattr(log, "seek"):
+            log.flush()
+            log.seek(0)
+            tail = log.read()[-3000:]
+        raise RuntimeError(f"moto's server did not start on {host} within {timeout:g} s: {line} {tail}".strip())
+    return f"http://{host}:{line}", proc
 
 
 def stop_process(proc: subprocess.Popen, timeout: float = 15) -> None:
     """Terminate ``proc`` (kill it if it does not end within ``timeout``) and reap it."""
     if proc.poll() is not None:
         return
+    for stream in (proc.stdin, proc.stdout):   # moto's: closing its input ends it too
+        if stream is not None:
+            with contextlib.suppress(OSError):
+                stream.close()
     proc.terminate()
     try:
         proc.wait(timeout)
@@ -170,7 +162,7 @@ class LocalS3:
         version = None
         with contextlib.suppress(Exception):
             version = md.version("moto")
-        return {"server": "moto (python -m moto.server, one process)", "endpoint": self.endpoint,
+        return {"server": "moto (ThreadedMotoServer, a process of its own)", "endpoint": self.endpoint,
                 "moto": version, "pid": self.proc.pid if self.proc else None}
 
 
