@@ -214,6 +214,7 @@ def test_gram_results_into_a_nan_prefilled_out(client, tmp_path, rng, dtype, sha
     c = dgemm.gemm(x, x, trans_a=trans == "a", trans_b=trans == "b", out=out, client=client, block=block)
     ran = sum(client.run(lambda dask_worker: dask_worker.plugins["dgemm"].state.totals()["blocks"]).values())
     check_product(c[...], x_np, x_np, dtype=dtype, trans_a=trans == "a", trans_b=trans == "b")
+    np.testing.assert_array_equal(c[...], c[...].T)     # one triangle, mirrored: exactly symmetric
     nb = math.ceil(n / bm)
     segments = 2 if nb == 1 else 1
     assert ran - sum(before.values()) == triangle(nb) * segments
@@ -261,6 +262,23 @@ def test_numpy_grams_are_one_operand_read_transposed(no_client, rng):
     for a, b, kw in ((x, x.copy(), {"trans_a": True}), (x.T, x.copy(), {}), (x[:, ::-1].T, x, {})):
         req = Request.check("gemm", a, b, client=no_client, **kw)
         assert not is_gram(req.a, req.b, req.beta)
+
+
+def test_a_mirrored_block_is_the_transpose_and_a_diagonal_one_its_upper_triangle_mirrored(rng):
+    """The mirror tasks' arithmetic: below the diagonal, the transpose (C-contiguous, for the store); on it,
+    the upper triangle kept and copied below (a device's diagonal block need not be exactly symmetric)."""
+    from dgemm.worker.tasks import mirror
+
+    for dtype in ("float32", "float64"):
+        b = randn(rng, (5, 7), dtype)
+        got = mirror(b)
+        assert got.flags.c_contiguous and got.dtype == b.dtype
+        np.testing.assert_array_equal(got, b.T)
+        d = randn(rng, (6, 6), dtype)
+        got = mirror(d, True)
+        assert got.dtype == d.dtype
+        np.testing.assert_array_equal(got, got.T)
+        np.testing.assert_array_equal(np.triu(got), np.triu(d))
 
 
 def test_a_gram_whose_rows_and_columns_are_cut_apart_computes_every_block(tmp_path, rng):

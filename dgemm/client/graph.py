@@ -159,10 +159,12 @@ def mirrored(plan: Plan, a: Operand, b: Operand, beta: float) -> bool:
 
 
 def _add_mirror(graph: Graph, token: str, grid) -> None:
-    """Every C block of ``grid`` under ``dgemm-mirror-<token>``: ``(i, j)`` with ``i <= j`` as computed, the
-    others the transposes of their mirror images (stored by their own store tasks, markers and fence alike)."""
+    """Every C block of ``grid`` under ``dgemm-mirror-<token>``: ``(i, j)`` with ``i < j`` as computed, the
+    others the transposes of their mirror images (stored by their own store tasks, markers and fence alike),
+    a diagonal block its own upper triangle mirrored (:func:`dgemm.worker.tasks.mirror`)."""
     name, src = f"{MIRROR}-{token}", graph.result_name
-    graph.layers[name] = MaterializedLayer({(name, i, j): (src, i, j) if i <= j else (mirror, (src, j, i))
+    graph.layers[name] = MaterializedLayer({(name, i, j): (src, i, j) if i < j else
+                                            (mirror, (src, i, i), True) if i == j else (mirror, (src, j, i))
                                             for i, j in grid})
     graph.dependencies[name] = {src}
     graph.result_name = name

@@ -69,10 +69,21 @@ def reduce_blocks(parts):
     return out
 
 
-def mirror(block):
-    """The block below the diagonal of a symmetric C: its mirror image above it, transposed (C-contiguous,
-    as the store writes whole rows)."""
-    return np.ascontiguousarray(np.asarray(block).T)
+def mirror(block, diagonal=False):
+    """A block of a symmetric C from its mirror image ``block`` above the diagonal: transposed (C-contiguous,
+    as the store writes whole rows).
+
+    ``diagonal``: ``block`` is on the diagonal; its upper triangle is kept and
+    mirrored into its lower one, so that C is exactly symmetric (a device's
+    block product need not be: the tensor-core kernels sum ``a_i b_j`` and
+    ``a_j b_i`` in different orders).
+    """
+    block = np.asarray(block)
+    if not diagonal:
+        return np.ascontiguousarray(block.T)
+    out = np.triu(block)
+    out += np.triu(block, 1).T
+    return out
 
 
 def store(array, rows, cols, block, drop, marker=None, fence=None, originals=None):
