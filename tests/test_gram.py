@@ -262,6 +262,9 @@ def test_numpy_grams_are_one_operand_read_transposed(no_client, rng):
     for a, b, kw in ((x, x.copy(), {"trans_a": True}), (x.T, x.copy(), {}), (x[:, ::-1].T, x, {})):
         req = Request.check("gemm", a, b, client=no_client, **kw)
         assert not is_gram(req.a, req.b, req.beta)
+    square = randn(rng, (20, 20))
+    req = Request.check("gemm", square.T, square, trans_a=True, client=no_client)   # X @ X: left as given
+    assert not is_gram(req.a, req.b, req.beta) and req.a.data is not square and req.a.trans
 
 
 def test_a_mirrored_block_is_the_transpose_and_a_diagonal_one_its_upper_triangle_mirrored(rng):

@@ -139,10 +139,11 @@ class Request:
 def _check_operands(op: str, a, b, c, trans_a: bool, trans_b: bool, beta: float, storage_options=None,
                     incomplete_c_ok: bool = False):
     """The operands as the product sees them: ``(A, B, C, drop)``; refuses shapes that do not multiply."""
-    if _transpose_of(a, b) is not None:      # matmul(X.T, X): X read transposed, one operand twice
-        a, trans_a = b, not trans_a
-    elif _transpose_of(b, a) is not None:    # matmul(X, X.T)
-        b, trans_b = a, not trans_b
+    if trans_a == trans_b:   # op(a) = op(b).T: a Gram product, once one array is read both ways
+        if _transpose_of(a, b) is not None:      # matmul(X.T, X): X read transposed, one operand twice
+            a, trans_a = b, not trans_a
+        elif _transpose_of(b, a) is not None:    # matmul(X, X.T)
+            b, trans_b = a, not trans_b
     A, B = Operand(a, "a", storage_options), Operand(b, "b", storage_options)
     drop: tuple = ()
     if op == "gemm":
