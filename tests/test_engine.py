@@ -149,6 +149,19 @@ def test_alpha_beta_c(device, engines, rng, dtype, alpha, beta):
     run(engines(device, dtype), rng, 50, 77, 40, alpha=alpha, beta=beta, use_c=True, splits=(16,))
 
 
+# The GPU kernel (kernels/gemm.cl, GEMMK=0) with small tiles: a CPU device's default is the CPU kernel, so
+# without this the GPU kernel's epilogue would be tested on GPUs only.
+GPU_KERNEL = KernelParams(TSM=32, TSN=32, TSK=16, WPTM=4, WPTN=4, WIDTH=4)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("alpha,beta", [(2.5, -0.5), (0.0, 2.0)])
+def test_alpha_beta_c_gpu_kernel(device, rng, dtype, alpha, beta):
+    from conftest import engine_for
+
+    run(engine_for(device, dtype, GPU_KERNEL), rng, 50, 77, 40, alpha=alpha, beta=beta, use_c=True, splits=(16,))
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_beta_zero_does_not_read_c(device, engines, rng, dtype):
     e = engines(device, dtype)
