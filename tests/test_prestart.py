@@ -39,6 +39,12 @@ def checked(cls, *args, **kwargs):   # what had started when the call's checks b
 
 request.Request.check = classmethod(checked)
 if __name__ == "__main__":
+    if len(sys.argv) > 4:   # a refused call first (it starts the fork server), then the environment changes
+        try:
+            dgemm.matmul(sys.argv[1], sys.argv[1], out=sys.argv[3], devices="{devices}")
+        except ValueError as e:
+            seen["first"] = str(e)
+        os.environ["DGEMM_READ_THREADS"] = sys.argv[4]
     try:
         dgemm.matmul(sys.argv[1], sys.argv[2], out=sys.argv[3], devices="{devices}")
         seen["error"] = None
@@ -54,14 +60,15 @@ if __name__ == "__main__":
     if seen["clusters"]:
         client = next(iter(local._started.values()))[1]   # the cluster the call started
         seen["worker_parents"] = sorted(set(client.run(os.getppid).values()))
+        seen["worker_read_threads"] = sorted(set(client.run(lambda: os.environ.get("DGEMM_READ_THREADS")).values()))
     print("SEEN " + json.dumps(seen), flush=True)
 """
 
 
-def run_script(tmp_path, a, b, out, devices="cpu") -> dict:
+def run_script(tmp_path, a, b, out, devices="cpu", *more) -> dict:
     script = tmp_path / "users_script.py"
     script.write_text(SCRIPT.format(devices=devices))
-    proc = subprocess.run([sys.executable, str(script), str(a), str(b), str(out)], cwd=tmp_path,
+    proc = subprocess.run([sys.executable, str(script), str(a), str(b), str(out), *more], cwd=tmp_path,
                           capture_output=True, text=True, timeout=240)
     lines = [x for x in proc.stdout.splitlines() if x.startswith("SEEN ")]
     assert proc.returncode == 0 and lines, proc.stderr[-3000:]
@@ -104,6 +111,20 @@ def test_a_refused_first_call_starts_no_cluster_and_no_worker(tmp_path, rng, cpu
     assert seen["error"] and ("do not match" in seen["error"] or "no-such" in seen["error"]), seen
     assert seen["clusters"] == 0 and seen["server_children"] in (0, None), seen
     assert not (tmp_path / "c.zarr").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_workers_see_the_environment_of_the_call_that_starts_them(tmp_path, rng, cpu_device, monkeypatch):
+    """A refused call starts the fork server; the script then sets a variable and calls again: the cluster's
+    workers have it (forked from a server that predates it, they would not: they are spawned instead)."""
+    monkeypatch.delenv("DGEMM_READ_THREADS", raising=False)
+    A, B = randn(rng, (64, 48), "float32"), randn(rng, (48, 40), "float32")
+    a, b = write(tmp_path / "a.zarr", A), write(tmp_path / "b.zarr", B)
+    seen = run_script(tmp_path, a, b, tmp_path / "c.zarr", "cpu", "3")
+    assert "do not match" in seen["first"] and seen["error"] is None, seen
+    assert seen["worker_read_threads"] == ["3"], seen
+    check_product(zarr.open_array(str(tmp_path / "c.zarr"))[...], A, B, dtype="float32")
 
 
 def test_nothing_is_begun_for_a_call_that_starts_no_local_cluster(monkeypatch):

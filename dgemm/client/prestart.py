@@ -39,6 +39,10 @@ PRELOAD = ("distributed", "distributed.nanny", "dgemm.worker.plugin", "dgemm.wor
 
 _lock = threading.Lock()
 _started = False
+# This process's environment when the fork server started (less what a nanny sets before each worker start):
+# its forked workers have that one, not the environment a later change gave this process.
+_environment_at_start: dict | None = None
+_pre_spawn: frozenset = frozenset()
 
 
 def start(client=None, out=None) -> bool:
@@ -60,7 +64,7 @@ def start(client=None, out=None) -> bool:
     bool
         Whether the fork server runs for this process's local clusters.
     """
-    global _started
+    global _started, _environment_at_start, _pre_spawn
     if out is None or client is not None or _has_cluster():
         return _started
     with _lock:
@@ -75,8 +79,11 @@ def start(client=None, out=None) -> bool:
             from multiprocessing import forkserver
 
             multiprocessing.get_context("forkserver").set_forkserver_preload(list(PRELOAD))
-            with _environment(_pre_spawn_environment(dask.config)):
+            pre_spawn = _pre_spawn_environment(dask.config)
+            with _environment(pre_spawn):
                 forkserver.ensure_running()
+            _pre_spawn = frozenset(pre_spawn)
+            _environment_at_start = _own_environment()
         except Exception as e:   # the workers are spawned as before
             logger.info("dgemm: could not start the workers' fork server early: %s: %s", type(e).__name__, e)
             return False
@@ -85,8 +92,25 @@ def start(client=None, out=None) -> bool:
 
 
 def start_method() -> str | None:
-    """How a local cluster started now should start its workers: ``"forkserver"`` after :func:`start`, else None."""
-    return "forkserver" if _started else None
+    """How a local cluster started now should start its workers: ``"forkserver"`` after :func:`start`, else None.
+
+    None too when this process's environment has changed since the fork
+    server started (a variable set or removed between two calls): workers
+    forked from it would not see the change, spawned ones do, as the
+    README promises (a local cluster's workers inherit the client's
+    environment).
+    """
+    if not _started:
+        return None
+    if _own_environment() != _environment_at_start:
+        logger.debug("dgemm: the environment changed since the workers' fork server started; spawning them")
+        return None
+    return "forkserver"
+
+
+def _own_environment() -> dict:
+    """This process's environment, less the variables a nanny sets in it before it starts a worker."""
+    return {k: v for k, v in os.environ.items() if k not in _pre_spawn}
 
 
 def _has_cluster() -> bool:
