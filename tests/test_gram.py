@@ -352,3 +352,35 @@ def test_a_gram_split_along_k_mirrors_its_summed_blocks(tmp_path, rng):
     assert sorted({k[1:3] for k in g.layers["dgemm-gemm-t"]}) == [(0, 0), (0, 1), (1, 1)]
     c = da.Array(g.hlg(), g.result_name, chunks=((32, 28), (32, 28)), dtype="float64")
     check_product(c.compute(scheduler="threads"), x_np, x_np, alpha=2.0, dtype="float64", trans_a=True)
+
+
+def test_the_mirror_layer_makes_c_exactly_symmetric_whatever_the_devices_return(tmp_path, rng):
+    """The blocks i <= j as a device returns them (here: random, a diagonal block not symmetric, as the tensor
+    cores' are not exactly): C's upper triangle is theirs, its lower one their mirror image, to the bit."""
+    import dask
+    from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
+
+    from dgemm.client.graph import build
+    from dgemm.client.plan import make_plan
+    from dgemm.storage import Operand
+
+    zarr_in(tmp_path / "x.zarr", randn(rng, (64, 70)), (32, 32))
+    a, b = Operand(str(tmp_path / "x.zarr"), "a"), Operand(str(tmp_path / "x.zarr"), "b")
+    a.transpose()
+    plan = make_plan(70, 70, 64, "float32", (1, 1, 1), a_chunks=a.chunks, b_chunks=b.chunks, target=32)
+    g = build(plan, a, b, None, alpha=1.0, beta=0.0, token="t")
+    computed = {}
+    for key in g.layers["dgemm-gemm-t"]:
+        (r0, r1), (c0, c1) = plan.rows[key[1]], plan.cols[key[2]]
+        computed[key] = randn(rng, (r1 - r0, c1 - c0), "float32")
+    layers = {**g.layers, "dgemm-gemm-t": MaterializedLayer(computed)}
+    hlg = HighLevelGraph(layers, {**g.dependencies, "dgemm-gemm-t": set()})
+    n = len(plan.rows)
+    blocks = dask.get(hlg, [[(g.result_name, i, j) for j in range(n)] for i in range(n)])
+    c = np.block([list(row) for row in blocks])
+    upper = np.zeros_like(c)
+    for (_, i, j), block in computed.items():
+        upper[plan.rows[i][0]:plan.rows[i][1], plan.cols[j][0]:plan.cols[j][1]] = block
+    assert c.dtype == np.float32
+    np.testing.assert_array_equal(c, c.T)
+    np.testing.assert_array_equal(np.triu(c), np.triu(upper))
