@@ -117,6 +117,22 @@ def test_progress_bar_shows_the_share_of_flops_the_dashboard_counts(cluster, cli
     assert _draws(drawn.getvalue())[-1] == 100 and not drawn.getvalue().endswith("\n")
 
 
+def test_progress_bar_without_the_dashboard_plugin_is_distributeds(capsys):
+    """A scheduler without dgemm's dashboard plugin (no dgemm worker has joined it) cannot count flops:
+    distributed's bar (tasks) is shown rather than none."""
+    from distributed import Client, LocalCluster
+
+    from dgemm.client.progress import show_progress
+
+    with LocalCluster(n_workers=1, processes=False, dashboard_address=":0") as lc, \
+            Client(lc, set_as_default=False) as c:
+        future = c.submit(sum, [1, 2], pure=False)
+        drawn = io.StringIO()
+        show_progress(c, future, "feedfacecafe", interval=0.05, out=drawn)
+        assert future.result() == 3
+    assert drawn.getvalue() == "" and "% Completed" in capsys.readouterr().out
+
+
 @needs_device
 @pytest.mark.slow
 def test_matmul_progress_bar_runs_to_100_percent_of_the_flops(ab, tmp_path):

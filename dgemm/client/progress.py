@@ -6,7 +6,7 @@ shows what the dashboard's dgemm page shows
 (:meth:`dgemm.scheduler.dashboard.MatmulProgress.work_done`): the flops of
 the finished blocks and the finished k steps of the running ones, asked of
 the scheduler's dashboard plugin twice a second.  Where the scheduler has no
-such plugin, distributed's bar is shown instead.
+such plugin (or no dgemm to ask it with), distributed's bar is shown instead.
 """
 from __future__ import annotations
 
@@ -52,14 +52,15 @@ def show_progress(client, future, token: str, interval: float = 0.5, out=None) -
     out = out or sys.stdout
     t0 = time.monotonic()
     shown = 0.0
-    asking = True
+    asking, asked = True, False
     while True:
         finished = future.done()
         if asking:
             try:
                 got = client.run_on_scheduler(work_done, token)
-            except Exception:   # a lost scheduler: future.result() says what happened
-                got, asking = None, False
+            except Exception:   # no dgemm there (first time), or a lost scheduler: future.result() says so
+                got, asking = (None if asked else NO_PLUGIN), False
+            asked = True
             if got == NO_PLUGIN:
                 from distributed import progress
                 progress(future, scheduler=client.scheduler.address)
