@@ -90,3 +90,40 @@ def test_an_input_rewritten_between_two_runs_is_read_again(client, tmp_path, rng
     zarr.open_array(a, mode="r+")[...] = a2
     second = dgemm.matmul(a, b_path, out=str(tmp_path / "c2.zarr"), client=client, block=32)
     check_product(second[...], a2, b, dtype="float64", what="second run, after A was rewritten")
+
+
+class _Block:
+    """A block that reads itself (what the engine caches), its values changeable between reads."""
+
+    def __init__(self, values):
+        self.values = values
+        self.shape, self.dtype, self.copies = values.shape, values.dtype, False
+
+    def key(self):
+        return ("the same array", (0, 8), (0, 8))
+
+    def fill_into(self, out):
+        out[...] = self.values
+
+
+def test_two_runs_never_share_a_cache_entry(device, rng):
+    """Two runs (scopes) asking for the same block get entries of their own, both cached at once: the run is
+    part of the key, whatever else (``PanelCache.enter``, the worker's release at a run's end) drops entries."""
+    from conftest import engine_for
+
+    engine = engine_for(device, "float64")
+    block = _Block(rng.standard_normal((8, 8)))
+    layout = engine._layout("a", False, 8, engine._padded(8, 8)[0])
+    first = engine._staged(block, *layout, "run-1")      # still in use (pinned) when the next run asks
+    second = None
+    try:
+        first.future.result()
+        block.values = block.values + 1.0                # the input rewritten between the runs
+        second = engine._staged(block, *layout, "run-2")
+        second.future.result()
+        assert second is not first, "the second run was served the first run's entry of the block"
+    finally:
+        for e in (first, second):
+            if e is not None:
+                engine.cache.release(e)
+        engine.cache.drop(lambda s: s in ("run-1", "run-2"))
