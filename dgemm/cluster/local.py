@@ -225,7 +225,8 @@ def local_client(devices: str | None = None, dtype=None, start_method: str | Non
         entry = _started.get(key)
         if entry is not None and entry[1].status == "running":
             return entry[1]
-        cluster = DeviceCluster(devices, warm=() if dtype is None else (dtype,), start_method=start_method)
+        more = {"start_method": start_method} if start_method else {}   # (callers and stand-ins without one)
+        cluster = DeviceCluster(devices, warm=() if dtype is None else (dtype,), **more)
         client = Client(cluster, set_as_default=False)   # dgemm's own: the user's other dask work stays where it was
         _started[key] = (cluster, client)
         n = len(cluster.device_ids)
@@ -294,7 +295,7 @@ def get_client(client: Client | None = None, devices: str | None = None, dtype=N
         from distributed import default_client
         current = default_client()
     except ValueError:
-        return local_client(devices, dtype=dtype, start_method=start_method)
+        return local_client(devices, dtype=dtype, **({"start_method": start_method} if start_method else {}))
     check_client(current, "the current client")
     return current
 
