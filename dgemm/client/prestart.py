@@ -55,8 +55,8 @@ def start(client=None, out=None) -> bool:
     before), or when ``client`` is given, a client is current, a local
     cluster of dgemm's runs already, the workers are configured to start
     otherwise (``distributed.worker.multiprocessing-method`` not
-    ``spawn``, the default, or ``forkserver``), or the platform has no fork
-    server.  Never raises: on any failure the cluster spawns its workers as
+    ``spawn``, the default, or ``forkserver``), or the platform is not
+    Linux.  Never raises: on any failure the cluster spawns its workers as
     before.
 
     Returns
@@ -74,7 +74,9 @@ def start(client=None, out=None) -> bool:
             import dask.config
 
             method = dask.config.get("distributed.worker.multiprocessing-method", "spawn")
-            if method not in ("spawn", "forkserver") or "forkserver" not in multiprocessing.get_all_start_methods():
+            # Linux only: on macOS a process that has loaded system frameworks (OpenCL's, by pyopencl's
+            # import) must not fork
+            if method not in ("spawn", "forkserver") or not sys.platform.startswith("linux"):
                 return False
             from multiprocessing import forkserver
 
