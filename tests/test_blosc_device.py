@@ -1,0 +1,394 @@
+"""Blosc-LZ4 frames decoded on the device (dgemm/kernels/lz4.cl through dgemm.opencl.blosc), on PoCL.
+
+The reference is numcodecs (c-blosc 1.x and lz4): what it writes, the device
+decodes bit for bit; what it refuses, the device refuses with a
+:class:`BloscFrameError` naming the frame; what it decodes, the device decodes
+to the same bytes.  Frames are also built by hand here (header, block starts,
+streams compressed by numcodecs' LZ4) to reach what numcodecs' encoder never
+writes: byte shuffle with a block size that typesize does not divide, stored
+streams, split and unsplit blocks.  Output buffers are filled with 0xFF first,
+so a byte the device never writes shows, and so does one written outside the
+frame's own output.
+"""
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+
+pytest.importorskip("numcodecs")
+from numcodecs import Blosc  # noqa: E402
+from numcodecs import lz4 as nclz4  # noqa: E402
+
+from dgemm.opencl import blosc  # noqa: E402
+
+POISON = 0xFF
+LANES = (1, 4)     # one lane (the CPU default, no barriers) and several (the GPU's shape, with barriers)
+
+
+@pytest.fixture(scope="module")
+def dev(any_device):
+    return any_device
+
+
+def device_decode(dev, frames, lanes=1, size=None, offsets=None, names=None):
+    """Decode into a poisoned buffer; returns the whole buffer's bytes."""
+    import pyopencl as cl
+    size = size if size is not None else sum(blosc._header(memoryview(f), "")[4] for f in frames) or 1
+    out = dev.buffer(size + 64, "test output")
+    try:
+        cl.enqueue_fill_buffer(dev.queue, out, np.uint8(POISON), 0, out.size).wait()
+        blosc.decode_blosc(dev, frames, out, offsets=offsets, names=names, lanes=lanes)
+        got = np.empty(out.size, np.uint8)
+        cl.enqueue_copy(dev.queue, got, out).wait()
+    finally:
+        out.release()
+    assert (got[size:] == POISON).all(), "the device wrote past the frames' output"
+    return got[:size]
+
+
+def data(kind, n, dtype, rng):
+    dtype = np.dtype(dtype)
+    if kind == "walk":      # smooth floats: shuffle makes the high bytes compress
+        return np.cumsum(rng.normal(size=n)).astype(dtype)
+    if kind == "zeros":
+        return np.zeros(n, dtype)
+    if kind == "runs":
+        return np.repeat(rng.normal(size=max(n // 37, 1)) + 1, 37)[:n].astype(dtype)
+    if kind == "random":    # incompressible: stored streams or a memcpyed frame
+        return np.frombuffer(rng.bytes(n * dtype.itemsize), dtype)
+    raise ValueError(kind)
+
+
+@pytest.mark.parametrize("lanes", LANES)
+@pytest.mark.parametrize("shuffle", [Blosc.NOSHUFFLE, Blosc.SHUFFLE])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_round_trips_match_numcodecs(dev, rng, dtype, shuffle, lanes):
+    frames, want = [], []
+    for kind in ("walk", "zeros", "runs", "random"):
+        for n in (1, 5, 31, 33, 1000, 20001):
+            for clevel in (0, 1, 5, 9):
+                a = data(kind, n, dtype, rng)
+                frames.append(Blosc("lz4", clevel, shuffle).encode(a))
+                want.append(a.tobytes())
+    flags = {f[2] for f in frames}
+    assert any(fl & blosc.MEMCPYED for fl in flags) and any(not fl & blosc.MEMCPYED for fl in flags)
+    got = device_decode(dev, frames, lanes)
+    assert got.tobytes() == b"".join(want)
+
+
+@pytest.mark.parametrize("lanes", LANES)
+def test_edge_sizes_and_forced_blocks(dev, rng, lanes):
+    """1 byte, sizes around the 128-byte split limit, a last partial block, forced small blocks, 1-byte types."""
+    cases = []
+    for dtype, n in (("uint8", 1), ("uint8", 127), ("uint8", 128), ("float32", 32), ("float32", 33),
+                     ("uint16", 4099), ("float64", 3001), ("int32", 70001)):
+        for blocksize in (0, 256, 1000, 4096):
+            for shuffle in (Blosc.NOSHUFFLE, Blosc.SHUFFLE):
+                a = data("walk", n, "float64", rng).astype(dtype) if dtype[0] != "u" else \
+                    (np.arange(n) % 7 * 3).astype(dtype)
+                cases.append((Blosc("lz4", 5, shuffle, blocksize).encode(a), a.tobytes()))
+    nbytes = [struct.unpack_from("<3i", f, 4) for f, _ in cases]
+    assert any(nb % bs for nb, bs, _ in nbytes), "no frame with a partial last block"
+    got = device_decode(dev, [f for f, _ in cases], lanes)
+    assert got.tobytes() == b"".join(w for _, w in cases)
+
+
+# -- frames built by hand ----------------------------------------------------------------------
+def lz4_block(raw: bytes) -> bytes:
+    return nclz4.compress(raw)[4:]      # numcodecs prepends the size
+
+
+def build_frame(raw: bytes, typesize: int, blocksize: int, shuffle: bool, split: bool,
+                store=lambda j: False) -> bytes:
+    """A Blosc-LZ4 frame of ``raw`` as c-blosc would lay it out; ``store(k)`` keeps stream k uncompressed."""
+    nbytes = len(raw)
+    nblocks = -(-nbytes // blocksize)
+    flags = (blosc.LZ4_FORMAT << 5) | (blosc.DOSHUFFLE if shuffle else 0) | (0 if split else blosc.DONT_SPLIT)
+    body, starts, k = b"", [], 0
+    head = 16 + 4 * nblocks
+    for b in range(nblocks):
+        block = raw[b * blocksize:(b + 1) * blocksize]
+        if shuffle and typesize > 1:
+            q = len(block) // typesize
+            planes = np.frombuffer(block[:q * typesize], np.uint8).reshape(q, typesize).T.tobytes()
+            block = planes + block[q * typesize:]
+        full = len(block) == blocksize
+        nsplits = typesize if split and full and typesize <= 16 and blocksize // typesize >= 128 else 1
+        neblock = len(block) // nsplits
+        starts.append(head + len(body))
+        for j in range(nsplits):
+            part = block[j * neblock:(j + 1) * neblock]
+            packed = part if store(k) else lz4_block(part)
+            if len(packed) >= len(part):
+                packed = part
+            body += struct.pack("<i", len(packed)) + packed
+            k += 1
+    header = bytes([2, 1, flags, typesize]) + struct.pack("<3i", nbytes, blocksize, head + len(body))
+    return header + struct.pack(f"<{nblocks}i", *starts) + body
+
+
+def reference(frame: bytes):
+    """numcodecs' result: the bytes, or the exception it raised."""
+    try:
+        return bytes(Blosc().decode(frame))
+    except Exception as e:   # c-blosc's failures reach numcodecs as RuntimeError, sizes as others
+        return e
+
+
+@pytest.mark.parametrize("lanes", LANES)
+def test_hand_built_frames_shuffle_tails_splits_and_stored_streams(dev, rng, lanes):
+    frames = []
+    for typesize, blocksize, nbytes in ((3, 1000, 2999), (4, 1024, 5000), (8, 2048, 2048 * 3 + 17),
+                                        (5, 641, 641), (16, 4096, 9000), (7, 5, 5)):
+        raw = (np.cumsum(rng.integers(-2, 3, nbytes)) % 251).astype(np.uint8).tobytes()
+        for shuffle in (False, True):
+            # split streams that do not cover a block leave c-blosc's output undefined (see the fuzz test)
+            for split in (False, True) if blocksize % typesize == 0 else (False,):
+                for store in (lambda k: False, lambda k: k % 2 == 1):
+                    frames.append(build_frame(raw, typesize, blocksize, shuffle, split, store))
+    tails = [f for f in frames if f[2] & blosc.DOSHUFFLE and struct.unpack_from("<i", f, 8)[0] % f[3]]
+    assert tails, "no shuffled block that typesize does not divide"
+    want = [reference(f) for f in frames]
+    assert all(isinstance(w, bytes) for w in want)
+    assert [len(w) for w in want] == [struct.unpack_from("<i", f, 4)[0] for f in frames]
+    assert device_decode(dev, frames, lanes).tobytes() == b"".join(want)
+
+
+@pytest.mark.parametrize("lanes", LANES)
+def test_frames_land_at_their_offsets_and_nowhere_else(dev, rng, lanes):
+    a = data("walk", 3000, "float32", rng)
+    b = data("runs", 1001, "float64", rng)
+    fa, fb = Blosc("lz4", 5, Blosc.SHUFFLE).encode(a), Blosc("lz4", 1, Blosc.NOSHUFFLE).encode(b)
+    size = 40000
+    got = device_decode(dev, [fa, fb], lanes, size=size, offsets=[20000, 100])
+    assert got[20000:20000 + a.nbytes].tobytes() == a.tobytes()
+    assert got[100:100 + b.nbytes].tobytes() == b.tobytes()
+    rest = np.ones(size, bool)
+    rest[20000:20000 + a.nbytes] = rest[100:100 + b.nbytes] = False
+    assert (got[rest] == POISON).all()
+
+
+def test_other_compressors_and_bitshuffle_are_left_to_the_host(dev, rng):
+    a = data("walk", 5000, "float32", rng)
+    bit = Blosc("lz4", 5, Blosc.BITSHUFFLE).encode(a)
+    zstd = Blosc("zstd", 5, Blosc.SHUFFLE).encode(a)
+    assert not blosc.supported(bit) and "bit shuffle" in blosc.unsupported_reason(bit)
+    assert not blosc.supported(zstd) and "zstd" in blosc.unsupported_reason(zstd)
+    assert blosc.supported(Blosc("lz4", 5, Blosc.SHUFFLE).encode(a))
+    assert blosc.supported(Blosc("zstd", 0).encode(a))    # memcpyed: no compressor involved
+    with pytest.raises(blosc.BloscUnsupported, match="c/0.0"):
+        device_decode(dev, [bit], names=["c/0.0"])
+
+
+# -- hostile frames ----------------------------------------------------------------------------
+def uses_offset_zero(frame: bytes) -> bool:
+    """Whether some LZ4 stream of this frame has a match of offset 0 (walked as the format says)."""
+    flags, ts = frame[2], frame[3]
+    nbytes, blocksize, cbytes = struct.unpack_from("<3i", frame, 4)
+    if flags & 2 or blocksize <= 0 or ts == 0 or nbytes <= 0:
+        return False
+    nblocks = -(-nbytes // blocksize)
+    for b in range(nblocks):
+        if 16 + 4 * b + 4 > len(frame):
+            return False
+        pos = struct.unpack_from("<i", frame, 16 + 4 * b)[0]
+        size = blocksize if b < nblocks - 1 or nbytes % blocksize == 0 else nbytes % blocksize
+        split = not flags & 0x10 and ts <= 16 and size // ts >= 128 and size == blocksize
+        nsplits = ts if split else 1
+        for _ in range(nsplits):
+            if pos < 0 or pos + 4 > len(frame):
+                return False
+            n = struct.unpack_from("<i", frame, pos)[0]
+            ip, end = pos + 4, pos + 4 + n
+            pos = end
+            if n == size // nsplits or n < 0 or end > len(frame):
+                continue
+            while ip < end:
+                token = frame[ip]
+                ip += 1
+                lit = token >> 4
+                if lit == 15:
+                    while ip < end:
+                        ip += 1
+                        lit += frame[ip - 1]
+                        if frame[ip - 1] != 255:
+                            break
+                ip += lit
+                if ip + 2 > end:
+                    break
+                if frame[ip] == 0 and frame[ip + 1] == 0:
+                    return True
+                ip += 2
+                if token & 15 == 15:
+                    while ip < end and frame[ip] == 255:
+                        ip += 1
+                    ip += 1
+    return False
+
+
+def split_uncovered(frame: bytes) -> bool:
+    """Split streams that leave a block's last bytes to c-blosc's scratch memory (undefined output)."""
+    flags, ts = frame[2], frame[3]
+    nbytes, blocksize, _ = struct.unpack_from("<3i", frame, 4)
+    return (not flags & 2 and not flags & 0x10 and 0 < ts <= 16 and 0 < blocksize <= nbytes
+            and blocksize // ts >= 128 and blocksize % ts != 0)
+
+
+def check_like_numcodecs(dev, frame: bytes, lanes: int, counts: dict) -> None:
+    """The device path decodes ``frame`` as numcodecs does, or raises where it raises."""
+    name = "arr/c/3.1"
+    nbytes, blocksize, cbytes = struct.unpack_from("<3i", frame, 4) if len(frame) >= 16 else (0, 0, 0)
+    if len(frame) < 16 or cbytes > len(frame) or not 0 < nbytes <= 1 << 24:
+        # c-blosc trusts the header's sizes: it would read past the frame, or allocate gigabytes
+        with pytest.raises(blosc.BloscFrameError, match=name):
+            device_decode(dev, [frame], lanes, size=1, names=[name])
+        counts["refused: header outside the frame"] = counts.get("refused: header outside the frame", 0) + 1
+        return
+    if not blosc.supported(frame):
+        counts["left to the host"] = counts.get("left to the host", 0) + 1
+        return
+    want = reference(frame)
+    if isinstance(want, bytes):
+        try:
+            got = device_decode(dev, [frame], lanes, size=nbytes, names=[name])
+        except blosc.BloscFrameError as e:
+            if "offset of 0" in str(e) and uses_offset_zero(frame):
+                counts["refused: offset 0"] = counts.get("refused: offset 0", 0) + 1
+                return
+            if "do not cover" in str(e) and split_uncovered(frame):
+                counts["refused: undefined split"] = counts.get("refused: undefined split", 0) + 1
+                return
+            raise AssertionError(f"numcodecs decodes this frame, the device raised: {e}\n{frame.hex()}")
+        assert got.tobytes() == want, f"the device decoded other bytes than numcodecs\n{frame.hex()}"
+        counts["decoded alike"] = counts.get("decoded alike", 0) + 1
+    else:
+        with pytest.raises(blosc.BloscFrameError, match=name):
+            device_decode(dev, [frame], lanes, size=nbytes, names=[name])
+        counts["both raised"] = counts.get("both raised", 0) + 1
+
+
+def base_frames(rng):
+    a = data("walk", 3000, "float32", rng)
+    r = data("runs", 700, "float64", rng)
+    raw = (np.cumsum(rng.integers(-1, 2, 3001)) % 7).astype(np.uint8).tobytes()
+    return [Blosc("lz4", 5, Blosc.SHUFFLE, 1024).encode(a),          # split, shuffled, partial last block
+            Blosc("lz4", 9, Blosc.NOSHUFFLE).encode(r),              # split, not shuffled
+            Blosc("lz4", 0).encode(a[:50]),                          # memcpyed
+            build_frame(raw, 3, 1000, True, False),                  # unsplit, shuffled with a tail
+            build_frame(raw, 2, 1024, False, True, lambda k: k == 1)]   # a stored stream
+
+
+def forgeries(frame: bytes, rng):
+    """Truncated, flipped and forged versions of a valid frame."""
+    n = len(frame)
+    nbytes, blocksize, cbytes = struct.unpack_from("<3i", frame, 4)
+    nblocks = -(-nbytes // blocksize)
+    out = [frame[:k] for k in sorted({0, 3, 15, 16, 17, 19, 20, n // 2, n - 5, n - 1})]
+    out += [frame + b"\0" * 7]                                       # trailing bytes: ignored by both
+    for _ in range(40):                                              # random byte flips anywhere
+        f = bytearray(frame)
+        k = int(rng.integers(0, n))
+        f[k] ^= int(rng.integers(1, 256))
+        out.append(bytes(f))
+    for _ in range(20):                                              # flips in the header and block starts
+        f = bytearray(frame)
+        k = int(rng.integers(0, min(n, 16 + 4 * nblocks)))
+        f[k] ^= 1 << int(rng.integers(0, 8))
+        out.append(bytes(f))
+
+    def forge(offset, fmt, *values):
+        f = bytearray(frame)
+        struct.pack_into(fmt, f, offset, *values)
+        return bytes(f)
+    out += [forge(0, "B", 1), forge(0, "B", 3), forge(1, "B", 2), forge(2, "B", frame[2] | 0x08),
+            forge(2, "B", frame[2] ^ 0x10), forge(2, "B", frame[2] ^ 0x01), forge(2, "B", frame[2] ^ 0x02),
+            forge(3, "B", 0), forge(3, "B", 1), forge(3, "B", 255), forge(3, "B", frame[3] + 1)]
+    for v in (0, -1, 1, nbytes - 1, nbytes + 1, nbytes * 2, 2**31 - 1):
+        out.append(forge(4, "<i", v))
+    for v in (0, -1, 1, 7, blocksize - 1, blocksize + 1, nbytes, nbytes + 1, 2**30):
+        out.append(forge(8, "<i", v))
+    for v in (0, 15, 16, 20, cbytes - 1, cbytes + 1, -1):
+        out.append(forge(12, "<i", v))
+    if not frame[2] & blosc.MEMCPYED:
+        start = struct.unpack_from("<i", frame, 16)[0]
+        for v in (-1, 0, 12, 16, start + 1, start - 1, cbytes - 4, cbytes - 3, cbytes):
+            out.append(forge(16 + 4 * (nblocks - 1), "<i", v))    # the last block's start
+        for v in (0, -1, 1, 2**31 - 1, cbytes):                       # the first stream's length
+            out.append(forge(start, "<i", v))
+        length = struct.unpack_from("<i", frame, start)[0]
+        for k in range(start + 4, min(start + 4 + length, start + 40)):    # the first stream's first bytes
+            out.append(forge(k, "B", frame[k] ^ 0xF0))
+            out.append(forge(k, "B", 0))
+    return out
+
+
+@pytest.mark.parametrize("lanes", LANES)
+def test_truncated_flipped_and_forged_frames_are_decoded_as_numcodecs_does(dev, rng, lanes):
+    counts: dict = {}
+    for frame in base_frames(rng):
+        check_like_numcodecs(dev, frame, lanes, counts)
+        for f in forgeries(frame, rng):
+            check_like_numcodecs(dev, f, lanes, counts)
+    print(counts)
+    assert counts.get("both raised", 0) > 50 and counts.get("decoded alike", 0) > 20
+
+
+def lz4_frame(stream: bytes, nbytes: int) -> bytes:
+    """A one-block, one-stream unshuffled Blosc-LZ4 frame around a raw LZ4 stream."""
+    body = struct.pack("<i", len(stream)) + stream
+    flags = (blosc.LZ4_FORMAT << 5) | blosc.DONT_SPLIT
+    return bytes([2, 1, flags, 1]) + struct.pack("<3i", nbytes, nbytes, 20 + len(body)) + struct.pack("<i", 20) + body
+
+
+def crafted_streams():
+    """LZ4 streams written sequence by sequence: (what, stream, output size)."""
+    lit = bytes(range(1, 17))
+    last = b"\x50" + b"ZZZZZ"                                  # 5 last literals
+    return [
+        ("valid: literals, match, last literals", b"\x84" + lit[:8] + b"\x08\x00" + last, 8 + 8 + 5),
+        ("valid: overlapping match (offset 1)", b"\x1f" + b"A" + b"\x01\x00" + b"\x10" + last, 1 + 35 + 5),
+        ("valid: long literal run", b"\xf0" + b"\x05" + bytes(20), 20),
+        ("offset 0", b"\x84" + lit[:8] + b"\x00\x00" + last, 21),
+        ("match before the output start", b"\x84" + lit[:8] + b"\x09\x00" + last, 21),
+        ("match from far before the start", b"\x84" + lit[:8] + b"\xff\xff" + last, 21),
+        ("literal run past the end", b"\xf0" + b"\x40" + bytes(20), 20),
+        ("literal length bytes past the end", b"\xf0" + b"\xff" * 3, 1000),
+        ("match into the last 5 bytes", b"\x84" + lit[:8] + b"\x08\x00" + b"\x10Z", 8 + 8 + 1),
+        ("match length bytes past the end", b"\x8f" + lit[:8] + b"\x08\x00" + b"\xff" * 6, 5000),
+        ("output longer than the stream's", b"\x84" + lit[:8] + b"\x08\x00" + last, 40),
+        ("output shorter than the stream's", b"\x84" + lit[:8] + b"\x08\x00" + last, 20),
+        ("empty stream", b"", 16),
+        ("just a token", b"\x00", 16),
+        ("no last literals", b"\x84" + lit[:8] + b"\x08\x00", 16),
+    ]
+
+
+@pytest.mark.parametrize("lanes", LANES)
+def test_crafted_lz4_streams(dev, lanes):
+    counts: dict = {}
+    for what, stream, nbytes in crafted_streams():
+        frame = lz4_frame(stream, nbytes)
+        want = reference(frame)
+        assert isinstance(want, bytes) == what.startswith("valid") or what == "offset 0", what
+        check_like_numcodecs(dev, frame, lanes, counts)
+    assert counts["decoded alike"] == 3
+
+
+def test_hostile_frame_writes_nothing_outside_its_output(dev, rng):
+    """A frame that fails between two good ones: the neighbours' bytes are theirs, the error names it."""
+    import pyopencl as cl
+    a = data("walk", 2000, "float32", rng)
+    good = Blosc("lz4", 5, Blosc.SHUFFLE).encode(a)
+    evil = lz4_frame(b"\x84" + bytes(8) + b"\xff\xff" + b"\x50" + b"ZZZZZ", 4000)
+    out = dev.buffer(3 * 8000)
+    cl.enqueue_fill_buffer(dev.queue, out, np.uint8(POISON), 0, out.size).wait()
+    with pytest.raises(blosc.BloscFrameError, match=r"c/0\.1: block 0: an LZ4 match starts before"):
+        blosc.decode_blosc(dev, [good, evil, good], out, offsets=[0, 9000, 16000],
+                           names=["c/0.0", "c/0.1", "c/0.2"], lanes=4)
+    got = np.empty(out.size, np.uint8)
+    cl.enqueue_copy(dev.queue, got, out).wait()
+    out.release()
+    assert got[:8000].tobytes() == a.tobytes() and got[16000:24000].tobytes() == a.tobytes()
+    assert (got[8000:9000] == POISON).all() and (got[13000:16000] == POISON).all()
