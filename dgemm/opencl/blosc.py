@@ -220,7 +220,7 @@ def plan(frame, name: str = "frame") -> FramePlan:
 
 
 # -- the device side -------------------------------------------------------------------------------
-_PROGRAMS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_PROGRAMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def default_lanes(device) -> int:
@@ -257,7 +257,8 @@ def program(device, lanes: int) -> _Built:
         return built[lanes]
 
 
-def decode_blosc(device, frames, out, offsets=None, names=None, lanes: int | None = None) -> list[int]:
+def decode_blosc(device, frames, out, offsets=None, names=None, lanes: int | None = None,
+                 events: list | None = None) -> list[int]:
     """Decode Blosc-LZ4 frames on the device into ``out``; returns each frame's decoded size.
 
     Parameters
@@ -274,6 +275,9 @@ def decode_blosc(device, frames, out, offsets=None, names=None, lanes: int | Non
         What errors call each frame (store keys); by default ``frame 0``, ``frame 1``...
     lanes : int, optional
         Work-items per stream (``LZ4_WG``); :func:`default_lanes` by default.
+    events : list, optional
+        Gets ``(what, event)`` for each upload and kernel (``what``: ``upload``, ``lz4``,
+        ``unshuffle``), for their profiling times.
 
     Raises
     ------
@@ -327,7 +331,9 @@ def decode_blosc(device, frames, out, offsets=None, names=None, lanes: int | Non
         buf = device.buffer(max(host.nbytes, 1), what)
         buffers.append(buf)
         if host.nbytes:
-            cl.enqueue_copy(queue, buf, host, is_blocking=False)
+            event = cl.enqueue_copy(queue, buf, host, is_blocking=False)
+            if events is not None:
+                events.append(("upload", event))
         return buf
 
     errors = []
@@ -348,11 +354,14 @@ def decode_blosc(device, frames, out, offsets=None, names=None, lanes: int | Non
             args = [(*a, buffer(a[4], "LZ4 error flags")) for a in args]
             job_table = buffer(jobs, "unshuffle jobs") if len(jobs) else None
             with prog.lock:
-                for rows, _, dst, rows_buf, _, err_buf in args:
-                    prog.streams(queue, (len(rows) * lanes,), (lanes,), src, dst, rows_buf, err_buf)
+                launched = [("lz4", prog.streams(queue, (len(rows) * lanes,), (lanes,), src, dst, rows_buf, err_buf))
+                            for rows, _, dst, rows_buf, _, err_buf in args]
                 if job_table is not None:
                     width = int(min(max(int(jobs[:, 1].max()), 1), 1024))
-                    prog.unshuffle(queue, (width, len(jobs)), None, scratch, out, job_table)
+                    launched.append(("unshuffle", prog.unshuffle(queue, (width, len(jobs)), None, scratch, out,
+                                                                 job_table)))
+            if events is not None:
+                events.extend(launched)
             for rows, owner, _, _, err, err_buf in args:
                 cl.enqueue_copy(queue, err, err_buf, is_blocking=False)
                 errors.append((err, rows, owner))
