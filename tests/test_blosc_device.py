@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 
 pytest.importorskip("numcodecs")
-from numcodecs import Blosc  # noqa: E402
-from numcodecs import lz4 as nclz4  # noqa: E402
+from numcodecs import Blosc
+from numcodecs import lz4 as nclz4
 
-from dgemm.opencl import blosc  # noqa: E402
+from dgemm.opencl import blosc
 
 POISON = 0xFF
 LANES = (1, 4)     # one lane (the CPU default, no barriers) and several (the GPU's shape, with barriers)
@@ -133,7 +133,7 @@ def reference(frame: bytes):
     """numcodecs' result: the bytes, or the exception it raised."""
     try:
         return bytes(Blosc().decode(frame))
-    except Exception as e:   # c-blosc's failures reach numcodecs as RuntimeError, sizes as others
+    except Exception as e:  # noqa: BLE001  (c-blosc's failures come as RuntimeError, bad sizes as others)
         return e
 
 
@@ -141,7 +141,8 @@ def reference(frame: bytes):
 def test_hand_built_frames_shuffle_tails_splits_and_stored_streams(dev, rng, lanes):
     frames = []
     for typesize, blocksize, nbytes in ((3, 1000, 2999), (4, 1024, 5000), (8, 2048, 2048 * 3 + 17),
-                                        (5, 641, 641), (16, 4096, 9000), (7, 5, 5)):
+                                        (5, 641, 641), (16, 4096, 9000), (7, 5, 5),
+                                        (2, 256, 1000), (4, 508, 2000)):   # split just so, and just not
         raw = (np.cumsum(rng.integers(-2, 3, nbytes)) % 251).astype(np.uint8).tobytes()
         for shuffle in (False, True):
             # split streams that do not cover a block leave c-blosc's output undefined (see the fuzz test)
@@ -186,7 +187,7 @@ def test_other_compressors_and_bitshuffle_are_left_to_the_host(dev, rng):
 def uses_offset_zero(frame: bytes) -> bool:
     """Whether some LZ4 stream of this frame has a match of offset 0 (walked as the format says)."""
     flags, ts = frame[2], frame[3]
-    nbytes, blocksize, cbytes = struct.unpack_from("<3i", frame, 4)
+    nbytes, blocksize, _ = struct.unpack_from("<3i", frame, 4)
     if flags & 2 or blocksize <= 0 or ts == 0 or nbytes <= 0:
         return False
     nblocks = -(-nbytes // blocksize)
@@ -239,7 +240,7 @@ def split_uncovered(frame: bytes) -> bool:
 def check_like_numcodecs(dev, frame: bytes, lanes: int, counts: dict) -> None:
     """The device path decodes ``frame`` as numcodecs does, or raises where it raises."""
     name = "arr/c/3.1"
-    nbytes, blocksize, cbytes = struct.unpack_from("<3i", frame, 4) if len(frame) >= 16 else (0, 0, 0)
+    nbytes, _, cbytes = struct.unpack_from("<3i", frame, 4) if len(frame) >= 16 else (0, 0, 0)
     if len(frame) < 16 or cbytes > len(frame) or not 0 < nbytes <= 1 << 24:
         # c-blosc trusts the header's sizes: it would read past the frame, or allocate gigabytes
         with pytest.raises(blosc.BloscFrameError, match=name):
@@ -275,7 +276,8 @@ def base_frames(rng):
     raw = (np.cumsum(rng.integers(-1, 2, 3001)) % 7).astype(np.uint8).tobytes()
     return [Blosc("lz4", 5, Blosc.SHUFFLE, 1024).encode(a),          # split, shuffled, partial last block
             Blosc("lz4", 9, Blosc.NOSHUFFLE).encode(r),              # split, not shuffled
-            Blosc("lz4", 0).encode(a[:50]),                          # memcpyed
+            Blosc("lz4", 0).encode(a[:50]),                          # memcpyed, one block
+            Blosc("lz4", 0, Blosc.SHUFFLE, 4000).encode(a),           # memcpyed, several blocks
             build_frame(raw, 3, 1000, True, False),                  # unsplit, shuffled with a tail
             build_frame(raw, 2, 1024, False, True, lambda k: k == 1)]   # a stored stream
 
@@ -285,6 +287,7 @@ def forgeries(frame: bytes, rng):
     n = len(frame)
     nbytes, blocksize, cbytes = struct.unpack_from("<3i", frame, 4)
     nblocks = -(-nbytes // blocksize)
+    assert cbytes == len(frame)
     out = [frame[:k] for k in sorted({0, 3, 15, 16, 17, 19, 20, n // 2, n - 5, n - 1})]
     out += [frame + b"\0" * 7]                                       # trailing bytes: ignored by both
     for _ in range(40):                                              # random byte flips anywhere
@@ -307,6 +310,9 @@ def forgeries(frame: bytes, rng):
             forge(3, "B", 0), forge(3, "B", 1), forge(3, "B", 255), forge(3, "B", frame[3] + 1)]
     for v in (0, -1, 1, nbytes - 1, nbytes + 1, nbytes * 2, 2**31 - 1):
         out.append(forge(4, "<i", v))
+    for v in (1, 15, nbytes - blocksize, nbytes - 1):                 # a smaller output, the block size kept
+        if 0 < v < nbytes and blocksize < v:
+            out.append(forge(4, "<i", v))
     for v in (0, -1, 1, 7, blocksize - 1, blocksize + 1, nbytes, nbytes + 1, 2**30):
         out.append(forge(8, "<i", v))
     for v in (0, 15, 16, 20, cbytes - 1, cbytes + 1, -1):
@@ -355,7 +361,9 @@ def crafted_streams():
         ("match from far before the start", b"\x84" + lit[:8] + b"\xff\xff" + last, 21),
         ("literal run past the end", b"\xf0" + b"\x40" + bytes(20), 20),
         ("literal length bytes past the end", b"\xf0" + b"\xff" * 3, 1000),
-        ("match into the last 5 bytes", b"\x84" + lit[:8] + b"\x08\x00" + b"\x10Z", 8 + 8 + 1),
+        ("last literals short of the end", b"\x84" + lit[:8] + b"\x08\x00" + b"\x10Z", 8 + 8 + 1),
+        ("match into the last 5 bytes", b"\x8f" + lit[:8] + b"\x08\x00" + b"\x00" + b"\x40ZZZZ", 8 + 19 + 4),
+        ("bytes after the last literals", b"\x84" + lit[:8] + b"\x08\x00" + last + b"\x00\x00", 21),
         ("match length bytes past the end", b"\x8f" + lit[:8] + b"\x08\x00" + b"\xff" * 6, 5000),
         ("output longer than the stream's", b"\x84" + lit[:8] + b"\x08\x00" + last, 40),
         ("output shorter than the stream's", b"\x84" + lit[:8] + b"\x08\x00" + last, 20),
