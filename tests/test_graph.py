@@ -58,7 +58,8 @@ def test_layers_and_annotations(tmp_path, rng):
     gemm = [n for n in names if n.startswith("dgemm-gemm-")]
     assert len(gemm) == 1 and g.result_name == gemm[0]
     ann = g.layers[gemm[0]].annotations
-    assert ann["resources"] == {"GPU": graph_mod.GPU_SHARE} and "workers" not in ann      # no workers given: no placement
+    assert ann["resources"] == {"GPU": graph_mod.GPU_SHARE} and "workers" not in ann      # no workers: no placement
+    assert 2 * ann["resources"]["GPU"] <= 1        # two GEMM tasks at once on a worker's GPU=1
     assert sorted(ann["priority"](k) for k in g.layers[gemm[0]]) == list(range(1, len(g.layers[gemm[0]]) + 1))
     assert any(n.startswith("dgemm-load-b") for n in names)        # numpy input: load tasks
     assert not any(n.startswith("dgemm-reduce-") for n in names)
