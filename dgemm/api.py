@@ -21,7 +21,8 @@ from dgemm.client.dataarrays import (
 
 def matmul(a, b, out=None, *, client=None, overwrite: bool = False, resume: bool = False, block=None,
            devices: str | None = None, progress: bool = False, precision: str | None = None,
-           compressors="auto", storage_options: dict | None = None):
+           compressors="auto", storage_options: dict | None = None, chunks=None, shards=None,
+           zarr_format: int | None = None, dimension_names=None, attributes: dict | None = None):
     """Matrix product of two arrays, computed on the cluster's OpenCL devices.
 
     Follows :func:`numpy.matmul` for 1-D and 2-D operands: a 1-D first
@@ -40,7 +41,12 @@ def matmul(a, b, out=None, *, client=None, overwrite: bool = False, resume: bool
         for dask data; see :mod:`dgemm.client.dataarrays`.
     out : str, os.PathLike, zarr store or zarr.Array, optional
         Where to write the product as a Zarr array.  ``None`` returns a lazy
-        dask array instead.
+        dask array instead, chunked as :func:`dask.array.matmul` chunks it:
+        rows as ``a``'s chunks, columns as ``b``'s, each chunk one block of
+        the devices, so that a slice computes only the chunks it touches.
+        Along an axis whose chunks are larger than the devices' block size
+        (or of a numpy operand), and wherever ``block=`` is given, the
+        chunks are the plan's blocks.
     client : distributed.Client, optional
         Defaults to the current client, else a local cluster with one worker
         per OpenCL device (see :class:`dgemm.DeviceCluster`).
@@ -75,6 +81,31 @@ def matmul(a, b, out=None, *, client=None, overwrite: bool = False, resume: bool
         ``None`` writes raw chunks, several times faster (on the H100 host the
         default zstd held a 32768² float32 run to about 1 GB/s of writes).
         An existing ``out`` keeps its own codecs.
+    chunks : int or tuple of int, optional
+        Chunk shape of a new ``out``, as :func:`zarr.create_array` takes it
+        (one size per dimension of the result; an int for every one).  By
+        default C is chunked as :func:`dask.array.matmul` chunks it: rows as
+        ``a``'s chunks, columns as ``b``'s (op(a), op(b) for ``gemm``),
+        wherever the devices' blocks hold whole such chunks; along an axis
+        where they do not (chunks larger than a block; numpy operands), C's
+        chunks are the blocks.  The blocks are always whole chunks (or
+        shards) of C, multiples of them as large as the devices allow.
+    shards : int or tuple of int, optional
+        Shard shape of a new ``out`` (Zarr v3 only; multiples of ``chunks``,
+        which must then be given).
+    zarr_format : {2, 3}, optional
+        Zarr format of a new ``out`` (default: zarr's, 3).
+    dimension_names : sequence of str or None, optional
+        Zarr v3 ``dimension_names`` of a new ``out``, one per dimension of
+        the result (xarray's dims).  With DataArray operands they must be
+        the dims of the product, which are written anyway.
+    attributes : dict, optional
+        Attributes of a new ``out`` (JSON-serialisable).  The key
+        ``"dgemm"`` is dgemm's own record of the run.
+
+        These five are checked before any work, and a resumed ``out`` must
+        have been created with the same ones; any other existing ``out``
+        refuses them (it keeps its own).  A lazy result refuses them too.
     storage_options : dict, optional
         Options of the filesystem behind URL operands and ``out`` (strings
         such as ``"s3://bucket/a.zarr"``), as :func:`dask.array.from_zarr`
@@ -92,7 +123,10 @@ def matmul(a, b, out=None, *, client=None, overwrite: bool = False, resume: bool
         all in memory (numpy, lists) give a numpy array, computed at once
         (by numpy in this process below the ``small-flops`` setting, else on
         the devices); others a lazy dask array whose blocks the devices
-        compute.  A lazy call starts no cluster: it is planned for
+        compute.  A finished ``out`` holds its chunks and, under
+        ``.dgemm/``, nothing: the ``dgemm`` attribute alone records the run
+        (the per-block records that ``resume`` needs go once it
+        completes).  A lazy call starts no cluster: it is planned for
         ``client`` (or the current client) when there is one, and computed
         wherever dask computes it (a distributed client's workers, or this
         process's OpenCL device under dask's local schedulers).  An
@@ -153,8 +187,10 @@ def matmul(a, b, out=None, *, client=None, overwrite: bool = False, resume: bool
         a, b = align(a, b)   # on the contracted dim's labels, as xr.dot (lazily: nothing computed here)
     req = Request.check("matmul", unwrap(a), unwrap(b), out=out, client=client, overwrite=overwrite,
                         resume=resume, block=block, devices=devices, progress=progress, precision=precision,
-                        compressors=compressors, storage_options=storage_options)
+                        compressors=compressors, storage_options=storage_options, chunks=chunks, shards=shards,
+                        zarr_format=zarr_format, dimension_names=dimension_names, attributes=attributes)
     stored = prepare_out(out, a, b, storage_options=storage_options) if labelled else None   # clashes refused now
+    _check_dims(stored, dimension_names)
     result = run(req)
     if not labelled:
         return result
@@ -164,7 +200,8 @@ def matmul(a, b, out=None, *, client=None, overwrite: bool = False, resume: bool
 def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 0.0, trans_a: bool = False,
          trans_b: bool = False, out=None, client=None, overwrite: bool = False, resume: bool = False,
          block=None, devices: str | None = None, progress: bool = False, precision: str | None = None,
-         compressors="auto", storage_options: dict | None = None):
+         compressors="auto", storage_options: dict | None = None, chunks=None, shards=None,
+         zarr_format: int | None = None, dimension_names=None, attributes: dict | None = None):
     """General matrix multiply: ``alpha * op(a) @ op(b) + beta * c``.
 
     ``op(x)`` is ``x.T`` when the matching ``trans_*`` flag is set; the
@@ -195,12 +232,24 @@ def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 0.0, trans_a: bool =
     req = Request.check("gemm", unwrap(a), unwrap(b), unwrap(c), alpha=alpha, beta=beta, trans_a=trans_a,
                         trans_b=trans_b, out=out, client=client, overwrite=overwrite, resume=resume, block=block,
                         devices=devices, progress=progress, precision=precision, compressors=compressors,
-                        storage_options=storage_options)
+                        storage_options=storage_options, chunks=chunks, shards=shards, zarr_format=zarr_format,
+                        dimension_names=dimension_names, attributes=attributes)
     stored = (prepare_out(out, a, b, trans_a=trans_a, trans_b=trans_b, storage_options=storage_options)
               if labelled else None)
+    _check_dims(stored, dimension_names)
     result = run(req)
     if not labelled:
         return result
     return wrap(result, a, b, trans_a=trans_a, trans_b=trans_b, name=write_out_metadata(result, stored))
 
 
+
+
+def _check_dims(stored, dimension_names) -> None:
+    """Refuse, before any work, ``dimension_names`` other than the dims that DataArray operands give the product."""
+    if stored is None or dimension_names is None:
+        return
+    dims = tuple(stored.dims)
+    if tuple(dimension_names) != dims:
+        raise ValueError(f"dimension_names={tuple(dimension_names)!r}, but the DataArray operands give the product "
+                         f"the dims {dims!r}, which out records; leave dimension_names out, or rename the dims")

@@ -118,6 +118,9 @@ def test_resume_and_open_result_on_s3(s3, elsewhere, tmp_path, monkeypatch, rng)
         time.sleep(0.05)
     with pytest.raises(dgemm.IncompleteResultError, match="is incomplete"):
         dgemm.open_result(out, storage_options=opts)
+    records = f"{s3.bucket}/resume/c.zarr/.dgemm"
+    fs.invalidate_cache()
+    assert any("/.dgemm/done/" in k for k in fs.find(records)), fs.find(records)   # kept for resume
     fs.pipe_file(chunk, good)
     result = dgemm.matmul(a, b, out=out, client=elsewhere.client, block=32, resume=True, storage_options=opts)
     meta = result.attrs[COMPLETE_ATTR]
@@ -125,6 +128,8 @@ def test_resume_and_open_result_on_s3(s3, elsewhere, tmp_path, monkeypatch, rng)
     assert meta["complete"] is True and meta["resumed"] is True and meta["blocks_run"] <= meta["blocks"] == 12
     done = dgemm.open_result(out, storage_options=opts)
     check_product(done[...], A, B, dtype="float64")
+    fs.invalidate_cache()
+    assert fs.find(records) == []   # finished: as clean as to_zarr leaves one, the attribute alone records the run
     # resuming a finished output does nothing and returns it
     again = dgemm.matmul(a, b, out=out, client=elsewhere.client, resume=True, storage_options=opts)
     assert again.attrs[COMPLETE_ATTR]["blocks_run"] == meta["blocks_run"]

@@ -12,7 +12,9 @@ import numpy as np
 from dgemm.dtypes import check_dtype, check_precision
 from dgemm.sizes import index_overflow
 from dgemm.storage import Operand, OutputSpec, check_output, check_storage_options, is_url, is_zarr_array
+from dgemm.storage.layout import check_layout, differences
 from dgemm.storage.locations import is_dask_array, locate, open_array, plain_zarr, sources
+from dgemm.storage.markers import COMPLETE_ATTR
 from dgemm.storage.outputs import codec_configs, output_codecs
 
 
@@ -58,9 +60,11 @@ class Request:
     ``a``, ``b`` and ``c`` are already promoted (1-D operands of matmul)
     and transposed (``trans_*``); ``drop`` names the axes of the 2-D product
     that the result does not have.  ``spec`` is the checked output (None for
-    a lazy result), ``out_chunks`` the C blocks an existing output fixes, and
-    ``fingerprint`` what identifies the product in the output's attributes
-    (None for a lazy result).
+    a lazy result), ``out_chunks`` the C blocks an existing output fixes,
+    ``out_unit`` what the C blocks of a new output must be multiples of (its
+    chunks or shards, where the user gave them: 2-D, 1 along a dropped
+    axis), and ``fingerprint`` what identifies the product in the output's
+    attributes (None for a lazy result).
     """
 
     op: str
@@ -86,6 +90,7 @@ class Request:
     # what the workers must open on their own (dgemm.cluster.check_worker_access).
     urls: dict = dataclasses.field(default_factory=dict)
     storage_options: dict | None = None
+    out_unit: tuple[int, int] | None = None
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -95,7 +100,8 @@ class Request:
     @classmethod
     def check(cls, op: str, a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, out=None,
               client=None, overwrite=False, resume=False, block=None, devices=None, progress=False,
-              precision=None, compressors="auto", storage_options=None) -> Request:
+              precision=None, compressors="auto", storage_options=None, chunks=None, shards=None,
+              zarr_format=None, dimension_names=None, attributes=None) -> Request:
         """Check everything the user gave, before any work; the errors name what is wrong."""
         alpha, beta = _check_scalar(alpha, "alpha"), _check_scalar(beta, "beta")
         trans_a, trans_b = _check_bool(trans_a, "trans_a"), _check_bool(trans_b, "trans_b")
@@ -123,8 +129,12 @@ class Request:
         if out is not None:
             spec = _check_out(out, a, b, c, shape, dtype, overwrite=overwrite, resume=resume,
                               storage_options=storage_options)
+        layout = check_layout(shape, dtype, chunks=chunks, shards=shards, zarr_format=zarr_format,
+                              dimension_names=dimension_names, attributes=attributes)
+        spec = _with_layout(spec, layout)
         spec = _with_compressors(spec, compressors)
         out_chunks = _out_chunks(spec, drop)
+        out_unit = _out_unit(spec, drop)
         fingerprint = None
         if spec is not None:
             fingerprint = {"operation": op, "shape": list(shape), "dtype": dtype.str, "a": A.identity(),
@@ -133,7 +143,7 @@ class Request:
         urls = {name: str(x) for name, x in (("a", a), ("b", b), ("c", c), ("out", out))
                 if isinstance(x, (str, os.PathLike)) and is_url(str(x))}
         return cls(op, A, B, C, alpha, beta, m, n, k, drop, dtype, precision, target, spec, out_chunks,
-                   fingerprint, client, devices, progress, urls, storage_options)
+                   fingerprint, client, devices, progress, urls, storage_options, out_unit)
 
 
 def _check_operands(op: str, a, b, c, trans_a: bool, trans_b: bool, beta: float, storage_options=None,
@@ -238,7 +248,7 @@ def _with_compressors(spec: OutputSpec | None, compressors) -> OutputSpec | None
         return spec
     if spec is None:
         raise ValueError("compressors= applies to a Zarr out; a lazy result (out=None) is not stored")
-    wanted = output_codecs(compressors, spec.shape, spec.dtype)
+    wanted = output_codecs(compressors, spec.shape, spec.dtype, spec.layout.zarr_format if spec.layout else None)
     if spec.array is None:
         return dataclasses.replace(spec, compressors=compressors)
     if not spec.resume:
@@ -251,17 +261,66 @@ def _with_compressors(spec: OutputSpec | None, compressors) -> OutputSpec | None
     return spec
 
 
+def _with_layout(spec: OutputSpec | None, layout) -> OutputSpec | None:
+    """The output spec with the layout asked for (chunks, shards, zarr_format, dimension_names, attributes).
+
+    They make a new ``out``; an ``out`` to resume must already have them
+    (the interrupted call's are accepted, others refused, naming them); any
+    other existing array keeps its own, and they are refused.
+    """
+    if layout is None:
+        return spec
+    names = ", ".join(f"{k}=" for k in layout.given())
+    if spec is None:
+        raise ValueError(f"{names} applies to a Zarr out; a lazy result (out=None) is not stored: give out=, or "
+                         "rechunk the lazy result and write it yourself")
+    if spec.array is None:
+        return dataclasses.replace(spec, layout=layout)
+    if not spec.resume:
+        raise ValueError(f"{names} applies to a new out; the existing array {spec.array.store_path} keeps its "
+                         "own (pass its path with overwrite=True to replace it)")
+    diff = differences(spec.array, layout)
+    if diff:
+        raise ValueError(f"cannot resume: out ({spec.array.store_path}) was created with other options: "
+                         f"{'; '.join(diff)}; give the interrupted call's (or leave them out), or pass "
+                         "overwrite=True to start again")
+    return spec
+
+
 def _out_chunks(spec: OutputSpec | None, drop: tuple) -> tuple[int, int] | None:
-    """The C blocks an existing output fixes (its chunks, or shards), refused when beyond 32-bit indexing."""
+    """The C blocks an existing output fixes, refused when beyond 32-bit indexing.
+
+    Those of the run to resume (recorded in its ``dgemm`` attribute: its
+    blocks may hold several chunks), else the array's chunks (or shards).
+    """
     if spec is None or spec.chunks is None:
         return None
-    it = iter(spec.chunks)
-    out_chunks = tuple(1 if ax in drop else next(it) for ax in range(2))
+    stored = spec.array.attrs.get(COMPLETE_ATTR, {}).get("run", {}).get("block") if spec.resume else None
+    if isinstance(stored, list) and len(stored) == 2 and all(isinstance(s, int) and s > 0 for s in stored):
+        out_chunks = tuple(stored)
+    else:
+        it = iter(spec.chunks)
+        out_chunks = tuple(1 if ax in drop else next(it) for ax in range(2))
     why = index_overflow(*out_chunks, 1, (1, 1, 1))
     if why:
         raise ValueError(f"out's chunks {tuple(spec.chunks)} are too large for dgemm: {why} (the kernels index "
                          "with 32-bit integers, and a task writes whole chunks); use smaller chunks")
     return out_chunks
+
+
+def _out_unit(spec: OutputSpec | None, drop: tuple) -> tuple[int, int] | None:
+    """What the C blocks of a new output must be multiples of: its shards, else chunks, where the user gave them."""
+    unit = spec.layout.unit if spec is not None and spec.layout is not None else None
+    if unit is None:
+        return None
+    it = iter(unit)
+    out = tuple(1 if ax in drop else next(it) for ax in range(2))
+    why = index_overflow(*out, 1, (1, 1, 1))
+    if why:
+        raise ValueError(f"{'shards' if spec.layout.shards else 'chunks'}={unit} are too large for dgemm: {why} "
+                         "(the kernels index with 32-bit integers, and a task writes whole chunks or shards); "
+                         "use smaller ones")
+    return out
 
 
 def _resolve_in_place(out, a, b, c, storage_options=None):

@@ -18,12 +18,14 @@ import numpy as np
 
 from dgemm.client import graph as graph_mod
 from dgemm.client import prestart
-from dgemm.client.plan import Plan, check_graph_size, make_plan
+from dgemm.client.plan import Plan, block_size, check_graph_size, make_plan
 from dgemm.client.request import Request
 from dgemm.cluster import check_worker_access, device_limits, get_client, prepare, tiles_of
+from dgemm.errors import PlanError
 from dgemm.scheduler import placement
 from dgemm.sizes import cache_budget, default_target
 from dgemm.storage import hostcache
+from dgemm.storage.layout import default_chunks
 from dgemm.storage.output_run import OutputRun, already_complete, write_empty
 
 
@@ -75,11 +77,56 @@ def _plan(req: Request, workers: dict) -> Plan:
     tiles = tiles_of(workers, req.dtype, req.precision)
     target = req.block or default_target(d["device"].type for d in workers.values())
     memory, max_alloc = device_limits(workers)
-    plan = make_plan(req.m, req.n, req.k, req.dtype, tiles, a_chunks=req.a.chunks, b_chunks=req.b.chunks,
-                     out_chunks=req.out_chunks, target=target, n_workers=len(workers), device_memory=memory,
-                     max_alloc=max_alloc, exact=req.block is not None)
+    plan = _fitted(req, target, tiles, lambda fixed: make_plan(
+        req.m, req.n, req.k, req.dtype, tiles, a_chunks=req.a.chunks, b_chunks=req.b.chunks, out_chunks=fixed,
+        target=target, n_workers=len(workers), device_memory=memory, max_alloc=max_alloc,
+        exact=req.block is not None))
     check_graph_size(plan)   # before any graph or output: an absurd shape is refused at once
     return plan
+
+
+def _fitted(req: Request, target, tiles, make) -> Plan:
+    """``make(out_chunks)`` for the first C blocks of :func:`_c_blocks` whose plan fits the devices."""
+    choices = _c_blocks(req, target, tiles)
+    for n, fixed in enumerate(choices):
+        try:
+            return make(fixed)
+        except PlanError:
+            if n == len(choices) - 1:
+                raise
+    raise AssertionError("no choice of C blocks")
+
+
+def _c_blocks(req: Request, target, tiles) -> list:
+    """The C blocks (rows, columns) to plan with, in order of preference; None: the plan's own.
+
+    An existing output fixes them (``req.out_chunks``).  A new output's
+    chunks or shards given by the user (``req.out_unit``) make them
+    multiples of those, as near the target as the devices' memory allows.
+    A lazy result follows the inputs' chunks along M and N (rows of A's,
+    columns of B's, as ``dask.array.matmul``), up to the target: each of
+    its chunks is one block, so a slice computes only the chunks it touches
+    (unless ``block=`` was given: then its blocks are the plan's).
+    """
+    targets = (target,) * 3 if isinstance(target, int) else tuple(target)
+    if req.out_chunks is not None:
+        return [req.out_chunks]
+    if req.out_unit is not None:
+        counts = [max(1, t // u) for t, u in zip(targets, req.out_unit)]
+        out = []
+        while True:
+            out.append(tuple(min(q * u, max(e, 1)) for q, u, e in zip(counts, req.out_unit, (req.m, req.n))))
+            if counts == [1, 1]:
+                return out
+            counts = [max(1, q // 2) for q in counts]
+    if req.spec is not None or req.block is not None:   # block= given: the lazy result's chunks are its blocks
+        return [None]
+    chunks = (req.a.chunks[0], req.b.chunks[1])
+    if not any(c and c <= t for c, t in zip(chunks, targets)):
+        return [None]
+    fixed = tuple(c if c and c <= t else block_size(e, t, tile, c)
+                  for c, t, tile, e in zip(chunks, targets, tiles, (req.m, req.n)))
+    return [fixed, None]
 
 
 def _current_client():
@@ -99,8 +146,9 @@ def _unplaced(req: Request, slack: int = 1) -> Plan:
     Too many block products are refused (:func:`check_graph_size`, with its ``slack``).
     """
     target = req.block or default_target([])
-    plan = make_plan(req.m, req.n, req.k, req.dtype, (1, 1, 1), a_chunks=req.a.chunks, b_chunks=req.b.chunks,
-                     target=target, exact=req.block is not None)
+    plan = _fitted(req, target, (1, 1, 1), lambda fixed: make_plan(
+        req.m, req.n, req.k, req.dtype, (1, 1, 1), a_chunks=req.a.chunks, b_chunks=req.b.chunks,
+        out_chunks=fixed if req.spec is None else None, target=target, exact=req.block is not None))
     check_graph_size(plan, slack=slack)
     return plan
 
@@ -164,7 +212,10 @@ def _lazy(req: Request, plan: Plan, token: str):
 def _open_output(req: Request, plan: Plan) -> OutputRun:
     """The output this call writes, opened for these blocks and held (:meth:`OutputRun.open`)."""
     reads_c = req.c.zarr if req.c is not None and req.beta != 0 else None
-    return OutputRun.open(req.spec, req.fingerprint, block=plan.block_shape[:2],
+    block = plan.block_shape[:2]
+    chunks = None if req.spec.layout is not None and req.spec.layout.chunks else \
+        default_chunks(req.spec.shape, block, (req.a.chunks[0], req.b.chunks[1]), req.drop)
+    return OutputRun.open(req.spec, req.fingerprint, block=block, chunks=chunks,
                           grid=(len(plan.rows), len(plan.cols)), drop=req.drop,
                           about={"operation": req.op, "a": req.a.label, "b": req.b.label, "plan": plan.explain()},
                           reads_c=reads_c)

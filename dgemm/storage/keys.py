@@ -50,6 +50,31 @@ def delete_dir(store, prefix: str) -> None:
         sync(store.delete_dir(prefix))
 
 
+def prune(store, prefix: str) -> None:
+    """Remove the empty folders of a local store from ``prefix`` up to the array's ``.dgemm`` folder itself.
+
+    Object stores have no folders; a local one keeps a folder after its
+    last key goes.  Only empty folders are removed (``rmdir`` refuses any
+    other), so nothing of anyone else's goes, and a folder a new run has
+    just written into stays.
+    """
+    import os
+
+    from dgemm.storage.locations import local_folder
+
+    folder = local_folder(store)
+    if folder is None or PREFIX not in prefix.split("/"):
+        return
+    parts = prefix.split("/")
+    top = parts.index(PREFIX)
+    for depth in range(len(parts), top, -1):
+        try:
+            os.rmdir(os.path.join(folder, *parts[:depth]))
+        except OSError:   # not empty (or gone already): what is left above it stays too
+            if os.path.isdir(os.path.join(folder, *parts[:depth])):
+                return
+
+
 def listed(store, prefix: str) -> list[str]:
     """Every key under ``prefix`` (the store must support listing)."""
     from zarr.core.sync import sync

@@ -2,16 +2,20 @@
 
 The attribute (:data:`COMPLETE_ATTR`) says whether the run that writes an
 output finished; the markers (:class:`BlockMarkers`) say which of its blocks
-are stored, so an interrupted run can be resumed.
+are stored, so an interrupted run can be resumed.  Once the run completes
+the markers go (:meth:`BlockMarkers.remove`): the attribute alone says a
+finished output is complete.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 
 from dgemm.storage import keys
 
 COMPLETE_ATTR = "dgemm"
+_MARKER = re.compile(r"\d+\.\d+")   # a marker's name under its run's prefix: "<i>.<j>"
 
 
 def run_id(fingerprint: dict) -> str:
@@ -63,6 +67,25 @@ class BlockMarkers:
         if grid is None:
             raise ValueError(f"{self.store} cannot list keys; pass the block grid")
         return {(i, j) for i in range(grid[0]) for j in range(grid[1]) if self.is_done(i, j)}
+
+    def remove(self) -> None:
+        """Remove this run's markers (a completed run's: ``resume`` has nothing left to do), nothing else.
+
+        Only keys named as markers are deleted, all at once where every key
+        under the run's prefix is one (a single request on an object
+        store), one by one otherwise: a file that dgemm did not write stays.
+        Where the store cannot list or delete, they stay, unused.
+        """
+        if not getattr(self.store, "supports_listing", True) or not getattr(self.store, "supports_deletes", True):
+            return
+        found = keys.listed(self.store, self.prefix)
+        ours = [k for k in found if _MARKER.fullmatch(k[len(self.prefix):] if k.startswith(self.prefix) else "")]
+        if len(ours) == len(found):
+            keys.delete_dir(self.store, self.prefix.rstrip("/"))
+        else:
+            for k in ours:
+                keys.delete(self.store, k)
+        keys.prune(self.store, self.prefix.rstrip("/"))
 
     def reset(self) -> None:
         """Remove every dgemm record (markers of any run, originals, lease) of this array: a fresh start."""

@@ -112,7 +112,7 @@ class OutputRun:
 
     @classmethod
     def open(cls, spec: OutputSpec, fingerprint: dict, *, block: Block, grid: Block, drop: tuple = (),
-             about: dict | None = None, reads_c=None) -> OutputRun:
+             about: dict | None = None, reads_c=None, chunks: tuple[int, ...] | None = None) -> OutputRun:
         """Create the output, or reopen the one to resume, and take its lease.
 
         A resumed output must have been cut into the same blocks: its run id
@@ -136,6 +136,9 @@ class OutputRun:
             What the output's ``dgemm`` attribute says of the call (operation, operands, plan).
         reads_c : zarr.Array, optional
             The Zarr C the product reads; the output being that array makes the run in place.
+        chunks : tuple of int, optional
+            A new output's chunks, each block holding whole ones (default: one chunk per block); the
+            user's (``spec.layout``) go first.
 
         Returns
         -------
@@ -168,7 +171,8 @@ class OutputRun:
             return cls(array, owner, grid, sorted(_all_blocks(grid) - done), resumed=True,
                        in_place=_is_read_as_c(array, reads_c), took_over=stale)
         owner = uuid.uuid4().hex[:16]
-        chunks = tuple(s for ax, s in enumerate(block) if ax not in drop)
+        if chunks is None:
+            chunks = tuple(s for ax, s in enumerate(block) if ax not in drop)
         attrs = {**(about or {}), "owner": owner, "run": {"id": identity, **fingerprint}}
         claimed = None
         if spec.overwrite and spec.array is None:
@@ -253,7 +257,11 @@ class OutputRun:
     def complete(self, seconds: float, flops: float) -> None:
         """Mark the output complete, once every block's marker says it is stored; then give up its lease.
 
-        An in-place run's kept originals go then: C is the result.
+        An in-place run's kept originals go then: C is the result; and so
+        do the block markers, which only ``resume`` reads, and the lease:
+        under ``.dgemm/`` a finished output keeps nothing, its ``dgemm``
+        attribute alone says it is complete (to :func:`already_complete` and
+        ``open_result``).
 
         Parameters
         ----------
@@ -269,6 +277,7 @@ class OutputRun:
         OutputTakenOverError
             Another run took the output over.
         """
+        completed = False
         try:
             all_blocks = _all_blocks(self.grid)
             missing = all_blocks - self.markers.done(self.grid)
@@ -284,8 +293,15 @@ class OutputRun:
                                        "resumed": self.resumed})
             if self.originals is not None:   # complete: C is the result now, its originals are no longer needed
                 self.originals.remove()
+            completed = True
+            try:   # marked complete already: a marker left here (a store refusing deletes) is never read again
+                self.markers.remove()
+            except Exception:
+                pass
         finally:   # given up even where the store refuses to delete it (a full disk): see abandon
             self.lease.give_up()
+        if completed:
+            keys.prune(self.lease.store, keys.root(self.array))   # the empty .dgemm folder of a local output
 
 
 def _existing(spec: OutputSpec):

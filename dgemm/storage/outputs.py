@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from dgemm.storage.layout import Layout
 from dgemm.storage.locations import ZARR_METADATA, absolute, check_protocol, local_path, locate
 from dgemm.storage.markers import COMPLETE_ATTR
 from dgemm.storage.operands import is_zarr_array
@@ -26,6 +27,7 @@ class OutputSpec:
     resume: bool = False          # ``array`` is an earlier dgemm output to finish
     compressors: Any = "auto"     # codecs of a new output (zarr.create_array's ``compressors``)
     storage_options: dict | None = None   # of a URL ``target``'s filesystem (dgemm.storage.options)
+    layout: Layout | None = None  # chunks, shards, format, dims, attributes of a new output (dgemm.storage.layout)
 
     @property
     def chunks(self) -> tuple[int, ...] | None:
@@ -379,7 +381,7 @@ def refuse_foreign(entries: list[str], name: str, read) -> None:
             "product to a new path")
 
 
-def output_codecs(compressors, shape: tuple[int, ...], dtype: np.dtype) -> list:
+def output_codecs(compressors, shape: tuple[int, ...], dtype: np.dtype, zarr_format: int | None = None) -> list:
     """The compressors a new ``shape``/``dtype`` output would get, as plain data; refuses invalid ones.
 
     Zarr builds its codec pipeline for a one-element array of that dtype in
@@ -392,10 +394,11 @@ def output_codecs(compressors, shape: tuple[int, ...], dtype: np.dtype) -> list:
     ones = tuple(1 for _ in shape)
     try:
         probe = zarr.create_array(store=MemoryStore(), shape=ones, chunks=ones, dtype=dtype,
-                                  compressors=compressors, fill_value=0)
+                                  compressors=compressors, fill_value=0, zarr_format=zarr_format or 3)
         probe[...] = 1
     except Exception as e:
-        raise ValueError(f"compressors={compressors!r} cannot compress a {np.dtype(dtype).name} Zarr v3 array "
+        raise ValueError(f"compressors={compressors!r} cannot compress a {np.dtype(dtype).name} Zarr "
+                         f"v{zarr_format or 3} array "
                          f"({type(e).__name__}: {e}); give zarr codecs such as zarr.codecs.ZstdCodec(level=3) "
                          "or numcodecs.zarr3.Zlib(), a list of them, None (no compression) or \"auto\"") from None
     return codec_configs(probe.compressors)
@@ -500,17 +503,24 @@ def open_existing(out, storage_options=None, *, mode: str = "r"):
 
 
 def create_output(spec: OutputSpec, chunks: tuple[int, ...], meta: dict):
-    """Create the output array (metadata only); marked incomplete until the run ends."""
+    """Create the output array (metadata only); marked incomplete until the run ends.
+
+    ``chunks`` are the user's where the spec's layout has them (the
+    caller's otherwise); the layout's other options (shards, format, dims,
+    attributes) are given to zarr as the user gave them.
+    """
     import zarr
 
     attrs = {COMPLETE_ATTR: {"complete": False, **meta}}
     if spec.array is not None:
         spec.array.attrs.update(attrs)
         return spec.array
-    return zarr.create_array(store=spec.target, shape=spec.shape, chunks=chunks, dtype=spec.dtype,
+    layout = spec.layout or Layout()
+    return zarr.create_array(store=spec.target, shape=spec.shape, chunks=layout.chunks or chunks, dtype=spec.dtype,
                              storage_options=spec.storage_options if is_url(spec.target) else None,
-                             fill_value=0, overwrite=spec.overwrite, attributes=attrs, compressors=spec.compressors,
-                             config={"write_empty_chunks": True})
+                             fill_value=0, overwrite=spec.overwrite, attributes={**(layout.attributes or {}), **attrs},
+                             compressors=spec.compressors, config={"write_empty_chunks": True},
+                             **layout.create_kwargs())
 
 
 def store_block(array, rows: tuple[int, int], cols: tuple[int, int], block: np.ndarray, drop: tuple = ()):
