@@ -5,8 +5,8 @@ decodes bit for bit; what it refuses, the device refuses with a
 :class:`BloscFrameError` naming the frame; what it decodes, the device decodes
 to the same bytes.  Frames are also built by hand here (header, block starts,
 streams compressed by numcodecs' LZ4) to reach what numcodecs' encoder never
-writes: byte shuffle with a block size that typesize does not divide, stored
-streams, split and unsplit blocks.  Output buffers are filled with 0xFF first,
+writes: byte and bit shuffle with a block size that typesize does not divide,
+stored streams, split and unsplit blocks.  Output buffers are filled with 0xFF first,
 so a byte the device never writes shows, and so does one written outside the
 frame's own output.
 """
@@ -62,7 +62,7 @@ def data(kind, n, dtype, rng):
 
 
 @pytest.mark.parametrize("lanes", LANES)
-@pytest.mark.parametrize("shuffle", [Blosc.NOSHUFFLE, Blosc.SHUFFLE])
+@pytest.mark.parametrize("shuffle", [Blosc.NOSHUFFLE, Blosc.SHUFFLE, Blosc.BITSHUFFLE])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_round_trips_match_numcodecs(dev, rng, dtype, shuffle, lanes):
     frames, want = [], []
@@ -85,7 +85,7 @@ def test_edge_sizes_and_forced_blocks(dev, rng, lanes):
     for dtype, n in (("uint8", 1), ("uint8", 127), ("uint8", 128), ("float32", 32), ("float32", 33),
                      ("uint16", 4099), ("float64", 3001), ("int32", 70001)):
         for blocksize in (0, 256, 1000, 4096):
-            for shuffle in (Blosc.NOSHUFFLE, Blosc.SHUFFLE):
+            for shuffle in (Blosc.NOSHUFFLE, Blosc.SHUFFLE, Blosc.BITSHUFFLE, Blosc.AUTOSHUFFLE):
                 a = data("walk", n, "float64", rng).astype(dtype) if dtype[0] != "u" else \
                     (np.arange(n) % 7 * 3).astype(dtype)
                 cases.append((Blosc("lz4", 5, shuffle, blocksize).encode(a), a.tobytes()))
@@ -100,20 +100,37 @@ def lz4_block(raw: bytes) -> bytes:
     return nclz4.compress(raw)[4:]      # numcodecs prepends the size
 
 
-def build_frame(raw: bytes, typesize: int, blocksize: int, shuffle: bool, split: bool,
+def bit_planes(block: bytes, typesize: int) -> bytes:
+    """c-blosc's bit shuffle of one block: bit k of byte j of element e at bit e % 8 of byte e / 8 of row 8 j + k."""
+    n = len(block) // typesize
+    if n % 8:
+        return block
+    m = np.frombuffer(block[:n * typesize], np.uint8).reshape(n, typesize)
+    bits = np.unpackbits(m[..., None], axis=2, bitorder="little")          # (element, byte, bit)
+    rows = np.packbits(bits.transpose(1, 2, 0), axis=2, bitorder="little")  # (byte, bit, element / 8)
+    return rows.tobytes() + block[n * typesize:]
+
+
+def build_frame(raw: bytes, typesize: int, blocksize: int, shuffle, split: bool,
                 store=lambda j: False) -> bytes:
-    """A Blosc-LZ4 frame of ``raw`` as c-blosc would lay it out; ``store(k)`` keeps stream k uncompressed."""
+    """A Blosc-LZ4 frame of ``raw`` as c-blosc would lay it out.
+
+    ``shuffle``: None, "byte" or "bit"; ``store(k)`` keeps stream k uncompressed.
+    """
     nbytes = len(raw)
     nblocks = -(-nbytes // blocksize)
-    flags = (blosc.LZ4_FORMAT << 5) | (blosc.DOSHUFFLE if shuffle else 0) | (0 if split else blosc.DONT_SPLIT)
+    flags = ((blosc.LZ4_FORMAT << 5) | {None: 0, "byte": blosc.DOSHUFFLE, "bit": blosc.DOBITSHUFFLE}[shuffle]
+             | (0 if split else blosc.DONT_SPLIT))
     body, starts, k = b"", [], 0
     head = 16 + 4 * nblocks
     for b in range(nblocks):
         block = raw[b * blocksize:(b + 1) * blocksize]
-        if shuffle and typesize > 1:
+        if shuffle == "byte" and typesize > 1:
             q = len(block) // typesize
             planes = np.frombuffer(block[:q * typesize], np.uint8).reshape(q, typesize).T.tobytes()
             block = planes + block[q * typesize:]
+        elif shuffle == "bit":
+            block = bit_planes(block, typesize)
         full = len(block) == blocksize
         nsplits = typesize if split and full and typesize <= 16 and blocksize // typesize >= 128 else 1
         neblock = len(block) // nsplits
@@ -144,13 +161,14 @@ def test_hand_built_frames_shuffle_tails_splits_and_stored_streams(dev, rng, lan
                                         (5, 641, 641), (16, 4096, 9000), (7, 5, 5),
                                         (2, 256, 1000), (4, 508, 2000)):   # split just so, and just not
         raw = (np.cumsum(rng.integers(-2, 3, nbytes)) % 251).astype(np.uint8).tobytes()
-        for shuffle in (False, True):
+        for shuffle in (None, "byte", "bit"):
             # split streams that do not cover a block leave c-blosc's output undefined (see the fuzz test)
             for split in (False, True) if blocksize % typesize == 0 else (False,):
                 for store in (lambda k: False, lambda k: k % 2 == 1):
                     frames.append(build_frame(raw, typesize, blocksize, shuffle, split, store))
-    tails = [f for f in frames if f[2] & blosc.DOSHUFFLE and struct.unpack_from("<i", f, 8)[0] % f[3]]
-    assert tails, "no shuffled block that typesize does not divide"
+    for flag in (blosc.DOSHUFFLE, blosc.DOBITSHUFFLE):
+        tails = [f for f in frames if f[2] & flag and struct.unpack_from("<i", f, 8)[0] % f[3]]
+        assert tails, "no shuffled block that typesize does not divide"
     want = [reference(f) for f in frames]
     assert all(isinstance(w, bytes) for w in want)
     assert [len(w) for w in want] == [struct.unpack_from("<i", f, 4)[0] for f in frames]
@@ -171,16 +189,16 @@ def test_frames_land_at_their_offsets_and_nowhere_else(dev, rng, lanes):
     assert (got[rest] == POISON).all()
 
 
-def test_other_compressors_and_bitshuffle_are_left_to_the_host(dev, rng):
+def test_other_compressors_are_left_to_the_host(dev, rng):
     a = data("walk", 5000, "float32", rng)
-    bit = Blosc("lz4", 5, Blosc.BITSHUFFLE).encode(a)
     zstd = Blosc("zstd", 5, Blosc.SHUFFLE).encode(a)
-    assert not blosc.supported(bit) and "bit shuffle" in blosc.unsupported_reason(bit)
+    blosclz = Blosc("blosclz", 5, Blosc.BITSHUFFLE).encode(a)
     assert not blosc.supported(zstd) and "zstd" in blosc.unsupported_reason(zstd)
-    assert blosc.supported(Blosc("lz4", 5, Blosc.SHUFFLE).encode(a))
+    assert not blosc.supported(blosclz) and "blosclz" in blosc.unsupported_reason(blosclz)
+    assert blosc.supported(Blosc("lz4", 5, Blosc.BITSHUFFLE).encode(a))
     assert blosc.supported(Blosc("zstd", 0).encode(a))    # memcpyed: no compressor involved
     with pytest.raises(blosc.BloscUnsupported, match="c/0.0"):
-        device_decode(dev, [bit], names=["c/0.0"])
+        device_decode(dev, [zstd], names=["c/0.0"])
 
 
 # -- hostile frames ----------------------------------------------------------------------------
@@ -276,10 +294,12 @@ def base_frames(rng):
     raw = (np.cumsum(rng.integers(-1, 2, 3001)) % 7).astype(np.uint8).tobytes()
     return [Blosc("lz4", 5, Blosc.SHUFFLE, 1024).encode(a),          # split, shuffled, partial last block
             Blosc("lz4", 9, Blosc.NOSHUFFLE).encode(r),              # split, not shuffled
+            Blosc("lz4", 5, Blosc.BITSHUFFLE, 2000).encode(a[:1500]),  # bit shuffled, last block partial
             Blosc("lz4", 0).encode(a[:50]),                          # memcpyed, one block
             Blosc("lz4", 0, Blosc.SHUFFLE, 4000).encode(a),           # memcpyed, several blocks
-            build_frame(raw, 3, 1000, True, False),                  # unsplit, shuffled with a tail
-            build_frame(raw, 2, 1024, False, True, lambda k: k == 1)]   # a stored stream
+            build_frame(raw, 3, 1000, "byte", False),                # unsplit, shuffled with a tail
+            build_frame(raw, 3, 984, "bit", True),                   # bit shuffled: 328 elements, a tail
+            build_frame(raw, 2, 1024, None, True, lambda k: k == 1)]   # a stored stream
 
 
 def forgeries(frame: bytes, rng):
@@ -307,6 +327,7 @@ def forgeries(frame: bytes, rng):
         return bytes(f)
     out += [forge(0, "B", 1), forge(0, "B", 3), forge(1, "B", 2), forge(2, "B", frame[2] | 0x08),
             forge(2, "B", frame[2] ^ 0x10), forge(2, "B", frame[2] ^ 0x01), forge(2, "B", frame[2] ^ 0x02),
+            forge(2, "B", frame[2] ^ 0x04), forge(2, "B", frame[2] ^ 0x05),
             forge(3, "B", 0), forge(3, "B", 1), forge(3, "B", 255), forge(3, "B", frame[3] + 1)]
     for v in (0, -1, 1, nbytes - 1, nbytes + 1, nbytes * 2, 2**31 - 1):
         out.append(forge(4, "<i", v))

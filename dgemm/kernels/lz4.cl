@@ -132,23 +132,45 @@ void lz4_streams(const __global uchar* restrict src,
     if (lane == 0) errors[s] = err;
 }
 
-// Byte unshuffle of Blosc blocks: a block of `size` bytes of `typesize`-byte
-// elements was stored as typesize byte planes of size / typesize bytes each,
-// the size % typesize bytes that make no whole element left at the end.
-// jobs: 3 ulongs per block: byte offset (the same in src and dst), size, typesize.
+// Unshuffle of Blosc blocks, from the planes the LZ4 streams were decoded to.
+// jobs: 4 ulongs per block: byte offset (the same in src and dst), size, typesize, mode.
+// mode 1, byte shuffle: a block of `size` bytes of `typesize`-byte elements was
+//   stored as typesize byte planes of size / typesize bytes each, the
+//   size % typesize bytes that make no whole element left at the end.
+// mode 2, bit shuffle (c-blosc's bitshuffle): when the block's whole elements
+//   number n, a multiple of 8, bit k of byte j of element e was stored at bit
+//   e % 8 of byte e / 8 of bit row 8 j + k (rows of n / 8 bytes); the bytes
+//   after the whole elements stay as they are.  Other counts are stored as they are.
 // Global size: (any, blocks); each work-item strides over its block.
 __kernel void unshuffle_blocks(const __global uchar* restrict src,
                                __global uchar* restrict dst,
                                const __global ulong* restrict jobs)
 {
     const size_t b = get_global_id(1);
-    const ulong off = jobs[3 * b];
-    const ulong size = jobs[3 * b + 1];
-    const ulong ts = jobs[3 * b + 2];
-    const ulong planes = size / ts;     // bytes per plane = whole elements
+    const ulong off = jobs[4 * b];
+    const ulong size = jobs[4 * b + 1];
+    const ulong ts = jobs[4 * b + 2];
+    const ulong mode = jobs[4 * b + 3];
+    const ulong n = size / ts;          // whole elements = bytes per byte plane
+    const ulong shuffled = (mode == 2 && n % 8 != 0) ? 0 : n * ts;
     for (ulong p = get_global_id(0); p < size; p += get_global_size(0)) {
-        const ulong e = p / ts;
-        const ulong j = p - e * ts;
-        dst[off + p] = (e < planes) ? src[off + j * planes + e] : src[off + p];
+        uchar v;
+        if (p >= shuffled) {
+            v = src[off + p];
+        } else {
+            const ulong e = p / ts;
+            const ulong j = p - e * ts;
+            if (mode == 1) {
+                v = src[off + j * n + e];
+            } else {
+                const __global uchar* rows = src + off + (8 * j) * (n / 8) + e / 8;
+                const uint bit = e % 8;
+                v = 0;
+                for (uint k = 0; k < 8; k++) {
+                    v |= ((rows[k * (n / 8)] >> bit) & 1) << k;
+                }
+            }
+        }
+        dst[off + p] = v;
     }
 }

@@ -5,8 +5,8 @@ each block's stream lengths (a few bytes per block), checks every length and
 offset against the frame and the output, and turns the frame into rows of a
 table: one per LZ4 stream (or stored run of bytes), with where its input is,
 where its output goes and both lengths.  ``dgemm/kernels/lz4.cl`` decodes one
-stream per work-group, each bounded by its own row, and un-shuffles byte
-shuffled blocks.  Nothing here knows Zarr: the caller passes the frames and a
+stream per work-group, each bounded by its own row, and un-shuffles byte- or
+bit-shuffled blocks.  Nothing here knows Zarr: the caller passes the frames and a
 name for each (its store key) to put in errors.
 
 The frame format is c-blosc 1.x's (format version 2), which numcodecs writes:
@@ -23,7 +23,7 @@ The frame format is c-blosc 1.x's (format version 2), which numcodecs writes:
 
 A frame is decoded as c-blosc decodes it, or refused with the error it gives;
 :func:`unsupported_reason` says which frames this path leaves to the host
-(other compressors, bit shuffle).  Where c-blosc's result is not defined by
+(other compressors).  Where c-blosc's result is not defined by
 the frame, this path raises instead of guessing: a frame shorter than its
 header's ``cbytes`` (c-blosc reads past it), split streams that do not cover
 their block (c-blosc leaves bytes of its scratch memory there), and an LZ4
@@ -78,9 +78,9 @@ class FramePlan:
     """What the device does for one frame, offsets relative to the frame and to its output.
 
     ``direct``: rows (src offset, dst offset, src length, dst length) whose
-    output is final; ``shuffled``: rows whose output is byte planes, written
+    output is final; ``shuffled``: rows whose output is byte or bit planes, written
     to the scratch buffer at the same offsets; ``jobs``: (offset, size,
-    typesize) per block to un-shuffle from scratch.  ``blocks`` gives each
+    typesize, mode: 1 byte shuffle, 2 bit shuffle) per block to un-shuffle from scratch.  ``blocks`` gives each
     row's block number, for errors.
     """
 
@@ -106,8 +106,8 @@ def unsupported_reason(frame, name: str = "frame") -> str | None:
     """Why the device path leaves this frame to the host decoder, or None when it takes it.
 
     Corrupt frames are taken (the device path raises for them as the host
-    would); only valid-looking frames of another compressor, or bit
-    shuffled, are left to the host.
+    would); only valid-looking frames of another compressor are left to
+    the host.
     """
     try:
         plan(frame, name)
@@ -139,7 +139,7 @@ def plan(frame, name: str = "frame") -> FramePlan:
         Anything c-blosc refuses, and what it would decode from outside the
         frame or from its own scratch memory (see the module's notes).
     BloscUnsupported
-        A compressor other than LZ4, or bit shuffle.
+        A compressor other than LZ4.
     """
     frame = memoryview(frame).cast("B")
     version, versionlz, flags, ts, nbytes, blocksize, cbytes = _header(frame, name)
@@ -170,16 +170,15 @@ def plan(frame, name: str = "frame") -> FramePlan:
         if nbytes + HEADER != cbytes:
             raise bad(f"stored uncompressed, but {cbytes} bytes is not the header and {nbytes} bytes")
         rows = np.stack([HEADER + starts, starts, sizes, sizes], axis=1).astype(np.uint64)
-        return FramePlan(name, nbytes, cbytes, rows, np.arange(nblocks), *empty, np.zeros((0, 3), np.uint64))
+        return FramePlan(name, nbytes, cbytes, rows, np.arange(nblocks), *empty, np.zeros((0, 4), np.uint64))
     compformat = flags >> 5
     if compformat != LZ4_FORMAT or versionlz != 1:
         cname = COMPRESSORS.get(compformat)
         if cname is None or versionlz != 1:
             raise bad(f"compressor {compformat} version {versionlz}, which c-blosc does not know")
         raise BloscUnsupported(f"Blosc frame {name}: compressor {cname}; only lz4 is decoded on the device")
-    doshuffle = bool(flags & DOSHUFFLE) and ts > 1
-    if not doshuffle and flags & DOBITSHUFFLE and (sizes >= ts).any():
-        raise BloscUnsupported(f"Blosc frame {name}: bit shuffle is not decoded on the device yet")
+    # c-blosc's precedence: byte shuffle (of types wider than a byte), else bit shuffle
+    mode = 1 if flags & DOSHUFFLE and ts > 1 else 2 if flags & DOBITSHUFFLE else 0
     if nblocks * 4 > cbytes - HEADER:
         raise bad(f"{nblocks} block starts do not fit in its {cbytes} bytes")
     data = np.frombuffer(frame, np.uint8, count=cbytes)
@@ -213,10 +212,10 @@ def plan(frame, name: str = "frame") -> FramePlan:
         offsets[sel] = off + length
     rows = np.concatenate(rows).astype(np.uint64)
     blocks = np.concatenate(blocks)
-    if doshuffle:
-        jobs = np.stack([starts, sizes, np.full(nblocks, ts)], axis=1).astype(np.uint64)
+    if mode:
+        jobs = np.stack([starts, sizes, np.full(nblocks, ts), np.full(nblocks, mode)], axis=1).astype(np.uint64)
         return FramePlan(name, nbytes, cbytes, *empty, rows, blocks, jobs)
-    return FramePlan(name, nbytes, cbytes, rows, blocks, *empty, np.zeros((0, 3), np.uint64))
+    return FramePlan(name, nbytes, cbytes, rows, blocks, *empty, np.zeros((0, 4), np.uint64))
 
 
 # -- the device side -------------------------------------------------------------------------------
@@ -323,7 +322,7 @@ def decode_blosc(device, frames, out, offsets=None, names=None, lanes: int | Non
 
     direct, direct_owner = table("direct")
     shuffled, shuffled_owner = table("shuffled")
-    jobs = np.concatenate([p.jobs + np.array([o, 0, 0], np.uint64) for p, o in zip(plans, offsets)])
+    jobs = np.concatenate([p.jobs + np.array([o, 0, 0, 0], np.uint64) for p, o in zip(plans, offsets)])
     queue = device.queue
     buffers = []
 
@@ -344,7 +343,7 @@ def decode_blosc(device, frames, out, offsets=None, names=None, lanes: int | Non
             if len(direct):
                 launches.append((direct, direct_owner, out))
             if len(shuffled):
-                # byte planes go to scratch at their block's own offsets, then unshuffle_blocks puts them in out
+                # planes go to scratch at their block's own offsets, then unshuffle_blocks puts them in out
                 extent = max(o + p.nbytes for p, o in zip(plans, offsets) if len(p.shuffled))
                 scratch = device.buffer(extent, "Blosc unshuffle scratch")
                 buffers.append(scratch)
