@@ -68,7 +68,8 @@ def test_matmul_prints_the_dashboard_it_took_and_no_port_warning(ab, tmp_path):
                             "--no-progress"], capture_output=True, text=True, timeout=300)
     text = r.stdout + r.stderr
     assert r.returncode == 0, text
-    assert "UserWarning" not in text and "warnings.warn" not in text and "already in use" not in text, text
+    # distributed's warning and what it quotes (another warning, of a slow disk say, is not this test's)
+    assert "already in use" not in text and "Perhaps you already have a cluster running" not in text, text
     [line] = [ln for ln in r.stdout.splitlines() if "dashboard" in ln]
     m = re.fullmatch(r"local cluster of \d+ workers?; dashboard: http://127\.0\.0\.1:(\d+)/status", line)
     assert m and int(m.group(1)) != DEFAULT_DASHBOARD_PORT, line
