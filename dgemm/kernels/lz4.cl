@@ -148,22 +148,24 @@ __kernel void unshuffle_blocks(const __global uchar* restrict src,
 {
     const size_t b = get_global_id(1);
     const ulong off = jobs[4 * b];
-    const ulong size = jobs[4 * b + 1];
-    const ulong ts = jobs[4 * b + 2];
-    const ulong mode = jobs[4 * b + 3];
-    const ulong n = size / ts;          // whole elements = bytes per byte plane
-    const ulong shuffled = (mode == 2 && n % 8 != 0) ? 0 : n * ts;
-    for (ulong p = get_global_id(0); p < size; p += get_global_size(0)) {
+    // within a block, 32-bit arithmetic (blocks are under 2^31 bytes): a GPU's 64-bit division is slow
+    const uint size = (uint)jobs[4 * b + 1];
+    const uint ts = (uint)jobs[4 * b + 2];
+    const uint mode = (uint)jobs[4 * b + 3];
+    const uint n = size / ts;           // whole elements = bytes per byte plane
+    const uint shuffled = (mode == 2 && n % 8 != 0) ? 0 : n * ts;
+    const __global uchar* in = src + off;
+    for (uint p = get_global_id(0); p < size; p += get_global_size(0)) {
         uchar v;
         if (p >= shuffled) {
-            v = src[off + p];
+            v = in[p];
         } else {
-            const ulong e = p / ts;
-            const ulong j = p - e * ts;
+            const uint e = p / ts;
+            const uint j = p - e * ts;
             if (mode == 1) {
-                v = src[off + j * n + e];
+                v = in[j * n + e];
             } else {
-                const __global uchar* rows = src + off + (8 * j) * (n / 8) + e / 8;
+                const __global uchar* rows = in + (8 * j) * (n / 8) + e / 8;
                 const uint bit = e % 8;
                 v = 0;
                 for (uint k = 0; k < 8; k++) {
