@@ -363,11 +363,6 @@ MUTATIONS = [
              "return y if _same_memory(x.T, y) else None", "return None",
              ("tests/test_gram.py::test_numpy_grams_are_one_operand_read_transposed",),
              "gemm(x.T, x) on numpy not seen as one operand"),
-    # -- two GEMM tasks per device (issue 27) ----------------------------------------------------
-    Mutation("gemm-tasks-take-the-whole-gpu", "dgemm/client/graph.py",
-             "GPU_SHARE = 0.5", "GPU_SHARE = 1",
-             ("tests/test_graph.py", "-k", "layers_and_annotations"),
-             "a GEMM task takes its worker's whole GPU: the device waits out Dask's turnaround between products"),
 ]
 
 

@@ -185,12 +185,10 @@ def restrictions(client):
 
 
 def _check_restrictions(seen, n_blocks, others_expected=True):
-    """Every GEMM task (at least one per C block) asks for its share of a GPU; no other dgemm task does."""
-    from dgemm.client.graph import GPU_SHARE
-
+    """Every GEMM task (at least one per C block) asks for GPU=1; no other dgemm task does."""
     gemm = {k: v for k, v in seen.items() if "dgemm-gemm-" in k}
     assert len(gemm) >= n_blocks, sorted(seen)
-    assert all(v == {"GPU": GPU_SHARE} for v in gemm.values()), gemm
+    assert all(v == {"GPU": 1} for v in gemm.values()), gemm
     others = {k: v for k, v in seen.items() if "dgemm-gemm-" not in k}
     assert all(not v for v in others.values()), others
     assert others or not others_expected, "no store tasks seen"

@@ -4,8 +4,7 @@ Layers, named for the dashboard's task stream:
 
 ``dgemm-gemm``    one task per C block (and k segment): reads its A and B
                   blocks in the worker, multiplies on the device, accumulates
-                  over k there.  Asks for half the resource ``GPU``
-                  (:data:`GPU_SHARE`): two run on a device at once.
+                  over k there.  Asks for resource ``GPU=1``.
 ``dgemm-reduce``  adds the k segments of a C block (only when k is split).
 ``dgemm-mirror``  a Gram product's C (X^T X, X X^T: symmetric): the blocks
                   ``i <= j`` are computed, the others are their transposes
@@ -33,12 +32,7 @@ from dgemm.storage.lease import Fence
 from dgemm.storage.originals import OriginalBlock, Originals
 from dgemm.worker.tasks import done, gemm_block, mirror, reduce_blocks, store
 
-# A GEMM task's share of its worker's GPU: two at once per device.  The device runs one product at a time
-# (the engine's lock); the second task meanwhile sets up its product and asks for its inputs, and enters the
-# lock as the first downloads its result, so the device does not wait out Dask's turnaround between tasks
-# (3 to 8 ms a product on an H200, against a 16 ms kernel for a 4096² block at K = 49152).
-GPU_SHARE = 0.5
-GPU = {"resources": {"GPU": GPU_SHARE}}
+GPU = {"resources": {"GPU": 1}}
 MIRROR = "dgemm-mirror"
 
 

@@ -112,9 +112,8 @@ class DeviceCluster(LocalCluster):
         device).  Naming a device twice starts two workers on it.
     threads_per_worker : int, optional
         Threads per worker (default: the host's cores shared among the
-        workers, at least 2): GEMM tasks run two at a time per device, one
-        multiplying while the next sets up (each asks for half of ``GPU=1``),
-        the others (reduce, store) use the rest.
+        workers, at least 2): GEMM tasks run one at a time per device (they
+        ask for ``GPU=1``), the others (reduce, store) use the rest.
     warm : sequence of str, optional
         Dtypes of the products to come: each worker builds their kernels in
         the background as soon as its device is open, while the cluster

@@ -4,8 +4,7 @@ As in dask-cuda, the device is picked by the worker's environment
 (``DGEMM_DEVICE``, the ``device`` setting of :mod:`dgemm.config`), else the
 first GPU, else a CPU device; the context is made here, in the worker
 process, never in the client.  A worker whose device works advertises the
-resource ``GPU=1``, half of which each GEMM task asks for (two at once: one
-multiplies while the next one sets up, :data:`dgemm.client.graph.GPU_SHARE`).
+resource ``GPU=1``, which the GEMM tasks ask for.
 
 The plugin also makes the worker report what its device does: a worker
 metric (``dgemm``, sent to the scheduler with every heartbeat, read there by
