@@ -45,8 +45,8 @@ def matmul(a, b, out=None, *, client=None, overwrite: bool = False, resume: bool
         rows as ``a``'s chunks, columns as ``b``'s, each chunk one block of
         the devices, so that a slice computes only the chunks it touches.
         Along an axis whose chunks are larger than the devices' block size
-        (or of a numpy operand), and wherever ``block=`` is given, the
-        chunks are the plan's blocks.
+        or smaller than 128 (or of a numpy operand), and wherever
+        ``block=`` is given, the chunks are the plan's blocks.
     client : distributed.Client, optional
         Defaults to the current client, else a local cluster with one worker
         per OpenCL device (see :class:`dgemm.DeviceCluster`).

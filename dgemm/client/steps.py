@@ -104,9 +104,10 @@ def _c_blocks(req: Request, target, tiles) -> list:
     chunks or shards given by the user (``req.out_unit``) make them
     multiples of those, as near the target as the devices' memory allows.
     A lazy result follows the inputs' chunks along M and N (rows of A's,
-    columns of B's, as ``dask.array.matmul``), up to the target: each of
-    its chunks is one block, so a slice computes only the chunks it touches
-    (unless ``block=`` was given: then its blocks are the plan's).
+    columns of B's, as ``dask.array.matmul``), from :data:`LAZY_CHUNKS_FROM`
+    up to the target: each of its chunks is one block, so a slice computes
+    only the chunks it touches (unless ``block=`` was given: then its
+    blocks are the plan's).
     """
     targets = (target,) * 3 if isinstance(target, int) else tuple(target)
     if req.out_chunks is not None:
@@ -122,11 +123,20 @@ def _c_blocks(req: Request, target, tiles) -> list:
     if req.spec is not None or req.block is not None:   # block= given: the lazy result's chunks are its blocks
         return [None]
     chunks = (req.a.chunks[0], req.b.chunks[1])
-    if not any(c and c <= t for c, t in zip(chunks, targets)):
+
+    def follows(c, t):
+        return c and min(LAZY_CHUNKS_FROM, t) <= c <= t
+
+    if not any(follows(c, t) for c, t in zip(chunks, targets)):
         return [None]
-    fixed = tuple(c if c and c <= t else block_size(e, t, tile, c)
+    fixed = tuple(c if follows(c, t) else block_size(e, t, tile, c)
                   for c, t, tile, e in zip(chunks, targets, tiles, (req.m, req.n)))
     return [fixed, None]
+
+
+# The smallest input chunks a lazy result follows: smaller ones are grouped into the plan's blocks, each
+# of which is a device product with its own overhead (and the graph a task per block).
+LAZY_CHUNKS_FROM = 128
 
 
 def _current_client():
