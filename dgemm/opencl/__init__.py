@@ -11,7 +11,10 @@
   k, one download) on blocks that read themselves;
 * :mod:`~dgemm.opencl.panels`: staged blocks kept on the device for the next block products;
 * :mod:`~dgemm.opencl.ptx` and :mod:`~dgemm.opencl.wgmma`: the PTX route, Hopper's ``wgmma``
-  put into the PTX NVIDIA's OpenCL returns.
+  put into the PTX NVIDIA's OpenCL returns; :mod:`~dgemm.opencl.binaries`: its finished programs
+  kept on disk;
+* :mod:`~dgemm.opencl.blosc`: Blosc-LZ4 frames decoded on the device (the host checks each frame and
+  makes the stream table, ``kernels/lz4.cl`` decodes and unshuffles).
 
 Nothing is imported here: ``import dgemm.opencl.params`` needs no pyopencl.
 """
