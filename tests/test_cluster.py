@@ -286,9 +286,17 @@ def test_a_local_cluster_started_for_a_product_builds_its_dtype_as_it_starts(mon
 
     class Running:
         status = "running"
+        dashboard_link = "http://127.0.0.1:1/status"
+
+    class Cluster:
+        device_ids = ["0:0"]
+
+    def start(devices, warm=()):
+        started.append((devices, warm))
+        return Cluster()
 
     monkeypatch.setattr(cluster_mod, "_started", {})
-    monkeypatch.setattr(cluster_mod, "DeviceCluster", lambda devices, warm=(): started.append((devices, warm)))
+    monkeypatch.setattr(cluster_mod, "DeviceCluster", start)
     monkeypatch.setattr(cluster_mod, "Client", lambda cluster, set_as_default: Running())
     client = cluster_mod.local_client("cpu", dtype="float64")
     assert started == [("cpu", ("float64",))]

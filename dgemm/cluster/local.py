@@ -176,7 +176,8 @@ class DeviceCluster(LocalCluster):
         with dask.config.set({"distributed.scheduler.allowed-failures": allowed}), warnings.catch_warnings():
             # (allowed-failures is read by the Scheduler.)  A dashboard port in use, another cluster's:
             # distributed takes another and says so with a raw UserWarning; local_client logs the link instead
-            warnings.filterwarnings("ignore", r"Port \d+ is already in use", UserWarning)
+            if not _made_an_error(PORT_IN_USE):   # where a user or a test suite made it an error, it stays one
+                warnings.filterwarnings("ignore", r"Port \d+ is already in use", UserWarning)
             super().__init__(n_workers=0, threads_per_worker=first.nthreads, memory_limit=first.memory_limit,
                              processes=True, **kwargs)
         with _start_method(start_method):   # read by each nanny as it starts its worker
@@ -211,6 +212,24 @@ def _start_method(method: str | None):
             distributed.utils._forkserver_preload_set = True
     with dask.config.set({"distributed.worker.multiprocessing-method": method}):
         yield
+
+
+PORT_IN_USE = "Port 8787 is already in use"
+
+
+def _made_an_error(message: str) -> bool:
+    """Whether the warning filters in force turn the UserWarning ``message`` into an error.
+
+    >>> import warnings
+    >>> with warnings.catch_warnings():
+    ...     warnings.filterwarnings("error", r"Port \\d+ is already in use", UserWarning)
+    ...     _made_an_error(PORT_IN_USE)
+    True
+    """
+    for action, msg, category, _module, _line in warnings.filters:
+        if issubclass(UserWarning, category) and (msg is None or msg.match(message)):
+            return action == "error"
+    return False
 
 
 def local_client(devices: str | None = None, dtype=None, start_method: str | None = None) -> Client:
