@@ -135,38 +135,33 @@ def _count(value, name) -> float | None:
     return n
 
 
-def _host_cache(value, name) -> str | None:
-    """``auto``, ``on``, ``off`` (YAML's booleans and 1/0 too) or an absolute folder: ``on``, there."""
+_WORDS = {"on": "on", "true": "on", "yes": "on", "1": "on", "off": "off", "false": "off", "no": "off", "0": "off"}
+
+
+def _switch_or_folder(value, name, words: dict) -> str | None:
+    """One of ``words`` (YAML's booleans too: on, off) or an absolute folder; None when blank."""
     if _blank(value):
         return None
     if isinstance(value, bool):
         return "on" if value else "off"
     text = str(value).strip()
-    word = {"auto": "auto", "on": "on", "true": "on", "yes": "on", "1": "on",
-            "off": "off", "false": "off", "no": "off", "0": "off"}.get(text.lower())
+    word = words.get(text.lower())
     if word is not None:
         return word
     folder = os.path.expanduser(text)
     if not os.path.isabs(folder):
-        raise ValueError(f"{name}={value!r} must be auto, on, off or an absolute folder")
+        raise ValueError(f"{name}={value!r} must be {', '.join(dict.fromkeys(words.values()))} or an absolute folder")
     return folder
+
+
+def _host_cache(value, name) -> str | None:
+    """``auto``, ``on``, ``off`` (YAML's booleans and 1/0 too) or an absolute folder: ``on``, there."""
+    return _switch_or_folder(value, name, {"auto": "auto", **_WORDS})
 
 
 def _cache_folder(value, name) -> str | None:
     """``on``, ``off`` (YAML's booleans and 1/0 too) or an absolute folder (the cache there)."""
-    if _blank(value):
-        return None
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    text = str(value).strip()
-    word = {"on": "on", "true": "on", "yes": "on", "1": "on", "off": "off", "false": "off", "no": "off",
-            "0": "off"}.get(text.lower())
-    if word is not None:
-        return word
-    folder = os.path.expanduser(text)
-    if not os.path.isabs(folder):
-        raise ValueError(f"{name}={value!r} must be on, off or an absolute folder")
-    return folder
+    return _switch_or_folder(value, name, _WORDS)
 
 
 @dataclass(frozen=True)
