@@ -17,10 +17,22 @@ resume), its host, process and start time, renewed by the client every
   (:class:`OutputTakenOverError`).  An interrupted run deletes its lease
   first, so its tasks still in flight stop at their next check.
 
-Object stores have no lock; two writers starting within the same instant
-can both pass the check, and the loser's tasks then fail at their first
-check.  The lease makes the common cases safe: a run started while another
-is writing, a restart after Ctrl-C, a crashed writer.
+On S3 (an output :mod:`dgemm.storage.remote` reaches), the lease is read
+with its ETag and written only if unchanged since, by S3's conditional
+writes: ``If-None-Match: *`` where there was none, ``If-Match: <etag>``
+where there was one (a stale lease taken over, this call's own renewed or
+stopped), and deleted with ``If-Match``.  Of two writers that both found
+no lease (or the same stale one), the server lets one write; the other
+reads again, finds the winner's fresh lease and is refused; a renewal (or
+a stop, a release) after another call took the lease over writes nothing
+and the run learns it lost the output.  Where the server refuses the
+conditions (``501``; S3 itself before August 2024, some S3-compatible
+servers) or ignores them, and on other object stores, the lease is a read,
+then a write: two writers starting within the same round trip can both
+pass the check, and the loser's tasks then fail at their first check.  A
+local output's lease file is created exclusively.  The lease makes the
+common cases safe everywhere: a run started while another is writing, a
+restart after Ctrl-C, a crashed writer.
 """
 from __future__ import annotations
 
@@ -35,9 +47,10 @@ from dataclasses import asdict, dataclass
 
 from dgemm import config
 from dgemm.errors import OutputBusyError, OutputTakenOverError
-from dgemm.storage import keys
+from dgemm.storage import keys, remote
 
 EXPIRY = 3   # intervals without a renewal after which a lease is stale
+_TAKES = 5   # conditional writes a call tries while other calls keep changing the lease (each is re-read)
 
 
 def lease_key(array) -> str:
@@ -105,6 +118,17 @@ def read(store, key: str) -> Holder | None:
     raise OSError(f"dgemm: the lease {key!r} of out cannot be read (not a dgemm lease); remove it to go on")
 
 
+def _read_tagged(cond, key: str) -> tuple[Holder | None, str | None]:
+    """The lease at ``key`` with its ETag, through S3 (whose writes are atomic); (None, None) when there is none."""
+    got = cond.get(key)
+    if got is None:
+        return None, None
+    try:
+        return Holder.loads(got[0]), got[1]
+    except (ValueError, TypeError):
+        raise OSError(f"dgemm: the lease {key!r} of out cannot be read (not a dgemm lease); remove it to go on")
+
+
 def current(array) -> Holder | None:
     """The lease of ``array`` (an existing output), None when no run holds it."""
     return read(array.store, lease_key(array))
@@ -120,7 +144,11 @@ def refuse_if_held(array, where: str, mine: str | None = None) -> Holder | None:
     OutputBusyError
         A fresh lease of another call: the message names it and says how to go on.
     """
-    held = current(array)
+    return _judge(current(array), where, mine)
+
+
+def _judge(held: Holder | None, where: str, mine: str | None = None) -> Holder | None:
+    """:func:`refuse_if_held` for the lease ``held`` as read: a stale one to take over, or None; raises if live."""
     if held is None or held.id == mine:
         return None
     if held.id in _GIVEN_UP and held.pid == os.getpid() and held.host == socket.gethostname():
@@ -193,6 +221,8 @@ class Lease:
         self.token: str | None = None
         self.lost: Holder | None = None     # who took it, when a renewal found the lease another's
         self._lock = threading.Lock()
+        # S3's conditional writes where the store is one remote.py reaches (else None: a read, then a write)
+        self._cond = remote.conditional(store)
 
     def _record(self) -> Holder:
         now = time.time()
@@ -200,8 +230,44 @@ class Lease:
                       now + EXPIRY * self.interval, self.scheduler, self.token)
 
     def acquire(self) -> None:
-        """Write the lease (the caller has checked that no live run holds the output)."""
+        """Write the lease (the caller has checked that no live run holds the output).
+
+        On S3, written only if it is still as checked (none, or a stale one):
+
+        Raises
+        ------
+        OutputBusyError
+            Another live call took the lease since the check (S3 only).
+        """
+        if self._cond is not None:
+            self._take()
+            return
         keys.put(self.store, self.key, self._record().dumps())
+
+    def _take(self) -> Holder | None:
+        """Write this call's lease where there is none or a stale one, conditionally; the stale one taken over.
+
+        Read, judged (:func:`refuse_if_held`), then written only if unchanged
+        since: a call that loses the race reads the winner's lease and is refused.
+        """
+        for _ in range(_TAKES):
+            held, tag = _read_tagged(self._cond, self.key)
+            stale = _judge(held, self.where, self.id)
+            if self._write(tag)[0]:
+                return stale
+        raise OutputBusyError(f"out {self.where}: its lease changed {_TAKES} times while this call tried to take "
+                              "it: other dgemm runs are starting to write it; try again")
+
+    def _write(self, tag: str | None) -> tuple[bool, Holder | None]:
+        """Write this call's record if the lease is still the one read (ETag ``tag``; None: no lease).
+
+        Returns whether this call holds it now and, when not, whose it is.
+        """
+        if self._cond.put(self.key, self._record().dumps(), tag) is not None:
+            return True, None
+        held, _ = _read_tagged(self._cond, self.key)
+        # only this call writes its id: a PUT retried after its reply was lost finds its own write
+        return (held is not None and held.id == self.id), held
 
     def claim(self, array) -> Holder | None:
         """Take the lease of an existing output before anything of it is deleted; returns a stale one taken over.
@@ -215,6 +281,8 @@ class Lease:
         OutputBusyError
             Another live call holds it.
         """
+        if self._cond is not None:
+            return self._take()
         if keys.put_new(self.store, self.key, self._record().dumps()):
             return None
         stale = refuse_if_held(array, self.where, mine=self.id)
@@ -224,16 +292,29 @@ class Lease:
     def renew(self) -> bool:
         """Extend the lease; False (and :attr:`lost` set) when another call holds it now."""
         with self._lock:
-            held = read(self.store, self.key)
+            if self._cond is not None:
+                held, tag = _read_tagged(self._cond, self.key)
+            else:
+                held, tag = read(self.store, self.key), None
             if held is None or held.id != self.id:
                 self.lost = held
                 return False
-            keys.put(self.store, self.key, self._record().dumps())
-            return True
+            if self._cond is None:
+                keys.put(self.store, self.key, self._record().dumps())
+                return True
+            ok, now = self._write(tag)     # refused if another call took it since the read
+            if not ok:
+                self.lost = now
+            return ok
 
     def release(self) -> None:
         """Delete the lease if it is still this call's: in-flight tasks fail their next check; others may write."""
         with self._lock:
+            if self._cond is not None:
+                held, tag = _read_tagged(self._cond, self.key)
+                if held is not None and held.id == self.id:
+                    self._cond.delete(self.key, tag)   # kept if another call took it since the read
+                return
             held = read(self.store, self.key)
             if held is not None and held.id == self.id:
                 keys.delete(self.store, self.key)
@@ -248,13 +329,19 @@ class Lease:
         its id, so :meth:`release` can still delete it.
         """
         with self._lock:
-            held = read(self.store, self.key)
+            if self._cond is not None:
+                held, tag = _read_tagged(self._cond, self.key)
+            else:
+                held, tag = read(self.store, self.key), None
             if held is None or held.id != self.id:
                 return
             mine = self.id
             self.id = STOPPING + mine
             try:
-                keys.put(self.store, self.key, self._record().dumps())
+                if self._cond is None:
+                    keys.put(self.store, self.key, self._record().dumps())
+                elif not self._write(tag)[0]:
+                    self.id = mine     # another call took it since the read: nothing of this call's to stop
             except BaseException:
                 self.id = mine
                 raise

@@ -155,6 +155,126 @@ def put_many(store, items: list) -> bool | None:
     return True
 
 
+def conditional(store) -> Conditional | None:
+    """Reads with their ETag and writes conditioned on it, for the keys of ``store``; None if not an S3 store here.
+
+    The output's lease (:mod:`dgemm.storage.lease`) takes and renews itself
+    through it, so that of two writers only one can hold it.
+    """
+    found = _s3_of(store)
+    if found is None:
+        return None
+    s3, fs, root, _ = found
+    return Conditional(s3, fs, root, bool(getattr(store, "read_only", False)))
+
+
+# The error codes of a server that does not do conditional writes and says so (S3 before August 2024 answered
+# ``501 NotImplemented`` for ``If-None-Match`` on a PUT): the request goes again without the condition.
+_NO_CONDITIONS = ("NotImplemented", "501")
+# The object changed since it was read: 412 (another ETag, or one there now), 404 (gone; AWS and moto answer
+# ``If-Match`` on a missing object so), 409 (AWS: another conditional write of it was in flight).
+_CHANGED = ("PreconditionFailed", "412", "NoSuchKey", "404", "ConditionalRequestConflict", "409")
+
+
+class Conditional:
+    """One S3 store's keys, read with their ETag and written only if unchanged since (S3's conditional writes).
+
+    :meth:`put` sends ``If-None-Match: *`` (write only if there is no
+    object) or ``If-Match: <etag>`` (only if the object is still the one
+    read), and the server decides: of two writers, one wins.  Where the
+    server refuses the conditions (``501 NotImplemented``), the write is
+    sent again without them, and this process's later writes to that server
+    go without (:attr:`atomic` turns False): a read, then a write, as for
+    any other store.  A server that ignores them writes unconditionally.
+    """
+
+    def __init__(self, s3: _S3, fs, root: str, read_only: bool):
+        self.s3, self.fs, self.root, self.read_only = s3, fs, root, read_only
+
+    @property
+    def atomic(self) -> bool:
+        """False once the server refused a conditional PUT (this process writes it unconditionally since)."""
+        return "PutObject" not in self.s3.refused
+
+    def get(self, key: str) -> tuple[bytes, str] | None:
+        """``(the object's bytes, its ETag)``, or None when there is no object ``key``."""
+        bucket, name, _ = _split(self.fs, _path(self.root, key))
+
+        def get():
+            reply = self.s3.client.get_object(**self.s3.get_extra, Bucket=bucket, Key=name)
+            body = reply["Body"]
+            try:
+                return body.read(), reply["ETag"]
+            finally:
+                body.close()
+        try:
+            return self.s3._retrying(get)
+        except Exception as e:
+            if _code(e) in ("NoSuchKey", "404"):
+                return None
+            _raise_translated(e, f"s3://{bucket}/{name}")
+
+    def put(self, key: str, data: bytes, match: str | None) -> str | None:
+        """Write ``key`` if it is as read: absent (``match`` None) or with ETag ``match``; the new ETag, or None if not.
+
+        None means another writer changed (or deleted) the object since it
+        was read: nothing was written.  A request retried after a reply lost
+        may also find its own write there: the caller reads to tell.
+        """
+        if self.read_only:
+            raise ValueError(f"s3 store {self.root!r} was opened read-only: nothing written")
+        bucket, name, _ = _split(self.fs, _path(self.root, key))
+        condition = {"IfNoneMatch": "*"} if match is None else {"IfMatch": match}
+        try:
+            reply = self._send("PutObject", self.s3.client.put_object, condition,
+                               dict(self.s3.put_extra, Bucket=bucket, Key=name, Body=data))
+        except Exception as e:
+            if _code(e) in _CHANGED:
+                return None
+            _raise_translated(e, f"s3://{bucket}/{name}")
+        finally:
+            with _LOCK:
+                self.fs.invalidate_cache(_path(self.root, key))
+        return reply.get("ETag") or ""
+
+    def delete(self, key: str, match: str) -> bool:
+        """Delete ``key`` if its ETag is still ``match``; False (nothing deleted) if another writer changed it."""
+        if self.read_only:
+            raise ValueError(f"s3 store {self.root!r} was opened read-only: nothing deleted")
+        bucket, name, _ = _split(self.fs, _path(self.root, key))
+        try:
+            self._send("DeleteObject", self.s3.client.delete_object, {"IfMatch": match},
+                       {"Bucket": bucket, "Key": name})
+        except Exception as e:
+            if _code(e) in _CHANGED:
+                return False
+            _raise_translated(e, f"s3://{bucket}/{name}")
+        finally:
+            with _LOCK:
+                self.fs.invalidate_cache(_path(self.root, key))
+        return True
+
+    def _send(self, op: str, call, condition: dict, kwargs: dict):
+        """``call(**kwargs, **condition)``; without the condition where the server refuses it (remembered)."""
+        if op not in self.s3.refused:
+            try:
+                return self.s3._retrying(lambda: call(**kwargs, **condition))
+            except Exception as e:
+                if _code(e) not in _NO_CONDITIONS:
+                    raise
+                with _LOCK:
+                    self.s3.refused.add(op)
+        return self.s3._retrying(lambda: call(**kwargs))
+
+
+def _raise_translated(error: Exception, what: str):
+    """Raise s3fs's exception for the botocore ``error`` (the error itself where s3fs has none)."""
+    translated = _translated(error, what)
+    if translated is error:
+        raise error
+    raise translated from error
+
+
 # -- which stores, and their client ---------------------------------------------------------------
 
 def _s3_of(store):
@@ -242,6 +362,7 @@ class _S3:
         # as s3fs filters its s3_additional_kwargs: only those the operation takes
         self.get_extra = {k: v for k, v in extra.items() if k in members["GetObject"]}
         self.put_extra = {k: v for k, v in extra.items() if k in members["PutObject"]}
+        self.refused: set[str] = set()   # operations whose conditional form the server refused (Conditional)
 
     @classmethod
     def make(cls, settings: dict):
