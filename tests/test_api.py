@@ -321,16 +321,17 @@ def test_block_option(client, rng, block):
 
 
 def test_progress_bar(client, tmp_path, rng, capsys):
-    """progress=True draws distributed's progress bar; outside a notebook that is text on stdout,
-    ``[####...] | 100% Completed | 0.3s``, the bar full once every block is stored.  Without it, nothing."""
+    """progress=True draws the share of the flops done (dgemm.client.progress); outside a notebook that is
+    text on stdout, ``[####...] | 100% of the flops | 0.3s``, the bar full once every block is stored.
+    Without it, nothing."""
     A, B = randn(rng, (50, 40), "float32"), randn(rng, (40, 30), "float32")
     capsys.readouterr()
     out = dgemm.matmul(A, B, out=str(tmp_path / "c.zarr"), client=client, progress=True)
     check_product(out[...], A, B, dtype="float32")
     drawn = capsys.readouterr().out
-    assert re.search(r"\[#{40}\] \| 100% Completed \| ", drawn), repr(drawn)
+    assert re.search(r"\[#{40}\] \| 100% of the flops \| ", drawn), repr(drawn)
     dgemm.matmul(A, B, out=str(tmp_path / "d.zarr"), client=client)
-    assert "Completed" not in capsys.readouterr().out
+    assert "of the flops" not in capsys.readouterr().out
 
 
 # -- outputs: overwrite, completion -------------------------------------------
