@@ -1,9 +1,12 @@
-"""The dashboard's dgemm page, the ``dgemm_*`` Prometheus series and the Fine Performance Metrics.
+"""The dashboard's dgemm pages, the ``dgemm_*`` Prometheus series and the Fine Performance Metrics.
 
-The page is checked in a real browser: headless Chromium (Debian's
-``chromium``, which ``.ci/run`` installs) loads ``/dgemm`` from the test
-cluster's scheduler after a matmul, and the test reads the rendered DOM and
-saves a screenshot to ``test-artifacts/``.
+The Bokeh pages (``/dgemm`` and the ``/individual-dgemm-*`` plots) are read
+as a browser gets them: their documents are pulled from the test cluster's
+dashboard over its websocket (``bokeh.client.pull_session``), after a real
+matmul, and their figures compared with ``/dgemm/data.json`` and
+``dask.utils.format_bytes``.  Headless Chromium (Debian's ``chromium``, which
+``.ci/run`` installs) loads ``/dgemm`` and saves the screenshot the README
+shows, ``docs/dgemm-dashboard.png``.
 """
 from __future__ import annotations
 
@@ -15,20 +18,23 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from html.parser import HTMLParser
 from pathlib import Path
 
 import numpy as np
 import pytest
+from _check import randn, wait_for
 
 import dgemm
-from _check import randn, wait_for
 from dgemm import busy
+from dgemm.scheduler import plots
 from dgemm.scheduler.dashboard import DgemmDashboard, MatmulProgress
-from dgemm.scheduler.page import render_page
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
+SCREENSHOT = ROOT / "docs" / "dgemm-dashboard.png"     # the README shows it
+# The dashboard's dgemm pages, as JupyterLab's Dask extension finds them in /individual-plots.json.
+INDIVIDUAL = ("/individual-dgemm-progress", "/individual-dgemm-rates", "/individual-dgemm-transfers",
+              "/individual-dgemm-time-split", "/individual-dgemm-workers", "/individual-dgemm-overlapped")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 NO_CHROMIUM = ("no chromium on this host (Debian: apt-get install -y chromium; .ci/run installs it)")
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -108,14 +114,119 @@ def test_page_data_after_a_matmul(run, cluster):
     assert 0 < total <= sum(w["flops"] for w in workers) * (1 + 1e-6)
 
 
-def test_page_link_and_fragment(run, cluster):
+def test_pages_are_listed_for_jupyterlab(run, cluster):
+    """``/individual-plots.json`` (where dask-labextension finds its panels) lists every dgemm page; each is served."""
     base = base_url(cluster)
-    assert '<div id="dgemm">' in http_get(base + "/dgemm")
-    frag = http_get(base + "/dgemm/fragment")
-    assert "<h2>Workers</h2>" in frag and "<html" not in frag
-    pytest.importorskip("bokeh", reason="the Dask dashboard's own pages need Bokeh")
+    listed = set(json.loads(http_get(base + "/individual-plots.json")).values())
+    assert set(INDIVIDUAL) <= listed, sorted(set(INDIVIDUAL) - listed)
+    for route in (*INDIVIDUAL, "/dgemm"):
+        html = http_get(base + route)
+        assert "static/js/bokeh" in html and "<title>Dask" in html, route   # a Bokeh document of the dashboard's
     status = http_get(base + "/status")
-    assert 'href="dgemm"' in status  # the navigation bar links the page
+    assert 'href="dgemm"' in status and "individual-dgemm-rates" in status  # navigation bar and "More..." menu
+
+
+def pull(cluster, route: str):
+    """The Bokeh document of a dashboard page, as its browser gets it (over the page's websocket)."""
+    from bokeh.client import pull_session
+    with pull_session(url=base_url(cluster) + route) as session:
+        return session.document
+
+
+def sources(doc) -> list:
+    from bokeh.models import ColumnDataSource
+    return [dict(s.data) for s in doc.select({"type": ColumnDataSource})]
+
+
+def source_with(doc, *columns) -> dict:
+    found = [d for d in sources(doc) if all(c in d for c in columns)]
+    assert len(found) == 1, (columns, [sorted(d) for d in sources(doc)])
+    return found[0]
+
+
+PREFIX = {"": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
+
+
+def parse_rate(text: str, unit: str = "FLOPS") -> tuple[float, float, str]:
+    """``(mantissa, value, unit)`` of "8.33 GFLOPS"."""
+    number, u = text.split()
+    assert u.endswith(unit), text
+    return float(number), float(number) * PREFIX[u[:-len(unit)]], u
+
+
+def test_pages_show_the_figures(run, cluster):
+    """The plots of /dgemm: a readable matmul name, rates in units that suit them, format_bytes, hover tooltips."""
+    from bokeh.models import ColumnDataSource, HBar, HoverTool, MultiLine, Plot
+    from dask.utils import format_bytes
+    doc = pull(cluster, "/dgemm")
+    data = page_data(cluster)
+    workers = [w for w in data["workers"] if w["alive"]]
+
+    # the matmul, by its output's name and a short token
+    m = source_with(doc, "name", "output", "blocks")
+    token = run["matmuls"][0]["id"]
+    row = m["name"].index(f"c.zarr {token[:6]}")
+    assert m["output"][row].rstrip("/").endswith("/c.zarr") and m["state"][row] == "done"
+    assert m["blocks"][row] == f"{BLOCKS} / {BLOCKS}" and m["done"][row] == 1.0
+
+    # the workers' table: format_bytes for bytes, each rate in the unit that suits its size
+    t = source_with(doc, "uploaded", "rate_kernel")
+    for w in workers:
+        r = t["address"].index(w["address"])
+        assert t["uploaded"][r] == format_bytes(w["bytes_up"]) and t["downloaded"][r] == format_bytes(w["bytes_down"])
+        for col, raw in (("rate_busy", w["flops_busy"]), ("rate_kernel", w["flops_kernel"])):
+            mantissa, value, _ = parse_rate(t[col][r])
+            assert 1 <= mantissa < 1000 and value == pytest.approx(raw, rel=5e-3), (col, t[col][r], raw)
+            assert raw < 1e12 or w["device_type"] != "CPU"     # a CPU device never reads in TFLOPS
+        if w["device_type"] == "CPU" and w["flops_kernel"] >= 1e9:
+            assert t["rate_kernel"][r].endswith(" GFLOPS"), t["rate_kernel"][r]
+
+    # the rate over time: its axis in the unit of the fastest second, hover text per second
+    [rates] = [f for f in doc.select({"type": Plot}) if "achieved rate" in f.title.text]
+    dots = next(s.data for s in doc.select({"type": ColumnDataSource})
+                if "value" in s.data and any(v.endswith("FLOPS") for v in s.data["value"]))
+    peak = max(dots["y"])
+    assert 1 <= peak < 1000, (peak, rates.yaxis[0].axis_label)
+    top = dots["value"][dots["y"].index(peak)]
+    assert top.endswith(" " + rates.yaxis[0].axis_label), (top, rates.yaxis[0].axis_label)
+    assert any(isinstance(tool, HoverTool) and "@value" in str(tool.tooltips) for tool in rates.tools)
+
+    # transfers per second, as format_bytes writes them
+    moved = {(w["name"], s["t"] * 1000): s["bytes"] for w in workers for s in w["series"]}
+    tdots = next(s.data for s in doc.select({"type": ColumnDataSource})
+                 if "value" in s.data and any(v.endswith("B/s") for v in s.data["value"]))
+    checked = 0
+    for name, when, text in zip(tdots["worker"], tdots["time"], tdots["value"]):
+        if (name, when) in moved:
+            assert text == format_bytes(int(moved[name, when])) + "/s", (text, moved[name, when])
+            checked += moved[name, when] > 0
+    assert checked, "no second with bytes moved in the transfers plot"
+
+    # the time split: parts that add up to each worker's busy seconds; colours unlike the workers'
+    split = source_with(doc, "worker", "busy", *(p for p in busy.PARTS))
+    for w in workers:
+        r = split["worker"].index(w["name"])
+        assert sum(split[p][r] for p in busy.PARTS) == pytest.approx(w["busy_seconds"], rel=1e-6)
+    split_colours = {c for c in map(colour_value, (g.fill_color for g in doc.select({"type": HBar})))
+                     if isinstance(c, str) and c.startswith("#")}
+    assert doc.select({"type": MultiLine})
+    line_colours = {c for d in sources(doc) if "xs" in d for c in d["colour"]}
+    assert len(split_colours) >= len(busy.PARTS) and len(line_colours) == len(workers)
+    assert not split_colours & line_colours, (split_colours, line_colours)
+
+
+def colour_value(spec):
+    """A glyph's colour as set (a string, or the value of a deserialized ``value(...)`` spec)."""
+    if isinstance(spec, dict):
+        return spec.get("value")
+    return getattr(spec, "value", spec)
+
+
+def test_individual_pages_have_one_plot_each(run, cluster):
+    for route in INDIVIDUAL:
+        doc = pull(cluster, route)
+        assert len(doc.roots) == 1 and doc.title.startswith("Dask: "), route
+        assert any(d and any(len(v) for v in d.values()) for d in sources(doc)), route   # figures, not empty
 
 
 def test_fine_performance_metrics_name_the_pipeline(run, client):
@@ -201,81 +312,89 @@ def test_progress_within_blocks_and_a_busy_split_that_adds_up(cluster, client, t
 
 
 # -- in the browser --------------------------------------------------------------
-class TableText(HTMLParser):
-    """The text of each cell of each table, by table id."""
+async def _devtools_screenshot(ws_url: str, url: str, shot: Path, width: int, height: int, timeout: float) -> int:
+    """Drive one Chromium tab over the DevTools protocol: open ``url``, wait for Bokeh's views, save a screenshot.
 
-    def __init__(self):
-        super().__init__()
-        self.tables: dict = {}
-        self._table = self._row = self._cell = None
+    Returns how many Bokeh views the page made.  (``chromium --screenshot`` takes its picture before
+    Bokeh's document arrives over the websocket, so the test waits for the views itself.)
+    """
+    import asyncio
+    import base64
 
-    def handle_starttag(self, tag, attrs):
-        if tag == "table":
-            self._table = self.tables.setdefault(dict(attrs).get("id"), [])
-        elif tag == "tr" and self._table is not None:
-            self._row = []
-            self._table.append(self._row)
-        elif tag in ("td", "th") and self._row is not None:
-            self._cell = []
+    from tornado.websocket import websocket_connect
+    ws = await websocket_connect(ws_url, max_message_size=256 * 2 ** 20)
+    n = 0
 
-    def handle_endtag(self, tag):
-        if tag in ("td", "th") and self._cell is not None:
-            self._row.append(" ".join(" ".join(self._cell).split()))
-            self._cell = None
-        elif tag == "table":
-            self._table = None
+    async def call(method, **params):
+        nonlocal n
+        n += 1
+        ws.write_message(json.dumps({"id": n, "method": method, "params": params}))
+        while True:
+            msg = json.loads(await ws.read_message())
+            if msg.get("id") == n:
+                assert "error" not in msg, (method, msg["error"])
+                return msg["result"]
+    try:
+        await call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1,
+                   mobile=False)
+        await call("Page.navigate", url=url)
+        probe = "(() => window.Bokeh && window.Bokeh.index ? Object.keys(window.Bokeh.index).length : 0)()"
+        end, views = time.monotonic() + timeout, 0
+        while not views and time.monotonic() < end:
+            await asyncio.sleep(0.25)
+            views = (await call("Runtime.evaluate", expression=probe, returnByValue=True))["result"].get("value")
+        assert views, f"Bokeh drew nothing on {url} in {timeout} s"
+        await asyncio.sleep(3)    # the plots' first draw, and a periodic update
+        shot.write_bytes(base64.b64decode((await call("Page.captureScreenshot", format="png"))["data"]))
+        return views
+    finally:
+        ws.close()
 
-    def handle_data(self, data):
-        if self._cell is not None:
-            self._cell.append(data)
 
-
-def chromium(url: str, screenshot: Path, tmp_path: Path) -> str:
-    """Load ``url`` in headless Chromium (5 s of page time: the page refreshes itself); return the DOM."""
+def chromium_screenshot(url: str, shot: Path, tmp_path: Path, width: int = 1500, height: int = 1600) -> int:
+    """Open ``url`` in headless Chromium and save a screenshot once Bokeh has drawn it (see above)."""
+    import asyncio
     profile = tmp_path / "chromium-profile"
     profile.mkdir()
-    cmd = [CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--window-size=1500,1150",
-           "--virtual-time-budget=5000", f"--screenshot={screenshot}", "--dump-dom", url]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr[-2000:]
-    return r.stdout
+    proc = subprocess.Popen([CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--remote-debugging-port=0",
+                             "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        port_file = profile / "DevToolsActivePort"
+        wait_for(lambda: port_file.exists() and len(port_file.read_text().splitlines()) >= 2 or proc.poll(),
+                 what="Chromium's DevTools port")
+        assert proc.poll() is None, f"chromium exited with {proc.returncode}"
+        port = port_file.read_text().splitlines()[0]
+        tabs = json.loads(http_get(f"http://127.0.0.1:{port}/json/list"))
+        tab = next(t for t in tabs if t["type"] == "page")
+        return asyncio.run(_devtools_screenshot(tab["webSocketDebuggerUrl"], url, shot, width, height, 60))
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def pixels_near(png: Path, colour: str, tol: int = 12) -> int:
+    """How many pixels of the screenshot are within ``tol`` of ``colour`` on each channel."""
+    from PIL import Image
+    want = tuple(int(colour[i:i + 2], 16) for i in (1, 3, 5))
+    img = Image.open(png).convert("RGB")
+    return sum(n for n, px in img.getcolors(img.width * img.height)
+               if all(abs(a - b) <= tol for a, b in zip(px, want)))
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
 def test_dashboard_page_in_chromium(run, cluster, tmp_path):
+    """/dgemm in a browser: the plots are drawn (their colours are on the screenshot the README shows)."""
     ARTIFACTS.mkdir(exist_ok=True)
     shot = ARTIFACTS / "dgemm-dashboard.png"
     shot.unlink(missing_ok=True)
-    dom = chromium(base_url(cluster) + "/dgemm", shot, tmp_path)
-    (ARTIFACTS / "dgemm-dashboard.html").write_text(dom)
-
+    assert chromium_screenshot(base_url(cluster) + "/dgemm", shot, tmp_path)   # Bokeh made its root views
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
-    # the page's script replaced the content with fresh fragments while Chromium ran it
-    assert 'data-refreshed="' in dom and 'data-refreshed="0"' not in dom
-    tables = TableText()
-    tables.feed(dom)
-    m_head, *m_rows = tables.tables["matmuls"]
-    ours = next(r for r in m_rows if r[m_head.index("matmul")] == run["matmuls"][0]["id"])
-    assert ours[m_head.index("state")] == "done"
-    assert ours[m_head.index("blocks done / total")] == f"{BLOCKS} / {BLOCKS}"
-    w_head, *w_rows = tables.tables["workers"]
-    alive = {w["name"]: w for w in run["workers"] if w["alive"]}
-    shown = {r[0].split()[0]: dict(zip(w_head, r)) for r in w_rows}
-    assert set(alive) <= set(shown)
-    for name, w in alive.items():
-        row = shown[name]
-        assert w["device"] in row["device"]
-        assert int(row["blocks"]) >= w["blocks"] > 0
-        for col in ("FLOP", "uploaded", "downloaded", "busy", "kernel running", "while busy", "kernel only",
-                    "peak"):
-            assert float(row[col].split()[0]) > 0, (col, row[col])
-    assert "all workers" in {r[0] for r in w_rows}
-    # the overlapping totals are in a table of their own, not among the parts of the busy time
-    o_head, *o_rows = tables.tables["overlapped"]
-    assert "transfers (overlapped)" in o_head and "transfers (overlapped)" not in w_head
-    assert {r[0] for r in o_rows} >= set(alive)
-    # a line per worker in the TFLOPS chart
-    assert dom.count('class="line"') >= 2 * len(alive) and "no samples yet" not in dom
+    SCREENSHOT.parent.mkdir(exist_ok=True)
+    shutil.copyfile(shot, SCREENSHOT)
+    pytest.importorskip("PIL", reason="Pillow reads the screenshot's pixels")
+    # each worker's lines are drawn (their colours are nowhere else on the page)
+    for i in range(len(cluster.device_ids)):
+        assert pixels_near(shot, plots.worker_colour(i)) > 50, f"worker {i}'s lines"
 
 
 # -- Prometheus ---------------------------------------------------------------------
@@ -361,16 +480,46 @@ def test_finished_matmuls_are_trimmed():
     assert [m["id"] for m in d.matmuls()] == [f"{i:012d}" for i in (4, 3, 2)]  # the newest may still run
 
 
-def test_render_escapes_and_handles_no_data():
-    page = render_page({"time": 1e9, "scheduler": "tcp://x:1", "workers": [], "matmuls": []})
-    assert "No matmul yet" in page and "No worker has reported" in page and "no samples yet" in page
-    w = {"address": "tcp://a:1", "name": "<script>x</script>", "alive": False, "ok": False, "error": "E<1>",
-         "device": None, "device_type": None, "device_id": None, "blocks": 0, "flops": 0.0, "bytes_up": 0,
-         "bytes_down": 0, "tflops_now": 0.0, "tflops_peak": 0.0, "tflops_busy": 0.0, "tflops_kernel": 0.0,
-         "series": []}
-    page = render_page({"time": 1e9, "scheduler": "tcp://x:1", "workers": [w], "matmuls": []})
-    assert "<script>x</script>" not in page and "&lt;script&gt;x&lt;/script&gt;" in page
-    assert "no device: E&lt;1&gt;" in page and "(gone)" in page
+def fake_worker(name: str, device_type: str, rate: float, nbytes: int) -> dict:
+    parts = {busy.KEYS[p]: v for p, v in zip(busy.PARTS, (3.0, 0.5, 0.25, 0.25))}
+    return {"address": f"tcp://{name}:1", "name": name, "alive": True, "ok": True, "device": "dev",
+            "device_type": device_type, "device_id": "0:0", "blocks": 4, "gemm_running": 0, "in_flight": [],
+            "flops": rate * 4, "bytes_up": nbytes, "bytes_down": nbytes // 2, "busy_seconds": 4.0, **parts,
+            "kernel_seconds": 3.5, **{f"flops_{k}": rate for k in ("now", "peak", "busy", "kernel")},
+            "series": [{"t": 1e9 + i, "flops": rate * (i + 1) / 3, "bytes": nbytes / 3} for i in range(3)]}
+
+
+def test_plots_scale_their_units_and_keep_colours_apart():
+    """Without a cluster: 8.33 GFLOPS on a CPU, TFLOPS on a GPU, format_bytes for bytes, no shared colours."""
+    from bokeh.core.validation import check_integrity
+    from dask.utils import format_bytes
+
+    from dgemm.scheduler.page import Everything
+    cpu, gpu = fake_worker("cpu", "CPU", 8.33e9, 123_456_789), fake_worker("gpu", "GPU", 45.1e12, 7 * 2 ** 30)
+    data = {"time": 1e9 + 3, "scheduler": "tcp://s:1", "workers": [cpu, gpu],
+            "total": {k: cpu.get(k, 0) + gpu.get(k, 0) for k in ("blocks", "flops", "bytes_up", "bytes_down",
+                                                                   "busy_seconds", *busy.KEYS.values())},
+            "matmuls": [{"id": "e7c510083e35aa", "name": "c.zarr e7c510", "output": "s3://b/c.zarr",
+                         "state": "running", "started": 1e9, "seconds": 2.0, "blocks_done": 1, "blocks_total": 4,
+                         "blocks_running": 1, "work_done": 0.375, "stores_done": 1, "stores_total": 4}]}
+    page = Everything(None)
+    for p in page.parts:
+        p.show(data)
+    table = page.parts[3].source.data
+    assert table["rate_kernel"][:2] == ["8.33 GFLOPS", "45.1 TFLOPS"]
+    assert table["uploaded"][:2] == [format_bytes(123_456_789), format_bytes(7 * 2 ** 30)]
+    assert page.parts[1].source.data["label"] == ["c.zarr e7c510: 37 % (running)"]
+    rates = page.parts[5]
+    assert rates.root.yaxis[0].axis_label == "TFLOPS" and max(rates.source.data["y"]) == pytest.approx(45.1)
+    alone = plots.Rates(None)
+    alone.show({**data, "workers": [cpu]})
+    assert alone.root.yaxis[0].axis_label == "GFLOPS" and max(alone.source.data["y"]) == pytest.approx(8.33)
+    assert set(plots.SPLIT_COLOURS.values()).isdisjoint(plots.worker_colour(i) for i in range(12))
+    issues = check_integrity(list(page.root.references()))
+    assert not issues.error and not issues.warning, issues
+    # no data: the page shows its empty plots
+    for p in Everything(None).parts:
+        p.show({"time": 1e9, "scheduler": None, "workers": [], "matmuls": [], "total": {}})
 
 
 def test_plugin_pickles_without_its_state():

@@ -1,4 +1,4 @@
-"""The dgemm page of the Dask dashboard: ``/dgemm`` on the scheduler's HTTP server.
+"""The dgemm pages of the Dask dashboard, and the scheduler plugin that gathers their figures.
 
 :class:`DgemmDashboard` is a scheduler plugin.  It
 
@@ -11,11 +11,13 @@
 * follows the progress of every matmul (its ``dgemm-gemm-<token>`` and
   ``dgemm-store-<token>`` tasks, done / total) from the scheduler's
   transitions, and within the running blocks from the workers' reports (the
-  share of the matmul's flops done);
-* serves ``/dgemm`` (an HTML page that refreshes itself every two seconds
-  and reads fine without JavaScript too), ``/dgemm/fragment`` (the page's
-  body) and ``/dgemm/data.json`` (the same figures as JSON), and adds a
-  "Dgemm" link to the dashboard's navigation bar.
+  share of the matmul's flops done); it names each matmul by its output
+  (the Zarr array its store tasks write) or its operands, and a short token;
+* adds the Bokeh pages of :mod:`dgemm.scheduler.page` to the dashboard
+  (``/dgemm`` and the ``/individual-dgemm-*`` plots, which
+  ``/individual-plots.json`` lists for JupyterLab's Dask extension), serves
+  ``/dgemm/data.json`` (the figures as JSON) and adds a "Dgemm" link to the
+  dashboard's navigation bar.
 
 Workers with the dgemm plugin register it on their scheduler themselves
 (once); ``dask scheduler --preload dgemm.scheduler`` and ``dgemm cluster``
@@ -36,7 +38,6 @@ from tornado.ioloop import PeriodicCallback
 
 from dgemm import busy, metrics
 from dgemm.names import DASHBOARD_PLUGIN, KINDS, WORKER_METRIC
-from dgemm.scheduler.page import render_body, render_page
 
 logger = logging.getLogger(__name__)
 
@@ -102,6 +103,8 @@ class MatmulProgress:
 
     def __init__(self, token: str, client: str | None, now: float):
         self.token, self.client, self.started = token, client, now
+        self.output: str | None = None    # where its store tasks write C
+        self.operands: tuple | None = None   # the Zarr inputs its GEMM tasks read (() where none), once looked at
         self.finished: float | None = None
         self.state = "running"
         self.total = {k: set() for k in KINDS}
@@ -165,10 +168,28 @@ class MatmulProgress:
         finished = sum(known.get(k, mean) for k in done) + sum(d for d, t in running.values() if t)
         return min(1.0, finished / total)
 
+    @property
+    def name(self) -> str:
+        """A readable name: the output's (else the operands') last path part, and the token's start.
+
+        >>> m = MatmulProgress("e7c510083e35", None, 0.0)
+        >>> m.name
+        'matmul e7c510'
+        >>> m.operands = ("s3://bucket/a.zarr", "/data/b.zarr"); m.name
+        'a.zarr @ b.zarr e7c510'
+        >>> m.output = "file:///tmp/x/c.zarr/"; m.name
+        'c.zarr e7c510'
+        """
+        def short(path):
+            return str(path).rstrip("/").rsplit("/", 1)[-1] or str(path)
+        what = short(self.output) if self.output else " @ ".join(map(short, self.operands or ())) or "matmul"
+        return f"{what} {self.token[:6]}"
+
     def as_dict(self, now: float, running: dict | None = None) -> dict:
         end = self.finished if self.finished is not None else now
         running = {k: v for k, v in (running or {}).items() if k not in self.done["gemm"]}
-        return {"id": self.token, "client": self.client, "state": self.state, "started": self.started,
+        return {"id": self.token, "name": self.name, "output": self.output, "operands": list(self.operands or ()),
+                "client": self.client, "state": self.state, "started": self.started,
                 "finished": self.finished, "seconds": end - self.started,
                 "blocks_done": self.count("gemm", "done"), "blocks_total": self.count("gemm"),
                 "blocks_running": len(running), "work_done": self.work_done(running),
@@ -235,6 +256,8 @@ class DgemmDashboard(SchedulerPlugin):
                 m = self._matmuls[token] = MatmulProgress(token, client, now)
                 self._trim()
             m.total[kind].add(key)
+            if scheduler is not None and ((kind == "store" and m.output is None) or (kind == "gemm" and m.operands is None)):
+                _name_from_graph(scheduler, m, kind, key)
 
     def transition(self, key, start, finish, *args, **kwargs) -> None:
         p = parse_key(key)
@@ -346,14 +369,15 @@ class DgemmDashboard(SchedulerPlugin):
             if buckets:
                 for b in range(min(buckets), math.floor(now) + 1):
                     f, nb = buckets.get(b, (0.0, 0.0))
-                    series.append({"t": b + 1.0, "tflops": f / 1e12, "gbps": nb / 1e9})
+                    series.append({"t": b + 1.0, "flops": f, "bytes": nb, "tflops": f / 1e12, "gbps": nb / 1e9})
+            # FLOP/s (flops_*), the pages pick the unit; tflops_* are the same in TFLOPS
+            rates = {"now": self.recent_tflops(addr) * 1e12,
+                     "peak": max((x["flops"] for x in series), default=0.0),
+                     "busy": flops / busy if busy else 0.0, "kernel": flops / kernel if kernel else 0.0}
             workers.append({
                 "address": addr, "name": w["name"], "alive": w["alive"], **snap,
                 "in_flight": [_progress(p) for p in snap.get("in_flight") or ()],
-                "tflops_now": self.recent_tflops(addr),
-                "tflops_peak": max((x["tflops"] for x in series), default=0.0),
-                "tflops_busy": flops / busy / 1e12 if busy else 0.0,
-                "tflops_kernel": flops / kernel / 1e12 if kernel else 0.0,
+                **{f"flops_{k}": v for k, v in rates.items()}, **{f"tflops_{k}": v / 1e12 for k, v in rates.items()},
                 "series": series,
             })
         return {"time": now, "scheduler": self.scheduler.address if self.scheduler else None,
@@ -372,6 +396,39 @@ def totals(workers: list) -> dict:
     3.0
     """
     return {k: sum(float(w.get(k) or 0.0) for w in workers) for k in TOTALS}
+
+
+def _store_path(obj) -> str | None:
+    """The path of a Zarr array (its store's URL and the array's path), else None."""
+    path = getattr(obj, "store_path", None)
+    return None if path is None else str(path)
+
+
+def _name_from_graph(scheduler, m: MatmulProgress, kind: str, key) -> None:
+    """Learn where matmul ``m`` writes (a store task's first argument) or what it reads (its GEMM task's inputs).
+
+    The scheduler holds the graph the client sent: a store task's first argument
+    is the output Zarr array; a GEMM task's dependencies load its A and B blocks,
+    from Zarr arrays where the operands are stored.  Best effort: a name only.
+    """
+    try:
+        ts = scheduler.tasks.get(key)
+        if ts is None:
+            return
+        if kind == "store":
+            m.output = _store_path(next(iter(getattr(ts.run_spec, "args", ()) or ()), None))
+            return
+        m.operands, found = (), []
+        for dep in sorted(ts.dependencies, key=lambda d: str(d.key)):
+            name = dep.key[0] if type(dep.key) is tuple else dep.key
+            if isinstance(name, str) and name.startswith("dgemm-load-"):
+                for arg in getattr(dep.run_spec, "args", ()) or ():
+                    path = _store_path(arg)
+                    if path is not None and path not in found:
+                        found.append(path)
+        m.operands = tuple(found[:2])
+    except Exception as e:   # a graph of another shape: the matmul keeps its token
+        logger.debug("dgemm: no name for matmul %s: %s", m.token, e)
 
 
 def _key(key):
@@ -424,20 +481,15 @@ class _Base(RequestHandler):
         return p
 
 
-class PageHandler(_Base):
-    def get(self):
-        p = self.plugin()
-        if p is not None:
-            self.set_header("Content-Type", "text/html; charset=utf-8")
-            self.write(render_page(p.data()))
+class NoBokehHandler(_Base):
+    """``/dgemm`` on a scheduler without the Bokeh dashboard: where the figures are instead."""
 
-
-class FragmentHandler(_Base):
     def get(self):
-        p = self.plugin()
-        if p is not None:
+        if self.plugin() is not None:
             self.set_header("Content-Type", "text/html; charset=utf-8")
-            self.write(render_body(p.data()))
+            self.write('<!DOCTYPE html><html><head><meta charset="utf-8"><title>dgemm</title></head><body>'
+                       "<p>This scheduler runs without the Bokeh dashboard, so the dgemm plots are off; "
+                       '<a href="dgemm/data.json">dgemm/data.json</a> has their figures.</p></body></html>')
 
 
 class DataHandler(_Base):
@@ -449,14 +501,26 @@ class DataHandler(_Base):
 
 
 def add_routes(scheduler) -> bool:
-    """Serve the page from the scheduler's HTTP server (once per server); False without one."""
+    """Serve the pages from the scheduler's HTTP server (once per server); False without one.
+
+    The Bokeh pages join the dashboard's Bokeh server (:func:`dgemm.scheduler.page.add_pages`);
+    without one (no Bokeh, or ``dashboard=False``) ``/dgemm`` says where the figures are.
+    """
     app = getattr(scheduler, "http_application", None)
     if app is None:
         return False
     if not getattr(app, "_dgemm_routes", False):
         kw = {"dask_server": scheduler}
-        app.add_handlers(r".*", [(ROUTE, PageHandler, kw), (ROUTE + "/fragment", FragmentHandler, kw),
-                                 (ROUTE + "/data.json", DataHandler, kw)])
+        routes = [(ROUTE + "/data.json", DataHandler, kw)]
+        try:
+            from dgemm.scheduler.page import add_pages
+            bokeh = add_pages(scheduler)
+        except ImportError as e:
+            logger.debug("dgemm: no Bokeh pages: %s", e)
+            bokeh = False
+        if not bokeh:
+            routes.append((ROUTE, NoBokehHandler, kw))
+        app.add_handlers(r".*", routes)
         app._dgemm_routes = True
     return True
 
