@@ -555,3 +555,29 @@ def test_collector_asks_its_sources(monkeypatch):
     f = families()
     assert f["dgemm_flops"] == {"tcp://w:2": 7.0} and f["dgemm_tflops"] == {"tcp://w:2": 2.5}
     assert f["dgemm_matmul_blocks"] == {("t", "done"): 1.0, ("t", "total"): 4.0}
+
+
+def test_without_the_bokeh_dashboard_the_figures_stay_served():
+    """A scheduler started with ``dashboard=False``: /dgemm says where the figures are, data.json has them."""
+    import asyncio
+
+    from distributed import Scheduler
+    from tornado.httpclient import AsyncHTTPClient
+
+    from dgemm.names import DASHBOARD_PLUGIN
+
+    async def main():
+        async with Scheduler(dashboard=False, dashboard_address="127.0.0.1:0", port=0) as s:
+            plugin = DgemmDashboard()
+            s.add_plugin(plugin, name=DASHBOARD_PLUGIN)   # as register_scheduler_plugin does: add, then start
+            await plugin.start(s)
+            base = f"http://127.0.0.1:{s.http_server.port}"
+            http = AsyncHTTPClient()
+            page = (await http.fetch(base + "/dgemm")).body.decode()
+            data = json.loads((await http.fetch(base + "/dgemm/data.json")).body)
+            plots_listed = (await http.fetch(base + "/individual-plots.json", raise_error=False)).body.decode()
+            return page, data, plots_listed
+    page, data, listed = asyncio.run(main())
+    assert "without the Bokeh dashboard" in page and "dgemm/data.json" in page
+    assert data["workers"] == [] and data["matmuls"] == []
+    assert "individual-dgemm" not in listed
