@@ -351,7 +351,7 @@ async def _devtools_screenshot(ws_url: str, url: str, shot: Path, width: int, he
         ws.close()
 
 
-def chromium_screenshot(url: str, shot: Path, tmp_path: Path, width: int = 1500, height: int = 1600) -> int:
+def chromium_screenshot(url: str, shot: Path, tmp_path: Path, width: int = 1500, height: int = 1300) -> int:
     """Open ``url`` in headless Chromium and save a screenshot once Bokeh has drawn it (see above)."""
     import asyncio
     profile = tmp_path / "chromium-profile"

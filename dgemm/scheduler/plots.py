@@ -221,7 +221,8 @@ class WorkerTable(DgemmComponent):
         super().__init__(scheduler)
         self.source = ColumnDataSource({k: [] for k, _ in self.COLUMNS})
         _height(kwargs, 160)
-        wide = {"worker": 60, "address": 130, "device": 200, "blocks": 50, "running": 60, "busy": 75,
+        wide = {"worker": 80, "address": 130, "device": 200, "blocks": 50, "running": 60, "busy": 75,
+                **{k: 100 for k in ("rate_now", "rate_peak", "rate_busy", "rate_kernel")},
                 **{busy.KEYS[p]: 115 for p in busy.PARTS}}
         self.root = DataTable(source=self.source, index_position=None, **kwargs,
                               columns=[TableColumn(field=k, title=t, width=wide.get(k, 90)) for k, t in self.COLUMNS])
