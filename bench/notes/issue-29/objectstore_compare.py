@@ -86,15 +86,16 @@ class Obstore:
                              secret_access_key=KEY, virtual_hosted_style_request=False,
                              client_options={"allow_http": True, "timeout": "300s"})
 
-    def get(self, keys: list[str]) -> list[bytes]:
-        return [bytes(self.obs.get(self.store, k).bytes()) for k in keys]
+    def get(self, keys: list[str]) -> list:
+        # obstore's Bytes (a buffer, as zarr's ObjectStore wraps it): no copy into a Python bytes
+        return [self.obs.get(self.store, k).bytes() for k in keys]
 
     def put(self, items: list[tuple[str, bytes]]) -> None:
         for k, v in items:
             self.obs.put(self.store, k, v, use_multipart=None if self.multipart else False)
 
-    async def get_async(self, key: str) -> bytes:
-        return bytes(await (await self.obs.get_async(self.store, key)).bytes_async())
+    async def get_async(self, key: str):
+        return await (await self.obs.get_async(self.store, key)).bytes_async()   # as zarr's ObjectStore.get
 
     async def put_async(self, key: str, value: bytes) -> None:
         await self.obs.put_async(self.store, key, value, use_multipart=None if self.multipart else False)
