@@ -250,7 +250,7 @@ BENCH = ROOT / "bench"
 def _bench_files(pattern: str) -> list[str]:
     """bench/'s files matching ``pattern`` at any depth (the tools and bench/notes/), records left out."""
     return sorted(str(p.relative_to(BENCH)) for p in BENCH.rglob(pattern)
-                  if p.is_file() and p.relative_to(BENCH).parts[0] != "results")
+                  if p.is_file() and p.relative_to(BENCH).parts[0] != "results" and "__pycache__" not in p.parts)
 
 
 SCRIPTS = _bench_files("*.py")

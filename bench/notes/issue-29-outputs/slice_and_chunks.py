@@ -1,17 +1,22 @@
 """Issue 29 on the GPU machine: a lazy result's slice, and an out= run with C's default chunks.
 
-Run once per tree (PYTHONPATH picks dgemm): ``python slice_and_chunks.py slice DIR`` times
+Run once per tree (the dgemm it imports): ``python slice_and_chunks.py slice DIR`` times
 ``dgemm.matmul(a, b)[:10, :10].compute()`` in a fresh process (no client: dask's local scheduler on this
 process's GPU), then a second slice elsewhere in the same process; ``python slice_and_chunks.py out DIR``
 times two out= runs on a DeviceCluster (the second warm) and prints C's chunks.  Prints one JSON line.
 """
 import json
 import os
-import sys
 import time
 
 if __name__ == "__main__":
-    what, folder = sys.argv[1], sys.argv[2]
+    import argparse
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("what", choices=("slice", "out"))
+    p.add_argument("folder", help="holds a.zarr and b.zarr")
+    args = p.parse_args()
+    what, folder = args.what, args.folder
     import numpy as np
     import zarr
 
