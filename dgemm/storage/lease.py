@@ -26,12 +26,13 @@ no lease (or the same stale one), the server lets one write; the other
 reads again, finds the winner's fresh lease and is refused; a renewal (or
 a stop, a release) after another call took the lease over writes nothing
 and the run learns it lost the output.  Where the server refuses the
-conditions (``501``; S3 itself before August 2024, some S3-compatible
-servers) or ignores them, and on other object stores, the lease is a read,
-then a write: two writers starting within the same round trip can both
-pass the check, and the loser's tasks then fail at their first check.  A
-local output's lease file is created exclusively.  The lease makes the
-common cases safe everywhere: a run started while another is writing, a
+conditions (``501 NotImplemented``: some S3-compatible servers, S3 before
+it added them in 2024) or ignores them, and on other object stores, the
+lease is a read, then a write: two writers starting within the same round
+trip can both pass the check, and the loser's tasks then fail at their
+first check (a local output's lease is created exclusively where it
+replaces an output, :meth:`Lease.claim`).  The lease makes the common
+cases safe everywhere: a run started while another is writing, a
 restart after Ctrl-C, a crashed writer.
 """
 from __future__ import annotations
@@ -232,7 +233,7 @@ class Lease:
     def acquire(self) -> None:
         """Write the lease (the caller has checked that no live run holds the output).
 
-        On S3, written only if it is still as checked (none, or a stale one):
+        On S3, written only if it is still as checked (none, or a stale one).
 
         Raises
         ------

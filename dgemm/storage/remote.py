@@ -168,8 +168,8 @@ def conditional(store) -> Conditional | None:
     return Conditional(s3, fs, root, bool(getattr(store, "read_only", False)))
 
 
-# The error codes of a server that does not do conditional writes and says so (S3 before August 2024 answered
-# ``501 NotImplemented`` for ``If-None-Match`` on a PUT): the request goes again without the condition.
+# The error codes of a server that does not do conditional writes and says so (``501 NotImplemented``, as S3
+# answered before it added them in 2024): the request goes again without the condition.
 _NO_CONDITIONS = ("NotImplemented", "501")
 # The object changed since it was read: 412 (another ETag, or one there now), 404 (gone; AWS and moto answer
 # ``If-Match`` on a missing object so), 409 (AWS: another conditional write of it was in flight).
