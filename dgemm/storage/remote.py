@@ -223,11 +223,22 @@ class Conditional:
         """
         if self.read_only:
             raise ValueError(f"s3 store {self.root!r} was opened read-only: nothing written")
-        bucket, name, _ = _split(self.fs, _path(self.root, key))
         condition = {"IfNoneMatch": "*"} if match is None else {"IfMatch": match}
+        reply = self._write("PutObject", self.s3.client.put_object, key, condition,
+                            dict(self.s3.put_extra, Body=data))
+        return None if reply is None else reply.get("ETag") or ""
+
+    def delete(self, key: str, match: str) -> bool:
+        """Delete ``key`` if its ETag is still ``match``; False (nothing deleted) if another writer changed it."""
+        if self.read_only:
+            raise ValueError(f"s3 store {self.root!r} was opened read-only: nothing deleted")
+        return self._write("DeleteObject", self.s3.client.delete_object, key, {"IfMatch": match}, {}) is not None
+
+    def _write(self, op: str, call, key: str, condition: dict, kwargs: dict):
+        """A conditional write of ``key``: the server's reply, or None where another writer changed it first."""
+        bucket, name, _ = _split(self.fs, _path(self.root, key))
         try:
-            reply = self._send("PutObject", self.s3.client.put_object, condition,
-                               dict(self.s3.put_extra, Bucket=bucket, Key=name, Body=data))
+            return self._send(op, call, condition, dict(kwargs, Bucket=bucket, Key=name)) or {}
         except Exception as e:
             if _code(e) in _CHANGED:
                 return None
@@ -235,24 +246,6 @@ class Conditional:
         finally:
             with _LOCK:
                 self.fs.invalidate_cache(_path(self.root, key))
-        return reply.get("ETag") or ""
-
-    def delete(self, key: str, match: str) -> bool:
-        """Delete ``key`` if its ETag is still ``match``; False (nothing deleted) if another writer changed it."""
-        if self.read_only:
-            raise ValueError(f"s3 store {self.root!r} was opened read-only: nothing deleted")
-        bucket, name, _ = _split(self.fs, _path(self.root, key))
-        try:
-            self._send("DeleteObject", self.s3.client.delete_object, {"IfMatch": match},
-                       {"Bucket": bucket, "Key": name})
-        except Exception as e:
-            if _code(e) in _CHANGED:
-                return False
-            _raise_translated(e, f"s3://{bucket}/{name}")
-        finally:
-            with _LOCK:
-                self.fs.invalidate_cache(_path(self.root, key))
-        return True
 
     def _send(self, op: str, call, condition: dict, kwargs: dict):
         """``call(**kwargs, **condition)``; without the condition where the server refuses it (remembered)."""
