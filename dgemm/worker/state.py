@@ -25,7 +25,7 @@ from dgemm.names import COUNTERS, EXTRA, GEMM, TASK_SECONDS, WORKER_PLUGIN
 from dgemm.opencl.device import Device, DeviceError
 from dgemm.opencl.discovery import select_devices
 from dgemm.opencl.engine import BlockEngine
-from dgemm.sizes import MEMORY_FRACTION
+from dgemm.sizes import cache_budget
 from dgemm.storage import fastpaths
 
 # Block products a worker remembers, and how old the ones it reports may be: the
@@ -420,8 +420,7 @@ class DeviceState:
         a quarter of it.
         """
         info = self.device.info
-        share = MEMORY_FRACTION * device_memory(info) * (0.25 if info.type == "CPU" else 1.0)
-        self.device.cache.budget = max(0, int(share - reserve))
+        self.device.cache.budget = cache_budget(device_memory(info), reserve, info.type)
         return self.device.cache.budget
 
     def snapshot(self, dask_worker=None) -> dict:
