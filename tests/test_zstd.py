@@ -137,3 +137,20 @@ def test_without_libzstd_numcodecs_does_it(tmp_path, monkeypatch):
     assert all(getattr(s, "fast", None) is None for s in chunks.layout(arr).steps)
     assert chunks.write_region(arr, (slice(0, 64), slice(0, 64)), x)
     assert np.array_equal(zarr.open_array(str(tmp_path / "n.zarr"), mode="r")[...], x)
+
+
+def test_release_frees_every_threads_contexts_and_they_come_back():
+    """A run's end gives back each thread's contexts and output buffer; the next chunk makes them again."""
+    z = zstd.codec(3, False)
+    x = np.random.default_rng().standard_normal(50_000).astype("float32")
+    frames = []
+    t = threading.Thread(target=lambda: frames.append(bytes(z.encode(x))))
+    t.start()
+    t.join()
+    frame = bytes(z.encode(x))
+    held = [c for c in list(zstd._ALL) if c.cctx]
+    assert held and zstd.release() >= 1
+    assert all(not c.cctx and not c.dctx and c.out.nbytes == 0 for c in list(zstd._ALL))
+    out = np.empty_like(x)
+    z.decode(frame, out.view(np.uint8), "chunk")          # made again, as good as before
+    assert np.array_equal(out, x) and bytes(z.encode(x)) == frame == frames[0]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import weakref
 
 import numpy as np
 
@@ -76,10 +77,28 @@ def _load():
 
 
 class _Contexts:
-    """One thread's compression and decompression contexts and output buffer, freed with the thread."""
+    """One thread's compression and decompression contexts and output buffer.
+
+    Freed with the thread, or by :func:`release` (a worker's run is over):
+    the thread makes them again for its next chunk.  ``lock`` is held while
+    the thread uses them, so that :func:`release` never frees them under it.
+    """
 
     def __init__(self, z):
         self.z = z
+        self.cctx = self.dctx = None
+        self.level = self.checksum = None
+        self.out = np.empty(0, np.uint8)
+        self.lock = threading.Lock()
+        with _ALL_LOCK:
+            _ALL.add(self)
+
+    def free(self) -> None:
+        z = self.z
+        if self.cctx:
+            z.ZSTD_freeCCtx(self.cctx)
+        if self.dctx:
+            z.ZSTD_freeDCtx(self.dctx)
         self.cctx = self.dctx = None
         self.level = self.checksum = None
         self.out = np.empty(0, np.uint8)
@@ -104,14 +123,31 @@ class _Contexts:
         return self.dctx
 
     def __del__(self):
-        z = self.z
-        if self.cctx:
-            z.ZSTD_freeCCtx(self.cctx)
-        if self.dctx:
-            z.ZSTD_freeDCtx(self.dctx)
+        self.free()
 
 
 _LOCAL = threading.local()
+_ALL: weakref.WeakSet = weakref.WeakSet()   # every thread's contexts, for release()
+_ALL_LOCK = threading.Lock()
+
+
+def release() -> int:
+    """Free every thread's contexts and output buffers not in use now; how many threads' were freed.
+
+    What a worker gives back when a run ends: the next run's threads make
+    them again (a few milliseconds each), its chunks still reuse them.
+    """
+    with _ALL_LOCK:
+        held = list(_ALL)
+    freed = 0
+    for c in held:
+        if c.lock.acquire(blocking=False):
+            try:
+                freed += bool(c.cctx or c.dctx or c.out.nbytes)
+                c.free()
+            finally:
+                c.lock.release()
+    return freed
 
 
 def _contexts(z) -> _Contexts:
@@ -161,19 +197,22 @@ class Zstd:
         src = _bytes_of(buf)
         ctx = _contexts(z)
         bound = z.ZSTD_compressBound(src.nbytes)
-        if ctx.out.nbytes < bound:
-            ctx.out = np.empty(bound, np.uint8)
-        n = _check(z, z.ZSTD_compress2(ctx.compressor(self.level, self.checksum), ctx.out.ctypes.data, bound,
-                                       src.ctypes.data, src.nbytes), "compressing a chunk")
-        return ctx.out[:n]
+        with ctx.lock:
+            if ctx.out.nbytes < bound:
+                ctx.out = np.empty(bound, np.uint8)
+            n = _check(z, z.ZSTD_compress2(ctx.compressor(self.level, self.checksum), ctx.out.ctypes.data, bound,
+                                           src.ctypes.data, src.nbytes), "compressing a chunk")
+            return ctx.out[:n]   # (a view: release() drops the thread's reference, not the caller's)
 
     def decode(self, buf, out, what: str):
         """Decode the frame(s) in ``buf`` into all of ``out``, or raise :class:`ValueError`; returns ``out``."""
         z = self.z
         src = _bytes_of(buf)
         target = out.reshape(-1).view(np.uint8)
-        n = z.ZSTD_decompressDCtx(_contexts(z).decompressor(), target.ctypes.data, target.nbytes,
-                                  src.ctypes.data, src.nbytes)
+        ctx = _contexts(z)
+        with ctx.lock:
+            n = z.ZSTD_decompressDCtx(ctx.decompressor(), target.ctypes.data, target.nbytes,
+                                      src.ctypes.data, src.nbytes)
         _check(z, n, f"{what}: decoding")
         if n != target.nbytes:
             raise ValueError(f"{what}: zstd frame decodes to {n} bytes, the chunk has {target.nbytes}")

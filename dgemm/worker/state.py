@@ -26,6 +26,7 @@ from dgemm.opencl.device import Device, DeviceError
 from dgemm.opencl.discovery import select_devices
 from dgemm.opencl.engine import BlockEngine
 from dgemm.sizes import cache_budget
+from dgemm.storage import zstd
 from dgemm.storage import fastpaths
 
 # Block products a worker remembers, and how old the ones it reports may be: the
@@ -370,6 +371,7 @@ class DeviceState:
             engines = list(self._engines.values())
         if all([e.release(wait=False) for e in engines]):   # each engine, not only up to the first busy one
             self.device.trim(keep_pinned=not idle)
+            zstd.release()   # the threads' zstd contexts and buffers (made again for the next run's chunks)
             self.released = idle
         return self.device.live_buffers()
 
