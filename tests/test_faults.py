@@ -172,7 +172,8 @@ def test_matmul_survives_killed_workers(fault_cluster, fault_client, tmp_path, r
     meta = dgemm.open_result(str(out)).attrs[COMPLETE_ATTR]
     assert meta["complete"] is True and meta["blocks"] == meta["blocks_run"] == total
     # every block was marked (complete checks), then the markers went with the rest of .dgemm: only resume reads them
-    assert markers_of(out).done() == set() and not (out / ".dgemm").exists()
+    # (a killed worker's late task may leave an empty folder behind: no record, no file, is what counts)
+    assert markers_of(out).done() == set() and not [f for f in (out / ".dgemm").rglob("*") if f.is_file()]
     assert zarr.open_array(str(out), mode="r").nchunks_initialized == total
     # the cluster is whole again (the last one killed may still be restarting) and works
     wait_for(lambda: restarted(fault_cluster, client, killed), 60, "restarted workers")
