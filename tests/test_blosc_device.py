@@ -1,4 +1,4 @@
-"""Blosc-LZ4 frames decoded on the device (dgemm/kernels/lz4.cl through dgemm.opencl.blosc), on PoCL.
+"""Blosc-LZ4 frames decoded on the device (dgemm/kernels/lz4.cl through dgemm.opencl.codecs.blosc), on PoCL.
 
 The reference is numcodecs (c-blosc 1.x and lz4): what it writes, the device
 decodes bit for bit; what it refuses, the device refuses with a
@@ -21,7 +21,7 @@ pytest.importorskip("numcodecs")
 from numcodecs import Blosc
 from numcodecs import lz4 as nclz4
 
-from dgemm.opencl import blosc
+from dgemm.opencl.codecs import blosc
 
 POISON = 0xFF
 LANES = (1, 4)     # one lane (the CPU default, no barriers) and several (the GPU's shape, with barriers)

@@ -13,8 +13,9 @@
 * :mod:`~dgemm.opencl.ptx` and :mod:`~dgemm.opencl.wgmma`: the PTX route, Hopper's ``wgmma``
   put into the PTX NVIDIA's OpenCL returns; :mod:`~dgemm.opencl.binaries`: its finished programs
   kept on disk;
-* :mod:`~dgemm.opencl.blosc`: Blosc-LZ4 frames decoded on the device (the host checks each frame and
-  makes the stream table, ``kernels/lz4.cl`` decodes and unshuffles).
+* :mod:`~dgemm.opencl.codecs`: chunk frames decoded on the device, one codec per module
+  (``codecs.blosc``: Blosc-LZ4; the host checks each frame and makes the stream table,
+  ``kernels/lz4.cl`` decodes and unshuffles).
 
 Nothing is imported here: ``import dgemm.opencl.params`` needs no pyopencl.
 """

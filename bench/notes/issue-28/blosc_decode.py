@@ -59,7 +59,7 @@ def main():
     from numcodecs import Blosc
     from numcodecs import blosc as ncblosc
 
-    from dgemm.opencl import blosc
+    from dgemm.opencl.codecs import blosc
     from dgemm.opencl.device import Device
     from dgemm.opencl.discovery import select_devices
 
