@@ -50,7 +50,8 @@ from dgemm.benchmarks.measure import (bench_cluster, flops, free_cupy, kernel_ra
 from dgemm.benchmarks.objectstore import LocalS3, Location, new_location, s3_options, split_url
 from dgemm.benchmarks.peers import cupy_status, time_cublas
 from dgemm.benchmarks.records import DEFAULT_OUT, command_line, git_commit, result_path, utc_now, write_json
-from dgemm.benchmarks.report import bytes_text, error_text, fmt, input_detail, inputs_text, ratios, result_detail
+from dgemm.benchmarks.report import bytes_text, error_text, fmt, input_detail, inputs_text, ratios
+from dgemm.benchmarks.shapes import add_io_floor, check_shape, describe, io_floor_lines, io_rates, op_detail, op_mnk
 from dgemm.dtypes import DTYPES
 
 DEFAULT_CHUNKS = 8192
@@ -75,8 +76,15 @@ class E2EOptions:
     size : int, optional
         Square side ``m = n = k``; default 32768 when a selected device is a
         GPU, 1024 otherwise.
-    shape : (int, int, int), optional
-        ``(m, n, k)`` instead of ``size``.
+    shape : (int, int, int) or (int, int), optional
+        ``(m, n, k)`` instead of ``size``; for ``op="gram"`` X's ``(M, N)``
+        (C = X^T X is N x N, summed over M).
+    op : {"matmul", "gram", "projection"}
+        What is timed (:mod:`dgemm.benchmarks.shapes`): ``C = A @ B``; a Gram
+        product ``C = X^T X`` (X written once, ``dgemm.gemm(X, X,
+        trans_a=True)``, dask.array's ``X.T @ X``); a projection ``C = X @ W``
+        (X m x k, W k x n small; by ``size``, W of 256 columns).  Every op
+        records the read-and-decode floor of its inputs beside its figures.
     dtype : {"float32", "float64"}
     chunks : int
         Zarr chunk side of the inputs (capped to the matrix).
@@ -154,7 +162,7 @@ class E2EOptions:
     """
 
     size: int | None = None
-    shape: tuple[int, int, int] | None = None
+    shape: tuple[int, ...] | None = None
     dtype: str = "float32"
     chunks: int = DEFAULT_CHUNKS
     devices: str | None = None
@@ -175,6 +183,7 @@ class E2EOptions:
     shards: int | None = None
     first_call: bool = False
     cold: bool = False
+    op: str = "matmul"
 
     def __post_init__(self):
         def norm(name, value):      # frozen: the checked values are set through object.__setattr__
@@ -186,11 +195,7 @@ class E2EOptions:
         norm("dtype", dtype)
         if self.size is not None and self.shape is not None:
             raise ValueError("give size or shape, not both")
-        if self.shape is not None:
-            vals = tuple(int(x) for x in self.shape)
-            if len(vals) != 3 or min(vals) < 1:
-                raise ValueError(f"shape must be three positive integers M, N, K, not {self.shape!r}")
-            norm("shape", vals)
+        norm("shape", check_shape(self.op, self.shape))
         if self.size is not None:
             norm("size", int(self.size))
         for name in ("size", "chunks", "reps", "numpy_size", "kernel_size", "shards"):
@@ -205,6 +210,8 @@ class E2EOptions:
         if self.shards and self.shards % self.chunks:
             raise ValueError(f"shards ({self.shards}) must be a multiple of chunks ({self.chunks})")
         if self.first_call:
+            if self.op == "gram":
+                raise ValueError("first_call times a fresh script's dgemm.matmul(A, B): not with op='gram'")
             first_call_script(self.compressors)   # codec objects cannot go into the script
         gpus = tuple(sorted({int(g) for g in self.gpus})) if self.gpus else ()
         if gpus and gpus[0] < 1:
@@ -231,18 +238,17 @@ class E2EOptions:
             raise ValueError(f"s3_server must be 'local' or an http(s):// endpoint URL, not {self.s3_server!r}")
 
     def mnk(self) -> tuple[int, int, int]:
-        """``(m, n, k)``: ``shape``, or ``size`` cubed; by default 32768 with a GPU, 1024 on CPU devices.
+        """``(m, n, k)`` of C (m x n) over k: ``shape``, or ``size`` cubed (:func:`dgemm.benchmarks.shapes.op_mnk`);
+        by default 32768 with a GPU, 1024 on CPU devices.
 
-        >>> E2EOptions(shape=(4, 5, 6)).mnk(), E2EOptions(size=7).mnk()
-        ((4, 5, 6), (7, 7, 7))
+        >>> E2EOptions(shape=(4, 5, 6)).mnk(), E2EOptions(size=7).mnk(), E2EOptions(shape=(9, 4), op="gram").mnk()
+        ((4, 5, 6), (7, 7, 7), (4, 4, 9))
         """
-        if self.shape is not None:
-            return self.shape
         size = self.size
-        if size is None:
+        if size is None and self.shape is None:
             from dgemm.opencl.discovery import select_devices
             size = E2E_GPU_SIZE if any(d.type == "GPU" for d in select_devices(self.devices)) else E2E_CPU_SIZE
-        return size, size, size
+        return op_mnk(self.op, self.shape, size)
 
     @property
     def remote(self) -> bool:
@@ -306,7 +312,7 @@ class _Run:
         """``cold``: before each timed run, ``entry``'s inputs out of the page cache; else None."""
         if not self.opts.cold:
             return None
-        paths = [entry["a"]["path"], entry["b"]["path"]]
+        paths = list(dict.fromkeys([entry["a"]["path"], entry["b"]["path"]]))   # X once for a Gram product
         return lambda: pagecache.drop(paths)
 
     @property
@@ -368,6 +374,9 @@ def e2e_bench(options: E2EOptions | None = None, *, client=None,
             # after dgemm's clusters are gone: the GPU to themselves
             record["peers"] = _peers(run)
             record["ratios"] = ratios(record)
+            record["io_floor"] = add_io_floor(record)
+            for line in io_floor_lines(record):
+                log(line)
             record["ok"] = record["failures"] == 0
             run.save()
         finally:
@@ -403,7 +412,7 @@ def _new_record(opts: E2EOptions, mnk, small) -> dict:
         "benchmark": "e2e", "date": utc_now(), "commit": commit, "commit_dirty": dirty,
         "command": opts.command or command_line(), "dgemm_version": dgemm.__version__, **_versions(),
         "host": os.uname().nodename, "cpus": os.cpu_count(),
-        "devices_spec": opts.devices, "m": m, "n": n, "k": k, "dtype": opts.dtype, "chunks": opts.chunks,
+        "devices_spec": opts.devices, **describe(opts.op, m, n, k), "m": m, "n": n, "k": k, "dtype": opts.dtype, "chunks": opts.chunks,
         "reps": opts.reps, "flops": flops(m, n, k), "small": {"m": small[0], "n": small[1], "k": small[2]},
         "compressors": compressors if isinstance(compressors, str) or compressors is None else repr(compressors),
         "input_codec": opts.input_codec, "input_zarr_format": opts.input_zarr_format, "shards": opts.shards,
@@ -442,18 +451,21 @@ def _open_store(run: _Run, stack: contextlib.ExitStack) -> None:
 
 def _input_form(run: _Run) -> dict:
     opts = run.opts
-    return dict(codec=opts.input_codec, zarr_format=opts.input_zarr_format, shards=opts.shards, staging=run.scratch)
+    return dict(codec=opts.input_codec, zarr_format=opts.input_zarr_format, shards=opts.shards, staging=run.scratch,
+                op=opts.op)
 
 
 def _write_inputs(run: _Run) -> None:
     """A and B at the full size, and at the small size where the dask.array + numpy peer needs them."""
     opts, record = run.opts, run.record
     m, n, k = run.mnk
-    run.log(f"writing A ({m} x {k}) and B ({k} x {n}) {opts.dtype}, chunks {opts.chunks}, {inputs_text(record)}, "
-            f"to {run.folder}")
+    run.log(f"{record['expression']}: writing " + " and ".join(f"{s.upper()} ({' x '.join(map(str, x))})" for s, x in
+                                                             record["operands"].items())
+            + f" {opts.dtype}, chunks {opts.chunks}, {inputs_text(record)}, to {run.folder}")
     record["inputs"] = make_inputs(run.folder, m, n, k, opts.chunks, opts.dtype, opts.seed, **_input_form(run))
-    run.log(f"inputs: {bytes_text(record['inputs']['a']['bytes'] + record['inputs']['b']['bytes'])} "
-            f"in {record['inputs']['seconds']:.1f} s")
+    ins = record["inputs"]
+    run.log(f"inputs: {bytes_text(sum({ins[x]['path']: ins[x]['bytes'] for x in 'ab'}.values()))} "
+            f"in {ins['seconds']:.1f} s")
     if run.small != run.mnk and opts.peers:
         record["inputs_small"] = make_inputs(run.folder, *run.small, opts.chunks, opts.dtype, opts.seed + 2,
                                              tag="_small", **_input_form(run))
@@ -464,7 +476,7 @@ def _on_the_main_cluster(run: _Run, c, start_seconds) -> None:
     opts, record = run.opts, run.record
     ins = record["inputs"]
     workers, names, usable = ready_workers(c, opts.dtype)
-    detail = "-".join(x for x in (result_detail(*run.mnk, opts.dtype),
+    detail = "-".join(x for x in (op_detail(opts.op, *run.mnk, opts.dtype),
                                   input_detail(opts.input_codec, opts.input_zarr_format, opts.shards),
                                   "s3" if opts.remote else "", "cold" if opts.cold else "") if x)
     if opts.out_dir is not None:
@@ -475,15 +487,20 @@ def _on_the_main_cluster(run: _Run, c, start_seconds) -> None:
                   cluster_start_seconds=start_seconds)
     record["warmup_seconds"] = warm_up(c, workers, opts.dtype, run.folder,
                                        block_bytes=opts.chunks * opts.chunks * np.dtype(opts.dtype).itemsize,
-                                       copy=opts.input_codec == "raw")
+                                       copy=opts.input_codec == "raw", op=opts.op)
     run.log(f"cluster: {len(workers)} worker(s) on {record['device']}; warm-up {record['warmup_seconds']:.1f} s")
     record["kernel"] = _time_kernel(run, c, workers[0])
     run.save()
     record["host_rates"] = time_host_rates(c, workers[0], record, run.folder, run.log)
+    try:
+        record["io_rates"] = io_rates(record, run.storage_options, run.log)
+    except Exception as e:  # a layout the rates cannot read...: the benchmark goes on without them
+        run.error("io_rates", e)
     run.save()
     record["dgemm"] = _run_dgemm(run, "dgemm", c, workers, ins, run.folder / "c_dgemm.zarr", run.mnk,
                                  keep=opts.keep, before_each=run.dropper(ins))
-    add_floor(record, usable, ins, run.storage_options, run.log)
+    if opts.op != "gram":    # dgemm plan plans A @ B; a Gram product's floor is the read-and-decode one
+        add_floor(record, usable, ins, run.storage_options, run.log)
     run.save()
     # at the full size already, the main run is the one to compare with dask.array + numpy
     record["small_is_full"] = run.small == run.mnk
@@ -519,7 +536,7 @@ def _run_dgemm(run: _Run, stage: str, client, workers, ins, out, mnk, keep: bool
     m, n, k = mnk
     try:
         r = time_dgemm(client, workers, ins["a"]["path"], ins["b"]["path"], out, m, n, k, run.opts.reps, keep,
-                       before_each=before_each, **run.writes)
+                       before_each=before_each, op=run.opts.op, **run.writes)
     except Exception as e:
         run.failed(stage, e)
         return {"m": m, "n": n, "k": k, "status": "ERROR", "ok": False, "error": error_text(e), "seconds": None,
@@ -550,7 +567,7 @@ def _scaling(run: _Run, selection) -> list[dict]:
             try:
                 with bench_cluster(",".join(ids)) as (c, _):
                     workers, _, _ = ready_workers(c, run.opts.dtype)
-                    warm_up(c, workers, run.opts.dtype, run.folder)
+                    warm_up(c, workers, run.opts.dtype, run.folder, op=run.opts.op)
                     r = _run_dgemm(run, f"dgemm on {g} device(s)", c, workers, ins, run.folder / f"c_dgemm_{g}.zarr",
                                    run.mnk, before_each=run.dropper(ins))
             except Exception as e:
@@ -611,7 +628,7 @@ def _peers(run: _Run) -> dict:
     if cupy is not None:
         try:
             out["dask_cupy"] = time_dask(ins["a"]["path"], ins["b"]["path"], run.folder / "c_cupy.zarr", opts.reps,
-                                         cupy=cupy, before_each=run.dropper(ins), **writes)
+                                         cupy=cupy, before_each=run.dropper(ins), op=opts.op, **writes)
             run.log(f"dask.array + cupy: {out['dask_cupy']['seconds']:.3f} s, "
                     f"{fmt(out['dask_cupy']['tflops'], '.4g')} TFLOPS")
         except Exception as e:
@@ -625,7 +642,8 @@ def _peers(run: _Run) -> dict:
         run.log(f"dask.array + cupy: not timed ({why})")
     try:
         block = (record.get("dgemm") or {}).get("attrs", {}).get("run", {}).get("block")
-        out["cublas"], out["cublas_skipped"] = time_cublas(opts.dtype, *run.mnk, block, opts.reps)
+        out["cublas"], out["cublas_skipped"] = time_cublas(opts.dtype, *run.mnk, block, opts.reps,
+                                                           gram=opts.op == "gram")
     except Exception as e:  # out of CUDA memory...
         out["cublas"], out["cublas_skipped"] = None, error_text(e)
         run.error("cublas", e)
@@ -634,7 +652,7 @@ def _peers(run: _Run) -> dict:
     try:
         out["dask_numpy"], out["dask_numpy_skipped"] = time_dask(
             ins_small["a"]["path"], ins_small["b"]["path"], run.folder / "c_numpy.zarr", opts.reps,
-            before_each=run.dropper(ins_small), **writes), None
+            before_each=run.dropper(ins_small), op=opts.op, **writes), None
         run.log(f"dask.array + numpy {'x'.join(str(record['small'][x]) for x in 'mnk')}: "
                 f"{out['dask_numpy']['seconds']:.3f} s, {fmt(out['dask_numpy']['tflops'], '.4g')} TFLOPS")
     except Exception as e:

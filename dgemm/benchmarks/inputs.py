@@ -252,8 +252,14 @@ def _capped_shards(shards: int | None, shape, ch) -> tuple[int, int] | None:
 
 
 def make_inputs(folder, m: int, n: int, k: int, chunks: int, dtype: str, seed: int, tag: str = "",
-                codec: str = "raw", zarr_format: int = 3, shards: int | None = None, staging=None) -> dict:
+                codec: str = "raw", zarr_format: int = 3, shards: int | None = None, staging=None,
+                op: str = "matmul") -> dict:
     """Write A (m x k) and B (k x n) into ``folder``; their paths, chunks, codecs, bytes and the write time.
+
+    ``op`` names the arrays (:func:`dgemm.benchmarks.shapes.operands`):
+    ``a.zarr`` and ``b.zarr`` for ``"matmul"``; ``x.zarr`` and ``w.zarr`` for
+    ``"projection"``; for ``"gram"`` one X (k x n) in ``x.zarr``, written
+    once, whose entry is both ``a`` and ``b`` (C = X^T X).
 
     Written with zarr's API (``zarr.create_array`` with zarr's defaults except
     the codec ``codec`` names, then whole chunks, or whole shards of
@@ -275,10 +281,15 @@ def make_inputs(folder, m: int, n: int, k: int, chunks: int, dtype: str, seed: i
            "writer": "zarr.create_array (zarr's defaults but the codec) + threaded setitem of whole "
                      + ("shards" if shards else "chunks")
                      + ("; written locally, then every file uploaded (s3fs put)" if remote else "")}
+    from dgemm.benchmarks.shapes import operands
+
     compressors = input_compressors(codec, zarr_format)
-    for name, shape, s in (("a", (m, k), seed), ("b", (k, n), seed + 1)):
-        path = folder / f"{name}{tag}.zarr"
-        local = Path(staging) / f"{name}{tag}.zarr" if remote else path
+    for (name, (stem, shape)), s in zip(operands(op, m, n, k).items(), (seed, seed + 1)):
+        if name == "b" and stem == out["a"]["stem"]:     # a Gram product's X: one array, both operands
+            out["b"] = out["a"]
+            continue
+        path = folder / f"{stem}{tag}.zarr"
+        local = Path(staging) / f"{stem}{tag}.zarr" if remote else path
         ch = (min(chunks, max(shape[0], 1)), min(chunks, max(shape[1], 1)))
         sh = _capped_shards(shards, shape, ch)
         t0 = time.perf_counter()
@@ -294,7 +305,7 @@ def make_inputs(folder, m: int, n: int, k: int, chunks: int, dtype: str, seed: i
         sec = time.perf_counter() - t0
         out["seconds"] += sec
         nbytes = shape[0] * shape[1] * np.dtype(dtype).itemsize
-        out[name] = {"path": str(path), "shape": list(shape), "chunks": list(ch),
+        out[name] = {"stem": stem, "path": str(path), "shape": list(shape), "chunks": list(ch),
                      "shards": list(sh) if sh else None, "bytes": nbytes,
                      "bytes_on_disk": stored_bytes(path, so), "seconds": sec, "upload": upload,
                      "write_gbps": nbytes / sec / 1e9 if sec > 0 else None, "zarr": describe_zarr(path, so)}

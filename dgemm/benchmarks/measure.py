@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from dgemm.accuracy import check_sample, tolerance
+from dgemm.accuracy import tolerance
 from dgemm.benchmarks.objectstore import Location, is_remote, open_zarr, remove_array, stored_bytes
 from dgemm.sizes import INT32_MAX, roundup
 
@@ -56,10 +56,13 @@ def tflops(n_flops: float, seconds: float | None) -> float | None:
     return n_flops / seconds / 1e12 if seconds else None
 
 
-def check_stored(a_path, b_path, c_path, storage_options: dict | None = None) -> dict:
-    """:func:`dgemm.accuracy.check_sample` of the stored result (sampled rows and columns, float64)."""
+def check_stored(a_path, b_path, c_path, storage_options: dict | None = None, op: str = "matmul") -> dict:
+    """The sampled check of the stored result against float64 (:func:`dgemm.benchmarks.shapes.check_op`:
+    :func:`dgemm.accuracy.check_sample`, or for ``op="gram"`` X^T X and its symmetry, ``a_path`` being X)."""
+    from dgemm.benchmarks.shapes import check_op
+
     za, zb, zc = (open_zarr(p, storage_options) for p in (a_path, b_path, c_path))
-    return check_sample(za, zb, zc, n_rows=CHECK_SAMPLES, n_cols=CHECK_SAMPLES)
+    return check_op(op, za, zb, zc, CHECK_SAMPLES)
 
 
 def _matmul_options(storage_options: dict | None) -> dict:
@@ -162,9 +165,13 @@ def worker_split(run: dict) -> dict:
             for addr, w in sorted(per.items())}
 
 
-def _bytes(total: dict, out_path, m, n, k, itemsize, reps, storage_options: dict | None = None) -> dict:
-    """Bytes the run read, moved and wrote; ``*_per_input`` above 1 means re-reads or re-uploads."""
-    inputs = (m * k + k * n) * itemsize * reps
+def _bytes(total: dict, out_path, m, n, k, itemsize, reps, storage_options: dict | None = None,
+           op: str = "matmul") -> dict:
+    """Bytes the run read, moved and wrote; ``*_per_input`` above 1 means re-reads or re-uploads (X counts once
+    in a Gram product)."""
+    from dgemm.benchmarks.shapes import input_elements
+
+    inputs = input_elements(op, m, n, k) * itemsize * reps
     out = {"inputs": inputs, "output": m * n * itemsize * reps,
            "output_on_disk": stored_bytes(out_path, storage_options)}
     for key, name, base in (("bytes_read", "read_per_input", inputs), ("bytes_up", "up_per_input", inputs),
@@ -279,7 +286,7 @@ class MemorySampler:
 # -- dgemm ------------------------------------------------------------------------------------
 def time_dgemm(client, workers: list[str], a_path, b_path, out_path, m: int, n: int, k: int, reps: int = 1,
                keep: bool = False, compressors="auto", storage_options: dict | None = None,
-               before_each: Callable[[], dict] | None = None) -> dict:
+               before_each: Callable[[], dict] | None = None, op: str = "matmul") -> dict:
     """Time ``dgemm.matmul(a, b, out=out)`` on ``client`` (kernels already built) and check the result.
 
     Parameters
@@ -303,6 +310,10 @@ def time_dgemm(client, workers: list[str], a_path, b_path, out_path, m: int, n: 
     before_each : callable, optional
         Runs before each repetition, untimed (``--cold``: the inputs out of
         the page cache); what it returns goes to the entry's ``cold`` list.
+    op : {"matmul", "gram", "projection"}
+        The call (:func:`dgemm.benchmarks.shapes.call_dgemm`): ``"gram"``
+        times ``dgemm.gemm(a, a, trans_a=True)`` (``b_path`` is ``a_path``),
+        C = X^T X of ``m x n`` = ``n x n``, k the rows of X.
 
     Returns
     -------
@@ -311,7 +322,7 @@ def time_dgemm(client, workers: list[str], a_path, b_path, out_path, m: int, n: 
         deltas and their sum, the time split, bytes moved, peak memory and
         the output's ``dgemm`` attributes (plan, dgemm's own seconds).
     """
-    import dgemm
+    from dgemm.benchmarks.shapes import call_dgemm
 
     before = client.run(worker_probe, workers=workers)
     times, cold = [], []
@@ -322,8 +333,8 @@ def time_dgemm(client, workers: list[str], a_path, b_path, out_path, m: int, n: 
             if before_each is not None:
                 cold.append(before_each())
             t0 = time.perf_counter()
-            dgemm.matmul(os.fspath(a_path), os.fspath(b_path), out=os.fspath(out_path), client=client,
-                         compressors=compressors, **_matmul_options(storage_options))
+            call_dgemm(op, a_path, b_path, out_path, client=client, compressors=compressors,
+                       **_matmul_options(storage_options))
             times.append(time.perf_counter() - t0)
     after = client.run(worker_probe, workers=workers)
     seconds = float(np.median(times))
@@ -337,15 +348,15 @@ def time_dgemm(client, workers: list[str], a_path, b_path, out_path, m: int, n: 
     total = sum_counters([w["counters"] for w in per_worker.values()])
     zc = open_zarr(out_path, storage_options)
     attrs = dict(zc.attrs).get("dgemm", {})
-    check = check_stored(a_path, b_path, out_path, storage_options)
+    check = check_stored(a_path, b_path, out_path, storage_options, op)
     entry = {
-        "m": m, "n": n, "k": k, "workers": len(workers), "reps": reps, "times": times, "seconds": seconds,
+        "op": op, "m": m, "n": n, "k": k, "workers": len(workers), "reps": reps, "times": times, "seconds": seconds,
         "tflops": tflops(flops(m, n, k), seconds), "dgemm_seconds": attrs.get("seconds"),
         "check": check, "ok": check["passed"], "status": "ok" if check["passed"] else "FAILED",
         "counters": {"per_worker": per_worker, "total": total,
                      "after_total": sum_counters([w["after"] for w in per_worker.values()])},
         "split": time_split(total, sum(times), len(workers)),
-        "bytes": _bytes(total, out_path, m, n, k, zc.dtype.itemsize, reps, storage_options),
+        "bytes": _bytes(total, out_path, m, n, k, zc.dtype.itemsize, reps, storage_options, op),
         "memory": mem.result(), "plan": attrs.get("plan"), "attrs": attrs,
         "output_compressors": [c.to_dict() for c in zc.compressors],
         "cold": cold or None,
@@ -404,7 +415,8 @@ def kernel_rate(dtype: str, m: int, n: int, k: int, reps: int, seed: int) -> dic
 
 
 # -- the cluster ----------------------------------------------------------------------------
-def warm_up(client, workers: list[str], dtype: str, folder, block_bytes: int = 0, copy: bool = False) -> float:
+def warm_up(client, workers: list[str], dtype: str, folder, block_bytes: int = 0, copy: bool = False,
+            op: str = "matmul") -> float:
     """Build every worker's kernels and run one small product, so the timed runs compile nothing.
 
     The product is written into ``folder`` (a local folder or a
@@ -413,7 +425,9 @@ def warm_up(client, workers: list[str], dtype: str, folder, block_bytes: int = 0
     ``block_bytes``, each reader thread (of the copy pool where ``copy``:
     raw inputs) also pins its staging buffer of that size, as a warm
     cluster that ran this block size before has it: else a single timed
-    repetition pins them inside its time.  Returns the seconds it took.
+    repetition pins them inside its time.  ``op="gram"`` runs a small Gram
+    product (``gemm(x, x, trans_a=True)``) as the timed runs do.  Returns the
+    seconds it took.
     """
     import dgemm
     from dgemm.worker import build_kernels
@@ -426,7 +440,10 @@ def warm_up(client, workers: list[str], dtype: str, folder, block_bytes: int = 0
     rng = np.random.default_rng(0)
     a, b = (rng.standard_normal((128, 128)).astype(dtype) for _ in range(2))
     out = folder / "warmup.zarr"
-    dgemm.matmul(a, b, out=os.fspath(out), overwrite=True, client=client, **_matmul_options(so))
+    if op == "gram":
+        dgemm.gemm(a, a, trans_a=True, out=os.fspath(out), overwrite=True, client=client, **_matmul_options(so))
+    else:
+        dgemm.matmul(a, b, out=os.fspath(out), overwrite=True, client=client, **_matmul_options(so))
     remove_array(out, so)
     return time.perf_counter() - t0
 
@@ -479,8 +496,10 @@ def ready_workers(client, dtype: str) -> tuple[list[str], list[str], dict]:
 
 # -- dask.array ------------------------------------------------------------------------------
 def time_dask(a_path, b_path, out_path, reps: int = 1, cupy=None, compressors="auto", keep: bool = False,
-              pids=(), storage_options: dict | None = None, before_each: Callable[[], dict] | None = None) -> dict:
-    """Time dask.array's ``A @ B`` from Zarr to Zarr on the threaded scheduler, and check the result.
+              pids=(), storage_options: dict | None = None, before_each: Callable[[], dict] | None = None,
+              op: str = "matmul") -> dict:
+    """Time dask.array's ``A @ B`` (``X.T @ X`` for ``op="gram"``) from Zarr to Zarr on the threaded scheduler,
+    and check the result.
 
     Parameters
     ----------
@@ -499,8 +518,8 @@ def time_dask(a_path, b_path, out_path, reps: int = 1, cupy=None, compressors="a
         Keep the output; otherwise it is removed afterwards.
     pids : iterable of int
         Processes whose memory is sampled (default: this one).
-    storage_options, before_each
-        As for :func:`time_dgemm`.
+    storage_options, before_each, op
+        As for :func:`time_dgemm` (:func:`dgemm.benchmarks.shapes.dask_product`).
 
     Returns
     -------
@@ -511,6 +530,8 @@ def time_dask(a_path, b_path, out_path, reps: int = 1, cupy=None, compressors="a
     import dask.array as da
     import zarr
 
+    from dgemm.benchmarks.shapes import dask_product
+
     za, zb = (open_zarr(p, storage_options) for p in (a_path, b_path))
     dtype = np.result_type(za.dtype, zb.dtype)
     A, B = da.from_zarr(za), da.from_zarr(zb)
@@ -518,7 +539,7 @@ def time_dask(a_path, b_path, out_path, reps: int = 1, cupy=None, compressors="a
         A = A.map_blocks(cupy.asarray, dtype=za.dtype, meta=cupy.empty((0, 0), za.dtype))
         B = B.map_blocks(cupy.asarray, dtype=zb.dtype, meta=cupy.empty((0, 0), zb.dtype))
         _cupy_warm_up(cupy, dtype)
-    C = A @ B
+    C = dask_product(op, A, B)
     if cupy is not None:
         C = C.map_blocks(cupy.asnumpy, dtype=dtype, meta=np.empty((0, 0), dtype))
     times, cold = [], []
@@ -538,11 +559,11 @@ def time_dask(a_path, b_path, out_path, reps: int = 1, cupy=None, compressors="a
             times.append(time.perf_counter() - t0)
             if cupy is not None:
                 free_cupy(cupy)
-    m, k = za.shape
-    n = zb.shape[1]
+    m, n = C.shape
+    k = za.shape[0] if op == "gram" else za.shape[1]
     seconds = float(np.median(times))
-    check = check_stored(a_path, b_path, out_path, storage_options)
-    entry = {"m": m, "n": n, "k": k, "reps": reps, "times": times, "seconds": seconds,
+    check = check_stored(a_path, b_path, out_path, storage_options, op)
+    entry = {"op": op, "m": m, "n": n, "k": k, "reps": reps, "times": times, "seconds": seconds,
              "tflops": tflops(flops(m, n, k), seconds), "scheduler": "threads", "chunks": list(C.chunksize),
              "check": check, "ok": check["passed"], "output_on_disk": stored_bytes(out_path, storage_options),
              "memory": mem.result(), "cold": cold or None}

@@ -59,12 +59,14 @@ def cupy_status():
 
 
 def cublas(dtype, m: int, n: int, k: int, reps: int = 5, backend: str | None = None,
-           tf32: bool = False) -> dict | None:
+           tf32: bool = False, gram: bool = False) -> dict | None:
     """Median time of cuBLAS's ``(m x k) @ (k x n)`` on CUDA device 0; ``None`` when there is no cuBLAS.
 
     Timed with CUDA events after two warm-up products, through torch or,
     failing that, cupy (``backend`` forces one).  float32 runs without
-    TF32 unless ``tf32`` (the peer of dgemm's ``tf32`` path).  The product
+    TF32 unless ``tf32`` (the peer of dgemm's ``tf32`` path).  With ``gram``,
+    the product is ``x.T @ x`` of one ``k x m`` array (``n == m``; cuBLAS's
+    GEMM with the first operand transposed, no copy).  The product
     is checked too, as every timed dgemm run is: sampled rows and columns
     of C against float64 (computed on the GPU from the same inputs).
     Returns ``{"seconds", "tflops", "rel_err", "tolerance", "ok", "tf32"}``.
@@ -82,8 +84,12 @@ def cublas(dtype, m: int, n: int, k: int, reps: int = 5, backend: str | None = N
         torch.backends.cudnn.allow_tf32 = tf32
         try:
             dt = torch.float32 if dtype == "float32" else torch.float64
-            a = torch.randn(m, k, device="cuda", dtype=dt)
-            b = torch.randn(k, n, device="cuda", dtype=dt)
+            if gram:
+                b = torch.randn(k, n, device="cuda", dtype=dt)
+                a = b.T
+            else:
+                a = torch.randn(m, k, device="cuda", dtype=dt)
+                b = torch.randn(k, n, device="cuda", dtype=dt)
             for _ in range(2):
                 a @ b
             i, j = (torch.linspace(0, x - 1, SAMPLES, device="cuda").long() for x in (m, n))
@@ -109,8 +115,8 @@ def cublas(dtype, m: int, n: int, k: int, reps: int = 5, backend: str | None = N
         cublas_lib.setMathMode(handle, TF32_MATH if tf32 else 0)
         try:
             rng = cupy.random.default_rng(0)
-            a = rng.standard_normal((m, k), dtype=dtype)
             b = rng.standard_normal((k, n), dtype=dtype)
+            a = b.T if gram else rng.standard_normal((m, k), dtype=dtype)
             for _ in range(2):
                 a @ b
             i, j = (cupy.linspace(0, x - 1, SAMPLES).astype(cupy.int64) for x in (m, n))
@@ -133,7 +139,7 @@ def cublas(dtype, m: int, n: int, k: int, reps: int = 5, backend: str | None = N
     sec = float(np.median(ts))
     tol = tolerance(dtype, k, "tf32" if tf32 else "fma")
     return {"seconds": sec, "tflops": 2.0 * m * n * k / sec / 1e12, "rel_err": err, "tolerance": tol,
-            "ok": err <= tol, "tf32": tf32}
+            "ok": err <= tol, "tf32": tf32, "gram": bool(gram)}
 
 
 def _cuda_free_bytes(backend: str) -> int | None:
@@ -172,20 +178,37 @@ def cublas_shape(m: int, n: int, k: int, itemsize: int, free: int | None, block:
     return side, side, side
 
 
-def time_cublas(dtype: str, m: int, n: int, k: int, block: list | None, reps: int) -> tuple[dict | None, str | None]:
-    """cuBLAS in GPU memory (:func:`cublas`) at :func:`cublas_shape`; ``(None, why)`` when there is none."""
+def gram_shape(m: int, k: int, itemsize: int, free: int | None) -> tuple:
+    """The Gram product ``x.T @ x`` (x ``k x m``) cuBLAS is timed at: the full one if x and C fit in ``free``
+    GPU bytes, else x's rows halved until they do (C stays ``m x m``).
+
+    >>> gram_shape(2048, 2**21, 4, 80 * 10**9), gram_shape(2048, 2**21, 4, 2 * 10**10)
+    ((2048, 2048, 2097152), (2048, 2048, 1048576))
+    """
+    budget = GPU_MEMORY_FRACTION * free if free else None
+    while budget is not None and k > 256 and (k * m + m * m) * itemsize > budget:
+        k //= 2
+    return m, m, k
+
+
+def time_cublas(dtype: str, m: int, n: int, k: int, block: list | None, reps: int,
+                gram: bool = False) -> tuple[dict | None, str | None]:
+    """cuBLAS in GPU memory (:func:`cublas`) at :func:`cublas_shape` (:func:`gram_shape` with ``gram``: X^T X of
+    one ``k x m`` X); ``(None, why)`` when there is none."""
     backend, why = cublas_backend()
     if backend is None:
         return None, why
-    shape = cublas_shape(m, n, k, np.dtype(dtype).itemsize, _cuda_free_bytes(backend), block)
-    r = cublas(dtype, *shape, reps=max(reps, 3), backend=backend)
+    itemsize, free = np.dtype(dtype).itemsize, _cuda_free_bytes(backend)
+    shape = gram_shape(m, k, itemsize, free) if gram else cublas_shape(m, n, k, itemsize, free, block)
+    r = cublas(dtype, *shape, reps=max(reps, 3), backend=backend, gram=gram)
     if r is None:
         return None, "cuBLAS could not be timed"
     if not r["ok"]:
         return None, f"cuBLAS's product failed its check (rel_err {r['rel_err']:.3g} > {r['tolerance']:.3g})"
     full = shape == (m, n, k)
     return {**r, "m": shape[0], "n": shape[1], "k": shape[2], "via": backend, "full_size": full,
-            "note": None if full else "the full product does not fit in GPU memory: timed at dgemm's block size"}, None
+            "note": None if full else ("the full X does not fit in GPU memory: timed on its first rows" if gram else
+                                       "the full product does not fit in GPU memory: timed at dgemm's block size")}, None
 
 
 def numpy_matmul(a: np.ndarray, b: np.ndarray, reps: int = 5) -> dict:

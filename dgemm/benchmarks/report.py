@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 from dgemm.benchmarks.measure import SPLIT_KEYS
+from dgemm.benchmarks.shapes import io_floor_lines
 
 
 # -- the record's name ----------------------------------------------------------------------
@@ -193,11 +194,13 @@ def format_table(record: dict) -> str:
     lines = [f"device(s): {record.get('device')} x{record.get('workers')} ({record.get('device_type')}, "
              f"driver {record.get('driver')}); commit {record['commit']}"
              f"{' (modified)' if record.get('commit_dirty') else ''}; {record['date']}",
-             f"C = A @ B, {record['m']} x {record['n']} x {record['k']} {record['dtype']}, chunks {record['chunks']}, "
+             f"{record.get('expression', 'C = A @ B')}, {record['m']} x {record['n']} x {record['k']} {record['dtype']}, "
+             f"chunks {record['chunks']}, "
              f"reps {record['reps']}; store {record['store']}" + _server_words(record)]
     ins = record.get("inputs")
     if ins:
-        lines.append(f"inputs: A {bytes_text(ins['a']['bytes'])}, B {bytes_text(ins['b']['bytes'])}"
+        distinct = {ins[x].get("stem", x): ins[x]["bytes"] for x in "ab"}    # a Gram product's X once
+        lines.append("inputs: " + ", ".join(f"{stem.upper()} {bytes_text(b)}" for stem, b in distinct.items())
                      + (f" ({inputs_text(record)})" if "input_codec" in record else "")
                      + f", written in {ins['seconds']:.2f} s")
     lines.append(f"{'run':26} {'m x n x k':>20} {'seconds':>10} {'TFLOPS':>9} {'rel_err':>8}  check")
@@ -218,6 +221,7 @@ def format_table(record: dict) -> str:
         ("dgemm/dask+numpy (small)", "dgemm_small_to_dask_numpy"))))
     lines += _rates_lines(record)
     lines += _run_lines(record.get("dgemm") or {})
+    lines += io_floor_lines(record)
     lines += _scaling_lines(record.get("scaling"))
     lines += _first_call_lines(record.get("first_call"))
     for e in record.get("errors", []):

@@ -79,7 +79,14 @@ def bench_kernel(ctx, device_spec, dtypes, sizes, reps, out_dir, no_peers):
 @bench.command(name="e2e")
 @click.option("--size", type=click.IntRange(min=1), default=None,
               help="Square product M = N = K (default: 32768 with a GPU, 1024 on CPU devices).")
-@click.option("--shape", default=None, metavar="M,N,K", help="A non-square product instead of --size.")
+@click.option("--shape", default=None, metavar="M,N,K",
+              help="A non-square product instead of --size; with --op gram X's M,N (C = X^T X is N x N); with "
+                   "--op projection M,N,K: X M x K @ W K x N.")
+@click.option("--op", type=click.Choice(["matmul", "gram", "projection"]), default="matmul", show_default=True,
+              help="What is timed: C = A @ B; a Gram matrix C = X^T X (X written once, dgemm.gemm(X, X, "
+                   "trans_a=True) against dask.array's X.T @ X); a projection C = X @ W with a small W (with "
+                   "--size S: W of 256 columns).  The read-and-decode floor of the inputs is printed beside "
+                   "each figure.")
 @click.option("--dtype", type=click.Choice(DTYPES), default="float32", show_default=True)
 @click.option("--chunks", "--input-chunks", "chunks", type=click.IntRange(min=1), default=8192, show_default=True,
               help="Zarr chunk side of the inputs A and B (capped to the matrix); dgemm's blocks follow its own "
@@ -128,10 +135,16 @@ def bench_kernel(ctx, device_spec, dtypes, sizes, reps, out_dir, no_peers):
                    "no root needed; the record says how many bytes were dropped); the store's read rates are "
                    "timed cold too.  Local stores only.")
 @click.pass_context
-def bench_e2e(ctx, size, shape, dtype, chunks, devices, scheduler, gpus, store, s3_server, keep, no_peers,
+def bench_e2e(ctx, size, shape, op, dtype, chunks, devices, scheduler, gpus, store, s3_server, keep, no_peers,
               numpy_size, kernel_size, reps, out_dir, seed, uncompressed, input_codec, input_zarr_format, shards,
               first_call, cold):
     """Time dgemm from Zarr to Zarr against dask.array + cupy, cuBLAS and dask.array + numpy.
+
+    --op picks the product: C = A @ B (the default), a Gram matrix X^T X
+    (--shape M,N: X of M x N written once), or a projection X @ W with a
+    small W (--shape M,N,K); the peers compute the same thing on the same
+    files, and the floor of reading and decoding the inputs once (rates
+    measured in the same run) is printed and recorded beside each figure.
 
     Writes random A and B as Zarr arrays (raw chunks, or as --codec,
     --input-zarr-format, --input-chunks and --shards say, with zarr's API)
@@ -151,8 +164,12 @@ def bench_e2e(ctx, size, shape, dtype, chunks, devices, scheduler, gpus, store, 
     if size is not None and shape is not None:
         raise InputError("give --size or --shape, not both")
     mnk = _csv(shape, "shape", _size) if shape is not None else None
-    if mnk is not None and len(mnk) != 3:
+    if mnk is not None and op == "gram" and len(mnk) != 2:
+        raise InputError(f"--shape {shape!r}: with --op gram give X's two sizes M,N (C = X^T X is N x N)")
+    if mnk is not None and op != "gram" and len(mnk) != 3:
         raise InputError(f"--shape {shape!r}: give three sizes M,N,K")
+    if first_call and op == "gram":
+        raise InputError("--first-call times a fresh script's dgemm.matmul(A, B): not with --op gram")
     gpu_counts = _csv(gpus, "gpus", _size) if gpus is not None else None
     if scheduler and (devices or gpu_counts):
         raise InputError("--devices and --gpus start local clusters; the workers of --scheduler have their own "
@@ -180,7 +197,7 @@ def bench_e2e(ctx, size, shape, dtype, chunks, devices, scheduler, gpus, store, 
                              gpus=gpu_counts or (), store=store, s3_server=s3_server, keep=keep, peers=not no_peers,
                              numpy_size=numpy_size, kernel_size=kernel_size, reps=reps, out_dir=out_dir, seed=seed,
                              compressors=None if uncompressed else "auto", input_codec=input_codec,
-                             input_zarr_format=zarr_format, shards=shards, first_call=first_call, cold=cold)
+                             input_zarr_format=zarr_format, shards=shards, first_call=first_call, cold=cold, op=op)
         client = connect(stack, scheduler)
         record, path = e2e_bench(options, client=client, log=click.echo)
     click.echo()
