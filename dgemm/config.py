@@ -159,6 +159,22 @@ def _host_cache(value, name) -> str | None:
     return _switch_or_folder(value, name, {"auto": "auto", **_WORDS})
 
 
+def _device_codecs(value, name) -> str | None:
+    """``auto``, ``on`` or ``off`` (YAML's booleans and 1/0 too); None when blank.
+
+    >>> _device_codecs(" ON ", "x"), _device_codecs(False, "x"), _device_codecs("auto", "x")
+    ('on', 'off', 'auto')
+    """
+    if _blank(value):
+        return None
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    word = {"auto": "auto", **_WORDS}.get(str(value).strip().lower())
+    if word is None:
+        raise ValueError(f"{name}={value!r} must be auto, on or off")
+    return word
+
+
 def _cache_folder(value, name) -> str | None:
     """``on``, ``off`` (YAML's booleans and 1/0 too) or an absolute folder (the cache there)."""
     return _switch_or_folder(value, name, _WORDS)
@@ -219,6 +235,13 @@ SETTINGS = {s.key: s for s in (
     Setting("host-cache-bytes", "DGEMM_HOST_CACHE_BYTES", _positive_bytes,
             "Size of the host cache (least recently used blocks go first). Unset: a quarter of the host's "
             "memory, at most half of what its folder's filesystem holds."),
+    Setting("device-codecs", "DGEMM_DEVICE_CODECS", _device_codecs,
+            "Input chunks decoded on the device: where a chunk is one Blosc frame with LZ4 (Zarr v2's default "
+            "compressor, zarr v3's `BloscCodec(cname=\"lz4\")`), the worker reads it compressed, uploads it and "
+            "an OpenCL kernel decodes it into the block's staging buffer (`dgemm.opencl.codecs`); other codecs "
+            "are decoded on the host as before. `auto` (the default): on for GPU devices, off for CPU devices "
+            "(a rule, not yet a measurement: no GPU timing of the device path exists yet); `on`; `off`. "
+            "Read where the worker runs; a bad value stops a call before any work."),
     Setting("pinned-bytes", "DGEMM_PINNED_BYTES", _bytes,
             "Page-locked memory a device may hold for downloaded C blocks (beyond it: ordinary memory)."),
     Setting("tuning-db", "DGEMM_TUNING_DB", _text,

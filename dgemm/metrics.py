@@ -15,31 +15,35 @@ sources the process's dgemm code added (this module imports none of it):
 Every series is labelled ``worker`` (address), ``name`` (worker name) and
 ``device``.  Counters (``*_total``) only grow while a worker lives.
 
-==================================  ======================================================
-``dgemm_flops_total``               floating-point operations of the GEMM kernel (2 m n k)
-``dgemm_busy_seconds_total``        seconds in block products (wall time)
-``dgemm_busy_part_seconds_total``   the same seconds split by ``part``: ``kernel``, ``transfer``,
-                                    ``read``, ``other`` (:mod:`dgemm.busy`); exclusive, so the
-                                    parts of a worker add up to its ``dgemm_busy_seconds_total``
-``dgemm_kernel_seconds_total``      seconds the GEMM kernel ran (OpenCL profiling)
-``dgemm_transfer_seconds_total``    uploads, padding/transposing, unpadding and download, summed
-                                    over the threads doing them (overlaps the kernels)
-``dgemm_read_wait_seconds_total``   waiting for the next A/B blocks (overlaps earlier kernels)
-``dgemm_store_seconds_total``       ``dgemm-store`` tasks (writing C blocks)
-``dgemm_uploaded_bytes_total``      host to device
-``dgemm_downloaded_bytes_total``    device to host
-``dgemm_blocks_total``              block products finished (``dgemm-gemm`` tasks)
-``dgemm_storage_chunks_total``      chunks read or written, by ``path`` (:data:`dgemm.names.STORAGE_PATHS`:
-                                    dgemm's fast paths or zarr's; ``*_zarr`` count regions), for
-                                    the worker's whole process (:mod:`dgemm.storage.fastpaths`)
-``dgemm_storage_bytes_total``       the bytes of array elements those moved, by ``path``
-``dgemm_device_info``               1, with ``device_id``, ``type``, ``driver``; 0 when the device failed
-``dgemm_gemm_tasks_running``        GEMM tasks executing now
-``dgemm_tflops``                    (scheduler) TFLOPS over the last seconds
-``dgemm_matmul_blocks``             (scheduler) per recent matmul, ``state`` = done or total
-``dgemm_matmul_progress``           (scheduler) per recent matmul, the share of its flops done,
-                                    within running blocks too
-==================================  ======================================================
+======================================  ======================================================
+``dgemm_flops_total``                   floating-point operations of the GEMM kernel (2 m n k)
+``dgemm_busy_seconds_total``            seconds in block products (wall time)
+``dgemm_busy_part_seconds_total``       the same seconds split by ``part``: ``kernel``, ``transfer``,
+                                        ``read``, ``other`` (:mod:`dgemm.busy`); exclusive, so the
+                                        parts of a worker add up to its ``dgemm_busy_seconds_total``
+``dgemm_kernel_seconds_total``          seconds the GEMM kernel ran (OpenCL profiling)
+``dgemm_transfer_seconds_total``        uploads, padding/transposing, unpadding and download, summed
+                                        over the threads doing them (overlaps the kernels)
+``dgemm_read_wait_seconds_total``       waiting for the next A/B blocks (overlaps earlier kernels)
+``dgemm_store_seconds_total``           ``dgemm-store`` tasks (writing C blocks)
+``dgemm_uploaded_bytes_total``          host to device
+``dgemm_downloaded_bytes_total``        device to host
+``dgemm_blocks_total``                  block products finished (``dgemm-gemm`` tasks)
+``dgemm_storage_chunks_total``          chunks read or written, by ``path`` (:data:`dgemm.names.STORAGE_PATHS`:
+                                        dgemm's fast paths or zarr's; ``*_zarr`` count regions), for
+                                        the worker's whole process (:mod:`dgemm.storage.fastpaths`)
+``dgemm_storage_bytes_total``           the bytes of array elements those moved, by ``path``
+``dgemm_device_decoded_bytes_total``    bytes chunks decoded to on the device (:mod:`dgemm.opencl.codecs`),
+                                        and ``dgemm_host_decoded_bytes_total`` on the host (dgemm's reader);
+                                        ``dgemm_{device,host}_encoded_bytes_total`` the bytes encoded; for the
+                                        worker's whole process (:data:`dgemm.names.CODEC_COUNTERS`)
+``dgemm_device_info``                   1, with ``device_id``, ``type``, ``driver``; 0 when the device failed
+``dgemm_gemm_tasks_running``            GEMM tasks executing now
+``dgemm_tflops``                        (scheduler) TFLOPS over the last seconds
+``dgemm_matmul_blocks``                 (scheduler) per recent matmul, ``state`` = done or total
+``dgemm_matmul_progress``               (scheduler) per recent matmul, the share of its flops done,
+                                        within running blocks too
+======================================  ======================================================
 
 The kernel, transfer and read-wait totals overlap each other; only the
 ``dgemm_busy_part_seconds_total`` parts split the busy time.
@@ -64,6 +68,14 @@ COUNTER_FAMILIES = (
     ("bytes_up", "dgemm_uploaded_bytes", "Bytes uploaded from host to device"),
     ("bytes_down", "dgemm_downloaded_bytes", "Bytes downloaded from device to host"),
     ("blocks", "dgemm_blocks", "Block products finished (dgemm-gemm tasks)"),
+    ("device_decoded_bytes", "dgemm_device_decoded_bytes",
+     "Bytes input chunks decoded to on the device (dgemm.opencl.codecs), for the worker's whole process"),
+    ("host_decoded_bytes", "dgemm_host_decoded_bytes",
+     "Bytes chunks decoded to on the host by dgemm's reader, for the worker's whole process"),
+    ("device_encoded_bytes", "dgemm_device_encoded_bytes",
+     "Bytes of chunks encoded on the device, for the worker's whole process"),
+    ("host_encoded_bytes", "dgemm_host_encoded_bytes",
+     "Bytes of chunks encoded on the host by dgemm's writer, for the worker's whole process"),
 )
 LABELS = ["worker", "name", "device"]
 

@@ -40,5 +40,8 @@ EXTRA = ("transfer_seconds", "read_wait_seconds", "host_cache_hits", "host_cache
 # storage_<path> (a count) and storage_<path>_bytes, in a worker's snapshot beside the counters above.
 STORAGE_PATHS = ("read_direct", "read_decoded_into", "read_copied", "read_fill", "read_zarr",
                  "write_direct", "write_batched", "write_zarr", "s3_put_batch")
+# Bytes of chunks decoded and encoded, by where (dgemm.storage.fastpaths counts them per process; the
+# device's from dgemm.worker.decoding): keys of a worker's snapshot beside the counters above.
+CODEC_COUNTERS = ("device_decoded_bytes", "host_decoded_bytes", "device_encoded_bytes", "host_encoded_bytes")
 # Seconds of the other dgemm tasks (from the worker's Fine Performance Metrics), by the task prefix they sum.
 TASK_SECONDS = {"store_seconds": STORE, "load_seconds": LOAD, "reduce_seconds": REDUCE}

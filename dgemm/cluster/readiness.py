@@ -31,6 +31,7 @@ def describe_for_plan(dask_worker=None) -> dict | None:
         return d
     try:
         limit, memory = config.get("device-memory-limit"), device_memory(d["device"])
+        config.get("device-codecs")   # read by the GEMM tasks: a bad value stops the call here, before any work
     except ValueError as e:
         return {**d, "ok": False, "error": str(e)}
     max_alloc = None

@@ -19,7 +19,9 @@ block that reads itself, which it knows by ``fill_into``.  Such a block has
 region of the same array gives the same key), ``copies`` (whether reading
 it only copies file bytes) and ``fill_into(out)``, which fills all of
 ``out`` or raises its one read error; it returns True or False where a host
-cache served or decoded the block, None where none was asked.  The workers
+cache served or decoded the block, None where none was asked.  A block may
+also have ``fill_device`` (:meth:`BlockEngine._decoded`): its chunks then go
+to the device compressed and are decoded there, where it does not decline.  The workers
 hand it :class:`dgemm.storage.ZarrBlock` and
 :class:`dgemm.storage.hostcache.Shared` blocks.
 """
@@ -178,21 +180,39 @@ class BlockEngine:
             with self.device.failing(f"uploading a {size}"):
                 if host.size:
                     self._transferred(cl.enqueue_copy(q, raw, host, is_blocking=True))
-            with self._launch, self.device.failing(f"{'transposing' if transpose else 'padding'} a {size} "
-                                                   f"to {drows}x{dcols}"):
-                if transpose:
-                    tt = self.k.transpose_tile
-                    ev = self.k.transpose_pad(q, (roundup(drows, tt), roundup(dcols, tt)), (tt, tt),
-                                              np.int32(rows), np.int32(cols), raw, np.int32(drows),
-                                              np.int32(dcols), out)
-                else:
-                    ev = self.k.pad_zeros(q, _grid(dcols, drows), LOCAL_2D, np.int32(rows), np.int32(cols),
-                                          np.int32(cols), raw, np.int32(drows), np.int32(dcols), out)
-                q.flush()  # another queue will wait on ``ev``: it must be submitted
+            ev = self._pad(q, raw, rows, cols, transpose, drows, dcols, out)
         finally:
             raw.release()
-        self._transferred(ev)
         self._add(bytes_up=host.nbytes, upload_seconds=time.perf_counter() - t0)
+        return ev
+
+    def _pad(self, q, raw, rows: int, cols: int, transpose: bool, drows: int, dcols: int, out):
+        """Enqueue the padding (or transposing) kernel from ``raw``, a ``rows x cols`` block in C order on
+        the device, into ``out`` as ``drows x dcols``; returns its event (flushed)."""
+        size = f"{rows}x{cols} {self.dtype.name} block ({rows * cols * self.dtype.itemsize} bytes)"
+        with self._launch, self.device.failing(f"{'transposing' if transpose else 'padding'} a {size} "
+                                               f"to {drows}x{dcols}"):
+            if transpose:
+                tt = self.k.transpose_tile
+                ev = self.k.transpose_pad(q, (roundup(drows, tt), roundup(dcols, tt)), (tt, tt),
+                                          np.int32(rows), np.int32(cols), raw, np.int32(drows),
+                                          np.int32(dcols), out)
+            else:
+                ev = self.k.pad_zeros(q, _grid(dcols, drows), LOCAL_2D, np.int32(rows), np.int32(cols),
+                                      np.int32(cols), raw, np.int32(drows), np.int32(dcols), out)
+            q.flush()  # another queue will wait on ``ev``: it must be submitted
+        self._transferred(ev)
+        return ev
+
+    def _prepared(self, q, out, ev, drows: int, dcols: int):
+        """The wgmma kernels' operands rounded (or split) once, after ``ev``; returns the last event."""
+        if self.k.prepare is None:
+            return ev
+        with self._launch, self.device.failing(f"preparing a staged {drows}x{dcols} block for wgmma"):
+            ev = self.k.prepare(q, (roundup(drows * dcols // 4, 256),), (256,), out,
+                                np.int32(drows * dcols // 4), wait_for=[ev] if ev is not None else None)
+            q.flush()
+        self._transferred(ev)
         return ev
 
     def upload(self, host: np.ndarray, transpose: bool, drows: int, dcols: int):
@@ -203,13 +223,7 @@ class BlockEngine:
         out = self.device.buffer(nbytes, what=f"a staged {drows}x{dcols} {self.dtype.name} block")
         q = self.device.transfer_queue
         try:
-            ev = self._stage_into(q, host, transpose, drows, dcols, out)
-            if self.k.prepare is not None:   # the wgmma kernels' operands: rounded (or split) once here, not per use
-                with self._launch, self.device.failing(f"preparing a staged {drows}x{dcols} block for wgmma"):
-                    ev = self.k.prepare(q, (roundup(drows * dcols // 4, 256),), (256,), out,
-                                        np.int32(drows * dcols // 4), wait_for=[ev] if ev is not None else None)
-                    q.flush()
-                self._transferred(ev)
+            ev = self._prepared(q, out, self._stage_into(q, host, transpose, drows, dcols, out), drows, dcols)
         except BaseException:
             out.release()   # nobody else holds it
             raise
@@ -227,6 +241,10 @@ class BlockEngine:
         """
         # this thread's staging buffer is in use until the upload has copied it (Device.trim waits)
         with self.device.reading():
+            if hasattr(ref, "fill_device") and np.dtype(ref.dtype) == self.dtype:
+                staged = self._decoded(ref, transpose, drows, dcols)
+                if staged is not None:
+                    return staged
             t0 = time.perf_counter()
             served = None
             if _reads_itself(ref):
@@ -249,6 +267,49 @@ class BlockEngine:
                                         ("host_cache_bytes_decoded", 0 if served else host.nbytes)):
                         extra[name] = extra.get(name, 0) + value
             return self.upload(host, transpose, drows, dcols)
+
+    def _decoded(self, ref, transpose: bool, drows: int, dcols: int):
+        """Stage a block whose chunks the device decodes; ``(buffer, event)``, or None where it declines.
+
+        ``ref.fill_device(device, buffer, queue, events)`` (a block may have
+        it: :class:`dgemm.worker.decoding.DeviceDecoded`) reads the block's
+        chunks compressed, uploads and decodes them into ``buffer`` (the
+        block's ``rows x cols`` in C order) and returns when they are there,
+        with the bytes it sent over the bus; None: nothing done, the block
+        is read on the host.  An aligned block is decoded straight into its
+        staged buffer; others into a buffer the padding or transposing
+        kernel reads, as an upload is.  ``bytes_read`` counts the decoded
+        bytes, as for a block read on the host; ``bytes_up`` what was sent.
+        """
+        rows, cols = ref.shape
+        if not rows or not cols or max(rows * cols, drows * dcols) > INT32_MAX:
+            return None   # the host path (and its error for blocks beyond 32-bit indexing)
+        q = self.device.transfer_queue
+        direct = not transpose and (rows, cols) == (drows, dcols)
+        out = self.device.buffer(self._nbytes(drows, dcols), what=f"a staged {drows}x{dcols} {self.dtype.name} block")
+        raw, staged = out, None
+        try:
+            if not direct:
+                raw = self.device.buffer(rows * cols * self.dtype.itemsize,
+                                         what=f"the decode buffer of a {rows}x{cols} {self.dtype.name} block")
+            t0 = time.perf_counter()
+            events: list = []
+            sent = ref.fill_device(self.device, raw, q, events)
+            for _, event in events:
+                self._transferred(event)
+            if sent is None:
+                return None
+            t1 = time.perf_counter()
+            ev = None if direct else self._pad(q, raw, rows, cols, transpose, drows, dcols, out)
+            staged = out, self._prepared(q, out, ev, drows, dcols)
+            self._add(read_seconds=t1 - t0, bytes_read=rows * cols * self.dtype.itemsize, reads=1, bytes_up=sent,
+                      upload_seconds=time.perf_counter() - t1)
+            return staged
+        finally:
+            if raw is not out:
+                raw.release()   # the kernel reading it is enqueued: OpenCL keeps it until it has run
+            if staged is None:
+                out.release()   # declined, or failed: nobody else holds it
 
     def _staged(self, ref, transpose: bool, drows: int, dcols: int, scope):
         """The cache entry (pinned) of ``ref`` staged as ``drows x dcols``, read in the background on a miss."""

@@ -95,6 +95,15 @@ def percent(frac) -> str:
     return f"{math.floor(100 * frac) if frac < 1 else 100} %"
 
 
+def decoded(w: dict) -> str:
+    """The bytes a worker's chunks decoded to on its device and on its host (:data:`dgemm.names.CODEC_COUNTERS`).
+
+    >>> decoded({"device_decoded_bytes": 3 * 2**30, "host_decoded_bytes": 0})
+    '3.00 GiB · 0 B'
+    """
+    return " · ".join(format_bytes(int(w.get(k) or 0)) for k in ("device_decoded_bytes", "host_decoded_bytes"))
+
+
 def _figures(scheduler) -> dict:
     """What the dgemm dashboard plugin of ``scheduler`` knows now (empty figures without it)."""
     p = scheduler.plugins.get(DASHBOARD_PLUGIN) if scheduler is not None else None
@@ -214,14 +223,15 @@ class WorkerTable(DgemmComponent):
     COLUMNS = (("worker", "worker"), ("address", "address"), ("device", "device"), ("blocks", "blocks"),
                ("running", "running"), ("rate_now", "now (5 s)"), ("rate_peak", "peak"),
                ("rate_busy", "while busy"), ("rate_kernel", "kernel only"), ("flop", "FLOP"),
-               ("uploaded", "uploaded"), ("downloaded", "downloaded"), ("busy", "busy"),
+               ("uploaded", "uploaded"), ("downloaded", "downloaded"), ("decoded", "decoded: device · host"),
+               ("busy", "busy"),
                *((busy.KEYS[p], busy.LABELS[p]) for p in busy.PARTS))
 
     def __init__(self, scheduler, **kwargs):
         super().__init__(scheduler)
         self.source = ColumnDataSource({k: [] for k, _ in self.COLUMNS})
         _height(kwargs, 160)
-        wide = {"worker": 80, "address": 130, "device": 200, "blocks": 50, "running": 60, "busy": 75,
+        wide = {"worker": 80, "address": 130, "device": 200, "blocks": 50, "running": 60, "busy": 75, "decoded": 150,
                 **{k: 100 for k in ("rate_now", "rate_peak", "rate_busy", "rate_kernel")},
                 **{busy.KEYS[p]: 115 for p in busy.PARTS}}
         self.root = DataTable(source=self.source, index_position=None, **kwargs,
@@ -241,7 +251,8 @@ class WorkerTable(DgemmComponent):
                     "rate_now": format_rate(w["flops_now"]), "rate_peak": format_rate(w["flops_peak"]),
                     "rate_busy": format_rate(w["flops_busy"]), "rate_kernel": format_rate(w["flops_kernel"]),
                     "flop": format_rate(w.get("flops", 0), "FLOP"), "uploaded": format_bytes(w.get("bytes_up", 0)),
-                    "downloaded": format_bytes(w.get("bytes_down", 0)), "busy": format_seconds(total)}
+                    "downloaded": format_bytes(w.get("bytes_down", 0)), "decoded": decoded(w),
+                    "busy": format_seconds(total)}
             for p in busy.PARTS:
                 v = float(w.get(busy.KEYS[p]) or 0.0)
                 vals[busy.KEYS[p]] = format_seconds(v) + (f" ({100 * v / total:.0f} %)" if total else "")
@@ -254,7 +265,9 @@ class WorkerTable(DgemmComponent):
                         running=str(sum(w.get("gemm_running", 0) for w in alive)),
                         rate_now=format_rate(sum(w["flops_now"] for w in alive)),
                         flop=format_rate(t["flops"], "FLOP"), uploaded=format_bytes(int(t["bytes_up"])),
-                        downloaded=format_bytes(int(t["bytes_down"])), busy=format_seconds(t["busy_seconds"]))
+                        downloaded=format_bytes(int(t["bytes_down"])), busy=format_seconds(t["busy_seconds"]),
+                        decoded=decoded({k: sum(float(w.get(k) or 0) for w in data["workers"])
+                                         for k in ("device_decoded_bytes", "host_decoded_bytes")}))
             for p in busy.PARTS:
                 vals[busy.KEYS[p]] = format_seconds(t[busy.KEYS[p]])
             for k, _ in self.COLUMNS:

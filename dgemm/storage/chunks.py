@@ -577,11 +577,12 @@ def _decode(steps, data, target: np.ndarray, what: str):
             buf = step.decode(buf, target if last else None, what)
         except Exception as e:
             raise ValueError(f"{what}: {step!r} failed: {type(e).__name__}: {e}") from e
-    if buf is target:
-        return target
-    got = np.frombuffer(buf, np.uint8) if not isinstance(buf, np.ndarray) else buf.reshape(-1).view(np.uint8)
+    got = target if buf is target else \
+        np.frombuffer(buf, np.uint8) if not isinstance(buf, np.ndarray) else buf.reshape(-1).view(np.uint8)
     if got.nbytes != target.nbytes:
         raise ValueError(f"{what}: decodes to {got.nbytes} bytes, a chunk of this array has {target.nbytes}")
+    if any(isinstance(step, _Numcodec) for step in steps):   # a compressor ran here (not a crc32c alone)
+        fastpaths.codec("host_decoded_bytes", got.nbytes)
     return got
 
 
@@ -649,6 +650,8 @@ def write_region(array, region: tuple[slice, ...], data: np.ndarray) -> bool:
             chunk[...] = lay.fill      # what zarr stores beyond the array's edge
             chunk[inside] = part
             buf = chunk.reshape(-1).view(np.uint8)
+        if any(isinstance(step, _Numcodec) for step in lay.steps):
+            fastpaths.codec("host_encoded_bytes", buf.nbytes)
         for step in reversed(lay.steps):
             buf = step.encode(buf)
         if src.root is None:

@@ -24,6 +24,13 @@ bytes of array elements it moved:
 ``s3_put_batch``       a batch of PUTs (:func:`dgemm.storage.remote.put_many`); its bytes
                        are those sent, encoded
 
+Beside the paths, the bytes chunks decoded to and were encoded from, by where the codec ran
+(:data:`dgemm.names.CODEC_COUNTERS`: ``device_decoded_bytes``, ``host_decoded_bytes``,
+``device_encoded_bytes``, ``host_encoded_bytes``; :func:`codec`): the host's are dgemm's own
+reader's and writer's (a compressor, not a crc32c alone; zarr's reads and writes, ``*_zarr``, are
+not counted), the device's those of :mod:`dgemm.opencl.codecs` (the worker counts them).  A chunk
+counts its whole decoded size each time it is decoded, an edge chunk or one cut by the region too.
+
 Counts are of chunks (inner chunks, in a shard) except where said.  The
 figures are per process, for its life (a worker's snapshot carries them:
 :meth:`dgemm.worker.DeviceState.totals`); a run's share is the difference
@@ -34,11 +41,12 @@ from __future__ import annotations
 
 import threading
 
-from dgemm.names import STORAGE_PATHS
+from dgemm.names import CODEC_COUNTERS, STORAGE_PATHS
 
 _LOCK = threading.Lock()
 _COUNTS = dict.fromkeys(STORAGE_PATHS, 0)
 _BYTES = dict.fromkeys(STORAGE_PATHS, 0)
+_CODEC = dict.fromkeys(CODEC_COUNTERS, 0)
 
 
 def record(path: str, nbytes: int, count: int = 1) -> None:
@@ -48,13 +56,21 @@ def record(path: str, nbytes: int, count: int = 1) -> None:
         _BYTES[path] += int(nbytes)
 
 
+def codec(name: str, nbytes: int) -> None:
+    """Count ``nbytes`` decoded or encoded bytes under ``name`` (one of :data:`~dgemm.names.CODEC_COUNTERS`)."""
+    with _LOCK:
+        _CODEC[name] += int(nbytes)
+
+
 def snapshot() -> dict:
-    """``{"storage_<path>": count, "storage_<path>_bytes": bytes}`` for every path, this process so far."""
+    """``{"storage_<path>": count, "storage_<path>_bytes": bytes}`` for every path, and the codec byte
+    counters (:data:`~dgemm.names.CODEC_COUNTERS`), this process so far."""
     with _LOCK:
         out = {}
         for path in STORAGE_PATHS:
             out[f"storage_{path}"] = _COUNTS[path]
             out[f"storage_{path}_bytes"] = _BYTES[path]
+        out.update(_CODEC)
         return out
 
 

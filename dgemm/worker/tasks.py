@@ -12,6 +12,7 @@ import numpy as np
 
 from dgemm.opencl.device import device_error, is_opencl_error, raise_plain
 from dgemm.storage import ZarrBlock, hostcache, read_block, store_block
+from dgemm.worker import decoding
 
 
 def gemm_block(a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_b, dtype, precision=None,
@@ -21,7 +22,8 @@ def gemm_block(a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_b, dtype
     The A and B blocks are read and uploaded ahead of the device and kept in
     its panel cache for the run ``scope`` (see
     :meth:`dgemm.opencl.engine.BlockEngine.stream`), their Zarr blocks
-    through the host cache where it is on (:func:`dgemm.storage.hostcache.through`);
+    through the host cache where it is on (:func:`dgemm.storage.hostcache.through`), else
+    decoded on the device where the ``device-codecs`` setting says so (:mod:`dgemm.worker.decoding`);
     ``reserve`` is the device memory the product itself needs besides the
     cache; ``ahead`` lists the blocks the products this worker is expected
     to run next will read first, read while this one finishes.  A failed
@@ -56,6 +58,10 @@ def _gemm_block(state, a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_
         a_refs = [hostcache.through(shared, scope, r) for r in a_refs]
         b_refs = [hostcache.through(shared, scope, r) for r in b_refs]
         ahead = [(hostcache.through(shared, scope, r), side, extent) for r, side, extent in ahead or ()]
+    elif decoding.wanted(state.device):   # the device decodes the chunks it can (device-codecs)
+        a_refs = [decoding.through(r) for r in a_refs]
+        b_refs = [decoding.through(r) for r in b_refs]
+        ahead = [(decoding.through(r), side, extent) for r, side, extent in ahead or ()]
     c = read_block(c_ref) if c_ref is not None and beta != 0 else None
     return engine.stream(a_refs, b_refs, m, n, alpha=alpha, beta=beta, c=c, trans_a=trans_a, trans_b=trans_b,
                          scope=scope, ahead=ahead, twin=twin)

@@ -23,6 +23,68 @@ columns there).  Nothing here knows Zarr.
 
 The ``device-codecs`` setting (:mod:`dgemm.config`) chooses whether workers use
 this package: ``off`` keeps every chunk on the host, ``on`` sends the frames a
-module decodes to the device, ``auto`` decides per device.
+module decodes to the device, ``auto`` decides per device (:func:`enabled`).
+:data:`DECODERS` is the registry: which chunks' compressor each module decodes.
 Nothing is imported at package import: ``import dgemm.opencl.codecs`` needs no pyopencl.
 """
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Callable
+
+MODES = ("auto", "on", "off")
+
+
+@dataclass(frozen=True)
+class Decoder:
+    """A device decoder: its module and function, and which chunks' compressors it takes."""
+
+    module: str
+    function: str                       # decode_<codec>(device, frames, out, offsets, names, events, queue)
+    accepts: Callable[[dict], bool]     # the compressor's configuration (zarr's metadata) -> whether it decodes it
+    what: str
+
+    def load(self):
+        """The decode function (imports its module, and so pyopencl, now)."""
+        return getattr(importlib.import_module(self.module), self.function)
+
+    def unsupported_reason(self, frame, name: str = "frame") -> str | None:
+        """The module's ``unsupported_reason``: None where the device decodes this frame."""
+        return importlib.import_module(self.module).unsupported_reason(frame, name)
+
+
+# A chunk's compressor (numcodecs' codec id) -> its device decoder.  The configuration says which
+# frames to expect; each frame is checked again (unsupported_reason) before it is decoded.
+DECODERS = {
+    "blosc": Decoder("dgemm.opencl.codecs.blosc", "decode_blosc",
+                     lambda config: str(config.get("cname", "")).lower() == "lz4",
+                     "Blosc frames with LZ4 (Zarr v2's default compressor, zarr v3's BloscCodec(cname='lz4'))"),
+}
+
+
+def decoder(codec: str, config: dict | None = None) -> Decoder | None:
+    """The device decoder of chunks whose compressor is ``codec`` with ``config``, or None (the host decodes).
+
+    >>> decoder("blosc", {"cname": "lz4"}).function, decoder("blosc", {"cname": "zstd"}), decoder("gzip", {})
+    ('decode_blosc', None, None)
+    """
+    found = DECODERS.get(codec)
+    return found if found is not None and found.accepts(config or {}) else None
+
+
+def enabled(mode: str, device_type: str) -> bool:
+    """Whether the ``device-codecs`` setting's ``mode`` sends chunks to a device of ``device_type``.
+
+    ``auto`` is a rule, not yet a measurement: on for GPUs, off for CPU
+    devices (whose "device" is the host's own cores, the ones that decode
+    on the host path).  No timing of the device path on a GPU exists yet
+    (``bench/notes/issue-28/blosc_decode.py`` is the measurement to run);
+    once one does, ``auto`` should follow it.
+
+    >>> enabled("auto", "GPU"), enabled("auto", "CPU"), enabled("on", "CPU"), enabled("off", "GPU")
+    (True, False, True, False)
+    """
+    if mode not in MODES:
+        raise ValueError(f"device-codecs={mode!r} must be one of {', '.join(MODES)}")
+    return mode == "on" or (mode == "auto" and device_type == "GPU")

@@ -257,7 +257,7 @@ def program(device, lanes: int) -> _Built:
 
 
 def decode_blosc(device, frames, out, offsets=None, names=None, lanes: int | None = None,
-                 events: list | None = None) -> list[int]:
+                 events: list | None = None, queue=None) -> list[int]:
     """Decode Blosc-LZ4 frames on the device into ``out``; returns each frame's decoded size.
 
     Parameters
@@ -277,6 +277,9 @@ def decode_blosc(device, frames, out, offsets=None, names=None, lanes: int | Non
     events : list, optional
         Gets ``(what, event)`` for each upload and kernel (``what``: ``upload``, ``lz4``,
         ``unshuffle``), for their profiling times.
+    queue : pyopencl.CommandQueue, optional
+        An in-order queue of the device to decode on (the engine's transfer queue, where the
+        padding kernels that read ``out`` next run); ``device.queue`` by default.
 
     Raises
     ------
@@ -323,7 +326,7 @@ def decode_blosc(device, frames, out, offsets=None, names=None, lanes: int | Non
     direct, direct_owner = table("direct")
     shuffled, shuffled_owner = table("shuffled")
     jobs = np.concatenate([p.jobs + np.array([o, 0, 0, 0], np.uint64) for p, o in zip(plans, offsets)])
-    queue = device.queue
+    queue = queue if queue is not None else device.queue
     buffers = []
 
     def buffer(host, what):
@@ -361,10 +364,16 @@ def decode_blosc(device, frames, out, offsets=None, names=None, lanes: int | Non
                                                                  job_table)))
             if events is not None:
                 events.extend(launched)
+            copies = []
             for rows, owner, _, _, err, err_buf in args:
-                cl.enqueue_copy(queue, err, err_buf, is_blocking=False)
+                copies.append(cl.enqueue_copy(queue, err, err_buf, is_blocking=False))
                 errors.append((err, rows, owner))
-            queue.finish()
+            # the queue is in order: the flags' copies come after every kernel here (and only a finish
+            # would also wait for other threads' commands enqueued since)
+            if copies:
+                cl.wait_for_events(copies)
+            else:
+                queue.finish()
     finally:
         for buf in buffers:
             buf.release()

@@ -1,0 +1,169 @@
+"""Input blocks whose chunks the device decodes: :mod:`dgemm.storage.frames` joined to :mod:`dgemm.opencl.codecs`.
+
+Storage and opencl know nothing of each other (``tests/test_imports.py``);
+the worker joins them here.  Where the ``device-codecs`` setting is on for
+this worker's device (:func:`wanted`), :func:`through` wraps each input
+:class:`~dgemm.storage.ZarrBlock` of a block product in a
+:class:`DeviceDecoded`, which the engine asks first to fill a device buffer
+(:meth:`~dgemm.opencl.engine.BlockEngine._decoded`): when the block's chunks
+are frames a device decoder takes (:data:`dgemm.opencl.codecs.DECODERS`),
+their stored bytes are read (not decoded), uploaded and decoded there, and
+only compressed bytes cross the bus.  Otherwise the block declines and is read
+on the host exactly as without the setting.
+
+A read or decode that fails raises the host reader's one read error
+(:func:`dgemm.storage.unreadable`: array, rows and columns, the chunk and its
+store key), so the block product fails and its C block is never stored or
+marked done.  What the device decoded counts in ``device_decoded_bytes``, a
+frame it left to the host in ``host_decoded_bytes``
+(:mod:`dgemm.storage.fastpaths`).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from dgemm import config
+from dgemm.opencl import codecs
+from dgemm.opencl.device import DeviceError
+from dgemm.storage import ZarrBlock, fastpaths, frames, unreadable
+
+
+def wanted(device) -> bool:
+    """Whether this worker's ``device-codecs`` setting (read now) sends chunks to ``device``."""
+    return device is not None and codecs.enabled(config.get("device-codecs") or "auto", device.info.type)
+
+
+def through(ref):
+    """``ref`` as a :class:`DeviceDecoded` where it is a Zarr input block; anything else as it is."""
+    return DeviceDecoded(ref) if type(ref) is ZarrBlock else ref
+
+
+class DeviceDecoded:
+    """A :class:`~dgemm.storage.ZarrBlock` that can also be decoded on the device (:meth:`fill_device`).
+
+    Everything else is the block's own (``shape``, ``dtype``, ``key()``,
+    ``fill_into`` ...): the engine caches it under the block's key, and reads
+    it on the host where :meth:`fill_device` declines.
+    """
+
+    __slots__ = ("block",)
+
+    def __init__(self, block: ZarrBlock):
+        self.block = block
+
+    def __getattr__(self, name):
+        if name == "block":   # not set yet (a copy being made): no recursion
+            raise AttributeError(name)
+        return getattr(self.block, name)
+
+    def __repr__(self):
+        return f"DeviceDecoded({self.block!r})"
+
+    @property
+    def shape(self):
+        return self.block.shape
+
+    @property
+    def dtype(self):
+        return self.block.dtype
+
+    @property
+    def copies(self) -> bool:
+        return self.block.copies
+
+    def key(self) -> tuple:
+        return self.block.key()
+
+    def fill_into(self, out):
+        return self.block.fill_into(out)
+
+    def fill_device(self, device, out, queue=None, events: list | None = None) -> int | None:
+        """Decode the block into the device buffer ``out`` (``rows x cols`` in C order); bytes sent, or None.
+
+        None (nothing done): the block's chunks are not frames of a device
+        decoder (another codec, a layout :func:`dgemm.storage.frames.region`
+        does not describe).  Returns when ``out`` holds the block.
+        ``events`` gets ``(what, event)`` of the uploads, kernels and copies.
+
+        Raises
+        ------
+        OSError
+            The host reader's error (:func:`dgemm.storage.unreadable`) for a
+            chunk that cannot be read or decoded.
+        """
+        found = frames.region(self.block)
+        if found is None:
+            return None
+        dec = codecs.decoder(found.codec, found.config)
+        if dec is None:
+            return None
+        try:
+            return _decode(device, dec, found, out, queue if queue is not None else device.transfer_queue, events)
+        except DeviceError:
+            raise   # the device's own (out of memory, a failed launch): not the chunk's fault
+        except Exception as e:
+            raise unreadable(self.block, e) from e
+
+
+def _decode(device, dec, found, out, queue, events) -> int:
+    """Decode ``found``'s pieces into ``out``: whole-row chunks in place, the others aside then copied."""
+    import pyopencl as cl
+
+    n, itemsize = found.chunk_nbytes, found.dtype.itemsize
+    width, (chunk_rows, chunk_cols) = found.shape[1], found.chunk
+    data = found.read()
+    direct, aside = [], []          # (piece, frame) decoded into out; (piece, frame, how) into scratch
+    for piece, frame in zip(found.pieces, data):
+        if frame is None:
+            aside.append((piece, None, "fill"))
+        elif dec.unsupported_reason(frame, piece.name) is not None:
+            aside.append((piece, found.decode_on_host(frame, piece.name), "host"))
+        elif piece.direct:
+            direct.append((piece, frame))
+        else:
+            aside.append((piece, frame, "device"))
+    decode = dec.load()
+    decoded = sent = 0
+
+    def run(pairs, buf, offsets):
+        nonlocal decoded, sent
+        if not pairs:
+            return
+        names = [p.name for p, _ in pairs]
+        sizes = decode(device, [f for _, f in pairs], buf, offsets=offsets, names=names, events=events, queue=queue)
+        for name, size in zip(names, sizes):
+            if size != n:
+                raise ValueError(f"{name}: decodes to {size} bytes, a chunk of this array has {n}")
+        decoded += sum(sizes)
+        sent += sum(len(f) for _, f in pairs)
+
+    run(direct, out, [p.offset for p, _ in direct])
+    if aside:
+        scratch = device.buffer(len(aside) * n, what=f"the decode scratch of {len(aside)} chunks")
+        try:
+            with device.failing(f"placing {len(aside)} decoded chunks of {n} bytes"):
+                pairs = [(p, f) for p, f, how in aside if how == "device"]
+                run(pairs, scratch, [i * n for i, (_, _, how) in enumerate(aside) if how == "device"])
+                done = []
+                for i, (piece, what, how) in enumerate(aside):
+                    if how == "fill":
+                        fill = np.asarray(found.fill, found.dtype).reshape(1)
+                        done.append(cl.enqueue_fill_buffer(queue, scratch, fill, i * n, n))
+                    elif how == "host":
+                        cl.enqueue_copy(queue, scratch, what, dst_offset=i * n, is_blocking=True)
+                        sent += what.nbytes
+                for i, (piece, _, _) in enumerate(aside):
+                    # the chunk's rows and columns the block takes, into their place in the block
+                    done.append(cl.enqueue_copy(
+                        queue, out, scratch,
+                        src_origin=(piece.inside[1] * itemsize, i * chunk_rows + piece.inside[0], 0),
+                        dst_origin=(piece.at[1] * itemsize, piece.at[0], 0),
+                        region=(piece.size[1] * itemsize, piece.size[0], 1),
+                        src_pitches=(chunk_cols * itemsize, 0), dst_pitches=(width * itemsize, 0)))
+                if events is not None:
+                    events.extend(("copy", e) for e in done)
+                cl.wait_for_events(done)
+        finally:
+            scratch.release()
+    fastpaths.codec("device_decoded_bytes", decoded)
+    return sent
