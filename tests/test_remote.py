@@ -5,6 +5,7 @@ against zarr's own ``store.get`` where both read the same thing.
 """
 from __future__ import annotations
 
+import socket
 import threading
 import uuid
 
@@ -213,25 +214,269 @@ def test_a_zarr_array_read_through_get_many_matches_zarr(s3, rng):
     np.testing.assert_array_equal(out, A)
 
 
-def test_a_dropped_connection_is_retried_and_a_refusal_is_not(s3, objects, monkeypatch):
-    from botocore.exceptions import ConnectionClosedError
+class Proxy:
+    """A TCP proxy in front of moto that does to the next requests what ``plan`` says, then passes them on.
 
+    ``plan``: "drop" (the connection closed once the request arrived, no
+    answer) or "503" (S3's ``SlowDown``); ``requests`` counts the request
+    lines it saw (GETs and PUTs: moto signs nothing here that the proxy
+    changes, the Host it checks is the proxy's, as the client signed it).
+    """
+
+    def __init__(self, target: str):
+        host, port = target.rsplit("//", 1)[1].split(":")
+        self.target, self.plan, self.requests = (host, int(port)), [], []
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.endpoint = f"http://127.0.0.1:{self.server.getsockname()[1]}"
+        self.closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while not self.closed:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn):
+        upstream = None
+        try:
+            while True:
+                data = conn.recv(1 << 20)
+                if not data:
+                    return
+                line = data.split(b"\r\n", 1)[0]
+                if line.split(b" ")[0] in (b"GET", b"PUT", b"DELETE", b"HEAD", b"POST"):
+                    self.requests.append(line.decode())
+                    action = self.plan.pop(0) if self.plan else "pass"
+                    if action == "drop":
+                        conn.shutdown(socket.SHUT_RDWR)
+                        return
+                    if action == "503":
+                        body = b"<Error><Code>SlowDown</Code><Message>Please reduce your rate</Message></Error>"
+                        conn.sendall(b"HTTP/1.1 503 Slow Down\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+                        continue
+                if upstream is None:
+                    upstream = socket.create_connection(self.target)
+                    threading.Thread(target=self._back, args=(upstream, conn), daemon=True).start()
+                upstream.sendall(data)
+        except OSError:
+            return
+        finally:
+            conn.close()
+            if upstream is not None:
+                upstream.close()
+
+    @staticmethod
+    def _back(upstream, conn):
+        try:
+            while data := upstream.recv(1 << 20):
+                conn.sendall(data)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def close(self):
+        self.closed = True
+        self.server.close()
+
+
+def test_a_dropped_connection_and_a_503_are_retried_and_a_refusal_is_not(s3, objects):
     prefix, data = objects
-    store = _store(s3, prefix)
-    s3client = remote._s3_of(store)[0]
-    real, calls, drops = s3client.client.get_object, [], [1]
+    proxy = Proxy(s3.endpoint)
+    try:
+        store = _store(s3, prefix, endpoint_url=proxy.endpoint)
+        assert remote.handles(store)
+        proxy.plan[:] = ["drop"]
+        assert bytes(remote.get_many(store, [("c/1/0", None)])[0]) == data["c/1/0"]
+        assert len(proxy.requests) == 2                     # asked again after the connection was dropped
+        proxy.requests.clear()
+        proxy.plan[:] = ["503", "drop"]
+        assert remote.put_many(store, [("c/new", b"written")]) is True
+        assert len(proxy.requests) == 3
+        assert bytes(remote.get_many(store, [("c/new", None)])[0]) == b"written"
+        proxy.requests.clear()
+        assert remote.get_many(store, [("c/9/9", None)]) == [None]      # a missing key: asked once
+        assert len(proxy.requests) == 1
+        bad = _store(s3, prefix, endpoint_url=proxy.endpoint, secret="not-the-secret")
+        proxy.requests.clear()
+        with pytest.raises(PermissionError):
+            remote.get_many(bad, [("c/1/0", None)])
+        assert len(proxy.requests) == 1                     # refused credentials: asked once
+        # retries are bounded (botocore's config, as s3fs passes it): a server that keeps dropping fails the read
+        few = _store(s3, prefix, endpoint_url=proxy.endpoint, config_kwargs={"retries": {"max_attempts": 2}})
+        proxy.requests.clear()
+        proxy.plan[:] = ["drop"] * 10
+        with pytest.raises(OSError):
+            remote.get_many(few, [("c/1/0", None)])
+        assert len(proxy.requests) == 3
+    finally:
+        proxy.close()
 
-    def flaky(**kw):
-        calls.append(kw["Key"])
-        if drops:
-            drops.pop()
-            raise ConnectionClosedError(endpoint_url=s3.endpoint)
-        return real(**kw)
 
-    monkeypatch.setattr(s3client.client, "get_object", flaky)
-    monkeypatch.setattr(remote.time, "sleep", lambda s: None)
+# -- the conditional writes the lease takes itself with ------------------------------------------
+
+def test_conditional_writes_succeed_only_on_the_object_as_read(s3, rng):
+    prefix = f"remote-cond-{uuid.uuid4().hex[:8]}"
+    cond = remote.conditional(_store(s3, prefix))
+    assert cond is not None and cond.atomic
+    first, second = (rng.integers(0, 256, 1000, dtype=np.uint8).tobytes() for _ in range(2))
+    assert cond.get("lease") is None
+    tag = cond.put("lease", first, None)                   # If-None-Match: * on nothing: written
+    assert tag and cond.get("lease") == (first, tag)
+    assert cond.put("lease", second, None) is None         # one is there now: refused
+    assert cond.put("lease", second, '"0123456789abcdef0123456789abcdef"') is None    # another ETag
+    assert cond.get("lease") == (first, tag)
+    new = cond.put("lease", second, tag)                   # If-Match: the one read: written
+    assert new and new != tag and cond.get("lease") == (second, new)
+    assert cond.delete("lease", tag) is False              # the old ETag: kept
+    assert cond.get("lease") == (second, new)
+    assert cond.delete("lease", new) is True
+    assert cond.get("lease") is None
+    assert cond.put("lease", first, new) is None           # If-Match on a deleted object: refused, not created
+    assert cond.delete("lease", new) is False
+    assert cond.get("lease") is None and cond.atomic
+    assert _zarr_get(_store(s3, prefix), "lease", None) is None
+
+
+def test_conditional_on_a_read_only_store_refuses_to_write(s3):
+    cond = remote.conditional(_store(s3, f"remote-cond-ro-{uuid.uuid4().hex[:8]}", read_only=True))
+    with pytest.raises(ValueError, match="read-only"):
+        cond.put("lease", b"x", None)
+    with pytest.raises(ValueError, match="read-only"):
+        cond.delete("lease", '"x"')
+
+
+def test_conditional_with_wrong_credentials_raises_permission_error(s3):
+    cond = remote.conditional(_store(s3, f"remote-cond-bad-{uuid.uuid4().hex[:8]}", secret="not-the-secret"))
+    for call in (lambda: cond.get("lease"), lambda: cond.put("lease", b"x", None),
+                 lambda: cond.delete("lease", '"x"')):
+        with pytest.raises(PermissionError):
+            call()
+
+
+# -- s3fs's settings, as obstore is given them --------------------------------------------------
+
+class Recorder:
+    """An HTTP server that answers every request as S3 would a good one, and records what it got."""
+
+    def __init__(self):
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        seen = self.seen = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _answer(self, body: bytes, status: int = 200):
+                self.send_response(status)
+                self.send_header("ETag", '"0123456789abcdef0123456789abcdef"')
+                self.send_header("Last-Modified", "Thu, 26 Nov 2026 06:00:00 GMT")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self):
+                seen.append((self.command, self.path, {k.lower(): v for k, v in self.headers.items()}))
+                self._answer(b"recorded")
+
+            def do_PUT(self):
+                seen.append((self.command, self.path, {k.lower(): v for k, v in self.headers.items()}))
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                self._answer(b"")
+
+            def do_DELETE(self):
+                seen.append((self.command, self.path, {k.lower(): v for k, v in self.headers.items()}))
+                self._answer(b"", 204)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def recorder():
+    r = Recorder()
+    yield r
+    r.close()
+
+
+def _recorded_store(endpoint: str, **options):
+    from zarr.storage import FsspecStore
+
+    return FsspecStore.from_url("s3://bucket/root", storage_options=options, read_only=False)
+
+
+def test_an_endpoint_with_a_path_region_and_requester_pays_reach_the_requests(recorder):
+    endpoint = recorder.endpoint + "/under/a/path"
+    store = _recorded_store(endpoint, key="K", secret="S", endpoint_url=endpoint, requester_pays=True,
+                            client_kwargs={"region_name": "eu-west-3"},
+                            s3_additional_kwargs={"ServerSideEncryption": "AES256"})
+    assert bytes(remote.get_many(store, [("c/0", None)])[0]) == b"recorded"
+    assert remote.put_many(store, [("c/1", b"x")]) is True
+    cond = remote.conditional(store)
+    assert cond.delete("lease", '"abc"') is True
+    (get, path, headers), (put, put_path, put_headers), (delete, del_path, del_headers) = recorder.seen
+    assert (get, path) == ("GET", "/under/a/path/bucket/root/c/0")
+    assert (put, put_path) == ("PUT", "/under/a/path/bucket/root/c/1")
+    assert (delete, del_path) == ("DELETE", "/under/a/path/bucket/root/lease")
+    assert del_headers["if-match"] == '"abc"'
+    for h in (headers, put_headers, del_headers):
+        assert "Credential=K/" in h["authorization"] and "/eu-west-3/s3/aws4_request" in h["authorization"]
+        assert h.get("x-amz-request-payer") == "requester"
+    assert put_headers.get("x-amz-server-side-encryption") == "AES256"
+
+
+def test_anon_requests_are_not_signed(recorder, monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "FROM-THE-ENVIRONMENT")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
+    store = _recorded_store(recorder.endpoint, anon=True, endpoint_url=recorder.endpoint)
+    assert bytes(remote.get_many(store, [("c/0", None)])[0]) == b"recorded"
+    assert remote.conditional(store).delete("lease", '"abc"') is True
+    assert len(recorder.seen) == 2
+    for _, _, headers in recorder.seen:
+        assert "authorization" not in headers
+
+
+def test_credentials_of_a_profile_are_found_as_botocore_finds_them(s3, objects, tmp_path, monkeypatch):
+    prefix, data = objects
+    creds = tmp_path / "credentials"
+    creds.write_text(f"[other]\naws_access_key_id = AKIANOTAKEY\naws_secret_access_key = x\n"
+                     f"[dgemm-{prefix}]\naws_access_key_id = {s3.key}\naws_secret_access_key = {s3.secret}\n")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(creds))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(k, raising=False)
+    options = {"endpoint_url": s3.endpoint, "client_kwargs": {"region_name": "us-east-1"}}
+    from zarr.storage import FsspecStore
+
+    store = FsspecStore.from_url(s3.url(prefix), storage_options=dict(options, profile=f"dgemm-{prefix}"))
     assert bytes(remote.get_many(store, [("c/1/0", None)])[0]) == data["c/1/0"]
-    assert len(calls) == 2
-    calls.clear()
-    assert remote.get_many(store, [("c/9/9", None)]) == [None]      # a missing key: asked once
-    assert len(calls) == 1
+    other = FsspecStore.from_url(s3.url(prefix), storage_options=dict(options, profile="other"))
+    with pytest.raises(PermissionError):
+        remote.get_many(other, [("c/1/0", None)])
+
+
+def test_settings_obstore_cannot_take_leave_the_store_to_zarr(s3, tmp_path, monkeypatch):
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
+    monkeypatch.delenv("AWS_REGION", raising=False)
+    from zarr.storage import FsspecStore
+
+    def store(**options):
+        return FsspecStore.from_url("s3://bucket/root", storage_options=dict({"key": "K", "secret": "S"}, **options))
+
+    assert remote.handles(store(endpoint_url=s3.endpoint))
+    assert not remote.handles(store())           # AWS, no region: botocore would follow the bucket's redirect
+    assert remote.handles(store(client_kwargs={"region_name": "eu-west-3"}))
+    assert not remote.handles(store(endpoint_url=s3.endpoint, config_kwargs={"s3": {"addressing_style": "virtual"}}))
+    assert not remote.handles(store(endpoint_url=s3.endpoint, s3_additional_kwargs={"ACL": "public-read"}))
+    assert not remote.handles(store(endpoint_url=s3.endpoint, client_kwargs={"config": object()}))
+    assert not remote.handles(store(endpoint_url=s3.endpoint, config_kwargs={"signature_version": "s3"}))

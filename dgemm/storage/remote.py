@@ -1,76 +1,57 @@
-"""Many S3 GETs and PUTs for a zarr store at once, from many threads, without zarr's event loop.
+"""Many S3 GETs and PUTs for a zarr store at once, from many threads, through obstore, without zarr's event loop.
 
-zarr's ``FsspecStore`` over s3fs does every request on one event-loop thread per
-process, and aiohttp reads each body in Python on that thread: on the H100
-host, 16 reader threads got about 0.02 GB/s each through it (3.4 s per 64 MB
-chunk) where plain boto3 GETs from 16 threads read 4.0 GB/s from the same moto
-server.  :func:`get_many` and :func:`put_many` send the requests through one
-botocore client (urllib3: a connection per request in flight, the body read by
-the thread that asked for it) built from the store's own s3fs settings, and
-fan a call's requests out over a thread pool, so a call of several requests
-runs them concurrently as ``asyncio.gather`` did.
+zarr's ``FsspecStore`` over s3fs does every request on one event-loop thread
+per process, and aiohttp reads each body in Python on that thread (16 reader
+threads got about 0.02 GB/s each through it on the H100 host).
+:func:`get_many` and :func:`put_many` send a store's requests through
+obstore's *synchronous* calls (Rust: the GIL is released while a request is
+in flight, the body lands in one buffer returned without a copy), a call's
+requests fanned out over a thread pool, so that many callers and many
+requests run at once.  obstore's async API (what zarr's ``ObjectStore``
+uses) is not used: it read a 64 MiB object 20-30x slower from threads, and
+its multipart PUT above 5 MiB doubled the server's CPU; every PUT here is
+one request (objects up to S3's 5 GiB).  Measured against the botocore
+client this module was before: as fast or faster at a half to a third of
+the client's CPU (bench/NOTES.md, issue 29).
 
-Chosen by measurement against a local moto server (``python -m moto.server``,
-signatures unchecked), 24 objects of 16, 32 and 64 MB (0.94 GB), whole-object
-GETs spread over 1/4/8/16 threads, each thread one request per call, on the
-development machine: 2 cores, which the server shares (its CPU per GB is
-about that of the client), so every rate is bounded by those 2 cores; the
-client's CPU seconds per GB say how a path would fare on more cores.  GB/s by
-threads, and this process's CPU s/GB:
+The store is still the ``FsspecStore`` over an ``s3fs.S3FileSystem`` that
+``storage_options=`` makes; its settings are translated to an obstore
+``S3Store`` only where the translation is faithful (:func:`_settings`),
+else this module declines and zarr's path serves the store: key, secret,
+token (or the credentials botocore finds for the profile: environment,
+``~/.aws``, instance roles), ``anon``, the endpoint (a path in it kept),
+the region (``client_kwargs``, or botocore's configured one; with no region
+and no endpoint, where botocore would follow the bucket's region redirect,
+declined), ``requester_pays``, server-side encryption, ``verify``,
+connect and read timeouts and s3fs's ``retries``.
 
-===============================================  =====================  ========
-path                                             1 / 4 / 8 / 16 threads  CPU s/GB
-===============================================  =====================  ========
-(a) zarr ``store.get`` on zarr's loop (before)   0.26 0.29 0.20 0.23     2.5-2.8
-(b) s3fs's sync ``fs.cat_file`` (fsspec's loop)  0.19 0.22 0.20 0.22     2.7-2.9
-(c) a boto3 client per thread                    0.44 0.64 0.58 0.46     1.3-2.1
-(c') one botocore client, many connections       0.51 0.87 0.76 0.79     1.2-1.3
-(d) an event loop and an s3fs per thread         0.23 0.22 0.15 0.09     3.1-9.0
-(e) obstore (Rust) called from each thread       0.51 0.62 0.54 0.60     0.9-1.1
-(e') zarr's ``ObjectStore`` (obstore), its loop  0.45 0.66 0.67 0.60     0.9-1.1
-this module (c'), a later run, busier machine    0.40 0.42 0.52 0.49     1.2-1.4
-(a) in that same later run                       0.17 0.16 0.15 0.19     3.0-3.6
-===============================================  =====================  ========
-
-4 MB ranges, 8 per call, were bound by moto (9 server CPU s/GB: it reads the
-whole object per range) at 0.05-0.09 GB/s for every path; client CPU 1.4-1.6
-s/GB here, 2.0-2.3 for (a).  PUTs of whole objects, also moto-bound: 0.11-0.13
-GB/s here and 0.10-0.12 through zarr's ``store.set``, client CPU 2.2 and 3.3-3.7
-s/GB.  obstore costs the client least CPU, but it is a new dependency with its
-own credential chain (no AWS profiles but through a boto3 provider), so it
-could not take over every s3fs setting; a zarr ``ObjectStore`` is left to zarr
-(e' reads as fast as e: its loop only awaits Rust).  s3fs's whole-object read
-also costs the server twice the CPU: a HEAD, then 50 MB range GETs.
-
-Only what can be taken over faithfully is: an ``S3FileSystem`` (not a
-subclass) with no caller-made session, no bucket-region cache and no session
-options but a profile; its key, secret, token, anon, endpoint, ``client_kwargs``,
-``config_kwargs`` (timeouts included), ``use_ssl``, ``requester_pays`` and
-``s3_additional_kwargs`` are passed as s3fs passes them.  Errors are s3fs's
-(:func:`s3fs.errors.translate_boto_error`), and a missing key reads as None
-exactly where zarr's store would (its ``allowed_exceptions``): wrong
-credentials raise :class:`PermissionError`, never read as missing.
+Errors are what s3fs raises: a missing object (or bucket) is
+:class:`FileNotFoundError`, read as None exactly where zarr's store would
+(its ``allowed_exceptions``); refused credentials are :class:`PermissionError`,
+never read as missing; anything else :class:`OSError`; each names the object
+and S3's error code.  Connection errors, timeouts and 5xx answers are
+retried by obstore (s3fs's ``retries`` times, s3fs's backoff).
 """
 from __future__ import annotations
 
 import numbers
 import os
+import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 
 from dgemm.storage import fastpaths
 
 # Requests of one call run at once on this many threads (per process, shared by all callers); real S3
-# rewards many connections, and a thread waiting on the network costs little.
+# rewards many connections, and a thread waiting on the network costs little (obstore releases the GIL).
 POOL_THREADS = 64
-# Idle connections kept: callers run a request themselves too, so more than the pool's threads.
-_CONNECTIONS = 2 * POOL_THREADS + 64
 _MAX_PUT = 5 * 2**30        # S3's limit for one PUT; larger objects need a multipart upload (left to zarr)
 
 _LOCK = threading.Lock()
-_CLIENTS: dict = {}          # settings token -> _S3, for this process
-_POOL: list = [None, None]   # [pid, ThreadPoolExecutor]: clients and threads do not survive a fork
+_CLIENTS: dict = {}          # (pid, settings token) -> _S3, for this process
+_POOL: list = [None, None]   # [pid, ThreadPoolExecutor]: threads do not survive a fork
 
 
 def handles(store) -> bool:
@@ -95,16 +76,19 @@ def get_many(store, requests: list) -> list | None:
     Returns
     -------
     list or None
-        One ``bytes`` per request, in order, or None for a key the store does
-        not hold (where zarr's ``store.get`` would return None); None as a
-        whole when ``store`` is not one this module reads.
+        One bytes-like object (buffer protocol: ``bytes()``, ``memoryview``,
+        ``np.frombuffer`` take it without a copy) per request, in order, or
+        None for a key the store does not hold (where zarr's ``store.get``
+        would return None); None as a whole when ``store`` is not one this
+        module reads.
 
     Raises
     ------
     PermissionError
         Credentials the server refuses (or access denied), naming the object.
     OSError
-        Any other failure, as s3fs would raise it; nothing else reads as None.
+        Any other failure (``FileNotFoundError`` where the store does not
+        allow it); nothing else reads as None.
     ValueError
         A malformed range (before any request is sent).
     """
@@ -126,7 +110,8 @@ def put_many(store, items: list) -> bool | None:
         As for :func:`get_many`; it must be writable.
     items : list of (str, bytes-like)
         ``(key, value)``: the key relative to the store's root, and the whole
-        object, written over any object of that key (as ``store.set``).
+        object, written over any object of that key (as ``store.set``), in
+        one PUT.
 
     Returns
     -------
@@ -139,19 +124,19 @@ def put_many(store, items: list) -> bool | None:
     ValueError
         The store is read-only (before anything is written).
     PermissionError, OSError
-        As s3fs would raise them; objects written before a failure stay.
+        As for :func:`get_many`; objects written before a failure stay.
     """
     found = _s3_of(store)
     if found is None:
         return None
-    items = [(key, _as_bytes(value)) for key, value in items]
-    if any(len(value) >= _MAX_PUT for _, value in items):
+    items = [(key, _as_buffer(value)) for key, value in items]
+    if any(value.nbytes >= _MAX_PUT for _, value in items):
         return None
     if getattr(store, "read_only", False):
         raise ValueError(f"store {store!r} was opened read-only: nothing written")
     s3, fs, root, _ = found
     _run(lambda item: s3.put(fs, _path(root, item[0]), item[1]), items)
-    fastpaths.record("s3_put_batch", sum(len(value) for _, value in items))
+    fastpaths.record("s3_put_batch", sum(value.nbytes for _, value in items))
     return True
 
 
@@ -168,24 +153,19 @@ def conditional(store) -> Conditional | None:
     return Conditional(s3, fs, root, bool(getattr(store, "read_only", False)))
 
 
-# The error codes of a server that does not do conditional writes and says so (``501 NotImplemented``, as S3
-# answered before it added them in 2024): the request goes again without the condition.
-_NO_CONDITIONS = ("NotImplemented", "501")
-# The object changed since it was read: 412 (another ETag, or one there now), 404 (gone; AWS and moto answer
-# ``If-Match`` on a missing object so), 409 (AWS: another conditional write of it was in flight).
-_CHANGED = ("PreconditionFailed", "412", "NoSuchKey", "404", "ConditionalRequestConflict", "409")
-
-
 class Conditional:
     """One S3 store's keys, read with their ETag and written only if unchanged since (S3's conditional writes).
 
     :meth:`put` sends ``If-None-Match: *`` (write only if there is no
-    object) or ``If-Match: <etag>`` (only if the object is still the one
-    read), and the server decides: of two writers, one wins.  Where the
-    server refuses the conditions (``501 NotImplemented``), the write is
-    sent again without them, and this process's later writes to that server
-    go without (:attr:`atomic` turns False): a read, then a write, as for
-    any other store.  A server that ignores them writes unconditionally.
+    object: obstore's ``mode="create"``) or ``If-Match: <etag>`` (only if
+    the object is still the one read: an update of that ETag), and the
+    server decides: of two writers, one wins.  :meth:`delete` sends
+    ``If-Match`` too (obstore's delete takes no condition: that one request
+    is signed here, by botocore's SigV4 signer).  Where the server refuses
+    the conditions (``501 NotImplemented``), the write is sent again
+    without them, and this process's later writes to that server go without
+    (:attr:`atomic` turns False): a read, then a write, as for any other
+    store.  A server that ignores them writes unconditionally.
     """
 
     def __init__(self, s3: _S3, fs, root: str, read_only: bool):
@@ -198,21 +178,16 @@ class Conditional:
 
     def get(self, key: str) -> tuple[bytes, str] | None:
         """``(the object's bytes, its ETag)``, or None when there is no object ``key``."""
-        bucket, name, _ = _split(self.fs, _path(self.root, key))
+        import obstore
 
-        def get():
-            reply = self.s3.client.get_object(**self.s3.get_extra, Bucket=bucket, Key=name)
-            body = reply["Body"]
-            try:
-                return body.read(), reply["ETag"]
-            finally:
-                body.close()
+        bucket, name, _ = _split(self.fs, _path(self.root, key))
         try:
-            return self.s3._retrying(get)
+            got = obstore.get(self.s3.store(bucket), name)
+            return bytes(got.bytes()), got.meta["e_tag"]
         except Exception as e:
-            if _code(e) in ("NoSuchKey", "404"):
+            if isinstance(e, FileNotFoundError):
                 return None
-            _raise_translated(e, f"s3://{bucket}/{name}")
+            raise _translated(e, f"s3://{bucket}/{name}") from e
 
     def put(self, key: str, data: bytes, match: str | None) -> str | None:
         """Write ``key`` if it is as read: absent (``match`` None) or with ETag ``match``; the new ETag, or None if not.
@@ -221,51 +196,72 @@ class Conditional:
         was read: nothing was written.  A request retried after a reply lost
         may also find its own write there: the caller reads to tell.
         """
+        import obstore
+        from obstore.exceptions import AlreadyExistsError, PreconditionError
+
         if self.read_only:
             raise ValueError(f"s3 store {self.root!r} was opened read-only: nothing written")
-        condition = {"IfNoneMatch": "*"} if match is None else {"IfMatch": match}
-        reply = self._write("PutObject", self.s3.client.put_object, key, condition,
-                            dict(self.s3.put_extra, Body=data))
-        return None if reply is None else reply.get("ETag") or ""
+        bucket, name, _ = _split(self.fs, _path(self.root, key))
+        store = self.s3.store(bucket)
+        mode = "create" if match is None else {"e_tag": match}
+        try:
+            if "PutObject" in self.s3.refused:
+                mode = "overwrite"
+            try:
+                reply = obstore.put(store, name, data, mode=mode, use_multipart=False)
+            except Exception as e:
+                # 412 (another ETag, or an object there now), 404 (gone: S3 answers If-Match on a missing
+                # object so) are obstore's AlreadyExists / Precondition; 409: AWS had another conditional
+                # write of it in flight
+                if isinstance(e, (AlreadyExistsError, PreconditionError)) or _code(e) in _CONFLICT:
+                    return None
+                if mode == "overwrite" or _code(e) not in _NO_CONDITIONS:
+                    raise
+                with _LOCK:
+                    self.s3.refused.add("PutObject")
+                reply = obstore.put(store, name, data, mode="overwrite", use_multipart=False)
+            return reply.get("e_tag") or ""
+        except Exception as e:
+            raise _translated(e, f"s3://{bucket}/{name}") from e
+        finally:
+            with _LOCK:
+                self.fs.invalidate_cache(_path(self.root, key))
 
     def delete(self, key: str, match: str) -> bool:
         """Delete ``key`` if its ETag is still ``match``; False (nothing deleted) if another writer changed it."""
         if self.read_only:
             raise ValueError(f"s3 store {self.root!r} was opened read-only: nothing deleted")
-        return self._write("DeleteObject", self.s3.client.delete_object, key, {"IfMatch": match}, {}) is not None
-
-    def _write(self, op: str, call, key: str, condition: dict, kwargs: dict):
-        """A conditional write of ``key``: the server's reply, or None where another writer changed it first."""
         bucket, name, _ = _split(self.fs, _path(self.root, key))
         try:
-            return self._send(op, call, condition, dict(kwargs, Bucket=bucket, Key=name)) or {}
+            if "DeleteObject" not in self.s3.refused:
+                status, code = self.s3.delete_if(bucket, name, match)
+                if status < 300:
+                    return True
+                if code in _CHANGED or str(status) in _CHANGED:
+                    return False
+                if code not in _NO_CONDITIONS and str(status) not in _NO_CONDITIONS:
+                    error = PermissionError if status in (401, 403) else OSError
+                    raise error(f"s3://{bucket}/{name}: {code or status}: DELETE with If-Match answered {status}")
+                with _LOCK:
+                    self.s3.refused.add("DeleteObject")
+            import obstore
+            obstore.delete(self.s3.store(bucket), name)
+            return True
+        except (PermissionError, ValueError):
+            raise
         except Exception as e:
-            if _code(e) in _CHANGED:
-                return None
-            _raise_translated(e, f"s3://{bucket}/{name}")
+            raise _translated(e, f"s3://{bucket}/{name}") from e
         finally:
             with _LOCK:
                 self.fs.invalidate_cache(_path(self.root, key))
 
-    def _send(self, op: str, call, condition: dict, kwargs: dict):
-        """``call(**kwargs, **condition)``; without the condition where the server refuses it (remembered)."""
-        if op not in self.s3.refused:
-            try:
-                return self.s3._retrying(lambda: call(**kwargs, **condition))
-            except Exception as e:
-                if _code(e) not in _NO_CONDITIONS:
-                    raise
-                with _LOCK:
-                    self.s3.refused.add(op)
-        return self.s3._retrying(lambda: call(**kwargs))
 
-
-def _raise_translated(error: Exception, what: str):
-    """Raise s3fs's exception for the botocore ``error`` (the error itself where s3fs has none)."""
-    translated = _translated(error, what)
-    if translated is error:
-        raise error
-    raise translated from error
+# The error codes of a server that does not do conditional writes and says so (``501 NotImplemented``, as S3
+# answered before it added them in 2024): the request goes again without the condition.
+_NO_CONDITIONS = ("NotImplemented", "501")
+_CONFLICT = ("ConditionalRequestConflict", "409")
+# A conditional DELETE found the object changed: 412, 404 (gone), 409 (another conditional request in flight).
+_CHANGED = ("PreconditionFailed", "412", "NoSuchKey", "404") + _CONFLICT
 
 
 # -- which stores, and their client ---------------------------------------------------------------
@@ -300,8 +296,17 @@ def _s3_of(store):
     return s3, fs, root, allowed
 
 
+# The options of s3fs's filesystem, its botocore client and its requests that obstore can take as they are
+# meant; any other makes this module decline the store (zarr's path then honours it).
+_CLIENT_KWARGS = {"region_name", "endpoint_url", "use_ssl", "verify",
+                  "aws_access_key_id", "aws_secret_access_key", "aws_session_token"}
+_CONFIG_KWARGS = {"connect_timeout", "read_timeout", "retries", "max_pool_connections", "region_name",
+                  "signature_version", "s3"}
+_EXTRA = {"ServerSideEncryption": "server_side_encryption", "SSEKMSKeyId": "sse_kms_key_id"}
+
+
 def _settings(fs) -> dict | None:
-    """What s3fs's ``set_session`` would create its client with, or None when it cannot be taken over."""
+    """What the obstore store for ``fs`` is made from (:meth:`_S3.make`), or None when it cannot be taken over."""
     try:
         from s3fs import S3FileSystem
     except ImportError:
@@ -315,149 +320,282 @@ def _settings(fs) -> dict | None:
             return None          # s3fs finds each bucket's region itself
         session = dict(fs.kwargs)
         profile = session.pop("profile", None)
-        if session:
-            return None          # other AioSession options
-        client_kwargs = dict(fs.client_kwargs)
-        init = {"aws_access_key_id": fs.key, "aws_secret_access_key": fs.secret,
-                "aws_session_token": fs.token, "endpoint_url": fs.endpoint_url}
-        init = {k: v for k, v in init.items() if v is not None and v != client_kwargs.get(k)}
-        if "use_ssl" not in client_kwargs:
-            init["use_ssl"] = fs.use_ssl
-        if hasattr(fs, "_prepare_config_kwargs"):
-            config = dict(fs._prepare_config_kwargs())
-        else:
-            config = dict(fs.config_kwargs)
-            config.setdefault("connect_timeout", fs.connect_timeout)
-            config.setdefault("read_timeout", fs.read_timeout)
-        anon = bool(fs.anon)
-        if anon:
-            drop = {"aws_access_key_id", "aws_secret_access_key", "aws_session_token"}
-            init = {k: v for k, v in init.items() if k not in drop}
-            client_kwargs = {k: v for k, v in client_kwargs.items() if k not in drop}
+        client = dict(fs.client_kwargs)
+        config = dict(fs.config_kwargs)
+        if session or set(client) - _CLIENT_KWARGS or set(config) - _CONFIG_KWARGS:
+            return None
+        s3_opts = dict(config.get("s3") or {})
+        if set(s3_opts) - {"addressing_style"} or s3_opts.get("addressing_style", "path") not in ("path", "auto"):
+            return None          # virtual-hosted requests to an endpoint: its URL would have to be rebuilt
+        anon, signature = bool(fs.anon), config.get("signature_version")
+        if signature not in (None, "s3v4"):
+            from botocore import UNSIGNED
+            if signature is not UNSIGNED:
+                return None      # another signature than SigV4
+            anon = True
+        key = client.get("aws_access_key_id", fs.key)
+        secret = client.get("aws_secret_access_key", fs.secret)
+        token = client.get("aws_session_token", fs.token)
+        endpoint = client.get("endpoint_url") or fs.endpoint_url
+        if not endpoint and not client.get("use_ssl", fs.use_ssl):
+            return None          # plain http to AWS
+        region = client.get("region_name") or config.get("region_name")
+        retries = dict(config.get("retries") or {})
         extra = dict(fs.s3_additional_kwargs)
-        extra.update(getattr(fs, "req_kw", None) or ({"RequestPayer": "requester"} if fs.requester_pays else {}))
-        if extra.get("RequestPayer", "") is None:
-            extra.pop("RequestPayer")
-        return {"profile": profile, "init": init, "client": client_kwargs, "config": config, "anon": anon,
-                "extra": extra, "retries": int(getattr(fs, "retries", 5))}
+        payer = bool(fs.requester_pays) or extra.pop("RequestPayer", None) == "requester"
+        if set(extra) - set(_EXTRA):
+            return None
+        verify = client.get("verify", True)
+        if not isinstance(verify, (bool, str)):
+            return None
+        timeouts = {}
+        for name, default in (("connect_timeout", fs.connect_timeout), ("read_timeout", fs.read_timeout)):
+            value = config.get(name, default)
+            if value is not None:
+                timeouts[name] = float(value)
+        return {"profile": profile, "anon": anon,
+                "credentials": None if anon or not (key and secret) else (key, secret, token),
+                "endpoint": endpoint, "region": region, "payer": payer, "verify": verify,
+                "extra": {_EXTRA[k]: v for k, v in extra.items()}, "timeouts": timeouts,
+                "retries": _retries(retries, int(getattr(fs, "retries", 5)))}
     except (AttributeError, TypeError, ValueError):
         return None              # an s3fs whose settings are not where this one keeps them
 
 
-class _S3:
-    """One botocore S3 client (thread-safe, a pool of connections) and what s3fs adds to each request."""
+def _retries(botocore: dict, default: int) -> int:
+    """Retries after a request's first attempt: botocore's ``retries`` config where given, else s3fs's ``retries``."""
+    if "total_max_attempts" in botocore:
+        return max(int(botocore["total_max_attempts"]) - 1, 0)
+    if "max_attempts" in botocore:
+        return max(int(botocore["max_attempts"]), 0)
+    return max(default, 0)
 
-    def __init__(self, client, extra: dict, retries: int):
-        self.client = client
-        self.retries = max(1, retries)
-        members = {op: set(client.meta.service_model.operation_model(op).input_shape.members)
-                   for op in ("GetObject", "PutObject")}
-        # as s3fs filters its s3_additional_kwargs: only those the operation takes
-        self.get_extra = {k: v for k, v in extra.items() if k in members["GetObject"]}
-        self.put_extra = {k: v for k, v in extra.items() if k in members["PutObject"]}
+
+class _S3:
+    """The obstore stores (one per bucket, made on first use) of one set of s3fs settings, and how to sign."""
+
+    def __init__(self, config: dict, client: dict, retry: dict, provider, signer):
+        self.config, self.client, self.retry, self.provider, self.signer = config, client, retry, provider, signer
+        self.stores: dict = {}
         self.refused: set[str] = set()   # operations whose conditional form the server refused (Conditional)
 
     @classmethod
     def make(cls, settings: dict):
-        import botocore.session
-        from botocore.config import Config
-
-        config = dict(settings["config"])
-        config["max_pool_connections"] = max(int(config.get("max_pool_connections") or 10), _CONNECTIONS)
+        """The client for ``settings`` (:func:`_settings`), or None where its credentials or region are unknown."""
+        config, provider, creds = {}, None, None
+        session = None
         if settings["anon"]:
-            from botocore import UNSIGNED
-            config["signature_version"] = UNSIGNED
-        try:
-            conf = Config(**config)       # aiobotocore-only options (AioConfig) raise here
-            session = botocore.session.Session(profile=settings["profile"])
-            client = session.create_client("s3", config=conf, **settings["init"], **settings["client"])
-        except Exception:
-            return None                   # zarr's path, through s3fs, raises what is wrong
-        return cls(client, settings["extra"], settings["retries"])
+            config["skip_signature"] = True
+        elif settings["credentials"] is not None:
+            creds = settings["credentials"]
+            config.update(access_key_id=creds[0], secret_access_key=creds[1])
+            if creds[2]:
+                config["session_token"] = creds[2]
+        region = settings["region"]
+        if not settings["anon"] and settings["credentials"] is None or region is None:
+            try:
+                import botocore.session
+                session = botocore.session.Session(profile=settings["profile"])
+                region = region or session.get_config_variable("region")
+                if not settings["anon"] and settings["credentials"] is None:
+                    creds = session.get_credentials()
+                    if creds is None:
+                        return None          # zarr's path raises botocore's NoCredentialsError
+                    provider = _provider(creds)
+            except Exception:
+                return None                  # a profile botocore does not know: zarr's path says so
+        endpoint = settings["endpoint"]
+        if region is None:
+            if endpoint is None:
+                return None                  # botocore follows the bucket's region redirect; obstore would not
+            region = "us-east-1"             # botocore's signing region for an endpoint without one
+        config["region"] = region
+        if endpoint:
+            # the service-specific variable (AWS_ENDPOINT_URL_S3) would win over ``endpoint`` in obstore
+            config["endpoint"] = config["aws_endpoint_url_s3"] = endpoint.rstrip("/")
+        if settings["payer"]:
+            config["request_payer"] = True
+        config.update(settings["extra"])
+        client = {"allow_http": bool(endpoint and endpoint.startswith("http://")),
+                  # obstore's 30 s for a whole request would cut a large object's slow read: a read that
+                  # stalls is what read_timeout (botocore's meaning) catches
+                  "timeout": timedelta(hours=1)}
+        t = settings["timeouts"]
+        if "connect_timeout" in t:
+            client["connect_timeout"] = timedelta(seconds=t["connect_timeout"])
+        if "read_timeout" in t:
+            client["read_timeout"] = timedelta(seconds=t["read_timeout"])
+        verify = settings["verify"]
+        if verify is False:
+            client["allow_invalid_certificates"] = True
+        elif isinstance(verify, str):
+            try:
+                with open(verify) as f:
+                    client["root_certificate"] = f.read()
+            except OSError:
+                return None
+        # s3fs's bound and backoff (0.1 s, times 1.7, at most 15 s); obstore retries connection errors,
+        # timeouts and 5xx answers, never a 4xx
+        retry = {"max_retries": settings["retries"],
+                 "backoff": {"init_backoff": timedelta(seconds=0.1), "max_backoff": timedelta(seconds=15),
+                             "base": 1.7}}
+        signer = _Signer(config, endpoint, region, creds, client, settings["retries"])
+        return cls(config, client, retry, provider, signer)
+
+    def store(self, bucket: str):
+        """obstore's ``S3Store`` for ``bucket`` (made once per process)."""
+        store = self.stores.get(bucket)
+        if store is None:
+            from obstore.store import S3Store
+
+            with _LOCK:
+                store = self.stores.get(bucket)
+                if store is None:
+                    store = self.stores[bucket] = S3Store(
+                        bucket, config=self.config, client_options=self.client, retry_config=self.retry,
+                        credential_provider=self.provider, virtual_hosted_style_request=False)
+        return store
 
     def get(self, fs, path: str, rng, allowed: tuple):
+        import obstore
+
         bucket, key, version = _split(fs, path)
+        options = {"version": version} if version else {}
         if rng is not None:
             if rng[0] == "suffix":
                 if rng[1] == 0:
                     return b""
-                header = f"bytes=-{int(rng[1])}"
+                options["range"] = {"suffix": int(rng[1])}
             else:
                 if rng[1] <= rng[0]:
                     return b""
-                header = f"bytes={int(rng[0])}-{int(rng[1]) - 1}"
-        kwargs = dict(self.get_extra, Bucket=bucket, Key=key, **({"VersionId": version} if version else {}))
-        if rng is not None:
-            kwargs["Range"] = header
-
-        def get():
-            body = self.client.get_object(**kwargs)["Body"]
-            try:
-                return body.read()
-            finally:
-                body.close()
+                options["range"] = (int(rng[0]), int(rng[1]))
         try:
-            return self._retrying(get)
+            return obstore.get(self.store(bucket), key, options=options).bytes()
         except Exception as e:
+            if rng is not None and _code(e) in ("InvalidRange", "416"):
+                return b""                # as zarr's FsspecStore: a range past the end reads as nothing
             error = _translated(e, f"s3://{bucket}/{key}")
             if isinstance(error, allowed):
                 return None
-            if _code(e) in ("InvalidRange", "416"):
-                return b""                # as zarr's FsspecStore: a range past the end reads as nothing
-            if error is e:
-                raise
             raise error from e
 
-    def put(self, fs, path: str, value: bytes) -> None:
+    def put(self, fs, path: str, value) -> None:
+        import obstore
+
         bucket, key, _ = _split(fs, path)
         try:
-            self._retrying(lambda: self.client.put_object(**self.put_extra, Bucket=bucket, Key=key, Body=value))
+            obstore.put(self.store(bucket), key, value, use_multipart=False)
         except Exception as e:
-            error = _translated(e, f"s3://{bucket}/{key}")
-            if error is e:
-                raise
-            raise error from e
+            raise _translated(e, f"s3://{bucket}/{key}") from e
         with _LOCK:          # as s3fs after a PUT: its listings (zarr's list) see the new object
             fs.invalidate_cache(path)
 
-    def _retrying(self, call):
-        """``call()``, again on the errors s3fs retries that botocore does not (a body cut off, a timeout)."""
-        from botocore.exceptions import (ConnectionClosedError, ConnectTimeoutError, EndpointConnectionError,
-                                         IncompleteReadError, ReadTimeoutError, ResponseStreamingError)
+    def delete_if(self, bucket: str, key: str, match: str) -> tuple[int, str | None]:
+        """``DELETE`` with ``If-Match: match``: (the HTTP status, S3's error code or None)."""
+        return self.signer.delete_if(bucket, key, match)
 
-        transient = (ConnectionClosedError, ConnectTimeoutError, EndpointConnectionError, IncompleteReadError,
-                     ReadTimeoutError, ResponseStreamingError)
+
+def _provider(creds):
+    """An obstore credential provider reading botocore's (refreshable) credentials of a profile or the environment."""
+    from datetime import datetime, timezone
+
+    def provide():
+        frozen = creds.get_frozen_credentials()
+        refreshes = hasattr(creds, "refresh_needed")
+        return {"access_key_id": frozen.access_key, "secret_access_key": frozen.secret_key,
+                "token": frozen.token,
+                # botocore refreshes ahead of its expiry; asking again every 5 minutes follows it
+                "expires_at": datetime.now(timezone.utc) + timedelta(minutes=5) if refreshes else None}
+    return provide
+
+
+class _Signer:
+    """One S3 request obstore cannot send: a ``DELETE`` with ``If-Match``, signed by botocore (SigV4)."""
+
+    def __init__(self, config: dict, endpoint: str | None, region: str, creds, client: dict, retries: int):
+        self.endpoint = endpoint.rstrip("/") if endpoint else f"https://s3.{region}.amazonaws.com"
+        self.region, self.creds, self.retries = region, creds, max(1, retries + 1)
+        self.anon, self.payer = bool(config.get("skip_signature")), bool(config.get("request_payer"))
+        self.insecure = bool(client.get("allow_invalid_certificates"))
+        self.cafile = client.get("root_certificate")
+
+    def delete_if(self, bucket: str, key: str, match: str) -> tuple[int, str | None]:
+        import ssl
+        import urllib.error
+        import urllib.request
+        from urllib.parse import quote
+
+        url = f"{self.endpoint}/{bucket}/{quote(key, safe='/~')}"
+        headers = {"If-Match": match}
+        if self.payer:
+            headers["x-amz-request-payer"] = "requester"
+        context = None
+        if url.startswith("https://"):
+            context = ssl.create_default_context()
+            if self.cafile:
+                context.load_verify_locations(cadata=self.cafile)
+            if self.insecure:
+                context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
         for attempt in range(self.retries):
+            request = urllib.request.Request(url, method="DELETE", headers=self._signed(url, headers))
             try:
-                return call()
-            except Exception as e:
-                if attempt == self.retries - 1 or not (isinstance(e, transient) or _code(e) == "SlowDown"):
+                with urllib.request.urlopen(request, timeout=60, context=context) as reply:
+                    return reply.status, None
+            except urllib.error.HTTPError as e:
+                body = e.read().decode("utf-8", "replace")
+                found = re.search(r"<Code>([^<]+)</Code>", body)
+                if e.code < 500 or e.code == 501 or attempt == self.retries - 1:
+                    return e.code, found.group(1) if found else None
+            except (urllib.error.URLError, OSError):
+                if attempt == self.retries - 1:
                     raise
-                time.sleep(min(1.7**attempt * 0.1, 15))    # s3fs's backoff
+            time.sleep(min(1.7**attempt * 0.1, 15))    # s3fs's backoff
+
+    def _signed(self, url: str, headers: dict) -> dict:
+        if self.anon:
+            return headers
+        from botocore.auth import S3SigV4Auth
+        from botocore.awsrequest import AWSRequest
+        from botocore.credentials import Credentials
+
+        creds = self.creds
+        creds = (creds.get_frozen_credentials() if hasattr(creds, "get_frozen_credentials")
+                 else Credentials(*creds))
+        request = AWSRequest(method="DELETE", url=url, headers=dict(headers))
+        S3SigV4Auth(creds, "s3", self.region).add_auth(request)
+        return dict(request.headers.items())
 
 
 def _translated(error: Exception, what: str) -> Exception:
-    """s3fs's exception for a botocore error (``PermissionError`` for a refused key...), naming the object."""
-    from s3fs.errors import translate_boto_error
+    """The exception s3fs raises for an obstore ``error``: not found, refused or another OSError, naming the object."""
+    from obstore.exceptions import PermissionDeniedError, UnauthenticatedError
 
-    exc = translate_boto_error(error, set_cause=False)
-    if exc is error:
+    text = str(error)
+    code = _code(error)
+    found = re.search(r"<Message>([^<]*)</Message>", text)
+    detail = found.group(1) if found else text.split("\n\nDebug source")[0].splitlines()[0][:300] if text else ""
+    message = f"{what}: {code or type(error).__name__}: {detail}"
+    if isinstance(error, FileNotFoundError):       # obstore's NotFoundError (a 404: key or bucket)
+        import errno
+        return FileNotFoundError(errno.ENOENT, message)
+    if isinstance(error, (PermissionDeniedError, UnauthenticatedError)):
+        import errno
+        return PermissionError(errno.EACCES, message)
+    if isinstance(error, OSError) and not type(error).__module__.startswith("obstore"):
         return error
-    message = f"{what}: {_code(error)}: {getattr(exc, 'strerror', None) or exc}"
-    try:
-        return type(exc)(exc.errno, message) if getattr(exc, "errno", None) is not None else type(exc)(message)
-    except TypeError:
-        return exc
+    return OSError(message)
 
 
 def _code(error: Exception) -> str | None:
-    """The S3 error code of a botocore ``ClientError`` (None for other errors)."""
-    response = getattr(error, "response", None)
-    return (response.get("Error") or {}).get("Code") if isinstance(response, dict) else None
+    """S3's error code in an obstore error (``<Code>`` of its body), else the HTTP status it names, else None."""
+    text = str(error)
+    found = re.search(r"<Code>([^<]+)</Code>", text) or re.search(r"status code: (\d{3})", text)
+    return found.group(1) if found else None
 
 
 def _split(fs, path: str) -> tuple[str, str, str | None]:
-    """(bucket, key, version id) as s3fs splits ``path`` (access-point ARNs and ``?versionId=`` included)."""
+    """(bucket, key, version id) as s3fs splits ``path`` (``?versionId=`` included)."""
     bucket, key, version = fs.split_path(path)
     if not bucket or not key:
         raise ValueError(f"{path!r} names no object (bucket/key)")
@@ -487,11 +625,12 @@ def _check_range(key, rng) -> None:
                          "nor ('suffix', n) with n >= 0")
 
 
-def _as_bytes(value) -> bytes | bytearray:
-    """``value`` as botocore takes a body (bytes; a copy of any other buffer)."""
-    if isinstance(value, (bytes, bytearray)):
-        return value
-    return memoryview(value).cast("B").tobytes()
+def _as_buffer(value) -> memoryview:
+    """``value`` as obstore takes a body: a flat, contiguous buffer of bytes (a copy only where it is not)."""
+    view = memoryview(value)
+    if not view.c_contiguous:
+        return memoryview(view.tobytes())
+    return view.cast("B") if view.format != "B" or view.ndim != 1 else view
 
 
 def _pool() -> ThreadPoolExecutor:
