@@ -1,0 +1,300 @@
+"""zstd frames (numcodecs' and zarr's ``Zstd``, Zarr's default compressor) decoded on the device.
+
+The host reads each frame's headers and entropy descriptions
+(:mod:`.zstd_frames`, a few bytes per block, with the decode tables from
+:mod:`.zstd_entropy`) and uploads the frames with compact tables; three kernels
+of ``dgemm/kernels/zstd_decode.cl`` do the rest:
+
+1. ``zstd_huf_streams``: every Huffman literal stream of every block of every
+   frame at once, one work-item each, into a literal buffer;
+2. ``zstd_sequences``: every compressed block's FSE sequence bitstream, one
+   work-item per block (sequential within a block, blocks in parallel), into
+   rows of (literal length, match length, offset code);
+3. ``zstd_execute``: one work-group per frame walks the frame's blocks in order.
+   Repeat offsets carry from block to block within a frame, so they are
+   resolved here, by that sequential walk over the frame's sequences (every
+   lane resolves them alike, so no lane waits for another's answer); each
+   sequence's literal copy and match copy are shared by the group's lanes, with
+   a barrier between them and, for a match overlapping its own output, between
+   rounds of at most ``offset`` bytes.  Matches reach back into earlier blocks of
+   the frame: walking the blocks in order keeps them written before they are
+   read.  Raw and RLE blocks are copies and fills in the same walk.  Then, for a
+   frame with a checksum, the group's first lane computes XXH64 of the output
+   and compares its low 32 bits with the frame's (libzstd refuses a mismatch;
+   so does this path).
+
+Every kernel bounds every read by its own stream and every write by its frame's
+output; error rows come back and become :class:`ZstdFrameError` messages naming
+the frame, the block and what is wrong.
+
+Compared with libzstd 1.5.4 (the reference the tests use): every frame this
+path decodes, libzstd decodes to the same bytes, and every frame libzstd
+refuses, this path refuses.  The converse does not hold for bitstreams that do
+not end where their last symbol or sequence does (RFC 8878 requires that they
+do): libzstd 1.5.4 decodes some of those (its 4-stream Huffman fast path does
+not check where a stream ends; it reads the last sequence's state updates and
+then takes a stream read past its start), to bytes of its own choosing, and
+this path refuses them, as libzstd 1.5.6 does for sequences.
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+
+import numpy as np
+
+from dgemm.opencl.codecs import zstd_frames as zf
+from dgemm.opencl.codecs.zstd_frames import ZstdFrameError, ZstdUnsupported
+
+__all__ = ["ZstdFrameError", "ZstdUnsupported", "decode_zstd", "unsupported_reason", "supported",
+           "default_lanes"]
+
+STREAM_ERRORS = {1: "a Huffman literal stream runs out of bits before its last literal",
+                 2: "a Huffman literal stream has bits left after its last literal"}
+SEQUENCE_ERRORS = {1: "the sequence bitstream runs out of bits before its last sequence",
+                   2: "the sequence bitstream has bits left after its last sequence"}
+EXECUTE_ERRORS = {
+    11: "a raw block of {d} bytes runs past the frame's content size",
+    12: "an RLE block of {d} bytes runs past the frame's content size",
+    13: "{d} literals, more than the block may hold (128 KiB or the rest of the content)",
+    14: "sequence {d}'s literal length runs past the block's literals",
+    15: "sequence {d} runs past the block's output bound",
+    16: "sequence {d}'s offset reaches before the frame's start",
+    17: "the last {d} literals run past the block's output bound",
+    18: "the frame decodes to {d} bytes, not its content size",
+    19: "the checksum of the decoded content does not match the frame's",
+}
+# the messages of bitstreams libzstd 1.5.4 may take (see the module's notes)
+STRICT = ("runs out of bits", "has bits left")
+
+
+def unsupported_reason(frame, name: str = "frame") -> str | None:
+    """Why the device path leaves this frame to the host decoder, or None when it takes it.
+
+    Corrupt frames are taken (the device path raises for them as libzstd
+    does); left to the host: skippable and legacy frames, frames without a
+    content size, and a frame followed by another.
+    """
+    try:
+        zf.plan(frame, name)
+    except ZstdUnsupported as e:
+        return str(e)
+    except ZstdFrameError:
+        return None
+    return None
+
+
+def supported(frame) -> bool:
+    """Whether :func:`decode_zstd` decodes this frame (else the host decoder must)."""
+    return unsupported_reason(frame) is None
+
+
+def default_lanes(device) -> int:
+    """Lanes per frame in ``zstd_execute``: a warp's worth on a GPU, 1 (no barriers) on a CPU device."""
+    return 1 if device.info.type == "CPU" else 32
+
+
+_PROGRAMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_BUILD_LOCK = threading.Lock()
+
+
+class _Built:
+    """``zstd_decode.cl`` built for one device and lane count, its kernels, and the lock their arguments need."""
+
+    def __init__(self, device, lanes: int):
+        import pyopencl as cl
+
+        from dgemm.opencl import sources
+
+        with device.failing(f"building zstd_decode.cl (ZSTD_LANES={lanes})"):
+            self.program = cl.Program(device.context, '#include "zstd_decode.cl"\n').build(
+                options=[f"-DZSTD_LANES={lanes}", "-I", str(sources.kernel_dir())])
+        self.streams = cl.Kernel(self.program, "zstd_huf_streams")
+        self.sequences = cl.Kernel(self.program, "zstd_sequences")
+        self.execute = cl.Kernel(self.program, "zstd_execute")
+        self.lock = threading.Lock()
+
+
+def program(device, lanes: int) -> _Built:
+    """``zstd_decode.cl`` built for ``device`` with ``ZSTD_LANES=lanes``, once per (device, lanes)."""
+    with _BUILD_LOCK:
+        built = _PROGRAMS.setdefault(device, {})
+        if lanes not in built:
+            built[lanes] = _Built(device, lanes)
+        return built[lanes]
+
+
+class Batch:
+    """The frames' rows concatenated, offsets made global: what is uploaded."""
+
+    def __init__(self, plans, frames, offsets):
+        defaults = zf.defaults()
+        fse_parts = [t for t, _ in defaults]
+        default_at = np.cumsum([0] + [len(t) for t in fse_parts])[:3]
+        fse_base = int(sum(len(t) for t in fse_parts))
+        src_base = huf_base = lit_base = seq_base = block_base = 0
+        blocks, streams, huf, frows, srcs = [], [], [], [], []
+        for i, (p, fr, o) in enumerate(zip(plans, frames, offsets)):
+            b = p.blocks.copy()
+            b[:, zf.B_FRAME] = i
+            for col in (zf.B_SRC, zf.B_SSRC):
+                b[:, col] += src_base
+            b[:, zf.B_LITOFF] += np.where(b[:, zf.B_LITKIND] == zf.LIT_HUF, lit_base,
+                                          np.where(b[:, zf.B_LITKIND] == zf.LIT_SRC, src_base, 0))
+            b[:, zf.B_SEQ] += seq_base
+            for col, k in ((zf.B_LL, 0), (zf.B_OF, 1), (zf.B_ML, 2)):
+                b[:, col] = np.where(b[:, col] < 0, default_at[k], b[:, col] + fse_base)
+            s = p.streams.copy()
+            s[:, zf.S_SRC] += src_base
+            s[:, zf.S_DST] += lit_base
+            s[:, zf.S_TABLE] += huf_base
+            s[:, zf.S_BLOCK] += block_base
+            frows.append((o, p.size, block_base, len(b), p.checksum is not None, p.checksum or 0))
+            blocks.append(b)
+            streams.append(s)
+            huf.append(p.huf)
+            fse_parts.append(p.fse)
+            srcs.append(np.frombuffer(memoryview(fr).cast("B")[:p.csize], np.uint8))
+            src_base += p.csize
+            huf_base += len(p.huf)
+            fse_base += len(p.fse)
+            lit_base += p.literals
+            seq_base += p.nseq
+            block_base += len(b)
+        self.blocks = np.ascontiguousarray(np.concatenate(blocks))
+        self.streams = np.ascontiguousarray(np.concatenate(streams))
+        self.huf = np.concatenate(huf) if huf else np.zeros(0, np.uint16)
+        self.fse = np.ascontiguousarray(np.concatenate(fse_parts).astype(np.uint32))
+        self.frames = np.array(frows, np.int64).reshape(-1, zf.FRAME_COLUMNS)
+        self.src = np.concatenate(srcs) if srcs else np.zeros(0, np.uint8)
+        self.literals, self.nseq = lit_base, seq_base
+        self.with_seqs = np.nonzero(self.blocks[:, zf.B_NSEQ] > 0)[0].astype(np.int64)
+
+
+def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None = None,
+                events: list | None = None) -> list[int]:
+    """Decode zstd frames on the device into ``out``; returns each frame's decoded size.
+
+    Parameters
+    ----------
+    device : dgemm.opencl.device.Device
+        Where to decode.
+    frames : sequence of bytes-like
+        zstd frames, one per chunk, each supported (:func:`supported`).
+    out : pyopencl.Buffer
+        The device buffer the output goes to.
+    offsets : sequence of int, optional
+        Where in ``out`` each frame's output starts; by default one after the other from 0.
+    names : sequence of str, optional
+        What errors call each frame (store keys); by default ``frame 0``, ``frame 1``...
+    lanes : int, optional
+        Work-items per frame in ``zstd_execute``; :func:`default_lanes` by default.
+    events : list, optional
+        Gets ``(what, event)`` for each upload and kernel (``what``: ``upload``,
+        ``huffman``, ``sequences``, ``execute``), for their profiling times.
+
+    Raises
+    ------
+    ZstdFrameError
+        A corrupt frame, found on the host or by a kernel; the output is then undefined.
+    ZstdUnsupported
+        A frame that only the host decodes.
+
+    Notes
+    -----
+    Blocks until done (the error rows are read back).
+    """
+    import pyopencl as cl
+
+    names = list(names) if names is not None else [f"frame {i}" for i in range(len(frames))]
+    plans = [zf.plan(f, n) for f, n in zip(frames, names)]
+    if not plans:
+        return []
+    if offsets is None:
+        offsets = np.concatenate([[0], np.cumsum([p.size for p in plans])[:-1]]).astype(np.int64)
+    offsets = [int(o) for o in offsets]
+    for p, o in zip(plans, offsets):
+        if o < 0 or o + p.size > out.size:
+            raise ZstdFrameError(f"zstd frame {p.name}: its content size {p.size} at {o} does not fit the "
+                                 f"{out.size}-byte output buffer")
+    lanes = lanes or default_lanes(device)
+    prog = program(device, lanes)
+    batch = Batch(plans, frames, offsets)
+    queue = device.queue
+    buffers = []
+
+    def buffer(host, what, upload=True):
+        buf = device.buffer(max(host.nbytes, 1), what)
+        buffers.append(buf)
+        if upload and host.nbytes:
+            event = cl.enqueue_copy(queue, buf, host, is_blocking=False)
+            if events is not None:
+                events.append(("upload", event))
+        return buf
+
+    nstreams, nseqblocks, nframes = len(batch.streams), len(batch.with_seqs), len(plans)
+    stream_err = np.zeros(max(nstreams, 1), np.int32)
+    seq_err = np.zeros(max(nseqblocks, 1), np.int32)
+    exec_err = np.zeros((nframes, 3), np.int64)
+    try:
+        with device.failing("decoding zstd frames"):
+            src = buffer(batch.src, "zstd frames")
+            blocks = buffer(batch.blocks, "zstd block table")
+            frames_buf = buffer(batch.frames, "zstd frame table")
+            lit = device.buffer(max(batch.literals, 1), "zstd literals")
+            seqs = device.buffer(max(batch.nseq, 1) * 16, "zstd sequences")
+            buffers += [lit, seqs]
+            err_e = buffer(exec_err, "zstd errors", upload=False)
+            launched = []
+            with prog.lock:
+                if nstreams:
+                    streams = buffer(batch.streams, "zstd literal streams")
+                    huf = buffer(batch.huf, "zstd Huffman tables")
+                    err_s = buffer(stream_err, "zstd stream errors", upload=False)
+                    launched.append(("huffman", prog.streams(
+                        queue, (_round(nstreams, 64),), None, src, streams, huf, lit, err_s, np.uint32(nstreams))))
+                if nseqblocks:
+                    which = buffer(batch.with_seqs, "zstd blocks with sequences")
+                    fse = buffer(batch.fse, "zstd FSE tables")
+                    err_q = buffer(seq_err, "zstd sequence errors", upload=False)
+                    launched.append(("sequences", prog.sequences(
+                        queue, (_round(nseqblocks, 64),), None, src, blocks, which, fse, seqs, err_q,
+                        np.uint32(nseqblocks))))
+                launched.append(("execute", prog.execute(
+                    queue, (nframes * lanes,), (lanes,), src, blocks, frames_buf, lit, seqs, out, err_e)))
+            if events is not None:
+                events.extend(launched)
+            if nstreams:
+                cl.enqueue_copy(queue, stream_err, err_s, is_blocking=False)
+            if nseqblocks:
+                cl.enqueue_copy(queue, seq_err, err_q, is_blocking=False)
+            cl.enqueue_copy(queue, exec_err, err_e, is_blocking=False)
+            queue.finish()
+    finally:
+        for buf in buffers:
+            buf.release()
+    _raise_first(plans, batch, stream_err[:nstreams], seq_err[:nseqblocks], exec_err)
+    return [p.size for p in plans]
+
+
+def _round(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
+def _raise_first(plans, batch, stream_err, seq_err, exec_err) -> None:
+    """The error of the earliest block of the first frame that has one, as a message."""
+    found = []      # (frame, block or large for the frame's end, message)
+    for k in np.nonzero(stream_err)[0]:
+        row = batch.blocks[batch.streams[k, zf.S_BLOCK]]
+        found.append((int(row[zf.B_FRAME]), int(row[zf.B_INDEX]), STREAM_ERRORS.get(int(stream_err[k]), "?")))
+    for k in np.nonzero(seq_err)[0]:
+        row = batch.blocks[batch.with_seqs[k]]
+        found.append((int(row[zf.B_FRAME]), int(row[zf.B_INDEX]), SEQUENCE_ERRORS.get(int(seq_err[k]), "?")))
+    for f in np.nonzero(exec_err[:, 0])[0]:
+        code, block, detail = (int(x) for x in exec_err[f])
+        text = EXECUTE_ERRORS.get(code, "error {d}").format(d=detail)
+        found.append((int(f), block if block >= 0 else 1 << 40, text))
+    if found:
+        f, block, text = min(found, key=lambda x: (x[0], x[1]))
+        where = f"block {block}: " if block < 1 << 40 else ""
+        raise ZstdFrameError(f"zstd frame {plans[f].name}: {where}{text}")
