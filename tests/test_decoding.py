@@ -1,0 +1,293 @@
+"""Input chunks decoded on the device (dgemm.worker.decoding, the ``device-codecs`` setting), on PoCL.
+
+References are numpy and zarr: the values a block decodes to on the device
+are the array's (written by zarr, read back by numpy slicing); the bytes
+sent are the chunk files' sizes on disk; the decoded bytes, whole chunks
+times the chunk's size.  Arrays are small (two cores in CI) but have edge
+chunks, chunks never written, chunks cut by the region and chunks as wide as
+the region (decoded in place), in Zarr v2 (numcodecs' Blosc, the default
+compressor's codec) and v3 (``BloscCodec(cname="lz4")``).  The last tests
+run ``dgemm.matmul`` on the session's worker processes with the setting
+changed on them: results against numpy, each worker's counters
+(``device_decoded_bytes`` / ``host_decoded_bytes`` from its dgemm metric), a
+corrupt chunk's error and the markers of the blocks it fails, and a bad
+setting refused before any work.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import re
+
+import dask
+import numcodecs
+import numpy as np
+import pytest
+import zarr
+from zarr.codecs import BloscCodec, BytesCodec, ZstdCodec
+
+import dgemm
+from _check import check_product
+from dgemm.names import CODEC_COUNTERS
+from dgemm.storage import ZarrBlock, fastpaths
+from dgemm.worker.decoding import DeviceDecoded
+
+LZ4 = {
+    "v2 shuffle": {"zarr_format": 2, "compressors": numcodecs.Blosc(cname="lz4", shuffle=numcodecs.Blosc.SHUFFLE)},
+    "v2 bitshuffle": {"zarr_format": 2, "compressors": numcodecs.Blosc(cname="lz4", shuffle=numcodecs.Blosc.BITSHUFFLE)},
+    "v3 shuffle": {"compressors": BloscCodec(cname="lz4", shuffle="shuffle")},
+    "v3 noshuffle": {"compressors": BloscCodec(cname="lz4", shuffle="noshuffle", clevel=9)},
+}
+# what the device path leaves to the host reader: fill_device declines, nothing done
+OTHERS = {
+    "v3 zstd": {"compressors": ZstdCodec(level=1)},
+    "v2 blosc-zstd": {"zarr_format": 2, "compressors": numcodecs.Blosc(cname="zstd")},
+    "v3 blosc-lz4 sharded": {"compressors": BloscCodec(cname="lz4"), "shards": (16, 32)},
+    "v3 blosc-lz4 big-endian": {"compressors": BloscCodec(cname="lz4"), "serializer": BytesCodec(endian="big")},
+    "v3 raw": {"compressors": None},
+}
+CHUNK = (8, 16)
+SHAPE = (3 * 8 + 5, 2 * 16 + 7)     # edge chunks on both axes
+MISSING = {(1, 1)}                  # never written (all fill): read as the fill value
+
+
+def create(path, layout: dict, rng, *, shape=SHAPE, chunks=CHUNK, dtype="float64", fill=0.25, missing=()):
+    """A Zarr array with random data (``missing`` chunks left unwritten); (array, data)."""
+    kw = dict(layout)
+    dt = np.dtype(dtype)
+    if kw.get("zarr_format") == 2:
+        kw["chunk_key_encoding"] = {"name": "v2", "separator": "."}
+    arr = zarr.create_array(str(path), shape=shape, chunks=chunks, dtype=dt, fill_value=fill, **kw)
+    data = rng.standard_normal(shape).astype(dt)
+    for idx in missing:
+        data[tuple(slice(i * c, (i + 1) * c) for i, c in zip(idx, chunks))] = fill
+    arr[...] = data
+    return arr, data
+
+
+def stored(arr, rows, cols) -> list[str]:
+    """The chunk files a region of a local, unsharded array touches and the store holds."""
+    root = str(arr.store_path).removeprefix("file://")
+    out = []
+    for idx in itertools.product(range(rows[0] // arr.chunks[0], -(-rows[1] // arr.chunks[0])),
+                                 range(cols[0] // arr.chunks[1], -(-cols[1] // arr.chunks[1]))):
+        path = os.path.join(root, *arr.metadata.encode_chunk_key(idx).split("/"))
+        if os.path.exists(path):
+            out.append(path)
+    return out
+
+
+def regions(shape, chunk) -> dict:
+    c0, c1 = chunk
+    return {"whole array": ((0, shape[0]), (0, shape[1])),
+            "whole rows, as wide as a chunk": ((c0, 3 * c0), (c1, 2 * c1)),      # in place; (1, 1) missing
+            "cut": ((c0 // 2 + 1, shape[0] - 3), (3, shape[1] - 5)),
+            "edge corner": ((3 * c0, shape[0]), (2 * c1, shape[1])),
+            "one row of chunks": ((0, c0), (0, shape[1]))}
+
+
+def device_read(dev, block, poison=0x7F):
+    """``(values or None, bytes sent, {counter: growth})`` of DeviceDecoded(block).fill_device into a poisoned buffer."""
+    import pyopencl as cl
+
+    rows, cols = block.shape
+    out = dev.buffer(rows * cols * block.dtype.itemsize + 64, "test output")
+    try:
+        cl.enqueue_fill_buffer(dev.transfer_queue, out, np.uint8(poison), 0, out.size).wait()
+        before = fastpaths.snapshot()
+        sent = DeviceDecoded(block).fill_device(dev, out, dev.transfer_queue)
+        grew = fastpaths.since(before)
+        host = np.empty(out.size, np.uint8)
+        cl.enqueue_copy(dev.transfer_queue, host, out, is_blocking=True)
+    finally:
+        out.release()
+    n = rows * cols * block.dtype.itemsize
+    assert (host[n:] == poison).all(), "bytes written past the block's end"
+    values = host[:n].view(block.dtype).reshape(rows, cols) if sent is not None else None
+    if sent is None:
+        assert (host == poison).all(), "a declined block wrote to the buffer"
+    return values, sent, {k: grew[k] for k in CODEC_COUNTERS}
+
+
+# -- one block, on the device -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("layout", list(LZ4))
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_blocks_decode_on_the_device_to_the_arrays_values(any_device, tmp_path, rng, layout, dtype):
+    arr, data = create(tmp_path / "a.zarr", LZ4[layout], rng, dtype=dtype, missing=MISSING)
+    chunk_bytes = CHUNK[0] * CHUNK[1] * np.dtype(dtype).itemsize
+    for name, (rows, cols) in regions(SHAPE, CHUNK).items():
+        got, sent, grew = device_read(any_device, ZarrBlock(arr, rows, cols))
+        label = f"{layout} {dtype} {name}"
+        assert got is not None, f"{label}: declined"
+        np.testing.assert_array_equal(got, data[rows[0]:rows[1], cols[0]:cols[1]], err_msg=label)
+        files = stored(arr, rows, cols)
+        assert sent == sum(os.path.getsize(f) for f in files), f"{label}: sent {sent} bytes, not the chunk files'"
+        assert grew == {"device_decoded_bytes": len(files) * chunk_bytes, "host_decoded_bytes": 0,
+                        "device_encoded_bytes": 0, "host_encoded_bytes": 0}, f"{label}: {grew}"
+
+
+@pytest.mark.parametrize("layout", list(OTHERS))
+def test_other_codecs_and_layouts_are_left_to_the_host(any_device, tmp_path, rng, layout):
+    arr, data = create(tmp_path / "a.zarr", OTHERS[layout], rng)
+    got, sent, grew = device_read(any_device, ZarrBlock(arr, (0, SHAPE[0]), (0, SHAPE[1])))
+    assert sent is None and not any(grew.values()), (layout, sent, grew)
+    # and the host reads it as before
+    np.testing.assert_array_equal(DeviceDecoded(ZarrBlock(arr, (0, SHAPE[0]), (0, SHAPE[1]))).load(), data)
+
+
+def test_a_frame_the_device_does_not_decode_is_decoded_on_the_host(any_device, tmp_path, rng):
+    """One chunk of a Blosc-LZ4 array written by Blosc with zstd (a valid frame, another compressor)."""
+    arr, data = create(tmp_path / "a.zarr", LZ4["v2 shuffle"], rng)
+    part = np.ascontiguousarray(data[8:16, 0:16])
+    path = os.path.join(str(arr.store_path).removeprefix("file://"), "1.0")
+    with open(path, "wb") as f:
+        f.write(numcodecs.Blosc(cname="zstd").encode(part))
+    got, sent, grew = device_read(any_device, ZarrBlock(arr, (0, 24), (0, 16)))
+    np.testing.assert_array_equal(got, data[:24, :16])
+    assert grew["host_decoded_bytes"] == part.nbytes and grew["device_decoded_bytes"] == 2 * part.nbytes, grew
+
+
+@pytest.mark.parametrize("trans_a, trans_b", [(False, False), (True, False), (False, True)])
+@pytest.mark.parametrize("aligned", [True, False], ids=["aligned", "padded"])
+def test_the_engine_stages_device_decoded_blocks(any_device, engines, tmp_path, rng, trans_a, trans_b, aligned):
+    """Blocks decoded in place (aligned: the staged buffer itself) and through the padding or transposing kernels."""
+    eng = engines(any_device, "float64")
+    p = eng.params
+    m, n, k = (p.TSM * 2, p.TSN * 2, p.TSK * 4) if aligned else (37, 29, 45)
+    A, B = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    sa, sb = (A.T if trans_a else A), (B.T if trans_b else B)
+    za = zarr.create_array(str(tmp_path / "a.zarr"), shape=sa.shape, chunks=(sa.shape[0] // 2 + 1, sa.shape[1]),
+                           dtype="f8", compressors=BloscCodec(cname="lz4"))
+    zb = zarr.create_array(str(tmp_path / "b.zarr"), shape=sb.shape, chunks=(16, 16), dtype="f8",
+                           compressors=BloscCodec(cname="lz4"))
+    za[...], zb[...] = sa, sb
+    ra = DeviceDecoded(ZarrBlock(za, (0, sa.shape[0]), (0, sa.shape[1])))
+    rb = DeviceDecoded(ZarrBlock(zb, (0, sb.shape[0]), (0, sb.shape[1])))
+    before = fastpaths.snapshot()
+    got = eng.stream([ra], [rb], m, n, trans_a=trans_a, trans_b=trans_b, scope=("test", tmp_path.name))
+    grew = fastpaths.since(before)
+    check_product(got, A, B, dtype="float64")
+    assert grew["host_decoded_bytes"] == 0 and grew["device_decoded_bytes"] >= za.nbytes + zb.nbytes, grew
+
+
+# -- on the workers -------------------------------------------------------------------------------------------------
+def _configure(value, dask_worker=None):
+    dask.config.set({"dgemm.device-codecs": value})
+
+
+def _counters(dask_worker):
+    """On a worker: its dgemm metric's codec counters (what its heartbeats carry to the scheduler)."""
+    from dgemm.names import WORKER_PLUGIN
+
+    snap = dask_worker.plugins[WORKER_PLUGIN].metric(dask_worker)
+    return {k: snap[k] for k in CODEC_COUNTERS}
+
+
+@pytest.fixture
+def setting(client):
+    """``setting(value)``: the workers' ``device-codecs``; unset again after the test."""
+    yield lambda value: client.run(_configure, value)
+    client.run(_configure, None)
+
+
+def run_counted(client, fn):
+    before = client.run(_counters)
+    result = fn()
+    after = client.run(_counters)
+    return result, {k: sum(after[w][k] - before[w][k] for w in after) for k in CODEC_COUNTERS}
+
+
+def inputs(tmp_path, rng, layout, dtype="float32"):
+    """A (50 x 40) and B (40 x 30) in 16 x 16 chunks (edge chunks on every axis); their paths and values."""
+    A, B = rng.standard_normal((50, 40)).astype(dtype), rng.standard_normal((40, 30)).astype(dtype)
+    out = {}
+    for name, value in (("a", A), ("b", B)):
+        arr, _ = create(tmp_path / f"{name}.zarr", layout, rng, shape=value.shape, chunks=(16, 16), dtype=dtype)
+        arr[...] = value
+        out[name] = arr
+    return out["a"], out["b"], A, B
+
+
+def decoded_bytes(*arrays) -> int:
+    """What decoding every chunk of ``arrays`` once gives: whole chunks, edge chunks at their full size."""
+    return sum(a.nchunks * int(np.prod(a.chunks)) * a.dtype.itemsize for a in arrays)
+
+
+@pytest.mark.parametrize("layout", ["v2 shuffle", "v3 shuffle"])
+def test_matmul_decodes_blosc_lz4_inputs_on_the_device_where_the_setting_says(client, setting, tmp_path, rng, layout):
+    """One block product (block larger than the arrays): each chunk is decoded exactly once, on the device
+    under ``on``, on the host under ``off``."""
+    a, b, A, B = inputs(tmp_path, rng, LZ4[layout])
+    expected = decoded_bytes(a, b)
+    for mode, where in (("on", "device"), ("off", "host")):
+        setting(mode)
+        out = str(tmp_path / f"c-{mode}.zarr")
+        c, grew = run_counted(client, lambda: dgemm.matmul(a, b, out=out, client=client, block=64))
+        check_product(np.asarray(c[...]), A, B, dtype="float32", what=f"{layout} {mode}")
+        other = "host" if where == "device" else "device"
+        assert grew[f"{where}_decoded_bytes"] == expected and grew[f"{other}_decoded_bytes"] == 0, (mode, grew)
+        assert grew["device_encoded_bytes"] == 0, grew
+
+
+def test_matmul_in_blocks_decodes_on_the_device_only(client, setting, tmp_path, rng):
+    """Several block products on two workers: every chunk decoded at least once, all of them on the device."""
+    a, b, A, B = inputs(tmp_path, rng, LZ4["v3 shuffle"])
+    setting("on")
+    c, grew = run_counted(client, lambda: dgemm.matmul(a, b, out=str(tmp_path / "c.zarr"), client=client, block=16))
+    check_product(np.asarray(c[...]), A, B, dtype="float32")
+    assert grew["host_decoded_bytes"] == 0 and grew["device_decoded_bytes"] >= decoded_bytes(a, b), grew
+
+
+def test_zstd_inputs_stay_on_the_host(client, setting, tmp_path, rng):
+    a, b, A, B = inputs(tmp_path, rng, OTHERS["v3 zstd"])
+    setting("on")
+    c, grew = run_counted(client, lambda: dgemm.matmul(a, b, out=str(tmp_path / "c.zarr"), client=client, block=64))
+    check_product(np.asarray(c[...]), A, B, dtype="float32")
+    assert grew["device_decoded_bytes"] == 0 and grew["host_decoded_bytes"] == decoded_bytes(a, b), grew
+
+
+def _failed_run(client, a, b, out):
+    with pytest.raises(OSError) as info:
+        dgemm.matmul(a, b, out=out, client=client, block=16)
+    return str(info.value)
+
+
+@pytest.mark.parametrize("corruption", ["garbage", "a frame of the wrong size", "truncated"])
+def test_a_corrupt_chunk_fails_its_blocks_with_the_readers_error(client, setting, tmp_path, rng, corruption):
+    """The error names the array, rows, columns, chunk and store key, as the host reader's does (word for word
+    where the host detects the corruption too: c-blosc reads past a truncated frame without a word); the
+    blocks that read the chunk get no completion marker, and the output stays incomplete."""
+    from dgemm.storage import COMPLETE_ATTR, BlockMarkers
+
+    a, b, A, B = inputs(tmp_path, rng, LZ4["v2 shuffle"])
+    path = os.path.join(str(a.store_path).removeprefix("file://"), "1.0")
+    good = open(path, "rb").read()
+    bad = {"garbage": b"broken", "truncated": good[:len(good) // 2],
+           "a frame of the wrong size": numcodecs.Blosc(cname="lz4").encode(A[:8, :16].copy())}[corruption]
+    with open(path, "wb") as f:
+        f.write(bad)
+    setting("on")
+    message = _failed_run(client, a, b, str(tmp_path / "c-on.zarr"))
+    assert re.search(r"could not read Zarr array \S*a\.zarr rows \d+:\d+, columns \d+:\d+", message), message
+    assert "chunk (1, 0) (store key '1.0')" in message, message
+    if corruption != "truncated":
+        setting("off")
+        assert message == _failed_run(client, a, b, str(tmp_path / "c-off.zarr"))
+    c = zarr.open_array(str(tmp_path / "c-on.zarr"), mode="r")
+    meta = c.attrs[COMPLETE_ATTR]
+    assert meta["complete"] is False
+    done = BlockMarkers(c, meta["owner"]).done()
+    rows = meta["run"]["block"][0]
+    # C's blocks that read A's rows 16:32 (chunk (1, 0)) are never marked done
+    assert not any(i * rows < 32 and (i + 1) * rows > 16 for i, _ in done), (rows, sorted(done))
+
+
+@pytest.mark.parametrize("value", ["maybe", "2", "gpu"])
+def test_bad_setting_values_are_refused_before_any_work(client, setting, tmp_path, rng, value):
+    from dgemm.errors import NoDeviceWorkerError
+
+    a, b, _, _ = inputs(tmp_path, rng, LZ4["v3 shuffle"])
+    setting(value)
+    with pytest.raises(NoDeviceWorkerError, match=rf"dgemm.device-codecs='{value}' must be auto, on or off"):
+        dgemm.matmul(a, b, out=str(tmp_path / "c.zarr"), client=client, block=16)
+    assert not (tmp_path / "c.zarr").exists()
