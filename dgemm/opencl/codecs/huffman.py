@@ -29,8 +29,6 @@ with the other state's weight.  Nothing here needs a device or pyopencl.
 """
 from __future__ import annotations
 
-import heapq
-
 import numpy as np
 
 MAX_BITS = 11              # the longest Huffman code (libzstd's HUF_TABLELOG_DEFAULT for literals)
@@ -75,20 +73,27 @@ def code_lengths(counts, max_bits: int = MAX_BITS) -> np.ndarray:
         raise ValueError(f"a Huffman code needs at least 2 symbols, the histogram has {n}")
     if n > 1 << max_bits:
         raise ValueError(f"{n} symbols do not fit codes of at most {max_bits} bits")
-    heap = [(int(counts[s]), i) for i, s in enumerate(present)]
-    heapq.heapify(heap)
+    # Huffman's merges with two queues (the leaves sorted, the merged nodes in the order made)
+    order = np.argsort(counts[present], kind="stable")
+    weight = counts[present][order].tolist() + [0] * (n - 1)
     parent = [0] * (2 * n - 1)
-    node = n
-    while len(heap) > 1:
-        c1, a = heapq.heappop(heap)
-        c2, b = heapq.heappop(heap)
-        parent[a] = parent[b] = node
-        heapq.heappush(heap, (c1 + c2, node))
-        node += 1
+    i, j = 0, n                   # the next leaf, the next merged node
+    for node in range(n, 2 * n - 1):
+        pair = []
+        for _ in range(2):
+            if j < node and (i >= n or weight[j] < weight[i]):
+                pair.append(j)
+                j += 1
+            else:
+                pair.append(i)
+                i += 1
+        parent[pair[0]] = parent[pair[1]] = node
+        weight[node] = weight[pair[0]] + weight[pair[1]]
     depth = [0] * (2 * n - 1)
     for i in range(2 * n - 3, -1, -1):     # a parent's number is above its children's
         depth[i] = depth[parent[i]] + 1
-    lens = np.array(depth[:n], np.int64)
+    lens = np.empty(n, np.int64)
+    lens[order] = depth[:n]
     if lens.max() > max_bits:
         lens = _limit(lens, counts[present], max_bits)
     out = np.zeros(counts.size, np.uint8)
@@ -173,8 +178,9 @@ def normalize(counts, log: int) -> list[int]:
     size = 1 << log
     share = counts * size / counts.sum()
     norm = np.where(counts > 0, np.maximum(1, np.floor(share)), 0).astype(np.int64)
-    while norm.sum() < size:
-        norm[int(np.argmax(np.where(counts > 0, share - norm, -np.inf)))] += 1
+    short = size - int(norm.sum())
+    if short > 0:       # the largest remainders get one more
+        norm[np.argsort(np.where(counts > 0, share - norm, -np.inf))[::-1][:short]] += 1
     while norm.sum() > size:
         norm[int(np.argmax(np.where(norm > 1, norm - share, -np.inf)))] -= 1
     return [int(x) for x in norm]
