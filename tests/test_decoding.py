@@ -291,3 +291,39 @@ def test_bad_setting_values_are_refused_before_any_work(client, setting, tmp_pat
     with pytest.raises(NoDeviceWorkerError, match=rf"dgemm.device-codecs='{value}' must be auto, on or off"):
         dgemm.matmul(a, b, out=str(tmp_path / "c.zarr"), client=client, block=16)
     assert not (tmp_path / "c.zarr").exists()
+
+
+# -- where the counters are shown --------------------------------------------------------------------------------
+def test_the_prometheus_collector_reports_the_codec_counters():
+    pytest.importorskip("prometheus_client")
+    from dgemm import metrics
+
+    snap = {"device": "dev", "ok": True, "device_decoded_bytes": 3 << 20, "host_decoded_bytes": 5,
+            "device_encoded_bytes": 7, "host_encoded_bytes": 11}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(metrics, "_worker_sources", [lambda: [("tcp://w:1", "w1", snap)]])
+        mp.setattr(metrics, "_scheduler_sources", [])
+        got = {f.name: f.samples[0].value for f in metrics.DgemmCollector().collect()
+               if f.name.endswith(("_decoded_bytes", "_encoded_bytes"))}
+    assert got == {f"dgemm_{k}": float(snap[k]) for k in CODEC_COUNTERS}, got
+
+
+def test_the_dashboard_shows_bytes_decoded_on_the_device_and_on_the_host():
+    from dask.utils import format_bytes
+
+    from dgemm import busy
+    from dgemm.scheduler.plots import WorkerTable
+
+    def worker(name, device, host):
+        return {"name": name, "address": f"tcp://{name}", "alive": True, "ok": True, "device": "dev",
+                "device_type": "GPU", "device_id": "0:0", "device_decoded_bytes": device,
+                "host_decoded_bytes": host, **{f"flops_{k}": 0.0 for k in ("now", "peak", "busy", "kernel")}}
+
+    workers = [worker("w1", 3 << 30, 0), worker("w2", 1 << 20, 5 << 20)]
+    table = WorkerTable(None)
+    total = dict.fromkeys(("blocks", "flops", "bytes_up", "bytes_down", "busy_seconds", *busy.KEYS.values()), 0.0)
+    table.show({"workers": workers, "total": total})
+    shown = table.source.data["decoded"]
+    assert shown[0] == f"{format_bytes(3 << 30)} · {format_bytes(0)}"
+    assert shown[1] == f"{format_bytes(1 << 20)} · {format_bytes(5 << 20)}"
+    assert shown[2] == f"{format_bytes((3 << 30) + (1 << 20))} · {format_bytes(5 << 20)}"   # all workers
