@@ -64,8 +64,9 @@ EXECUTE_ERRORS = {
     18: "the frame decodes to {d} bytes, not its content size",
     19: "the checksum of the decoded content does not match the frame's",
 }
-# the messages of bitstreams libzstd 1.5.4 may take (see the module's notes)
-STRICT = ("runs out of bits", "has bits left")
+# the messages of bitstreams libzstd 1.5.4 may take (see the module's notes; its 4-stream Huffman fast path
+# also takes a stream whose last byte, which holds the end mark, is 0)
+STRICT = ("runs out of bits", "has bits left", "no end mark")
 
 
 def unsupported_reason(frame, name: str = "frame") -> str | None:

@@ -124,6 +124,9 @@ def header(frame, name: str = "frame"):
     def bad(what):
         return ZstdFrameError(f"zstd frame {name}: {what}")
 
+    if n == 0:
+        # libzstd decodes no bytes to no bytes; numcodecs refuses them: the caller's host path decides
+        raise ZstdUnsupported(f"zstd frame {name}: no bytes")
     if n < 5:
         if n >= 4 and int.from_bytes(data[:4], "little") & SKIPPABLE_MASK == SKIPPABLE:
             raise ZstdUnsupported(f"zstd frame {name}: a skippable frame")
