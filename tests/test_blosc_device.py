@@ -24,7 +24,16 @@ from numcodecs import lz4 as nclz4
 from dgemm.opencl.codecs import blosc
 
 POISON = 0xFF
-LANES = (1, 4)     # one lane (the CPU default, no barriers) and several (the GPU's shape, with barriers)
+# lz4.cl's variants, (LZ4_WG, its other parameters): the lockstep kernel on one lane (the CPU default, no
+# barriers) and on several (the GPU's shape, with barriers); the token table (LZ4_MODE 1) on one lane, on
+# several lanes that all copy, and with its parsing lane apart from the copying ones, with batches and a
+# long-copy threshold small enough that these small frames cross batch boundaries, phase-2 groups and
+# copies shared by all lanes many times.
+VARIANTS = [pytest.param((1, {}), id="lockstep-1"),
+            pytest.param((4, {}), id="lockstep-4"),
+            pytest.param((1, {"LZ4_MODE": 1}), id="table-1"),
+            pytest.param((4, {"LZ4_MODE": 1, "LZ4_BATCH": 8, "LZ4_LONG": 4}), id="table-4"),
+            pytest.param((4, {"LZ4_MODE": 1, "LZ4_BATCH": 3, "LZ4_LONG": 16, "LZ4_COPY_FROM": 1}), id="table-4-apart")]
 
 
 @pytest.fixture(scope="module")
@@ -32,14 +41,14 @@ def dev(any_device):
     return any_device
 
 
-def device_decode(dev, frames, lanes=1, size=None, offsets=None, names=None):
-    """Decode into a poisoned buffer; returns the whole buffer's bytes."""
+def device_decode(dev, frames, variant=(1, {}), size=None, offsets=None, names=None):
+    """Decode into a poisoned buffer with ``variant`` (lanes, parameters); returns the whole buffer's bytes."""
     import pyopencl as cl
     size = size if size is not None else sum(blosc._header(memoryview(f), "")[4] for f in frames) or 1
     out = dev.buffer(size + 64, "test output")
     try:
         cl.enqueue_fill_buffer(dev.queue, out, np.uint8(POISON), 0, out.size).wait()
-        blosc.decode_blosc(dev, frames, out, offsets=offsets, names=names, lanes=lanes)
+        blosc.decode_blosc(dev, frames, out, offsets=offsets, names=names, lanes=variant[0], params=variant[1])
         got = np.empty(out.size, np.uint8)
         cl.enqueue_copy(dev.queue, got, out).wait()
     finally:
@@ -61,10 +70,10 @@ def data(kind, n, dtype, rng):
     raise ValueError(kind)
 
 
-@pytest.mark.parametrize("lanes", LANES)
+@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("shuffle", [Blosc.NOSHUFFLE, Blosc.SHUFFLE, Blosc.BITSHUFFLE])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_round_trips_match_numcodecs(dev, rng, dtype, shuffle, lanes):
+def test_round_trips_match_numcodecs(dev, rng, dtype, shuffle, variant):
     frames, want = [], []
     for kind in ("walk", "zeros", "runs", "random"):
         for n in (1, 5, 31, 33, 1000, 20001):
@@ -74,12 +83,12 @@ def test_round_trips_match_numcodecs(dev, rng, dtype, shuffle, lanes):
                 want.append(a.tobytes())
     flags = {f[2] for f in frames}
     assert any(fl & blosc.MEMCPYED for fl in flags) and any(not fl & blosc.MEMCPYED for fl in flags)
-    got = device_decode(dev, frames, lanes)
+    got = device_decode(dev, frames, variant)
     assert got.tobytes() == b"".join(want)
 
 
-@pytest.mark.parametrize("lanes", LANES)
-def test_edge_sizes_and_forced_blocks(dev, rng, lanes):
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_edge_sizes_and_forced_blocks(dev, rng, variant):
     """1 byte, sizes around the 128-byte split limit, a last partial block, forced small blocks, 1-byte types."""
     cases = []
     for dtype, n in (("uint8", 1), ("uint8", 127), ("uint8", 128), ("float32", 32), ("float32", 33),
@@ -91,7 +100,7 @@ def test_edge_sizes_and_forced_blocks(dev, rng, lanes):
                 cases.append((Blosc("lz4", 5, shuffle, blocksize).encode(a), a.tobytes()))
     nbytes = [struct.unpack_from("<3i", f, 4) for f, _ in cases]
     assert any(nb % bs for nb, bs, _ in nbytes), "no frame with a partial last block"
-    got = device_decode(dev, [f for f, _ in cases], lanes)
+    got = device_decode(dev, [f for f, _ in cases], variant)
     assert got.tobytes() == b"".join(w for _, w in cases)
 
 
@@ -154,8 +163,8 @@ def reference(frame: bytes):
         return e
 
 
-@pytest.mark.parametrize("lanes", LANES)
-def test_hand_built_frames_shuffle_tails_splits_and_stored_streams(dev, rng, lanes):
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_hand_built_frames_shuffle_tails_splits_and_stored_streams(dev, rng, variant):
     frames = []
     for typesize, blocksize, nbytes in ((3, 1000, 2999), (4, 1024, 5000), (8, 2048, 2048 * 3 + 17),
                                         (5, 641, 641), (16, 4096, 9000), (7, 5, 5),
@@ -172,16 +181,16 @@ def test_hand_built_frames_shuffle_tails_splits_and_stored_streams(dev, rng, lan
     want = [reference(f) for f in frames]
     assert all(isinstance(w, bytes) for w in want)
     assert [len(w) for w in want] == [struct.unpack_from("<i", f, 4)[0] for f in frames]
-    assert device_decode(dev, frames, lanes).tobytes() == b"".join(want)
+    assert device_decode(dev, frames, variant).tobytes() == b"".join(want)
 
 
-@pytest.mark.parametrize("lanes", LANES)
-def test_frames_land_at_their_offsets_and_nowhere_else(dev, rng, lanes):
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_frames_land_at_their_offsets_and_nowhere_else(dev, rng, variant):
     a = data("walk", 3000, "float32", rng)
     b = data("runs", 1001, "float64", rng)
     fa, fb = Blosc("lz4", 5, Blosc.SHUFFLE).encode(a), Blosc("lz4", 1, Blosc.NOSHUFFLE).encode(b)
     size = 40000
-    got = device_decode(dev, [fa, fb], lanes, size=size, offsets=[20000, 100])
+    got = device_decode(dev, [fa, fb], variant, size=size, offsets=[20000, 100])
     assert got[20000:20000 + a.nbytes].tobytes() == a.tobytes()
     assert got[100:100 + b.nbytes].tobytes() == b.tobytes()
     rest = np.ones(size, bool)
@@ -255,14 +264,14 @@ def split_uncovered(frame: bytes) -> bool:
             and blocksize // ts >= 128 and blocksize % ts != 0)
 
 
-def check_like_numcodecs(dev, frame: bytes, lanes: int, counts: dict) -> None:
+def check_like_numcodecs(dev, frame: bytes, variant: tuple, counts: dict) -> None:
     """The device path decodes ``frame`` as numcodecs does, or raises where it raises."""
     name = "arr/c/3.1"
     nbytes, _, cbytes = struct.unpack_from("<3i", frame, 4) if len(frame) >= 16 else (0, 0, 0)
     if len(frame) < 16 or cbytes > len(frame) or not 0 < nbytes <= 1 << 24:
         # c-blosc trusts the header's sizes: it would read past the frame, or allocate gigabytes
         with pytest.raises(blosc.BloscFrameError, match=name):
-            device_decode(dev, [frame], lanes, size=1, names=[name])
+            device_decode(dev, [frame], variant, size=1, names=[name])
         counts["refused: header outside the frame"] = counts.get("refused: header outside the frame", 0) + 1
         return
     if not blosc.supported(frame):
@@ -271,7 +280,7 @@ def check_like_numcodecs(dev, frame: bytes, lanes: int, counts: dict) -> None:
     want = reference(frame)
     if isinstance(want, bytes):
         try:
-            got = device_decode(dev, [frame], lanes, size=nbytes, names=[name])
+            got = device_decode(dev, [frame], variant, size=nbytes, names=[name])
         except blosc.BloscFrameError as e:
             if "offset of 0" in str(e) and uses_offset_zero(frame):
                 counts["refused: offset 0"] = counts.get("refused: offset 0", 0) + 1
@@ -284,7 +293,7 @@ def check_like_numcodecs(dev, frame: bytes, lanes: int, counts: dict) -> None:
         counts["decoded alike"] = counts.get("decoded alike", 0) + 1
     else:
         with pytest.raises(blosc.BloscFrameError, match=name):
-            device_decode(dev, [frame], lanes, size=nbytes, names=[name])
+            device_decode(dev, [frame], variant, size=nbytes, names=[name])
         counts["both raised"] = counts.get("both raised", 0) + 1
 
 
@@ -351,13 +360,13 @@ def forgeries(frame: bytes, rng):
     return out
 
 
-@pytest.mark.parametrize("lanes", LANES)
-def test_truncated_flipped_and_forged_frames_are_decoded_as_numcodecs_does(dev, rng, lanes):
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_truncated_flipped_and_forged_frames_are_decoded_as_numcodecs_does(dev, rng, variant):
     counts: dict = {}
     for frame in base_frames(rng):
-        check_like_numcodecs(dev, frame, lanes, counts)
+        check_like_numcodecs(dev, frame, variant, counts)
         for f in forgeries(frame, rng):
-            check_like_numcodecs(dev, f, lanes, counts)
+            check_like_numcodecs(dev, f, variant, counts)
     print(counts)
     assert counts.get("both raised", 0) > 50 and counts.get("decoded alike", 0) > 20
 
@@ -394,18 +403,19 @@ def crafted_streams():
     ]
 
 
-@pytest.mark.parametrize("lanes", LANES)
-def test_crafted_lz4_streams(dev, lanes):
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_crafted_lz4_streams(dev, variant):
     counts: dict = {}
     for what, stream, nbytes in crafted_streams():
         frame = lz4_frame(stream, nbytes)
         want = reference(frame)
         assert isinstance(want, bytes) == what.startswith("valid") or what == "offset 0", what
-        check_like_numcodecs(dev, frame, lanes, counts)
+        check_like_numcodecs(dev, frame, variant, counts)
     assert counts["decoded alike"] == 3
 
 
-def test_hostile_frame_writes_nothing_outside_its_output(dev, rng):
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_hostile_frame_writes_nothing_outside_its_output(dev, rng, variant):
     """A frame that fails between two good ones: the neighbours' bytes are theirs, the error names it."""
     import pyopencl as cl
     a = data("walk", 2000, "float32", rng)
@@ -415,7 +425,7 @@ def test_hostile_frame_writes_nothing_outside_its_output(dev, rng):
     cl.enqueue_fill_buffer(dev.queue, out, np.uint8(POISON), 0, out.size).wait()
     with pytest.raises(blosc.BloscFrameError, match=r"c/0\.1: block 0: an LZ4 match starts before"):
         blosc.decode_blosc(dev, [good, evil, good], out, offsets=[0, 9000, 16000],
-                           names=["c/0.0", "c/0.1", "c/0.2"], lanes=4)
+                           names=["c/0.0", "c/0.1", "c/0.2"], lanes=variant[0], params=variant[1])
     got = np.empty(out.size, np.uint8)
     cl.enqueue_copy(dev.queue, got, out).wait()
     out.release()
@@ -439,7 +449,7 @@ def test_zarr_chunks_decode_to_what_zarr_stored(dev, rng, tmp_path, zarr_format,
     z[:] = a
     keys = [f"{i}.{j}" if zarr_format == 2 else f"c/{i}/{j}" for i in range(3) for j in range(2)]
     frames = [(tmp_path / "a" / k).read_bytes() for k in keys]
-    got = device_decode(dev, frames, lanes=4, names=keys).view("float32").reshape(len(keys), 128, 128)
+    got = device_decode(dev, frames, (4, {}), names=keys).view("float32").reshape(len(keys), 128, 128)
     for k, chunk in zip(keys, got):
         i, j = (int(x) for x in k.replace("c/", "").replace("/", ".").split("."))
         want = np.zeros((128, 128), "float32")      # edge chunks are stored whole, the outside filled

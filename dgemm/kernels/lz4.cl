@@ -22,8 +22,48 @@
 //           lane-parallel.  A match reads output bytes other lanes wrote, so
 //           a barrier precedes a match whose source was written since the
 //           last one.  1 (no barriers at all) suits a CPU device.
+//   LZ4_MODE  how a compressed stream's work is split among the lanes:
+//           0  lockstep (above): every lane parses every sequence, so each
+//              sequence costs the latency of its dependent loads and of its
+//              match's read, however short the copies.
+//           1  token table: one lane (lane 0) parses LZ4_BATCH sequences into
+//              a table in local memory, then the lanes copy them: each
+//              literal and each match whose source lies before the batch
+//              (written already) by one lane each, so the copies of many
+//              sequences are in flight at once, and long ones by all copying
+//              lanes together; the matches that read the batch's own output
+//              follow in order, in groups that read nothing written since the
+//              last barrier.  The table has two slots: lane 0 parses the next
+//              batch while the others copy this one.  Suits streams of many
+//              short matches (the exponent planes of shuffled floats).
+//   LZ4_BATCH  sequences per table (mode 1).
+//   LZ4_LONG   literals and matches longer than this many bytes are copied by
+//           all copying lanes together, shorter ones by one lane (mode 1).
+//   LZ4_COPY_FROM  the first copying lane (mode 1): lanes below it are left to
+//           the parser.  32 (a warp) when there are 64 lanes or more, so that
+//           the parsing lane's warp does not hold up the copying ones; 0 (the
+//           parser copies too, after parsing) below.
 #ifndef LZ4_WG
 #define LZ4_WG 32
+#endif
+#ifndef LZ4_MODE
+#define LZ4_MODE 0
+#endif
+#ifndef LZ4_BATCH
+#define LZ4_BATCH 64
+#endif
+#ifndef LZ4_LONG
+#define LZ4_LONG 32
+#endif
+#ifndef LZ4_COPY_FROM
+#if LZ4_WG >= 64
+#define LZ4_COPY_FROM 32
+#else
+#define LZ4_COPY_FROM 0
+#endif
+#endif
+#if LZ4_COPY_FROM >= LZ4_WG
+#error "LZ4_COPY_FROM must leave copying lanes (below LZ4_WG)"
 #endif
 
 // Error codes (the host's table of reasons, blosc.LZ4_ERRORS, follows these).
@@ -64,6 +104,7 @@ static int more_length(const __global uchar* in, long* ip, const long limit, con
 // One exit and no break around the barrier: every lane runs the same
 // iterations, which is all OpenCL asks, but PoCL's barrier handling is
 // happiest with plain structured loops.
+#if LZ4_MODE == 0
 __kernel __attribute__((reqd_work_group_size(LZ4_WG, 1, 1)))
 void lz4_streams(const __global uchar* restrict src,
                  __global uchar* restrict dst,
@@ -131,6 +172,220 @@ void lz4_streams(const __global uchar* restrict src,
     if (err == LZ4_OK && op != n_out) err = LZ4_E_SIZE;
     if (lane == 0) errors[s] = err;
 }
+#endif  // LZ4_MODE == 0
+
+#if LZ4_MODE == 1
+// -- mode 1: the token table -------------------------------------------------------------------
+// A slot of the table, LZ4_BATCH sequences, as uints in local memory: per
+// sequence its literals' start in the input, their length, their start in the
+// output, the match's offset and length (0: none), and what phase 1 does with
+// the match; then the lists: dependent sequences (in order), their groups
+// (first entry in that list; flags: a barrier first, one long match), and
+// the long copies (2 t: sequence t's literals, 2 t + 1: its match).
+#define T_LSRC 0
+#define T_LLEN (1 * LZ4_BATCH)
+#define T_OP (2 * LZ4_BATCH)
+#define T_OFF (3 * LZ4_BATCH)
+#define T_MLEN (4 * LZ4_BATCH)
+#define T_SHORT (5 * LZ4_BATCH)       // 1: a match phase 1 copies on one lane
+#define T_DEP (6 * LZ4_BATCH)
+#define T_GFIRST (7 * LZ4_BATCH)
+#define T_GFLAGS (8 * LZ4_BATCH)
+#define T_LONG (9 * LZ4_BATCH)         // 2 LZ4_BATCH entries
+#define T_WORDS (11 * LZ4_BATCH)
+#define G_BARRIER 1
+#define G_LONG 2
+#define N_COPY (LZ4_WG - LZ4_COPY_FROM)
+
+// One lane copies n bytes forward: from the input (literals), or from the
+// output at `off` bytes back (a match: when off < n it repeats, reading bytes
+// this lane has just written, which program order makes visible to it).
+// Eight loads are issued before their stores, so one wait covers them.
+static void copy_short(__global uchar* d, const __global uchar* s, const uint n, const uint off)
+{
+    if (off < n) {
+        for (uint i = 0; i < n; i++) d[i] = s[i];
+        return;
+    }
+    for (uint i = 0; i < n; i += 8) {
+        uchar v[8];
+#pragma unroll
+        for (uint k = 0; k < 8; k++) v[k] = (i + k < n) ? s[i + k] : 0;
+#pragma unroll
+        for (uint k = 0; k < 8; k++) if (i + k < n) d[i + k] = v[k];
+    }
+}
+
+// Lane parses sequences into `tab` (a slot) from its state (ip, op, err, last), with the same rules,
+// in the same order, as the lockstep kernel: the first rule a stream breaks gives the same code.
+// The sequences before an error stay in the table (each one checked: its copies stay in the row).
+static void parse_batch(const __global uchar* in, const long n_in, const long n_out,
+                        long* ip_, long* op_, int* err_, int* last_, __local uint* tab, __local uint* counts)
+{
+    long ip = *ip_, op = *op_;
+    int err = *err_, last = *last_;
+    uint nt = 0, nlong = 0, ndep = 0, ngroups = 0;
+    const long start = op;          // output before this is written when the batch's copies begin
+    long dirty = LONG_MAX;          // first output byte phase 2 wrote since its last barrier
+    int open_short = 0;             // the last group takes more short matches
+    while (err == LZ4_OK && !last && nt < LZ4_BATCH) {
+        const uint token = in[ip++];
+        long lit = token >> 4;
+        if (lit == 15 && more_length(in, &ip, n_in - 15, 1, &lit)) {
+            err = LZ4_E_LITLEN;
+            break;
+        }
+        const long lit_end = op + lit;
+        if (lit_end > n_out - 12 || ip + lit > n_in - 8) {
+            if (ip + lit != n_in || lit_end > n_out) {
+                err = LZ4_E_LITERALS;
+                break;
+            }
+            last = 1;
+        }
+        tab[T_LSRC + nt] = (uint)ip;
+        tab[T_LLEN + nt] = (uint)lit;
+        tab[T_OP + nt] = (uint)op;
+        tab[T_MLEN + nt] = 0;
+        tab[T_OFF + nt] = 1;
+        tab[T_SHORT + nt] = 0;
+        if (lit > LZ4_LONG) tab[T_LONG + nlong++] = 2 * nt;
+        ip += lit;
+        op = lit_end;
+        if (!last) {
+            const long off = (long)in[ip] | ((long)in[ip + 1] << 8);     // ip + 2 <= n_in - 6
+            ip += 2;
+            long len = token & 15;
+            if (len == 15 && more_length(in, &ip, n_in - 4, 0, &len)) err = LZ4_E_MATCHLEN;
+            len += 4;
+            if (!err && off == 0) err = LZ4_E_OFFSET_ZERO;
+            if (!err && off > op) err = LZ4_E_BEFORE;
+            if (!err && op + len > n_out - 5) err = LZ4_E_MATCH_END;
+            if (err) {
+                nt++;           // its literals are checked and copied; the match is not
+                break;
+            }
+            tab[T_OFF + nt] = (uint)off;
+            tab[T_MLEN + nt] = (uint)len;
+            // the match reads out[op - off, op - off + min(len, off)): see the lockstep kernel
+            const long src_end = op - off + min(len, off);
+            if (src_end <= start) {
+                if (len > LZ4_LONG) tab[T_LONG + nlong++] = 2 * nt + 1;
+                else tab[T_SHORT + nt] = 1;
+            } else {
+                const int fence = src_end > dirty;
+                const int longer = len > LZ4_LONG;
+                if (fence || longer || !open_short) {
+                    tab[T_GFIRST + ngroups] = ndep;
+                    tab[T_GFLAGS + ngroups] = (fence ? G_BARRIER : 0) | (longer ? G_LONG : 0);
+                    ngroups++;
+                    if (fence) dirty = LONG_MAX;
+                    open_short = !longer;
+                }
+                tab[T_DEP + ndep++] = nt;
+                dirty = min(dirty, op);
+            }
+            op += len;
+        }
+        nt++;
+    }
+    counts[0] = nt;
+    counts[1] = nlong;
+    counts[2] = ndep;
+    counts[3] = ngroups;
+    *ip_ = ip;
+    *op_ = op;
+    *err_ = err;
+    *last_ = last;
+}
+
+// Same arguments, rows and errors as the lockstep kernel.  Every lane runs the
+// same iterations of the loops around barriers (their bounds come from local
+// memory after a barrier); only lane 0's parsing state is the stream's.
+__kernel __attribute__((reqd_work_group_size(LZ4_WG, 1, 1)))
+void lz4_streams(const __global uchar* restrict src,
+                 __global uchar* restrict dst,
+                 const __global ulong* restrict table,
+                 __global int* restrict errors)
+{
+    __local uint tabs[2 * T_WORDS];
+    __local uint counts[8];
+    const size_t s = get_group_id(0);
+    const long lane = get_local_id(0);
+    const __global uchar* in = src + table[4 * s];
+    __global uchar* out = dst + table[4 * s + 1];
+    const long n_in = (long)table[4 * s + 2];
+    const long n_out = (long)table[4 * s + 3];
+    const int stored = (n_in == n_out);
+
+    int err = (!stored && n_in == 0) ? LZ4_E_EMPTY : LZ4_OK;
+    int last = stored;
+    if (stored) {
+        LANE_COPY(out, in, n_out);
+    }
+    long ip = 0, op = stored ? n_out : 0;
+    if (lane == 0) parse_batch(in, n_in, n_out, &ip, &op, &err, &last, tabs, counts);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    uint cur = 0;
+    uint nt = counts[0];
+    while (nt > 0) {
+        __local uint* tab = tabs + cur * T_WORDS;
+        const uint nlong = counts[4 * cur + 1], ndep = counts[4 * cur + 2], ngroups = counts[4 * cur + 3];
+        // phase 1: lane 0 parses the next batch; the copying lanes copy the literals and the
+        // matches that read only output from before this batch
+        if (lane == 0) parse_batch(in, n_in, n_out, &ip, &op, &err, &last, tabs + (cur ^ 1) * T_WORDS,
+                                   counts + 4 * (cur ^ 1));
+        if (lane >= LZ4_COPY_FROM) {
+            const uint c = (uint)lane - LZ4_COPY_FROM;
+            for (uint t = c; t < nt; t += N_COPY) {
+                const uint o = tab[T_OP + t], lit = tab[T_LLEN + t];
+                if (lit <= LZ4_LONG) copy_short(out + o, in + tab[T_LSRC + t], lit, lit);
+                if (tab[T_SHORT + t]) {
+                    const uint m = o + lit, off = tab[T_OFF + t];
+                    copy_short(out + m, out + m - off, tab[T_MLEN + t], off);
+                }
+            }
+            for (uint k = 0; k < nlong; k++) {
+                const uint e = tab[T_LONG + k], t = e >> 1;
+                const uint o = tab[T_OP + t], lit = tab[T_LLEN + t];
+                if (e & 1) {
+                    const uint m = o + lit, off = tab[T_OFF + t], len = tab[T_MLEN + t];
+                    for (uint i = c; i < len; i += N_COPY) out[m + i] = out[m - off + (off >= len ? i : i % off)];
+                } else {
+                    const __global uchar* l = in + tab[T_LSRC + t];
+                    for (uint i = c; i < lit; i += N_COPY) out[o + i] = l[i];
+                }
+            }
+        }
+        barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+        // phase 2: the matches that read this batch's output, group by group, in order
+        for (uint g = 0; g < ngroups; g++) {
+            const uint flags = tab[T_GFLAGS + g];
+            const uint first = tab[T_GFIRST + g];
+            const uint end = g + 1 < ngroups ? tab[T_GFIRST + g + 1] : ndep;
+#if LZ4_WG > 1
+            if (flags & G_BARRIER) barrier(CLK_GLOBAL_MEM_FENCE);
+#endif
+            if (flags & G_LONG) {
+                const uint t = tab[T_DEP + first];
+                const uint m = tab[T_OP + t] + tab[T_LLEN + t], off = tab[T_OFF + t], len = tab[T_MLEN + t];
+                for (uint i = (uint)lane; i < len; i += LZ4_WG) out[m + i] = out[m - off + (off >= len ? i : i % off)];
+            } else {
+                for (uint k = first + (uint)lane; k < end; k += LZ4_WG) {
+                    const uint t = tab[T_DEP + k];
+                    const uint m = tab[T_OP + t] + tab[T_LLEN + t], off = tab[T_OFF + t];
+                    copy_short(out + m, out + m - off, tab[T_MLEN + t], off);
+                }
+            }
+        }
+        barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+        cur ^= 1;
+        nt = counts[4 * cur];
+    }
+    if (err == LZ4_OK && op != n_out) err = LZ4_E_SIZE;
+    if (lane == 0) errors[s] = err;
+}
+#endif  // LZ4_MODE == 1
 
 // Unshuffle of Blosc blocks, from the planes the LZ4 streams were decoded to.
 // jobs: 4 ulongs per block: byte offset (the same in src and dst), size, typesize, mode.

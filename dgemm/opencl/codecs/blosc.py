@@ -227,17 +227,42 @@ def default_lanes(device) -> int:
     return 1 if device.info.type == "CPU" else 32
 
 
-class _Built:
-    """``lz4.cl`` built for one device and lane count, its kernels, and the lock their arguments need."""
+# lz4.cl's parameters other than LZ4_WG (the lanes), with what each may be; see the kernel's notes.
+PARAMS = {"LZ4_MODE": (0, 1), "LZ4_BATCH": range(1, 1025), "LZ4_LONG": range(0, 1 << 20),
+          "LZ4_COPY_FROM": range(0, 1024)}
 
-    def __init__(self, device, lanes: int):
+
+def default_params(device) -> dict:
+    """lz4.cl's parameters (beyond the lanes) for ``device``: none yet, so the kernel's own defaults.
+
+    The place for a per-device choice measured with ``bench/notes/issue-28/blosc_decode.py --variants``.
+    """
+    return {}
+
+
+def _options(lanes: int, params: dict) -> tuple:
+    if not isinstance(lanes, int) or not 1 <= lanes <= 1024:
+        raise ValueError(f"lz4.cl: LZ4_WG={lanes!r}, not a lane count in 1..1024")
+    for name, value in params.items():
+        if name not in PARAMS or not isinstance(value, int) or value not in PARAMS[name]:
+            raise ValueError(f"lz4.cl: {name}={value!r} is not one of its parameters' values {sorted(PARAMS)}")
+    if params.get("LZ4_COPY_FROM", 0) >= lanes:
+        raise ValueError(f"lz4.cl: LZ4_COPY_FROM={params['LZ4_COPY_FROM']} leaves none of {lanes} lanes to copy")
+    return (("LZ4_WG", lanes),) + tuple(sorted(params.items()))
+
+
+class _Built:
+    """``lz4.cl`` built for one device and parameters, its kernels, and the lock their arguments need."""
+
+    def __init__(self, device, options: tuple):
         import pyopencl as cl
 
         from dgemm.opencl import sources
 
-        with device.failing(f"building lz4.cl (LZ4_WG={lanes})"):
+        defines = [f"-D{name}={value}" for name, value in options]
+        with device.failing(f"building lz4.cl ({' '.join(d[2:] for d in defines)})"):
             self.program = cl.Program(device.context, sources.codec_source("lz4.cl")).build(
-                options=[f"-DLZ4_WG={lanes}", "-I", str(sources.kernel_dir())])
+                options=defines + ["-I", str(sources.kernel_dir())])
         self.streams = cl.Kernel(self.program, "lz4_streams")
         self.unshuffle = cl.Kernel(self.program, "unshuffle_blocks")
         # a kernel's arguments are set, then it is enqueued: two threads must not interleave that
@@ -247,17 +272,18 @@ class _Built:
 _BUILD_LOCK = threading.Lock()
 
 
-def program(device, lanes: int) -> _Built:
-    """``lz4.cl`` built for ``device`` with ``LZ4_WG=lanes``, once per (device, lanes)."""
+def program(device, lanes: int, params: dict | None = None) -> _Built:
+    """``lz4.cl`` built for ``device`` with ``LZ4_WG=lanes`` and ``params``, once per (device, parameters)."""
+    options = _options(lanes, dict(params or {}))
     with _BUILD_LOCK:
         built = _PROGRAMS.setdefault(device, {})
-        if lanes not in built:
-            built[lanes] = _Built(device, lanes)
-        return built[lanes]
+        if options not in built:
+            built[options] = _Built(device, options)
+        return built[options]
 
 
 def decode_blosc(device, frames, out, offsets=None, names=None, lanes: int | None = None,
-                 events: list | None = None, queue=None) -> list[int]:
+                 events: list | None = None, queue=None, params: dict | None = None) -> list[int]:
     """Decode Blosc-LZ4 frames on the device into ``out``; returns each frame's decoded size.
 
     Parameters
@@ -280,6 +306,9 @@ def decode_blosc(device, frames, out, offsets=None, names=None, lanes: int | Non
     queue : pyopencl.CommandQueue, optional
         An in-order queue of the device to decode on (the engine's transfer queue, where the
         padding kernels that read ``out`` next run); ``device.queue`` by default.
+    params : dict, optional
+        ``lz4.cl``'s other parameters (:data:`PARAMS`, e.g. ``{"LZ4_MODE": 1}``);
+        :func:`default_params` by default.
 
     Raises
     ------
@@ -307,7 +336,7 @@ def decode_blosc(device, frames, out, offsets=None, names=None, lanes: int | Non
     if not plans:
         return []
     lanes = lanes or default_lanes(device)
-    prog = program(device, lanes)
+    prog = program(device, lanes, default_params(device) if params is None else params)
     bases = np.concatenate([[0], np.cumsum([p.cbytes for p in plans])]).astype(np.int64)
     upload = np.empty(max(int(bases[-1]), 1), np.uint8)
     for p, f, b in zip(plans, frames, bases):
