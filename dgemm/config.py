@@ -241,7 +241,8 @@ SETTINGS = {s.key: s for s in (
             "an OpenCL kernel decodes it into the block's staging buffer (`dgemm.opencl.codecs`); other codecs "
             "are decoded on the host as before. `auto` (the default): on for GPU devices, off for CPU devices "
             "(a rule, not yet a measurement: no GPU timing of the device path exists yet); `on`; `off`. "
-            "Read where the worker runs; a bad value stops a call before any work."),
+            "Not used where the host cache is on (it shares decoded blocks). Read where the worker runs; a bad "
+            "value stops a call before any work."),
     Setting("pinned-bytes", "DGEMM_PINNED_BYTES", _bytes,
             "Page-locked memory a device may hold for downloaded C blocks (beyond it: ordinary memory)."),
     Setting("tuning-db", "DGEMM_TUNING_DB", _text,
