@@ -115,65 +115,69 @@ void zstd_encode_streams(const __global uchar* src, const __global ulong* rows, 
     const uint expected = bits[row];
     const uint shift = (uint)(d0 & 3) * 8;                  // the stream's bit 0 within its first word
     const uint nwords = (shift + expected + 1 + 31) / 32;   // its bits and the marker bit
-    if (nwords > ZE_STREAM_WORDS) {
-        if (lid == 0) errors[row] = ZE_E_CAPACITY;
-        return;
-    }
+    // an error is the same for every lane, which all still meet every barrier
+    const uint fits = nwords <= ZE_STREAM_WORDS;
     for (uint i = lid; i < 256; i += ZE_WG) table[i] = code[i];
-    for (uint i = lid; i < nwords; i += ZE_WG) words[i] = 0;
+    for (uint i = lid; i < (fits ? nwords : 0); i += ZE_WG) words[i] = 0;
+    // Lanes take the runs in reverse order (lane 0 the last run, at the stream's lowest bits).  On a
+    // GPU that changes nothing; on a CPU device, where work-items run one after another in lane
+    // order, a run's lowest word, shared with the run below, is written after that run's highest
+    // word, so that a plain store where atomic_or is needed loses bits in the tests too.
+    const uint r = ZE_WG - 1 - lid;
     const uint per = (n + ZE_WG - 1) / ZE_WG;
-    const uint i0 = min(lid * per, n), i1 = min(i0 + per, n);
+    const uint i0 = min(r * per, n), i1 = min(i0 + per, n);
     barrier(CLK_LOCAL_MEM_FENCE);
     uint mine = 0;
     for (uint i = i0; i < i1; i++) mine += table[in[i]] >> 16;
-    // inclusive scan of the runs' bits (Hillis-Steele)
-    scan[lid] = mine;
+    // inclusive scan of the runs' bits, in run order (Hillis-Steele)
+    scan[r] = mine;
     barrier(CLK_LOCAL_MEM_FENCE);
     for (uint off = 1; off < ZE_WG; off <<= 1) {
-        const uint v = lid >= off ? scan[lid - off] : 0;
+        const uint v = r >= off ? scan[r - off] : 0;
         barrier(CLK_LOCAL_MEM_FENCE);
-        scan[lid] += v;
+        scan[r] += v;
         barrier(CLK_LOCAL_MEM_FENCE);
     }
     const uint total = scan[ZE_WG - 1];
-    if (total != expected) {      // every lane sees the same total: all return together
-        if (lid == 0) errors[row] = ZE_E_BITS;
-        return;
-    }
-    // this run's first literal ends just below the bits of the runs before it (read first)
-    uint pos = shift + total - scan[lid];
-    ulong acc = 0;
-    uint nacc = pos & 31, w = pos >> 5;
-    bool first = true;
-    for (uint i = i1; i-- > i0;) {
-        const uint c = table[in[i]];
-        acc |= (ulong)(c & 0xFFFF) << nacc;
-        nacc += c >> 16;
-        if (nacc >= 32) {
-            // only a run's lowest and highest words can be shared with its neighbours
-            if (first) atomic_or(&words[w], (uint)acc);
-            else words[w] = (uint)acc;
-            first = false;
-            w++;
-            acc >>= 32;
-            nacc -= 32;
+    const uint err = !fits ? ZE_E_CAPACITY : total != expected ? ZE_E_BITS : ZE_OK;
+    if (err == ZE_OK) {
+        // this run's first literal ends just below the bits of the runs before it (read first)
+        const uint pos = shift + total - scan[r];
+        ulong acc = 0;
+        uint nacc = pos & 31, w = pos >> 5;
+        bool first = true;
+        for (uint i = i1; i-- > i0;) {
+            const uint c = table[in[i]];
+            acc |= (ulong)(c & 0xFFFF) << nacc;
+            nacc += c >> 16;
+            if (nacc >= 32) {
+                // only a run's lowest and highest words can be shared with its neighbours
+                if (first) atomic_or(&words[w], (uint)acc);
+                else words[w] = (uint)acc;
+                first = false;
+                w++;
+                acc >>= 32;
+                nacc -= 32;
+            }
         }
+        if (nacc) atomic_or(&words[w], (uint)acc);      // (an empty run ORs nothing)
+        if (lid == 0) atomic_or(&words[(shift + total) >> 5], 1u << ((shift + total) & 31));
     }
-    if (nacc) atomic_or(&words[w], (uint)acc);      // (an empty run ORs nothing)
-    if (lid == 0) atomic_or(&words[(shift + total) >> 5], 1u << ((shift + total) & 31));
     barrier(CLK_LOCAL_MEM_FENCE);
-    // out: bytes [b0, b1) of the local words are the stream's
-    const uint b0 = shift / 8, b1 = b0 + total / 8 + 1;
-    __global uchar* base = dst + (d0 - b0);                 // 4-byte aligned
-    for (uint j = lid; j < nwords; j += ZE_WG) {
-        const uint lo = 4 * j;
-        if (lo >= b0 && lo + 4 <= b1) {
-            ((__global uint*)base)[j] = words[j];
-        } else {
-            for (uint k = max(lo, b0); k < min(lo + 4, b1); k++) base[k] = (uchar)(words[j] >> (8 * (k - lo)));
+    if (err == ZE_OK) {
+        // out: bytes [b0, b1) of the local words are the stream's
+        const uint b0 = shift / 8, b1 = b0 + total / 8 + 1;
+        __global uchar* base = dst + (d0 - b0);                 // 4-byte aligned
+        for (uint j = lid; j < nwords; j += ZE_WG) {
+            const uint lo = 4 * j;
+            if (lo >= b0 && lo + 4 <= b1) {
+                ((__global uint*)base)[j] = words[j];
+            } else {
+                for (uint k = max(lo, b0); k < min(lo + 4, b1); k++) base[k] = (uchar)(words[j] >> (8 * (k - lo)));
+            }
         }
     }
-    if (lid == 0) errors[row] = ZE_OK;
+    if (lid == 0) errors[row] = err;
 }
 
 // rows: (source offset, destination offset, bytes), ulongs; one work-group per row.
