@@ -434,6 +434,22 @@ def test_an_endpoint_with_a_path_region_and_requester_pays_reach_the_requests(re
     assert put_headers.get("x-amz-server-side-encryption") == "AES256"
 
 
+def test_the_aws_environment_changes_nothing_the_storage_options_set(recorder, monkeypatch):
+    """obstore reads AWS_* variables botocore ignores beside given keys (a session token, unsigned requests...)."""
+    for name, value in {"AWS_ACCESS_KEY_ID": "ENVKEY", "AWS_SECRET_ACCESS_KEY": "x", "AWS_SESSION_TOKEN": "ENVTOKEN",
+                        "AWS_SKIP_SIGNATURE": "true", "AWS_REQUEST_PAYER": "true", "AWS_REGION": "ap-south-2",
+                        "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "true",
+                        "AWS_ENDPOINT_URL_S3": "http://127.0.0.1:9"}.items():
+        monkeypatch.setenv(name, value)
+    store = _recorded_store(recorder.endpoint, key="K", secret="S", endpoint_url=recorder.endpoint,
+                            client_kwargs={"region_name": "eu-west-3"})
+    assert bytes(remote.get_many(store, [("c/0", None)])[0]) == b"recorded"
+    [(_, path, headers)] = recorder.seen
+    assert path == "/bucket/root/c/0"
+    assert "Credential=K/" in headers["authorization"] and "/eu-west-3/s3/" in headers["authorization"]
+    assert "x-amz-security-token" not in headers and "x-amz-request-payer" not in headers
+
+
 def test_anon_requests_are_not_signed(recorder, monkeypatch):
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "FROM-THE-ENVIRONMENT")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")

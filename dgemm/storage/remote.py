@@ -158,12 +158,12 @@ class Conditional:
 
     :meth:`put` sends ``If-None-Match: *`` (write only if there is no
     object: obstore's ``mode="create"``) or ``If-Match: <etag>`` (only if
-    the object is still the one read: an update of that ETag), and the
-    server decides: of two writers, one wins.  :meth:`delete` sends
-    ``If-Match`` too (obstore's delete takes no condition: that one request
-    is signed here, by botocore's SigV4 signer).  Where the server refuses
-    the conditions (``501 NotImplemented``), the write is sent again
-    without them, and this process's later writes to that server go without
+    the object is still the one read: an update of that ETag), and
+    :meth:`delete` ``If-Match`` (obstore's delete takes no condition: that
+    request is signed by botocore's SigV4 signer and sent here); the server
+    decides: of two writers, one wins.  Where the server refuses the
+    conditions (``501 NotImplemented``), the request is sent again without
+    them, and this process's later ones to that server go without
     (:attr:`atomic` turns False): a read, then a write, as for any other
     store.  A server that ignores them writes unconditionally.
     """
@@ -180,14 +180,14 @@ class Conditional:
         """``(the object's bytes, its ETag)``, or None when there is no object ``key``."""
         import obstore
 
-        bucket, name, _ = _split(self.fs, _path(self.root, key))
+        bucket, name, what = self._where(key)
         try:
             got = obstore.get(self.s3.store(bucket), name)
             return bytes(got.bytes()), got.meta["e_tag"]
+        except FileNotFoundError:
+            return None
         except Exception as e:
-            if isinstance(e, FileNotFoundError):
-                return None
-            raise _translated(e, f"s3://{bucket}/{name}") from e
+            _raise(e, what)
 
     def put(self, key: str, data: bytes, match: str | None) -> str | None:
         """Write ``key`` if it is as read: absent (``match`` None) or with ETag ``match``; the new ETag, or None if not.
@@ -199,39 +199,33 @@ class Conditional:
         import obstore
         from obstore.exceptions import AlreadyExistsError, PreconditionError
 
-        if self.read_only:
-            raise ValueError(f"s3 store {self.root!r} was opened read-only: nothing written")
-        bucket, name, _ = _split(self.fs, _path(self.root, key))
+        bucket, name, what = self._where(key, "written")
         store = self.s3.store(bucket)
-        mode = "create" if match is None else {"e_tag": match}
+        mode = "overwrite" if not self.atomic else "create" if match is None else {"e_tag": match}
         try:
-            if "PutObject" in self.s3.refused:
-                mode = "overwrite"
             try:
-                reply = obstore.put(store, name, data, mode=mode, use_multipart=False)
+                return obstore.put(store, name, data, mode=mode, use_multipart=False).get("e_tag") or ""
+            except (AlreadyExistsError, PreconditionError):
+                return None      # 412: another ETag, or an object there now; 404: gone since the read
             except Exception as e:
-                # 412 (another ETag, or an object there now), 404 (gone: S3 answers If-Match on a missing
-                # object so) are obstore's AlreadyExists / Precondition; 409: AWS had another conditional
-                # write of it in flight
-                if isinstance(e, (AlreadyExistsError, PreconditionError)) or _code(e) in _CONFLICT:
+                if _code(e) in _CONFLICT:
                     return None
                 if mode == "overwrite" or _code(e) not in _NO_CONDITIONS:
                     raise
-                with _LOCK:
-                    self.s3.refused.add("PutObject")
-                reply = obstore.put(store, name, data, mode="overwrite", use_multipart=False)
-            return reply.get("e_tag") or ""
+            with _LOCK:
+                self.s3.refused.add("PutObject")
+            return obstore.put(store, name, data, mode="overwrite", use_multipart=False).get("e_tag") or ""
         except Exception as e:
-            raise _translated(e, f"s3://{bucket}/{name}") from e
+            _raise(e, what)
         finally:
             with _LOCK:
                 self.fs.invalidate_cache(_path(self.root, key))
 
     def delete(self, key: str, match: str) -> bool:
         """Delete ``key`` if its ETag is still ``match``; False (nothing deleted) if another writer changed it."""
-        if self.read_only:
-            raise ValueError(f"s3 store {self.root!r} was opened read-only: nothing deleted")
-        bucket, name, _ = _split(self.fs, _path(self.root, key))
+        import obstore
+
+        bucket, name, what = self._where(key, "deleted")
         try:
             if "DeleteObject" not in self.s3.refused:
                 status, code = self.s3.delete_if(bucket, name, match)
@@ -241,26 +235,29 @@ class Conditional:
                     return False
                 if code not in _NO_CONDITIONS and str(status) not in _NO_CONDITIONS:
                     error = PermissionError if status in (401, 403) else OSError
-                    raise error(f"s3://{bucket}/{name}: {code or status}: DELETE with If-Match answered {status}")
+                    raise error(f"{what}: {code or status}: a DELETE with If-Match answered {status}")
                 with _LOCK:
                     self.s3.refused.add("DeleteObject")
-            import obstore
             obstore.delete(self.s3.store(bucket), name)
             return True
-        except (PermissionError, ValueError):
-            raise
         except Exception as e:
-            raise _translated(e, f"s3://{bucket}/{name}") from e
+            _raise(e, what)
         finally:
             with _LOCK:
                 self.fs.invalidate_cache(_path(self.root, key))
+
+    def _where(self, key: str, change: str | None = None) -> tuple[str, str, str]:
+        if change and self.read_only:
+            raise ValueError(f"s3 store {self.root!r} was opened read-only: nothing {change}")
+        bucket, name, _ = _split(self.fs, _path(self.root, key))
+        return bucket, name, f"s3://{bucket}/{name}"
 
 
 # The error codes of a server that does not do conditional writes and says so (``501 NotImplemented``, as S3
 # answered before it added them in 2024): the request goes again without the condition.
 _NO_CONDITIONS = ("NotImplemented", "501")
-_CONFLICT = ("ConditionalRequestConflict", "409")
-# A conditional DELETE found the object changed: 412, 404 (gone), 409 (another conditional request in flight).
+_CONFLICT = ("ConditionalRequestConflict", "409")    # AWS: another conditional write of it was in flight
+# A conditional DELETE found the object changed: 412, 404 (gone), 409.
 _CHANGED = ("PreconditionFailed", "412", "NoSuchKey", "404") + _CONFLICT
 
 
@@ -284,20 +281,16 @@ def _s3_of(store):
     from fsspec.utils import tokenize
 
     token = (os.getpid(), tokenize(settings))
-    s3 = _CLIENTS.get(token)
-    if s3 is None:
+    if token not in _CLIENTS:
         with _LOCK:
-            s3 = _CLIENTS.get(token)
-            if s3 is None:
-                s3 = _S3.make(settings)
-                if s3 is None:
-                    return None
-                _CLIENTS[token] = s3
-    return s3, fs, root, allowed
+            if token not in _CLIENTS:
+                _CLIENTS[token] = _S3.make(settings)     # None (declined) too: botocore's lookups are not free
+    s3 = _CLIENTS[token]
+    return None if s3 is None else (s3, fs, root, allowed)
 
 
-# The options of s3fs's filesystem, its botocore client and its requests that obstore can take as they are
-# meant; any other makes this module decline the store (zarr's path then honours it).
+# The options of s3fs's filesystem, its botocore client and its requests that obstore takes as they are meant;
+# any other makes this module decline the store (zarr's path, through s3fs, then honours it).
 _CLIENT_KWARGS = {"region_name", "endpoint_url", "use_ssl", "verify",
                   "aws_access_key_id", "aws_secret_access_key", "aws_session_token"}
 _CONFIG_KWARGS = {"connect_timeout", "read_timeout", "retries", "max_pool_connections", "region_name",
@@ -306,7 +299,7 @@ _EXTRA = {"ServerSideEncryption": "server_side_encryption", "SSEKMSKeyId": "sse_
 
 
 def _settings(fs) -> dict | None:
-    """What the obstore store for ``fs`` is made from (:meth:`_S3.make`), or None when it cannot be taken over."""
+    """What the obstore stores for ``fs`` are made from (:meth:`_S3.make`), or None when it cannot be taken over."""
     try:
         from s3fs import S3FileSystem
     except ImportError:
@@ -318,129 +311,91 @@ def _settings(fs) -> dict | None:
             return None          # a session the caller made: its credentials and hooks are its own
         if fs.cache_regions:
             return None          # s3fs finds each bucket's region itself
-        session = dict(fs.kwargs)
+        session, client, config = dict(fs.kwargs), dict(fs.client_kwargs), dict(fs.config_kwargs)
         profile = session.pop("profile", None)
-        client = dict(fs.client_kwargs)
-        config = dict(fs.config_kwargs)
-        if session or set(client) - _CLIENT_KWARGS or set(config) - _CONFIG_KWARGS:
-            return None
-        s3_opts = dict(config.get("s3") or {})
-        if set(s3_opts) - {"addressing_style"} or s3_opts.get("addressing_style", "path") not in ("path", "auto"):
-            return None          # virtual-hosted requests to an endpoint: its URL would have to be rebuilt
+        extra = dict(fs.s3_additional_kwargs)
+        payer = bool(fs.requester_pays) or extra.pop("RequestPayer", None) == "requester"
+        style = dict(config.get("s3") or {"addressing_style": "path"})
+        verify = client.get("verify", True)
+        if session or set(client) - _CLIENT_KWARGS or set(config) - _CONFIG_KWARGS or set(extra) - set(_EXTRA) \
+                or style.pop("addressing_style", "path") not in ("path", "auto") or style \
+                or not isinstance(verify, (bool, str)):
+            return None          # (virtual-hosted requests: an endpoint's URL would have to be rebuilt)
         anon, signature = bool(fs.anon), config.get("signature_version")
         if signature not in (None, "s3v4"):
             from botocore import UNSIGNED
             if signature is not UNSIGNED:
                 return None      # another signature than SigV4
             anon = True
-        key = client.get("aws_access_key_id", fs.key)
-        secret = client.get("aws_secret_access_key", fs.secret)
-        token = client.get("aws_session_token", fs.token)
+        key, secret, token = (client.get(f"aws_{k}", getattr(fs, attr)) for k, attr in
+                              (("access_key_id", "key"), ("secret_access_key", "secret"), ("session_token", "token")))
         endpoint = client.get("endpoint_url") or fs.endpoint_url
         if not endpoint and not client.get("use_ssl", fs.use_ssl):
             return None          # plain http to AWS
-        region = client.get("region_name") or config.get("region_name")
+        timeouts = {name: float(config.get(name, getattr(fs, name))) for name in ("connect_timeout", "read_timeout")
+                    if config.get(name, getattr(fs, name)) is not None}
         retries = dict(config.get("retries") or {})
-        extra = dict(fs.s3_additional_kwargs)
-        payer = bool(fs.requester_pays) or extra.pop("RequestPayer", None) == "requester"
-        if set(extra) - set(_EXTRA):
-            return None
-        verify = client.get("verify", True)
-        if not isinstance(verify, (bool, str)):
-            return None
-        timeouts = {}
-        for name, default in (("connect_timeout", fs.connect_timeout), ("read_timeout", fs.read_timeout)):
-            value = config.get(name, default)
-            if value is not None:
-                timeouts[name] = float(value)
+        if "total_max_attempts" in retries or "max_attempts" in retries:     # botocore's, as s3fs passes them
+            retries = retries.get("total_max_attempts", int(retries.get("max_attempts", 0)) + 1) - 1
+        else:
+            retries = getattr(fs, "retries", 5)                               # s3fs's own
         return {"profile": profile, "anon": anon,
                 "credentials": None if anon or not (key and secret) else (key, secret, token),
-                "endpoint": endpoint, "region": region, "payer": payer, "verify": verify,
-                "extra": {_EXTRA[k]: v for k, v in extra.items()}, "timeouts": timeouts,
-                "retries": _retries(retries, int(getattr(fs, "retries", 5)))}
+                "endpoint": endpoint, "region": client.get("region_name") or config.get("region_name"),
+                "payer": payer, "verify": verify, "extra": {_EXTRA[k]: v for k, v in extra.items()},
+                "timeouts": timeouts, "retries": max(int(retries), 0)}
     except (AttributeError, TypeError, ValueError):
         return None              # an s3fs whose settings are not where this one keeps them
 
 
-def _retries(botocore: dict, default: int) -> int:
-    """Retries after a request's first attempt: botocore's ``retries`` config where given, else s3fs's ``retries``."""
-    if "total_max_attempts" in botocore:
-        return max(int(botocore["total_max_attempts"]) - 1, 0)
-    if "max_attempts" in botocore:
-        return max(int(botocore["max_attempts"]), 0)
-    return max(default, 0)
-
-
 class _S3:
-    """The obstore stores (one per bucket, made on first use) of one set of s3fs settings, and how to sign."""
+    """The obstore stores (one per bucket, made on first use) of one set of s3fs settings."""
 
-    def __init__(self, config: dict, client: dict, retry: dict, provider, signer):
-        self.config, self.client, self.retry, self.provider, self.signer = config, client, retry, provider, signer
+    def __init__(self, settings: dict, region: str, creds):
+        self.endpoint, self.region, self.creds = settings["endpoint"], region, creds
+        self.retries, self.verify = settings["retries"], settings["verify"]
+        # everything set, so that obstore's own reading of AWS_* variables changes nothing botocore would not
+        self.config = dict(settings["extra"], region=region, skip_signature=settings["anon"],
+                           request_payer=settings["payer"], conditional_put="etag",
+                           virtual_hosted_style_request=False)
+        if self.endpoint:        # (the service-specific variable would win over ``endpoint`` in obstore)
+            self.config["endpoint"] = self.config["aws_endpoint_url_s3"] = self.endpoint.rstrip("/")
+        # obstore's 30 s for a whole request would cut a large object's slow read: a read that stalls is
+        # what read_timeout (botocore's meaning) catches
+        self.client = {"allow_http": bool(self.endpoint and self.endpoint.startswith("http://")),
+                       "timeout": timedelta(hours=1), "allow_invalid_certificates": self.verify is False}
+        for name, seconds in settings["timeouts"].items():
+            self.client[name] = timedelta(seconds=seconds)
+        if isinstance(self.verify, str):
+            with open(self.verify) as f:
+                self.client["root_certificate"] = f.read()
+        # s3fs's bound and backoff (0.1 s, times 1.7, at most 15 s); obstore retries connection errors,
+        # timeouts and 5xx answers, never a 4xx
+        self.retry = {"max_retries": self.retries, "backoff": {
+            "init_backoff": timedelta(seconds=0.1), "max_backoff": timedelta(seconds=15), "base": 1.7}}
         self.stores: dict = {}
         self.refused: set[str] = set()   # operations whose conditional form the server refused (Conditional)
 
     @classmethod
     def make(cls, settings: dict):
         """The client for ``settings`` (:func:`_settings`), or None where its credentials or region are unknown."""
-        config, provider, creds = {}, None, None
-        session = None
-        if settings["anon"]:
-            config["skip_signature"] = True
-        elif settings["credentials"] is not None:
-            creds = settings["credentials"]
-            config.update(access_key_id=creds[0], secret_access_key=creds[1])
-            if creds[2]:
-                config["session_token"] = creds[2]
-        region = settings["region"]
-        if not settings["anon"] and settings["credentials"] is None or region is None:
-            try:
+        region, creds = settings["region"], settings["credentials"]
+        try:
+            if region is None or creds is None and not settings["anon"]:
                 import botocore.session
                 session = botocore.session.Session(profile=settings["profile"])
                 region = region or session.get_config_variable("region")
-                if not settings["anon"] and settings["credentials"] is None:
-                    creds = session.get_credentials()
+                if creds is None and not settings["anon"]:
+                    creds = session.get_credentials()     # the environment, ~/.aws, an instance's role...
                     if creds is None:
-                        return None          # zarr's path raises botocore's NoCredentialsError
-                    provider = _provider(creds)
-            except Exception:
-                return None                  # a profile botocore does not know: zarr's path says so
-        endpoint = settings["endpoint"]
-        if region is None:
-            if endpoint is None:
-                return None                  # botocore follows the bucket's region redirect; obstore would not
-            region = "us-east-1"             # botocore's signing region for an endpoint without one
-        config["region"] = region
-        if endpoint:
-            # the service-specific variable (AWS_ENDPOINT_URL_S3) would win over ``endpoint`` in obstore
-            config["endpoint"] = config["aws_endpoint_url_s3"] = endpoint.rstrip("/")
-        if settings["payer"]:
-            config["request_payer"] = True
-        config.update(settings["extra"])
-        client = {"allow_http": bool(endpoint and endpoint.startswith("http://")),
-                  # obstore's 30 s for a whole request would cut a large object's slow read: a read that
-                  # stalls is what read_timeout (botocore's meaning) catches
-                  "timeout": timedelta(hours=1)}
-        t = settings["timeouts"]
-        if "connect_timeout" in t:
-            client["connect_timeout"] = timedelta(seconds=t["connect_timeout"])
-        if "read_timeout" in t:
-            client["read_timeout"] = timedelta(seconds=t["read_timeout"])
-        verify = settings["verify"]
-        if verify is False:
-            client["allow_invalid_certificates"] = True
-        elif isinstance(verify, str):
-            try:
-                with open(verify) as f:
-                    client["root_certificate"] = f.read()
-            except OSError:
-                return None
-        # s3fs's bound and backoff (0.1 s, times 1.7, at most 15 s); obstore retries connection errors,
-        # timeouts and 5xx answers, never a 4xx
-        retry = {"max_retries": settings["retries"],
-                 "backoff": {"init_backoff": timedelta(seconds=0.1), "max_backoff": timedelta(seconds=15),
-                             "base": 1.7}}
-        signer = _Signer(config, endpoint, region, creds, client, settings["retries"])
-        return cls(config, client, retry, provider, signer)
+                        return None       # zarr's path raises botocore's NoCredentialsError
+            if region is None:
+                if settings["endpoint"] is None:
+                    return None           # botocore follows the bucket's region redirect; obstore would not
+                region = "us-east-1"      # botocore's signing region for an endpoint without one
+            return cls(settings, region, creds)
+        except Exception:
+            return None                   # a profile botocore does not know, a certificate file not there...
 
     def store(self, bucket: str):
         """obstore's ``S3Store`` for ``bucket`` (made once per process)."""
@@ -453,8 +408,22 @@ class _S3:
                 if store is None:
                     store = self.stores[bucket] = S3Store(
                         bucket, config=self.config, client_options=self.client, retry_config=self.retry,
-                        credential_provider=self.provider, virtual_hosted_style_request=False)
+                        credential_provider=None if self.creds is None else self._credentials)
         return store
+
+    def _credentials(self) -> dict:
+        """The credentials to sign with, as obstore asks for them (a given key, or botocore's, refreshed)."""
+        from datetime import datetime, timezone
+
+        refreshes = hasattr(self.creds, "refresh_needed")
+        if hasattr(self.creds, "get_frozen_credentials"):
+            frozen = self.creds.get_frozen_credentials()
+            key, secret, token = frozen.access_key, frozen.secret_key, frozen.token
+        else:
+            key, secret, token = self.creds
+        return {"access_key_id": key, "secret_access_key": secret, "token": token,
+                # botocore refreshes ahead of expiry: asked again every 5 minutes, obstore follows it
+                "expires_at": datetime.now(timezone.utc) + timedelta(minutes=5) if refreshes else None}
 
     def get(self, fs, path: str, rng, allowed: tuple):
         import obstore
@@ -462,14 +431,9 @@ class _S3:
         bucket, key, version = _split(fs, path)
         options = {"version": version} if version else {}
         if rng is not None:
-            if rng[0] == "suffix":
-                if rng[1] == 0:
-                    return b""
-                options["range"] = {"suffix": int(rng[1])}
-            else:
-                if rng[1] <= rng[0]:
-                    return b""
-                options["range"] = (int(rng[0]), int(rng[1]))
+            if rng[1] == 0 if rng[0] == "suffix" else rng[1] <= rng[0]:
+                return b""
+            options["range"] = {"suffix": int(rng[1])} if rng[0] == "suffix" else (int(rng[0]), int(rng[1]))
         try:
             return obstore.get(self.store(bucket), key, options=options).bytes()
         except Exception as e:
@@ -478,7 +442,7 @@ class _S3:
             error = _translated(e, f"s3://{bucket}/{key}")
             if isinstance(error, allowed):
                 return None
-            raise error from e
+            _raise(e, f"s3://{bucket}/{key}")
 
     def put(self, fs, path: str, value) -> None:
         import obstore
@@ -487,108 +451,79 @@ class _S3:
         try:
             obstore.put(self.store(bucket), key, value, use_multipart=False)
         except Exception as e:
-            raise _translated(e, f"s3://{bucket}/{key}") from e
+            _raise(e, f"s3://{bucket}/{key}")
         with _LOCK:          # as s3fs after a PUT: its listings (zarr's list) see the new object
             fs.invalidate_cache(path)
 
     def delete_if(self, bucket: str, key: str, match: str) -> tuple[int, str | None]:
-        """``DELETE`` with ``If-Match: match``: (the HTTP status, S3's error code or None)."""
-        return self.signer.delete_if(bucket, key, match)
-
-
-def _provider(creds):
-    """An obstore credential provider reading botocore's (refreshable) credentials of a profile or the environment."""
-    from datetime import datetime, timezone
-
-    def provide():
-        frozen = creds.get_frozen_credentials()
-        refreshes = hasattr(creds, "refresh_needed")
-        return {"access_key_id": frozen.access_key, "secret_access_key": frozen.secret_key,
-                "token": frozen.token,
-                # botocore refreshes ahead of its expiry; asking again every 5 minutes follows it
-                "expires_at": datetime.now(timezone.utc) + timedelta(minutes=5) if refreshes else None}
-    return provide
-
-
-class _Signer:
-    """One S3 request obstore cannot send: a ``DELETE`` with ``If-Match``, signed by botocore (SigV4)."""
-
-    def __init__(self, config: dict, endpoint: str | None, region: str, creds, client: dict, retries: int):
-        self.endpoint = endpoint.rstrip("/") if endpoint else f"https://s3.{region}.amazonaws.com"
-        self.region, self.creds, self.retries = region, creds, max(1, retries + 1)
-        self.anon, self.payer = bool(config.get("skip_signature")), bool(config.get("request_payer"))
-        self.insecure = bool(client.get("allow_invalid_certificates"))
-        self.cafile = client.get("root_certificate")
-
-    def delete_if(self, bucket: str, key: str, match: str) -> tuple[int, str | None]:
+        """A ``DELETE`` with ``If-Match: match``, signed by botocore (SigV4): (the HTTP status, S3's error code)."""
         import ssl
         import urllib.error
         import urllib.request
         from urllib.parse import quote
 
-        url = f"{self.endpoint}/{bucket}/{quote(key, safe='/~')}"
-        headers = {"If-Match": match}
-        if self.payer:
-            headers["x-amz-request-payer"] = "requester"
-        context = None
-        if url.startswith("https://"):
-            context = ssl.create_default_context()
-            if self.cafile:
-                context.load_verify_locations(cadata=self.cafile)
-            if self.insecure:
-                context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
-        for attempt in range(self.retries):
-            request = urllib.request.Request(url, method="DELETE", headers=self._signed(url, headers))
+        endpoint = self.endpoint.rstrip("/") if self.endpoint else f"https://s3.{self.region}.amazonaws.com"
+        url = f"{endpoint}/{bucket}/{quote(key, safe='/~')}"
+        headers = {"If-Match": match, **({"x-amz-request-payer": "requester"} if self.config["request_payer"]
+                                         else {})}
+        context = ssl.create_default_context(cadata=self.client.get("root_certificate"))
+        if self.verify is False:
+            context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+        for attempt in range(self.retries + 1):
+            signed = headers
+            if self.creds is not None:
+                from botocore.auth import S3SigV4Auth
+                from botocore.awsrequest import AWSRequest
+                from botocore.credentials import Credentials
+
+                request = AWSRequest(method="DELETE", url=url, headers=dict(headers))
+                creds = self._credentials()
+                S3SigV4Auth(Credentials(creds["access_key_id"], creds["secret_access_key"], creds["token"]),
+                            "s3", self.region).add_auth(request)
+                signed = dict(request.headers.items())
             try:
-                with urllib.request.urlopen(request, timeout=60, context=context) as reply:
-                    return reply.status, None
+                with urllib.request.urlopen(urllib.request.Request(url, method="DELETE", headers=signed),
+                                            timeout=60, context=context if url.startswith("https") else None) as r:
+                    return r.status, None
             except urllib.error.HTTPError as e:
-                body = e.read().decode("utf-8", "replace")
-                found = re.search(r"<Code>([^<]+)</Code>", body)
-                if e.code < 500 or e.code == 501 or attempt == self.retries - 1:
-                    return e.code, found.group(1) if found else None
-            except (urllib.error.URLError, OSError):
-                if attempt == self.retries - 1:
+                code = re.search(r"<Code>([^<]+)</Code>", e.read().decode("utf-8", "replace"))
+                if e.code < 500 or e.code == 501 or attempt == self.retries:
+                    return e.code, code.group(1) if code else None
+            except OSError:               # the connection refused, dropped, timed out: as obstore, again
+                if attempt == self.retries:
                     raise
-            time.sleep(min(1.7**attempt * 0.1, 15))    # s3fs's backoff
+            time.sleep(min(1.7**attempt * 0.1, 15))
 
-    def _signed(self, url: str, headers: dict) -> dict:
-        if self.anon:
-            return headers
-        from botocore.auth import S3SigV4Auth
-        from botocore.awsrequest import AWSRequest
-        from botocore.credentials import Credentials
 
-        creds = self.creds
-        creds = (creds.get_frozen_credentials() if hasattr(creds, "get_frozen_credentials")
-                 else Credentials(*creds))
-        request = AWSRequest(method="DELETE", url=url, headers=dict(headers))
-        S3SigV4Auth(creds, "s3", self.region).add_auth(request)
-        return dict(request.headers.items())
+def _raise(error: Exception, what: str):
+    """Raise what s3fs raises for an obstore ``error`` (:func:`_translated`); any other error as it is."""
+    translated = _translated(error, what)
+    if translated is error:
+        raise error
+    raise translated from error
 
 
 def _translated(error: Exception, what: str) -> Exception:
-    """The exception s3fs raises for an obstore ``error``: not found, refused or another OSError, naming the object."""
-    from obstore.exceptions import PermissionDeniedError, UnauthenticatedError
+    """s3fs's exception for an obstore ``error``: not found, refused or another OSError, naming the object."""
+    import errno
 
+    from obstore.exceptions import BaseError, PermissionDeniedError, UnauthenticatedError
+
+    if not isinstance(error, BaseError) and not type(error).__module__.startswith("obstore"):
+        return error
     text = str(error)
-    code = _code(error)
     found = re.search(r"<Message>([^<]*)</Message>", text)
-    detail = found.group(1) if found else text.split("\n\nDebug source")[0].splitlines()[0][:300] if text else ""
-    message = f"{what}: {code or type(error).__name__}: {detail}"
-    if isinstance(error, FileNotFoundError):       # obstore's NotFoundError (a 404: key or bucket)
-        import errno
+    detail = found.group(1) if found else (text.split("\n\nDebug source")[0].splitlines() or [""])[0][:300]
+    message = f"{what}: {_code(error) or type(error).__name__}: {detail}"
+    if isinstance(error, FileNotFoundError):           # obstore's NotFoundError: a 404, of the key or the bucket
         return FileNotFoundError(errno.ENOENT, message)
     if isinstance(error, (PermissionDeniedError, UnauthenticatedError)):
-        import errno
         return PermissionError(errno.EACCES, message)
-    if isinstance(error, OSError) and not type(error).__module__.startswith("obstore"):
-        return error
     return OSError(message)
 
 
 def _code(error: Exception) -> str | None:
-    """S3's error code in an obstore error (``<Code>`` of its body), else the HTTP status it names, else None."""
+    """S3's error code in an obstore error (the ``<Code>`` of its body), else the HTTP status it names."""
     text = str(error)
     found = re.search(r"<Code>([^<]+)</Code>", text) or re.search(r"status code: (\d{3})", text)
     return found.group(1) if found else None
