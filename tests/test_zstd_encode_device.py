@@ -215,3 +215,30 @@ def test_regions_are_checked(dev):
             ze.encode_zstd(dev, buf, [0], [5, 10])
     finally:
         buf.release()
+
+
+def test_frames_into_a_host_array(dev, z3):
+    import pyopencl as cl
+    rng = np.random.default_rng(11)
+    values = (rng.standard_normal((200, 32)) @ rng.standard_normal((32, 400))).astype(np.float32)
+    raw = values.tobytes()
+    sizes = [len(raw) // 3, 5, len(raw) - len(raw) // 3 - 5]
+    offsets = [0, sizes[0], sizes[0] + 5]
+    buf = dev.buffer(len(raw), "test regions")
+    try:
+        cl.enqueue_copy(dev.queue, buf, values).wait()
+        room = sum(ze.frame_bound(n) for n in sizes)
+        with pytest.raises(ValueError, match="may not hold the frames"):
+            ze.encode_zstd(dev, buf, offsets, sizes, host=np.empty(room - 1, np.uint8))
+        host = np.full(room + 10, 0xFF, np.uint8)
+        with poisoned():
+            frames = ze.encode_zstd(dev, buf, offsets, sizes, host=host)
+    finally:
+        buf.release()
+    assert all(isinstance(f, memoryview) for f in frames)
+    assert sum(len(f) for f in frames) < len(raw)
+    for f, o, n in zip(frames, offsets, sizes):
+        got = np.empty(n, np.uint8)
+        z3.decode(f, got, "region")
+        assert got.tobytes() == raw[o:o + n]
+    assert (host[sum(len(f) for f in frames):] == 0xFF).all(), "written past the frames"

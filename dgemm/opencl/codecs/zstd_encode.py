@@ -170,8 +170,8 @@ class Frames:
         treeless = content[False][0] & (lay.index > first_table[region])
         compressed = carries | treeless
         self.kind = np.select([rle, compressed], [RLE, COMPRESSED], RAW)
-        pick = lambda i: np.where(carries, content[True][i], content[False][i])   # noqa: E731
-        comp_total, lit_value, lit_length = pick(1), pick(2), pick(3)
+        comp_total, lit_value, lit_length = (np.where(carries, content[True][i], content[False][i])
+                                             for i in (1, 2, 3))
         body = np.select([rle, compressed], [1, comp_total], lay.size)
         block_total = 3 + body
         header_len = _header_length(lay.nbytes)
@@ -287,13 +287,22 @@ def program(device, lanes: int) -> _Built:
         return built[lanes]
 
 
+def frame_bound(nbytes: int) -> int:
+    """The most bytes :func:`encode_zstd` writes for a region of ``nbytes`` (all raw blocks).
+
+    >>> frame_bound(0), frame_bound(BLOCK + 1)
+    (9, 131088)
+    """
+    return int(_header_length(np.array([nbytes]))[0]) + 3 * max(1, -(-nbytes // BLOCK)) + nbytes
+
+
 def region_tables(hists: np.ndarray) -> list:
     """Each region's Huffman table from its histogram (:func:`huffman.table`), None where none applies."""
     return [huffman.table(h) for h in hists]
 
 
 def encode_zstd(device, buf, offsets, nbytes, names=None, events: list | None = None, lanes: int | None = None,
-                timings: dict | None = None) -> list[bytes]:
+                timings: dict | None = None, host: np.ndarray | None = None) -> list:
     """Encode regions of a device buffer as zstd frames on the device; returns one frame per region.
 
     Parameters
@@ -313,10 +322,15 @@ def encode_zstd(device, buf, offsets, nbytes, names=None, events: list | None = 
         Work-items per stream (``ZE_WG``); :func:`default_lanes` by default.
     timings : dict, optional
         Gets the host's seconds: ``tables`` (Huffman tables and their descriptions), ``layout``.
+    host : numpy.ndarray, optional
+        A uint8 host array (page-locked, ideally) of at least the sum of
+        :func:`frame_bound` over the regions: the frames are downloaded into it,
+        back to back from its start, and returned as memoryviews of it, with no
+        copy (the copy into ``bytes`` of a large frame costs more than its download).
 
     Returns
     -------
-    list of bytes
+    list of bytes (or of memoryview, with ``host``)
         Standard zstd frames (single segment, content size, no checksum).
 
     Raises
@@ -338,6 +352,9 @@ def encode_zstd(device, buf, offsets, nbytes, names=None, events: list | None = 
             raise ValueError(f"{name}: its {n} bytes at {o} are outside the {buf.size}-byte buffer")
     if not offsets:
         return []
+    if host is not None and host.nbytes < sum(frame_bound(n) for n in nbytes):
+        raise ValueError(f"the host array's {host.nbytes} bytes may not hold the frames "
+                         f"(up to {sum(frame_bound(n) for n in nbytes)} bytes)")
     lanes = lanes or default_lanes(device)
     prog = program(device, lanes)
     layout = Layout(offsets, nbytes)
@@ -417,8 +434,8 @@ def encode_zstd(device, buf, offsets, nbytes, names=None, events: list | None = 
                 record(what, event)
             if len(errors):
                 record("download", cl.enqueue_copy(queue, errors, err_buf, is_blocking=False))
-            host = np.empty(frames.total, np.uint8)
-            record("download", cl.enqueue_copy(queue, host, out, is_blocking=False))
+            into = np.empty(frames.total, np.uint8) if host is None else host.reshape(-1).view(np.uint8)[:frames.total]
+            record("download", cl.enqueue_copy(queue, into, out, is_blocking=False))
             queue.finish()
     finally:
         for b in buffers:
@@ -430,4 +447,8 @@ def encode_zstd(device, buf, offsets, nbytes, names=None, events: list | None = 
         region = int(layout.region[block])
         what = ENCODE_ERRORS.get(int(errors[k]), f"error {int(errors[k])}")
         raise ZstdEncodeError(f"{names[region]}: zstd encode of block {int(layout.index[block])}: {what}")
-    return [host[o:o + n].tobytes() for o, n in zip(frames.frame_offset.tolist(), frames.frame_size.tolist())]
+    spans = zip(frames.frame_offset.tolist(), frames.frame_size.tolist())
+    if host is not None:
+        view = memoryview(into)
+        return [view[o:o + n] for o, n in spans]
+    return [into[o:o + n].tobytes() for o, n in spans]
