@@ -72,11 +72,12 @@ def regions(seed):
 
 
 def upload(dev, data: dict):
-    """One device buffer with every region at an odd offset; returns (buffer, offsets, sizes, whole bytes)."""
+    """One device buffer, every other region 16-byte aligned (the kernel's uint4 loads), the others at odd
+    offsets (its byte loads); returns (buffer, offsets, sizes, whole bytes)."""
     import pyopencl as cl
     parts, offsets, at = [], [], 0
     for i, v in enumerate(data.values()):
-        gap = bytes([GAP]) * (1 + i % 7)
+        gap = bytes([GAP]) * (16 - at % 16 if i % 2 == 0 else 1 + i % 7)
         parts += [gap, v]
         offsets.append(at + len(gap))
         at += len(gap) + len(v)

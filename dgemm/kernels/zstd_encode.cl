@@ -98,6 +98,30 @@ __kernel void zstd_stream_bits(const __global uint* hists, const __global ulong*
     out[3 * row + 2] = symbol;
 }
 
+// The code lengths of a word's 4 bytes, summed.
+#define BITS4(x) ((table[(x) & 255] >> 16) + (table[((x) >> 8) & 255] >> 16) + \
+                  (table[((x) >> 16) & 255] >> 16) + (table[(x) >> 24] >> 16))
+
+// One literal's code appended above the bits so far; a full word goes to local memory.  Only a
+// run's lowest and highest words can be shared with its neighbours: the lowest (the first one
+// written) and the last partial one are ORed in atomically, every other one is the run's own.
+#define PUT(byte)                                                      \
+    do {                                                               \
+        const uint c_ = table[(byte)];                                 \
+        acc |= (ulong)(c_ & 0xFFFF) << nacc;                           \
+        nacc += c_ >> 16;                                              \
+        if (nacc >= 32) {                                              \
+            if (first) atomic_or(&words[w], (uint)acc);                \
+            else words[w] = (uint)acc;                                 \
+            first = false;                                             \
+            w++;                                                       \
+            acc >>= 32;                                                \
+            nacc -= 32;                                                \
+        }                                                              \
+    } while (0)
+// a word's 4 literals, the last (highest byte) first: streams are written from their end
+#define PUT4(x) do { PUT((x) >> 24); PUT(((x) >> 16) & 255); PUT(((x) >> 8) & 255); PUT((x) & 255); } while (0)
+
 // bits: each stream's bit count from zstd_stream_bits, which the host laid the frame out by.
 __kernel __attribute__((reqd_work_group_size(ZE_WG, 1, 1)))
 void zstd_encode_streams(const __global uchar* src, const __global ulong* rows, const __global uint* codes,
@@ -124,11 +148,19 @@ void zstd_encode_streams(const __global uchar* src, const __global ulong* rows, 
     // order, a run's lowest word, shared with the run below, is written after that run's highest
     // word, so that a plain store where atomic_or is needed loses bits in the tests too.
     const uint r = ZE_WG - 1 - lid;
-    const uint per = (n + ZE_WG - 1) / ZE_WG;
+    // runs of a multiple of 16 literals: a run that starts 16-byte aligned is read in uint4 loads
+    const uint per = ((n + ZE_WG - 1) / ZE_WG + 15) & ~15u;
     const uint i0 = min(r * per, n), i1 = min(i0 + per, n);
+    const uint nvec = ((size_t)(in + i0) & 15) == 0 ? (i1 - i0) / 16 : 0;
+    const uint iv = i0 + 16 * nvec;                       // bytes from here on are read one by one
+    const __global uint4* vin = (const __global uint4*)(in + i0);
     barrier(CLK_LOCAL_MEM_FENCE);
     uint mine = 0;
-    for (uint i = i0; i < i1; i++) mine += table[in[i]] >> 16;
+    for (uint q = 0; q < nvec; q++) {
+        const uint4 v = vin[q];
+        mine += BITS4(v.x) + BITS4(v.y) + BITS4(v.z) + BITS4(v.w);
+    }
+    for (uint i = iv; i < i1; i++) mine += table[in[i]] >> 16;
     // inclusive scan of the runs' bits, in run order (Hillis-Steele)
     scan[r] = mine;
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -146,19 +178,13 @@ void zstd_encode_streams(const __global uchar* src, const __global ulong* rows, 
         ulong acc = 0;
         uint nacc = pos & 31, w = pos >> 5;
         bool first = true;
-        for (uint i = i1; i-- > i0;) {
-            const uint c = table[in[i]];
-            acc |= (ulong)(c & 0xFFFF) << nacc;
-            nacc += c >> 16;
-            if (nacc >= 32) {
-                // only a run's lowest and highest words can be shared with its neighbours
-                if (first) atomic_or(&words[w], (uint)acc);
-                else words[w] = (uint)acc;
-                first = false;
-                w++;
-                acc >>= 32;
-                nacc -= 32;
-            }
+        for (uint i = i1; i-- > iv;) PUT(in[i]);
+        for (uint q = nvec; q-- > 0;) {
+            const uint4 v = vin[q];
+            PUT4(v.w);
+            PUT4(v.z);
+            PUT4(v.y);
+            PUT4(v.x);
         }
         if (nacc) atomic_or(&words[w], (uint)acc);      // (an empty run ORs nothing)
         if (lid == 0) atomic_or(&words[(shift + total) >> 5], 1u << ((shift + total) & 31));
