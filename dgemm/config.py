@@ -239,8 +239,9 @@ SETTINGS = {s.key: s for s in (
             "Input chunks decoded on the device: where a chunk is one Blosc frame with LZ4 (Zarr v2's default "
             "compressor, zarr v3's `BloscCodec(cname=\"lz4\")`), the worker reads it compressed, uploads it and "
             "an OpenCL kernel decodes it into the block's staging buffer (`dgemm.opencl.codecs`); other codecs "
-            "are decoded on the host as before. `auto` (the default): on for GPU devices, off for CPU devices "
-            "(a rule, not yet a measurement: no GPU timing of the device path exists yet); `on`; `off`. "
+            "are decoded on the host as before. `auto` (the default): on only for device types where the device path "
+            "was measured faster than the host, none yet (on an H200 a 16384² float32 product of Blosc-LZ4 inputs "
+            "took 1.83 s on, 0.45 s off), so off today; `on`; `off`. "
             "Not used where the host cache is on (it shares decoded blocks). Read where the worker runs; a bad "
             "value stops a call before any work."),
     Setting("pinned-bytes", "DGEMM_PINNED_BYTES", _bytes,

@@ -23,15 +23,16 @@ columns there).  Nothing here knows Zarr.
 
 The ``device-codecs`` setting (:mod:`dgemm.config`) chooses whether workers use
 this package: ``off`` keeps every chunk on the host, ``on`` sends the frames a
-module decodes to the device, ``auto`` decides per device (:func:`enabled`).
+module decodes to the device, ``auto`` takes the device path where it was measured
+faster (:func:`enabled`: nowhere yet).
 :data:`DECODERS` is the registry: which chunks' compressor each module decodes.
 Nothing is imported at package import: ``import dgemm.opencl.codecs`` needs no pyopencl.
 """
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 MODES = ("auto", "on", "off")
 
@@ -73,18 +74,23 @@ def decoder(codec: str, config: dict | None = None) -> Decoder | None:
     return found if found is not None and found.accepts(config or {}) else None
 
 
+# Device types where the device path was measured faster than the host's decoders, so that ``auto``
+# takes it: none yet.  On one H200 (16 host cores), a 16384² float32 product of Blosc-LZ4 inputs (Zarr v2's
+# default compressor, 4096² chunks) took 1.83 s with device-codecs on against 0.45 s off: lz4.cl decodes
+# one stream per work-group, serially within it (bench/notes/issue-28/device_codecs_onoff.py).
+AUTO_ON: frozenset = frozenset()
+
+
 def enabled(mode: str, device_type: str) -> bool:
     """Whether the ``device-codecs`` setting's ``mode`` sends chunks to a device of ``device_type``.
 
-    ``auto`` is a rule, not yet a measurement: on for GPUs, off for CPU
-    devices (whose "device" is the host's own cores, the ones that decode
-    on the host path).  No timing of the device path on a GPU exists yet
-    (``bench/notes/issue-28/blosc_decode.py`` is the measurement to run);
-    once one does, ``auto`` should follow it.
+    ``auto`` takes the device path only on device types where it was
+    measured faster than the host (:data:`AUTO_ON`): none yet, so ``auto``
+    is ``off`` everywhere today; ``on`` takes it on any device.
 
     >>> enabled("auto", "GPU"), enabled("auto", "CPU"), enabled("on", "CPU"), enabled("off", "GPU")
-    (True, False, True, False)
+    (False, False, True, False)
     """
     if mode not in MODES:
         raise ValueError(f"device-codecs={mode!r} must be one of {', '.join(MODES)}")
-    return mode == "on" or (mode == "auto" and device_type == "GPU")
+    return mode == "on" or (mode == "auto" and device_type in AUTO_ON)
