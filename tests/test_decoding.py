@@ -129,7 +129,7 @@ def test_blocks_decode_on_the_device_to_the_arrays_values(any_device, tmp_path, 
 @pytest.mark.parametrize("layout", list(OTHERS))
 def test_other_codecs_and_layouts_are_left_to_the_host(any_device, tmp_path, rng, layout):
     arr, data = create(tmp_path / "a.zarr", OTHERS[layout], rng)
-    got, sent, grew = device_read(any_device, ZarrBlock(arr, (0, SHAPE[0]), (0, SHAPE[1])))
+    _, sent, grew = device_read(any_device, ZarrBlock(arr, (0, SHAPE[0]), (0, SHAPE[1])))
     assert sent is None and not any(grew.values()), (layout, sent, grew)
     # and the host reads it as before
     np.testing.assert_array_equal(DeviceDecoded(ZarrBlock(arr, (0, SHAPE[0]), (0, SHAPE[1]))).load(), data)
@@ -142,7 +142,7 @@ def test_a_frame_the_device_does_not_decode_is_decoded_on_the_host(any_device, t
     path = os.path.join(str(arr.store_path).removeprefix("file://"), "1.0")
     with open(path, "wb") as f:
         f.write(numcodecs.Blosc(cname="zstd").encode(part))
-    got, sent, grew = device_read(any_device, ZarrBlock(arr, (0, 24), (0, 16)))
+    got, _, grew = device_read(any_device, ZarrBlock(arr, (0, 24), (0, 16)))
     np.testing.assert_array_equal(got, data[:24, :16])
     assert grew["host_decoded_bytes"] == part.nbytes and grew["device_decoded_bytes"] == 2 * part.nbytes, grew
 
@@ -222,7 +222,7 @@ def test_matmul_decodes_blosc_lz4_inputs_on_the_device_where_the_setting_says(cl
     for mode, where in (("on", "device"), ("off", "host")):
         setting(mode)
         out = str(tmp_path / f"c-{mode}.zarr")
-        c, grew = run_counted(client, lambda: dgemm.matmul(a, b, out=out, client=client, block=64))
+        c, grew = run_counted(client, lambda out=out: dgemm.matmul(a, b, out=out, client=client, block=64))
         check_product(np.asarray(c[...]), A, B, dtype="float32", what=f"{layout} {mode}")
         other = "host" if where == "device" else "device"
         assert grew[f"{where}_decoded_bytes"] == expected and grew[f"{other}_decoded_bytes"] == 0, (mode, grew)
@@ -259,9 +259,10 @@ def test_a_corrupt_chunk_fails_its_blocks_with_the_readers_error(client, setting
     blocks that read the chunk get no completion marker, and the output stays incomplete."""
     from dgemm.storage import COMPLETE_ATTR, BlockMarkers
 
-    a, b, A, B = inputs(tmp_path, rng, LZ4["v2 shuffle"])
+    a, b, A, _ = inputs(tmp_path, rng, LZ4["v2 shuffle"])
     path = os.path.join(str(a.store_path).removeprefix("file://"), "1.0")
-    good = open(path, "rb").read()
+    with open(path, "rb") as f:
+        good = f.read()
     bad = {"garbage": b"broken", "truncated": good[:len(good) // 2],
            "a frame of the wrong size": numcodecs.Blosc(cname="lz4").encode(A[:8, :16].copy())}[corruption]
     with open(path, "wb") as f:
