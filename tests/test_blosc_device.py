@@ -25,15 +25,17 @@ from dgemm.opencl.codecs import blosc
 
 POISON = 0xFF
 # lz4.cl's variants, (LZ4_WG, its other parameters): the lockstep kernel on one lane (the CPU default, no
-# barriers) and on several (the GPU's shape, with barriers); the token table (LZ4_MODE 1) on one lane, on
-# several lanes that all copy, and with its parsing lane apart from the copying ones, with batches and a
-# long-copy threshold small enough that these small frames cross batch boundaries, phase-2 groups and
-# copies shared by all lanes many times.
+# barriers) and on several (the GPU's shape, with barriers); the token table (LZ4_MODE 1) on one lane with
+# its defaults, on several lanes that all copy, and with its parsing lane apart from the copying ones and
+# reading a staged window of the stream, with batches, long-copy threshold and window small enough that
+# these small frames cross batch boundaries, phase-2 groups, copies shared by all lanes and window ends
+# many times.
 VARIANTS = [pytest.param((1, {}), id="lockstep-1"),
             pytest.param((4, {}), id="lockstep-4"),
             pytest.param((1, {"LZ4_MODE": 1}), id="table-1"),
             pytest.param((4, {"LZ4_MODE": 1, "LZ4_BATCH": 8, "LZ4_LONG": 4}), id="table-4"),
-            pytest.param((4, {"LZ4_MODE": 1, "LZ4_BATCH": 3, "LZ4_LONG": 16, "LZ4_COPY_FROM": 1}), id="table-4-apart")]
+            pytest.param((4, {"LZ4_MODE": 1, "LZ4_BATCH": 3, "LZ4_LONG": 16, "LZ4_COPY_FROM": 1, "LZ4_STAGE": 16}),
+                         id="table-4-apart-staged")]
 
 
 @pytest.fixture(scope="module")

@@ -43,6 +43,12 @@
 //           the parser.  32 (a warp) when there are 64 lanes or more, so that
 //           the parsing lane's warp does not hold up the copying ones; 0 (the
 //           parser copies too, after parsing) below.
+//   LZ4_STAGE  bytes of the compressed stream staged in local memory for the
+//           parser (mode 1; 0: it reads global memory, through the cache):
+//           while the parser works on one batch, every lane loads the window
+//           the next batch starts in, coalesced, so the parser's dependent
+//           loads are local ones, and the cache misses of a lone lane walking
+//           the stream go away.  Past the window the parser reads global memory.
 #ifndef LZ4_WG
 #define LZ4_WG 32
 #endif
@@ -54,6 +60,9 @@
 #endif
 #ifndef LZ4_LONG
 #define LZ4_LONG 32
+#endif
+#ifndef LZ4_STAGE
+#define LZ4_STAGE 0
 #endif
 #ifndef LZ4_COPY_FROM
 #if LZ4_WG >= 64
@@ -196,6 +205,18 @@ void lz4_streams(const __global uchar* restrict src,
 #define G_BARRIER 1
 #define G_LONG 2
 #define N_COPY (LZ4_WG - LZ4_COPY_FROM)
+#define C_WORDS 5                      // per slot: sequences, long copies, dependent matches, groups, next ip
+
+// All lanes stage the window the parser reads next (bytes past the row's end: zeros, never read).
+#if LZ4_STAGE > 0
+#define STAGE(from)                                                                   \
+    wbase = (from);                                                                   \
+    for (long i_ = lane; i_ < LZ4_STAGE; i_ += LZ4_WG) {                              \
+        win[i_] = wbase + i_ < n_in ? in[wbase + i_] : 0;                             \
+    }
+#else
+#define STAGE(from)
+#endif
 
 // One lane copies n bytes forward: from the input (literals), or from the
 // output at `off` bytes back (a match: when off < n it repeats, reading bytes
@@ -216,10 +237,35 @@ static void copy_short(__global uchar* d, const __global uchar* s, const uint n,
     }
 }
 
+// The parser's reads: from the staged window [wbase, wbase + LZ4_STAGE) where it holds the byte.
+#if LZ4_STAGE > 0
+#define IN_BYTE(i) ((ulong)((i) - wbase) < LZ4_STAGE ? (uint)win[(i) - wbase] : (uint)in[i])
+#else
+#define IN_BYTE(i) ((uint)in[i])
+#endif
+
+// more_length through IN_BYTE
+static inline __attribute__((always_inline)) int more_length_t(const __global uchar* in, __local const uchar* win, const long wbase, long* ip,
+                         const long limit, const int check_first, long* length)
+{
+    if (check_first && *ip >= limit) return 1;
+    uint b;
+    do {
+        b = IN_BYTE(*ip);
+        (*ip)++;
+        *length += b;
+        if (*ip > limit) return 1;
+    } while (b == 255);
+    return 0;
+}
+
+// (always_inline: PoCL 3.0 passed a wrong address for a local array to the parser when it was a
+// function of its own.)
 // Lane parses sequences into `tab` (a slot) from its state (ip, op, err, last), with the same rules,
 // in the same order, as the lockstep kernel: the first rule a stream breaks gives the same code.
 // The sequences before an error stay in the table (each one checked: its copies stay in the row).
-static void parse_batch(const __global uchar* in, const long n_in, const long n_out,
+static inline __attribute__((always_inline)) void parse_batch(const __global uchar* in, __local const uchar* win, const long wbase,
+                        const long n_in, const long n_out,
                         long* ip_, long* op_, int* err_, int* last_, __local uint* tab, __local uint* counts)
 {
     long ip = *ip_, op = *op_;
@@ -229,9 +275,10 @@ static void parse_batch(const __global uchar* in, const long n_in, const long n_
     long dirty = LONG_MAX;          // first output byte phase 2 wrote since its last barrier
     int open_short = 0;             // the last group takes more short matches
     while (err == LZ4_OK && !last && nt < LZ4_BATCH) {
-        const uint token = in[ip++];
+        const uint token = IN_BYTE(ip);
+        ip++;
         long lit = token >> 4;
-        if (lit == 15 && more_length(in, &ip, n_in - 15, 1, &lit)) {
+        if (lit == 15 && more_length_t(in, win, wbase, &ip, n_in - 15, 1, &lit)) {
             err = LZ4_E_LITLEN;
             break;
         }
@@ -253,10 +300,10 @@ static void parse_batch(const __global uchar* in, const long n_in, const long n_
         ip += lit;
         op = lit_end;
         if (!last) {
-            const long off = (long)in[ip] | ((long)in[ip + 1] << 8);     // ip + 2 <= n_in - 6
+            const long off = (long)IN_BYTE(ip) | ((long)IN_BYTE(ip + 1) << 8);     // ip + 2 <= n_in - 6
             ip += 2;
             long len = token & 15;
-            if (len == 15 && more_length(in, &ip, n_in - 4, 0, &len)) err = LZ4_E_MATCHLEN;
+            if (len == 15 && more_length_t(in, win, wbase, &ip, n_in - 4, 0, &len)) err = LZ4_E_MATCHLEN;
             len += 4;
             if (!err && off == 0) err = LZ4_E_OFFSET_ZERO;
             if (!err && off > op) err = LZ4_E_BEFORE;
@@ -293,6 +340,7 @@ static void parse_batch(const __global uchar* in, const long n_in, const long n_
     counts[1] = nlong;
     counts[2] = ndep;
     counts[3] = ngroups;
+    counts[4] = (uint)ip;          // where the next batch starts: the window staged for it
     *ip_ = ip;
     *op_ = op;
     *err_ = err;
@@ -309,7 +357,13 @@ void lz4_streams(const __global uchar* restrict src,
                  __global int* restrict errors)
 {
     __local uint tabs[2 * T_WORDS];
-    __local uint counts[8];
+    __local uint counts[2 * C_WORDS];
+#if LZ4_STAGE > 0
+    __local uchar win[LZ4_STAGE];
+#else
+    __local uchar win[1];
+#endif
+    long wbase = 0;
     const size_t s = get_group_id(0);
     const long lane = get_local_id(0);
     const __global uchar* in = src + table[4 * s];
@@ -324,17 +378,26 @@ void lz4_streams(const __global uchar* restrict src,
         LANE_COPY(out, in, n_out);
     }
     long ip = 0, op = stored ? n_out : 0;
-    if (lane == 0) parse_batch(in, n_in, n_out, &ip, &op, &err, &last, tabs, counts);
+#if LZ4_STAGE > 0
+    STAGE(0)
     barrier(CLK_LOCAL_MEM_FENCE);
+#endif
+    if (lane == 0) parse_batch(in, win, wbase, n_in, n_out, &ip, &op, &err, &last, tabs, counts);
+    barrier(CLK_LOCAL_MEM_FENCE);
+#if LZ4_STAGE > 0
+    STAGE(counts[4])
+    barrier(CLK_LOCAL_MEM_FENCE);
+#endif
     uint cur = 0;
     uint nt = counts[0];
     while (nt > 0) {
         __local uint* tab = tabs + cur * T_WORDS;
-        const uint nlong = counts[4 * cur + 1], ndep = counts[4 * cur + 2], ngroups = counts[4 * cur + 3];
+        __local const uint* cnt = counts + C_WORDS * cur;
+        const uint nlong = cnt[1], ndep = cnt[2], ngroups = cnt[3];
         // phase 1: lane 0 parses the next batch; the copying lanes copy the literals and the
         // matches that read only output from before this batch
-        if (lane == 0) parse_batch(in, n_in, n_out, &ip, &op, &err, &last, tabs + (cur ^ 1) * T_WORDS,
-                                   counts + 4 * (cur ^ 1));
+        if (lane == 0) parse_batch(in, win, wbase, n_in, n_out, &ip, &op, &err, &last,
+                                   tabs + (cur ^ 1) * T_WORDS, counts + C_WORDS * (cur ^ 1));
         if (lane >= LZ4_COPY_FROM) {
             const uint c = (uint)lane - LZ4_COPY_FROM;
             for (uint t = c; t < nt; t += N_COPY) {
@@ -358,6 +421,8 @@ void lz4_streams(const __global uchar* restrict src,
             }
         }
         barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+        // the parser is done with the window: stage the one the batch after the next starts in
+        STAGE(counts[C_WORDS * (cur ^ 1) + 4])
         // phase 2: the matches that read this batch's output, group by group, in order
         for (uint g = 0; g < ngroups; g++) {
             const uint flags = tab[T_GFLAGS + g];
@@ -380,7 +445,7 @@ void lz4_streams(const __global uchar* restrict src,
         }
         barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
         cur ^= 1;
-        nt = counts[4 * cur];
+        nt = counts[C_WORDS * cur];
     }
     if (err == LZ4_OK && op != n_out) err = LZ4_E_SIZE;
     if (lane == 0) errors[s] = err;
