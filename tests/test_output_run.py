@@ -252,9 +252,6 @@ def test_an_empty_product_is_complete_at_once(tmp_path):
     assert done is not None and done.attrs[COMPLETE_ATTR]["complete"] is True   # resume: nothing to do
 
 
-@pytest.mark.xfail(strict=True, reason="known gap: zarr's create_array(overwrite=True) deletes the lease just "
-                   "claimed with the old array's keys, and BlockMarkers.reset deletes .dgemm/ whole; the run takes "
-                   "the lease again in OutputRun.__init__, milliseconds later")
 def test_replacing_an_output_never_lets_go_of_its_lease(tmp_path, monkeypatch):
     """The old run's records (markers, originals) go when the output is replaced, the lease just claimed
     stays: in between, another call must find the output held, not free."""
@@ -267,8 +264,8 @@ def test_replacing_an_output_never_lets_go_of_its_lease(tmp_path, monkeypatch):
     seen = []
     real = BlockMarkers.reset
 
-    def reset_then_look(self):
-        real(self)
+    def reset_then_look(self, *args, **kwargs):
+        real(self, *args, **kwargs)
         now = zarr.open_array(str(path), mode="r")
         seen.append((current(now), sorted(first.markers.done(GRID))))
 
@@ -277,3 +274,95 @@ def test_replacing_an_output_never_lets_go_of_its_lease(tmp_path, monkeypatch):
     [(held, done)] = seen
     assert held is not None and held.id == run.lease.id, "the output was free between reset and acquire"
     assert done == []                                       # the old run's markers are gone
+
+
+def _watch_the_lease(monkeypatch) -> list:
+    """Record the id of the lease at ``.dgemm/lease`` after every delete and write of a local or fsspec store,
+    and after every local folder set aside."""
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.storage import FsspecStore, LocalStore
+
+    seen = []
+
+    def watched(cls, name):
+        real = getattr(cls, name)
+
+        async def op(self, *args, **kwargs):
+            out = await real(self, *args, **kwargs)
+            if seen and seen[-1] is None:   # no longer watched
+                return out
+            raw = await self.get(".dgemm/lease", prototype=default_buffer_prototype())
+            seen.append((name, args[0] if args else None, None if raw is None else Holder.loads(raw.to_bytes()).id))
+            return out
+        monkeypatch.setattr(cls, name, op)
+
+    for cls in (LocalStore, FsspecStore):
+        for name in ("delete", "delete_dir", "set", "set_if_not_exists"):
+            watched(cls, name)
+    real_aside = keys.set_aside
+
+    def set_aside(store, prefix, node=""):   # a local folder moved out of the way, to delete in the background
+        out = real_aside(store, prefix, node)
+        if not (seen and seen[-1] is None):
+            raw = keys.get(store, ".dgemm/lease")
+            seen.append(("set_aside", prefix, None if raw is None else Holder.loads(raw).id))
+        return out
+    monkeypatch.setattr(keys, "set_aside", set_aside)
+    return seen
+
+
+@pytest.mark.parametrize("formats", [(3, 3), (2, 3), (3, 2)], ids=lambda f: f"v{f[0]}-to-v{f[1]}")
+@pytest.mark.parametrize("where", ["relative-path", "s3"])
+def test_replacing_an_output_keeps_its_lease_through_every_delete_and_write(tmp_path, monkeypatch, request, where,
+                                                                            formats):
+    """From the moment the replacing run claims the lease to the end, every delete and write of the store
+    (dgemm's emptying, the new metadata, the old records' removal) leaves that lease in place; the old run's
+    markers and originals go, the old format's metadata too, and the finished output keeps no ``.dgemm``."""
+    from dgemm.storage.layout import Layout
+    from dgemm.storage.originals import Originals
+
+    old_format, new_format = formats
+    if where == "s3":
+        s3 = request.getfixturevalue("s3")
+        target, options = s3.url(f"replace-{old_format}{new_format}-{time.time_ns()}/c.zarr"), s3.storage_options
+    else:   # a relative path, from a working folder other than the output's
+        (tmp_path / "work").mkdir()
+        monkeypatch.chdir(tmp_path / "work")
+        target, options = "../out/c.zarr", None
+
+    def spec(overwrite, zarr_format):
+        s = check_output(target, SHAPE, F8, overwrite, storage_options=options)
+        s.layout = Layout(zarr_format=zarr_format)
+        return s
+
+    first = open_run(spec(False, old_format))
+    store(first, ALL[:2], 5.0)                                          # interrupted: markers and a kept original
+    first_owner = first.array.attrs[COMPLETE_ATTR]["owner"]
+    kept = Originals(first.array, first_owner)
+    kept.keep(0, 0, ZarrBlock(first.array, (0, 2), (0, 3)))
+    first.lease.release()
+    seen = _watch_the_lease(monkeypatch)
+    run = open_run(spec(True, new_format))
+    seen.append(None)
+    ids = [lease_id for _, _, lease_id in seen[:-1]]
+    claimed = next(n for n, lease_id in enumerate(ids) if lease_id is not None)
+    assert ids[claimed:] == [run.lease.id] * (len(ids) - claimed), [s for s in seen[claimed:-1] if s[2] is None]
+    # the old output was emptied meanwhile: its chunks, the old run's markers and originals
+    chunks = {"c"} if old_format == 3 else {f"{i}.{j}" for i, j in ALL[:2]}   # the blocks the old run stored
+    assert chunks | {".dgemm/done", ".dgemm/original"} <= {path for op, path, _ in seen[claimed:-1]
+                                                           if op in ("delete", "delete_dir", "set_aside")}
+    store_ = run.lease.store
+    left = sorted(keys.listed(store_, ".dgemm"))
+    assert left == [".dgemm/lease"]                                       # old markers and originals gone
+    names = {"zarr.json"} if new_format == 3 else {".zarray", ".zattrs"}
+    assert {n for n in ("zarr.json", ".zarray", ".zattrs") if keys.exists(store_, n)} == names
+    assert run.array.metadata.zarr_format == new_format and np.all(run.array[...] == 0)
+    assert run.array.attrs[COMPLETE_ATTR]["owner"] != first_owner and run.pending == ALL
+    store(run, ALL, 2.0)
+    run.complete(1.0, 1.0)
+    reopened = zarr.open_array(target, mode="r", storage_options=options)
+    assert reopened.metadata.zarr_format == new_format and np.all(reopened[...] == 2.0)
+    assert reopened.attrs[COMPLETE_ATTR]["complete"] is True and current(reopened) is None
+    assert keys.listed(store_, ".dgemm") == []
+    if where != "s3":
+        assert not (tmp_path / "out" / "c.zarr" / ".dgemm").exists()

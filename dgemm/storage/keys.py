@@ -97,11 +97,12 @@ def put_new(store, key: str, data: bytes) -> bool:
     return get(store, key) == data
 
 
-def clear_except(store, prefix: str, keep, node: str | None = None) -> None:
+def clear_except(store, prefix: str, keep, node: str | None = None, aside: bool = True) -> None:
     """Remove every key under ``prefix`` except those in ``keep``, whole folders at a time where the store can.
 
-    Folders of a local store are set aside (:func:`set_aside`) beside the
-    folder of ``node`` (default ``prefix``), and deleted in the background.
+    With ``aside``, folders of a local store are set aside (:func:`set_aside`)
+    beside the folder of ``node`` (default ``prefix``), and deleted in the
+    background; without, deleted at once (a few small records).
     """
     from zarr.core.sync import sync
 
@@ -115,10 +116,13 @@ def clear_except(store, prefix: str, keep, node: str | None = None) -> None:
         if path in keep:
             continue
         if any(k.startswith(path + "/") for k in keep):
-            clear_except(store, path, keep, node)
-        elif exists(store, path):    # a key
+            clear_except(store, path, keep, node, aside)
+            continue
+        # An object store's exists() is true of a folder of keys too (s3fs), and a delete of one deletes none
+        # of them: a key is deleted, then a folder of that name, if any (a local one set aside where it can).
+        if exists(store, path):
             delete(store, path)
-        elif not set_aside(store, path, node):   # a folder of keys: moved out of the way where the store can
+        if not (aside and set_aside(store, path, node)):
             delete_dir(store, path)
 
 

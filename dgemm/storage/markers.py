@@ -87,9 +87,14 @@ class BlockMarkers:
                 keys.delete(self.store, k)
         keys.prune(self.store, self.prefix.rstrip("/"))
 
-    def reset(self) -> None:
-        """Remove every dgemm record (markers of any run, originals, lease) of this array: a fresh start."""
-        keys.delete_dir(self.store, self.root)
+    def reset(self, keep=frozenset()) -> None:
+        """Remove every dgemm record of this array (markers of any run, originals) but the keys ``keep``.
+
+        A fresh start; the run's lease, named in ``keep``, stays held.
+        Where the store cannot list or delete, the records stay, unused.
+        """
+        if getattr(self.store, "supports_listing", True) and getattr(self.store, "supports_deletes", True):
+            keys.clear_except(self.store, self.root, set(keep), aside=False)
 
 
 def mark_complete(array, meta: dict) -> None:

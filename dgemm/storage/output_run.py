@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from dgemm.storage import keys
-from dgemm.storage.lease import Fence, Holder, Lease, refuse_if_held
+from dgemm.storage.lease import Fence, Holder, Lease, lease_key, refuse_if_held
 from dgemm.storage.locations import location
 from dgemm.storage.markers import COMPLETE_ATTR, BlockMarkers, mark_complete, run_id
 from dgemm.storage.originals import Originals
@@ -174,15 +174,15 @@ class OutputRun:
         if chunks is None:
             chunks = tuple(s for ax, s in enumerate(block) if ax not in drop)
         attrs = {**(about or {}), "owner": owner, "run": {"id": identity, **fingerprint}}
-        claimed = None
+        claimed = emptied = None
         if spec.overwrite and spec.array is None:
             check_replaceable(spec.target, spec.storage_options)   # again: files saved there since the checks
         try:
             if existing is not None and spec.array is None:
                 claimed = Lease(existing, owner, _where(existing))
-                stale = _replace(existing, claimed) or stale
-            array = create_output(spec, chunks, attrs)
-            BlockMarkers(array, owner).reset()   # earlier runs' markers, originals and lease
+                stale, emptied = _replace(existing, claimed, stale)
+            array = create_output(spec, chunks, attrs, over=emptied)   # written over: the lease claimed stays
+            BlockMarkers(array, owner).reset(keep={lease_key(array)})   # earlier runs' markers and originals
             return cls(array, owner, grid, sorted(_all_blocks(grid)), resumed=False,
                        in_place=_is_read_as_c(array, reads_c), took_over=stale, lease=claimed)
         except BaseException:
@@ -329,22 +329,25 @@ def _is_read_as_c(array, reads_c) -> bool:
     return reads_c is not None and location(reads_c) == location(array)
 
 
-def _replace(existing, lease: Lease) -> Holder | None:
-    """Hold an output about to be replaced, then empty it; returns a stale lease taken over.
+def _replace(existing, lease: Lease, stale: Holder | None):
+    """Hold an output about to be replaced, then empty it; returns a stale lease taken over and the emptied array.
 
     Deleting a large output takes a while: the lease is taken first and
     the array's metadata (marked incomplete) kept to the end, so a second
     call meanwhile finds the output held, and a reader finds it unfinished.
+    Only the lease and the metadata are left: the new output's metadata is
+    written over the old (:func:`~dgemm.storage.outputs.create_output`), the
+    lease kept all along.
     """
     import zarr
 
-    stale = lease.claim(existing)
+    stale = lease.claim(existing) or stale
     node = existing.path.strip("/")
     old = zarr.open_array(lease.store, path=node, mode="r+")
     old.attrs[COMPLETE_ATTR] = {"complete": False, "replacing": True}
     metadata = {f"{node}/{n}" if node else n for n in ("zarr.json", ".zarray", ".zattrs")}
     keys.clear_except(lease.store, node, metadata | {lease.key})
-    return stale
+    return stale, old
 
 
 def _check_resumable(array, fingerprint: dict) -> None:

@@ -502,12 +502,16 @@ def open_existing(out, storage_options=None, *, mode: str = "r"):
     return node
 
 
-def create_output(spec: OutputSpec, chunks: tuple[int, ...], meta: dict):
+def create_output(spec: OutputSpec, chunks: tuple[int, ...], meta: dict, over=None):
     """Create the output array (metadata only); marked incomplete until the run ends.
 
     ``chunks`` are the user's where the spec's layout has them (the
     caller's otherwise); the layout's other options (shards, format, dims,
-    attributes) are given to zarr as the user gave them.
+    attributes) are given to zarr as the user gave them.  ``over`` is the
+    old output that dgemm's run has emptied to replace it (a writable
+    ``zarr.Array``): the new metadata is written over the old there
+    (:func:`_write_over`), never by zarr's ``overwrite``, which deletes every
+    key of the array, the lease of the run that replaces it with them.
     """
     import zarr
 
@@ -516,11 +520,40 @@ def create_output(spec: OutputSpec, chunks: tuple[int, ...], meta: dict):
         spec.array.attrs.update(attrs)
         return spec.array
     layout = spec.layout or Layout()
-    return zarr.create_array(store=spec.target, shape=spec.shape, chunks=layout.chunks or chunks, dtype=spec.dtype,
-                             storage_options=spec.storage_options if is_url(spec.target) else None,
-                             fill_value=0, overwrite=spec.overwrite, attributes={**(layout.attributes or {}), **attrs},
-                             compressors=spec.compressors, config={"write_empty_chunks": True},
-                             **layout.create_kwargs())
+    kwargs = dict(shape=spec.shape, chunks=layout.chunks or chunks, dtype=spec.dtype, fill_value=0,
+                  attributes={**(layout.attributes or {}), **attrs}, compressors=spec.compressors,
+                  config={"write_empty_chunks": True}, **layout.create_kwargs())
+    if over is not None:
+        return _write_over(over, kwargs)
+    return zarr.create_array(store=spec.target, storage_options=spec.storage_options if is_url(spec.target) else None,
+                             overwrite=spec.overwrite, **kwargs)
+
+
+def _write_over(old, kwargs: dict):
+    """Make ``old`` (emptied of its chunks and records) the array ``kwargs`` describe, writing its metadata over.
+
+    Zarr makes the metadata on an array in memory, exactly as it would in
+    the store; each metadata document is then written over the old one (a
+    reader finds the old array, marked incomplete, or the new one, never
+    nothing), and the old format's that the new one has not (``.zarray``
+    after a v3 ``zarr.json``) are deleted.  Every other key stays: the
+    lease of the run replacing ``old`` first of all.
+    """
+    import zarr
+    from zarr.storage import MemoryStore
+
+    from dgemm.storage import keys
+
+    draft = zarr.create_array(store=MemoryStore(), **kwargs)
+    node = old.path.strip("/")
+    docs = {name: keys.get(draft.store, name) for name in sorted(_METADATA_NAMES)}
+    for name, raw in docs.items():
+        if raw is not None:
+            keys.put(old.store, f"{node}/{name}" if node else name, raw)
+    for name, raw in docs.items():
+        if raw is None:
+            keys.delete(old.store, f"{node}/{name}" if node else name)
+    return zarr.open_array(store=old.store, path=node, mode="r+", config=kwargs["config"])
 
 
 def store_block(array, rows: tuple[int, int], cols: tuple[int, int], block: np.ndarray, drop: tuple = ()):
