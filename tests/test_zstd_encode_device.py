@@ -58,6 +58,7 @@ def regions(seed):
         "one_byte": b"\x5a" * 200_003,
         "runs": np.repeat(rng.integers(0, 256, 400).astype(np.uint8), rng.integers(1, 2000, 400)).tobytes(),
         "random": rng.bytes(300_001),
+        "bits01": rng.integers(0, 2, 70_000).astype(np.uint8).tobytes(),
         "alphabet2": rng.choice(np.array([3, 250], np.uint8), 100_000).tobytes(),
         "alphabet3": rng.choice(np.array([0, 7, 200], np.uint8), 100_000, p=[0.7, 0.2, 0.1]).tobytes(),
         "alphabet17": rng.integers(40, 57, 150_000).astype(np.uint8).tobytes(),
@@ -180,6 +181,34 @@ def test_ratio_is_libzstd_level3s_on_products_and_floats(encoded, z3):
     # a small alphabet without repeats: Huffman alone beats what matches find
     for name in ("alphabet3", "alphabet17"):
         assert len(frames[name]) <= 1.01 * len(bytes(z3.encode(np.frombuffer(data[name], np.uint8)))), name
+
+
+def test_tables_of_many_distributions_decode(dev, z3, rng):
+    """Regions of random alphabets (2 to 256 bytes, here and there) and skews: every table and description."""
+    import pyopencl as cl
+    data = []
+    for _ in range(120):
+        k = int(rng.integers(2, 257))
+        symbols = rng.choice(256, k, replace=False).astype(np.uint8)
+        p = rng.dirichlet(np.full(k, float(rng.choice([0.05, 0.3, 1.0, 5.0]))))
+        n = int(rng.integers(300, 30_000))
+        data.append(rng.choice(symbols, n, p=p).tobytes())
+    whole = np.frombuffer(b"".join(data), np.uint8)
+    offsets = np.concatenate([[0], np.cumsum([len(d) for d in data])[:-1]]).tolist()
+    buf = dev.buffer(whole.nbytes, "test regions")
+    try:
+        cl.enqueue_copy(dev.queue, buf, whole).wait()
+        with poisoned():
+            frames = ze.encode_zstd(dev, buf, offsets, [len(d) for d in data])
+    finally:
+        buf.release()
+    compressed = 0
+    for i, (frame, want) in enumerate(zip(frames, data)):
+        got = np.empty(len(want), np.uint8)
+        z3.decode(frame, got, f"region {i}")
+        assert got.tobytes() == want, f"region {i}"
+        compressed += parse(frame)[1][0][1] == 2
+    assert compressed >= 80, f"only {compressed} of 120 regions Huffman-coded"
 
 
 def test_zarr_reads_chunks_written_here(tmp_path, dev):
