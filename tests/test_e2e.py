@@ -313,9 +313,9 @@ def test_e2e_on_a_local_s3_server(client, tmp_path, monkeypatch):
     products = {}
     real_check = measure.check_stored
 
-    def whole_check(a, b, c, storage_options=None):   # the whole of C, read back from the server
+    def whole_check(a, b, c, storage_options=None, op="matmul"):   # the whole of C, read back from the server
         products[os.fspath(c).rsplit("/", 1)[-1]] = [open_zarr(p, storage_options)[...] for p in (a, b, c)]
-        return real_check(a, b, c, storage_options)
+        return real_check(a, b, c, storage_options, op)
 
     monkeypatch.setattr(measure, "check_stored", whole_check)
     rec, path = e2e_bench(E2EOptions(48, chunks=16, input_codec="default", store="s3://bench/t", devices="cpu",
