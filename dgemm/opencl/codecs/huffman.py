@@ -15,10 +15,11 @@ region's byte histogram, a few hundred bytes of work per region:
 * :func:`tree_description`: the Huffman tree description a
   Compressed_Literals_Block starts with: the weights of every symbol but
   the last present one (whose weight the decoder deduces), 4 bits each
-  when there are at most 128 of them, else (always for float data, whose
-  bytes take all 256 values) FSE-compressed with an accuracy log of 5 or 6
-  (section 4.1.1's table description, then a bitstream of two interleaved
-  states read backwards), whichever is shorter.
+  when there are at most 128 of them, or FSE-compressed (always for float
+  data, whose bytes take all 256 values) with an accuracy log of 6 (section
+  4.1.1's table description, then a bitstream of two interleaved states read
+  backwards), whichever is shorter; the tables of recent code lengths are
+  kept (:func:`table`).
 
 The FSE encoder follows libzstd's ``FSE_compress_usingCTable`` in its
 bitstream: the decoder (``FSE_decompress_wksp``, ``HUF_readStats``) finds the
@@ -29,11 +30,15 @@ with the other state's weight.  Nothing here needs a device or pyopencl.
 """
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+
 import numpy as np
 
 MAX_BITS = 11              # the longest Huffman code (libzstd's HUF_TABLELOG_DEFAULT for literals)
 MAX_DIRECT_WEIGHTS = 128   # weights stored 4 bits each: at most this many
-FSE_LOGS = (5, 6)          # accuracy logs tried for compressed weights (6: the format's maximum here)
+FSE_LOGS = (6,)            # accuracy logs tried for compressed weights (6, the format's maximum here: 5 saves
+                           # a byte or two of a 64 MiB frame at times, and costs as much time again)
 MAX_FSE_DESCRIPTION = 127  # the header byte of FSE-compressed weights gives their size, below 128
 
 
@@ -272,25 +277,51 @@ def fse_compress(symbols, log: int) -> bytes | None:
         state[i] = u
         _, nb, base = cells[u]
         updates[i] = (target - base, nb)
-    bits = BitWriter()
+    value, count = 0, 0
     for i in range(n - 3, -1, -1):      # read last, written first
-        bits.put(*updates[i])
+        v, nb = updates[i]
+        value |= v << count
+        count += nb
+    bits = BitWriter()
+    bits.value, bits.count = value, count
     bits.put(state[1], log)
     bits.put(state[0], log)
     return write_ncount(norm, log) + bits.close()
+
+
+# Tables by their code lengths: the regions of one product (stationary data) mostly get the same
+# lengths, and the codes and the description depend on nothing else.
+_TABLES: OrderedDict = OrderedDict()
+_TABLES_KEPT = 64
+_TABLES_LOCK = threading.Lock()
 
 
 def table(counts, max_bits: int = MAX_BITS):
     """``(codes, description, lengths)`` for a histogram, or None where no Huffman table applies.
 
     None for fewer than 2 symbols present and for codes the format cannot
-    describe (see :func:`tree_description`).
+    describe (see :func:`tree_description`).  ``codes`` and ``lengths`` are
+    read-only: the codes and description of recent lengths are kept and shared.
     """
     counts = np.asarray(counts, np.int64)
     if np.count_nonzero(counts) < 2:
         return None
     lens = code_lengths(counts, max_bits)
+    key = lens.tobytes()
+    with _TABLES_LOCK:
+        kept = _TABLES.get(key)
+        if kept is not None:
+            _TABLES.move_to_end(key)
+            return kept
     desc = tree_description(lens)
-    if desc is None:
-        return None
-    return codes(lens), desc, lens
+    made = None
+    if desc is not None:
+        codes_ = codes(lens)
+        codes_.setflags(write=False)
+        lens.setflags(write=False)
+        made = codes_, desc, lens
+    with _TABLES_LOCK:
+        _TABLES[key] = made
+        while len(_TABLES) > _TABLES_KEPT:
+            _TABLES.popitem(last=False)
+    return made
