@@ -49,3 +49,15 @@ def test_the_devices_reach_the_script_and_the_record_says_what_it_ran_on(tmp_pat
     assert r["ok"] and r["devices"] == "cpu,cpu"
     assert [w["device"] for w in r["workers"]] == [cpus[0].id, cpus[0].id], r["workers"]
     assert sum(w["flops"] for w in r["workers"]) >= 2 * m * n * k
+    # where the time went, process by process: the call checked before it started its cluster, its fork server
+    # (begun before the checks) preloaded, each of its two workers registered, and those that did block products
+    # (both, or one: the product is small) noted their first
+    p = r["phases"]
+    print(f"phases: {p}")
+    script, server, workers = p["script"], p["fork_server"], p["workers"]
+    assert script["checks"][1] <= script["cluster"][0] <= script["cluster"][1] <= r["seconds"], script
+    assert server["preload"][0] <= script["checks"][0] and None not in server["preload"], server
+    assert len(workers) == 2 and all(script["cluster"][0] <= w["worker_process"][0] <= w["register"][1]
+                                     for w in workers), workers
+    products = [w["first_gemm"][0] for w in workers if "first_gemm" in w]
+    assert len(products) == sum(w["flops"] > 0 for w in r["workers"]) and min(products) >= script["checks"][1], p

@@ -8,6 +8,7 @@ workers on this host's CPU device.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -25,6 +26,7 @@ import dgemm.client.request as request
 
 seen = {{}}
 check = request.Request.check.__func__
+PRE_SPAWN = {pre_spawn!r}
 
 
 def checked(cls, *args, **kwargs):   # what had started when the call's checks began
@@ -61,15 +63,27 @@ if __name__ == "__main__":
         client = next(iter(local._started.values()))[1]   # the cluster the call started
         seen["worker_parents"] = sorted(set(client.run(os.getppid).values()))
         seen["worker_read_threads"] = sorted(set(client.run(lambda: os.environ.get("DGEMM_READ_THREADS")).values()))
+        seen["worker_pre_spawn"] = sorted(set(client.run(
+            lambda: json.dumps({{k: os.environ.get(k) for k in PRE_SPAWN}}, sort_keys=True)).values()))
     print("SEEN " + json.dumps(seen), flush=True)
 """
 
 
+def pre_spawn_environ() -> dict:
+    """What a nanny sets in a worker's environment before it starts it, as distributed's configuration says."""
+    import dask.config
+    import distributed  # noqa: F401  (its defaults join the configuration)
+
+    return {k: str(v) for k, v in dask.config.get("distributed.nanny.pre-spawn-environ").items()}
+
+
 def run_script(tmp_path, a, b, out, devices="cpu", *more) -> dict:
     script = tmp_path / "users_script.py"
-    script.write_text(SCRIPT.format(devices=devices))
+    script.write_text(SCRIPT.format(devices=devices, pre_spawn=sorted(pre_spawn_environ())))
+    # the script's own environment without the nanny's variables: a worker has them only if they were set for it
+    env = {k: v for k, v in os.environ.items() if k not in pre_spawn_environ()}
     proc = subprocess.run([sys.executable, str(script), str(a), str(b), str(out), *more], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=240)
+                          capture_output=True, text=True, timeout=240, env=env)
     lines = [x for x in proc.stdout.splitlines() if x.startswith("SEEN ")]
     assert proc.returncode == 0 and lines, proc.stderr[-3000:]
     return json.loads(lines[-1][5:])
@@ -96,6 +110,8 @@ def test_a_first_call_forks_its_workers_from_a_server_begun_before_its_checks(tm
     assert seen["method_at_checks"] == "forkserver" and seen["server_at_checks"]   # begun before the checks
     assert not seen["cluster_modules_at_checks"]                                   # but no cluster yet
     assert seen["worker_parents"] == [seen["server"]], seen                         # the workers came from it
+    # with the environment a nanny gives a spawned worker (malloc's trim threshold, one BLAS thread)
+    assert [json.loads(x) for x in seen["worker_pre_spawn"]] == [pre_spawn_environ()], seen
     check_product(zarr.open_array(str(tmp_path / "c.zarr"))[...], A, B, dtype="float32")
 
 
@@ -133,4 +149,36 @@ def test_nothing_is_begun_for_a_call_that_starts_no_local_cluster(monkeypatch):
     monkeypatch.setattr(prestart, "_started", False)
     assert prestart.start(client=object(), out="c.zarr") is False
     assert prestart.start(client=None, out=None) is False
+    assert prestart.start_method() is None
+
+
+def test_the_preload_names_modules_that_exist():
+    """The fork server skips a preload module it cannot import without a word (multiprocessing's rule): each must
+    exist and import, here in a fresh interpreter as in the server."""
+    import importlib.util
+
+    for name in prestart.PRELOAD:
+        assert importlib.util.find_spec(name) is not None, name
+    proc = subprocess.run([sys.executable, "-c", f"for m in {list(prestart.PRELOAD)!r}: __import__(m)"],
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_the_server_starts_with_distributeds_defaults_and_the_configuration_is_checked_later(monkeypatch):
+    """The fork server starts before Dask is imported, with the nanny's variables as distributed.yaml has them;
+    once the configuration is read, a call whose configuration asks for other variables, or another start
+    method, spawns its workers (this test process starts no server: the state a started one leaves is set)."""
+    import dask.config
+
+    assert prestart._pre_spawn_environment(prestart._distributed_defaults()) == {
+        **pre_spawn_environ(), "PYTHONHASHSEED": "6640"}
+    monkeypatch.setattr(prestart, "_started", True)
+    monkeypatch.setattr(prestart, "_pre_spawn", prestart._pre_spawn_environment(prestart._distributed_defaults()))
+    monkeypatch.setattr(prestart, "_environment_at_start", prestart._own_environment())
+    assert prestart.start_method() == "forkserver"
+    with dask.config.set({prestart.ENVIRON_KEY: {**pre_spawn_environ(), "OMP_NUM_THREADS": 4}}):
+        assert prestart.start_method() is None
+    with dask.config.set({prestart.METHOD_KEY: "fork"}):
+        assert prestart.start_method() is None
+    monkeypatch.setenv("DGEMM_SOMETHING_NEW", "1")   # and, as before, a variable set since the server started
     assert prestart.start_method() is None

@@ -18,6 +18,15 @@ a device must not fork, so each worker opens its own device and builds (or
 loads) its kernels after the fork, as before.  A script still needs its
 ``if __name__ == "__main__":`` guard: each forked worker imports the main
 module again, as a spawned one does.
+
+The fork server forks nothing until its preload is imported (:data:`PRELOAD`),
+so it is started before this process imports Dask (a quarter of a second
+and more on two cores): the environment
+the server's workers inherit is what the nanny would set
+(``distributed.nanny.pre-spawn-environ``) as distributed's own defaults say,
+read from its ``distributed.yaml``; :func:`start_method` checks it against
+the configuration once Dask is imported, and spawns the workers where the
+two differ.
 """
 from __future__ import annotations
 
@@ -32,17 +41,23 @@ __all__ = ["PRELOAD", "start", "start_method"]
 
 logger = logging.getLogger("dgemm")
 
-# What a device worker imports on its way up (its plugin, device and tasks, the nanny's process entry,
-# the codecs), in the fork server, once.
-PRELOAD = ("distributed", "distributed.nanny", "dgemm.worker.plugin", "dgemm.worker.tasks", "dgemm.storage.chunks",
-           "pyopencl", "zarr", "numcodecs")
+# What a device worker imports on its way up and for its first tasks (the nanny's process entry, which imports
+# distributed's worker; dgemm's plugin, which opens the device with pyopencl; the tasks' functions; Zarr and the
+# codecs, which the first task's arguments need), in the fork server, once.  Zarr and the codecs stay although a
+# worker registers without them: imported after the fork they would be on the first task's path all the same,
+# and a worker cannot import them in the background (a task's unpickling importing zarr.core.array meanwhile
+# fails on zarr's circular imports: "partially initialized module").
+PRELOAD = ("distributed.nanny", "dgemm.worker.plugin", "dgemm.worker.tasks", "pyopencl", "zarr", "numcodecs")
+# The configuration keys the fork server's start assumes, checked once Dask is imported (start_method).
+METHOD_KEY = "distributed.worker.multiprocessing-method"
+ENVIRON_KEY = "distributed.nanny.pre-spawn-environ"
 
 _lock = threading.Lock()
 _started = False
 # This process's environment when the fork server started (less what a nanny sets before each worker start):
 # its forked workers have that one, not the environment a later change gave this process.
 _environment_at_start: dict | None = None
-_pre_spawn: frozenset = frozenset()
+_pre_spawn: dict = {}
 
 
 def start(client=None, out=None) -> bool:
@@ -53,11 +68,12 @@ def start(client=None, out=None) -> bool:
     is started for a call without ``out`` (a lazy result starts no cluster;
     a numpy product large enough for the devices spawns its workers as
     before), or when ``client`` is given, a client is current, a local
-    cluster of dgemm's runs already, the workers are configured to start
-    otherwise (``distributed.worker.multiprocessing-method`` not
-    ``spawn``, the default, or ``forkserver``), or the platform is not
-    Linux.  Never raises: on any failure the cluster spawns its workers as
-    before.
+    cluster of dgemm's runs already, the environment says the workers
+    start otherwise (``DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD``
+    not ``spawn``, the default, or ``forkserver``; Dask's configuration
+    files are read when the cluster starts: :func:`start_method`), or the
+    platform is not Linux.  Never raises: on any failure the cluster spawns
+    its workers as before.
 
     Returns
     -------
@@ -70,21 +86,23 @@ def start(client=None, out=None) -> bool:
     with _lock:
         if _started:
             return True
+        # Linux only: on macOS a process that has loaded system frameworks (OpenCL's, by pyopencl's
+        # import) must not fork
+        if not sys.platform.startswith("linux"):
+            return False
         try:
-            import dask.config
-
-            method = dask.config.get("distributed.worker.multiprocessing-method", "spawn")
-            # Linux only: on macOS a process that has loaded system frameworks (OpenCL's, by pyopencl's
-            # import) must not fork
-            if method not in ("spawn", "forkserver") or not sys.platform.startswith("linux"):
+            # Dask's configuration is not read here (its import would delay the server): a method set in the
+            # environment counts now, one set in a file when the cluster starts (start_method)
+            if os.environ.get("DASK_" + METHOD_KEY.upper().replace(".", "__").replace("-", "_"),
+                              "spawn") not in ("spawn", "forkserver"):
                 return False
             from multiprocessing import forkserver
 
             multiprocessing.get_context("forkserver").set_forkserver_preload(list(PRELOAD))
-            pre_spawn = _pre_spawn_environment(dask.config)
+            pre_spawn = _pre_spawn_environment(_distributed_defaults())
             with _environment(pre_spawn):
                 forkserver.ensure_running()
-            _pre_spawn = frozenset(pre_spawn)
+            _pre_spawn = pre_spawn
             _environment_at_start = _own_environment()
         except Exception as e:   # the workers are spawned as before
             logger.info("dgemm: could not start the workers' fork server early: %s: %s", type(e).__name__, e)
@@ -100,12 +118,25 @@ def start_method() -> str | None:
     server started (a variable set or removed between two calls): workers
     forked from it would not see the change, spawned ones do, as the
     README promises (a local cluster's workers inherit the client's
-    environment).
+    environment).  And None where Dask's configuration (read here, once
+    imported) asks for another method than ``spawn`` or ``forkserver``, or
+    for other variables before a worker starts
+    (``distributed.nanny.pre-spawn-environ``) than those the server started
+    with.
     """
     if not _started:
         return None
     if _own_environment() != _environment_at_start:
         logger.debug("dgemm: the environment changed since the workers' fork server started; spawning them")
+        return None
+    import dask.config
+    import distributed  # noqa: F401  (its defaults join Dask's configuration on import)
+
+    if dask.config.get(METHOD_KEY, "spawn") not in ("spawn", "forkserver"):
+        return None
+    if _pre_spawn_environment(dask.config.get(ENVIRON_KEY, {})) != _pre_spawn:
+        logger.debug("dgemm: %s differs from distributed's defaults the fork server started with; spawning "
+                     "the workers", ENVIRON_KEY)
         return None
     return "forkserver"
 
@@ -130,12 +161,29 @@ def _has_cluster() -> bool:
     return any(getattr(entry[1], "status", None) == "running" for entry in list(started.values()))
 
 
-def _pre_spawn_environment(dask_config) -> dict:
-    """The variables a nanny sets before it spawns a worker (``distributed.nanny.pre-spawn-environ``):
+def _distributed_defaults() -> dict:
+    """``distributed.nanny.pre-spawn-environ`` as distributed's own ``distributed.yaml`` says, read without
+    importing distributed or Dask (its package is only found)."""
+    import importlib.util
+
+    import yaml
+
+    spec = importlib.util.find_spec("distributed")
+    folder = next(iter(spec.submodule_search_locations or ()))
+    with open(os.path.join(folder, "distributed.yaml"), encoding="utf-8") as f:
+        defaults = yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    return defaults["distributed"]["nanny"]["pre-spawn-environ"] or {}
+
+
+def _pre_spawn_environment(environ: dict) -> dict:
+    """The variables a nanny sets before it spawns a worker, of ``environ`` (``distributed.nanny.pre-spawn-environ``):
     the fork server's own, since its forked workers inherit its environment (``MALLOC_TRIM_THRESHOLD_``
-    counts at a process's start, the ``*_NUM_THREADS`` at numpy's import, here)."""
-    env = {k: str(v) for k, v in (dask_config.get("distributed.nanny.pre-spawn-environ", {}) or {}).items()
-           if v is not None}
+    counts at a process's start, the ``*_NUM_THREADS`` at numpy's import, here).
+
+    >>> _pre_spawn_environment({"OMP_NUM_THREADS": 1, "UNSET": None})
+    {'OMP_NUM_THREADS': '1', 'PYTHONHASHSEED': '6640'}
+    """
+    env = {k: str(v) for k, v in (environ or {}).items() if v is not None}
     if env.get("PYTHONHASHSEED") in (None, "0"):   # as the nanny: one hash seed for every worker
         env["PYTHONHASHSEED"] = "6640"
     return env

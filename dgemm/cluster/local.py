@@ -173,6 +173,13 @@ class DeviceCluster(LocalCluster):
         first = device_worker(0, self.device_ids, nthreads=threads_per_worker,
                               memory_limit=kwargs.pop("memory_limit", "auto"))
         allowed = ALLOWED_FAILURES if allowed_failures is None else int(allowed_failures)
+        # The scheduler's Bokeh dashboard: its import (most of a second) is made while the workers start,
+        # not before (see _connect_dashboard); its address is taken at once all the same.
+        scheduler_kwargs = dict(kwargs.pop("scheduler_kwargs", None) or {})
+        later = kwargs.get("dashboard_address") is not None and "dashboard" not in scheduler_kwargs
+        if later:
+            scheduler_kwargs["dashboard"] = False
+        kwargs["scheduler_kwargs"] = scheduler_kwargs
         with dask.config.set({"distributed.scheduler.allowed-failures": allowed}), warnings.catch_warnings():
             # (allowed-failures is read by the Scheduler.)  A dashboard port in use, another cluster's:
             # distributed takes another and says so with a raw UserWarning; local_client logs the link instead
@@ -180,9 +187,40 @@ class DeviceCluster(LocalCluster):
                 warnings.filterwarnings("ignore", r"Port \d+ is already in use", UserWarning)
             super().__init__(n_workers=0, threads_per_worker=first.nthreads, memory_limit=first.memory_limit,
                              processes=True, **kwargs)
+        if later:
+            from dgemm.scheduler.dashboard import DASHBOARD_PENDING
+            setattr(self.scheduler, DASHBOARD_PENDING, True)   # before any worker registers dgemm's page
         with _start_method(start_method):   # read by each nanny as it starts its worker
-            self.scale(len(self.device_ids))
+            self.scale(len(self.device_ids))   # the event loop starts the workers from here on
+            if later:
+                _import_dashboard()            # this thread, meanwhile
             self.sync(self._correct_state)
+        if later:
+            self.sync(self._connect_dashboard, scheduler_kwargs.get("http_prefix") or "/")
+
+    async def _connect_dashboard(self, prefix: str) -> None:
+        """Serve the Bokeh dashboard (and dgemm's pages) from the scheduler's HTTP server, started without it.
+
+        What ``Scheduler(dashboard=True)`` does in its constructor, done once
+        the workers have started: the import it needs then went on while
+        they started (their processes open their devices meanwhile) instead
+        of before.  A failure leaves the dashboard out, not the cluster.
+        """
+        from dgemm.names import DASHBOARD_PLUGIN
+        from dgemm.scheduler.dashboard import DASHBOARD_PENDING, add_navigation_link, add_routes
+
+        s = self.scheduler
+        try:
+            from distributed.dashboard.scheduler import connect
+
+            connect(s.http_application, s.http_server, s, prefix=prefix)
+        except Exception as e:
+            logger.warning("dgemm: the local cluster's dashboard could not start: %s: %s", type(e).__name__, e)
+        finally:
+            setattr(s, DASHBOARD_PENDING, False)
+            if DASHBOARD_PLUGIN in getattr(s, "plugins", {}):   # registered by a worker meanwhile: its pages now
+                add_routes(s)
+                add_navigation_link(s)
 
     def new_worker_spec(self):
         free = sorted(set(range(len(self.device_ids))) - set(self.worker_spec))
@@ -194,6 +232,16 @@ class DeviceCluster(LocalCluster):
         env = {**(spec["options"].get("env") or {}), **device_worker(i, self.device_ids).env}
         spec["options"].update(env=env, name=i)
         return {i: spec}
+
+
+def _import_dashboard() -> None:
+    """Import the scheduler's Bokeh dashboard (and dgemm's pages), as the scheduler would have."""
+    try:
+        import distributed.dashboard.scheduler  # noqa: F401
+
+        import dgemm.scheduler.page  # noqa: F401
+    except ImportError as e:   # no Bokeh: _connect_dashboard says so
+        logger.debug("dgemm: no Bokeh dashboard: %s", e)
 
 
 @contextlib.contextmanager

@@ -42,6 +42,9 @@ from dgemm.names import DASHBOARD_PLUGIN, KINDS, WORKER_METRIC
 logger = logging.getLogger(__name__)
 
 ROUTE = "/dgemm"
+# Set on a scheduler whose Bokeh dashboard a DeviceCluster connects only once its workers have started
+# (dgemm.cluster.local): the pages are added then, not when the first worker registers this plugin.
+DASHBOARD_PENDING = "_dgemm_dashboard_pending"
 
 _LIVE: weakref.WeakSet = weakref.WeakSet()
 
@@ -232,8 +235,9 @@ class DgemmDashboard(SchedulerPlugin):
         # No await in here: two workers may register the plugin at once, and
         # the scheduler checks for an existing one just before calling this.
         self.scheduler = scheduler
-        add_routes(scheduler)
-        add_navigation_link(scheduler)
+        if not getattr(scheduler, DASHBOARD_PENDING, False):   # else the cluster adds them once its dashboard is up
+            add_routes(scheduler)
+            add_navigation_link(scheduler)
         self._pc = PeriodicCallback(self.sample, self.interval * 1000)
         self._pc.start()
         _LIVE.add(self)
