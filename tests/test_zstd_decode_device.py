@@ -307,7 +307,8 @@ def crafted_frames():
     yield frame_of([(1, 0, b"z", 70000), (1, 1, b"y", 70001)], 140000)
     yield frame_of([(0, 1, b"abc", 3)], 3, checksum=0)
     # direct Huffman weights: 2..6 symbols of these weights, one stream of 1..3-bit codes
-    for weights in ((1,), (1, 1), (2, 1), (1, 2), (2, 2, 1), (3, 1, 1), (1, 1, 1), (4, 0, 1), (13,), (0, 0)):
+    for weights in ((1,), (1, 1), (2, 1), (1, 2), (2, 2, 1), (3, 1, 1), (1, 1, 1), (4, 0, 1), (13,), (0, 0), (2,),
+                    (3, 3)):
         n = len(weights)
         tree = bytes([127 + n]) + bytes((weights[i] << 4) | (weights[i + 1] if i + 1 < n else 0)
                                         for i in range(0, n, 2))

@@ -13,7 +13,7 @@ takes gives the same table:
   code's base value and extra bits (section 3.1.1.3.2.1.1);
 * a Huffman tree description (section 4.2.1): direct 4-bit weights, or
   weights compressed with FSE, decoded here with libzstd's bit container
-  exactly (:class:`BitReader`), its over-reads included, since where such a
+  exactly (its bit container's arithmetic), its over-reads included, since where such a
   stream ends is decided by them;
 * the Huffman lookup table: ``2**tableLog`` entries of ``symbol | nbBits << 8``
   indexed by the next ``tableLog`` bits of a stream.
@@ -202,105 +202,128 @@ def rle_table(symbol: int, bases, bits) -> np.ndarray:
     return np.array([[bases[symbol], bits[symbol] << 24]], np.uint32)
 
 
-# -- libzstd's bit container, for the Huffman weights' FSE stream ----------------------------------------
-UNFINISHED, END_OF_BUFFER, COMPLETED, OVERFLOW = 0, 1, 2, 3
-
-
-class BitReader:
-    """libzstd's backward bit reader (a 64-bit container), over-reads and all."""
-
-    def __init__(self, data: bytes, start: int, size: int):
-        if size < 1:
-            raise Corrupt("an empty bitstream")
-        self.data, self.start, self.limit = data, start, start + 8
-        last = data[start + size - 1]
-        if last == 0:
-            raise Corrupt("a bitstream whose last byte is 0 (no end mark)")
-        if size >= 8:
-            self.ptr = start + size - 8
-            self.cont = self._le64(self.ptr)
-            self.consumed = 8 - highbit(last)
-        else:
-            self.ptr = start
-            self.cont = int.from_bytes(data[start:start + size], "little")
-            self.consumed = 8 - highbit(last) + (8 - size) * 8
-
-    def _le64(self, at):
-        return int.from_bytes(self.data[at:at + 8], "little")
-
-    def reload(self) -> int:
-        if self.consumed > 64:
-            return OVERFLOW
-        if self.ptr >= self.limit:
-            self.ptr -= self.consumed >> 3
-            self.consumed &= 7
-            self.cont = self._le64(self.ptr)
-            return UNFINISHED
-        if self.ptr == self.start:
-            return END_OF_BUFFER if self.consumed < 64 else COMPLETED
-        n = self.consumed >> 3
-        result = UNFINISHED
-        if self.ptr - n < self.start:
-            n = self.ptr - self.start
-            result = END_OF_BUFFER
-        self.ptr -= n
-        self.consumed -= n * 8
-        self.cont = self._le64(self.ptr)
-        return result
-
-    def read(self, n: int) -> int:
-        v = (self.cont >> ((64 - self.consumed - n) & 63)) & ((1 << n) - 1)
-        self.consumed += n
-        return v
-
-    def read_fast(self, n: int) -> int:
-        v = ((self.cont << (self.consumed & 63)) & M64) >> ((64 - n) & 63)
-        self.consumed += n
-        return v
-
+# -- the Huffman weights' FSE stream, read with libzstd's bit container -------------------------------------
+def small_cells(counts, log: int):
+    """:func:`fse_cells` for the small tables of Huffman weights, in plain Python (faster there)."""
+    size = 1 << log
+    mask = size - 1
+    cells = [0] * size
+    high = size - 1
+    for s, c in enumerate(counts):
+        if c == -1:
+            cells[high] = s
+            high -= 1
+    step = (size >> 1) + (size >> 3) + 3
+    p = 0
+    for s, c in enumerate(counts):
+        for _ in range(c if c > 0 else 0):
+            cells[p] = s
+            p = (p + step) & mask
+            while p > high:
+                p = (p + step) & mask
+    nexts = [1 if c == -1 else c for c in counts]
+    nb, base = [0] * size, [0] * size
+    for u in range(size):
+        s = cells[u]
+        st = nexts[s]
+        nexts[s] = st + 1
+        b = log - (st.bit_length() - 1)
+        nb[u] = b
+        base[u] = (st << b) - size
+    return cells, nb, base
 
 def _fse_weights(buf, pos: int, size: int) -> list:
-    """Huffman weights compressed with FSE (RFC 8878 4.2.1.2), decoded as libzstd decodes them."""
+    """Huffman weights compressed with FSE (RFC 8878 4.2.1.2), decoded as libzstd decodes them.
+
+    libzstd's backward bit reader (a 64-bit container refilled a byte at a time), reproduced
+    arithmetic for arithmetic: where the stream ends is decided by it, over-reads included.
+    """
     counts, log, used = read_ncount(buf, pos, pos + size, 255)
     if log > HUF_WEIGHTS_MAX_LOG:
         raise Corrupt(f"Huffman weights' FSE table log {log}, over {HUF_WEIGHTS_MAX_LOG}")
-    cells, nbbits, nxt = fse_cells(counts, log)
+    cells, nbbits, nxt = small_cells(counts, log)
     fast = not any(c >= (1 << (log - 1)) for c in counts)
-    cells, nbbits, nxt = cells.tolist(), nbbits.tolist(), nxt.tolist()
     data = bytes(buf[pos + used:pos + size])
-    bits = BitReader(data, 0, len(data))
-    read = bits.read_fast if fast else bits.read
-    s1 = bits.read(log)
-    bits.reload()
-    s2 = bits.read(log)
-    bits.reload()
+    n = len(data)
+    if n < 1:
+        raise Corrupt("an empty bitstream")
+    last = data[-1]
+    if last == 0:
+        raise Corrupt("a bitstream whose last byte is 0 (no end mark)")
+    if n >= 8:
+        ptr = n - 8
+        cont = int.from_bytes(data[ptr:ptr + 8], "little")
+        consumed = 8 - (last.bit_length() - 1)
+    else:
+        ptr = 0
+        cont = int.from_bytes(data, "little")
+        consumed = 8 - (last.bit_length() - 1) + (8 - n) * 8
+    data8 = data + bytes(8)
+
+    def reload():
+        nonlocal ptr, cont, consumed
+        if consumed > 64:
+            return 3
+        if ptr >= 8:
+            ptr -= consumed >> 3
+            consumed &= 7
+            cont = int.from_bytes(data8[ptr:ptr + 8], "little")
+            return 0
+        if ptr == 0:
+            return 1 if consumed < 64 else 2
+        k = consumed >> 3
+        r = 0
+        if ptr - k < 0:
+            k = ptr
+            r = 1
+        ptr -= k
+        consumed -= k * 8
+        cont = int.from_bytes(data8[ptr:ptr + 8], "little")
+        return r
+
+    def rd(k):
+        nonlocal consumed
+        v = (cont >> ((64 - consumed - k) & 63)) & ((1 << k) - 1)
+        consumed += k
+        return v
+
+    s1 = rd(log)
+    reload()
+    s2 = rd(log)
+    reload()
     out = []
-    omax = 255
 
-    def symbol(state):
-        nb = nbbits[state]
-        return cells[state], nxt[state] + (read(nb) if nb or not fast else 0)
+    def sym(s):
+        nonlocal consumed
+        b = nbbits[s]
+        if fast:
+            v = ((cont << (consumed & 63)) & M64) >> ((64 - b) & 63)
+        else:
+            v = (cont >> ((64 - consumed - b) & 63)) & ((1 << b) - 1)
+        consumed += b
+        return cells[s], nxt[s] + v
 
-    while (bits.reload() == UNFINISHED) & (len(out) < omax - 3):
-        a, s1 = symbol(s1)
-        b, s2 = symbol(s2)
-        c, s1 = symbol(s1)
-        d, s2 = symbol(s2)
+    # 4 symbols per reload while the reload finds whole bytes to load (libzstd's loop, 64-bit build)
+    while reload() == 0 and len(out) < 252:
+        a, s1 = sym(s1)
+        b, s2 = sym(s2)
+        c, s1 = sym(s1)
+        d, s2 = sym(s2)
         out += (a, b, c, d)
     while True:
-        if len(out) > omax - 2:
+        if len(out) > 253:
             raise Corrupt("more than 255 Huffman weights")
-        a, s1 = symbol(s1)
+        a, s1 = sym(s1)
         out.append(a)
-        if bits.reload() == OVERFLOW:
-            out.append(symbol(s2)[0])
+        if reload() == 3:
+            out.append(sym(s2)[0])
             break
-        if len(out) > omax - 2:
+        if len(out) > 253:
             raise Corrupt("more than 255 Huffman weights")
-        b, s2 = symbol(s2)
-        out.append(b)
-        if bits.reload() == OVERFLOW:
-            out.append(symbol(s1)[0])
+        a, s2 = sym(s2)
+        out.append(a)
+        if reload() == 3:
+            out.append(sym(s1)[0])
             break
     return out
 

@@ -1,0 +1,144 @@
+"""zstd decode on the device (dgemm/kernels/zstd_decode.cl) against libzstd (issue 28).
+
+    python bench/notes/issue-28/zstd_decode.py [--out DIR] [--size 64] [--chunks 4] [--levels 3,1,-1]
+        [--data normal] [--repeats 5] [--lanes 32] [--device gpu]
+
+Encodes CHUNKS float32 chunks of SIZE MiB each with numcodecs ``Zstd(level)`` (Zarr's default compressor is
+zstd level 3) for each level, checks that the device decodes them to the bytes libzstd (numcodecs) gives, then
+times REPEATS decodes of all the chunks in one call:
+
+* ``kernel_gbps``: decoded bytes over the kernels' profiled time (frames already uploaded), and per kernel
+  (``huffman``: literal streams, ``sequences``: FSE bitstreams, ``execute``: the per-frame walk that copies
+  literals and matches, and checks the checksum);
+* ``wall_gbps``: the whole ``decode_zstd`` call (host parsing, uploads from ordinary memory, kernels, error
+  rows read back);
+* ``host_parse_gbps_per_core``: decoded bytes per second of the host's part alone (``zstd_frames.plan``, one
+  thread), what each chunk costs a host core on the device path;
+* ``libzstd_gbps_per_core``: numcodecs decoding the same chunks on one thread, for comparison.
+
+Rates are decoded bytes per second (GB/s, 1e9).  On PoCL (no GPU), use a small ``--size`` (e.g. 1).
+Prints one JSON object and writes ``zstd_decode-<date>.json`` into ``--out`` if given.
+"""
+import argparse
+import json
+import os
+import statistics
+import time
+
+
+def make_chunk(kind, n, rng):
+    import numpy as np
+    if kind == "normal":
+        return rng.standard_normal(n, dtype=np.float32)
+    if kind == "walk":
+        return np.cumsum(rng.standard_normal(n, dtype=np.float32), dtype=np.float32)
+    if kind == "product":
+        a = rng.standard_normal((n // 64, 64), dtype=np.float32)
+        return (a @ rng.standard_normal((64, 64), dtype=np.float32)).reshape(-1)
+    if kind == "zeros":
+        return np.zeros(n, np.float32)
+    raise SystemExit(f"--data: unknown {kind!r}")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default=None, help="a folder to write the JSON record into")
+    p.add_argument("--size", type=float, default=64, help="chunk size in MiB (default 64)")
+    p.add_argument("--chunks", type=int, default=4, help="chunks decoded per call (default 4)")
+    p.add_argument("--levels", default="3,1,-1", help="zstd levels, comma separated (default 3,1,-1)")
+    p.add_argument("--data", choices=("normal", "walk", "product", "zeros"), default="normal")
+    p.add_argument("--checksum", action="store_true", help="frames with checksums (verified on the device)")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--lanes", type=int, default=None, help="work-items per frame in zstd_execute "
+                                                           "(default: 32 on a GPU, 1 on a CPU device)")
+    p.add_argument("--device", default=None, help="an OpenCL device as DGEMM_DEVICES names one (default: "
+                                                  "the first GPU, else the first CPU device)")
+    args = p.parse_args()
+
+    import numpy as np
+    import pyopencl as cl
+    from numcodecs import Zstd
+
+    from dgemm.opencl.codecs import zstd_decode as zd
+    from dgemm.opencl.codecs import zstd_frames as zf
+    from dgemm.opencl.device import Device
+    from dgemm.opencl.discovery import select_devices
+    from dgemm.provenance import command_line, git_commit, utc_now
+
+    device = Device(select_devices(args.device)[0])
+    lanes = args.lanes or zd.default_lanes(device)
+    n = int(args.size * 2**20) // 4
+    rng = np.random.default_rng(1)
+    chunks = [make_chunk(args.data, n, rng) for _ in range(args.chunks)]
+    total = sum(c.nbytes for c in chunks)
+    runs = {}
+    out = device.buffer(total, "decoded chunks")
+    for level in (int(x) for x in args.levels.split(",")):
+        codec = Zstd(level=level, checksum=args.checksum)
+        frames = [codec.encode(c) for c in chunks]
+        want = np.frombuffer(b"".join(bytes(codec.decode(f)) for f in frames), np.uint8)   # the reference
+        if want.tobytes() != b"".join(c.tobytes() for c in chunks):
+            raise SystemExit("numcodecs does not give the chunks back")
+        plans = [zf.plan(f) for f in frames]
+        shape = {"blocks": int(sum(len(p.blocks) for p in plans)),
+                 "huffman_streams": int(sum(len(p.streams) for p in plans)),
+                 "sequences": int(sum(p.nseq for p in plans)),
+                 "literal_bytes": int(sum(p.literals for p in plans)),
+                 "compressed_bytes": int(sum(len(f) for f in frames))}
+        parse_s, lib_s, call_s, kernel_s, per = [], [], [], [], {}
+        cl.enqueue_fill_buffer(device.queue, out, np.uint8(0xFF), 0, total).wait()
+        for r in range(args.repeats + 1):
+            events = []
+            t0 = time.perf_counter()
+            zd.decode_zstd(device, frames, out, lanes=lanes, events=events)
+            t = time.perf_counter() - t0
+            if r == 0:      # the first call builds the program: checked, not timed
+                got = np.empty(total, np.uint8)
+                cl.enqueue_copy(device.queue, got, out).wait()
+                wrong = np.nonzero(got != want)[0]
+                if wrong.size:
+                    raise SystemExit(f"level {level}: {wrong.size} bytes differ from libzstd's "
+                                     f"(the first at {wrong[0]})")
+                continue
+            call_s.append(t)
+            times = [(what, (e.profile.end - e.profile.start) * 1e-9) for what, e in events]
+            kernel_s.append(sum(s for what, s in times if what != "upload"))
+            for what, s in times:
+                per.setdefault(what, [0.0] * args.repeats)[r - 1] += s
+            t0 = time.perf_counter()
+            for f in frames:
+                zf.plan(f)
+            parse_s.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            for f in frames:
+                codec.decode(f)
+            lib_s.append(time.perf_counter() - t0)
+
+        def rate(seconds):
+            return round(total / statistics.median(seconds) / 1e9, 3)
+
+        runs[str(level)] = {
+            "ratio": round(shape["compressed_bytes"] / total, 4), **shape,
+            "kernel_gbps": rate(kernel_s), "wall_gbps": rate(call_s),
+            "per_kernel_gbps": {what: rate(s) for what, s in per.items() if what != "upload"},
+            "upload_s": round(statistics.median(per.get("upload", [0.0])), 6),
+            "host_parse_gbps_per_core": rate(parse_s), "libzstd_gbps_per_core": rate(lib_s),
+            "correct": True}
+        print(f"level {level}: {json.dumps(runs[str(level)])}", flush=True)
+    out.release()
+    info = device.info
+    record = {"benchmark": "zstd-decode", "device": info.name, "device_type": info.type,
+              "cores": os.cpu_count(), "date": utc_now(), "commit": git_commit()[0], "command": command_line(),
+              "chunk_mib": args.size, "chunks": args.chunks, "data": args.data, "checksum": args.checksum,
+              "lanes": lanes, "repeats": args.repeats, "runs": runs}
+    text = json.dumps(record, indent=1)
+    print(text)
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        path = os.path.join(args.out, f"zstd_decode-{record['date'].replace(':', '')}.json")
+        with open(path, "w") as f:
+            f.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
