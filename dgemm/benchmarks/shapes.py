@@ -224,6 +224,26 @@ def _gbps(nbytes: int, seconds: float) -> float | None:
     return nbytes / seconds / 1e9 if seconds > 0 else None
 
 
+def _timed(threads: int, warm, work, items) -> float | None:
+    """GB/s of ``sum(work(item))`` over ``items`` on a pool of ``threads``, after every thread ran ``warm()``.
+
+    Each thread's buffers and codec contexts are made (and their pages
+    touched) before the clock starts, as a warm worker's reader threads
+    already have theirs.
+    """
+    barrier = threading.Barrier(threads)
+
+    def first(_):
+        warm()
+        barrier.wait(timeout=120)      # one warm-up on each thread of the pool, not two on one
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(first, range(threads)))
+        t0 = time.perf_counter()
+        total = sum(pool.map(work, items))
+        return _gbps(total, time.perf_counter() - t0)
+
+
 def file_read_rate(path, threads: int, count: int | None = None) -> tuple[float | None, int]:
     """GB/s reading whole files of the local Zarr array at ``path`` (its chunk or shard files, no decoding)
     with ``threads`` threads; and the files read (the largest ``count``, default ``2 * threads``, at least 8)."""
@@ -236,12 +256,12 @@ def file_read_rate(path, threads: int, count: int | None = None) -> tuple[float 
         return None, 0
     local = threading.local()
 
+    def warm():
+        local.buf = bytearray(files[0][0])      # the largest file's size; zeroed, so its pages are touched
+
     def read(item):
         size, name = item
-        buf = getattr(local, "buf", None)
-        if buf is None or len(buf) < size:
-            buf = local.buf = bytearray(size)
-        view, done = memoryview(buf)[:size], 0
+        view, done = memoryview(local.buf)[:size], 0
         fd = os.open(name, os.O_RDONLY)
         try:
             while done < size:
@@ -253,10 +273,7 @@ def file_read_rate(path, threads: int, count: int | None = None) -> tuple[float 
             os.close(fd)
         return done
 
-    t0 = time.perf_counter()
-    with ThreadPoolExecutor(threads) as pool:
-        total = sum(pool.map(read, files))
-    return _gbps(total, time.perf_counter() - t0), len(files)
+    return _timed(threads, warm, read, files), len(files)
 
 
 def decode_rate(arr, threads: int, count: int | None = None) -> tuple[float | None, str]:
@@ -300,20 +317,18 @@ def decode_rate(arr, threads: int, count: int | None = None) -> tuple[float | No
     nbytes = cr * cc * dtype.itemsize
 
     def decode(i):
-        out = getattr(local, "out", None)
-        if out is None:
-            out = local.out = np.empty(nbytes, np.uint8)
+        out = local.out
         buf = frames[i % len(frames)]
         for n_, step in enumerate(lay.steps):
             buf = step.decode(buf, out if n_ == len(lay.steps) - 1 else None, "decode rate")
         return nbytes
 
-    todo = count or max(2 * threads, 8)
-    decode(0)      # this thread's first buffer and context: not timed
-    t0 = time.perf_counter()
-    with ThreadPoolExecutor(threads) as pool:
-        total = sum(pool.map(decode, range(todo)))
-    return _gbps(total, time.perf_counter() - t0), ", ".join(map(repr, lay.steps))
+    def warm():
+        local.out = np.zeros(nbytes, np.uint8)
+        decode(0)          # the thread's codec context, made on its first decode
+
+    rate = _timed(threads, warm, decode, range(count or max(2 * threads, 8)))
+    return rate, ", ".join(map(repr, lay.steps))
 
 
 def io_rates(record: dict, storage_options: dict | None = None, log=None) -> dict:
