@@ -72,6 +72,8 @@ _MARK_THEN_WRITE = ("    markers.mark(i, j)\n"
                     "    if fence is not None:\n"
                     "        fence.check(i, j, stored=True)\n")
 
+T28 = "tests/test_decoding.py"
+
 MUTATIONS = [
     # -- the kernels ----------------------------------------------------------------
     Mutation("kernel-drops-alpha", "dgemm/kernels/gemm.cl",
@@ -420,16 +422,16 @@ MUTATIONS = [
     Mutation("bitunshuffle-bit-order", "dgemm/kernels/lz4.cl",
              "v |= ((rows[k * (n / 8)] >> bit) & 1) << k;", "v |= ((rows[k * (n / 8)] >> (7 - bit)) & 1) << k;",
              ("tests/test_blosc_device.py", "-k", "round_trips and float32"), "bit unshuffle reads elements' bits MSB first"),
-    Mutation("blosc-stream-length-unchecked", "dgemm/opencl/blosc.py",
+    Mutation("blosc-stream-length-unchecked", "dgemm/opencl/codecs/blosc.py",
              "wrong = (length < 0) | (length > cbytes - off)", "wrong = length < 0",
              ("tests/test_blosc_device.py", "-k", "forged"), "a stream may run past the frame's cbytes"),
-    Mutation("blosc-memcpyed-size-unchecked", "dgemm/opencl/blosc.py",
+    Mutation("blosc-memcpyed-size-unchecked", "dgemm/opencl/codecs/blosc.py",
              "        if nbytes + HEADER != cbytes:\n            raise bad(f\"stored uncompressed",
              "        if nbytes + HEADER > cbytes:\n            raise bad(f\"stored uncompressed",
              ("tests/test_blosc_device.py", "-k", "forged"), "a memcpyed frame bigger than its output is accepted"),
-    Mutation("blosc-split-rule", "dgemm/opencl/blosc.py", "blocksize // ts >= MIN_SPLIT", "blocksize // ts > MIN_SPLIT",
+    Mutation("blosc-split-rule", "dgemm/opencl/codecs/blosc.py", "blocksize // ts >= MIN_SPLIT", "blocksize // ts > MIN_SPLIT",
              ("tests/test_blosc_device.py", "-k", "hand_built"), "blocks of exactly 128 bytes a split are read unsplit"),
-    Mutation("blosc-offset-check", "dgemm/opencl/blosc.py",
+    Mutation("blosc-offset-check", "dgemm/opencl/codecs/blosc.py",
              "outside = (off < 0) | (off > cbytes - 4)", "outside = off < 0",
              ("tests/test_blosc_device.py", "-k", "forged"), "block starts past the frame are not refused"),
     # -- outputs as to_zarr writes them (issue 29) -----------------------------------------------
@@ -581,8 +583,26 @@ MUTATIONS = [
              "                if True:\n",
              ("tests/test_lease_s3.py", "-k", "refuses"),
              "a server without conditional writes (501) makes every run on it fail to take its lease"),
+    # -- device codecs wired to the reader (issue 28) -------------------------------------------
+    Mutation("decoding-direct-offset", "dgemm/worker/decoding.py", "run(direct, out, [p.offset for p, _ in direct])", "run(direct, out, None)", (T28, "-k", "arrays_values"), "chunks decoded in place all start at the block's first byte"),
+    Mutation("decoding-rect-origin", "dgemm/worker/decoding.py", "src_origin=(piece.inside[1] * itemsize, i * chunk_rows + piece.inside[0], 0)", "src_origin=(piece.inside[1] * itemsize, i * chunk_rows, 0)", (T28, "-k", "arrays_values"), "a chunk cut by the region is copied from its first row"),
+    Mutation("decoding-fill-zero", "dgemm/worker/decoding.py", "fill = np.asarray(found.fill, found.dtype).reshape(1)", "fill = np.zeros(1, found.dtype)", (T28, "-k", "arrays_values"), "chunks never written read as 0, not the fill value"),
+    Mutation("decoding-size-unchecked", "dgemm/worker/decoding.py", "            if size != n:", "            if size > n:", (T28, "-k", "corrupt"), "a frame that decodes to less than a chunk is taken"),
+    Mutation("decoding-error-unwrapped", "dgemm/worker/decoding.py", "            raise unreadable(self.block, e) from e", "            raise", (T28, "-k", "corrupt"), "a bad chunk raises the decoder's error, not the reader's naming array, rows and columns"),
+    Mutation("decoding-host-fallback", "dgemm/worker/decoding.py", "        elif dec.unsupported_reason(frame, piece.name) is not None:", "        elif False:", (T28, "-k", "does_not_decode"), "a frame the device does not decode is sent to it anyway"),
+    Mutation("decoding-device-uncounted", "dgemm/worker/decoding.py", 'fastpaths.codec("device_decoded_bytes", decoded)', 'fastpaths.codec("device_decoded_bytes", 0)', (T28, "-k", "arrays_values"), "bytes decoded on the device are not counted"),
+    Mutation("frames-direct-rule", "dgemm/storage/frames.py", "whole and size[1] == width", "whole", (T28, "-k", "arrays_values"), "a whole chunk narrower than the block is decoded in place"),
+    Mutation("codecs-blosc-any-cname", "dgemm/opencl/codecs/__init__.py", 'lambda config: str(config.get("cname", "")).lower() == "lz4"', "lambda config: True", (T28, "-k", "left_to_the_host"), "Blosc arrays of any compressor go to the device path"),
+    Mutation("codecs-on-ignored", "dgemm/opencl/codecs/__init__.py", 'return mode == "on" or (mode == "auto" and device_type in AUTO_ON)', 'return mode == "auto" and device_type in AUTO_ON', (T28, "-k", "where_the_setting_says"), "device-codecs=on does nothing on a CPU device"),
+    Mutation("codecs-auto-unmeasured", "dgemm/opencl/codecs/__init__.py", "AUTO_ON: frozenset = frozenset()", 'AUTO_ON: frozenset = frozenset({"GPU", "CPU"})', (T28, "dgemm/opencl/codecs/__init__.py", "-k", "enabled or where_the_setting_says"), "auto takes the device path where it was measured slower"),
+    Mutation("tasks-not-wired", "dgemm/worker/tasks.py", "    elif decoding.wanted(state.device):", "    elif False and decoding.wanted(state.device):", (T28, "-k", "where_the_setting_says"), "the GEMM tasks never hand the engine device-decoded blocks"),
+    Mutation("engine-decoded-not-padded", "dgemm/opencl/engine.py", "ev = None if direct else self._pad(q, raw, rows, cols, transpose, drows, dcols, out)", "ev = None", (T28, "-k", "engine_stages"), "a device-decoded block that needs padding or a transpose is never staged"),
+    Mutation("config-device-codecs-lenient", "dgemm/config.py", '    if word is None:\n        raise ValueError(f"{name}={value!r} must be auto, on or off")', '    if word is None:\n        return "auto"', (T28, "-k", "bad_setting"), "a bad device-codecs value is taken as auto"),
+    Mutation("readiness-device-codecs-unchecked", "dgemm/cluster/readiness.py", '        config.get("device-codecs")   # read by', '        pass   # read by', (T28, "-k", "bad_setting"), "a bad device-codecs value is found only by the GEMM tasks, after work began"),
+    Mutation("host-decoded-uncounted", "dgemm/storage/chunks.py", 'fastpaths.codec("host_decoded_bytes", got.nbytes)', 'fastpaths.codec("host_decoded_bytes", 0)', (T28, "-k", "zstd_inputs"), "bytes decoded on the host are not counted"),
+    Mutation("metrics-codec-counters-missing", "dgemm/metrics.py", '    ("device_decoded_bytes", "dgemm_device_decoded_bytes",', '    ("device_decoded_bytez", "dgemm_device_decoded_bytes",', (T28, "-k", "collector"), "the device's decoded bytes read from the wrong snapshot key"),
+    Mutation("dashboard-decoded-host-only", "dgemm/scheduler/plots.py", 'for k in ("device_decoded_bytes", "host_decoded_bytes"))\n', 'for k in ("host_decoded_bytes", "host_decoded_bytes"))\n', (T28, "-k", "dashboard"), "the dashboard shows the host's decoded bytes as the device's"),
 ]
-
 
 # -- the copy ----------------------------------------------------------------------------
 def copy_repository(dest: Path) -> int:
