@@ -416,6 +416,37 @@ def test_crafted_lz4_streams(dev, variant):
     assert counts["decoded alike"] == 3
 
 
+def outcome(dev, frame: bytes, variant) -> str:
+    """What the device makes of one frame: its decoded bytes' hex, or the error message."""
+    nbytes = struct.unpack_from("<i", frame, 4)[0]
+    try:
+        return device_decode(dev, [frame], variant, size=nbytes, names=["c/0"]).tobytes().hex()
+    except blosc.BloscFrameError as e:
+        return f"error: {e}"
+
+
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if v.values[0][1].get("LZ4_MODE")])
+def test_every_variant_refuses_for_the_lockstep_kernels_reason(dev, variant):
+    """Streams broken anywhere in their sequences (past many of the variants' batches), and the crafted
+    ones: the token table stops at the same sequence for the same reason as the one-lane lockstep
+    kernel, whose rules follow lz4's; between them they give every one of the kernel's error codes."""
+    raw = (np.cumsum(np.random.default_rng(5).integers(-2, 3, 3000)) % 13).astype(np.uint8).tobytes()
+    frame = build_frame(raw, 1, 3000, None, False)             # one stream of about 500 short sequences
+    start = 16 + 4 + 4
+    length = struct.unpack_from("<i", frame, start - 4)[0]
+    assert length < 2500
+    frames = [lz4_frame(stream, nbytes) for _, stream, nbytes in crafted_streams()]
+    for k in range(start, start + length, 53):
+        for value in (frame[k] ^ 0xF0, frame[k] ^ 0x0F, 0, 0xFF):
+            frames.append(frame[:k] + bytes([value]) + frame[k + 1:])
+    reasons = set()
+    for f in frames:
+        want = outcome(dev, f, (1, {}))
+        assert outcome(dev, f, variant) == want, f.hex()
+        reasons.add(want.split("block 0: ")[1].split(" (")[0] if want.startswith("error") else "decoded")
+    assert reasons == set(blosc.LZ4_ERRORS.values()) | {"decoded"}
+
+
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_hostile_frame_writes_nothing_outside_its_output(dev, rng, variant):
     """A frame that fails between two good ones: the neighbours' bytes are theirs, the error names it."""
