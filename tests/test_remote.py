@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 import uuid
 
 import numpy as np
@@ -53,11 +54,12 @@ def test_whole_objects_ranges_suffixes_and_missing_keys_read_as_zarr_reads_them(
         ("c/2/0", (0, 10)), ("c/2/0", (2**20 + 3, 2**21 - 5)), ("c/2/0", (len(big) - 9, len(big) + 100)),
         ("c/3/0", ("suffix", 16)), ("c/0/0", ("suffix", 5)), ("c/1/0", (999, 1000)),
         ("c/9/9", None), ("c/9/9", (0, 4)), ("c/9/9", ("suffix", 4)), ("nothing", None),
-        ("c/2/0", (np.int64(5), np.uint64(9))), ("c/1/0", (7, 7)), ("c/1/0", ("suffix", 0))]
+        ("c/2/0", (np.int64(5), np.uint64(9))), ("c/1/0", (7, 7)), ("c/1/0", ("suffix", 0)),
+        ("c/1/0", (1000, 1010)), ("c/1/0", (5000, 6000))]
     got = remote.get_many(store, requests)
     want = [data[k] for k in data] + [
         big[:10], big[2**20 + 3:2**21 - 5], big[len(big) - 9:], data["c/3/0"][-16:], data["c/0/0"],
-        data["c/1/0"][999:], None, None, None, None, big[5:9], b"", b""]
+        data["c/1/0"][999:], None, None, None, None, big[5:9], b"", b"", b"", b""]
     assert len(got) == len(want)
     for (key, rng), g, w in zip(requests, got, want):
         if w is None:
@@ -218,7 +220,7 @@ class Proxy:
     """A TCP proxy in front of moto that does to the next requests what ``plan`` says, then passes them on.
 
     ``plan``: "drop" (the connection closed once the request arrived, no
-    answer) or "503" (S3's ``SlowDown``); ``requests`` counts the request
+    answer), "503" (S3's ``SlowDown``) or "slow" (passed on 2 s late); ``requests`` counts the request
     lines it saw (GETs and PUTs: moto signs nothing here that the proxy
     changes, the Host it checks is the proxy's, as the client signed it).
     """
@@ -250,6 +252,8 @@ class Proxy:
                 if line.split(b" ")[0] in (b"GET", b"PUT", b"DELETE", b"HEAD", b"POST"):
                     self.requests.append(line.decode())
                     action = self.plan.pop(0) if self.plan else "pass"
+                    if action == "slow":          # the answer comes late (the server busy)
+                        time.sleep(2)
                     if action == "drop":
                         conn.shutdown(socket.SHUT_RDWR)
                         return
@@ -312,6 +316,24 @@ def test_a_dropped_connection_and_a_503_are_retried_and_a_refusal_is_not(s3, obj
         with pytest.raises(OSError):
             remote.get_many(few, [("c/1/0", None)])
         assert len(proxy.requests) == 3
+    finally:
+        proxy.close()
+
+
+def test_a_put_slower_than_the_read_timeout_is_not_cut_off(s3):
+    """botocore's read timeout is per socket read; obstore's runs from the request's start, upload included."""
+    prefix = f"remote-slow-{uuid.uuid4().hex[:8]}"
+    proxy = Proxy(s3.endpoint)
+    try:
+        store = _store(s3, prefix, endpoint_url=proxy.endpoint, config_kwargs={"read_timeout": 1})
+        proxy.plan[:] = ["slow"]
+        assert remote.put_many(store, [("c/0", b"late")]) is True
+        assert len(proxy.requests) == 1                     # not timed out, not sent again
+        assert bytes(remote.get_many(store, [("c/0", None)])[0]) == b"late"
+        proxy.requests.clear()
+        proxy.plan[:] = ["slow"]                            # a GET answered late is asked again, as botocore does
+        assert bytes(remote.get_many(store, [("c/0", None)])[0]) == b"late"
+        assert len(proxy.requests) == 2
     finally:
         proxy.close()
 

@@ -200,7 +200,7 @@ class Conditional:
         from obstore.exceptions import AlreadyExistsError, PreconditionError
 
         bucket, name, what = self._where(key, "written")
-        store = self.s3.store(bucket)
+        store = self.s3.store(bucket, put=True)
         mode = "overwrite" if not self.atomic else "create" if match is None else {"e_tag": match}
         try:
             try:
@@ -360,12 +360,15 @@ class _S3:
                            virtual_hosted_style_request=False)
         if self.endpoint:        # (the service-specific variable would win over ``endpoint`` in obstore)
             self.config["endpoint"] = self.config["aws_endpoint_url_s3"] = self.endpoint.rstrip("/")
-        # obstore's 30 s for a whole request would cut a large object's slow read: a read that stalls is
-        # what read_timeout (botocore's meaning) catches
+        # obstore's 30 s for a whole request would cut a large object's slow transfer (10 minutes: 5 GiB at
+        # 10 MB/s); a GET that stalls is what read_timeout (botocore's meaning) catches
         self.client = {"allow_http": bool(self.endpoint and self.endpoint.startswith("http://")),
-                       "timeout": timedelta(hours=1), "allow_invalid_certificates": self.verify is False}
+                       "timeout": timedelta(minutes=10), "allow_invalid_certificates": self.verify is False}
         for name, seconds in settings["timeouts"].items():
             self.client[name] = timedelta(seconds=seconds)
+        # reqwest's read timeout runs from the request's start, its body's upload included (botocore's is
+        # per socket read): a PUT slower to upload than s3fs's 15 s would time out, again and again
+        self.put_client = {k: v for k, v in self.client.items() if k != "read_timeout"}
         if isinstance(self.verify, str):
             with open(self.verify) as f:
                 self.client["root_certificate"] = f.read()
@@ -397,18 +400,18 @@ class _S3:
         except Exception:
             return None                   # a profile botocore does not know, a certificate file not there...
 
-    def store(self, bucket: str):
-        """obstore's ``S3Store`` for ``bucket`` (made once per process)."""
-        store = self.stores.get(bucket)
+    def store(self, bucket: str, put: bool = False):
+        """obstore's ``S3Store`` for ``bucket``, for GETs or for PUTs (made once per process)."""
+        store = self.stores.get((bucket, put))
         if store is None:
             from obstore.store import S3Store
 
             with _LOCK:
-                store = self.stores.get(bucket)
+                store = self.stores.get((bucket, put))
                 if store is None:
-                    store = self.stores[bucket] = S3Store(
-                        bucket, config=self.config, client_options=self.client, retry_config=self.retry,
-                        credential_provider=None if self.creds is None else self._credentials)
+                    store = self.stores[bucket, put] = S3Store(
+                        bucket, config=self.config, client_options=self.put_client if put else self.client,
+                        retry_config=self.retry, credential_provider=None if self.creds is None else self._credentials)
         return store
 
     def _credentials(self) -> dict:
@@ -449,7 +452,7 @@ class _S3:
 
         bucket, key, _ = _split(fs, path)
         try:
-            obstore.put(self.store(bucket), key, value, use_multipart=False)
+            obstore.put(self.store(bucket, put=True), key, value, use_multipart=False)
         except Exception as e:
             _raise(e, f"s3://{bucket}/{key}")
         with _LOCK:          # as s3fs after a PUT: its listings (zarr's list) see the new object

@@ -1,4 +1,10 @@
-"""obstore against dgemm's hand-written S3 client (dgemm/storage/remote.py) on the same GETs and PUTs (issue 29).
+"""obstore against dgemm's S3 client (dgemm/storage/remote.py) on the same GETs and PUTs (issue 29).
+
+remote.py was a hand-written botocore client when this was first run; since then it sends its requests
+through obstore's sync calls, and the remote-* rows measure what it adds (the zarr store's s3fs settings
+mapped, its thread pool, its errors).  The botocore client's rows come from running this script at the
+commit before (``git worktree add /tmp/obs-old 2100a09~1``, then ``PYTHONPATH=/tmp/obs-old python
+/tmp/obs-old/bench/notes/issue-29/objectstore_compare.py ...``); the record names remote.py's implementation.
 
     python bench/notes/issue-29/objectstore_compare.py [--sizes 64,1] [--concurrency 1,8,32] [--rounds 2]
 
@@ -248,7 +254,8 @@ def main(argv=None) -> int:
               "command": " ".join([Path(sys.argv[0]).as_posix().split(str(ROOT) + "/")[-1], *sys.argv[1:]]),
               "python": platform.python_version(), "obstore": obstore.__version__,
               "server": "moto (ThreadedMotoServer, own process, same host)" if proc else endpoint,
-              "rounds": args.rounds, "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
+              "remote_py": "obstore" if "obstore" in (remote.remote.__doc__ or "").split("\n")[0]
+              else "botocore", "rounds": args.rounds, "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
               "results": results}
     out = args.out or ROOT / "bench" / "results" / f"{now:%Y-%m-%d}-{host}-obstore-vs-remote.json"
     out.parent.mkdir(parents=True, exist_ok=True)
