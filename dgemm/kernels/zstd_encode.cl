@@ -33,8 +33,8 @@
 //                   bits, the marker bit and up to 3 bytes of alignment.  The host
 //                   keeps any block with a longer stream raw.
 //   ZE_HIST_COPIES  sub-histograms per work-group in zstd_histogram: lanes spread
-//                   over them so that a run of one byte value (float exponents)
-//                   does not serialise every lane on one counter.
+//                   over them so that a few byte values (float exponents) do not
+//                   serialise a warp's lanes on one counter.
 #ifndef ZE_WG
 #define ZE_WG 256
 #endif
@@ -42,7 +42,7 @@
 #define ZE_STREAM_WORDS 8200
 #endif
 #ifndef ZE_HIST_COPIES
-#define ZE_HIST_COPIES 4
+#define ZE_HIST_COPIES 8
 #endif
 
 // Error codes of zstd_encode_streams (the host's table of reasons follows these).
@@ -63,7 +63,9 @@ void zstd_histogram(const __global uchar* src, const __global ulong* rows, __glo
     barrier(CLK_LOCAL_MEM_FENCE);
     const __global uchar* in = src + rows[ROW * row];
     const ulong n = rows[ROW * row + 1];
-    __local uint* mine = h + (lid % ZE_HIST_COPIES) * 256;
+    // lanes 4k..4k+3 read one float32's bytes: its exponent byte's lanes (3, 7, 11...) spread over the
+    // copies, rather than all on one as lid % ZE_HIST_COPIES would put them
+    __local uint* mine = h + ((lid >> 2) % ZE_HIST_COPIES) * 256;
     for (ulong i = lid; i < n; i += ZE_WG) atomic_inc(&mine[in[i]]);
     barrier(CLK_LOCAL_MEM_FENCE);
     __global uint* region = region_hists + 256 * rows[ROW * row + 2];
