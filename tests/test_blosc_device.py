@@ -29,11 +29,11 @@ POISON = 0xFF
 # its defaults, on several lanes that all copy, and with its parsing lane apart from the copying ones and
 # reading a staged window of the stream, with batches, long-copy threshold and window small enough that
 # these small frames cross batch boundaries, phase-2 groups, copies shared by all lanes and window ends
-# many times.
+# many times.  One also undoes byte shuffles an element per work-item (LZ4_UNSHUFFLE 1).
 VARIANTS = [pytest.param((1, {}), id="lockstep-1"),
             pytest.param((4, {}), id="lockstep-4"),
             pytest.param((1, {"LZ4_MODE": 1}), id="table-1"),
-            pytest.param((4, {"LZ4_MODE": 1, "LZ4_BATCH": 8, "LZ4_LONG": 4}), id="table-4"),
+            pytest.param((4, {"LZ4_MODE": 1, "LZ4_BATCH": 8, "LZ4_LONG": 4, "LZ4_UNSHUFFLE": 1}), id="table-4"),
             pytest.param((4, {"LZ4_MODE": 1, "LZ4_BATCH": 3, "LZ4_LONG": 16, "LZ4_COPY_FROM": 1, "LZ4_STAGE": 16}),
                          id="table-4-apart-staged")]
 

@@ -43,6 +43,10 @@
 //           the parser.  32 (a warp) when there are 64 lanes or more, so that
 //           the parsing lane's warp does not hold up the copying ones; 0 (the
 //           parser copies too, after parsing) below.
+//   LZ4_UNSHUFFLE  how unshuffle_blocks undoes a byte shuffle: 0, a work-item
+//           per output byte (its element's bytes come from typesize planes);
+//           1, a work-item per element: each plane's bytes read coalesced, and
+//           a 4- or 8-byte element written as one word where it is aligned.
 //   LZ4_STAGE  bytes of the compressed stream staged in local memory for the
 //           parser (mode 1; 0: it reads global memory, through the cache):
 //           while the parser works on one batch, every lane loads the window
@@ -63,6 +67,9 @@
 #endif
 #ifndef LZ4_STAGE
 #define LZ4_STAGE 0
+#endif
+#ifndef LZ4_UNSHUFFLE
+#define LZ4_UNSHUFFLE 0
 #endif
 #ifndef LZ4_COPY_FROM
 #if LZ4_WG >= 64
@@ -475,6 +482,25 @@ __kernel void unshuffle_blocks(const __global uchar* restrict src,
     const uint n = size / ts;           // whole elements = bytes per byte plane
     const uint shuffled = (mode == 2 && n % 8 != 0) ? 0 : n * ts;
     const __global uchar* in = src + off;
+#if LZ4_UNSHUFFLE == 1
+    if (mode == 1) {
+        __global uchar* out = dst + off;
+        const int words = (ts == 4 || ts == 8) && ((size_t)out & (ts - 1)) == 0;
+        for (uint e = get_global_id(0); e < n; e += get_global_size(0)) {
+            if (words && ts == 4) {
+                ((__global uint*)out)[e] = as_uint((uchar4)(in[e], in[n + e], in[2 * n + e], in[3 * n + e]));
+            } else if (words) {
+                ((__global uint2*)out)[e] = as_uint2((uchar8)(in[e], in[n + e], in[2 * n + e], in[3 * n + e],
+                                                              in[4 * n + e], in[5 * n + e], in[6 * n + e],
+                                                              in[7 * n + e]));
+            } else {
+                for (uint j = 0; j < ts; j++) out[e * ts + j] = in[j * n + e];
+            }
+        }
+        for (uint p = n * ts + get_global_id(0); p < size; p += get_global_size(0)) out[p] = in[p];
+        return;
+    }
+#endif
     for (uint p = get_global_id(0); p < size; p += get_global_size(0)) {
         uchar v;
         if (p >= shuffled) {
