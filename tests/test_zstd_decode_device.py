@@ -282,8 +282,8 @@ def crafted_frames():
             for extra in (0, 1, 3, 9):
                 seqs = rle_sequences(nseq, 4, 2, 1, [(off_bits, 2)] * nseq + [(0, extra)])
                 size = min(nseq, 9) * 8 + len(lits) - 4 * min(nseq, 9)
-                yield frame_of([compressed(lits, seqs)], size)
-                yield frame_of([compressed(lits, seqs)], size + 1)
+                for delta in (-1, 0, 1):       # output one byte short of, at, one byte past the content size
+                    yield frame_of([compressed(lits, seqs)], size + delta)
     # offsets before the frame's start, across a raw block before it
     for pre in (0, 3, 20):
         for code, bits in ((2, 3), (3, 7), (5, 31), (10, 1000), (31, 5)):
@@ -291,6 +291,13 @@ def crafted_frames():
             body = [(0, 0, b"x" * pre, pre)] if pre else []
             for size in (pre + 8 + len(lits) - 4, pre + 5):
                 yield frame_of(body + [compressed(lits, seqs)], size)
+    # offsets reaching exactly the frame's first byte, and one byte before it
+    for pre in (0, 3, 20):
+        for target in (pre + 4, pre + 5):
+            code = (target + 3).bit_length() - 1
+            seqs = rle_sequences(1, 4, code, 1, [(target + 3 - (1 << code), code)])
+            body = [(0, 0, b"x" * pre, pre)] if pre else []
+            yield frame_of(body + [compressed(lits, seqs)], pre + 8 + len(lits) - 4)
     # repeat offsets carried across blocks (OF code 0 and 1, with and without literals first)
     for ll_code in (0, 3):
         for of_code, nbits in ((0, 0), (1, 1)):
@@ -306,6 +313,8 @@ def crafted_frames():
     yield frame_of([(1, 0, b"z", 70000), (1, 1, b"y", 70000)], 140000)
     yield frame_of([(1, 0, b"z", 70000), (1, 1, b"y", 70001)], 140000)
     yield frame_of([(0, 1, b"abc", 3)], 3, checksum=0)
+    yield frame_of([(0, 0, b"ab", 2), (0, 1, b"abc", 3)], 4)       # a raw block one byte past the content
+    yield frame_of([(1, 0, b"a", 2), (1, 1, b"b", 3)], 4)
     # direct Huffman weights: 2..6 symbols of these weights, one stream of 1..3-bit codes
     for weights in ((1,), (1, 1), (2, 1), (1, 2), (2, 2, 1), (3, 1, 1), (1, 1, 1), (4, 0, 1), (13,), (0, 0), (2,),
                     (3, 3)):

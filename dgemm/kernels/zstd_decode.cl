@@ -70,9 +70,16 @@ typedef struct {
 inline void bits_fill(bits_t* b, long pos) {
     long end = (pos + 7) >> 3;
     ulong acc = 0;
-    for (int k = 0; k < 8; k++) {
-        long at = end - 8 + k;
-        if (at >= 0) acc |= (ulong)b->s[at] << (8 * k);
+#ifdef __ENDIAN_LITTLE__
+    if (end >= 8) {
+        acc = as_ulong(vload8(0, b->s + end - 8));
+    } else
+#endif
+    {
+        for (int k = 0; k < 8; k++) {
+            long at = end - 8 + k;
+            if (at >= 0) acc |= (ulong)b->s[at] << (8 * k);
+        }
     }
     b->acc = acc;
     b->top = end * 8;
@@ -186,9 +193,13 @@ done:
 inline ulong xxh_round(ulong acc, ulong in) { acc += in * P2; acc = rotate(acc, 31UL); return acc * P1; }
 inline ulong xxh_merge(ulong h, ulong v) { h ^= xxh_round(0, v); return h * P1 + P4; }
 inline ulong rd64(global const uchar* p) {
+#ifdef __ENDIAN_LITTLE__
+    return as_ulong(vload8(0, p));
+#else
     ulong v = 0;
     for (int k = 0; k < 8; k++) v |= (ulong)p[k] << (8 * k);
     return v;
+#endif
 }
 
 ulong xxh64(global const uchar* p, long len) {
@@ -232,6 +243,19 @@ ulong xxh64(global const uchar* p, long len) {
 #define SYNC()
 #endif
 
+// A copy shared by the group's lanes, 16 bytes per lane per step (source and destination do not overlap).
+inline void group_copy(global uchar* d, global const uchar* s, long n, int lane) {
+    long k = (long)lane * 16;
+    for (; k + 16 <= n; k += 16 * ZSTD_LANES) vstore16(vload16(0, s + k), 0, d + k);
+    for (long t = (n & ~15L) + lane; t < n; t += ZSTD_LANES) d[t] = s[t];
+}
+
+inline void group_fill(global uchar* d, uchar c, long n, int lane) {
+    long k = (long)lane * 16;
+    for (; k + 16 <= n; k += 16 * ZSTD_LANES) vstore16((uchar16)c, 0, d + k);
+    for (long t = (n & ~15L) + lane; t < n; t += ZSTD_LANES) d[t] = c;
+}
+
 // One work-group per frame.  err gets (code, block, detail) per frame.
 kernel __attribute__((reqd_work_group_size(ZSTD_LANES, 1, 1)))
 void zstd_execute(global const uchar* src, global const long* blocks, global const long* frames,
@@ -253,11 +277,9 @@ void zstd_execute(global const uchar* src, global const long* blocks, global con
             if (n > size - pos) { code = type == RAW ? E_RAW_PAST : E_RLE_PAST; detail = n; break; }
             global const uchar* from = src + row[B_SRC];
             if (type == RAW)
-                for (long k = lane; k < n; k += ZSTD_LANES) o[pos + k] = from[k];
-            else {
-                uchar c = from[0];
-                for (long k = lane; k < n; k += ZSTD_LANES) o[pos + k] = c;
-            }
+                group_copy(o + pos, from, n, lane);
+            else
+                group_fill(o + pos, from[0], n, lane);
             pos += n;
             SYNC();
             continue;
@@ -299,15 +321,16 @@ void zstd_execute(global const uchar* src, global const long* blocks, global con
             if (ll + ml > limit - bpos) { code = E_SEQ_PAST; detail = i; break; }
             if (ll > litlen - lused) { code = E_LIT_PAST; detail = i; break; }
             if ((long)off > pos + bpos + ll) { code = E_OFFSET; detail = i; break; }
+            if (off == 0) { code = E_OFFSET; detail = i; break; }    // (never from the rules above; no endless copy)
             if (kind == 2)
-                for (long k = lane; k < ll; k += ZSTD_LANES) bo[bpos + k] = rle;
+                group_fill(bo + bpos, rle, ll, lane);
             else
-                for (long k = lane; k < ll; k += ZSTD_LANES) bo[bpos + k] = lsrc[lused + k];
+                group_copy(bo + bpos, lsrc + lused, ll, lane);
             SYNC();
             global uchar* d = bo + bpos + ll;
             global const uchar* m = d - off;
             if ((long)off >= ml) {
-                for (long k = lane; k < ml; k += ZSTD_LANES) d[k] = m[k];
+                group_copy(d, m, ml, lane);
             } else {
                 // an overlapping match: rounds of at most off bytes, each reading only earlier rounds
                 long chunk = min((long)off, (long)ZSTD_LANES);
@@ -325,9 +348,9 @@ void zstd_execute(global const uchar* src, global const long* blocks, global con
         long rest = litlen - lused;
         if (rest > limit - bpos) { code = E_LAST_PAST; detail = rest; break; }
         if (kind == 2)
-            for (long k = lane; k < rest; k += ZSTD_LANES) bo[bpos + k] = rle;
+            group_fill(bo + bpos, rle, rest, lane);
         else
-            for (long k = lane; k < rest; k += ZSTD_LANES) bo[bpos + k] = lsrc[lused + k];
+            group_copy(bo + bpos, lsrc + lused, rest, lane);
         SYNC();
         pos += bpos + rest;
     }
