@@ -252,8 +252,9 @@ static void copy_short(__global uchar* d, const __global uchar* s, const uint n,
 #endif
 
 // more_length through IN_BYTE
-static inline __attribute__((always_inline)) int more_length_t(const __global uchar* in, __local const uchar* win, const long wbase, long* ip,
-                         const long limit, const int check_first, long* length)
+static inline __attribute__((always_inline))
+int more_length_t(const __global uchar* in, __local const uchar* win, const long wbase, long* ip,
+                 const long limit, const int check_first, long* length)
 {
     if (check_first && *ip >= limit) return 1;
     uint b;
@@ -271,9 +272,10 @@ static inline __attribute__((always_inline)) int more_length_t(const __global uc
 // Lane parses sequences into `tab` (a slot) from its state (ip, op, err, last), with the same rules,
 // in the same order, as the lockstep kernel: the first rule a stream breaks gives the same code.
 // The sequences before an error stay in the table (each one checked: its copies stay in the row).
-static inline __attribute__((always_inline)) void parse_batch(const __global uchar* in, __local const uchar* win, const long wbase,
-                        const long n_in, const long n_out,
-                        long* ip_, long* op_, int* err_, int* last_, __local uint* tab, __local uint* counts)
+static inline __attribute__((always_inline))
+void parse_batch(const __global uchar* in, __local const uchar* win, const long wbase,
+                const long n_in, const long n_out,
+                long* ip_, long* op_, int* err_, int* last_, __local uint* tab, __local uint* counts)
 {
     long ip = *ip_, op = *op_;
     int err = *err_, last = *last_;
@@ -357,6 +359,11 @@ static inline __attribute__((always_inline)) void parse_batch(const __global uch
 // Same arguments, rows and errors as the lockstep kernel.  Every lane runs the
 // same iterations of the loops around barriers (their bounds come from local
 // memory after a barrier); only lane 0's parsing state is the stream's.
+// Bounds: a sequence enters the table only once the lockstep kernel's checks
+// passed for it, so its literals lie in the row's input and its literal and
+// match copies in the row's output (a match's source from offset <= its start);
+// the window is loaded only from below n_in; the parser ends after at most one
+// sequence per input byte.
 __kernel __attribute__((reqd_work_group_size(LZ4_WG, 1, 1)))
 void lz4_streams(const __global uchar* restrict src,
                  __global uchar* restrict dst,

@@ -228,8 +228,8 @@ def default_lanes(device) -> int:
 
 
 # lz4.cl's parameters other than LZ4_WG (the lanes), with what each may be; see the kernel's notes.
-PARAMS = {"LZ4_MODE": (0, 1), "LZ4_BATCH": range(1, 1025), "LZ4_LONG": range(0, 1 << 20),
-          "LZ4_COPY_FROM": range(0, 1024), "LZ4_STAGE": range(0, 1 << 16), "LZ4_UNSHUFFLE": (0, 1)}
+PARAMS = {"LZ4_MODE": (0, 1), "LZ4_BATCH": range(1, 1025), "LZ4_LONG": range(1 << 20),
+          "LZ4_COPY_FROM": range(1024), "LZ4_STAGE": range(1 << 16), "LZ4_UNSHUFFLE": (0, 1)}
 
 
 def default_params(device) -> dict:
