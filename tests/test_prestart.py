@@ -57,6 +57,7 @@ if __name__ == "__main__":
     server = forkserver._forkserver._forkserver_pid
     local = sys.modules.get("dgemm.cluster.local")
     seen["clusters"] = len(local._started) if local else 0
+    seen["client_opened_opencl"] = "pyopencl" in sys.modules
     seen["server"] = server
     seen["server_children"] = len(psutil.Process(server).children()) if server else None
     if seen["clusters"]:
@@ -110,6 +111,7 @@ def test_a_first_call_forks_its_workers_from_a_server_begun_before_its_checks(tm
     assert seen["method_at_checks"] == "forkserver" and seen["server_at_checks"]   # begun before the checks
     assert not seen["cluster_modules_at_checks"]                                   # but no cluster yet
     assert seen["worker_parents"] == [seen["server"]], seen                         # the workers came from it
+    assert not seen["client_opened_opencl"], seen   # the devices were listed by a helper process, meanwhile
     # with the environment a nanny gives a spawned worker (malloc's trim threshold, one BLAS thread)
     assert [json.loads(x) for x in seen["worker_pre_spawn"]] == [pre_spawn_environ()], seen
     check_product(zarr.open_array(str(tmp_path / "c.zarr"))[...], A, B, dtype="float32")
@@ -182,3 +184,22 @@ def test_the_server_starts_with_distributeds_defaults_and_the_configuration_is_c
         assert prestart.start_method() is None
     monkeypatch.setenv("DGEMM_SOMETHING_NEW", "1")   # and, as before, a variable set since the server started
     assert prestart.start_method() is None
+
+
+def test_a_helper_that_cannot_list_the_devices_leaves_it_to_the_cluster(monkeypatch):
+    """The devices listed beforehand are an option: a helper that fails gives None (the cluster lists them)."""
+    monkeypatch.setattr(prestart, "_helper", None)
+    monkeypatch.setattr(prestart, "_started", True)
+    monkeypatch.setattr(prestart, "_pre_spawn", prestart._pre_spawn_environment(prestart._distributed_defaults()))
+    monkeypatch.setattr(prestart, "_environment_at_start", prestart._own_environment())
+    monkeypatch.setattr(prestart, "_discovery", subprocess.Popen(
+        [sys.executable, "-c", "raise SystemExit(3)"], stdout=subprocess.PIPE, text=True))
+    assert prestart.devices() is None
+    helper = subprocess.Popen([sys.executable, "-c", prestart.DISCOVER], stdout=subprocess.PIPE,
+                              stdin=subprocess.PIPE, text=True)
+    monkeypatch.setattr(prestart, "_discovery", helper)
+    assert [d.id for d in prestart.devices()] == [d.id for d in DEVICES]   # as listed in this process
+    with pytest.raises(subprocess.TimeoutExpired):   # it holds the platforms open until this process ends
+        helper.wait(timeout=5)
+    helper.stdin.close()
+    assert helper.wait(timeout=60) == 0

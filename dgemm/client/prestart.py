@@ -31,13 +31,14 @@ two differ.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import multiprocessing
 import os
 import sys
 import threading
 
-__all__ = ["PRELOAD", "start", "start_method"]
+__all__ = ["PRELOAD", "devices", "start", "start_method"]
 
 logger = logging.getLogger("dgemm")
 
@@ -48,6 +49,17 @@ logger = logging.getLogger("dgemm")
 # and a worker cannot import them in the background (a task's unpickling importing zarr.core.array meanwhile
 # fails on zarr's circular imports: "partially initialized module").
 PRELOAD = ("distributed.nanny", "dgemm.worker.plugin", "dgemm.worker.tasks", "pyopencl", "zarr", "numcodecs")
+# The helper process that lists this host's OpenCL devices while this process imports and checks (devices):
+# the OpenCL platforms' start (a quarter of a second on NVIDIA's) and pyopencl's import leave the call's path.
+# It then holds the platforms open until this process ends (its stdin closes), as this process would have
+# after listing them: a driver that no process holds starts again, slower, in each worker.
+DISCOVER = ("import dataclasses, json, sys\n"
+            "from dgemm.opencl.discovery import list_devices\n"
+            "print(json.dumps([dataclasses.asdict(d) for d in list_devices()]), flush=True)\n"
+            "sys.stdin.read()\n")
+DISCOVER_TIMEOUT = 60.0   # seconds the call waits for it at most (then lists the devices itself)
+_discovery = None         # the helper's Popen, then its answer (a list of DeviceInfo) or None
+_helper = None            # the helper, once it has answered (it ends with this process)
 # The configuration keys the fork server's start assumes, checked once Dask is imported (start_method).
 METHOD_KEY = "distributed.worker.multiprocessing-method"
 ENVIRON_KEY = "distributed.nanny.pre-spawn-environ"
@@ -104,6 +116,7 @@ def start(client=None, out=None) -> bool:
                 forkserver.ensure_running()
             _pre_spawn = pre_spawn
             _environment_at_start = _own_environment()
+            _start_discovery()
         except Exception as e:   # the workers are spawned as before
             logger.info("dgemm: could not start the workers' fork server early: %s: %s", type(e).__name__, e)
             return False
@@ -139,6 +152,52 @@ def start_method() -> str | None:
                      "the workers", ENVIRON_KEY)
         return None
     return "forkserver"
+
+
+def devices() -> list | None:
+    """This host's OpenCL devices (:class:`dgemm.opencl.discovery.DeviceInfo`), as the helper :func:`start` began listed them.
+
+    For the local cluster this call starts, in place of
+    :func:`dgemm.opencl.discovery.list_devices` in this process.  None
+    (the cluster lists them itself) without a helper, when this process's
+    environment changed since (:func:`start_method` says None), or when the
+    helper failed or took longer than :data:`DISCOVER_TIMEOUT`.
+    """
+    global _discovery, _helper
+    with _lock:
+        proc = _discovery
+        if proc is None or isinstance(proc, list):
+            return proc if start_method() is not None else None
+        _discovery = None
+        try:
+            import select
+
+            if not select.select([proc.stdout], [], [], DISCOVER_TIMEOUT)[0]:
+                raise TimeoutError(f"no answer in {DISCOVER_TIMEOUT:g} s")
+            line = proc.stdout.readline()   # its one line (empty: it ended without one)
+            from dgemm.opencl.discovery import DeviceInfo
+
+            _discovery = [DeviceInfo(**d) for d in json.loads(line)]
+            _helper = proc
+        except Exception as e:   # the cluster lists them itself
+            with contextlib.suppress(Exception):
+                proc.kill()
+                proc.communicate(timeout=5)
+            logger.info("dgemm: the devices could not be listed beforehand: %s: %s", type(e).__name__, e)
+            return None
+    return _discovery if start_method() is not None else None
+
+
+def _start_discovery() -> None:
+    """Begin listing the devices in a helper process (see :func:`devices`); nothing on failure."""
+    global _discovery
+    import subprocess
+
+    try:
+        _discovery = subprocess.Popen([sys.executable, "-c", DISCOVER], stdout=subprocess.PIPE,
+                                      stderr=subprocess.DEVNULL, stdin=subprocess.PIPE, text=True)
+    except Exception as e:
+        logger.info("dgemm: could not begin listing the devices: %s: %s", type(e).__name__, e)
 
 
 def _own_environment() -> dict:

@@ -51,7 +51,8 @@ def run(req: Request):
     # blocks on CPUs, blocks shrunk to fit memory; rounding to tiles grows a block by less than a tile), so
     # a plan for no cluster beyond a generous multiple of the limit is an absurd shape, refused at once.
     _unplaced(req, slack=8)
-    client = get_client(req.client, req.devices, dtype=req.dtype, start_method=prestart.start_method())
+    client = get_client(req.client, req.devices, dtype=req.dtype, start_method=prestart.start_method(),
+                        device_infos=prestart.devices())
     workers = prepare(client, req.dtype)
     plan = _plan(req, workers)
     if req.spec is None:
@@ -183,7 +184,8 @@ def _in_memory(req: Request) -> np.ndarray:
         out = inmemory.host_product(_host_array(req.a), _host_array(req.b), c, alpha=req.alpha, beta=req.beta,
                                     dtype=req.dtype)
     else:
-        client = get_client(req.client, req.devices, dtype=req.dtype, start_method=prestart.start_method())
+        client = get_client(req.client, req.devices, dtype=req.dtype, start_method=prestart.start_method(),
+                            device_infos=prestart.devices())
         workers = prepare(client, req.dtype)
         plan = _plan(req, workers)
         token = uuid.uuid4().hex[:12]

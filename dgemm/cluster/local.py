@@ -125,6 +125,9 @@ class DeviceCluster(LocalCluster):
         imported: :mod:`dgemm.client.prestart`); default: as
         ``distributed.worker.multiprocessing-method`` says (``spawn``).  A
         worker the nanny restarts later starts the default way.
+    device_infos : list of DeviceInfo, optional
+        This host's devices, listed already (:mod:`dgemm.client.prestart`
+        lists them in a helper process); default: listed here.
     allowed_failures : int
         Worker deaths a task may see before the run fails with
         ``KilledWorker`` (the scheduler's ``allowed-failures``; dask's default
@@ -153,13 +156,14 @@ class DeviceCluster(LocalCluster):
     """
 
     def __init__(self, devices: str | None = None, *, threads_per_worker: int | None = None,
-                 allowed_failures: int | None = None, warm=(), start_method: str | None = None, **kwargs):
+                 allowed_failures: int | None = None, warm=(), start_method: str | None = None,
+                 device_infos=None, **kwargs):
         import dask
 
         from dgemm.worker.plugin import DgemmPlugin
 
         check_main_guard()   # before anything starts: spawned workers would re-run an unguarded script
-        self.device_ids = [d.id for d in select_devices(devices)]
+        self.device_ids = [d.id for d in select_devices(devices, device_infos)]
         plugins = set(kwargs.get("plugins") or ())
         if not any(getattr(p, "name", None) == WORKER_PLUGIN for p in plugins):   # else the caller's own
             plugins.add(DgemmPlugin(warm=warm))
@@ -280,12 +284,14 @@ def _made_an_error(message: str) -> bool:
     return False
 
 
-def local_client(devices: str | None = None, dtype=None, start_method: str | None = None) -> Client:
+def local_client(devices: str | None = None, dtype=None, start_method: str | None = None,
+                 device_infos=None) -> Client:
     """The process-wide local :class:`DeviceCluster` client (one per ``devices``), started on first use.
 
     ``dtype``, that of the product about to run, has a cluster started here
     build its kernels while it starts (:class:`DeviceCluster`'s ``warm``);
-    ``start_method`` is how it starts its workers (:class:`DeviceCluster`).
+    ``start_method`` is how it starts its workers and ``device_infos`` the
+    host's devices listed already (:class:`DeviceCluster`).
     """
     key = devices or config.get("devices") or ""
     with _started_lock:
@@ -293,6 +299,8 @@ def local_client(devices: str | None = None, dtype=None, start_method: str | Non
         if entry is not None and entry[1].status == "running":
             return entry[1]
         more = {"start_method": start_method} if start_method else {}   # (callers and stand-ins without one)
+        if device_infos is not None:
+            more["device_infos"] = device_infos
         cluster = DeviceCluster(devices, warm=() if dtype is None else (dtype,), **more)
         client = Client(cluster, set_as_default=False)   # dgemm's own: the user's other dask work stays where it was
         _started[key] = (cluster, client)
@@ -344,10 +352,10 @@ def _address(client) -> str:
 
 
 def get_client(client: Client | None = None, devices: str | None = None, dtype=None,
-               start_method: str | None = None) -> Client:
+               start_method: str | None = None, device_infos=None) -> Client:
     """``client``, else the current distributed client, else the local device cluster.
 
-    ``dtype`` (of the product about to run) and ``start_method`` go to :func:`local_client`.
+    ``dtype`` (of the product about to run), ``start_method`` and ``device_infos`` go to :func:`local_client`.
 
     Raises
     ------
@@ -362,7 +370,10 @@ def get_client(client: Client | None = None, devices: str | None = None, dtype=N
         from distributed import default_client
         current = default_client()
     except ValueError:
-        return local_client(devices, dtype=dtype, **({"start_method": start_method} if start_method else {}))
+        more = {"start_method": start_method} if start_method else {}
+        if device_infos is not None:
+            more["device_infos"] = device_infos
+        return local_client(devices, dtype=dtype, **more)
     check_client(current, "the current client")
     return current
 
