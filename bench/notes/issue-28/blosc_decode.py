@@ -42,7 +42,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 # What ``--variants sweep`` times: today's kernel, and the token table by lanes, window, batch, long copies.
-SWEEP = ("lockstep:32", "lockstep:64",
+SWEEP = ("lockstep:32", "lockstep:64", "lockstep:128",
          "table:32", "table:64", "table:128",
          "table:64:stage=512", "table:64:stage=2048", "table:128:stage=2048",
          "table:64:batch=32,stage=512", "table:64:batch=128,stage=1024", "table:64:batch=256,stage=2048",
