@@ -489,3 +489,22 @@ def test_zarr_chunks_decode_to_what_zarr_stored(dev, rng, tmp_path, zarr_format,
         part = a[i * 128:(i + 1) * 128, j * 128:(j + 1) * 128]
         want[:part.shape[0], :part.shape[1]] = part
         np.testing.assert_array_equal(chunk, want, err_msg=k)
+
+
+def test_measured_choice_for_the_device_is_what_decodes(dev, rng, monkeypatch):
+    """A TUNED entry naming this device gives the lanes and parameters decode_blosc builds and runs by default."""
+    a = data("walk", 5000, "float32", rng)
+    frame = Blosc("lz4", 5, Blosc.SHUFFLE, 4096).encode(a)
+    monkeypatch.setattr(blosc, "TUNED", (("no such device", 8, {}), (dev.info.name[:5], 2,
+                                                                       {"LZ4_MODE": 1, "LZ4_BATCH": 5})))
+    assert blosc.default_lanes(dev) == 2 and blosc.default_params(dev) == {"LZ4_MODE": 1, "LZ4_BATCH": 5}
+    import pyopencl as cl
+    out = dev.buffer(a.nbytes)
+    try:
+        blosc.decode_blosc(dev, [frame], out)
+        got = np.empty(a.nbytes, np.uint8)
+        cl.enqueue_copy(dev.queue, got, out).wait()
+    finally:
+        out.release()
+    assert got.tobytes() == a.tobytes()
+    assert (("LZ4_WG", 2), ("LZ4_BATCH", 5), ("LZ4_MODE", 1)) in blosc._PROGRAMS[dev]

@@ -222,22 +222,32 @@ def plan(frame, name: str = "frame") -> FramePlan:
 _PROGRAMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def default_lanes(device) -> int:
-    """Lanes per stream: a warp's worth on a GPU, 1 (no barriers) on a CPU device."""
-    return 1 if device.info.type == "CPU" else 32
-
+# Measured choices, CLBlast-style: (a substring of the device's name, lanes, lz4.cl's parameters); the
+# first that names the device wins.  Fill from ``bench/notes/issue-28/blosc_decode.py --variants sweep``.
+TUNED: tuple = ()
 
 # lz4.cl's parameters other than LZ4_WG (the lanes), with what each may be; see the kernel's notes.
 PARAMS = {"LZ4_MODE": (0, 1), "LZ4_BATCH": range(1, 1025), "LZ4_LONG": range(1 << 20),
           "LZ4_COPY_FROM": range(1024), "LZ4_STAGE": range(1 << 16), "LZ4_UNSHUFFLE": (0, 1)}
 
 
-def default_params(device) -> dict:
-    """lz4.cl's parameters (beyond the lanes) for ``device``: none yet, so the kernel's own defaults.
+def _tuned(device):
+    name = str(getattr(device.info, "name", ""))
+    return next((t for t in TUNED if t[0] in name), None)
 
-    The place for a per-device choice measured with ``bench/notes/issue-28/blosc_decode.py --variants``.
-    """
-    return {}
+
+def default_lanes(device) -> int:
+    """Lanes per stream: :data:`TUNED`'s for this device, else a warp's worth on a GPU, 1 (no barriers) on a CPU."""
+    tuned = _tuned(device)
+    if tuned is not None:
+        return tuned[1]
+    return 1 if device.info.type == "CPU" else 32
+
+
+def default_params(device) -> dict:
+    """lz4.cl's parameters (beyond the lanes) for ``device``: :data:`TUNED`'s, else the kernel's own defaults."""
+    tuned = _tuned(device)
+    return dict(tuned[2]) if tuned is not None else {}
 
 
 def _options(lanes: int, params: dict) -> tuple:
