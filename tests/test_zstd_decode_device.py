@@ -74,18 +74,27 @@ def reference(libzstd, frame: bytes):
 
 
 def device_decode(dev, frames, lanes=1, offsets=None, names=None, size=None):
-    """Decode into a poisoned buffer; returns the whole buffer's bytes (checked untouched past ``size``)."""
+    """Decode into a poisoned buffer; returns the whole buffer's bytes.
+
+    Checks, also when the frames are refused, that nothing was written past ``size``.
+    """
     import pyopencl as cl
     size = size if size is not None else sum(zf.header(f)[1] for f in frames)
     out = dev.buffer(size + 64, "test output")
+    refused = None
     try:
         cl.enqueue_fill_buffer(dev.queue, out, np.uint8(POISON), 0, out.size).wait()
-        zd.decode_zstd(dev, frames, out, offsets=offsets, names=names, lanes=lanes)
+        try:
+            zd.decode_zstd(dev, frames, out, offsets=offsets, names=names, lanes=lanes)
+        except zd.ZstdFrameError as e:
+            refused = e
         got = np.empty(out.size, np.uint8)
         cl.enqueue_copy(dev.queue, got, out).wait()
     finally:
         out.release()
     assert (got[size:] == POISON).all(), "the device wrote past the frames' output"
+    if refused is not None:
+        raise refused
     return got[:size].tobytes()
 
 
