@@ -171,9 +171,10 @@ def test_matmul_survives_killed_workers(fault_cluster, fault_client, tmp_path, r
     check_product(result[...], A, B, dtype="float64")
     meta = dgemm.open_result(str(out)).attrs[COMPLETE_ATTR]
     assert meta["complete"] is True and meta["blocks"] == meta["blocks_run"] == total
-    # every block was marked (complete checks), then the markers went with the rest of .dgemm: only resume reads them
-    # (a killed worker's late task may leave an empty folder behind: no record, no file, is what counts)
-    assert markers_of(out).done() == set() and not [f for f in (out / ".dgemm").rglob("*") if f.is_file()]
+    # every block was marked (complete checks), then the markers went with the rest of .dgemm: only resume reads them;
+    # neither a marker's temporary file left by a worker killed mid-write nor a re-run task's late marker stays
+    assert markers_of(out).done() == set()
+    assert not (out / ".dgemm").exists(), sorted(str(p.relative_to(out)) for p in (out / ".dgemm").rglob("*"))
     assert zarr.open_array(str(out), mode="r").nchunks_initialized == total
     # the cluster is whole again (the last one killed may still be restarting) and works
     wait_for(lambda: restarted(fault_cluster, client, killed), 60, "restarted workers")

@@ -366,3 +366,79 @@ def test_replacing_an_output_keeps_its_lease_through_every_delete_and_write(tmp_
     assert keys.listed(store_, ".dgemm") == []
     if where != "s3":
         assert not (tmp_path / "out" / "c.zarr" / ".dgemm").exists()
+
+
+# -- stragglers: store tasks whose marker lands late -----------------------------------------------------------
+def test_a_marker_that_lands_after_the_run_completed_is_taken_back(tmp_path, monkeypatch):
+    """A store task still running when the run completes (dask re-ran it: its worker died) writes its marker
+    after the markers were removed: it finds the lease given up, takes its marker back and fails, and the
+    finished output keeps no ``.dgemm`` at all."""
+    from dgemm.storage.markers import BlockMarkers
+
+    path = tmp_path / "c.zarr"
+    run = open_run(check_output(str(path), SHAPE, F8, False))
+    store(run, ALL)
+    late = []
+    real = BlockMarkers.remove
+
+    def remove_then_a_straggler_marks(self):
+        real(self)
+        try:   # the re-run of block (1, 1)'s store task: it passed its check before, its marker lands now
+            run.markers.mark(1, 1)
+        except OutputTakenOverError as e:
+            late.append(str(e))
+
+    monkeypatch.setattr(BlockMarkers, "remove", remove_then_a_straggler_marks)
+    run.complete(1.0, 1.0)
+    assert len(late) == 1 and "its lease was released" in late[0] and "block (1, 1) stored but did not mark" in late[0]
+    assert zarr.open_array(str(path), mode="r").attrs[COMPLETE_ATTR]["complete"] is True
+    assert not (path / ".dgemm").exists(), sorted(str(p.relative_to(path)) for p in (path / ".dgemm").rglob("*"))
+
+
+@pytest.mark.parametrize("later", ["overwrite", "resume"])
+def test_a_straggler_of_an_earlier_run_leaves_no_marker_in_the_output_a_later_run_holds(tmp_path, later):
+    """A store task of a run that died passed its check before a later run took the output over; its marker,
+    landing after, is taken back: none in the later run's output, under the earlier owner's name
+    (``overwrite``) or under the one both share (``resume``: the block is not counted as done)."""
+    path = tmp_path / "c.zarr"
+    first = open_run(check_output(str(path), SHAPE, F8, False))
+    store(first, ALL[:2])
+    first.lease.release()                      # the first run is gone: its lease expired, or was released
+    if later == "overwrite":
+        second = open_run(check_output(str(path), SHAPE, F8, True))
+    else:
+        second = open_run(check_output(str(path), SHAPE, F8, False, resume=True))
+    assert second.lease.id != first.lease.id
+    with pytest.raises(OutputTakenOverError, match=r"block \(1, 0\) stored but did not mark it"):
+        first.markers.mark(1, 0)               # the straggler's late marker
+    done = {"overwrite": [], "resume": ["0.0", "0.1"]}[later]   # resume: the first run's blocks, same owner
+    owner = second.array.attrs[COMPLETE_ATTR]["owner"]
+    assert sorted(keys.listed(second.lease.store, ".dgemm/done")) == [f".dgemm/done/{owner}/{b}" for b in done]
+    assert (1, 0) in second.pending and (1, 0) not in second.markers.done(GRID)
+    store(second, second.pending, 3.0)
+    second.complete(1.0, 1.0)
+    assert not (path / ".dgemm").exists(), sorted(str(p.relative_to(path)) for p in (path / ".dgemm").rglob("*"))
+
+
+def test_a_marker_whose_writer_was_killed_mid_write_goes_with_the_markers(tmp_path):
+    """A worker SIGKILLed while it writes a marker leaves zarr's temporary file (``<i>.<hex>.partial``, renamed
+    into place once written): it goes with the run's markers once the run completes."""
+    import signal
+    import subprocess
+    import sys
+
+    path = tmp_path / "c.zarr"
+    run = open_run(check_output(str(path), SHAPE, F8, False))
+    store(run, ALL)
+    owner = run.array.attrs[COMPLETE_ATTR]["owner"]
+    code = ("import os, pathlib, signal, zarr\n"
+            "from dgemm.storage import BlockMarkers\n"
+            f"arr = zarr.open_array({str(path)!r}, mode='r+')\n"
+            "# killed once the marker's file is written, before it is renamed into place\n"
+            "pathlib.Path.replace = lambda self, target: os.kill(os.getpid(), signal.SIGKILL)\n"
+            f"BlockMarkers(arr, {owner!r}).mark(1, 1)\n")
+    killed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert len(list((path / ".dgemm" / "done" / owner).glob("1.*.partial"))) == 1
+    run.complete(1.0, 1.0)
+    assert not (path / ".dgemm").exists(), sorted(str(p.relative_to(path)) for p in (path / ".dgemm").rglob("*"))

@@ -15,7 +15,10 @@ import re
 from dgemm.storage import keys
 
 COMPLETE_ATTR = "dgemm"
-_MARKER = re.compile(r"\d+\.\d+")   # a marker's name under its run's prefix: "<i>.<j>"
+# A marker's name under its run's prefix, "<i>.<j>", or that of one whose writer was killed mid-write: zarr's
+# local store writes "<i>.<32 hex digits>.partial", then renames it.
+_MARKER = re.compile(r"\d+\.(\d+|[0-9a-f]{32}\.partial)")
+_PASSES = 3   # removals tried while stragglers add or take back markers at the same time
 
 
 def run_id(fingerprint: dict) -> str:
@@ -37,18 +40,46 @@ class BlockMarkers:
     key, so concurrent writers never touch the same object (unlike a Zarr
     attribute, which is one JSON document); the keys live in the output's own
     store (:mod:`dgemm.storage.keys`).
+
+    With a ``fence`` (:class:`~dgemm.storage.lease.Fence`, the run's: the
+    markers a run's store tasks get) a marker holds the id of the call that
+    wrote it, and is taken back when, once written, the call's lease is
+    gone or another's: a task that passed its check before the run completed,
+    or before a later run took the output over, leaves nothing behind.
     """
 
-    def __init__(self, array, owner: str):
+    def __init__(self, array, owner: str, fence=None):
         self.store = array.store
         self.root = keys.root(array)
         self.prefix = f"{self.root}/done/{owner}/"
+        self.fence = fence
 
     def key(self, i: int, j: int) -> str:
         return f"{self.prefix}{i}.{j}"
 
     def mark(self, i: int, j: int) -> None:
-        keys.put(self.store, self.key(i, j), b"1")
+        """Write block ``(i, j)``'s marker (its block is stored whole).
+
+        Raises
+        ------
+        OutputTakenOverError
+            The run no longer holds the output (completed, stopped or taken
+            over) once the marker is written: it is taken back.
+        """
+        if self.fence is None:
+            keys.put(self.store, self.key(i, j), b"1")
+            return
+        mine = self.fence.id.encode()
+        keys.put(self.store, self.key(i, j), mine)
+        try:
+            # checked after the write: a run that completes gives its lease up before it removes its markers,
+            # and a later run holds the lease before it writes; so a marker written too late is found here
+            self.fence.check(i, j, stored=True)
+        except Exception:
+            if keys.get(self.store, self.key(i, j)) == mine:   # another call's marker of the same key stays
+                keys.delete(self.store, self.key(i, j))
+            keys.prune(self.store, self.prefix.rstrip("/"))
+            raise
 
     def is_done(self, i: int, j: int) -> bool:
         """Whether block ``(i, j)`` has its marker (one small existence check)."""
@@ -71,20 +102,30 @@ class BlockMarkers:
     def remove(self) -> None:
         """Remove this run's markers (a completed run's: ``resume`` has nothing left to do), nothing else.
 
-        Only keys named as markers are deleted, all at once where every key
+        Only keys named as markers are deleted (and the temporary file of
+        one whose writer was killed mid-write), all at once where every key
         under the run's prefix is one (a single request on an object
         store), one by one otherwise: a file that dgemm did not write stays.
         Where the store cannot list or delete, they stay, unused.
         """
         if not getattr(self.store, "supports_listing", True) or not getattr(self.store, "supports_deletes", True):
             return
-        found = keys.listed(self.store, self.prefix)
-        ours = [k for k in found if _MARKER.fullmatch(k[len(self.prefix):] if k.startswith(self.prefix) else "")]
-        if len(ours) == len(found):
-            keys.delete_dir(self.store, self.prefix.rstrip("/"))
-        else:
-            for k in ours:
-                keys.delete(self.store, k)
+        for attempt in range(_PASSES):
+            found = keys.listed(self.store, self.prefix)
+            ours = [k for k in found if _MARKER.fullmatch(k[len(self.prefix):] if k.startswith(self.prefix) else "")]
+            if not ours:
+                break
+            try:
+                if len(ours) == len(found):
+                    keys.delete_dir(self.store, self.prefix.rstrip("/"))
+                else:
+                    for k in ours:
+                        keys.delete(self.store, k)
+            except OSError:
+                # a straggler's marker written or taken back meanwhile (a local folder's removal then fails
+                # part way): what is left goes in the next pass
+                if attempt == _PASSES - 1:
+                    raise
         keys.prune(self.store, self.prefix.rstrip("/"))
 
     def reset(self, keep=frozenset()) -> None:
@@ -95,6 +136,7 @@ class BlockMarkers:
         """
         if getattr(self.store, "supports_listing", True) and getattr(self.store, "supports_deletes", True):
             keys.clear_except(self.store, self.root, set(keep), aside=False)
+            keys.prune(self.store, self.root)   # a local .dgemm folder left empty
 
 
 def mark_complete(array, meta: dict) -> None:

@@ -104,10 +104,11 @@ class OutputRun:
     def __init__(self, array, owner: str, grid: Block, pending: list[Block], *, resumed: bool, in_place: bool,
                  took_over: Holder | None, lease: Lease | None = None):
         self.array, self.grid, self.pending, self.resumed = array, grid, pending, resumed
-        self.markers = BlockMarkers(array, owner)
         self.originals = Originals(array, owner) if in_place else None
         self.took_over = took_over
         self.lease = lease or Lease(array, owner, _where(array))
+        # the store tasks' markers: each checked against the lease once written (a straggler's taken back)
+        self.markers = BlockMarkers(array, owner, fence=self.lease.fence())
         self.lease.acquire()
 
     @classmethod
@@ -258,10 +259,11 @@ class OutputRun:
         """Mark the output complete, once every block's marker says it is stored; then give up its lease.
 
         An in-place run's kept originals go then: C is the result; and so
-        do the block markers, which only ``resume`` reads, and the lease:
+        do the lease and then the block markers, which only ``resume`` reads:
         under ``.dgemm/`` a finished output keeps nothing, its ``dgemm``
         attribute alone says it is complete (to :func:`already_complete` and
-        ``open_result``).
+        ``open_result``), not even a marker that a store task still running
+        writes after this (it finds the lease gone and takes it back).
 
         Parameters
         ----------
@@ -292,15 +294,18 @@ class OutputRun:
                                        "blocks": len(all_blocks), "blocks_run": blocks_run,
                                        "resumed": self.resumed})
             if self.originals is not None:   # complete: C is the result now, its originals are no longer needed
-                self.originals.remove()
+                self.originals.remove()      # (while held: a run taking over next keeps originals of its own)
             completed = True
+        finally:   # given up even where the store refuses to delete it (a full disk): see abandon
+            self.lease.give_up()
+        if completed:
+            # Removed once the lease is given up: a store task still running (dask re-runs a task whose
+            # worker died) whose marker lands after this finds the lease gone and takes it back
+            # (BlockMarkers.mark), so nothing is left under .dgemm.
             try:   # marked complete already: a marker left here (a store refusing deletes) is never read again
                 self.markers.remove()
             except Exception:
                 pass
-        finally:   # given up even where the store refuses to delete it (a full disk): see abandon
-            self.lease.give_up()
-        if completed:
             keys.prune(self.lease.store, keys.root(self.array))   # the empty .dgemm folder of a local output
 
 
