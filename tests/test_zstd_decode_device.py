@@ -324,6 +324,10 @@ def crafted_frames():
     yield frame_of([(0, 1, b"abc", 3)], 3, checksum=0)
     yield frame_of([(0, 0, b"ab", 2), (0, 1, b"abc", 3)], 4)       # a raw block one byte past the content
     yield frame_of([(1, 0, b"a", 2), (1, 1, b"b", 3)], 4)
+    after = compressed(lits[:8], rle_sequences(1, 4, 2, 2, [(1, 2)]), last=0)     # 13 bytes, then the walk
+    for size in (15, 16, 17):
+        yield frame_of([after, (0, 1, b"abc", 3)], size)
+        yield frame_of([after, (1, 1, b"c", 3)], size)
     # direct Huffman weights: 2..6 symbols of these weights, one stream of 1..3-bit codes
     for weights in ((1,), (1, 1), (2, 1), (1, 2), (2, 2, 1), (3, 1, 1), (1, 1, 1), (4, 0, 1), (13,), (0, 0), (2,),
                     (3, 3)):

@@ -5,6 +5,8 @@
 //                     frames at once) decodes its literals into the literal buffer;
 //   zstd_sequences:   one work-item per compressed block with sequences decodes its FSE bitstream
 //                     into (literal length, match length, offset code) rows;
+//   zstd_copy_blocks: one work-group per block whose output position the host knows (raw, RLE and
+//                     sequence-free blocks before a frame's first block with sequences) copies it;
 //   zstd_execute:     one work-group per frame walks its blocks in order, resolves repeat offsets
 //                     (they carry from block to block) and copies literals and matches into the
 //                     output, the group's lanes sharing each copy.
@@ -33,7 +35,8 @@
 #define B_ML 14
 #define B_LOGS 15
 #define B_INDEX 16
-#define BLOCK_COLUMNS 17
+#define B_PRE 17
+#define BLOCK_COLUMNS 18
 #define STREAM_COLUMNS 8
 #define FRAME_COLUMNS 6
 
@@ -256,6 +259,28 @@ inline void group_fill(global uchar* d, uchar c, long n, int lane) {
     for (long t = (n & ~15L) + lane; t < n; t += ZSTD_LANES) d[t] = c;
 }
 
+// One work-group per block of which[]: its literals, raw bytes or RLE byte at the position the host
+// found (B_PRE).  A block that would reach past its frame's output writes nothing (zstd_execute reports it).
+kernel __attribute__((reqd_work_group_size(ZSTD_LANES, 1, 1)))
+void zstd_copy_blocks(global const uchar* src, global const long* blocks, global const long* which,
+                      global const long* frames, global const uchar* lit, global uchar* out) {
+    const int lane = get_local_id(0);
+    global const long* row = blocks + which[get_group_id(0)] * BLOCK_COLUMNS;
+    global const long* fr = frames + row[1] * FRAME_COLUMNS;
+    const long type = row[B_TYPE], at = row[B_PRE];
+    const long n = type == 2 ? row[B_LITLEN] : row[B_SIZE];
+    if (at < 0 || n > fr[1] - at) return;
+    global uchar* d = out + fr[0] + at;
+    if (type == RAW)
+        group_copy(d, src + row[B_SRC], n, lane);
+    else if (type == RLE)
+        group_fill(d, src[row[B_SRC]], n, lane);
+    else if (row[B_LITKIND] == 2)
+        group_fill(d, (uchar)row[B_LITOFF], n, lane);
+    else
+        group_copy(d, row[B_LITKIND] == LIT_HUF ? lit + row[B_LITOFF] : src + row[B_LITOFF], n, lane);
+}
+
 // One work-group per frame.  err gets (code, block, detail) per frame.
 kernel __attribute__((reqd_work_group_size(ZSTD_LANES, 1, 1)))
 void zstd_execute(global const uchar* src, global const long* blocks, global const long* frames,
@@ -272,11 +297,14 @@ void zstd_execute(global const uchar* src, global const long* blocks, global con
         global const long* row = blocks + bi * BLOCK_COLUMNS;
         long type = row[B_TYPE];
         where = row[B_INDEX];
+        const int copied = row[B_PRE] >= 0;       // written by zstd_copy_blocks: checked here, not copied
         if (type == RAW || type == RLE) {
             long n = row[B_SIZE];
             if (n > size - pos) { code = type == RAW ? E_RAW_PAST : E_RLE_PAST; detail = n; break; }
             global const uchar* from = src + row[B_SRC];
-            if (type == RAW)
+            if (copied)
+                ;
+            else if (type == RAW)
                 group_copy(o + pos, from, n, lane);
             else
                 group_fill(o + pos, from[0], n, lane);
@@ -347,7 +375,9 @@ void zstd_execute(global const uchar* src, global const long* blocks, global con
         if (code) break;
         long rest = litlen - lused;
         if (rest > limit - bpos) { code = E_LAST_PAST; detail = rest; break; }
-        if (kind == 2)
+        if (copied)
+            ;
+        else if (kind == 2)
             group_fill(bo + bpos, rle, rest, lane);
         else
             group_copy(bo + bpos, lsrc + lused, rest, lane);

@@ -10,7 +10,12 @@ of ``dgemm/kernels/zstd_decode.cl`` do the rest:
 2. ``zstd_sequences``: every compressed block's FSE sequence bitstream, one
    work-item per block (sequential within a block, blocks in parallel), into
    rows of (literal length, match length, offset code);
-3. ``zstd_execute``: one work-group per frame walks the frame's blocks in order.
+3. ``zstd_copy_blocks``: the blocks whose output position the headers tell (every
+   raw, RLE and sequence-free block before a frame's first block with
+   sequences: most blocks of float chunks) copied or filled all at once, one
+   work-group per block, each write bounded by its frame's output;
+4. ``zstd_execute``: one work-group per frame walks the frame's blocks in order
+   (checking, not copying again, those of step 3).
    Repeat offsets carry from block to block within a frame, so they are
    resolved here, by that sequential walk over the frame's sequences (every
    lane resolves them alike, so no lane waits for another's answer); each
@@ -113,6 +118,7 @@ class _Built:
         self.streams = cl.Kernel(self.program, "zstd_huf_streams")
         self.sequences = cl.Kernel(self.program, "zstd_sequences")
         self.execute = cl.Kernel(self.program, "zstd_execute")
+        self.copy = cl.Kernel(self.program, "zstd_copy_blocks")
         self.lock = threading.Lock()
 
 
@@ -170,6 +176,7 @@ class Batch:
         self.src = np.concatenate(srcs) if srcs else np.zeros(0, np.uint8)
         self.literals, self.nseq = lit_base, seq_base
         self.with_seqs = np.nonzero(self.blocks[:, zf.B_NSEQ] > 0)[0].astype(np.int64)
+        self.prefix = np.nonzero(self.blocks[:, zf.B_PRE] >= 0)[0].astype(np.int64)
 
 
 def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None = None,
@@ -192,7 +199,7 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
         Work-items per frame in ``zstd_execute``; :func:`default_lanes` by default.
     events : list, optional
         Gets ``(what, event)`` for each upload and kernel (``what``: ``upload``,
-        ``huffman``, ``sequences``, ``execute``), for their profiling times.
+        ``huffman``, ``sequences``, ``copy``, ``execute``), for their profiling times.
 
     Raises
     ------
@@ -261,6 +268,10 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
                     launched.append(("sequences", prog.sequences(
                         queue, (_round(nseqblocks, 64),), None, src, blocks, which, fse, seqs, err_q,
                         np.uint32(nseqblocks))))
+                if len(batch.prefix):
+                    prefix = buffer(batch.prefix, "zstd blocks copied at once")
+                    launched.append(("copy", prog.copy(
+                        queue, (len(batch.prefix) * lanes,), (lanes,), src, blocks, prefix, frames_buf, lit, out)))
                 launched.append(("execute", prog.execute(
                     queue, (nframes * lanes,), (lanes,), src, blocks, frames_buf, lit, seqs, out, err_e)))
             if events is not None:

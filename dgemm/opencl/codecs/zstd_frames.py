@@ -56,8 +56,8 @@ SEQ_FRAME = 3          # a sequence buffer row: literal length, match length | t
 
 # block rows
 (B_TYPE, B_FRAME, B_SRC, B_SIZE, B_LITKIND, B_LITOFF, B_LITLEN, B_LIMIT, B_NSEQ, B_SEQ, B_SSRC, B_SLEN,
- B_LL, B_OF, B_ML, B_LOGS, B_INDEX) = range(17)
-BLOCK_COLUMNS = 17
+ B_LL, B_OF, B_ML, B_LOGS, B_INDEX, B_PRE) = range(18)
+BLOCK_COLUMNS = 18
 # stream rows
 S_SRC, S_LEN, S_DST, S_DLEN, S_TABLE, S_LOG, S_X2, S_BLOCK = range(8)
 STREAM_COLUMNS = 8
@@ -244,11 +244,28 @@ def plan(frame, name: str = "frame") -> FramePlan:
         if rest >= 5 and (magic == MAGIC or magic in LEGACY or magic & SKIPPABLE_MASK == SKIPPABLE):
             raise ZstdUnsupported(f"zstd frame {name}: another frame follows it")
         raise ZstdFrameError(f"zstd frame {name}: {rest} bytes after the frame that are not a frame")
+    blocks = np.array(f.blocks, np.int64).reshape(-1, BLOCK_COLUMNS)
+    _prefix_positions(blocks)
     empty = np.zeros((0, 2), np.uint32)
-    return FramePlan(name, size, n, expected, np.array(f.blocks, np.int64).reshape(-1, BLOCK_COLUMNS),
+    return FramePlan(name, size, n, expected, blocks,
                      np.array(f.streams, np.int64).reshape(-1, STREAM_COLUMNS),
                      np.concatenate(f.huf) if f.huf else np.zeros(0, np.uint16),
                      np.concatenate(f.fse) if f.fse else empty, f.literals, f.nseq)
+
+
+def _prefix_positions(blocks) -> None:
+    """Where each block's output starts, for the blocks before the first one with sequences (else -1).
+
+    Raw, RLE and sequence-free blocks write a size the header tells, so these
+    positions are known before anything is decoded, and ``zstd_copy_blocks``
+    writes those blocks all at once (the frames of float chunks are mostly
+    such blocks); the per-frame walk then checks them without copying them.
+    """
+    blocks[:, B_PRE] = -1
+    sizes = np.where(blocks[:, B_TYPE] == COMPRESSED, blocks[:, B_LITLEN], blocks[:, B_SIZE])
+    known = (blocks[:, B_TYPE] != COMPRESSED) | (blocks[:, B_NSEQ] == 0)
+    upto = len(blocks) if known.all() else int(np.argmin(known))
+    blocks[:upto, B_PRE] = np.concatenate([[0], np.cumsum(sizes[:upto])[:-1]]) if upto else []
 
 
 def _literals(f: _Frame, row, p: int, end: int, index: int) -> int:
