@@ -442,3 +442,35 @@ def test_a_marker_whose_writer_was_killed_mid_write_goes_with_the_markers(tmp_pa
     assert len(list((path / ".dgemm" / "done" / owner).glob("1.*.partial"))) == 1
     run.complete(1.0, 1.0)
     assert not (path / ".dgemm").exists(), sorted(str(p.relative_to(path)) for p in (path / ".dgemm").rglob("*"))
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+@pytest.mark.parametrize("writer", ["store_block", "zarr"])
+def test_a_chunk_whose_writer_was_killed_mid_write_does_not_stop_a_replacement(tmp_path, writer, zarr_format):
+    """A worker SIGKILLed while it writes a chunk leaves the chunk's temporary file (dgemm's store, or zarr's):
+    ``overwrite=True`` replaces the output with it, as Zarr data, not as a file of the user's."""
+    import signal
+    import subprocess
+    import sys
+
+    from dgemm.storage.layout import Layout
+
+    path = tmp_path / "c.zarr"
+    spec = check_output(str(path), SHAPE, F8, False)
+    spec.layout = Layout(zarr_format=zarr_format)
+    run = open_run(spec)
+    store(run, ALL[:2])
+    write = ("store_block(arr, (2, 4), (3, 6), np.full((2, 3), 4.0))" if writer == "store_block"
+             else "arr[2:4, 3:6] = 4.0")
+    code = ("import os, signal, numpy as np, zarr\n"
+            "from dgemm.storage import store_block\n"
+            f"arr = zarr.open_array({str(path)!r}, mode='r+')\n"
+            "# killed once the chunk's file is written, before it is renamed into place\n"
+            "os.replace = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)\n"
+            f"{write}\n")
+    killed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert len(list(path.rglob("*.partial"))) == 1
+    run.lease.release()                                   # the run died with its worker
+    again = open_run(check_output(str(path), SHAPE, F8, True))
+    assert not list(path.rglob("*.partial")) and np.all(again.array[...] == 0)

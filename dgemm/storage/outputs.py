@@ -256,6 +256,9 @@ _METADATA_NAMES = {"zarr.json", ".zarray", ".zgroup", ".zattrs"}
 _DISCARDED = re.compile(r"\..+\.dgemm-discarded-[0-9a-f]{32}")
 # An empty folder that only chunk keys go into ("c", "c/3", "3").
 _CHUNK_FOLDER = re.compile(r"(c|\d+)([/.]\d+)*")
+# The temporary file of a chunk whose writer was killed mid-write (a worker SIGKILLed): dgemm's writes
+# "<key>.<32 hex>.partial" (dgemm.storage.chunks), zarr's local store "<key less its last .suffix>.<hex>.partial".
+_PARTIAL = re.compile(r"(.+)\.[0-9a-f]{32}\.partial")
 _SHOWN = 5   # foreign files named in the message; the rest are counted
 
 
@@ -300,7 +303,8 @@ def foreign_entries(entries: list[str], read) -> list[str]:
     Zarr's and dgemm's are a node's metadata (a folder with ``zarr.json``,
     ``.zarray`` or ``.zgroup`` is a node), the chunk keys of an array node
     (by its chunk key encoding and number of dimensions), dgemm's records
-    under a node's ``.dgemm/``, and folders dgemm set aside to delete.
+    under a node's ``.dgemm/``, folders dgemm set aside to delete, and the
+    temporary file of a chunk whose writer was killed mid-write.
     ``read(key)`` gives a metadata key's bytes (None: no such key).  Anything else is the user's: a notes
     file, a folder of pictures, a file in a chunk folder, a symbolic link.
     """
@@ -340,6 +344,9 @@ def foreign_entries(entries: list[str], read) -> list[str]:
         key = "/".join(rest)
         if pattern is not None and pattern.fullmatch(key):
             continue
+        half = _PARTIAL.fullmatch(key)
+        if pattern is not None and half and (pattern.fullmatch(half[1]) or pattern.fullmatch(half[1] + ".0")):
+            continue   # a chunk's temporary file, left by a writer killed mid-write: replaced with the rest
         if pattern is not None and e.endswith("/") and _CHUNK_FOLDER.fullmatch(key):
             continue   # a chunk folder left empty (its chunks deleted)
         foreign.append(e)
