@@ -194,6 +194,22 @@ def test_a_projection_with_a_small_w_streams_x_once(one_worker, tmp_path, rng):
                                                  "blocks": 4}
 
 
+def test_a_tall_x_in_tall_chunks_is_decoded_once(one_worker, tmp_path, rng):
+    """X^T X where X's chunks are taller than a K block: the K blocks cover whole chunks, so each
+    chunk is decoded once (K blocks of the target size decoded each 256-row chunk four times)."""
+    client = one_worker
+    x_np = randn(rng, (1024, 48))
+    x = zarr_in(tmp_path / "x.zarr", x_np, (256, 48), compressors=ZstdCodec())
+
+    def decoded(dask_worker):
+        return dask_worker.plugins["dgemm"].state.totals()["host_decoded_bytes"]
+
+    before = sum(client.run(decoded).values())
+    c = dgemm.gemm(x, x, trans_a=True, out=str(tmp_path / "c.zarr"), client=client, block=64)
+    check_product(c[...], x_np, x_np, dtype="float64", trans_a=True)
+    assert sum(client.run(decoded).values()) - before == x_np.nbytes
+
+
 # -- results on the shared two-worker cluster ----------------------------------------
 @pytest.mark.parametrize("dtype,shape,trans,block", [
     ("float64", (130, 100), "a", 32),      # edge blocks: 100 = 3 x 32 + 4

@@ -114,7 +114,11 @@ def test_blocks_follow_storage_chunks_and_tiles():
     assert p.block_shape == (288, 256, 400)     # lcm(16, 200) = 400 <= 2 x 300: whole k chunks
     p = make_plan(1000, 1000, 1000, "float64", (32, 32, 16), a_chunks=(96, 200), b_chunks=(200, 64),
                   target=150)
-    assert p.block_shape == (96, 128, 144)      # 400 > 2 x 150: the k tile only
+    # 400 > 2 x 150, but its panels, 400 x (96 + 128), are within 4 x the target block's: whole k chunks
+    assert p.block_shape == (96, 128, 400)
+    p = make_plan(1000, 1000, 1000, "float64", (32, 32, 16), a_chunks=(192, 800), b_chunks=(800, 192),
+                  target=150)
+    assert p.block_shape == (192, 192, 144)     # 800 x 384 > 4 x 300 x 150: the chunks along k are cut
     # different k-chunkings of A and B: blocks follow their common multiple when that is small
     p = make_plan(500, 500, 1000, "float32", (32, 32, 16), a_chunks=(None, 48), b_chunks=(80, None), target=300)
     assert p.block_shape[2] == 240

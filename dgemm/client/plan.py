@@ -305,6 +305,32 @@ def check_extents(m: int, n: int, k: int) -> None:
                             "numpy and Zarr can address an array with")
 
 
+def _k_slack(slack: int, kchunk: int | None, tk: int, bmn: int, targets) -> int:
+    """How far the K blocks may grow to cover whole chunks along K.
+
+    A K block that cuts a chunk makes each block sharing it decode the whole
+    chunk again (a tall X of 16384-row chunks read by 4096-row K blocks was
+    decoded four times).  Along K only the panels grow, not C's blocks, so a
+    K block may cover whole chunks while its panels (``bk x (bm + bn)``) stay
+    within four times those of the target block; the memory checks still
+    shrink it.
+
+    >>> _k_slack(2, 16384, 32, 2048 + 2048, (4096, 4096, 4096))   # a Gram's 2048² blocks
+    4
+    >>> _k_slack(2, 65536, 32, 4096 + 4096, (4096, 4096, 4096))   # too large: the chunk is cut
+    2
+    >>> _k_slack(2, None, 32, 8192, (4096, 4096, 4096))
+    2
+    """
+    if not kchunk or kchunk <= 0:
+        return slack
+    unit = math.lcm(tk, kchunk)
+    gk = max(targets[2], tk)
+    if unit <= slack * gk or unit * bmn > 4 * (targets[0] + targets[1]) * gk:
+        return slack
+    return -(-unit // gk)
+
+
 def make_plan(m: int, n: int, k: int, dtype, tiles: tuple[int, int, int], *,
               a_chunks=(None, None), b_chunks=(None, None), out_chunks=None,
               target: int | tuple[int, int, int] = 4096, n_workers: int = 1,
@@ -367,7 +393,7 @@ def make_plan(m: int, n: int, k: int, dtype, tiles: tuple[int, int, int], *,
             kchunk = math.lcm(ka, kb) if math.lcm(ka, kb) <= slack * max(gk, tk) else max(ka, kb)
         else:
             kchunk = ka or kb
-        return [bm, bn, block_size(k, gk, tk, kchunk, slack)]
+        return [bm, bn, block_size(k, gk, tk, kchunk, _k_slack(slack, kchunk, tk, bm + bn, targets))]
 
     while True:
         cur = sizes()
