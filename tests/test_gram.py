@@ -196,16 +196,16 @@ def test_a_projection_with_a_small_w_streams_x_once(one_worker, tmp_path, rng):
 
 def test_a_tall_x_in_tall_chunks_is_decoded_once(one_worker, tmp_path, rng):
     """X^T X where X's chunks are taller than a K block: the K blocks cover whole chunks, so each
-    chunk is decoded once (K blocks of the target size decoded each 256-row chunk four times)."""
+    chunk is decoded once (K blocks of the CPU's 1024 decoded each 4096-row chunk four times)."""
     client = one_worker
-    x_np = randn(rng, (1024, 48))
-    x = zarr_in(tmp_path / "x.zarr", x_np, (256, 48), compressors=ZstdCodec())
+    x_np = randn(rng, (16384, 40))
+    x = zarr_in(tmp_path / "x.zarr", x_np, (4096, 40), compressors=ZstdCodec())
 
     def decoded(dask_worker):
         return dask_worker.plugins["dgemm"].state.totals()["host_decoded_bytes"]
 
     before = sum(client.run(decoded).values())
-    c = dgemm.gemm(x, x, trans_a=True, out=str(tmp_path / "c.zarr"), client=client, block=64)
+    c = dgemm.gemm(x, x, trans_a=True, out=str(tmp_path / "c.zarr"), client=client)
     check_product(c[...], x_np, x_np, dtype="float64", trans_a=True)
     assert sum(client.run(decoded).values()) - before == x_np.nbytes
 

@@ -113,6 +113,9 @@ def test_blocks_follow_storage_chunks_and_tiles():
                   target=300)
     assert p.block_shape == (288, 256, 400)     # lcm(16, 200) = 400 <= 2 x 300: whole k chunks
     p = make_plan(1000, 1000, 1000, "float64", (32, 32, 16), a_chunks=(96, 200), b_chunks=(200, 64),
+                  target=150, exact=True)
+    assert p.block_shape == (96, 128, 144)      # the user's block size: 400 > 150, the k tile only
+    p = make_plan(1000, 1000, 1000, "float64", (32, 32, 16), a_chunks=(96, 200), b_chunks=(200, 64),
                   target=150)
     # 400 > 2 x 150, but its panels, 400 x (96 + 128), are within 4 x the target block's: whole k chunks
     assert p.block_shape == (96, 128, 400)

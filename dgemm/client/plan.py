@@ -313,16 +313,16 @@ def _k_slack(slack: int, kchunk: int | None, tk: int, bmn: int, targets) -> int:
     decoded four times).  Along K only the panels grow, not C's blocks, so a
     K block may cover whole chunks while its panels (``bk x (bm + bn)``) stay
     within four times those of the target block; the memory checks still
-    shrink it.
+    shrink it.  A block size the user gave (``slack`` 1) is kept.
 
     >>> _k_slack(2, 16384, 32, 2048 + 2048, (4096, 4096, 4096))   # a Gram's 2048² blocks
     4
     >>> _k_slack(2, 65536, 32, 4096 + 4096, (4096, 4096, 4096))   # too large: the chunk is cut
     2
-    >>> _k_slack(2, None, 32, 8192, (4096, 4096, 4096))
-    2
+    >>> _k_slack(2, None, 32, 8192, (4096, 4096, 4096)), _k_slack(1, 16384, 32, 4096, (4096, 4096, 4096))
+    (2, 1)
     """
-    if not kchunk or kchunk <= 0:
+    if not kchunk or kchunk <= 0 or slack <= 1:
         return slack
     unit = math.lcm(tk, kchunk)
     gk = max(targets[2], tk)
