@@ -2,7 +2,8 @@
 //
 // Three kernels, run in this order on one queue:
 //   zstd_huf_streams: one work-item per Huffman literal stream (all streams of all blocks of all
-//                     frames at once) decodes its literals into the literal buffer;
+//                     frames at once, a work-group per block sharing its table in local memory)
+//                     decodes its literals into the literal buffer;
 //   zstd_sequences:   one work-item per compressed block with sequences decodes its FSE bitstream
 //                     into (literal length, match length, offset code) rows;
 //   zstd_copy_blocks: one work-group per block whose output position the host knows (raw, RLE and
@@ -13,6 +14,10 @@
 // Every read is bounded by its stream, every write by its frame's output; what is wrong goes to
 // an error row that the host turns into a message.  Bitstreams are read strictly: a stream must
 // end exactly where its last symbol or sequence does, and no bit before its start is ever read.
+
+#ifndef ZSTD_HUF_LANES
+#define ZSTD_HUF_LANES 4  // work-items per block in zstd_huf_streams (they load its table; 1 or 4 decode)
+#endif
 
 #ifndef ZSTD_LANES
 #define ZSTD_LANES 1      // work-items per frame in zstd_execute: a warp on a GPU, 1 (no barriers) on a CPU
@@ -105,27 +110,37 @@ inline void bits_init(bits_t* b, global const uchar* s, long n) {
 
 inline uint huf_log2(uint v) { return 31 - clz(v); }
 
-kernel void zstd_huf_streams(global const uchar* src, global const long* streams, global const ushort* huf,
-                             global uchar* lit, global int* err, uint count) {
-    uint g = get_global_id(0);
-    if (g >= count) return;
-    global const long* row = streams + (long)g * STREAM_COLUMNS;
+// One Huffman stream's literals; the lookup table is in local memory (its latency is each symbol's).
+int huf_stream(global const uchar* src, global const long* row, local const ushort* table, global uchar* lit) {
     long n = row[1], dlen = row[3];
-    global const ushort* table = huf + row[4];
     int log = (int)row[5];
     global uchar* out = lit + row[2];
     bits_t b;
     bits_init(&b, src + row[0], n);
-    int code = 0;
     for (long i = 0; i < dlen; i++) {
         ushort e = table[bits_peek(&b, b.pos, log)];
         int len = e >> 8;
-        if (len > b.pos) { code = E_OVERREAD; break; }
+        if (len > b.pos) return E_OVERREAD;
         b.pos -= len;
         out[i] = (uchar)e;
     }
-    if (!code && b.pos != 0) code = E_LEFTOVER;
-    err[g] = code;
+    return b.pos != 0 ? E_LEFTOVER : 0;
+}
+
+// One work-group per block with Huffman literals (groups: its first stream row, its stream count): the
+// group loads the block's table into local memory, then one work-item per stream (1 or 4) decodes.
+kernel __attribute__((reqd_work_group_size(ZSTD_HUF_LANES, 1, 1)))
+void zstd_huf_streams(global const uchar* src, global const long* streams, global const long* groups,
+                      global const ushort* huf, global uchar* lit, global int* err) {
+    local ushort table[4096];
+    const int lane = get_local_id(0);
+    const long first = groups[2 * get_group_id(0)], count = groups[2 * get_group_id(0) + 1];
+    global const long* row = streams + (first + min((long)lane, count - 1)) * STREAM_COLUMNS;
+    global const ushort* t = huf + row[4];
+    const int size = 1 << (int)row[5];
+    for (int k = lane; k < size; k += ZSTD_HUF_LANES) table[k] = t[k];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lane < count) err[first + lane] = huf_stream(src, row, table, lit);
 }
 
 kernel void zstd_sequences(global const uchar* src, global const long* blocks, global const long* which,

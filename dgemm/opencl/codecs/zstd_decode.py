@@ -6,7 +6,9 @@ The host reads each frame's headers and entropy descriptions
 of ``dgemm/kernels/zstd_decode.cl`` do the rest:
 
 1. ``zstd_huf_streams``: every Huffman literal stream of every block of every
-   frame at once, one work-item each, into a literal buffer;
+   frame at once, one work-item each, into a literal buffer (a work-group per
+   block holds the block's lookup table in local memory: a symbol's time is
+   a table lookup's latency);
 2. ``zstd_sequences``: every compressed block's FSE sequence bitstream, one
    work-item per block (sequential within a block, blocks in parallel), into
    rows of (literal length, match length, offset code);
@@ -112,9 +114,11 @@ class _Built:
 
         from dgemm.opencl import sources
 
+        self.huf_lanes = 4 if lanes < 32 else 32
         with device.failing(f"building zstd_decode.cl (ZSTD_LANES={lanes})"):
             self.program = cl.Program(device.context, '#include "zstd_decode.cl"\n').build(
-                options=[f"-DZSTD_LANES={lanes}", "-I", str(sources.kernel_dir())])
+                options=[f"-DZSTD_LANES={lanes}", f"-DZSTD_HUF_LANES={self.huf_lanes}", "-I",
+                         str(sources.kernel_dir())])
         self.streams = cl.Kernel(self.program, "zstd_huf_streams")
         self.sequences = cl.Kernel(self.program, "zstd_sequences")
         self.execute = cl.Kernel(self.program, "zstd_execute")
@@ -177,6 +181,10 @@ class Batch:
         self.literals, self.nseq = lit_base, seq_base
         self.with_seqs = np.nonzero(self.blocks[:, zf.B_NSEQ] > 0)[0].astype(np.int64)
         self.prefix = np.nonzero(self.blocks[:, zf.B_PRE] >= 0)[0].astype(np.int64)
+        owner = self.streams[:, zf.S_BLOCK]
+        starts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]]) if len(owner) else np.zeros(0, np.int64)
+        counts = np.diff(np.r_[starts, len(owner)])
+        self.huf_groups = np.ascontiguousarray(np.stack([starts, counts], axis=1).astype(np.int64))
 
 
 def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None = None,
@@ -259,8 +267,10 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
                     streams = buffer(batch.streams, "zstd literal streams")
                     huf = buffer(batch.huf, "zstd Huffman tables")
                     err_s = buffer(stream_err, "zstd stream errors", upload=False)
+                    groups = buffer(batch.huf_groups, "zstd Huffman blocks")
+                    hl = prog.huf_lanes
                     launched.append(("huffman", prog.streams(
-                        queue, (_round(nstreams, 64),), None, src, streams, huf, lit, err_s, np.uint32(nstreams))))
+                        queue, (len(batch.huf_groups) * hl,), (hl,), src, streams, groups, huf, lit, err_s)))
                 if nseqblocks:
                     which = buffer(batch.with_seqs, "zstd blocks with sequences")
                     fse = buffer(batch.fse, "zstd FSE tables")
