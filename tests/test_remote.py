@@ -371,6 +371,15 @@ def test_conditional_on_a_read_only_store_refuses_to_write(s3):
         cond.delete("lease", '"x"')
 
 
+def test_conditional_read_of_a_missing_bucket_raises_rather_than_finding_no_lease(s3):
+    from zarr.storage import FsspecStore
+
+    fs = _store(s3, "").fs
+    cond = remote.conditional(FsspecStore(fs, path=f"no-such-bucket-{uuid.uuid4().hex[:8]}/x"))
+    with pytest.raises(FileNotFoundError, match="NoSuchBucket"):
+        cond.get("lease")
+
+
 def test_conditional_with_wrong_credentials_raises_permission_error(s3):
     cond = remote.conditional(_store(s3, f"remote-cond-bad-{uuid.uuid4().hex[:8]}", secret="not-the-secret"))
     for call in (lambda: cond.get("lease"), lambda: cond.put("lease", b"x", None),

@@ -10,9 +10,9 @@ requests fanned out over a thread pool, so that many callers and many
 requests run at once.  obstore's async API (what zarr's ``ObjectStore``
 uses) is not used: it read a 64 MiB object 20-30x slower from threads, and
 its multipart PUT above 5 MiB doubled the server's CPU; every PUT here is
-one request (objects up to S3's 5 GiB).  Measured against the botocore
-client this module was before: as fast or faster at a half to a third of
-the client's CPU (bench/NOTES.md, issue 29).
+one request (objects up to S3's 5 GiB).  Against the botocore client this
+module was before (moto, 2 cores): about half the client's CPU per GB on
+1 MiB GETs and on PUTs, the same on 64 MiB GETs (bench/NOTES.md, issue 29).
 
 The store is still the ``FsspecStore`` over an ``s3fs.S3FileSystem`` that
 ``storage_options=`` makes; its settings are translated to an obstore
@@ -22,8 +22,9 @@ token (or the credentials botocore finds for the profile: environment,
 ``~/.aws``, instance roles), ``anon``, the endpoint (a path in it kept),
 the region (``client_kwargs``, or botocore's configured one; with no region
 and no endpoint, where botocore would follow the bucket's region redirect,
-declined), ``requester_pays``, server-side encryption, ``verify``,
-connect and read timeouts and s3fs's ``retries``.
+declined), ``requester_pays``, server-side encryption, ``verify``, the
+connect timeout, the read timeout (GETs only: reqwest's runs from the
+request's start, a PUT's upload included) and the retries.
 
 Errors are what s3fs raises: a missing object (or bucket) is
 :class:`FileNotFoundError`, read as None exactly where zarr's store would
@@ -184,9 +185,9 @@ class Conditional:
         try:
             got = obstore.get(self.s3.store(bucket), name)
             return bytes(got.bytes()), got.meta["e_tag"]
-        except FileNotFoundError:
-            return None
         except Exception as e:
+            if isinstance(e, FileNotFoundError) and _code(e) != "NoSuchBucket":
+                return None
             _raise(e, what)
 
     def put(self, key: str, data: bytes, match: str | None) -> str | None:
