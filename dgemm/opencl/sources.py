@@ -9,12 +9,12 @@ import importlib.resources
 from pathlib import Path
 
 KERNEL_FILES = ("common.cl", "tile_loads.cl", "gemm.cl", "gemm_cpu.cl", "gemm_dmma.cl", "padding.cl",
-                "transpose.cl", "lz4.cl", "zstd_encode.cl")
+                "transpose.cl", "lz4.cl", "zstd_encode.cl", "zstd_decode.cl")
 # The translation units of the device program (the others are included by them).
 PROGRAM_FILES = ("gemm.cl", "gemm_cpu.cl", "gemm_dmma.cl", "padding.cl", "transpose.cl")
 # The codecs' translation units, each its own program (built once per device, apart from the GEMM
 # program, which is built per dtype and parameters and need not carry them).
-CODEC_FILES = ("lz4.cl", "zstd_encode.cl")
+CODEC_FILES = ("lz4.cl", "zstd_encode.cl", "zstd_decode.cl")
 
 
 def kernel_dir() -> Path:

@@ -10,8 +10,12 @@ decoders (:mod:`dgemm.storage.chunks`), exactly as when no device codec is in us
   version 2: Zarr v2's default compressor, zarr v3's ``BloscCodec`` with
   ``cname="lz4"``), any shuffle, split or not, memcpyed or not; other Blosc
   compressors are left to the host (``kernels/lz4.cl``);
-* ``zstd_decode`` and ``zstd_encode`` (beside this one, from other work on issue 28):
-  zstd frames decoded, and regions of a device buffer written as zstd frames.
+* :mod:`~dgemm.opencl.codecs.zstd_decode`: zstd frames with their content size and no
+  checksum (zarr v3's default ``ZstdCodec``, numcodecs' ``Zstd``), any level; the host reads
+  the headers and entropy tables (``zstd_frames``, ``zstd_entropy``), ``kernels/zstd_decode.cl``
+  decodes the literals and sequences and executes them;
+* :mod:`~dgemm.opencl.codecs.zstd_encode`: regions of a device buffer written as zstd frames
+  of literal-only blocks (``huffman`` builds their tables).
 
 Every decoder exposes the same shape: ``unsupported_reason(frame, name)`` (None
 where the device decodes the frame), ``supported(frame)`` and
@@ -61,6 +65,10 @@ DECODERS = {
     "blosc": Decoder("dgemm.opencl.codecs.blosc", "decode_blosc",
                      lambda config: str(config.get("cname", "")).lower() == "lz4",
                      "Blosc frames with LZ4 (Zarr v2's default compressor, zarr v3's BloscCodec(cname='lz4'))"),
+    # Frames with a checksum stay on the host: the device verifies XXH64 on one lane per frame.
+    "zstd": Decoder("dgemm.opencl.codecs.zstd_decode", "decode_zstd",
+                    lambda config: not config.get("checksum", False),
+                    "zstd frames without a checksum (zarr v3's default ZstdCodec, numcodecs' Zstd)"),
 }
 
 
@@ -69,6 +77,8 @@ def decoder(codec: str, config: dict | None = None) -> Decoder | None:
 
     >>> decoder("blosc", {"cname": "lz4"}).function, decoder("blosc", {"cname": "zstd"}), decoder("gzip", {})
     ('decode_blosc', None, None)
+    >>> decoder("zstd", {"level": 0, "checksum": False}).function, decoder("zstd", {"checksum": True})
+    ('decode_zstd', None)
     """
     found = DECODERS.get(codec)
     return found if found is not None and found.accepts(config or {}) else None

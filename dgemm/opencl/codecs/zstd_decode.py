@@ -116,7 +116,7 @@ class _Built:
 
         self.huf_lanes = 4 if lanes < 32 else 32
         with device.failing(f"building zstd_decode.cl (ZSTD_LANES={lanes})"):
-            self.program = cl.Program(device.context, '#include "zstd_decode.cl"\n').build(
+            self.program = cl.Program(device.context, sources.codec_source("zstd_decode.cl")).build(
                 options=[f"-DZSTD_LANES={lanes}", f"-DZSTD_HUF_LANES={self.huf_lanes}", "-I",
                          str(sources.kernel_dir())])
         self.streams = cl.Kernel(self.program, "zstd_huf_streams")
@@ -188,7 +188,7 @@ class Batch:
 
 
 def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None = None,
-                events: list | None = None) -> list[int]:
+                events: list | None = None, queue=None) -> list[int]:
     """Decode zstd frames on the device into ``out``; returns each frame's decoded size.
 
     Parameters
@@ -236,7 +236,7 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
     lanes = lanes or default_lanes(device)
     prog = program(device, lanes)
     batch = Batch(plans, frames, offsets)
-    queue = device.queue
+    queue = queue if queue is not None else device.queue
     buffers = []
 
     def buffer(host, what, upload=True):
