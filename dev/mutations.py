@@ -75,6 +75,7 @@ _MARK_THEN_WRITE = ("    markers.mark(i, j)\n"
 T28 = "tests/test_decoding.py"
 T27S = "tests/test_e2e_shapes.py"
 TB = "tests/test_blosc_device.py"
+TZ = "tests/test_zstd_decode_device.py"
 
 MUTATIONS = [
     # -- the kernels ----------------------------------------------------------------
@@ -771,6 +772,21 @@ MUTATIONS = [
              (TB, "-k", "measured"), "the measured parameters for a device are not used"),
     Mutation("blosc-tuned-name-not-matched", "dgemm/opencl/codecs/blosc.py", "next((t for t in TUNED if t[0] in name), None)", "next((t for t in TUNED if t[0] == name), None)",
              (TB, "-k", "measured"), "a TUNED entry must spell the device's whole name"),
+    # -- zstd decoded on the device (issue 28, item 2) -----------------------------------------------
+    Mutation("zstd-offset-before-start", "dgemm/kernels/zstd_decode.cl", "if ((long)off > pos + bpos + ll) {", "if ((long)off > pos + bpos + ll + 1) {", (TZ, "-k", "crafted"), "a match may start a byte before the frame's output"),
+    Mutation("zstd-huffman-leftover-bits", "dgemm/kernels/zstd_decode.cl", "    return b.pos != 0 ? E_LEFTOVER : 0;", "    return 0;", (TZ, "-k", "crafted"), "Huffman streams with bits left over are taken"),
+    Mutation("zstd-sequence-leftover-bits", "dgemm/kernels/zstd_decode.cl", "    if (b.pos != 0) code = E_LEFTOVER;\ndone:", "    if (b.pos > 7) code = E_LEFTOVER;\ndone:", (TZ, "-k", "crafted"), "sequence bitstreams with bits left over are taken"),
+    Mutation("zstd-repeat-offset-no-swap", "dgemm/kernels/zstd_decode.cl", "if (s.z) { off = rep1; rep1 = rep0; rep0 = off; } else off = rep0;", "off = rep0;", (TZ, "-k", "crafted"), "repeat offset 1 after no literals is not repeat offset 2"),
+    Mutation("zstd-repeat-offset-zero", "dgemm/kernels/zstd_decode.cl", "                t += t == 0;\n", "", (TZ, "-k", "crafted"), "offset 1 - 1 is not forced to 1 (libzstd's rule)"),
+    Mutation("zstd-sequence-past-output", "dgemm/kernels/zstd_decode.cl", "if (ll + ml > limit - bpos) {", "if (ll + ml > limit - bpos + 1) {", (TZ, "-k", "crafted"), "a sequence may write a byte past the frame's output"),
+    Mutation("zstd-checksum-ignored", "dgemm/kernels/zstd_decode.cl", "if (!code && fr[4]) {", "if (!code && fr[4] && 0) {", (TZ, "-k", "crafted"), "frame checksums are not verified"),
+    Mutation("zstd-no-barrier-before-match", "dgemm/kernels/zstd_decode.cl", "            SYNC();\n            global uchar* d = bo + bpos + ll;", "            global uchar* d = bo + bpos + ll;", (TZ, "-k", "round_trips"), "matches read literals other lanes have not written yet"),
+    Mutation("zstd-huffman-too-few-longest-codes", "dgemm/opencl/codecs/zstd_entropy.py", "if ones < 2 or ones & 1:", "if ones & 1:", (TZ, "-k", "crafted"), "a Huffman tree with no longest codes is taken"),
+    Mutation("zstd-raw-block-past-content", "dgemm/kernels/zstd_decode.cl", "if (n > size - pos) {", "if (n > size - pos + 1) {", (TZ, "-k", "crafted"), "a raw block may write a byte past the frame's output"),
+    Mutation("zstd-copy-blocks-past-output", "dgemm/kernels/zstd_decode.cl", "if (at < 0 || n > fr[1] - at) return;", "if (at < 0 || n > fr[1] - at + 1) return;", (TZ, "-k", "crafted"), "blocks copied at once may write past the frame's output"),
+    Mutation("zstd-copied-block-unchecked", "dgemm/kernels/zstd_decode.cl", "        if (rest > limit - bpos) { code = E_LAST_PAST; detail = rest; break; }\n", "", (TZ, "-k", "crafted"), "last literals past the block's output bound are written"),
+    Mutation("codecs-zstd-not-registered", "dgemm/opencl/codecs/__init__.py", 'lambda config: not config.get("checksum", False)', "lambda config: False", (T28, "-k", "zstd"), "zstd chunks never go to the device"),
+    Mutation("codecs-zstd-checksum-to-device", "dgemm/opencl/codecs/__init__.py", 'lambda config: not config.get("checksum", False)', "lambda config: True", (T28, "-k", "checksum"), "zstd frames with a checksum go to the device (verified there on one lane)"),
 ]
 
 # -- the copy ----------------------------------------------------------------------------
