@@ -251,8 +251,19 @@ def add_store(graph: Graph, plan: Plan, array, drop: tuple, token: str, markers:
     that its run still owns ``array``; ``originals`` (in place: ``array`` is
     C) keeps each original C block before it is overwritten.  See
     :func:`dgemm.worker.tasks.store`.
+
+    Where the GEMM tasks feed the stores themselves (no k split, no
+    mirror), each names its output block (:func:`~dgemm.worker.tasks.gemm_block`'s
+    ``out``), so that its worker may encode the block's chunks on the device
+    and hand the store task their frames (:mod:`dgemm.worker.encoding`).
     """
     sname, dname = f"{names.STORE}-{token}", f"{names.DONE}-{token}"
+    if graph.result_name == f"{names.GEMM}-{token}":
+        gemm = graph.layers[graph.result_name].mapping
+        for i, j in _blocks(plan, blocks):
+            task = gemm[(graph.result_name, i, j)]
+            twin = task[15] if len(task) > 15 else False
+            gemm[(graph.result_name, i, j)] = (*task[:15], twin, (array, plan.rows[i], plan.cols[j], drop))
     dsk = {(sname, i, j): (store, array, plan.rows[i], plan.cols[j], (graph.result_name, i, j), drop,
                            None if markers is None else (markers, i, j), fence, originals)
            for i, j in _blocks(plan, blocks)}

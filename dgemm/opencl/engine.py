@@ -360,7 +360,7 @@ class BlockEngine:
 
     def stream(self, a_refs: Sequence, b_refs: Sequence, m: int, n: int, *, alpha: float = 1.0,
                beta: float = 0.0, c: np.ndarray | None = None, trans_a: bool = False, trans_b: bool = False,
-               scope=None, ahead=None, prefetch: int | None = None, twin: bool = False) -> np.ndarray:
+               scope=None, ahead=None, prefetch: int | None = None, twin: bool = False, finish=None):
         """Like :meth:`product`, from block references that are read and uploaded ahead of the device.
 
         Parameters
@@ -393,6 +393,15 @@ class BlockEngine:
             another product needs as B: each block is read, decoded and
             uploaded once, and held once on the device.  Every product of
             the run must pass the same value (the cache keys depend on it).
+        finish : callable, optional
+            ``finish(buffer, events) -> (result, bytes downloaded)``, called
+            in place of the download with the ``m x n`` result (C order) in
+            a device buffer of the engine's, once the product is enqueued on
+            the device's queue; its ``result`` is the product's (the worker
+            encodes C's chunks there: :mod:`dgemm.worker.encoding`).  It
+            must not keep ``buffer``; ``events`` takes its ``(what, event)``
+            (downloads named ``"download"`` count as the product's).  A
+            product with no GEMM (K == 0) returns its array as without it.
         """
         if prefetch is None:
             prefetch = default_prefetch()
@@ -441,7 +450,7 @@ class BlockEngine:
                     self.cache.release(ea)
                     self.cache.release(eb)
         return self._run(steps, m, n, alpha, beta, c, planned=(len(plan), sum(2.0 * m * n * k for k, _, _ in plan)),
-                         twin=twin)
+                         twin=twin, finish=finish)
 
     def _ahead(self, ahead, trans_a: bool, trans_b: bool, twin: bool = False) -> list:
         """``(ref, transpose, drows, dcols)`` of each read-ahead block, up to a quarter of the cache's budget."""
@@ -500,12 +509,12 @@ class BlockEngine:
             raise ValueError(f"block shapes do not fit: A {tuple(a_shape)}, B {tuple(b_shape)} for C {(m, n)}")
         return k
 
-    def _run(self, steps, m, n, alpha, beta, c, planned=None, twin: bool = False) -> np.ndarray:
+    def _run(self, steps, m, n, alpha, beta, c, planned=None, twin: bool = False, finish=None):
         with self._lock:
             self.device.idle = False
             t0 = time.perf_counter()
             try:
-                return self._measured(lambda: self._accumulate(steps(), m, n, alpha, beta, c, twin), planned)
+                return self._measured(lambda: self._accumulate(steps(), m, n, alpha, beta, c, twin, finish), planned)
             except Exception as e:
                 if is_opencl_error(e):   # one the steps did not name (their own are DeviceErrors already)
                     raise_plain(device_error(self.device.info.name, f"a {m}x{n} {self.dtype.name} block product", e))
@@ -532,8 +541,8 @@ class BlockEngine:
     def _transferred(self, event) -> None:
         """An upload, padding, unpadding or download command (None: nothing was enqueued)."""
 
-    def _accumulate(self, steps, m, n, alpha, beta, c, twin: bool = False) -> np.ndarray:
-        """Enqueue one GEMM per step into the C accumulator, then unpad and download it once."""
+    def _accumulate(self, steps, m, n, alpha, beta, c, twin: bool = False, finish=None):
+        """Enqueue one GEMM per step into the C accumulator, then unpad and download it once (or ``finish`` it)."""
         import pyopencl as cl
 
         p, q = self.params, self.device.queue
@@ -577,8 +586,17 @@ class BlockEngine:
             if m and n:  # K == 0: the product is empty, only beta * C remains
                 out[...] = real(beta) * c if use_c else 0
             return out
-        out = self.device.host_array((m, n), self.dtype)   # page-locked: the download runs at bus speed
         dense = self._buf("dense", m * n, f"the {m}x{n} {self.dtype.name} result")
+        if finish is not None:
+            with self.device.failing(f"unpadding the {m}x{n} {self.dtype.name} result"):
+                self._transferred(self.k.unpad(q, _grid(n, m), LOCAL_2D, np.int32(m), np.int32(n), np.int32(np_),
+                                               c_dev, dense))
+            done: list = []
+            result, down = finish(dense, done)
+            self._add(kernel_seconds=sum(_seconds(e) for e in events), flops=flops, bytes_down=down, blocks=1,
+                      download_seconds=sum(_seconds(e) for what, e in done if what == "download"))
+            return result
+        out = self.device.host_array((m, n), self.dtype)   # page-locked: the download runs at bus speed
         with self.device.failing(f"downloading the {m}x{n} {self.dtype.name} result ({out.nbytes} bytes)"):
             self._transferred(self.k.unpad(q, _grid(n, m), LOCAL_2D, np.int32(m), np.int32(n), np.int32(np_),
                                            c_dev, dense))

@@ -11,12 +11,12 @@ from __future__ import annotations
 import numpy as np
 
 from dgemm.opencl.device import device_error, is_opencl_error, raise_plain
-from dgemm.storage import ZarrBlock, hostcache, read_block, store_block
-from dgemm.worker import decoding
+from dgemm.storage import ZarrBlock, encoded, hostcache, read_block, store_block
+from dgemm.worker import decoding, encoding
 
 
 def gemm_block(a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_b, dtype, precision=None,
-               scope=None, reserve=0, ahead=None, twin=False):
+               scope=None, reserve=0, ahead=None, twin=False, out=None):
     """One C block: ``alpha * sum_k op(A_ik) op(B_kj) + beta * C_ij`` on this worker's device.
 
     The A and B blocks are read and uploaded ahead of the device and kept in
@@ -31,6 +31,13 @@ def gemm_block(a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_b, dtype
     chunk when it can tell (:func:`dgemm.storage.unreadable`).  ``twin``: A
     and B are blocks of one array in one layout (a Gram product), staged
     once for both sides (see :meth:`~dgemm.opencl.engine.BlockEngine.stream`).
+
+    ``out`` (``(array, rows, cols, drop)``: the output block this task's
+    store task writes, where it writes this task's result as it is): where
+    the ``device-codecs`` setting is on and the output's chunks are plain
+    zstd frames, they are encoded on the device and the result is an
+    :class:`~dgemm.storage.encoded.EncodedBlock` (:mod:`dgemm.worker.encoding`),
+    not the block's values.
     """
     # At call time, so that the package dgemm.worker may import this module without a cycle.
     from dgemm.worker import device_state
@@ -38,7 +45,7 @@ def gemm_block(a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_b, dtype
     state = device_state()
     try:
         return _gemm_block(state, a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_b, dtype, precision,
-                           scope, reserve, ahead, twin)
+                           scope, reserve, ahead, twin, out)
     except Exception as e:
         # The engine names its own device errors; any other of pyopencl's (a kernel build, say) would reach
         # the client as an empty Exception: its record does not pickle (issue 26).
@@ -49,7 +56,7 @@ def gemm_block(a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_b, dtype
 
 
 def _gemm_block(state, a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_b, dtype, precision, scope, reserve,
-                ahead, twin=False):
+                ahead, twin=False, out=None):
     engine = state.engine(dtype, precision)
     state.plan_cache(reserve)
     # once per product, before any read: a bad host-cache setting fails with its own message
@@ -63,8 +70,10 @@ def _gemm_block(state, a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_
         b_refs = [decoding.through(r) for r in b_refs]
         ahead = [(decoding.through(r), side, extent) for r, side, extent in ahead or ()]
     c = read_block(c_ref) if c_ref is not None and beta != 0 else None
+    found = encoding.target(state.device, engine.dtype, out)
     return engine.stream(a_refs, b_refs, m, n, alpha=alpha, beta=beta, c=c, trans_a=trans_a, trans_b=trans_b,
-                         scope=scope, ahead=ahead, twin=twin)
+                         scope=scope, ahead=ahead, twin=twin,
+                         finish=None if found is None else encoding.finisher(state.device, found))
 
 
 def reduce_blocks(parts):
@@ -106,9 +115,12 @@ def store(array, rows, cols, block, drop, marker=None, fence=None, originals=Non
     the output's lease writes nothing more and fails.  ``originals`` (an
     in-place update, :class:`~dgemm.storage.originals.Originals`) keeps the
     original C block before it is first overwritten.
+
+    ``block`` is the block's values, or its chunks encoded on the device
+    (an :class:`~dgemm.storage.encoded.EncodedBlock`), written as they are.
     """
     if marker is None:
-        store_block(array, rows, cols, block, drop)
+        _write(array, rows, cols, block, drop)
         return block.shape
     markers, i, j = marker
     if fence is not None:
@@ -117,11 +129,22 @@ def store(array, rows, cols, block, drop, marker=None, fence=None, originals=Non
         return block.shape
     if originals is not None:
         originals.keep(i, j, ZarrBlock(array, tuple(rows), tuple(cols)))
-    store_block(array, rows, cols, block, drop)
+    _write(array, rows, cols, block, drop)
     if fence is not None:
         fence.check(i, j, stored=True)
     markers.mark(i, j)
     return block.shape
+
+
+def _write(array, rows, cols, block, drop) -> None:
+    if isinstance(block, encoded.EncodedBlock):
+        found = block.chunks
+        if (found.rows, found.cols) != (tuple(rows), tuple(cols)):
+            raise ValueError(f"internal: the chunks of rows {found.rows}, columns {found.cols} reached the store "
+                             f"of rows {tuple(rows)}, columns {tuple(cols)}")
+        encoded.write(block)
+    else:
+        store_block(array, rows, cols, block, drop)
 
 
 def done(shapes):

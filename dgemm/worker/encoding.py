@@ -1,0 +1,99 @@
+"""Output blocks whose chunks the device encodes: :mod:`dgemm.storage.encoded` joined to :mod:`dgemm.opencl.codecs`.
+
+Storage and opencl know nothing of each other (``tests/test_imports.py``);
+the worker joins them here, as :mod:`dgemm.worker.decoding` does for inputs.
+Where the ``device-codecs`` setting is on for this worker's device
+(:func:`dgemm.worker.decoding.wanted`) and the output's chunks are plain zstd
+frames (:func:`dgemm.storage.encoded.chunks_of`: one zstd compressor, no
+checksum, unsharded, native byte order, C order, the block made of whole
+chunks), :func:`finisher` gives the engine what it does in place of
+downloading the C block (:meth:`dgemm.opencl.engine.BlockEngine.stream`'s
+``finish``): the block stays on the device, each of its chunks is laid out
+there (a chunk as wide as the block is already in place; others, and edge
+chunks padded with the array's fill value as the host writer pads them, are
+copied into a scratch buffer), all of them are encoded in one
+:func:`dgemm.opencl.codecs.zstd_encode.encode_zstd` call, and only the frames
+come down, into page-locked memory.  The GEMM task returns them as an
+:class:`~dgemm.storage.encoded.EncodedBlock`, which its store task writes as
+the chunk objects (:func:`dgemm.storage.encoded.write`).
+
+What the device encoded counts in ``device_encoded_bytes``: every chunk's
+whole size before encoding (an edge chunk's padding too), as
+``host_encoded_bytes`` counts the host writer's (:mod:`dgemm.storage.fastpaths`).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from dgemm.storage import encoded, fastpaths
+from dgemm.worker import decoding
+
+
+def target(device, dtype, out) -> encoded.Chunks | None:
+    """The output chunks this worker encodes on ``device`` for the block ``out`` (``(array, rows, cols, drop)``,
+    from :func:`dgemm.client.graph.add_store`), or None: the C block comes down and the store task encodes it
+    on the host, as without the setting."""
+    if out is None or not decoding.wanted(device):
+        return None
+    found = encoded.chunks_of(*out)
+    if found is None or found.dtype != np.dtype(dtype):
+        return None   # the host converts a block to another dtype before it encodes
+    return found
+
+
+def finisher(device, found: encoded.Chunks):
+    """The engine's ``finish(buffer, events)``: encode the ``m x n`` C block in ``buffer`` (C order, on
+    ``device``) as ``found``'s chunks; returns ``(EncodedBlock, bytes downloaded)``."""
+
+    def finish(buf, events):
+        block = encode(device, found, buf, events)
+        return block, block.nbytes
+    return finish
+
+
+def encode(device, found: encoded.Chunks, buf, events: list | None = None) -> encoded.EncodedBlock:
+    """The chunks of the block in the device buffer ``buf`` (``rows x cols`` of ``found``, C order) as zstd frames.
+
+    All chunks as wide as the block and whole are encoded where they lie;
+    otherwise every chunk is first copied into a scratch buffer, one after
+    another, edge chunks filled with the array's fill value outside the
+    array.  The scratch buffer is released before this returns.
+    """
+    import pyopencl as cl
+
+    from dgemm.opencl.codecs.zstd_encode import encode_zstd, frame_bound
+
+    n, itemsize = found.chunk_nbytes, found.dtype.itemsize
+    width = found.cols[1] - found.cols[0]
+    names = [f"chunk {p.key!r} of {found.array.store_path}" for p in found.pieces]
+    bound = sum(frame_bound(n) for _ in found.pieces)
+    host = device.host_array((bound,), np.uint8)   # page-locked: the frames come down at bus speed
+    queue = device.queue                            # in order after the GEMM and the unpadding
+    if all(found.contiguous(p) for p in found.pieces):
+        frames = encode_zstd(device, buf, [p.at[0] * width * itemsize for p in found.pieces],
+                             [n] * len(found.pieces), names=names, events=events, host=host)
+    else:
+        scratch = device.buffer(len(found.pieces) * n, what=f"the encode scratch of {len(found.pieces)} chunks")
+        try:
+            with device.failing(f"laying out {len(found.pieces)} chunks of {n} bytes to encode"):
+                done = []
+                fill = np.asarray(found.fill, found.dtype).reshape(1)
+                rows, cols = found.shape
+                for i, p in enumerate(found.pieces):
+                    if p.size != found.shape:   # an edge chunk: the part outside the array holds the fill value
+                        done.append(cl.enqueue_fill_buffer(queue, scratch, fill, i * n, n))
+                    done.append(cl.enqueue_copy(
+                        queue, scratch, buf,
+                        src_origin=(p.at[1] * itemsize, p.at[0], 0), dst_origin=(0, i * rows, 0),
+                        region=(p.size[1] * itemsize, p.size[0], 1),
+                        src_pitches=(width * itemsize, 0), dst_pitches=(cols * itemsize, 0)))
+                if events is not None:
+                    events.extend(("copy", e) for e in done)
+            frames = encode_zstd(device, scratch, [i * n for i in range(len(found.pieces))],
+                                 [n] * len(found.pieces), names=names, events=events, host=host)
+        finally:
+            scratch.release()
+    sizes = tuple(len(f) for f in frames)
+    total = sum(sizes)
+    fastpaths.codec("device_encoded_bytes", n * len(found.pieces))
+    return encoded.EncodedBlock(found, host[:total], sizes, n * len(found.pieces))

@@ -1,0 +1,245 @@
+"""Output chunks encoded on the device (dgemm.worker.encoding, the ``device-codecs`` setting), on PoCL.
+
+References are numpy and zarr: C read back by zarr against numpy's float64
+product; every stored chunk file decoded by numcodecs' Zstd on its own (a
+valid frame of the whole chunk, an edge chunk padded with the fill value as
+zarr pads it); the encoded bytes, whole chunks times the chunk's size.  The
+first tests run the engine and the encoder in this process; the others run
+``dgemm.matmul`` on the session's worker processes with the setting changed
+on them: the v3 default codec and v2's numcodecs Zstd, float32 and float64,
+chunks as large as the blocks, smaller, as wide as them (encoded where they
+lie) and at the array's edges; what stays on the host (the setting off, a
+checksum, Blosc); a block whose chunk cannot be written (never marked done,
+redone by ``resume=True``), and an S3 output (moto's server).
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+
+import dask
+import numcodecs
+import numpy as np
+import pytest
+import zarr
+from zarr.codecs import BloscCodec, ZstdCodec
+
+import dgemm
+from _check import check_product
+from dgemm.names import CODEC_COUNTERS
+from dgemm.storage import encoded, fastpaths
+
+ZSTD = {
+    "v3 default": {},                                                           # zarr's default: ZstdCodec(level=0)
+    "v2 Zstd": {"zarr_format": 2, "compressors": numcodecs.Zstd(level=3)},
+}
+HOST = {
+    "v3 zstd checksum": {"compressors": ZstdCodec(level=1, checksum=True)},
+    "v3 blosc": {"compressors": BloscCodec(cname="lz4")},
+}
+# (C's shape, output chunks, block): edge chunks on both axes, chunks equal to the blocks; smaller than the
+# blocks; as wide as the blocks (encoded where they lie) with rows at the edge, and whole-row chunks only
+CASES = {
+    "chunks are blocks": ((50, 30), (32, 32), 32),
+    "smaller chunks": ((50, 30), (16, 8), 32),
+    "whole-row chunks": ((64, 30), (16, 30), 32),
+    "whole-row chunks, edge rows": ((50, 30), (16, 30), 32),
+}
+
+
+def chunk_files(arr) -> dict:
+    """Every chunk of a local, unsharded array: index -> its file's bytes (all must exist)."""
+    root = str(arr.store_path).removeprefix("file://")
+    out = {}
+    for idx in itertools.product(*[range(-(-s // c)) for s, c in zip(arr.shape, arr.chunks)]):
+        with open(os.path.join(root, *arr.metadata.encode_chunk_key(idx).split("/")), "rb") as f:
+            out[idx] = f.read()
+    return out
+
+
+def check_frames(arr, values, fill=0.0):
+    """Each chunk file of ``arr`` is one zstd frame numcodecs decodes to the chunk of ``values`` (padded with
+    ``fill`` past the array's edge, as zarr stores an edge chunk)."""
+    cr, cc = arr.chunks
+    padded = np.full((-(-arr.shape[0] // cr) * cr, -(-arr.shape[1] // cc) * cc), fill, values.dtype)
+    padded[:arr.shape[0], :arr.shape[1]] = values
+    for (i, j), raw in chunk_files(arr).items():
+        assert raw[:4] == b"\x28\xb5\x2f\xfd", f"chunk {(i, j)} is not a zstd frame"
+        got = np.frombuffer(numcodecs.Zstd().decode(raw), values.dtype).reshape(cr, cc)
+        np.testing.assert_array_equal(got, padded[i * cr:(i + 1) * cr, j * cc:(j + 1) * cc],
+                                      err_msg=f"chunk {(i, j)}")
+
+
+def encoded_bytes(arr) -> int:
+    """What encoding every chunk of ``arr`` once takes: whole chunks, edge chunks at their full size."""
+    return arr.nchunks * int(np.prod(arr.chunks)) * arr.dtype.itemsize
+
+
+# -- in this process -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_the_engine_hands_back_the_chunks_encoded(any_device, engines, tmp_path, rng, case, dtype):
+    """One block product whose C block is the whole output: its frames are the chunks, written as they are."""
+    from dgemm.worker import encoding
+
+    shape, chunks, _ = CASES[case]
+    m, n = shape
+    A, B = rng.standard_normal((m, 20)).astype(dtype), rng.standard_normal((20, n)).astype(dtype)
+    out = zarr.create_array(str(tmp_path / "c.zarr"), shape=shape, chunks=chunks, dtype=dtype, fill_value=0.5)
+    found = encoded.chunks_of(out, (0, m), (0, n))
+    assert found is not None
+    eng = engines(any_device, dtype)
+    before = fastpaths.snapshot()
+    got = eng.stream([A], [B], m, n, finish=encoding.finisher(any_device, found))
+    grew = fastpaths.since(before)
+    assert isinstance(got, encoded.EncodedBlock), type(got)
+    assert grew["device_encoded_bytes"] == encoded_bytes(out) and grew["host_encoded_bytes"] == 0, grew
+    encoded.write(got)
+    values = out[...]
+    check_product(values, A, B, dtype=dtype)
+    check_frames(out, values, fill=0.5)
+
+
+def test_chunks_of_leaves_other_outputs_to_the_host(tmp_path):
+    def make(name, **kw):
+        return zarr.create_array(str(tmp_path / name), shape=(50, 30), chunks=(16, 16), dtype="f4", **kw)
+
+    assert encoded.chunks_of(make("v3.zarr"), (0, 32), (0, 30)) is not None
+    assert encoded.chunks_of(make("v2.zarr", zarr_format=2, compressors=numcodecs.Zstd()), (0, 32), (0, 30))
+    for name, kw in {"checksum": {"compressors": ZstdCodec(checksum=True)},
+                     "blosc": {"compressors": BloscCodec(cname="zstd")},
+                     "raw": {"compressors": None},
+                     "two compressors": {"compressors": [ZstdCodec(), ZstdCodec()]},
+                     "sharded": {"shards": (32, 32)},
+                     "v2 filters": {"zarr_format": 2, "compressors": numcodecs.Zstd(),
+                                    "filters": [numcodecs.Delta(dtype="f4")]},
+                     "big-endian": {"serializer": zarr.codecs.BytesCodec(endian="big")}}.items():
+        assert encoded.chunks_of(make(f"{name}.zarr", **kw), (0, 32), (0, 30)) is None, name
+    arr = make("cut.zarr")
+    assert encoded.chunks_of(arr, (0, 24), (0, 30)) is None                  # cuts a chunk
+    assert encoded.chunks_of(arr, (0, 32), (0, 30), drop=(0,)) is None       # a 1-D output
+    assert encoded.chunks_of(zarr.open_array(str(tmp_path / "v3.zarr"), mode="r"), (0, 32), (0, 30)) is None
+
+
+# -- on the workers -------------------------------------------------------------------------------------------------
+def _configure(value, dask_worker=None):
+    dask.config.set({"dgemm.device-codecs": value})
+
+
+def _counters(dask_worker):
+    from dgemm.names import WORKER_PLUGIN
+
+    snap = dask_worker.plugins[WORKER_PLUGIN].metric(dask_worker)
+    return {k: snap[k] for k in CODEC_COUNTERS}
+
+
+@pytest.fixture
+def setting(client):
+    """``setting(value)``: the workers' ``device-codecs``; unset again after the test."""
+    yield lambda value: client.run(_configure, value)
+    client.run(_configure, None)
+
+
+def run_counted(client, fn):
+    before = client.run(_counters)
+    result = fn()
+    after = client.run(_counters)
+    return result, {k: sum(after[w][k] - before[w][k] for w in after) for k in CODEC_COUNTERS}
+
+
+def inputs(rng, m, n, dtype, k=40):
+    return rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((k, n)).astype(dtype)
+
+
+@pytest.mark.parametrize("layout", list(ZSTD))
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_matmul_encodes_zstd_outputs_on_the_device(client, setting, tmp_path, rng, layout, dtype):
+    setting("on")
+    for case, (shape, chunks, block) in CASES.items():
+        A, B = inputs(rng, *shape, dtype)
+        out = str(tmp_path / f"c-{case}.zarr")
+        c, grew = run_counted(client, lambda A=A, B=B, out=out, block=block, chunks=chunks: dgemm.matmul(
+            A, B, out=out, client=client, block=block, chunks=chunks, **ZSTD[layout]))
+        what = f"{layout} {dtype} {case}"
+        values = c[...]
+        check_product(values, A, B, dtype=dtype, what=what)
+        check_frames(c, values)
+        assert grew["device_encoded_bytes"] == encoded_bytes(c) and grew["host_encoded_bytes"] == 0, (what, grew)
+
+
+def test_matmul_encodes_on_the_host_where_the_setting_is_off(client, setting, tmp_path, rng):
+    A, B = inputs(rng, 50, 30, "float32")
+    for mode in ("off", "auto"):
+        setting(mode)
+        c, grew = run_counted(client, lambda mode=mode: dgemm.matmul(A, B, out=str(tmp_path / f"c-{mode}.zarr"),
+                                                                     client=client, block=32, chunks=(16, 8)))
+        check_product(c[...], A, B, dtype="float32", what=mode)
+        assert grew["host_encoded_bytes"] == encoded_bytes(c) and grew["device_encoded_bytes"] == 0, (mode, grew)
+
+
+@pytest.mark.parametrize("layout", list(HOST))
+def test_other_output_codecs_stay_on_the_host(client, setting, tmp_path, rng, layout):
+    setting("on")
+    A, B = inputs(rng, 50, 30, "float64")
+    c, grew = run_counted(client, lambda: dgemm.matmul(A, B, out=str(tmp_path / "c.zarr"), client=client, block=32,
+                                                       chunks=(16, 8), **HOST[layout]))
+    check_product(c[...], A, B, dtype="float64", what=layout)
+    assert grew["host_encoded_bytes"] == encoded_bytes(c) and grew["device_encoded_bytes"] == 0, (layout, grew)
+
+
+def test_gemm_with_beta_encodes_on_the_device(client, setting, tmp_path, rng):
+    """beta * C joins the product on the device before the chunks are encoded: C is read, never read back."""
+    setting("on")
+    A, B = inputs(rng, 50, 30, "float64")
+    C = rng.standard_normal((50, 30))
+    c, grew = run_counted(client, lambda: dgemm.gemm(A, B, C, alpha=0.5, beta=-2.0, out=str(tmp_path / "c.zarr"),
+                                                     client=client, block=32, chunks=(16, 8)))
+    values = c[...]
+    check_product(values, A, B, alpha=0.5, beta=-2.0, c=C, dtype="float64")
+    check_frames(c, values)
+    assert grew["device_encoded_bytes"] == encoded_bytes(c) and grew["host_encoded_bytes"] == 0, grew
+
+
+def test_a_block_whose_chunk_is_not_written_is_not_marked_done_and_resume_redoes_it(client, setting, tmp_path, rng):
+    """A folder (holding a file) where chunk (1, 0) goes: its frame cannot replace it, so its block fails and
+    gets no completion marker; the others are done.  ``resume=True`` then computes that block alone."""
+    from dgemm.storage import COMPLETE_ATTR, BlockMarkers
+
+    setting("on")
+    A, B = inputs(rng, 64, 64, "float32")
+    path = str(tmp_path / "c.zarr")
+    blocker = os.path.join(path, "c", "1", "0")
+    os.makedirs(blocker)
+    with open(os.path.join(blocker, "x"), "w") as f:
+        f.write("in the way")
+    out = zarr.create_array(path, shape=(64, 64), chunks=(32, 32), dtype="float32", overwrite=False)
+    with pytest.raises(OSError):
+        dgemm.matmul(A, B, out=out, client=client, block=32)
+    c = zarr.open_array(path, mode="r")
+    meta = c.attrs[COMPLETE_ATTR]
+    assert meta["complete"] is False
+    done = set(BlockMarkers(c, meta["owner"]).done())
+    assert (1, 0) not in done and {(0, 0), (0, 1), (1, 1)} <= done, sorted(done)
+    shutil.rmtree(blocker)
+    c, grew = run_counted(client, lambda: dgemm.matmul(A, B, out=path, client=client, block=32, resume=True))
+    values = c[...]
+    check_product(values, A, B, dtype="float32")
+    check_frames(c, values)
+    assert grew["device_encoded_bytes"] == 32 * 32 * 4 and grew["host_encoded_bytes"] == 0, grew
+
+
+def test_an_s3_output_is_encoded_on_the_device(client, setting, s3, rng):
+    setting("on")
+    A, B = inputs(rng, 50, 30, "float32")
+    url = s3.url("encoding/c.zarr")
+    c, grew = run_counted(client, lambda: dgemm.matmul(A, B, out=url, client=client, block=32, chunks=(16, 8),
+                                                       storage_options=s3.storage_options))
+    values = zarr.open_array(url, mode="r", storage_options=s3.storage_options)[...]
+    check_product(values, A, B, dtype="float32")
+    fs = s3.fs()
+    raw = fs.cat(f"{s3.bucket}/encoding/c.zarr/c/3/3")          # an edge chunk on both axes: rows 48:50, cols 24:30
+    padded = np.zeros((16, 8), np.float32)
+    padded[:2, :6] = values[48:, 24:]
+    np.testing.assert_array_equal(np.frombuffer(numcodecs.Zstd().decode(raw), np.float32).reshape(16, 8), padded)
+    assert grew["device_encoded_bytes"] == encoded_bytes(c) and grew["host_encoded_bytes"] == 0, grew
