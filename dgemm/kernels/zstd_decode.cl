@@ -1,6 +1,8 @@
 // zstd decoding (RFC 8878) from the tables dgemm.opencl.codecs.zstd_frames makes on the host.
 //
-// Three kernels, run in this order on one queue:
+// Kernels, run in this order on one queue:
+//   zstd_huf_trees:   one work-group per Huffman tree description decodes its weights and fills its
+//                     lookup table (the host only finds where each description is);
 //   zstd_huf_streams: one work-item per Huffman literal stream (all streams of all blocks of all
 //                     frames at once, a work-group per block sharing its table in local memory)
 //                     decodes its literals into the literal buffer;
@@ -110,10 +112,352 @@ inline void bits_init(bits_t* b, global const uchar* s, long n) {
 
 inline uint huf_log2(uint v) { return 31 - clz(v); }
 
+// ---- Huffman tree descriptions (RFC 8878 4.2.1), decoded as zstd_entropy.py's huffman_tree decodes them ----
+// The host finds each description (its first byte and its size, from that byte alone); zstd_huf_trees
+// decodes the weights and builds the lookup table here, with the same arithmetic as the Python (which
+// follows libzstd's, over-reads included), so that the same descriptions are taken and refused.
+
+#ifndef ZSTD_TREE_LANES
+#define ZSTD_TREE_LANES 4  // work-items per tree in zstd_huf_trees: lane 0 decodes the weights, all fill the table
+#endif
+
+#define HUF_SLOT 4096      // lookup-table entries per tree (2**12, libzstd's largest Huffman table log)
+#define HUF_DESC_MAX 128   // a description's largest size: a header byte and 127 bytes of FSE-coded weights
+#define HUF_DESC_PAD 144   // the private copy: the description, then zeros (the Python's short reads)
+#define TREE_COLUMNS 3     // tree rows: first byte in src, size, block row (the host's)
+#define TREE_INFO 4        // per tree out: table log (0: refused), error code, its detail, weights
+
+// Error codes of zstd_huf_trees (zstd_decode.py's TREE_ERRORS has their messages).
+#define T_PAST 1           // an FSE table description runs past its bytes
+#define T_FSE_LOG 2        // an FSE table log over 15 (detail: the log)
+#define T_SUM 3            // counts that do not add up to the table size
+#define T_SYMBOLS 4        // symbols past 255
+#define T_WEIGHTS_LOG 5    // the weights' FSE table log over 6 (detail: the log)
+#define T_EMPTY 6          // no bitstream after the FSE table description
+#define T_NO_MARK 7        // the bitstream's last byte is 0
+#define T_MANY 8           // more than 255 weights
+#define T_WEIGHT 9         // a weight over 12
+#define T_ZERO 10          // all weights 0
+#define T_DEPTH 11         // a tree deeper than 12 (detail: the depth)
+#define T_POW2 12          // the implied last weight is not a power of 2
+#define T_ONES 13          // an odd number (or fewer than 2) of weight-1 symbols
+
+// Byte i of the description's copy; 0 past the copy (only the Python's short reads reach there).
+inline uint desc_byte(const uchar* d, int i) { return (i >= 0 && i < HUF_DESC_PAD) ? d[i] : 0; }
+
+inline uint desc_le32(const uchar* d, int i) {
+    return desc_byte(d, i) | desc_byte(d, i + 1) << 8 | desc_byte(d, i + 2) << 16 | desc_byte(d, i + 3) << 24;
+}
+
+inline ulong desc_le64(const uchar* d, int i) {
+    return (ulong)desc_le32(d, i) | (ulong)desc_le32(d, i + 4) << 32;
+}
+
+inline int tree_trailing_ones(uint v) {
+    uint x = ~v | 0x80000000u;
+    return popcount((x & (0u - x)) - 1u);
+}
+
+inline uint shr32(uint v, int n) { return n < 32 ? v >> n : 0u; }
+
+// read_ncount: an FSE table description at d[at, at + size0) (symbols up to 255), the bytes after it zeros.
+// Returns 0 or an error code; counts[0, *nsym) are the normalized counts.
+int tree_ncount(const uchar* d, int at, int size0, short* counts, int* plog, int* pused, int* pnsym,
+                int* detail) {
+    // fewer than 8 bytes: libzstd reads a zero-padded copy of 8, as the zeros after the copy here are
+    const int size = size0 < 8 ? 8 : size0;
+    const int last = size - 4;
+    int ip = 0;
+    uint stream = desc_le32(d, at);
+    int nbits = (int)(stream & 0xF) + 5;
+    if (nbits > 15) { *detail = nbits; return T_FSE_LOG; }
+    const int log = nbits;
+    stream >>= 4;
+    int bitcount = 4;
+    int remaining = (1 << nbits) + 1;
+    int threshold = 1 << nbits;
+    nbits += 1;
+    for (int s = 0; s < 256; s++) counts[s] = 0;
+    int symbol = 0;
+    bool previous0 = false;
+    while (true) {
+        if (previous0) {
+            int repeats = tree_trailing_ones(stream) >> 1;
+            while (repeats >= 12) {
+                symbol += 36;
+                if (ip <= size - 7) {
+                    ip += 3;
+                } else {
+                    bitcount = (bitcount - 8 * (size - 7 - ip)) & 31;
+                    ip = last;
+                }
+                stream = shr32(desc_le32(d, at + ip), bitcount);
+                repeats = tree_trailing_ones(stream) >> 1;
+            }
+            symbol += 3 * repeats;
+            stream >>= 2 * repeats;
+            bitcount += 2 * repeats;
+            symbol += stream & 3;
+            bitcount += 2;
+            if (symbol >= 256) break;
+            if (ip <= size - 7 || ip + (bitcount >> 3) <= last) {
+                ip += bitcount >> 3;
+                bitcount &= 7;
+            } else {
+                bitcount = (bitcount - 8 * (last - ip)) & 31;
+                ip = last;
+            }
+            stream = shr32(desc_le32(d, at + ip), bitcount);
+        }
+        int top = (2 * threshold - 1) - remaining;
+        int count;
+        if ((int)(stream & (uint)(threshold - 1)) < top) {
+            count = (int)(stream & (uint)(threshold - 1));
+            bitcount += nbits - 1;
+        } else {
+            count = (int)(stream & (uint)(2 * threshold - 1));
+            if (count >= threshold) count -= top;
+            bitcount += nbits;
+        }
+        count -= 1;
+        remaining -= count >= 0 ? count : 1;
+        counts[symbol] = (short)count;          // symbol < 256: checked before every count
+        symbol += 1;
+        previous0 = count == 0;
+        if (remaining < threshold) {
+            if (remaining <= 1) break;
+            nbits = (31 - clz((uint)remaining)) + 1;
+            threshold = 1 << (nbits - 1);
+        }
+        if (symbol >= 256) break;
+        if (ip <= size - 7 || ip + (bitcount >> 3) <= last) {
+            ip += bitcount >> 3;
+            bitcount &= 7;
+        } else {
+            bitcount = (bitcount - 8 * (last - ip)) & 31;
+            ip = last;
+        }
+        stream = shr32(desc_le32(d, at + ip), bitcount);
+    }
+    if (remaining != 1) return T_SUM;
+    if (symbol > 256) { *detail = 255; return T_SYMBOLS; }
+    if (bitcount > 32) return T_PAST;
+    const int used = ip + ((bitcount + 7) >> 3);
+    if (size0 < 8 && used > size0) return T_PAST;
+    *plog = log;
+    *pused = used;
+    *pnsym = symbol;
+    return 0;
+}
+
+// libzstd's backward bit container over the weights' bitstream (data index i is d[at + i], zeros past n).
+typedef struct {
+    const uchar* d;
+    int at, ptr, consumed;
+    ulong cont;
+} wbits_t;
+
+inline int wbits_reload(wbits_t* b) {
+    if (b->consumed > 64) return 3;
+    if (b->ptr >= 8) {
+        b->ptr -= b->consumed >> 3;
+        b->consumed &= 7;
+        b->cont = desc_le64(b->d, b->at + b->ptr);
+        return 0;
+    }
+    if (b->ptr == 0) return b->consumed < 64 ? 1 : 2;
+    int k = b->consumed >> 3, r = 0;
+    if (b->ptr - k < 0) {
+        k = b->ptr;
+        r = 1;
+    }
+    b->ptr -= k;
+    b->consumed -= k * 8;
+    b->cont = desc_le64(b->d, b->at + b->ptr);
+    return r;
+}
+
+inline uint wbits_read(wbits_t* b, int k) {
+    uint v = (uint)((b->cont >> ((64 - b->consumed - k) & 63)) & ((1UL << k) - 1));
+    b->consumed += k;
+    return v;
+}
+
+// One symbol of the weights' FSE stream from state *s (the next state back in *s).
+inline uchar wbits_symbol(wbits_t* b, int* s, bool fast, const uchar* cells, const uchar* nb, const short* base) {
+    int k = nb[*s];
+    ulong v;
+    if (fast) v = (b->cont << (b->consumed & 63)) >> ((64 - k) & 63);
+    else v = (b->cont >> ((64 - b->consumed - k) & 63)) & ((1UL << k) - 1);
+    b->consumed += k;
+    uchar sym = cells[*s];
+    *s = base[*s] + (int)v;
+    return sym;
+}
+
+// _fse_weights: the weights of a description whose FSE part is d[1, 1 + head). Returns 0 or an error code.
+int tree_fse_weights(const uchar* d, int head, uchar* w, int* pn, int* detail) {
+    short counts[256];
+    int log, used, nsym;
+    int code = tree_ncount(d, 1, head, counts, &log, &used, &nsym, detail);
+    if (code) return code;
+    if (log > 6) { *detail = log; return T_WEIGHTS_LOG; }
+    // small_cells: the symbols spread over 2**log cells, each cell's bit count and next-state base
+    uchar cells[64], nb[64];
+    short base[64];
+    const int size = 1 << log, mask = size - 1;
+    bool fast = true;
+    int high = size - 1;
+    for (int s = 0; s < nsym; s++) {
+        if (counts[s] >= (1 << (log - 1))) fast = false;
+        if (counts[s] == -1 && high >= 0) cells[high--] = (uchar)s;
+    }
+    const int step = (size >> 1) + (size >> 3) + 3;
+    int p = 0;
+    for (int s = 0; s < nsym; s++) {
+        for (int c = 0; c < counts[s]; c++) {
+            cells[p] = (uchar)s;
+            p = (p + step) & mask;
+            while (p > high) p = (p + step) & mask;
+        }
+    }
+    for (int s = 0; s < nsym; s++) if (counts[s] == -1) counts[s] = 1;     // each symbol's next state number
+    for (int u = 0; u < size; u++) {
+        int s = cells[u];
+        int st = counts[s]++;
+        int k = log - (31 - clz((uint)st));
+        nb[u] = (uchar)k;
+        base[u] = (short)((st << k) - size);
+    }
+    const int n = head - used;          // the bitstream: d[1 + used, 1 + head)
+    if (n < 1) return T_EMPTY;
+    const uint lastb = d[head];
+    if (lastb == 0) return T_NO_MARK;
+    wbits_t b;
+    b.d = d;
+    b.at = 1 + used;
+    const int mark = 31 - clz(lastb);
+    if (n >= 8) {
+        b.ptr = n - 8;
+        b.consumed = 8 - mark;
+    } else {
+        b.ptr = 0;
+        b.consumed = 8 - mark + (8 - n) * 8;
+    }
+    b.cont = desc_le64(d, b.at + b.ptr);
+    int s1 = (int)wbits_read(&b, log);
+    wbits_reload(&b);
+    int s2 = (int)wbits_read(&b, log);
+    wbits_reload(&b);
+    int nw = 0;
+    // 4 symbols per reload while the reload finds whole bytes (libzstd's loop, 64-bit build)
+    while (wbits_reload(&b) == 0 && nw < 252) {
+        w[nw++] = wbits_symbol(&b, &s1, fast, cells, nb, base);
+        w[nw++] = wbits_symbol(&b, &s2, fast, cells, nb, base);
+        w[nw++] = wbits_symbol(&b, &s1, fast, cells, nb, base);
+        w[nw++] = wbits_symbol(&b, &s2, fast, cells, nb, base);
+    }
+    while (true) {
+        if (nw > 253) return T_MANY;
+        w[nw++] = wbits_symbol(&b, &s1, fast, cells, nb, base);
+        if (wbits_reload(&b) == 3) {
+            w[nw++] = wbits_symbol(&b, &s2, fast, cells, nb, base);
+            break;
+        }
+        if (nw > 253) return T_MANY;
+        w[nw++] = wbits_symbol(&b, &s2, fast, cells, nb, base);
+        if (wbits_reload(&b) == 3) {
+            w[nw++] = wbits_symbol(&b, &s1, fast, cells, nb, base);
+            break;
+        }
+    }
+    *pn = nw;
+    return 0;
+}
+
+// One work-group per tree description (trees: rows of TREE_COLUMNS): lane 0 decodes the weights and the
+// table's runs, then the lanes fill the table's 2**log entries (symbol | code length << 8) in the tree's
+// HUF_SLOT-entry slot of huf; info gets (log, 0, 0, weights) or (0, error code, detail, 0).
+kernel __attribute__((reqd_work_group_size(ZSTD_TREE_LANES, 1, 1)))
+void zstd_huf_trees(global const uchar* src, global const long* trees, global ushort* huf, global int* info) {
+    local ushort run_start[257], run_entry[257];
+    local int shared[2];          // table log (0: refused), runs
+    const int lane = get_local_id(0);
+    const long t = get_group_id(0);
+    if (lane == 0) {
+        uchar d[HUF_DESC_PAD];
+        uchar w[256];
+        const long at = trees[t * TREE_COLUMNS];
+        const int len = (int)min(trees[t * TREE_COLUMNS + 1], (long)HUF_DESC_MAX);   // the host's bound
+        for (int i = 0; i < HUF_DESC_PAD; i++) d[i] = i < len ? src[at + i] : 0;
+        int code = 0, detail = 0, n = 0, log = 0, runs = 0;
+        const uint head = d[0];
+        if (head >= 128) {                  // direct weights: 4 bits each
+            n = head - 127;
+            for (int i = 0; i < n; i++) w[i] = (i & 1) ? d[1 + i / 2] & 15 : d[1 + i / 2] >> 4;
+        } else {
+            code = tree_fse_weights(d, head, w, &n, &detail);
+        }
+        int total = 0;
+        for (int i = 0; i < n && !code; i++) {
+            if (w[i] > 12) { code = T_WEIGHT; detail = 12; }
+            else total += (1 << w[i]) >> 1;
+        }
+        if (!code && total == 0) code = T_ZERO;
+        if (!code) {
+            log = (31 - clz((uint)total)) + 1;
+            if (log > 12) { code = T_DEPTH; detail = log; }
+        }
+        if (!code) {
+            const int rest = (1 << log) - total;
+            if (rest & (rest - 1)) code = T_POW2;
+            else w[n++] = (uchar)((31 - clz((uint)rest)) + 1);     // the implied last weight (n <= 255 before)
+        }
+        if (!code) {
+            int ones = 0;
+            for (int i = 0; i < n; i++) ones += w[i] == 1;
+            if (ones < 2 || (ones & 1)) code = T_ONES;
+        }
+        if (!code) {                        // runs sorted by weight, then symbol; 2**(weight-1) entries each
+            int pos = 0;
+            for (int wt = 1; wt <= 12; wt++) {
+                for (int s = 0; s < n; s++) {
+                    if (w[s] != wt) continue;
+                    run_start[runs] = (ushort)pos;
+                    run_entry[runs] = (ushort)(s | (log + 1 - wt) << 8);
+                    runs++;
+                    pos += 1 << (wt - 1);
+                }
+            }
+        }
+        if (code) log = 0;
+        shared[0] = log;
+        shared[1] = runs;
+        global int* out = info + t * TREE_INFO;
+        out[0] = log;
+        out[1] = code;
+        out[2] = detail;
+        out[3] = code ? 0 : n;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int log = shared[0], runs = shared[1];
+    if (log == 0) return;
+    global ushort* table = huf + t * HUF_SLOT;
+    for (int e = lane; e < (1 << log); e += ZSTD_TREE_LANES) {    // log <= 12: within the slot
+        int lo = 0, hi = runs - 1;          // the last run starting at or before e
+        while (lo < hi) {
+            int mid = (lo + hi + 1) >> 1;
+            if (run_start[mid] <= e) lo = mid;
+            else hi = mid - 1;
+        }
+        table[e] = run_entry[lo];
+    }
+}
+
 // One Huffman stream's literals; the lookup table is in local memory (its latency is each symbol's).
-int huf_stream(global const uchar* src, global const long* row, local const ushort* table, global uchar* lit) {
+int huf_stream(global const uchar* src, global const long* row, int log, local const ushort* table,
+               global uchar* lit) {
     long n = row[1], dlen = row[3];
-    int log = (int)row[5];
     global uchar* out = lit + row[2];
     bits_t b;
     bits_init(&b, src + row[0], n);
@@ -128,19 +472,22 @@ int huf_stream(global const uchar* src, global const long* row, local const usho
 }
 
 // One work-group per block with Huffman literals (groups: its first stream row, its stream count): the
-// group loads the block's table into local memory, then one work-item per stream (1 or 4) decodes.
+// group loads the block's table (the slot zstd_huf_trees filled for the tree the stream row names) into
+// local memory, then one work-item per stream (1 or 4) decodes.  A refused tree (log 0) decodes nothing:
+// its error is the block's.
 kernel __attribute__((reqd_work_group_size(ZSTD_HUF_LANES, 1, 1)))
 void zstd_huf_streams(global const uchar* src, global const long* streams, global const long* groups,
-                      global const ushort* huf, global uchar* lit, global int* err) {
-    local ushort table[4096];
+                      global const ushort* huf, global const int* trees, global uchar* lit, global int* err) {
+    local ushort table[HUF_SLOT];
     const int lane = get_local_id(0);
     const long first = groups[2 * get_group_id(0)], count = groups[2 * get_group_id(0) + 1];
     global const long* row = streams + (first + min((long)lane, count - 1)) * STREAM_COLUMNS;
-    global const ushort* t = huf + row[4];
-    const int size = 1 << (int)row[5];
+    global const ushort* t = huf + row[4] * HUF_SLOT;
+    const int log = trees[row[4] * TREE_INFO];
+    const int size = log > 0 ? 1 << log : 0;
     for (int k = lane; k < size; k += ZSTD_HUF_LANES) table[k] = t[k];
     barrier(CLK_LOCAL_MEM_FENCE);
-    if (lane < count) err[first + lane] = huf_stream(src, row, table, lit);
+    if (lane < count) err[first + lane] = log > 0 ? huf_stream(src, row, log, table, lit) : 0;
 }
 
 kernel void zstd_sequences(global const uchar* src, global const long* blocks, global const long* which,

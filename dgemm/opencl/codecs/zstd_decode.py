@@ -1,10 +1,15 @@
 """zstd frames (numcodecs' and zarr's ``Zstd``, Zarr's default compressor) decoded on the device.
 
-The host reads each frame's headers and entropy descriptions
+The host reads each frame's headers and sequence table descriptions
 (:mod:`.zstd_frames`, a few bytes per block, with the decode tables from
-:mod:`.zstd_entropy`) and uploads the frames with compact tables; three kernels
-of ``dgemm/kernels/zstd_decode.cl`` do the rest:
+:mod:`.zstd_entropy`) and finds its Huffman tree descriptions, and uploads the
+frames with compact tables; kernels of ``dgemm/kernels/zstd_decode.cl`` do the rest:
 
+0. ``zstd_huf_trees``: every Huffman tree description, one work-group each
+   (its first lane decodes the weights, with :func:`.zstd_entropy.huffman_tree`'s
+   arithmetic, its lanes fill the lookup table) into a slot of 4096 entries
+   per tree; a refused description's error code becomes the message the host
+   would have given (:data:`TREE_ERRORS`);
 1. ``zstd_huf_streams``: every Huffman literal stream of every block of every
    frame at once, one work-item each, into a literal buffer (a work-group per
    block holds the block's lookup table in local memory: a symbol's time is
@@ -71,6 +76,24 @@ EXECUTE_ERRORS = {
     18: "the frame decodes to {d} bytes, not its content size",
     19: "the checksum of the decoded content does not match the frame's",
 }
+# zstd_huf_trees' codes: zstd_entropy.huffman_tree's Corrupt messages ({d}: the kernel's detail)
+TREE_ERRORS = {
+    1: "an FSE table description runs past its bytes",
+    2: "an FSE table log of {d}, over 15",
+    3: "an FSE table description whose counts do not add up to its table size",
+    4: "an FSE table description with symbols past {d}",
+    5: "Huffman weights' FSE table log {d}, over 6",
+    6: "an empty bitstream",
+    7: "a bitstream whose last byte is 0 (no end mark)",
+    8: "more than 255 Huffman weights",
+    9: "a Huffman weight over {d}",
+    10: "Huffman weights all 0",
+    11: "a Huffman tree of depth {d}, over 12",
+    12: "Huffman weights whose implied last weight is not a power of 2",
+    13: "a Huffman tree with an odd number (or fewer than 2) of longest codes",
+}
+HUF_SLOT = 4096     # lookup-table entries per tree (zstd_decode.cl's HUF_SLOT)
+TREE_INFO = 4       # zstd_huf_trees' output per tree: log (0: refused), error code, detail, weights
 # the messages of bitstreams libzstd 1.5.4 may take (see the module's notes; its 4-stream Huffman fast path
 # also takes a stream whose last byte, which holds the end mark, is 0)
 STRICT = ("runs out of bits", "has bits left", "no end mark")
@@ -115,10 +138,12 @@ class _Built:
         from dgemm.opencl import sources
 
         self.huf_lanes = 4 if lanes < 32 else 32
+        self.tree_lanes = self.huf_lanes
         with device.failing(f"building zstd_decode.cl (ZSTD_LANES={lanes})"):
             self.program = cl.Program(device.context, sources.codec_source("zstd_decode.cl")).build(
-                options=[f"-DZSTD_LANES={lanes}", f"-DZSTD_HUF_LANES={self.huf_lanes}", "-I",
-                         str(sources.kernel_dir())])
+                options=[f"-DZSTD_LANES={lanes}", f"-DZSTD_HUF_LANES={self.huf_lanes}",
+                         f"-DZSTD_TREE_LANES={self.tree_lanes}", "-I", str(sources.kernel_dir())])
+        self.trees = cl.Kernel(self.program, "zstd_huf_trees")
         self.streams = cl.Kernel(self.program, "zstd_huf_streams")
         self.sequences = cl.Kernel(self.program, "zstd_sequences")
         self.execute = cl.Kernel(self.program, "zstd_execute")
@@ -143,8 +168,8 @@ class Batch:
         fse_parts = [t for t, _ in defaults]
         default_at = np.cumsum([0] + [len(t) for t in fse_parts])[:3]
         fse_base = int(sum(len(t) for t in fse_parts))
-        src_base = huf_base = lit_base = seq_base = block_base = 0
-        blocks, streams, huf, frows, srcs = [], [], [], [], []
+        src_base = tree_base = lit_base = seq_base = block_base = 0
+        blocks, streams, trees, frows, srcs = [], [], [], [], []
         for i, (p, fr, o) in enumerate(zip(plans, frames, offsets)):
             b = p.blocks.copy()
             b[:, zf.B_FRAME] = i
@@ -158,23 +183,26 @@ class Batch:
             s = p.streams.copy()
             s[:, zf.S_SRC] += src_base
             s[:, zf.S_DST] += lit_base
-            s[:, zf.S_TABLE] += huf_base
+            s[:, zf.S_TABLE] += tree_base
             s[:, zf.S_BLOCK] += block_base
+            t = p.trees.copy()
+            t[:, zf.T_SRC] += src_base
+            t[:, zf.T_BLOCK] += block_base
             frows.append((o, p.size, block_base, len(b), p.checksum is not None, p.checksum or 0))
             blocks.append(b)
             streams.append(s)
-            huf.append(p.huf)
+            trees.append(t)
             fse_parts.append(p.fse)
             srcs.append(np.frombuffer(memoryview(fr).cast("B")[:p.csize], np.uint8))
             src_base += p.csize
-            huf_base += len(p.huf)
+            tree_base += len(t)
             fse_base += len(p.fse)
             lit_base += p.literals
             seq_base += p.nseq
             block_base += len(b)
         self.blocks = np.ascontiguousarray(np.concatenate(blocks))
         self.streams = np.ascontiguousarray(np.concatenate(streams))
-        self.huf = np.concatenate(huf) if huf else np.zeros(0, np.uint16)
+        self.trees = np.ascontiguousarray(np.concatenate(trees))
         self.fse = np.ascontiguousarray(np.concatenate(fse_parts).astype(np.uint32))
         self.frames = np.array(frows, np.int64).reshape(-1, zf.FRAME_COLUMNS)
         self.src = np.concatenate(srcs) if srcs else np.zeros(0, np.uint8)
@@ -207,7 +235,7 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
         Work-items per frame in ``zstd_execute``; :func:`default_lanes` by default.
     events : list, optional
         Gets ``(what, event)`` for each upload and kernel (``what``: ``upload``,
-        ``huffman``, ``sequences``, ``copy``, ``execute``), for their profiling times.
+        ``trees``, ``huffman``, ``sequences``, ``copy``, ``execute``), for their profiling times.
 
     Raises
     ------
@@ -249,6 +277,8 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
         return buf
 
     nstreams, nseqblocks, nframes = len(batch.streams), len(batch.with_seqs), len(plans)
+    ntrees = len(batch.trees)
+    tree_info = np.zeros((max(ntrees, 1), TREE_INFO), np.int32)
     stream_err = np.zeros(max(nstreams, 1), np.int32)
     seq_err = np.zeros(max(nseqblocks, 1), np.int32)
     exec_err = np.zeros((nframes, 3), np.int64)
@@ -263,14 +293,20 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
             err_e = buffer(exec_err, "zstd errors", upload=False)
             launched = []
             with prog.lock:
-                if nstreams:
+                if nstreams:      # streams name trees: a block with Huffman literals has one or repeats one
+                    trees = buffer(batch.trees, "zstd Huffman tree descriptions")
+                    huf = device.buffer(ntrees * HUF_SLOT * 2, "zstd Huffman tables")
+                    buffers.append(huf)
+                    info = buffer(tree_info, "zstd Huffman tree logs and errors", upload=False)
+                    tl = prog.tree_lanes
+                    launched.append(("trees", prog.trees(queue, (ntrees * tl,), (tl,), src, trees, huf, info)))
                     streams = buffer(batch.streams, "zstd literal streams")
-                    huf = buffer(batch.huf, "zstd Huffman tables")
                     err_s = buffer(stream_err, "zstd stream errors", upload=False)
                     groups = buffer(batch.huf_groups, "zstd Huffman blocks")
                     hl = prog.huf_lanes
                     launched.append(("huffman", prog.streams(
-                        queue, (len(batch.huf_groups) * hl,), (hl,), src, streams, groups, huf, lit, err_s)))
+                        queue, (len(batch.huf_groups) * hl,), (hl,), src, streams, groups, huf, info, lit,
+                        err_s)))
                 if nseqblocks:
                     which = buffer(batch.with_seqs, "zstd blocks with sequences")
                     fse = buffer(batch.fse, "zstd FSE tables")
@@ -287,6 +323,7 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
             if events is not None:
                 events.extend(launched)
             if nstreams:
+                cl.enqueue_copy(queue, tree_info, info, is_blocking=False)
                 cl.enqueue_copy(queue, stream_err, err_s, is_blocking=False)
             if nseqblocks:
                 cl.enqueue_copy(queue, seq_err, err_q, is_blocking=False)
@@ -295,7 +332,7 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
     finally:
         for buf in buffers:
             buf.release()
-    _raise_first(plans, batch, stream_err[:nstreams], seq_err[:nseqblocks], exec_err)
+    _raise_first(plans, batch, tree_info[:ntrees], stream_err[:nstreams], seq_err[:nseqblocks], exec_err)
     return [p.size for p in plans]
 
 
@@ -303,20 +340,89 @@ def _round(n: int, m: int) -> int:
     return -(-n // m) * m
 
 
-def _raise_first(plans, batch, stream_err, seq_err, exec_err) -> None:
-    """The error of the earliest block of the first frame that has one, as a message."""
-    found = []      # (frame, block or large for the frame's end, message)
+def tree_error(code: int, detail: int) -> str:
+    """The text of a ``zstd_huf_trees`` error code (zstd_entropy.huffman_tree's message)."""
+    return TREE_ERRORS.get(code, "error {d}").format(d=detail)
+
+
+def _raise_first(plans, batch, tree_info, stream_err, seq_err, exec_err) -> None:
+    """The error of the earliest block of the first frame that has one, as a message.
+
+    A block's tree comes before its streams (they read it), so its error wins.
+    """
+    found = []      # (frame, block or large for the frame's end, tree first, message)
+    for k in np.nonzero(tree_info[:, 1])[0]:
+        row = batch.blocks[batch.trees[k, zf.T_BLOCK]]
+        text = tree_error(int(tree_info[k, 1]), int(tree_info[k, 2]))
+        found.append((int(row[zf.B_FRAME]), int(row[zf.B_INDEX]), 0, f"its Huffman tree: {text}"))
     for k in np.nonzero(stream_err)[0]:
         row = batch.blocks[batch.streams[k, zf.S_BLOCK]]
-        found.append((int(row[zf.B_FRAME]), int(row[zf.B_INDEX]), STREAM_ERRORS.get(int(stream_err[k]), "?")))
+        found.append((int(row[zf.B_FRAME]), int(row[zf.B_INDEX]), 1, STREAM_ERRORS.get(int(stream_err[k]), "?")))
     for k in np.nonzero(seq_err)[0]:
         row = batch.blocks[batch.with_seqs[k]]
-        found.append((int(row[zf.B_FRAME]), int(row[zf.B_INDEX]), SEQUENCE_ERRORS.get(int(seq_err[k]), "?")))
+        found.append((int(row[zf.B_FRAME]), int(row[zf.B_INDEX]), 1,
+                      SEQUENCE_ERRORS.get(int(seq_err[k]), "?")))
     for f in np.nonzero(exec_err[:, 0])[0]:
         code, block, detail = (int(x) for x in exec_err[f])
         text = EXECUTE_ERRORS.get(code, "error {d}").format(d=detail)
-        found.append((int(f), block if block >= 0 else 1 << 40, text))
+        found.append((int(f), block if block >= 0 else 1 << 40, 1, text))
     if found:
-        f, block, text = min(found, key=lambda x: (x[0], x[1]))
+        f, block, _, text = min(found, key=lambda x: x[:3])
         where = f"block {block}: " if block < 1 << 40 else ""
         raise ZstdFrameError(f"zstd frame {plans[f].name}: {where}{text}")
+
+
+def huffman_tables(device, descriptions, lanes: int | None = None):
+    """Decode Huffman tree descriptions with ``zstd_huf_trees`` alone (what the frame decoder runs first).
+
+    Parameters
+    ----------
+    device : dgemm.opencl.device.Device
+        Where to decode.
+    descriptions : sequence of bytes
+        Each a whole description (its first byte and :func:`.zstd_entropy.tree_size` bytes in all).
+    lanes : int, optional
+        As :func:`decode_zstd`'s (it picks the kernel's work-group size).
+
+    Returns
+    -------
+    list
+        Per description, ``(table, log)`` with the ``2**log`` uint16 entries, or the error text
+        (:func:`.zstd_entropy.huffman_tree`'s ``Corrupt`` message) where it is refused.
+    """
+    import pyopencl as cl
+
+    from dgemm.opencl.codecs import zstd_entropy as ent
+
+    descriptions = [bytes(d) for d in descriptions]
+    if not descriptions:
+        return []
+    for d in descriptions:
+        if not d or len(d) != ent.tree_size(d[0]):
+            raise ValueError("each description must be its first byte and tree_size(first byte) bytes")
+    prog = program(device, lanes or default_lanes(device))
+    sizes = np.array([len(d) for d in descriptions], np.int64)
+    rows = np.zeros((len(descriptions), zf.TREE_COLUMNS), np.int64)
+    rows[:, zf.T_SRC] = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    rows[:, zf.T_LEN] = sizes
+    src = np.frombuffer(b"".join(descriptions), np.uint8)
+    tables = np.zeros((len(descriptions), HUF_SLOT), np.uint16)
+    info = np.zeros((len(descriptions), TREE_INFO), np.int32)
+    q = device.queue
+    bufs = [device.buffer(src.nbytes, "tree descriptions"), device.buffer(rows.nbytes, "tree rows"),
+            device.buffer(tables.nbytes, "Huffman tables"), device.buffer(info.nbytes, "tree logs")]
+    try:
+        cl.enqueue_copy(q, bufs[0], src)
+        cl.enqueue_copy(q, bufs[1], rows)
+        cl.enqueue_fill_buffer(q, bufs[2], np.uint16(0xFFFF), 0, tables.nbytes)
+        with prog.lock:
+            tl = prog.tree_lanes
+            prog.trees(q, (len(descriptions) * tl,), (tl,), *bufs)
+        cl.enqueue_copy(q, tables, bufs[2])
+        cl.enqueue_copy(q, info, bufs[3])
+        q.finish()
+    finally:
+        for b in bufs:
+            b.release()
+    return [(tables[k], int(log)) if not code else tree_error(int(code), int(detail))
+            for k, (log, code, detail, _) in enumerate(info)]

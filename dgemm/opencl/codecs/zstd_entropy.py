@@ -328,6 +328,11 @@ def _fse_weights(buf, pos: int, size: int) -> list:
     return out
 
 
+def tree_size(head: int) -> int:
+    """The size of a Huffman tree description whose first byte is ``head`` (RFC 8878 4.2.1)."""
+    return (head - 127 + 1) // 2 + 1 if head >= 128 else head + 1
+
+
 def huffman_tree(buf, pos: int, end: int):
     """Read a Huffman tree description at ``buf[pos:end]``; returns (lookup table, table log, bytes used).
 

@@ -2,13 +2,17 @@
 
 One frame per chunk, as numcodecs and zarr write them: magic, frame header
 with the content size, blocks (raw, RLE or compressed), an optional checksum.
-For each frame :func:`plan` reads every header and entropy description (a few
-bytes per block; :mod:`.zstd_entropy` builds the decode tables) and checks every
+For each frame :func:`plan` reads every header and sequence table description (a
+few bytes per block; :mod:`.zstd_entropy` builds the decode tables) and checks every
 length and offset against the frame, and makes rows:
 
+* one per Huffman tree description (``TREE_COLUMNS``): where it is and its size,
+  both told by its first byte; the kernel ``zstd_huf_trees`` decodes its weights
+  and builds its lookup table, with :func:`.zstd_entropy.huffman_tree`'s arithmetic
+  (decoding them here was most of the host's time: a tree every block or few);
 * one per Huffman literal stream (``STREAM_COLUMNS``): where its bytes are, where
-  its literals go in the literal buffer, which lookup table and how its last
-  symbol is checked;
+  its literals go in the literal buffer, and which tree it reads (a treeless block's
+  streams name the frame's previous tree);
 * one per block (``BLOCK_COLUMNS``): its type, where its literals and its
   sequence bitstream are, its sequence count and FSE tables.
 
@@ -58,9 +62,13 @@ SEQ_FRAME = 3          # a sequence buffer row: literal length, match length | t
 (B_TYPE, B_FRAME, B_SRC, B_SIZE, B_LITKIND, B_LITOFF, B_LITLEN, B_LIMIT, B_NSEQ, B_SEQ, B_SSRC, B_SLEN,
  B_LL, B_OF, B_ML, B_LOGS, B_INDEX, B_PRE) = range(18)
 BLOCK_COLUMNS = 18
-# stream rows
+# stream rows (S_TABLE: the tree row; S_LOG: unused, the kernel reads the tree's log; S_X2: whether
+# libzstd takes its two-symbol decoder for these streams)
 S_SRC, S_LEN, S_DST, S_DLEN, S_TABLE, S_LOG, S_X2, S_BLOCK = range(8)
 STREAM_COLUMNS = 8
+# tree rows: the description's first byte, its size, its block's row (kernels read the first two)
+T_SRC, T_LEN, T_BLOCK = range(3)
+TREE_COLUMNS = 3
 # frame rows
 F_OUT, F_SIZE, F_FIRST, F_NBLOCKS, F_CHECK, F_HASH = range(6)
 FRAME_COLUMNS = 6
@@ -98,8 +106,8 @@ def defaults():
 class FramePlan:
     """One frame's rows, offsets relative to the frame, its literal buffer and its tables.
 
-    ``blocks`` and ``streams``: int64 rows (``BLOCK_COLUMNS``, ``STREAM_COLUMNS``);
-    ``huf``: uint16 Huffman lookup tables back to back; ``fse``: uint32 pairs of
+    ``blocks``, ``streams`` and ``trees``: int64 rows (``BLOCK_COLUMNS``, ``STREAM_COLUMNS``,
+    ``TREE_COLUMNS``), the Huffman tree descriptions decoded on the device; ``fse``: uint32 pairs of
     sequence tables back to back (``B_LL``... below 0 name the predefined ones);
     ``literals``: bytes of Huffman output; ``nseq``: sequences in all.
     """
@@ -110,7 +118,7 @@ class FramePlan:
     checksum: int | None
     blocks: np.ndarray
     streams: np.ndarray
-    huf: np.ndarray
+    trees: np.ndarray
     fse: np.ndarray
     literals: int
     nseq: int
@@ -169,19 +177,31 @@ class _Frame:
 
     def __init__(self, data, name):
         self.data, self.name = data, name
-        self.blocks, self.streams, self.huf, self.fse = [], [], [], []
-        self.huf_at = self.fse_at = self.literals = self.nseq = 0
-        self.huf_table = None          # (offset, log, two-symbol lookahead or 0) of the last tree
+        self.blocks, self.streams, self.trees, self.fse = [], [], [], []
+        self.tree_blocks = []          # each tree's block number, for the host's messages
+        self.fse_at = self.literals = self.nseq = 0
+        self.huf_table = None          # the last tree's row
         self.seq_tables = None         # ((offset, log) of LL, OF, ML) of the last block with sequences
 
     def bad(self, block, what):
         return ZstdFrameError(f"zstd frame {self.name}: block {block}: {what}")
 
-    def add_huf(self, table, log):
-        at = self.huf_at
-        self.huf.append(table)
-        self.huf_at += len(table)
-        return at
+    def add_tree(self, at, size, index):
+        self.trees.append((at, size, len(self.blocks)))
+        self.tree_blocks.append(index)
+        return len(self.trees) - 1
+
+    def check_trees(self):
+        """Decode the trees on the host (a frame found corrupt after them): the first refused one raises.
+
+        The device would have refused it in an earlier block (or earlier in the same
+        block) than what the host found, which libzstd, reading in order, also does.
+        """
+        for (at, size, _), index in zip(self.trees, self.tree_blocks):
+            try:
+                ent.huffman_tree(self.data, at, at + size)
+            except ent.Corrupt as e:
+                raise self.bad(index, f"its Huffman tree: {e}") from None
 
     def add_fse(self, table):
         at = self.fse_at
@@ -208,9 +228,17 @@ def plan(frame, name: str = "frame") -> FramePlan:
         A frame left to the host (see the module's notes).
     """
     data = memoryview(frame).cast("B")
-    n = len(data)
     hsize, size, checksum = header(data, name)
     f = _Frame(data, name)
+    try:
+        return _blocks(f, data, hsize, size, checksum)
+    except (ZstdFrameError, ZstdUnsupported):
+        f.check_trees()
+        raise
+
+
+def _blocks(f: _Frame, data, hsize: int, size: int, checksum: bool) -> FramePlan:
+    n, name = len(data), f.name
     pos, index = hsize, 0
     while True:
         if n - pos < 3:
@@ -249,7 +277,7 @@ def plan(frame, name: str = "frame") -> FramePlan:
     empty = np.zeros((0, 2), np.uint32)
     return FramePlan(name, size, n, expected, blocks,
                      np.array(f.streams, np.int64).reshape(-1, STREAM_COLUMNS),
-                     np.concatenate(f.huf) if f.huf else np.zeros(0, np.uint16),
+                     np.array(f.trees, np.int64).reshape(-1, TREE_COLUMNS),
                      np.concatenate(f.fse) if f.fse else empty, f.literals, f.nseq)
 
 
@@ -320,17 +348,19 @@ def _literals(f: _Frame, row, p: int, end: int, index: int) -> int:
     if ltype == 2:
         if not single and clit == 0:
             raise f.bad(index, "Huffman literals of no bytes")
-        x2 = not single and ent.two_symbol_decoder(lit, clit)
-        try:
-            table, log, used = ent.huffman_tree(data, at, stop)
-        except ent.Corrupt as e:
-            raise f.bad(index, f"its Huffman tree: {e}") from None
+        x2 = int(not single and ent.two_symbol_decoder(lit, clit))
+        # huffman_tree's checks of the description's size (the device decodes the rest, or the host does
+        # when the frame is found corrupt after it: _Frame.check_trees)
+        if stop <= at:
+            raise f.bad(index, "its Huffman tree: no room for the Huffman tree description")
+        used = ent.tree_size(data[at])
+        if used > clit:
+            raise f.bad(index, "its Huffman tree: the Huffman weights run past the literals section")
+        f.huf_table = (f.add_tree(at, used, index), x2)
         if used >= clit:
             raise f.bad(index, "no Huffman streams after the tree")
-        lookahead = (ent.X2_LOG if log <= ent.X2_LOG else ent.X2_BIG_LOG) if x2 else 0
-        f.huf_table = (f.add_huf(table, log), log, lookahead)
         at += used
-    toff, tlog, lookahead = f.huf_table
+    tree, x2 = f.huf_table
     base = f.literals
     if single:
         spans = [(at, stop - at, 0, lit)]
@@ -355,7 +385,7 @@ def _literals(f: _Frame, row, p: int, end: int, index: int) -> int:
             raise f.bad(index, f"Huffman stream {k} of no bytes")
         if data[src + length - 1] == 0:
             raise f.bad(index, f"Huffman stream {k} ends in a 0 byte (no end mark)")
-        f.streams.append((src, length, base + dst, dlen, toff, tlog, lookahead, len(f.blocks)))
+        f.streams.append((src, length, base + dst, dlen, tree, 0, x2, len(f.blocks)))
     f.literals += lit
     row[[B_LITKIND, B_LITOFF, B_LITLEN, B_LIMIT]] = LIT_HUF, base, lit, LIMIT_PLACED
     return lh + clit
