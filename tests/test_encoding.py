@@ -127,11 +127,14 @@ def _configure(value, dask_worker=None):
     dask.config.set({"dgemm.device-codecs": value})
 
 
+PATHS = ("storage_write_direct", "storage_write_batched", "storage_write_zarr")
+
+
 def _counters(dask_worker):
     from dgemm.names import WORKER_PLUGIN
 
     snap = dask_worker.plugins[WORKER_PLUGIN].metric(dask_worker)
-    return {k: snap[k] for k in CODEC_COUNTERS}
+    return {k: snap[k] for k in (*CODEC_COUNTERS, *PATHS)}
 
 
 @pytest.fixture
@@ -145,7 +148,7 @@ def run_counted(client, fn):
     before = client.run(_counters)
     result = fn()
     after = client.run(_counters)
-    return result, {k: sum(after[w][k] - before[w][k] for w in after) for k in CODEC_COUNTERS}
+    return result, {k: sum(after[w][k] - before[w][k] for w in after) for k in (*CODEC_COUNTERS, *PATHS)}
 
 
 def inputs(rng, m, n, dtype, k=40):
@@ -243,3 +246,38 @@ def test_an_s3_output_is_encoded_on_the_device(client, setting, s3, rng):
     padded[:2, :6] = values[48:, 24:]
     np.testing.assert_array_equal(np.frombuffer(numcodecs.Zstd().decode(raw), np.float32).reshape(16, 8), padded)
     assert grew["device_encoded_bytes"] == encoded_bytes(c) and grew["host_encoded_bytes"] == 0, grew
+    # one batch of PUTs per block (dgemm.storage.remote.put_many), not zarr's store.set
+    assert grew["storage_write_batched"] == c.nchunks and grew["storage_write_zarr"] == 0, grew
+
+
+def test_an_output_inside_a_group_is_written_under_its_path(client, setting, tmp_path, rng):
+    """The chunk files go under the array's own folder in the group's store (keys relative to the array)."""
+    setting("on")
+    A, B = inputs(rng, 50, 30, "float64")
+    group = zarr.open_group(str(tmp_path / "g.zarr"), mode="w")
+    out = group.create_array("sub/c", shape=(50, 30), chunks=(16, 8), dtype="float64")
+    c, grew = run_counted(client, lambda: dgemm.matmul(A, B, out=out, client=client, block=32))
+    values = zarr.open_array(str(tmp_path / "g.zarr"), path="sub/c", mode="r")[...]
+    check_product(values, A, B, dtype="float64")
+    check_frames(out, values)
+    assert not os.path.exists(tmp_path / "g.zarr" / "c"), "chunks written at the group's root"
+    assert grew["device_encoded_bytes"] == encoded_bytes(out) and grew["storage_write_direct"] == out.nchunks, grew
+
+
+def _device_buffers(dask_worker=None):
+    return dask_worker.plugins["dgemm"].state.device.live_buffers()["buffers"]
+
+
+def test_no_device_buffer_is_left_after_encoded_products(client, setting, tmp_path, rng):
+    """The encoder's scratch and its own buffers go with each block; the engine's go at the run's end."""
+    import time
+
+    setting("on")
+    A, B = inputs(rng, 50, 30, "float32")
+    _, grew = run_counted(client, lambda: dgemm.matmul(A, B, out=str(tmp_path / "c.zarr"), client=client, block=16,
+                                                       chunks=(16, 8)))
+    assert grew["device_encoded_bytes"] > 0, grew
+    deadline = time.monotonic() + 20
+    while (left := sum(client.run(_device_buffers).values())) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert left == 0, f"{left} device buffers left after the run"

@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from dgemm.opencl.device import device_error, is_opencl_error, raise_plain
-from dgemm.storage import ZarrBlock, encoded, hostcache, read_block, store_block
+from dgemm.storage import ZarrBlock, encoded, hostcache, read_block
+from dgemm.storage import store_block as store_values
 from dgemm.worker import decoding, encoding
 
 
@@ -120,7 +121,7 @@ def store(array, rows, cols, block, drop, marker=None, fence=None, originals=Non
     (an :class:`~dgemm.storage.encoded.EncodedBlock`), written as they are.
     """
     if marker is None:
-        _write(array, rows, cols, block, drop)
+        store_block(array, rows, cols, block, drop)
         return block.shape
     markers, i, j = marker
     if fence is not None:
@@ -129,14 +130,16 @@ def store(array, rows, cols, block, drop, marker=None, fence=None, originals=Non
         return block.shape
     if originals is not None:
         originals.keep(i, j, ZarrBlock(array, tuple(rows), tuple(cols)))
-    _write(array, rows, cols, block, drop)
+    store_block(array, rows, cols, block, drop)
     if fence is not None:
         fence.check(i, j, stored=True)
     markers.mark(i, j)
     return block.shape
 
 
-def _write(array, rows, cols, block, drop) -> None:
+def store_block(array, rows, cols, block, drop) -> None:
+    """Write one C block: its values (:func:`dgemm.storage.store_block`), or its chunks' frames as they are
+    (an :class:`~dgemm.storage.encoded.EncodedBlock`: :func:`dgemm.storage.encoded.write`)."""
     if isinstance(block, encoded.EncodedBlock):
         found = block.chunks
         if (found.rows, found.cols) != (tuple(rows), tuple(cols)):
@@ -144,7 +147,7 @@ def _write(array, rows, cols, block, drop) -> None:
                              f"of rows {tuple(rows)}, columns {tuple(cols)}")
         encoded.write(block)
     else:
-        store_block(array, rows, cols, block, drop)
+        store_values(array, rows, cols, block, drop)
 
 
 def done(shapes):

@@ -1,15 +1,20 @@
-"""One dgemm.matmul on Blosc-LZ4 inputs with the ``device-codecs`` setting off and on, on one local device (issue 28).
+"""One dgemm.matmul with the ``device-codecs`` setting off and on, on one local device (issue 28).
 
     python bench/notes/issue-28/device_codecs_onoff.py [OUT.json] [--size 16384] [--chunk 4096]
-        [--dtype float32] [--devices gpu] [--store /dev/shm] [--repeats 2]
+        [--dtype float32] [--devices gpu] [--store /dev/shm] [--repeats 2] [--codec lz4|zstd]
+        [--out-codec none|zstd]
 
-Writes A and B (SIZE x SIZE, a random walk along rows: smooth floats) as Zarr v2 arrays with numcodecs'
-``Blosc("lz4", 5, SHUFFLE)`` (Zarr v2's default compressor) in CHUNK² chunks under STORE, starts a local
-cluster on DEVICES, runs the product once on and once off to build the kernels, then REPEATS times off and on
-(C uncompressed, overwritten), and reports each run's wall time and what the workers' counters grew by:
-``device_decoded_bytes``, ``host_decoded_bytes``, ``bytes_up`` (compressed bytes under on) and
-``read_seconds`` (summed over reader threads).  Prints one JSON line per run and writes them all to
-OUT.json if given.  This is what ``auto`` (dgemm.opencl.codecs.AUTO_ON) should follow.
+Writes A and B (SIZE x SIZE, a random walk along rows: smooth floats) as Zarr v2 arrays in CHUNK² chunks
+under STORE, compressed by ``--codec``: ``lz4``, numcodecs' ``Blosc("lz4", 5, SHUFFLE)`` (Zarr v2's default
+compressor), or ``zstd``, numcodecs' ``Zstd(level=3)``.  C is written uncompressed (``--out-codec none``, the
+default with lz4 inputs) or with zarr v3's ``ZstdCodec(level=3)`` (``zstd``, the default with zstd inputs:
+under on its chunks are encoded on the device, dgemm.worker.encoding).  Starts a local cluster on DEVICES,
+runs the product once on and once off to build the kernels, then REPEATS times off and on (C overwritten),
+and reports each run's wall time, C's stored bytes and what the workers' counters grew by:
+``device_decoded_bytes``, ``host_decoded_bytes``, ``device_encoded_bytes``, ``host_encoded_bytes``,
+``bytes_up`` (compressed bytes under on), ``bytes_down`` (the frames under on, with a zstd C),
+``read_seconds`` (summed over reader threads) and ``download_seconds``.  Prints one JSON line per run and
+writes them all to OUT.json if given.  This is what ``auto`` (dgemm.opencl.codecs.AUTO_ON) should follow.
 """
 import argparse
 import json
@@ -17,7 +22,8 @@ import os
 import shutil
 import time
 
-COUNTERS = ("device_decoded_bytes", "host_decoded_bytes", "bytes_up", "read_seconds")
+COUNTERS = ("device_decoded_bytes", "host_decoded_bytes", "device_encoded_bytes", "host_encoded_bytes", "bytes_up",
+            "bytes_down", "read_seconds", "download_seconds")
 
 
 def configure(value, dask_worker=None):
@@ -31,6 +37,15 @@ def counters(dask_worker):
     return {k: snap.get(k, 0) for k in COUNTERS}
 
 
+def stored_bytes(path) -> int:
+    """The bytes of C's chunk files (its metadata and dgemm's markers left out)."""
+    total = 0
+    for root, _, files in os.walk(path):
+        total += sum(os.path.getsize(os.path.join(root, f)) for f in files
+                     if f not in ("zarr.json", ".zarray", ".zattrs", ".zgroup") and ".dgemm" not in root)
+    return total
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out", nargs="?", help="write the JSON records here too")
@@ -40,7 +55,11 @@ def main():
     p.add_argument("--devices", default="gpu", help="the local cluster's devices (DGEMM_DEVICES' syntax)")
     p.add_argument("--store", default="/dev/shm", help="folder for the Zarr arrays (removed afterwards)")
     p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--codec", choices=("lz4", "zstd"), default="lz4", help="A's and B's compressor")
+    p.add_argument("--out-codec", choices=("none", "zstd"), default=None,
+                   help="C's compressor (default: zstd with zstd inputs, else none)")
     args = p.parse_args()
+    out_codec = args.out_codec or ("zstd" if args.codec == "zstd" else "none")
 
     import numcodecs
     import numpy as np
@@ -51,6 +70,9 @@ def main():
     from dgemm.cluster import DeviceCluster
 
     n, chunk = args.size, args.chunk
+    compressor = numcodecs.Zstd(level=3) if args.codec == "zstd" else \
+        numcodecs.Blosc(cname="lz4", clevel=5, shuffle=numcodecs.Blosc.SHUFFLE)
+    c_codecs = zarr.codecs.ZstdCodec(level=3) if out_codec == "zstd" else None
     folder = os.path.join(args.store, f"dgemm-device-codecs-{os.getpid()}")
     os.makedirs(folder)
     rng = np.random.default_rng(0)
@@ -59,8 +81,7 @@ def main():
         arrays = []
         for name in ("a", "b"):
             arr = zarr.create_array(os.path.join(folder, f"{name}.zarr"), shape=(n, n), chunks=(chunk, chunk),
-                                    dtype=args.dtype, zarr_format=2,
-                                    compressors=numcodecs.Blosc(cname="lz4", clevel=5, shuffle=numcodecs.Blosc.SHUFFLE))
+                                    dtype=args.dtype, zarr_format=2, compressors=compressor)
             for i in range(0, n, chunk):
                 rows = min(chunk, n - i)
                 arr[i:i + rows] = np.cumsum(rng.standard_normal((rows, n)), axis=1).astype(args.dtype)
@@ -70,17 +91,18 @@ def main():
             client.wait_for_workers(len(cluster.device_ids), timeout=120)
             for mode in ("on", "off"):   # the GEMM kernels and lz4.cl built before any timed run
                 client.run(configure, mode)
-                dgemm.matmul(*arrays, out=out, client=client, overwrite=True, compressors=None)
+                dgemm.matmul(*arrays, out=out, client=client, overwrite=True, compressors=c_codecs)
             for mode in ("off", "on") * args.repeats:
                 client.run(configure, mode)
                 before = client.run(counters)
                 t0 = time.perf_counter()
-                dgemm.matmul(*arrays, out=out, client=client, overwrite=True, compressors=None)
+                dgemm.matmul(*arrays, out=out, client=client, overwrite=True, compressors=c_codecs)
                 wall = time.perf_counter() - t0
                 after = client.run(counters)
                 grew = {k: sum(after[w][k] - before[w][k] for w in after) for k in COUNTERS}
                 record = {"mode": mode, "size": n, "chunk": chunk, "dtype": args.dtype, "devices": args.devices,
-                          "wall_s": round(wall, 3), **grew}
+                          "codec": args.codec, "out_codec": out_codec, "wall_s": round(wall, 3),
+                          "c_stored_bytes": stored_bytes(out), **grew}
                 print(json.dumps(record), flush=True)
                 records.append(record)
     finally:
