@@ -27,6 +27,7 @@ numcodecs = pytest.importorskip("numcodecs")
 from numcodecs import Zstd  # noqa: E402
 
 from dgemm.opencl.codecs import zstd_decode as zd  # noqa: E402
+from dgemm.opencl.codecs import zstd_entropy as ent  # noqa: E402
 from dgemm.opencl.codecs import zstd_frames as zf  # noqa: E402
 
 POISON = 0xA5
@@ -369,3 +370,139 @@ def test_forged_table_descriptions_match_libzstd(dev, libzstd, rng):
         compare(dev, libzstd, bytes(g), counts)
     print(counts)
     assert counts.get("refused", 0) > 50
+
+
+# -- Huffman trees decoded on the device (zstd_huf_trees), compared table by table ------------------------------
+def encoder_trees(rng, count: int) -> list:
+    """Tree descriptions numcodecs' encoder writes: small buffers of skewed bytes over random alphabets."""
+    trees = []
+    while len(trees) < count:
+        alphabet = rng.choice(256, int(rng.integers(2, 257)), replace=False)
+        p = rng.random(len(alphabet)) ** float(rng.uniform(0.5, 8))
+        raw = rng.choice(alphabet, int(rng.integers(300, 5000)), p=p / p.sum()).astype(np.uint8).tobytes()
+        frame = Zstd(level=int(rng.integers(-3, 20))).encode(raw)
+        plan = zf.plan(frame)
+        trees += [frame[a:a + n] for a, n, _ in plan.trees]
+    return trees
+
+
+def direct_form(tree: bytes, rng):
+    """A tree of the same code lengths as direct 4-bit weights: its symbols moved to random places below 128
+    (the implied last one after them), or None where it has more than 129 symbols."""
+    table, log, _ = ent.huffman_tree(tree, 0, len(tree))
+    weights = np.zeros(256, np.int64)
+    weights[table & 0xFF] = log + 1 - (table >> 8)
+    w = weights[weights > 0]
+    if len(w) > 129:
+        return None
+    m = int(rng.integers(len(w) - 1, 129))      # the implied symbol's number: m weights are written
+    placed = np.zeros(m + (m & 1), np.int64)
+    placed[np.sort(rng.choice(m, len(w) - 1, replace=False))] = w[:-1]
+    return bytes([127 + m]) + bytes((placed[0::2] << 4 | placed[1::2]).astype(np.uint8).tolist())
+
+
+def forged_trees(valid, rng, count: int) -> list:
+    """Descriptions of random bytes, and valid ones with bytes overwritten or bits flipped."""
+    out = []
+    for _ in range(count):
+        how = rng.integers(0, 4)
+        if how == 0:                      # random bytes, the small sizes (libzstd's zero-padded copy) often
+            head = int(rng.integers(0, 12)) if rng.integers(0, 2) else int(rng.integers(0, 256))
+            g = bytearray([head]) + bytearray(rng.bytes(ent.tree_size(head) - 1))
+        else:
+            g = bytearray(valid[int(rng.integers(0, len(valid)))])
+            for _ in range(int(rng.integers(1, 4))):
+                p = int(rng.integers(1, len(g))) if len(g) > 1 else 0
+                if how == 1:
+                    g[p] = int(rng.integers(0, 256))
+                else:
+                    g[p] ^= 1 << int(rng.integers(0, 8))
+            if how == 3 and g[0] < 128:   # the FSE table's header: log and first counts
+                g[1] = int(rng.integers(0, 256))
+        out.append(bytes(g))
+    return out
+
+
+def host_tree(tree: bytes):
+    try:
+        table, log, _ = ent.huffman_tree(tree, 0, len(tree))
+    except ent.Corrupt as e:
+        return str(e)
+    return table, log
+
+
+@pytest.mark.parametrize("lanes", (1, 32))
+def test_device_trees_equal_the_host_trees(dev, rng, lanes):
+    """Thousands of tree descriptions: the device's table equals zstd_entropy's entry for entry, or both refuse
+    with the same message; nothing is written past a table's 2**log entries."""
+    valid = encoder_trees(rng, 1500)
+    valid += [d for d in (direct_form(t, rng) for t in valid[:400]) if d is not None]
+    trees = valid + forged_trees(valid, rng, 3000)
+    got = zd.huffman_tables(dev, trees, lanes=lanes)
+    seen: dict = {}
+    for tree, mine in zip(trees, got):
+        want = host_tree(tree)
+        if isinstance(want, str):
+            assert mine == want, f"tree {tree.hex()}: the host refuses ({want}), the device: {mine}"
+            seen[want] = seen.get(want, 0) + 1
+            continue
+        assert not isinstance(mine, str), f"tree {tree.hex()}: the host takes it, the device says {mine}"
+        table, log = mine
+        assert log == want[1], f"tree {tree.hex()}: log {log}, not {want[1]}"
+        assert np.array_equal(table[:1 << log], want[0]), f"tree {tree.hex()}: another table"
+        assert (table[1 << log:] == 0xFFFF).all(), f"tree {tree.hex()}: written past its 2**{log} entries"
+        seen["taken"] = seen.get("taken", 0) + 1
+    print(seen)
+    assert seen["taken"] > 1500 and sum(seen.values()) - seen["taken"] > 1000
+    assert len(seen) >= 10, seen        # most of huffman_tree's refusals are reached
+    assert sum(t[0] >= 128 for t in valid) > 100 and sum(len(t) < 9 for t in trees) > 100
+
+
+def test_treeless_blocks_read_the_tree_before_them(dev, rng):
+    """Blocks that repeat the previous tree (treeless literals) in several frames of one call decode as
+    numcodecs does: each names its own frame's last tree, decoded on the device."""
+    frames, want, treeless, trees = [], [], 0, 0
+    for k in range(4):
+        p = rng.random(40) ** 3
+        skewed = rng.choice(40, int(rng.integers(100_000, 300_000)), p=p / p.sum()).astype(np.uint8).tobytes()
+        # stationary statistics: libzstd repeats the tree; a change of alphabet: a new tree mid-frame
+        raw = data("text", int(rng.integers(150_000, 400_000)), rng) + skewed + data("text", 200_000, rng)
+        frame = Zstd(level=int(rng.integers(1, 20))).encode(raw)
+        plan = zf.plan(frame)
+        huf = plan.blocks[plan.blocks[:, zf.B_LITKIND] == zf.LIT_HUF]
+        treeless += len(huf) - len(plan.trees)
+        trees += len(plan.trees)
+        frames.append(frame)
+        want.append(raw)
+    assert treeless > 3 and trees > 2 * len(frames)      # the corpus has both
+    for lanes in LANES:
+        assert device_decode(dev, frames, lanes) == b"".join(want)
+        assert device_decode(dev, frames[::-1], lanes) == b"".join(want[::-1])
+
+
+def test_a_refused_tree_is_the_frames_error(dev, libzstd, rng):
+    """A tree the device refuses becomes the host's message, naming the block; a later block the host
+    refuses does not hide it (libzstd reads in order, and refuses at the tree)."""
+    p = rng.random(40) ** 3
+    raw = rng.choice(40, 300_000, p=p / p.sum()).astype(np.uint8).tobytes()
+    frame = bytearray(Zstd(level=3).encode(raw))
+    plan = zf.plan(bytes(frame))
+    assert len(plan.blocks) >= 2 and plan.trees[0, zf.T_BLOCK] == 0
+    at = int(plan.trees[0, zf.T_SRC])
+    if frame[at] < 128:                     # FSE-coded weights: a table log of 7 (6 at most)
+        frame[at + 1] = frame[at + 1] & 0xF0 | 2
+        text = "Huffman weights' FSE table log 7, over 6"
+    else:                                   # direct weights: a weight of 15 (12 at most)
+        frame[at + 1] |= 0xF0
+        text = "a Huffman weight over 12"
+    want = f"zstd frame chunk/0: block 0: its Huffman tree: {text}"
+    for lanes in LANES:
+        with pytest.raises(zd.ZstdFrameError) as e:
+            device_decode(dev, [bytes(frame)], lanes, names=["chunk/0"], size=len(raw))
+        assert str(e.value) == want
+    assert reference(libzstd, bytes(frame)) is None
+    frame[int(plan.blocks[1, zf.B_SRC]) - 3] |= 0b110     # block 1: type 3 (reserved), which the host finds
+    with pytest.raises(zd.ZstdFrameError) as e:
+        device_decode(dev, [bytes(frame)], names=["chunk/0"], size=len(raw))
+    assert str(e.value) == want
+    assert reference(libzstd, bytes(frame)) is None
