@@ -72,6 +72,12 @@ _MARK_THEN_WRITE = ("    markers.mark(i, j)\n"
                     "    if fence is not None:\n"
                     "        fence.check(i, j, stored=True)\n")
 
+T_REPL = "tests/test_output_run.py::test_replacing_an_output_never_lets_go_of_its_lease"
+T_EVERY = "tests/test_output_run.py::test_replacing_an_output_keeps_its_lease_through_every_delete_and_write"
+T_LATE = "tests/test_output_run.py::test_a_marker_that_lands_after_the_run_completed_is_taken_back"
+T_STRAG = "tests/test_output_run.py::test_a_straggler_of_an_earlier_run_leaves_no_marker_in_the_output_a_later_run_holds"
+T_KILL = "tests/test_output_run.py::test_a_marker_whose_writer_was_killed_mid_write_goes_with_the_markers"
+T_CHUNK = "tests/test_output_run.py::test_a_chunk_whose_writer_was_killed_mid_write_does_not_stop_a_replacement"
 T28 = "tests/test_decoding.py"
 T27S = "tests/test_e2e_shapes.py"
 TB = "tests/test_blosc_device.py"
@@ -461,8 +467,8 @@ MUTATIONS = [
              ("tests/test_output_options.py::test_bad_options_are_refused_before_any_work",),
              "attributes= may set dgemm's own record (it would be overwritten, or fake completion)"),
     Mutation("layout-not-recorded", "dgemm/storage/outputs.py",
-             'compressors=spec.compressors, config={"write_empty_chunks": True},\n                             **layout.create_kwargs())',
-             'compressors=spec.compressors, config={"write_empty_chunks": True})',
+             'config={"write_empty_chunks": True}, **layout.create_kwargs())',
+             'config={"write_empty_chunks": True})',
              ("tests/test_output_options.py::test_layout_options_are_recorded_as_zarr_records_them",),
              "shards, zarr_format and dimension_names checked but not given to zarr"),
     Mutation("layout-attributes-dropped", "dgemm/storage/outputs.py",
@@ -512,9 +518,9 @@ MUTATIONS = [
              "        if len(ours) == len(found):", "        if True:",
              ("tests/test_output_options.py::test_a_finished_output_keeps_no_records_and_resume_keeps_them_until_done",),
              "removing the markers deletes a file dgemm did not write"),
-    Mutation("dgemm-folder-left", "dgemm/storage/output_run.py",
-             "            keys.prune(self.lease.store, keys.root(self.array))", "            pass",
-             ("tests/test_output_options.py::test_a_finished_output_keeps_no_records_and_resume_keeps_them_until_done",),
+    Mutation("dgemm-folder-left", "dgemm/storage/markers.py",
+             '\n        keys.prune(self.store, self.prefix.rstrip("/"))\n', '\n        pass\n',
+             ("tests/test_output_options.py::test_a_finished_output_keeps_no_records_and_resume_keeps_them_until_done", T_LATE),
              "a finished local output keeps an empty .dgemm folder"),
     Mutation("matmul-progress-distributed-bar", "dgemm/client/steps.py",
              "show_progress(client, future, token)",
@@ -848,6 +854,39 @@ MUTATIONS = [
              "            fs.invalidate_cache(path)\n", "",
              ("tests/test_remote.py", "-k", "put_many_writes"),
              "s3fs's listing cache does not hear of a chunk written: zarr's listing misses it"),
+    # -- outputs: the lease through a replacement, markers after killed workers ------------------
+    Mutation("replace-by-zarr-overwrite", "dgemm/storage/output_run.py",
+             "array = create_output(spec, chunks, attrs, over=emptied)", "array = create_output(spec, chunks, attrs)",
+             (T_REPL, T_EVERY), "the new output is created by zarr's overwrite, which deletes the lease just claimed"),
+    Mutation("markers-reset-deletes-lease", "dgemm/storage/markers.py",
+             "keys.clear_except(self.store, self.root, set(keep), aside=False)", "keys.delete_dir(self.store, self.root)",
+             (T_REPL, T_EVERY), "resetting the markers deletes .dgemm whole, the replacing run's lease with it"),
+    Mutation("replace-keeps-old-format-metadata", "dgemm/storage/outputs.py",
+             "        if raw is None:\n            keys.delete(", "        if False:\n            keys.delete(",
+             (T_EVERY,), "a v2 output replaced by a v3 one keeps its .zarray/.zattrs (or a v3 one its zarr.json)"),
+    Mutation("clear-except-keeps-object-store-folders", "dgemm/storage/keys.py",
+             "            delete(store, path)\n        if not (aside",
+             "            delete(store, path)\n            continue\n        if not (aside",
+             (T_EVERY,), "on S3 a folder of keys is 'deleted' as one key: the old chunks and markers stay"),
+    Mutation("late-marker-not-taken-back", "dgemm/storage/markers.py",
+             "            self.fence.check(i, j, stored=True)\n        except Exception:", "            pass\n        except Exception:",
+             (T_LATE, T_STRAG), "a marker written after the run lost its lease (completed, taken over) stays"),
+    Mutation("markers-without-fence", "dgemm/storage/output_run.py",
+             "BlockMarkers(array, owner, fence=self.lease.fence())", "BlockMarkers(array, owner)",
+             (T_LATE, T_STRAG), "the run's store tasks' markers are never checked once written"),
+    Mutation("markers-removed-while-held", "dgemm/storage/output_run.py",
+             '            completed = True\n        finally:   # given up even where the store refuses to delete it (a full disk): see abandon\n            self.lease.give_up()\n        if completed:\n            # Removed once the lease is given up: a store task still running (dask re-runs a task whose\n            # worker died) whose marker lands after this finds the lease gone and takes it back\n            # (BlockMarkers.mark), so nothing is left under .dgemm.\n            try:   # marked complete already: a marker left here (a store refusing deletes) is never read again\n                self.markers.remove()\n            except Exception:\n                pass\n',
+             '            completed = True\n            try:   # marked complete already: a marker left here (a store refusing deletes) is never read again\n                self.markers.remove()\n            except Exception:\n                pass\n        finally:   # given up even where the store refuses to delete it (a full disk): see abandon\n            self.lease.give_up()\n        if completed:\n',
+             (T_LATE,), "complete removes the markers before it gives up the lease: a straggler's marker then stays"),
+    Mutation("killed-markers-temp-file-kept", "dgemm/storage/markers.py",
+             r'_MARKER = re.compile(r"\d+\.(\d+|[0-9a-f]{32}\.partial)")', r'_MARKER = re.compile(r"\d+\.\d+")',
+             (T_KILL,), "a marker's temporary file left by a worker killed mid-write keeps .dgemm in the finished output"),
+    Mutation("killed-chunk-temp-file-foreign", "dgemm/storage/outputs.py",
+             "if pattern is not None and half and (", "if False and half and (",
+             (T_CHUNK,), "a chunk's temporary file left by a killed worker makes overwrite=True refuse the output"),
+    Mutation("killed-zarr-v2-chunk-temp-file-foreign", "dgemm/storage/outputs.py",
+             'pattern.fullmatch(half[1]) or pattern.fullmatch(half[1] + ".0")', "pattern.fullmatch(half[1])",
+             (T_CHUNK,), "zarr's temporary file of a v2 chunk (<i>.<hex>.partial) is taken for the user's"),
 ]
 
 # -- the copy ----------------------------------------------------------------------------
