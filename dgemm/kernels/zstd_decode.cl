@@ -484,10 +484,12 @@ void zstd_huf_streams(global const uchar* src, global const long* streams, globa
     global const long* row = streams + (first + min((long)lane, count - 1)) * STREAM_COLUMNS;
     global const ushort* t = huf + row[4] * HUF_SLOT;
     const int log = trees[row[4] * TREE_INFO];
-    const int size = log > 0 ? 1 << log : 0;
+    // zstd_huf_trees writes 0 (refused) or 1..12; checked anyway, so the local table's writes stay inside it
+    const bool usable = log > 0 && log <= 12;
+    const int size = usable ? 1 << log : 0;
     for (int k = lane; k < size; k += ZSTD_HUF_LANES) table[k] = t[k];
     barrier(CLK_LOCAL_MEM_FENCE);
-    if (lane < count) err[first + lane] = log > 0 ? huf_stream(src, row, log, table, lit) : 0;
+    if (lane < count) err[first + lane] = usable ? huf_stream(src, row, log, table, lit) : 0;
 }
 
 kernel void zstd_sequences(global const uchar* src, global const long* blocks, global const long* which,

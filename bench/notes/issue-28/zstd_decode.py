@@ -8,12 +8,13 @@ zstd level 3) for each level, checks that the device decodes them to the bytes l
 times REPEATS decodes of all the chunks in one call:
 
 * ``kernel_gbps``: decoded bytes over the kernels' profiled time (frames already uploaded), and per kernel
-  (``huffman``: literal streams, ``sequences``: FSE bitstreams, ``execute``: the per-frame walk that copies
+  (``trees``: Huffman tree descriptions decoded into lookup tables, ``huffman``: literal streams, ``sequences``: FSE bitstreams, ``execute``: the per-frame walk that copies
   literals and matches, and checks the checksum);
 * ``wall_gbps``: the whole ``decode_zstd`` call (host parsing, uploads from ordinary memory, kernels, error
   rows read back);
 * ``host_parse_gbps_per_core``: decoded bytes per second of the host's part alone (``zstd_frames.plan``, one
-  thread), what each chunk costs a host core on the device path;
+  thread: headers, sequence tables, where each Huffman tree description is; the trees themselves are
+  decoded on the device since the commit after 6749e24), what each chunk costs a host core on the device path;
 * ``libzstd_gbps_per_core``: numcodecs decoding the same chunks on one thread, for comparison.
 
 Rates are decoded bytes per second (GB/s, 1e9).  On PoCL (no GPU), use a small ``--size`` (e.g. 1).
@@ -82,6 +83,7 @@ def main():
         plans = [zf.plan(f) for f in frames]
         shape = {"blocks": int(sum(len(p.blocks) for p in plans)),
                  "huffman_streams": int(sum(len(p.streams) for p in plans)),
+                 "huffman_trees": int(sum(len(p.trees) for p in plans)),
                  "sequences": int(sum(p.nseq for p in plans)),
                  "literal_bytes": int(sum(p.literals for p in plans)),
                  "compressed_bytes": int(sum(len(f) for f in frames))}

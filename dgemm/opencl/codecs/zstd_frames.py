@@ -251,8 +251,8 @@ def _blocks(f: _Frame, data, hsize: int, size: int, checksum: bool) -> FramePlan
         csize = 1 if btype == RLE else bsize
         if csize > n - pos:
             raise f.bad(index, f"{csize} bytes at {pos} run past the frame's {n} bytes")
-        row = np.zeros(BLOCK_COLUMNS, np.int64)
-        row[[B_TYPE, B_SRC, B_SIZE, B_INDEX]] = btype, pos, bsize, index
+        row = [0] * BLOCK_COLUMNS     # a list: numpy's per-element writes cost more than the parse
+        row[B_TYPE], row[B_SRC], row[B_SIZE], row[B_INDEX] = btype, pos, bsize, index
         if btype == COMPRESSED:
             _compressed(f, row, pos, bsize, index)
         f.blocks.append(row)
@@ -318,11 +318,11 @@ def _literals(f: _Frame, row, p: int, end: int, index: int) -> int:
             raise f.bad(index, f"{lit} literals, over {BLOCK_MAX}")
         row[B_LITLEN] = lit
         if ltype == 1:
-            row[[B_LITKIND, B_LITOFF, B_LIMIT]] = LIT_RLE, data[p + lh], LIMIT_PLACED
+            row[B_LITKIND], row[B_LITOFF], row[B_LIMIT] = LIT_RLE, data[p + lh], LIMIT_PLACED
             return lh + 1
         if lh + lit > size:
             raise f.bad(index, f"{lit} raw literals run past the block")
-        row[[B_LITKIND, B_LITOFF]] = LIT_SRC, p + lh
+        row[B_LITKIND], row[B_LITOFF] = LIT_SRC, p + lh
         # libzstd reads raw literals in place unless they end within 32 bytes of the block's end
         row[B_LIMIT] = LIMIT_PLACED if lh + lit + WILDCOPY > size else LIMIT_REMAINING
         return lh + lit
@@ -387,7 +387,7 @@ def _literals(f: _Frame, row, p: int, end: int, index: int) -> int:
             raise f.bad(index, f"Huffman stream {k} ends in a 0 byte (no end mark)")
         f.streams.append((src, length, base + dst, dlen, tree, 0, x2, len(f.blocks)))
     f.literals += lit
-    row[[B_LITKIND, B_LITOFF, B_LITLEN, B_LIMIT]] = LIT_HUF, base, lit, LIMIT_PLACED
+    row[B_LITKIND], row[B_LITOFF], row[B_LITLEN], row[B_LIMIT] = LIT_HUF, base, lit, LIMIT_PLACED
     return lh + clit
 
 
@@ -455,7 +455,7 @@ def _compressed(f: _Frame, row, p: int, bsize: int, index: int) -> None:
         raise f.bad(index, "no sequence bitstream")
     if data[end - 1] == 0:
         raise f.bad(index, "its sequence bitstream ends in a 0 byte (no end mark)")
-    row[[B_NSEQ, B_SEQ, B_SSRC, B_SLEN]] = nb, f.nseq, p, end - p
-    row[[B_LL, B_OF, B_ML]] = [t[0] for t in tables]
+    row[B_NSEQ], row[B_SEQ], row[B_SSRC], row[B_SLEN] = nb, f.nseq, p, end - p
+    row[B_LL], row[B_OF], row[B_ML] = (t[0] for t in tables)
     row[B_LOGS] = tables[0][1] | (tables[1][1] << 8) | (tables[2][1] << 16)
     f.nseq += nb
