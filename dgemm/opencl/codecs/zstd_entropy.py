@@ -18,6 +18,12 @@ takes gives the same table:
 * the Huffman lookup table: ``2**tableLog`` entries of ``symbol | nbBits << 8``
   indexed by the next ``tableLog`` bits of a stream.
 
+The Huffman trees of frames decoded on the device are decoded by the kernel
+``zstd_huf_trees`` (``kernels/zstd_decode.cl``), a port of :func:`huffman_tree`
+and what it calls, arithmetic for arithmetic; here they are its reference (the
+tests compare tables entry for entry) and the host's fallback for a frame found
+corrupt after its trees (so the first error stays the first).
+
 Errors are :class:`Corrupt` with a short text; the frame parser adds the
 frame's name and the block.
 """
