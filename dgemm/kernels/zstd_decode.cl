@@ -291,7 +291,7 @@ inline uchar wbits_symbol(wbits_t* b, int* s, bool fast, const uchar* cells, con
     else v = (b->cont >> ((64 - b->consumed - k) & 63)) & ((1UL << k) - 1);
     b->consumed += k;
     uchar sym = cells[*s];
-    *s = base[*s] + (int)v;
+    *s = (base[*s] + (int)v) & 63;      // below 2**log (<= 64) already: the mask only bounds the arrays' reads
     return sym;
 }
 
