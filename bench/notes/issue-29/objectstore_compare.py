@@ -2,9 +2,9 @@
 
 remote.py was a hand-written botocore client when this was first run; since then it sends its requests
 through obstore's sync calls, and the remote-* rows measure what it adds (the zarr store's s3fs settings
-mapped, its thread pool, its errors).  The botocore client's rows come from running this script at the
-commit before (``git worktree add /tmp/obs-old 2100a09~1``, then ``PYTHONPATH=/tmp/obs-old python
-/tmp/obs-old/bench/notes/issue-29/objectstore_compare.py ...``); the record names remote.py's implementation.
+mapped, its thread pool, its errors).  The botocore client's rows come from running this script from a
+git worktree of the commit before 2100a09 (that tree first on the Python path, its own copy of this
+script); the record names remote.py's implementation.
 
     python bench/notes/issue-29/objectstore_compare.py [--sizes 64,1] [--concurrency 1,8,32] [--rounds 2]
 
