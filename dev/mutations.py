@@ -771,7 +771,7 @@ MUTATIONS = [
     Mutation("zstd-sequence-past-output", "dgemm/kernels/zstd_decode.cl", "if (ll + ml > limit - bpos) {", "if (ll + ml > limit - bpos + 1) {", (TZ, "-k", "crafted"), "a sequence may write a byte past the frame's output"),
     Mutation("zstd-checksum-ignored", "dgemm/kernels/zstd_decode.cl", "if (!code && fr[4]) {", "if (!code && fr[4] && 0) {", (TZ, "-k", "crafted"), "frame checksums are not verified"),
     Mutation("zstd-no-barrier-before-match", "dgemm/kernels/zstd_decode.cl", "            SYNC();\n            global uchar* d = bo + bpos + ll;", "            global uchar* d = bo + bpos + ll;", (TZ, "-k", "round_trips"), "matches read literals other lanes have not written yet"),
-    Mutation("zstd-huffman-too-few-longest-codes", "dgemm/opencl/codecs/zstd_entropy.py", "if ones < 2 or ones & 1:", "if ones & 1:", (TZ, "-k", "crafted"), "a Huffman tree with no longest codes is taken"),
+    Mutation("zstd-huffman-too-few-longest-codes", "dgemm/opencl/codecs/zstd_entropy.py", "if ones < 2 or ones & 1:", "if ones & 1:", (TZ, "-k", "crafted or device_trees"), "a Huffman tree with no longest codes is taken (on the host: the fallback and the device tables' reference)"),
     Mutation("zstd-raw-block-past-content", "dgemm/kernels/zstd_decode.cl", "if (n > size - pos) {", "if (n > size - pos + 1) {", (TZ, "-k", "crafted"), "a raw block may write a byte past the frame's output"),
     Mutation("zstd-copy-blocks-past-output", "dgemm/kernels/zstd_decode.cl", "if (at < 0 || n > fr[1] - at) return;", "if (at < 0 || n > fr[1] - at + 1) return;", (TZ, "-k", "crafted"), "blocks copied at once may write past the frame's output"),
     Mutation("zstd-copied-block-unchecked", "dgemm/kernels/zstd_decode.cl", "        if (rest > limit - bpos) { code = E_LAST_PAST; detail = rest; break; }\n", "", (TZ, "-k", "crafted"), "last literals past the block's output bound are written"),
@@ -887,6 +887,19 @@ MUTATIONS = [
     Mutation("killed-zarr-v2-chunk-temp-file-foreign", "dgemm/storage/outputs.py",
              'pattern.fullmatch(half[1]) or pattern.fullmatch(half[1] + ".0")', "pattern.fullmatch(half[1])",
              (T_CHUNK,), "zarr's temporary file of a v2 chunk (<i>.<hex>.partial) is taken for the user's"),
+    Mutation("zstd-tree-ncount-no-padding", "dgemm/kernels/zstd_decode.cl", "    const int size = size0 < 8 ? 8 : size0;", "    const int size = size0;", (TZ, "-k", "device_trees"), "an FSE table description under 8 bytes is read without libzstd's zero-padded copy of 8"),
+    Mutation("zstd-tree-overread-end", "dgemm/kernels/zstd_decode.cl", "if (b->consumed > 64) return 3;", "if (b->consumed >= 64) return 3;", (TZ, "-k", "device_trees"), "the weights' stream ends a read early"),
+    Mutation("zstd-tree-too-few-longest-codes", "dgemm/kernels/zstd_decode.cl", "if (ones < 2 || (ones & 1)) code = T_ONES;", "if (ones & 1) code = T_ONES;", (TZ, "-k", "device_trees or crafted"), "a device tree with no longest codes is taken"),
+    Mutation("zstd-tree-code-length", "dgemm/kernels/zstd_decode.cl", "run_entry[runs] = (ushort)(s | (log + 1 - wt) << 8);", "run_entry[runs] = (ushort)(s | (log - wt) << 8);", (TZ, "-k", "round_trips"), "device tables' code lengths one short"),
+    Mutation("zstd-tree-fill-search", "dgemm/kernels/zstd_decode.cl", "if (run_start[mid] <= e) lo = mid;", "if (run_start[mid] < e) lo = mid;", (TZ, "-k", "device_trees"), "each run's first entry gets the run before it"),
+    Mutation("zstd-tree-fills-whole-slot", "dgemm/kernels/zstd_decode.cl", "for (int e = lane; e < (1 << log); e += ZSTD_TREE_LANES) {", "for (int e = lane; e < HUF_SLOT; e += ZSTD_TREE_LANES) {", (TZ, "-k", "device_trees"), "a table is written past its 2**log entries"),
+    Mutation("zstd-tree-reads-past-description", "dgemm/kernels/zstd_decode.cl", "d[i] = i < len ? src[at + i] : 0;", "d[i] = src[at + i];", (TZ, "-k", "device_trees"), "a description's reader takes the bytes after it for libzstd's zeros"),
+    Mutation("zstd-stream-tree-stride", "dgemm/kernels/zstd_decode.cl", "const int log = trees[row[4] * TREE_INFO];", "const int log = trees[row[4]];", (TZ, "-k", "round_trips"), "streams read another tree's log"),
+    Mutation("zstd-batch-tree-offset", "dgemm/opencl/codecs/zstd_decode.py", "            s[:, zf.S_TABLE] += tree_base", "            s[:, zf.S_TABLE] += 0", (TZ, "-k", "treeless"), "a call's second frame reads the first frame's trees"),
+    Mutation("zstd-treeless-first-tree", "dgemm/opencl/codecs/zstd_frames.py", "f.streams.append((src, length, base + dst, dlen, tree, 0, x2, len(f.blocks)))", "f.streams.append((src, length, base + dst, dlen, 0, 0, x2, len(f.blocks)))", (TZ, "-k", "treeless"), "every block reads its frame's first tree"),
+    Mutation("zstd-tree-error-ignored", "dgemm/opencl/codecs/zstd_decode.py", "    for k in np.nonzero(tree_info[:, 1])[0]:", "    for k in np.nonzero(tree_info[:0, 1])[0]:", (TZ, "-k", "refused_tree"), "a tree the device refuses is not an error"),
+    Mutation("zstd-host-tree-check-skipped", "dgemm/opencl/codecs/zstd_frames.py", "        f.check_trees()\n        raise", "        raise", (TZ, "-k", "refused_tree"), "a host error in a later block hides an earlier refused tree"),
+    Mutation("zstd-tree-size-from-head", "dgemm/opencl/codecs/zstd_entropy.py", "return (head - 127 + 1) // 2 + 1 if head >= 128 else head + 1", "return (head - 127) // 2 + 1 if head >= 128 else head + 1", (TZ, "-k", "round_trips or device_trees"), "direct descriptions of an odd weight count a byte short"),
 ]
 
 # -- the copy ----------------------------------------------------------------------------
