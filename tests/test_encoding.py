@@ -256,7 +256,7 @@ def test_an_output_inside_a_group_is_written_under_its_path(client, setting, tmp
     A, B = inputs(rng, 50, 30, "float64")
     group = zarr.open_group(str(tmp_path / "g.zarr"), mode="w")
     out = group.create_array("sub/c", shape=(50, 30), chunks=(16, 8), dtype="float64")
-    c, grew = run_counted(client, lambda: dgemm.matmul(A, B, out=out, client=client, block=32))
+    _, grew = run_counted(client, lambda: dgemm.matmul(A, B, out=out, client=client, block=32))
     values = zarr.open_array(str(tmp_path / "g.zarr"), path="sub/c", mode="r")[...]
     check_product(values, A, B, dtype="float64")
     check_frames(out, values)
@@ -281,3 +281,27 @@ def test_no_device_buffer_is_left_after_encoded_products(client, setting, tmp_pa
     while (left := sum(client.run(_device_buffers).values())) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert left == 0, f"{left} device buffers left after the run"
+
+
+def test_an_in_place_update_encodes_on_the_device(client, setting, tmp_path, rng):
+    """out is C (beta != 0): each block reads its original C, then its chunks are encoded on the device."""
+    setting("on")
+    A, B = inputs(rng, 50, 30, "float64")
+    C = rng.standard_normal((50, 30))
+    c = zarr.create_array(str(tmp_path / "c.zarr"), shape=C.shape, chunks=(16, 8), dtype="float64")
+    c[...] = C
+    _, grew = run_counted(client, lambda: dgemm.gemm(A, B, c=c, beta=-1.0, out=c, client=client, block=32))
+    after = zarr.open_array(str(tmp_path / "c.zarr"), mode="r")
+    values = after[...]
+    check_product(values, A, B, beta=-1.0, c=C, dtype="float64")
+    check_frames(after, values)
+    assert grew["device_encoded_bytes"] == encoded_bytes(after) and grew["host_encoded_bytes"] == 0, grew
+
+
+def test_a_vector_output_is_encoded_on_the_host(client, setting, tmp_path, rng):
+    """A matrix times a vector: a 1-D output, whose chunks the device path does not lay out."""
+    setting("on")
+    M, v = rng.standard_normal((50, 40)), rng.standard_normal(40)
+    c, grew = run_counted(client, lambda: dgemm.matmul(M, v, out=str(tmp_path / "c.zarr"), client=client, block=32))
+    check_product(c[...][:, None], M, v[:, None], dtype="float64")
+    assert grew["device_encoded_bytes"] == 0 and grew["host_encoded_bytes"] == encoded_bytes(c), grew

@@ -6,7 +6,8 @@
 
 Writes A and B (SIZE x SIZE, a random walk along rows: smooth floats) as Zarr v2 arrays in CHUNK² chunks
 under STORE, compressed by ``--codec``: ``lz4``, numcodecs' ``Blosc("lz4", 5, SHUFFLE)`` (Zarr v2's default
-compressor), or ``zstd``, numcodecs' ``Zstd(level=3)``.  C is written uncompressed (``--out-codec none``, the
+compressor), ``zstd``, numcodecs' ``Zstd(level=3)``, or ``none`` (raw chunks: with ``--out-codec zstd``, only
+C's encoding differs between off and on).  C is written uncompressed (``--out-codec none``, the
 default with lz4 inputs) or with zarr v3's ``ZstdCodec(level=3)`` (``zstd``, the default with zstd inputs:
 under on its chunks are encoded on the device, dgemm.worker.encoding).  Starts a local cluster on DEVICES,
 runs the product once on and once off to build the kernels, then REPEATS times off and on (C overwritten),
@@ -55,7 +56,7 @@ def main():
     p.add_argument("--devices", default="gpu", help="the local cluster's devices (DGEMM_DEVICES' syntax)")
     p.add_argument("--store", default="/dev/shm", help="folder for the Zarr arrays (removed afterwards)")
     p.add_argument("--repeats", type=int, default=2)
-    p.add_argument("--codec", choices=("lz4", "zstd"), default="lz4", help="A's and B's compressor")
+    p.add_argument("--codec", choices=("lz4", "zstd", "none"), default="lz4", help="A's and B's compressor")
     p.add_argument("--out-codec", choices=("none", "zstd"), default=None,
                    help="C's compressor (default: zstd with zstd inputs, else none)")
     args = p.parse_args()
@@ -70,8 +71,8 @@ def main():
     from dgemm.cluster import DeviceCluster
 
     n, chunk = args.size, args.chunk
-    compressor = numcodecs.Zstd(level=3) if args.codec == "zstd" else \
-        numcodecs.Blosc(cname="lz4", clevel=5, shuffle=numcodecs.Blosc.SHUFFLE)
+    compressor = {"zstd": numcodecs.Zstd(level=3), "none": None,
+                  "lz4": numcodecs.Blosc(cname="lz4", clevel=5, shuffle=numcodecs.Blosc.SHUFFLE)}[args.codec]
     c_codecs = zarr.codecs.ZstdCodec(level=3) if out_codec == "zstd" else None
     folder = os.path.join(args.store, f"dgemm-device-codecs-{os.getpid()}")
     os.makedirs(folder)
