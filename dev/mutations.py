@@ -79,6 +79,7 @@ T_STRAG = "tests/test_output_run.py::test_a_straggler_of_an_earlier_run_leaves_n
 T_KILL = "tests/test_output_run.py::test_a_marker_whose_writer_was_killed_mid_write_goes_with_the_markers"
 T_CHUNK = "tests/test_output_run.py::test_a_chunk_whose_writer_was_killed_mid_write_does_not_stop_a_replacement"
 T28 = "tests/test_decoding.py"
+TE = "tests/test_encoding.py"
 T27S = "tests/test_e2e_shapes.py"
 TB = "tests/test_blosc_device.py"
 TZ = "tests/test_zstd_decode_device.py"
@@ -900,6 +901,20 @@ MUTATIONS = [
     Mutation("zstd-tree-error-ignored", "dgemm/opencl/codecs/zstd_decode.py", "    for k in np.nonzero(tree_info[:, 1])[0]:", "    for k in np.nonzero(tree_info[:0, 1])[0]:", (TZ, "-k", "refused_tree"), "a tree the device refuses is not an error"),
     Mutation("zstd-host-tree-check-skipped", "dgemm/opencl/codecs/zstd_frames.py", "        f.check_trees()\n        raise", "        raise", (TZ, "-k", "refused_tree"), "a host error in a later block hides an earlier refused tree"),
     Mutation("zstd-tree-size-from-head", "dgemm/opencl/codecs/zstd_entropy.py", "return (head - 127 + 1) // 2 + 1 if head >= 128 else head + 1", "return (head - 127) // 2 + 1 if head >= 128 else head + 1", (TZ, "-k", "round_trips or device_trees"), "direct descriptions of an odd weight count a byte short"),
+    # -- C encoded on the device (issue 28, item 3 wiring) -------------------------------------------
+    Mutation("encode-tasks-not-wired", "dgemm/worker/tasks.py", "    found = encoding.target(state.device, engine.dtype, out)\n", "    found = None\n", (TE, "-k", "zstd_outputs"), "the GEMM tasks never ask the engine to encode C's chunks on the device"),
+    Mutation("encode-graph-out-not-passed", "dgemm/client/graph.py", '    if graph.result_name == f"{names.GEMM}-{token}":\n', "    if False:\n", (TE, "-k", "zstd_outputs"), "add_store never names the output block to the GEMM tasks: C always comes down"),
+    Mutation("encode-engine-finish-ignored", "dgemm/opencl/engine.py", '        if finish is not None:\n            with self.device.failing(f"unpadding', '        if False:\n            with self.device.failing(f"unpadding', (TE, "-k", "engine_hands_back"), "the engine downloads C whatever finish says"),
+    Mutation("encode-edge-not-filled", "dgemm/worker/encoding.py", "                    if p.size != found.shape:", "                    if False:", (TE, "-k", "engine_hands_back"), "an edge chunk's part outside the array is left as the scratch held it, not the fill value"),
+    Mutation("encode-copy-source-pitch", "dgemm/worker/encoding.py", "src_pitches=(width * itemsize, 0)", "src_pitches=(cols * itemsize, 0)", (TE, "-k", "engine_hands_back"), "chunks copied out of the C block with the chunk's row pitch, not the block's"),
+    Mutation("encode-direct-offsets", "dgemm/worker/encoding.py", "[p.at[0] * width * itemsize for p in found.pieces]", "[0 for p in found.pieces]", (TE, "-k", "engine_hands_back and whole-row"), "whole-row chunks encoded where they lie all from the block's start"),
+    Mutation("encode-device-bytes-uncounted", "dgemm/worker/encoding.py", 'fastpaths.codec("device_encoded_bytes", n * len(found.pieces))', 'fastpaths.codec("device_encoded_bytes", 0)', (TE, "-k", "zstd_outputs"), "bytes encoded on the device are not counted"),
+    Mutation("encode-checksum-taken", "dgemm/storage/encoded.py", ' or getattr(step.codec, "checksum", False):', ":", (TE, "-k", "other_output_codecs or chunks_of"), "a zstd output with a checksum gets frames without one from the device"),
+    Mutation("encode-cut-chunk-taken", "dgemm/storage/encoded.py", "                return None     # a part of a chunk", "                pass     # a part of a chunk", (TE, "-k", "chunks_of"), "a block that cuts a chunk is encoded as whole chunks (the chunk's other part lost)"),
+    Mutation("encode-local-keys-unprefixed", "dgemm/storage/encoded.py", "chunks._write_file(src.file(piece.key), frame)", 'chunks._write_file(src.root + "/" + piece.key, frame)', (TE, "-k", "group"), "an output inside a group gets its chunk files at the store's root"),
+    Mutation("encode-s3-through-set", "dgemm/storage/encoded.py", "    if remote.put_many(array.store, items) is None:", "    if True:", (TE, "-k", "s3_output"), "S3 frames written one store.set at a time through zarr, not in a batch of PUTs"),
+    Mutation("encode-marker-before-block", "dgemm/worker/tasks.py", _WRITE_THEN_MARK, _MARK_THEN_WRITE, (TE, "-k", "resume"), "the store task marks a device-encoded block done before writing its frames"),
+    Mutation("encode-frames-misassigned", "dgemm/storage/encoded.py", "return [view[e - n:e] for e, n in zip(ends, self.sizes)]", "return [view[e - n:e] for e, n in zip(ends, self.sizes)][::-1]", (TE, "-k", "engine_hands_back"), "each chunk gets another chunk's frame"),
 ]
 
 # -- the copy ----------------------------------------------------------------------------
