@@ -206,7 +206,7 @@ def test_gemm_with_beta_encodes_on_the_device(client, setting, tmp_path, rng):
 
 def test_a_block_whose_chunk_is_not_written_is_not_marked_done_and_resume_redoes_it(client, setting, tmp_path, rng):
     """A folder (holding a file) where chunk (1, 0) goes: its frame cannot replace it, so its block fails and
-    gets no completion marker; the others are done.  ``resume=True`` then computes that block alone."""
+    gets no completion marker.  ``resume=True`` then computes only the blocks without one."""
     from dgemm.storage import COMPLETE_ATTR, BlockMarkers
 
     setting("on")
@@ -223,13 +223,16 @@ def test_a_block_whose_chunk_is_not_written_is_not_marked_done_and_resume_redoes
     meta = c.attrs[COMPLETE_ATTR]
     assert meta["complete"] is False
     done = set(BlockMarkers(c, meta["owner"]).done())
-    assert (1, 0) not in done and {(0, 0), (0, 1), (1, 1)} <= done, sorted(done)
+    # the failed block is never marked; how many others were stored before the failure stopped the run is
+    # the workers' order (a loaded machine stores none of them, an idle one all three)
+    assert (1, 0) not in done and done <= {(0, 0), (0, 1), (1, 1)}, sorted(done)
     shutil.rmtree(blocker)
     c, grew = run_counted(client, lambda: dgemm.matmul(A, B, out=path, client=client, block=32, resume=True))
     values = c[...]
     check_product(values, A, B, dtype="float32")
     check_frames(c, values)
-    assert grew["device_encoded_bytes"] == 32 * 32 * 4 and grew["host_encoded_bytes"] == 0, grew
+    # resume computes, and the device encodes, only the blocks without a marker
+    assert grew["device_encoded_bytes"] == (4 - len(done)) * 32 * 32 * 4 and grew["host_encoded_bytes"] == 0, grew
 
 
 def test_an_s3_output_is_encoded_on_the_device(client, setting, s3, rng):

@@ -34,12 +34,11 @@ from __future__ import annotations
 
 import dataclasses
 import struct
-import threading
-import weakref
 
 import numpy as np
 
 from dgemm.errors import DgemmError
+from dgemm.opencl.codecs import _programs
 
 VERSION_FORMAT = 2
 HEADER = 16
@@ -109,13 +108,7 @@ def unsupported_reason(frame, name: str = "frame") -> str | None:
     would); only valid-looking frames of another compressor are left to
     the host.
     """
-    try:
-        plan(frame, name)
-    except BloscUnsupported as e:
-        return str(e)
-    except BloscFrameError:
-        return None
-    return None
+    return _programs.unsupported_reason(plan, BloscUnsupported, BloscFrameError, frame, name)
 
 
 def supported(frame) -> bool:
@@ -219,8 +212,6 @@ def plan(frame, name: str = "frame") -> FramePlan:
 
 
 # -- the device side -------------------------------------------------------------------------------
-_PROGRAMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
 
 # Measured choices, CLBlast-style: (a substring of the device's name, lanes, lz4.cl's parameters); the
 # first that names the device wins.  Fill from ``bench/notes/issue-28/blosc_decode.py --variants sweep``.
@@ -265,35 +256,10 @@ def _options(lanes: int, params: dict) -> tuple:
     return (("LZ4_WG", lanes),) + tuple(sorted(params.items()))
 
 
-class _Built:
-    """``lz4.cl`` built for one device and parameters, its kernels, and the lock their arguments need."""
-
-    def __init__(self, device, options: tuple):
-        import pyopencl as cl
-
-        from dgemm.opencl import sources
-
-        defines = [f"-D{name}={value}" for name, value in options]
-        with device.failing(f"building lz4.cl ({' '.join(d[2:] for d in defines)})"):
-            self.program = cl.Program(device.context, sources.codec_source("lz4.cl")).build(
-                options=defines + ["-I", str(sources.kernel_dir())])
-        self.streams = cl.Kernel(self.program, "lz4_streams")
-        self.unshuffle = cl.Kernel(self.program, "unshuffle_blocks")
-        # a kernel's arguments are set, then it is enqueued: two threads must not interleave that
-        self.lock = threading.Lock()
-
-
-_BUILD_LOCK = threading.Lock()
-
-
-def program(device, lanes: int, params: dict | None = None) -> _Built:
-    """``lz4.cl`` built for ``device`` with ``LZ4_WG=lanes`` and ``params``, once per (device, parameters)."""
-    options = _options(lanes, dict(params or {}))
-    with _BUILD_LOCK:
-        built = _PROGRAMS.setdefault(device, {})
-        if options not in built:
-            built[options] = _Built(device, options)
-        return built[options]
+def program(device, lanes: int, params: dict | None = None):
+    """``lz4.cl`` built for ``device`` with ``LZ4_WG=lanes`` and ``params``, once per the three."""
+    return _programs.program(device, "lz4.cl", _options(lanes, dict(params or {})),
+                             (("streams", "lz4_streams"), ("unshuffle", "unshuffle_blocks")))
 
 
 def decode_blosc(device, frames, out, offsets=None, names=None, lanes: int | None = None,

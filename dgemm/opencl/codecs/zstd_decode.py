@@ -50,11 +50,9 @@ this path refuses them, as libzstd 1.5.6 does for sequences.
 """
 from __future__ import annotations
 
-import threading
-import weakref
-
 import numpy as np
 
+from dgemm.opencl.codecs import _programs
 from dgemm.opencl.codecs import zstd_frames as zf
 from dgemm.opencl.codecs.zstd_frames import ZstdFrameError, ZstdUnsupported
 
@@ -106,13 +104,7 @@ def unsupported_reason(frame, name: str = "frame") -> str | None:
     does); left to the host: skippable and legacy frames, frames without a
     content size, and a frame followed by another.
     """
-    try:
-        zf.plan(frame, name)
-    except ZstdUnsupported as e:
-        return str(e)
-    except ZstdFrameError:
-        return None
-    return None
+    return _programs.unsupported_reason(zf.plan, ZstdUnsupported, ZstdFrameError, frame, name)
 
 
 def supported(frame) -> bool:
@@ -125,39 +117,15 @@ def default_lanes(device) -> int:
     return 1 if device.info.type == "CPU" else 128
 
 
-_PROGRAMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_BUILD_LOCK = threading.Lock()
-
-
-class _Built:
-    """``zstd_decode.cl`` built for one device and lane count, its kernels, and the lock their arguments need."""
-
-    def __init__(self, device, lanes: int):
-        import pyopencl as cl
-
-        from dgemm.opencl import sources
-
-        self.huf_lanes = 4 if lanes < 32 else 32
-        self.tree_lanes = self.huf_lanes
-        with device.failing(f"building zstd_decode.cl (ZSTD_LANES={lanes})"):
-            self.program = cl.Program(device.context, sources.codec_source("zstd_decode.cl")).build(
-                options=[f"-DZSTD_LANES={lanes}", f"-DZSTD_HUF_LANES={self.huf_lanes}",
-                         f"-DZSTD_TREE_LANES={self.tree_lanes}", "-I", str(sources.kernel_dir())])
-        self.trees = cl.Kernel(self.program, "zstd_huf_trees")
-        self.streams = cl.Kernel(self.program, "zstd_huf_streams")
-        self.sequences = cl.Kernel(self.program, "zstd_sequences")
-        self.execute = cl.Kernel(self.program, "zstd_execute")
-        self.copy = cl.Kernel(self.program, "zstd_copy_blocks")
-        self.lock = threading.Lock()
-
-
-def program(device, lanes: int) -> _Built:
+def program(device, lanes: int):
     """``zstd_decode.cl`` built for ``device`` with ``ZSTD_LANES=lanes``, once per (device, lanes)."""
-    with _BUILD_LOCK:
-        built = _PROGRAMS.setdefault(device, {})
-        if lanes not in built:
-            built[lanes] = _Built(device, lanes)
-        return built[lanes]
+    huf = 4 if lanes < 32 else 32        # lanes per block's Huffman streams, and per tree
+    return _programs.program(device, "zstd_decode.cl",
+                             (("ZSTD_LANES", lanes), ("ZSTD_HUF_LANES", huf), ("ZSTD_TREE_LANES", huf)),
+                             (("trees", "zstd_huf_trees"), ("streams", "zstd_huf_streams"),
+                              ("sequences", "zstd_sequences"), ("execute", "zstd_execute"),
+                              ("copy", "zstd_copy_blocks")),
+                             huf_lanes=huf, tree_lanes=huf)
 
 
 class Batch:

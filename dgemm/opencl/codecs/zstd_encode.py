@@ -34,14 +34,12 @@ The steps (kernels in ``dgemm/kernels/zstd_encode.cl``):
 """
 from __future__ import annotations
 
-import threading
 import time
-import weakref
 
 import numpy as np
 
 from dgemm.errors import DgemmError
-from dgemm.opencl.codecs import huffman
+from dgemm.opencl.codecs import _programs, huffman
 
 MAGIC = b"\x28\xb5\x2f\xfd"
 BLOCK = 128 * 1024            # zstd's largest block
@@ -247,8 +245,6 @@ class Frames:
 
 
 # -- the device side -------------------------------------------------------------------------------
-_PROGRAMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_BUILD_LOCK = threading.Lock()
 
 
 def default_lanes(device) -> int:
@@ -256,36 +252,15 @@ def default_lanes(device) -> int:
     return 16 if device.info.type == "CPU" else 256
 
 
-class _Built:
-    """``zstd_encode.cl`` built for one device and lane count, its kernels, and the lock their arguments need."""
-
-    def __init__(self, device, lanes: int):
-        import pyopencl as cl
-
-        from dgemm.opencl import sources
-
-        # (2 on a CPU device, where lanes do not contend, so that the tests sum copies too)
-        copies = 2 if device.info.type == "CPU" else 8
-        with device.failing(f"building zstd_encode.cl (ZE_WG={lanes})"):
-            self.program = cl.Program(device.context, sources.codec_source("zstd_encode.cl")).build(
-                options=[f"-DZE_WG={lanes}", f"-DZE_STREAM_WORDS={STREAM_WORDS}", f"-DZE_HIST_COPIES={copies}",
-                         "-I", str(sources.kernel_dir())])
-        self.histogram = cl.Kernel(self.program, "zstd_histogram")
-        self.stream_bits = cl.Kernel(self.program, "zstd_stream_bits")
-        self.encode = cl.Kernel(self.program, "zstd_encode_streams")
-        self.copy = cl.Kernel(self.program, "copy_rows")
-        self.lanes = lanes
-        # a kernel's arguments are set, then it is enqueued: two threads must not interleave that
-        self.lock = threading.Lock()
-
-
-def program(device, lanes: int) -> _Built:
+def program(device, lanes: int):
     """``zstd_encode.cl`` built for ``device`` with ``ZE_WG=lanes``, once per (device, lanes)."""
-    with _BUILD_LOCK:
-        built = _PROGRAMS.setdefault(device, {})
-        if lanes not in built:
-            built[lanes] = _Built(device, lanes)
-        return built[lanes]
+    # (2 on a CPU device, where lanes do not contend, so that the tests sum copies too)
+    copies = 2 if device.info.type == "CPU" else 8
+    return _programs.program(device, "zstd_encode.cl",
+                             (("ZE_WG", lanes), ("ZE_STREAM_WORDS", STREAM_WORDS), ("ZE_HIST_COPIES", copies)),
+                             (("histogram", "zstd_histogram"), ("stream_bits", "zstd_stream_bits"),
+                              ("encode", "zstd_encode_streams"), ("copy", "copy_rows")),
+                             lanes=lanes)
 
 
 def frame_bound(nbytes: int) -> int:
