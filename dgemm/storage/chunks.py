@@ -336,7 +336,7 @@ class _Source:
         from dgemm.storage import remote
 
         got = remote.get_many(self.store, [(self._key(k), r) for k, r in requests])
-        if got is not None:      # S3 through s3fs: botocore from this thread and a pool, not zarr's one loop
+        if got is not None:      # S3 through s3fs settings: obstore from this thread and a pool, not zarr's one loop
             return iter(got)
         import asyncio
 
