@@ -915,6 +915,7 @@ MUTATIONS = [
     Mutation("encode-s3-through-set", "dgemm/storage/encoded.py", "    if remote.put_many(array.store, items) is None:", "    if True:", (TE, "-k", "s3_output"), "S3 frames written one store.set at a time through zarr, not in a batch of PUTs"),
     Mutation("encode-marker-before-block", "dgemm/worker/tasks.py", _WRITE_THEN_MARK, _MARK_THEN_WRITE, (TE, "-k", "resume"), "the store task marks a device-encoded block done before writing its frames"),
     Mutation("encode-frames-misassigned", "dgemm/storage/encoded.py", "return [view[e - n:e] for e, n in zip(ends, self.sizes)]", "return [view[e - n:e] for e, n in zip(ends, self.sizes)][::-1]", (TE, "-k", "engine_hands_back"), "each chunk gets another chunk's frame"),
+    Mutation("encode-no-room-fails-the-block", "dgemm/worker/encoding.py", "        except DeviceMemoryError:\n            return download(", "        except ZeroDivisionError:\n            return download(", (TE, "-k", "no_room"), "a block whose encoder buffers do not fit on the device fails instead of coming down"),
 ]
 
 # -- the copy ----------------------------------------------------------------------------

@@ -22,7 +22,7 @@ _PUBLIC = {
     "list_devices": "dgemm.opencl.discovery", "make_plan": "dgemm.client.plan", "DeviceCluster": "dgemm.cluster",
     "DgemmPlugin": "dgemm.worker",
     **{name: "dgemm.errors" for name in (
-        "DgemmError", "PlanError", "DeviceError", "NoDeviceWorkerError", "IncompleteResultError", "OutputBusyError",
+        "DgemmError", "PlanError", "DeviceError", "DeviceMemoryError", "NoDeviceWorkerError", "IncompleteResultError", "OutputBusyError",
         "OutputTakenOverError", "SubmissionError", "PtxEditError")},
 }
 

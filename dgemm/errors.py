@@ -12,7 +12,7 @@ A leaf: it imports nothing, so every layer may raise these.
 """
 from __future__ import annotations
 
-__all__ = ["DgemmError", "PlanError", "DeviceError", "NoDeviceWorkerError", "IncompleteResultError",
+__all__ = ["DgemmError", "PlanError", "DeviceError", "DeviceMemoryError", "NoDeviceWorkerError", "IncompleteResultError",
            "OutputBusyError", "OutputTakenOverError", "SubmissionError", "PtxEditError"]
 
 
@@ -26,6 +26,10 @@ class PlanError(DgemmError, ValueError):
 
 class DeviceError(DgemmError, RuntimeError):
     """The device cannot do what was asked (no fp64, too little memory...)."""
+
+
+class DeviceMemoryError(DeviceError):
+    """The device ran out of memory for what was asked (the message says what, and how much)."""
 
 
 class NoDeviceWorkerError(DgemmError, RuntimeError):

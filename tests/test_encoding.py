@@ -101,6 +101,29 @@ def test_the_engine_hands_back_the_chunks_encoded(any_device, engines, tmp_path,
     check_frames(out, values, fill=0.5)
 
 
+def test_a_block_the_encoder_has_no_room_for_comes_down_as_values(any_device, engines, tmp_path, rng, monkeypatch):
+    """The encoder's buffers do not fit (the device says it is out of memory): the C block comes down as without
+    the setting, for its store task to encode on the host, instead of failing the block."""
+    from dgemm.errors import DeviceMemoryError
+    from dgemm.opencl.codecs import zstd_encode
+    from dgemm.worker import encoding
+
+    def no_room(*args, **kwargs):
+        raise DeviceMemoryError("device 'test': allocating the frames failed; the device is out of memory")
+
+    monkeypatch.setattr(zstd_encode, "encode_zstd", no_room)
+    m, n = 48, 40
+    A, B = rng.standard_normal((m, 20)).astype("float32"), rng.standard_normal((20, n)).astype("float32")
+    out = zarr.create_array(str(tmp_path / "c.zarr"), shape=(m, n), chunks=(16, 40), dtype="float32")
+    found = encoded.chunks_of(out, (0, m), (0, n))
+    before = fastpaths.snapshot()
+    got = engines(any_device, "float32").stream([A], [B], m, n, finish=encoding.finisher(any_device, found))
+    grew = fastpaths.since(before)
+    assert isinstance(got, np.ndarray) and got.shape == (m, n), type(got)
+    check_product(got, A, B, dtype="float32")
+    assert grew["device_encoded_bytes"] == 0, grew
+
+
 def test_chunks_of_leaves_other_outputs_to_the_host(tmp_path):
     def make(name, **kw):
         return zarr.create_array(str(tmp_path / name), shape=(50, 30), chunks=(16, 16), dtype="f4", **kw)

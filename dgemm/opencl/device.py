@@ -18,7 +18,7 @@ import numpy as np
 
 from dgemm import config
 from dgemm.dtypes import SUPPORTED
-from dgemm.errors import DeviceError
+from dgemm.errors import DeviceError, DeviceMemoryError
 from dgemm.opencl import sources
 from dgemm.opencl.database import Choice, lookup
 from dgemm.opencl.discovery import DeviceInfo, cl_device, worker_device
@@ -566,16 +566,17 @@ def device_error(device: str, what: str, error: BaseException) -> DeviceError:
 
     >>> str(device_error("H100", "launching the GEMM kernel", RuntimeError("clEnqueueNDRangeKernel failed")))
     "device 'H100': launching the GEMM kernel failed: RuntimeError: clEnqueueNDRangeKernel failed"
+    >>> type(device_error("H100", "allocating C", RuntimeError("MEM_OBJECT_ALLOCATION_FAILURE"))).__name__
+    'DeviceMemoryError'
     """
     what_failed = str(error).strip() or type(error).__name__
     code = getattr(error, "code", None)
     detail = f"{type(error).__name__}: {what_failed}" + (f" (OpenCL code {code})" if isinstance(code, int) else "")
-    hint = ""
     if "ALLOCATION" in what_failed.upper() or "OUT_OF" in what_failed.upper() or isinstance(error, MemoryError) \
             or type(error).__name__ == "MemoryError":
-        hint = ("; the device is out of memory: set DGEMM_DEVICE_MEMORY_LIMIT lower on the worker, or use "
-                "smaller blocks")
-    return DeviceError(f"device {device!r}: {what} failed: {detail}{hint}")
+        return DeviceMemoryError(f"device {device!r}: {what} failed: {detail}; the device is out of memory: set "
+                                 "DGEMM_DEVICE_MEMORY_LIMIT lower on the worker, or use smaller blocks")
+    return DeviceError(f"device {device!r}: {what} failed: {detail}")
 
 
 def _poisoned(array: np.ndarray) -> np.ndarray:

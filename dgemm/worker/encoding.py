@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from dgemm.errors import DeviceMemoryError
 from dgemm.storage import encoded, fastpaths
 from dgemm.worker import decoding
 
@@ -43,12 +44,32 @@ def target(device, dtype, out) -> encoded.Chunks | None:
 
 def finisher(device, found: encoded.Chunks):
     """The engine's ``finish(buffer, events)``: encode the ``m x n`` C block in ``buffer`` (C order, on
-    ``device``) as ``found``'s chunks; returns ``(EncodedBlock, bytes downloaded)``."""
+    ``device``) as ``found``'s chunks; returns ``(EncodedBlock, bytes downloaded)``.
+
+    Where the encoder's own buffers (the frames, a scratch copy: up to
+    about twice the block) do not fit beside the run's, the block comes down
+    as it would without the setting, and its store task encodes it on the
+    host: ``(values, bytes downloaded)``.
+    """
 
     def finish(buf, events):
-        block = encode(device, found, buf, events)
+        try:
+            block = encode(device, found, buf, events)
+        except DeviceMemoryError:
+            return download(device, found, buf)
         return block, block.nbytes
     return finish
+
+
+def download(device, found: encoded.Chunks, buf):
+    """The C block in ``buf`` brought down into page-locked memory: ``(values, bytes)``."""
+    import pyopencl as cl
+
+    rows, cols = found.rows[1] - found.rows[0], found.cols[1] - found.cols[0]
+    out = device.host_array((rows, cols), found.dtype)
+    with device.failing(f"downloading the {rows}x{cols} {found.dtype.name} result ({out.nbytes} bytes)"):
+        cl.enqueue_copy(device.queue, out, buf, is_blocking=True)
+    return out, out.nbytes
 
 
 def encode(device, found: encoded.Chunks, buf, events: list | None = None) -> encoded.EncodedBlock:
