@@ -21,7 +21,7 @@ import zarr
 
 import dgemm
 from conftest import CLUSTER_DEVICES, DEVICES
-from dgemm.errors import DeviceError
+from dgemm.errors import DeviceError, DeviceMemoryError
 
 MiB = 1 << 20
 
@@ -238,7 +238,7 @@ def test_device_error_pickles_with_its_message():
     e = device_error("NVIDIA H100", "allocating a staged 16384x16384 float64 block of 2.0 GiB (2147483648 bytes)",
                      MemoryError("clCreateBuffer failed: MEM_OBJECT_ALLOCATION_FAILURE"))
     back = pickle.loads(pickle.dumps(e))
-    assert type(back) is DeviceError and str(back) == str(e)
+    assert type(back) is DeviceMemoryError and isinstance(back, DeviceError) and str(back) == str(e)
     assert "NVIDIA H100" in str(back) and "2147483648 bytes" in str(back) and "staged" in str(back)
     assert "MEM_OBJECT_ALLOCATION_FAILURE" in str(back) and "DGEMM_DEVICE_MEMORY_LIMIT" in str(back)
 
