@@ -19,7 +19,6 @@ import itertools
 import os
 import re
 
-import dask
 import numcodecs
 import numpy as np
 import pytest
@@ -27,6 +26,7 @@ import zarr
 from zarr.codecs import BloscCodec, BytesCodec, ZstdCodec
 
 import dgemm
+import _device_codecs
 from _check import check_product
 from dgemm.names import CODEC_COUNTERS
 from dgemm.storage import ZarrBlock, fastpaths
@@ -175,30 +175,13 @@ def test_the_engine_stages_device_decoded_blocks(any_device, engines, tmp_path, 
 
 
 # -- on the workers -------------------------------------------------------------------------------------------------
-def _configure(value, dask_worker=None):
-    dask.config.set({"dgemm.device-codecs": value})
-
-
-def _counters(dask_worker):
-    """On a worker: its dgemm metric's codec counters (what its heartbeats carry to the scheduler)."""
-    from dgemm.names import WORKER_PLUGIN
-
-    snap = dask_worker.plugins[WORKER_PLUGIN].metric(dask_worker)
-    return {k: snap[k] for k in CODEC_COUNTERS}
-
-
 @pytest.fixture
 def setting(client):
     """``setting(value)``: the workers' ``device-codecs``; unset again after the test."""
-    yield lambda value: client.run(_configure, value)
-    client.run(_configure, None)
+    yield from _device_codecs.setting(client)
 
 
-def run_counted(client, fn):
-    before = client.run(_counters)
-    result = fn()
-    after = client.run(_counters)
-    return result, {k: sum(after[w][k] - before[w][k] for w in after) for k in CODEC_COUNTERS}
+run_counted = _device_codecs.run_counted
 
 
 def inputs(tmp_path, rng, layout, dtype="float32"):

@@ -18,7 +18,6 @@ import itertools
 import os
 import shutil
 
-import dask
 import numcodecs
 import numpy as np
 import pytest
@@ -26,6 +25,7 @@ import zarr
 from zarr.codecs import BloscCodec, ZstdCodec
 
 import dgemm
+import _device_codecs
 from _check import check_product
 from dgemm.names import CODEC_COUNTERS
 from dgemm.storage import encoded, fastpaths
@@ -146,32 +146,17 @@ def test_chunks_of_leaves_other_outputs_to_the_host(tmp_path):
 
 
 # -- on the workers -------------------------------------------------------------------------------------------------
-def _configure(value, dask_worker=None):
-    dask.config.set({"dgemm.device-codecs": value})
-
-
 PATHS = ("storage_write_direct", "storage_write_batched", "storage_write_zarr")
-
-
-def _counters(dask_worker):
-    from dgemm.names import WORKER_PLUGIN
-
-    snap = dask_worker.plugins[WORKER_PLUGIN].metric(dask_worker)
-    return {k: snap[k] for k in (*CODEC_COUNTERS, *PATHS)}
 
 
 @pytest.fixture
 def setting(client):
     """``setting(value)``: the workers' ``device-codecs``; unset again after the test."""
-    yield lambda value: client.run(_configure, value)
-    client.run(_configure, None)
+    yield from _device_codecs.setting(client)
 
 
 def run_counted(client, fn):
-    before = client.run(_counters)
-    result = fn()
-    after = client.run(_counters)
-    return result, {k: sum(after[w][k] - before[w][k] for w in after) for k in (*CODEC_COUNTERS, *PATHS)}
+    return _device_codecs.run_counted(client, fn, (*CODEC_COUNTERS, *PATHS))
 
 
 def inputs(rng, m, n, dtype, k=40):
