@@ -148,6 +148,32 @@ def test_memory_comes_back_after_every_product(one_worker, tmp_path, rng):
                 (i, probe, idle)
 
 
+def test_memory_comes_back_with_device_codecs(one_worker, tmp_path, rng):
+    """device-codecs on: each reader thread's decode buffers and queue (Device.scratch) are given back at
+    every run's end, not kept, while the results stay exact: no device buffer left after any product."""
+    import _device_codecs
+
+    client = one_worker
+    products = _products(tmp_path, rng)[:6]
+    set_codecs = _device_codecs.setting(client)
+    try:
+        next(set_codecs)("on")
+        for i, (dt, name, (a, xa), (b, xb), kw) in enumerate(products):
+            out = str(tmp_path / f"dc-{dt}.zarr")
+            _, grew = _device_codecs.run_counted(
+                client, lambda: dgemm.gemm(a, b, out=out, overwrite=True, client=client, **kw),
+                ("device_decoded_bytes",))
+            assert grew["device_decoded_bytes"] > 0, (i, name, "the device decoded nothing")
+            got = zarr.open_array(out, mode="r")[...]
+            want = (xa.T if kw.get("trans_a") else xa) @ (xb.T if kw.get("trans_b") else xb)
+            np.testing.assert_allclose(got, want, rtol=1e-3 if dt == "float32" else 1e-10,
+                                       atol=1e-3 if dt == "float32" else 1e-10)
+            probe = _wait_idle(client)
+            assert probe["buffers"] == 0 and probe["buffer_bytes"] == 0, (i, dt, name, probe)
+    finally:
+        next(set_codecs, None)
+
+
 def _device_memory_used() -> int | None:
     """Bytes of GPU memory in use on the first NVIDIA GPU (nvidia-smi), None where it cannot tell."""
     import shutil

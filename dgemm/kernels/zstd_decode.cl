@@ -455,21 +455,55 @@ void zstd_huf_trees(global const uchar* src, global const long* trees, global us
 }
 
 // One Huffman stream's literals; the lookup table is in local memory (its latency is each symbol's).
+// The bitstream is read in aligned 32-bit words (src's buffer is aligned and padded by the host, so the
+// word holding the stream's last byte is inside it): a 64-bit window of two words, and the next four
+// words already loaded, so that a word arrives about 17 symbols before it is needed and no symbol waits
+// on global memory.  Bits below the stream's start are masked to 0 (RFC 8878's reading past the start).
+// Literals are stored four at a time once the output is 4-byte aligned.
+#define HUF_WORD(i) w[max((i), -wb)]
+#define HUF_SYM(sym) do {                                                                      \
+        uint v_ = (uint)(acc >> (r - log - lo)) & mask;                                        \
+        if (pos < log) v_ &= 0xFFFFFFFFu << (log - pos);                                       \
+        ushort e_ = table[v_];                                                                 \
+        int len_ = e_ >> 8;                                                                    \
+        if (len_ > pos) return E_OVERREAD;                                                     \
+        pos -= len_;                                                                           \
+        r -= len_;                                                                             \
+        sym = (uchar)e_;                                                                       \
+        if (r - 12 < lo) {                                                                     \
+            acc = (acc << 32) | p0; p0 = p1; p1 = p2; p2 = p3; p3 = HUF_WORD(nextw); nextw--;  \
+            lo -= 32;                                                                          \
+        }                                                                                      \
+    } while (0)
+
 int huf_stream(global const uchar* src, global const long* row, int log, local const ushort* table,
                global uchar* lit) {
-    long n = row[1], dlen = row[3];
+    const long s0 = row[0], dlen = row[3];
+    const int n = (int)row[1];
     global uchar* out = lit + row[2];
-    bits_t b;
-    bits_init(&b, src + row[0], n);
-    for (long i = 0; i < dlen; i++) {
-        ushort e = table[bits_peek(&b, b.pos, log)];
-        int len = e >> 8;
-        if (len > b.pos) return E_OVERREAD;
-        b.pos -= len;
-        out[i] = (uchar)e;
+    const int wb = (int)(s0 >> 2);            // the word holding the stream's first byte
+    global const uint* w = (global const uint*)src + wb;
+    const uchar last = src[s0 + n - 1];       // not 0: the host checked
+    int pos = 8 * (n - 1) + (31 - clz((uint)last));     // bits not yet read
+    int r = pos + (int)(s0 & 3) * 8;          // the same position, from bit 0 of word w[0]
+    const int hi = (r - 1) >> 5;
+    int lo = (hi - 1) * 32;                   // acc holds bits [lo, lo + 64) from w[0]'s bit 0
+    ulong acc = ((ulong)HUF_WORD(hi) << 32) | HUF_WORD(hi - 1);
+    uint p0 = HUF_WORD(hi - 2), p1 = HUF_WORD(hi - 3), p2 = HUF_WORD(hi - 4), p3 = HUF_WORD(hi - 5);
+    int nextw = hi - 6;
+    const uint mask = (1u << log) - 1;
+    long i = 0;
+    uchar a, b, c, d;
+    for (; i < dlen && (((ulong)(out + i)) & 3); i++) { HUF_SYM(a); out[i] = a; }
+    for (; i + 4 <= dlen; i += 4) {
+        HUF_SYM(a); HUF_SYM(b); HUF_SYM(c); HUF_SYM(d);
+        *(global uint*)(out + i) = (uint)a | (uint)b << 8 | (uint)c << 16 | (uint)d << 24;
     }
-    return b.pos != 0 ? E_LEFTOVER : 0;
+    for (; i < dlen; i++) { HUF_SYM(a); out[i] = a; }
+    return pos != 0 ? E_LEFTOVER : 0;
 }
+#undef HUF_SYM
+#undef HUF_WORD
 
 // One work-group per block with Huffman literals (groups: its first stream row, its stream count): the
 // group loads the block's table (the slot zstd_huf_trees filled for the tree the stream row names) into
@@ -673,7 +707,7 @@ void zstd_execute(global const uchar* src, global const long* blocks, global con
             else
                 group_fill(o + pos, from[0], n, lane);
             pos += n;
-            SYNC();
+            if (!copied) SYNC();      // (uniform across the group: every lane reads the same row)
             continue;
         }
         const long remaining = size - pos, litlen = row[B_LITLEN];
@@ -745,7 +779,7 @@ void zstd_execute(global const uchar* src, global const long* blocks, global con
             group_fill(bo + bpos, rle, rest, lane);
         else
             group_copy(bo + bpos, lsrc + lused, rest, lane);
-        SYNC();
+        if (!copied || nseq) SYNC();
         pos += bpos + rest;
     }
     if (!code && pos != size) { code = E_SIZE; detail = pos; where = -1; }

@@ -24,6 +24,7 @@ from dgemm.opencl.database import Choice, lookup
 from dgemm.opencl.discovery import DeviceInfo, cl_device, worker_device
 from dgemm.opencl.panels import PanelCache
 from dgemm.opencl.params import KernelParams
+from dgemm.opencl.scratch import Scratch
 
 logger = logging.getLogger("dgemm")
 
@@ -129,6 +130,8 @@ class Device:
         self._live_bytes = {"device": 0, "page-locked": 0}
         self._kernels: dict = {}
         self._lock = threading.Lock()
+        # reader threads' decode buffers and queues (device codecs), given back by trim()
+        self.scratch = Scratch(self)
         # Kernels that could not be built here, and why (the wgmma kernel's PTX route can fail
         # with a driver it was not tried on); choice() says so, and the worker's description with it.
         self.failed: dict[KernelParams, str] = {}
@@ -279,7 +282,8 @@ class Device:
         """Give back what a finished run held: the panel cache, and page-locked memory beyond a bounded pool.
 
         Drops every panel cache entry no product uses (releasing its device
-        buffer).  ``keep_pinned`` (a run's end): page-locked memory stays for
+        buffer), and the reader threads' decode buffers (:mod:`.scratch`) but
+        those of a thread reading now.  ``keep_pinned`` (a run's end): page-locked memory stays for
         the next run, so that it does not pin its staging again (16 readers'
         256 MiB buffers take about a second): each reader thread's staging
         buffer (one per thread, of the largest block it read) and the free
@@ -298,6 +302,9 @@ class Device:
             :meth:`live_buffers` afterwards.
         """
         self.cache.clear()
+        with self._lock:
+            busy = set(self._reading)
+        self.scratch.release(busy)
         if keep_pinned:
             return self.live_buffers()
         with self._lock:

@@ -70,11 +70,19 @@ class Frames:
         Checks first that this process sees the array's store
         (:func:`dgemm.storage.chunks.visible`); read errors are the store's.
         """
-        chunks.visible(self.array)
-        src = chunks._Source(self.array)
         # local files come back in this thread's scratch buffer, reused by the next: each is copied
-        return [None if data is None else bytes(memoryview(data).cast("B"))
-                for data in src.fetch([(p.key, None) for p in self.pieces])]
+        return [None if data is None else bytes(memoryview(data).cast("B")) for data in self.fetch()]
+
+    def fetch(self):
+        """Each piece's stored bytes in turn, None for a chunk never written: an item may be valid only
+        until the next (local files are read into one scratch buffer); :meth:`read` keeps them all."""
+        chunks.visible(self.array)
+        return chunks._Source(self.array).fetch([(p.key, None) for p in self.pieces])
+
+    def bound(self) -> int:
+        """The pieces' decoded bytes: room for their frames where they compress (the reader's staging
+        buffer has this size already); a frame that expanded past the room left is read aside."""
+        return len(self.pieces) * self.chunk_nbytes
 
 
     def decode_on_host(self, frame, name: str) -> np.ndarray:

@@ -105,65 +105,106 @@ class DeviceDecoded:
             raise unreadable(self.block, e) from e
 
 
+def _read_packed(device, found) -> tuple:
+    """Read ``found``'s frames into this thread's page-locked staging, one after another.
+
+    Returns ``(frames, starts, host)``: each piece's frame (a view of
+    ``host``, or bytes of its own for one past the room :meth:`Frames.bound`
+    leaves, or None for a chunk never written), where each packed frame starts
+    in ``host`` (None for the others), and ``host`` itself.  Page-locked bytes
+    go over the bus at its full speed, and each frame is copied once, from the
+    store's read into the staging.
+    """
+    host = device.staging(found.bound())
+    frames, starts, pos = [], [], 0
+    for data in found.fetch():
+        if data is None:
+            frames.append(None)
+            starts.append(None)
+            continue
+        view = np.frombuffer(memoryview(data).cast("B"), np.uint8)
+        n = view.nbytes
+        if pos + n > host.nbytes:        # beyond the codec's worst case: its own copy, decoded apart
+            frames.append(bytes(view))
+            starts.append(None)
+            continue
+        host[pos:pos + n] = view
+        frames.append(host[pos:pos + n])
+        starts.append(pos)
+        pos = (pos + n + 15) & ~15       # each frame 16-byte aligned: the kernels' wide reads start aligned
+    return frames, starts, host
+
+
 def _decode(device, dec, found, out, queue, events) -> int:
-    """Decode ``found``'s pieces into ``out``: whole-row chunks in place, the others aside then copied."""
+    """Decode ``found``'s pieces into ``out``: whole-row chunks in place, the others aside then copied.
+
+    The decode runs on this thread's own queue (:meth:`Device.scratch`) with
+    buffers kept for its next block, and has finished when this returns, so
+    ``queue`` (where the engine reads ``out`` next) needs nothing from it.
+    """
     import pyopencl as cl
 
     n, itemsize = found.chunk_nbytes, found.dtype.itemsize
     width, (chunk_rows, chunk_cols) = found.shape[1], found.chunk
-    data = found.read()
-    direct, aside = [], []          # (piece, frame) decoded into out; (piece, frame, how) into scratch
-    for piece, frame in zip(found.pieces, data):
+    data, starts, host = _read_packed(device, found)
+    queue = device.scratch.queue()
+    # (piece, frame, plan, start) decoded into out; (piece, frame, plan, start, how) into scratch
+    direct, aside = [], []
+    for piece, frame, start in zip(found.pieces, data, starts):
         if frame is None:
-            aside.append((piece, None, "fill"))
-        elif dec.unsupported_reason(frame, piece.name) is not None:
-            aside.append((piece, found.decode_on_host(frame, piece.name), "host"))
+            aside.append((piece, None, None, None, "fill"))
+            continue
+        reason, plan = dec.checked(frame, piece.name)
+        if reason is not None:
+            aside.append((piece, found.decode_on_host(frame, piece.name), None, None, "host"))
         elif piece.direct:
-            direct.append((piece, frame))
+            direct.append((piece, frame, plan, start))
         else:
-            aside.append((piece, frame, "device"))
+            aside.append((piece, frame, plan, start, "device"))
     decode = dec.load()
     decoded = sent = 0
 
-    def run(pairs, buf, offsets):
+    def run(rows, buf, offsets):
         nonlocal decoded, sent
-        if not pairs:
+        if not rows:
             return
-        names = [p.name for p, _ in pairs]
-        sizes = decode(device, [f for _, f in pairs], buf, offsets=offsets, names=names, events=events, queue=queue)
+        names = [r[0].name for r in rows]
+        frames = [r[1] for r in rows]
+        packed = None
+        if all(r[3] is not None for r in rows):
+            packed = (host, [r[3] for r in rows])
+        sizes = decode(device, frames, buf, offsets=offsets, names=names, events=events, queue=queue,
+                       plans=[r[2] for r in rows], packed=packed, keep=True)
         for name, size in zip(names, sizes):
             if size != n:
                 raise ValueError(f"{name}: decodes to {size} bytes, a chunk of this array has {n}")
         decoded += sum(sizes)
-        sent += sum(len(f) for _, f in pairs)
+        sent += sum(len(f) for f in frames)
 
-    run(direct, out, [p.offset for p, _ in direct])
+    run(direct, out, [r[0].offset for r in direct])
     if aside:
-        scratch = device.buffer(len(aside) * n, what=f"the decode scratch of {len(aside)} chunks")
-        try:
-            with device.failing(f"placing {len(aside)} decoded chunks of {n} bytes"):
-                pairs = [(p, f) for p, f, how in aside if how == "device"]
-                run(pairs, scratch, [i * n for i, (_, _, how) in enumerate(aside) if how == "device"])
-                done = []
-                for i, (piece, what, how) in enumerate(aside):
-                    if how == "fill":
-                        fill = np.asarray(found.fill, found.dtype).reshape(1)
-                        done.append(cl.enqueue_fill_buffer(queue, scratch, fill, i * n, n))
-                    elif how == "host":
-                        cl.enqueue_copy(queue, scratch, what, dst_offset=i * n, is_blocking=True)
-                        sent += what.nbytes
-                for i, (piece, _, _) in enumerate(aside):
-                    # the chunk's rows and columns the block takes, into their place in the block
-                    done.append(cl.enqueue_copy(
-                        queue, out, scratch,
-                        src_origin=(piece.inside[1] * itemsize, i * chunk_rows + piece.inside[0], 0),
-                        dst_origin=(piece.at[1] * itemsize, piece.at[0], 0),
-                        region=(piece.size[1] * itemsize, piece.size[0], 1),
-                        src_pitches=(chunk_cols * itemsize, 0), dst_pitches=(width * itemsize, 0)))
-                if events is not None:
-                    events.extend(("copy", e) for e in done)
-                cl.wait_for_events(done)
-        finally:
-            scratch.release()
+        scratch = device.scratch.buffer("the decode scratch", len(aside) * n)
+        with device.failing(f"placing {len(aside)} decoded chunks of {n} bytes"):
+            rows = [r for r in aside if r[4] == "device"]
+            run(rows, scratch, [i * n for i, r in enumerate(aside) if r[4] == "device"])
+            done = []
+            for i, (piece, what, _, _, how) in enumerate(aside):
+                if how == "fill":
+                    fill = np.asarray(found.fill, found.dtype).reshape(1)
+                    done.append(cl.enqueue_fill_buffer(queue, scratch, fill, i * n, n))
+                elif how == "host":
+                    cl.enqueue_copy(queue, scratch, what, dst_offset=i * n, is_blocking=True)
+                    sent += what.nbytes
+            for i, (piece, _, _, _, _) in enumerate(aside):
+                # the chunk's rows and columns the block takes, into their place in the block
+                done.append(cl.enqueue_copy(
+                    queue, out, scratch,
+                    src_origin=(piece.inside[1] * itemsize, i * chunk_rows + piece.inside[0], 0),
+                    dst_origin=(piece.at[1] * itemsize, piece.at[0], 0),
+                    region=(piece.size[1] * itemsize, piece.size[0], 1),
+                    src_pitches=(chunk_cols * itemsize, 0), dst_pitches=(width * itemsize, 0)))
+            if events is not None:
+                events.extend(("copy", e) for e in done)
+            cl.wait_for_events(done)
     fastpaths.codec("device_decoded_bytes", decoded)
     return sent

@@ -1,7 +1,7 @@
 """zstd decode on the device (dgemm/kernels/zstd_decode.cl) against libzstd (issue 28).
 
     python bench/notes/issue-28/zstd_decode.py [--out DIR] [--size 64] [--chunks 4] [--levels 3,1,-1]
-        [--data normal] [--repeats 5] [--lanes 32] [--device gpu]
+        [--data normal] [--repeats 5] [--lanes 32] [--threads 1,8] [--device gpu]
 
 Encodes CHUNKS float32 chunks of SIZE MiB each with numcodecs ``Zstd(level)`` (Zarr's default compressor is
 zstd level 3) for each level, checks that the device decodes them to the bytes libzstd (numcodecs) gives, then
@@ -15,7 +15,10 @@ times REPEATS decodes of all the chunks in one call:
 * ``host_parse_gbps_per_core``: decoded bytes per second of the host's part alone (``zstd_frames.plan``, one
   thread: headers, sequence tables, where each Huffman tree description is; the trees themselves are
   decoded on the device since the commit after 6749e24), what each chunk costs a host core on the device path;
-* ``libzstd_gbps_per_core``: numcodecs decoding the same chunks on one thread, for comparison.
+* ``libzstd_gbps_per_core``: numcodecs decoding the same chunks on one thread, for comparison;
+* ``staged``: per count of THREADS calling at once (as a worker's readers do: frames in page-locked staging,
+  plans made, device buffers kept per thread, each thread its own queue), the median call's rate and
+  all threads' decoded bytes over the wall time (the first call of each thread included).
 
 Rates are decoded bytes per second (GB/s, 1e9).  On PoCL (no GPU), use a small ``--size`` (e.g. 1).
 Prints one JSON object and writes ``zstd_decode-<date>.json`` into ``--out`` if given.
@@ -52,6 +55,8 @@ def main():
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--lanes", type=int, default=None, help="work-items per frame in zstd_execute "
                                                            "(default: 32 on a GPU, 1 on a CPU device)")
+    p.add_argument("--threads", default="1,8", help="reader threads calling at once, as a worker's do, "
+                                                   "with staged frames (default 1,8)")
     p.add_argument("--device", default=None, help="an OpenCL device as DGEMM_DEVICES names one (default: "
                                                   "the first GPU, else the first CPU device)")
     args = p.parse_args()
@@ -119,13 +124,58 @@ def main():
         def rate(seconds):
             return round(total / statistics.median(seconds) / 1e9, 3)
 
+        # as a worker's reader thread calls it: the frames already in its page-locked staging, their
+        # plans made (the check that picks the device path makes them), buffers kept, its own queue;
+        # then THREADS readers at once, each its own frames (the device shared, as in a product)
+        staged = {}
+        for nthreads in (int(x) for x in args.threads.split(",")):
+            outs = [out] + [device.buffer(total, "decoded chunks") for _ in range(nthreads - 1)]
+
+            def reader(k, times):
+                with device.reading():
+                    host = device.staging(sum(len(f) + 16 for f in frames))
+                    starts, pos = [], 0
+                    for f in frames:
+                        host[pos:pos + len(f)] = np.frombuffer(f, np.uint8)
+                        starts.append(pos)
+                        pos = (pos + len(f) + 15) & ~15
+                    views = [host[st:st + len(f)] for st, f in zip(starts, frames)]
+                    q = device.scratch.queue()
+                    for _ in range(args.repeats + 1):
+                        t0 = time.perf_counter()
+                        ps = [zf.plan(v) for v in views]
+                        zd.decode_zstd(device, views, outs[k], lanes=lanes, queue=q, plans=ps,
+                                       packed=(host, starts), keep=True)
+                        times.append(time.perf_counter() - t0)
+
+            import threading
+            times = [[] for _ in range(nthreads)]
+            t0 = time.perf_counter()
+            threads = [threading.Thread(target=reader, args=(k, times[k])) for k in range(nthreads)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            wall = time.perf_counter() - t0
+            got = np.empty(total, np.uint8)
+            for o in outs:
+                cl.enqueue_copy(device.queue, got, o).wait()
+                if not np.array_equal(got, want):
+                    raise SystemExit(f"level {level}: the staged path's bytes differ from libzstd's")
+            for o in outs[1:]:
+                o.release()
+            warm = [t for ts in times for t in ts[1:]]
+            staged[str(nthreads)] = {"call_gbps": rate(warm),
+                                     "aggregate_gbps": round(nthreads * (args.repeats + 1) * total / wall / 1e9, 3)}
+        device.trim()
+
         runs[str(level)] = {
             "ratio": round(shape["compressed_bytes"] / total, 4), **shape,
             "kernel_gbps": rate(kernel_s), "wall_gbps": rate(call_s),
             "per_kernel_gbps": {what: rate(s) for what, s in per.items() if what != "upload"},
             "upload_s": round(statistics.median(per.get("upload", [0.0])), 6),
             "host_parse_gbps_per_core": rate(parse_s), "libzstd_gbps_per_core": rate(lib_s),
-            "correct": True}
+            "staged": staged, "correct": True}
         print(f"level {level}: {json.dumps(runs[str(level)])}", flush=True)
     out.release()
     info = device.info

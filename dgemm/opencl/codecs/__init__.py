@@ -19,7 +19,10 @@ decoders (:mod:`dgemm.storage.chunks`), exactly as when no device codec is in us
 
 Every decoder exposes the same shape: ``unsupported_reason(frame, name)`` (None
 where the device decodes the frame), ``supported(frame)`` and
-``decode_<codec>(device, frames, out, offsets=None, names=None, events=None)``
+``decode_<codec>(device, frames, out, offsets=None, names=None, events=None, queue=None,
+plans=None, packed=None, keep=False)`` (``checked(frame, name)`` gives the reason and the plan
+at once, so that the host reads a frame once; ``packed`` frames already in one page-locked array;
+``keep`` device buffers kept per thread, :mod:`dgemm.opencl.scratch`)
 which decodes into a pyopencl ``Buffer``, blocks until done and raises the
 module's ``...FrameError`` (a :class:`~dgemm.errors.DgemmError`) whose message
 starts with the frame's name (the caller passes the store key, array, rows and
@@ -57,6 +60,10 @@ class Decoder:
     def unsupported_reason(self, frame, name: str = "frame") -> str | None:
         """The module's ``unsupported_reason``: None where the device decodes this frame."""
         return importlib.import_module(self.module).unsupported_reason(frame, name)
+
+    def checked(self, frame, name: str = "frame") -> tuple:
+        """The module's ``checked``: ``(unsupported_reason, plan or None)``, the plan for the decode's ``plans``."""
+        return importlib.import_module(self.module).checked(frame, name)
 
 
 # A chunk's compressor (numcodecs' codec id) -> its device decoder.  The configuration says which

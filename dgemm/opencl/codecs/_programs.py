@@ -64,10 +64,18 @@ def unsupported_reason(plan, unsupported: type, corrupt: type, frame, name: str)
     the host would; only a valid-looking frame it does not decode
     (``unsupported``) is left to the host.
     """
+    return checked(plan, unsupported, corrupt, frame, name)[0]
+
+
+def checked(plan, unsupported: type, corrupt: type, frame, name: str) -> tuple:
+    """``(reason, plan)``: :func:`unsupported_reason`'s answer, and the frame's plan where it was made.
+
+    The plan (None for a corrupt or unsupported frame) goes to the decode call
+    (its ``plans``), so that the host reads each frame once.
+    """
     try:
-        plan(frame, name)
+        return None, plan(frame, name)
     except unsupported as e:
-        return str(e)
+        return str(e), None
     except corrupt:
-        return None
-    return None
+        return None, None

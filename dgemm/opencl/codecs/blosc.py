@@ -111,6 +111,11 @@ def unsupported_reason(frame, name: str = "frame") -> str | None:
     return _programs.unsupported_reason(plan, BloscUnsupported, BloscFrameError, frame, name)
 
 
+def checked(frame, name: str = "frame") -> tuple:
+    """``(unsupported_reason(frame, name), the frame's plan or None)``: the plan goes to the decode's ``plans``."""
+    return _programs.checked(plan, BloscUnsupported, BloscFrameError, frame, name)
+
+
 def supported(frame) -> bool:
     """Whether :func:`decode_blosc` decodes this frame (else the host decoder must); see :func:`unsupported_reason`."""
     return unsupported_reason(frame) is None
@@ -263,7 +268,8 @@ def program(device, lanes: int, params: dict | None = None):
 
 
 def decode_blosc(device, frames, out, offsets=None, names=None, lanes: int | None = None,
-                 events: list | None = None, queue=None, params: dict | None = None) -> list[int]:
+                 events: list | None = None, queue=None, params: dict | None = None, plans=None,
+                 packed=None, keep: bool = False) -> list[int]:
     """Decode Blosc-LZ4 frames on the device into ``out``; returns each frame's decoded size.
 
     Parameters
@@ -289,6 +295,9 @@ def decode_blosc(device, frames, out, offsets=None, names=None, lanes: int | Non
     params : dict, optional
         ``lz4.cl``'s other parameters (:data:`PARAMS`, e.g. ``{"LZ4_MODE": 1}``);
         :func:`default_params` by default.
+    plans, packed, keep
+        As :func:`dgemm.opencl.codecs.zstd_decode.decode_zstd`'s: frames already read on the host
+        (:func:`plan`), frames already in one (page-locked) host array, device buffers kept per thread.
 
     Raises
     ------
@@ -305,7 +314,8 @@ def decode_blosc(device, frames, out, offsets=None, names=None, lanes: int | Non
     import pyopencl as cl
 
     names = list(names) if names is not None else [f"frame {i}" for i in range(len(frames))]
-    plans = [plan(f, n) for f, n in zip(frames, names)]
+    plans = [p if p is not None else plan(f, n)
+             for f, n, p in zip(frames, names, plans if plans is not None else [None] * len(frames))]
     if offsets is None:
         offsets = np.concatenate([[0], np.cumsum([p.nbytes for p in plans])[:-1]]).astype(np.int64)
     offsets = [int(o) for o in offsets]
@@ -317,10 +327,14 @@ def decode_blosc(device, frames, out, offsets=None, names=None, lanes: int | Non
         return []
     lanes = lanes or default_lanes(device)
     prog = program(device, lanes, default_params(device) if params is None else params)
-    bases = np.concatenate([[0], np.cumsum([p.cbytes for p in plans])]).astype(np.int64)
-    upload = np.empty(max(int(bases[-1]), 1), np.uint8)
-    for p, f, b in zip(plans, frames, bases):
-        upload[b:b + p.cbytes] = np.frombuffer(memoryview(f).cast("B")[:p.cbytes], np.uint8)
+    if packed is not None:       # already in one host array: uploaded as it is
+        bases = np.asarray(packed[1], np.int64)
+        upload = packed[0][:max(int(b) + p.cbytes for p, b in zip(plans, bases))]
+    else:
+        bases = np.concatenate([[0], np.cumsum([p.cbytes for p in plans])]).astype(np.int64)
+        upload = np.empty(max(int(bases[-1]), 1), np.uint8)
+        for p, f, b in zip(plans, frames, bases):
+            upload[b:b + p.cbytes] = np.frombuffer(memoryview(f).cast("B")[:p.cbytes], np.uint8)
 
     def table(kind):
         parts, owners = [], []
@@ -338,9 +352,15 @@ def decode_blosc(device, frames, out, offsets=None, names=None, lanes: int | Non
     queue = queue if queue is not None else device.queue
     buffers = []
 
-    def buffer(host, what):
-        buf = device.buffer(max(host.nbytes, 1), what)
+    def take(nbytes, what):
+        if keep:
+            return device.scratch.buffer(what, nbytes)
+        buf = device.buffer(max(nbytes, 1), what)
         buffers.append(buf)
+        return buf
+
+    def buffer(host, what):
+        buf = take(host.nbytes, what)
         if host.nbytes:
             event = cl.enqueue_copy(queue, buf, host, is_blocking=False)
             if events is not None:
@@ -357,12 +377,11 @@ def decode_blosc(device, frames, out, offsets=None, names=None, lanes: int | Non
             if len(shuffled):
                 # planes go to scratch at their block's own offsets, then unshuffle_blocks puts them in out
                 extent = max(o + p.nbytes for p, o in zip(plans, offsets) if len(p.shuffled))
-                scratch = device.buffer(extent, "Blosc unshuffle scratch")
-                buffers.append(scratch)
+                scratch = take(extent, "Blosc unshuffle scratch")
                 launches.append((shuffled, shuffled_owner, scratch))
-            args = [(rows, owner, dst, buffer(rows, "LZ4 stream table"),
-                     np.empty(len(rows), np.int32)) for rows, owner, dst in launches]
-            args = [(*a, buffer(a[4], "LZ4 error flags")) for a in args]
+            args = [(rows, owner, dst, buffer(rows, f"LZ4 stream table {i}"),
+                     np.empty(len(rows), np.int32)) for i, (rows, owner, dst) in enumerate(launches)]
+            args = [(*a, buffer(a[4], f"LZ4 error flags {i}")) for i, a in enumerate(args)]
             job_table = buffer(jobs, "unshuffle jobs") if len(jobs) else None
             with prog.lock:
                 launched = [("lz4", prog.streams(queue, (len(rows) * lanes,), (lanes,), src, dst, rows_buf, err_buf))

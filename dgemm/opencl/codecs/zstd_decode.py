@@ -107,6 +107,11 @@ def unsupported_reason(frame, name: str = "frame") -> str | None:
     return _programs.unsupported_reason(zf.plan, ZstdUnsupported, ZstdFrameError, frame, name)
 
 
+def checked(frame, name: str = "frame") -> tuple:
+    """``(unsupported_reason(frame, name), the frame's plan or None)``: the plan goes to the decode's ``plans``."""
+    return _programs.checked(zf.plan, ZstdUnsupported, ZstdFrameError, frame, name)
+
+
 def supported(frame) -> bool:
     """Whether :func:`decode_zstd` decodes this frame (else the host decoder must)."""
     return unsupported_reason(frame) is None
@@ -131,7 +136,7 @@ def program(device, lanes: int):
 class Batch:
     """The frames' rows concatenated, offsets made global: what is uploaded."""
 
-    def __init__(self, plans, frames, offsets):
+    def __init__(self, plans, frames, offsets, packed=None):
         defaults = zf.defaults()
         fse_parts = [t for t, _ in defaults]
         default_at = np.cumsum([0] + [len(t) for t in fse_parts])[:3]
@@ -139,6 +144,8 @@ class Batch:
         src_base = tree_base = lit_base = seq_base = block_base = 0
         blocks, streams, trees, frows, srcs = [], [], [], [], []
         for i, (p, fr, o) in enumerate(zip(plans, frames, offsets)):
+            if packed is not None:    # the frames already lie in one host buffer: their places there
+                src_base = int(packed[1][i])
             b = p.blocks.copy()
             b[:, zf.B_FRAME] = i
             for col in (zf.B_SRC, zf.B_SSRC):
@@ -161,8 +168,9 @@ class Batch:
             streams.append(s)
             trees.append(t)
             fse_parts.append(p.fse)
-            srcs.append(np.frombuffer(memoryview(fr).cast("B")[:p.csize], np.uint8))
-            src_base += p.csize
+            if packed is None:
+                srcs.append(np.frombuffer(memoryview(fr).cast("B")[:p.csize], np.uint8))
+                src_base += p.csize
             tree_base += len(t)
             fse_base += len(p.fse)
             lit_base += p.literals
@@ -173,7 +181,11 @@ class Batch:
         self.trees = np.ascontiguousarray(np.concatenate(trees))
         self.fse = np.ascontiguousarray(np.concatenate(fse_parts).astype(np.uint32))
         self.frames = np.array(frows, np.int64).reshape(-1, zf.FRAME_COLUMNS)
-        self.src = np.concatenate(srcs) if srcs else np.zeros(0, np.uint8)
+        if packed is not None:
+            end = max((int(st) + p.csize for p, st in zip(plans, packed[1])), default=0)
+            self.src = packed[0][:end]
+        else:
+            self.src = np.concatenate(srcs) if srcs else np.zeros(0, np.uint8)
         self.literals, self.nseq = lit_base, seq_base
         self.with_seqs = np.nonzero(self.blocks[:, zf.B_NSEQ] > 0)[0].astype(np.int64)
         self.prefix = np.nonzero(self.blocks[:, zf.B_PRE] >= 0)[0].astype(np.int64)
@@ -184,7 +196,8 @@ class Batch:
 
 
 def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None = None,
-                events: list | None = None, queue=None) -> list[int]:
+                events: list | None = None, queue=None, plans=None, packed=None,
+                keep: bool = False) -> list[int]:
     """Decode zstd frames on the device into ``out``; returns each frame's decoded size.
 
     Parameters
@@ -204,6 +217,17 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
     events : list, optional
         Gets ``(what, event)`` for each upload and kernel (``what``: ``upload``,
         ``trees``, ``huffman``, ``sequences``, ``copy``, ``execute``), for their profiling times.
+    queue : pyopencl.CommandQueue, optional
+        Where the commands go (the device's queue by default); the call waits for this queue.
+    plans : sequence, optional
+        Each frame's :func:`.zstd_frames.plan` where the caller made it already (None entries are
+        made here), so that a frame is read on the host once.
+    packed : (numpy.ndarray, sequence of int), optional
+        A uint8 host array holding every frame, and where each starts in it: the array is uploaded
+        as it is (page-locked memory goes over the bus at its full speed) instead of a copy of the frames.
+    keep : bool
+        Take the device buffers from this thread's :attr:`Device.scratch` (kept for the thread's
+        next call, given back by ``Device.trim``) instead of allocating and releasing them.
 
     Raises
     ------
@@ -219,7 +243,8 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
     import pyopencl as cl
 
     names = list(names) if names is not None else [f"frame {i}" for i in range(len(frames))]
-    plans = [zf.plan(f, n) for f, n in zip(frames, names)]
+    plans = [p if p is not None else zf.plan(f, n)
+             for f, n, p in zip(frames, names, plans if plans is not None else [None] * len(frames))]
     if not plans:
         return []
     if offsets is None:
@@ -231,13 +256,19 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
                                  f"{out.size}-byte output buffer")
     lanes = lanes or default_lanes(device)
     prog = program(device, lanes)
-    batch = Batch(plans, frames, offsets)
+    batch = Batch(plans, frames, offsets, packed)
     queue = queue if queue is not None else device.queue
     buffers = []
 
-    def buffer(host, what, upload=True):
-        buf = device.buffer(max(host.nbytes, 1), what)
+    def take(nbytes, what):
+        if keep:
+            return device.scratch.buffer(what, nbytes)
+        buf = device.buffer(max(nbytes, 1), what)
         buffers.append(buf)
+        return buf
+
+    def buffer(host, what, upload=True, pad=0):
+        buf = take(host.nbytes + pad, what)
         if upload and host.nbytes:
             event = cl.enqueue_copy(queue, buf, host, is_blocking=False)
             if events is not None:
@@ -252,19 +283,18 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
     exec_err = np.zeros((nframes, 3), np.int64)
     try:
         with device.failing("decoding zstd frames"):
-            src = buffer(batch.src, "zstd frames")
+            # padded: the Huffman kernel reads whole aligned words, the last one past the last frame's end
+            src = buffer(batch.src, "zstd frames", pad=16)
             blocks = buffer(batch.blocks, "zstd block table")
             frames_buf = buffer(batch.frames, "zstd frame table")
-            lit = device.buffer(max(batch.literals, 1), "zstd literals")
-            seqs = device.buffer(max(batch.nseq, 1) * 16, "zstd sequences")
-            buffers += [lit, seqs]
+            lit = take(batch.literals, "zstd literals")
+            seqs = take(batch.nseq * 16, "zstd sequences")
             err_e = buffer(exec_err, "zstd errors", upload=False)
             launched = []
             with prog.lock:
                 if nstreams:      # streams name trees: a block with Huffman literals has one or repeats one
                     trees = buffer(batch.trees, "zstd Huffman tree descriptions")
-                    huf = device.buffer(ntrees * HUF_SLOT * 2, "zstd Huffman tables")
-                    buffers.append(huf)
+                    huf = take(ntrees * HUF_SLOT * 2, "zstd Huffman tables")
                     info = buffer(tree_info, "zstd Huffman tree logs and errors", upload=False)
                     tl = prog.tree_lanes
                     launched.append(("trees", prog.trees(queue, (ntrees * tl,), (tl,), src, trees, huf, info)))
@@ -295,8 +325,9 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
                 cl.enqueue_copy(queue, stream_err, err_s, is_blocking=False)
             if nseqblocks:
                 cl.enqueue_copy(queue, seq_err, err_q, is_blocking=False)
-            cl.enqueue_copy(queue, exec_err, err_e, is_blocking=False)
-            queue.finish()
+            # the queue is in order: the last copy's end is this call's (a finish would also wait for
+            # other threads' commands on a shared queue)
+            cl.enqueue_copy(queue, exec_err, err_e, is_blocking=False).wait()
     finally:
         for buf in buffers:
             buf.release()
