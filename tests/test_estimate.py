@@ -178,3 +178,74 @@ def test_the_host_rates_time_cs_codec_encoding(arrays, tmp_path):
     m = measured_rates({"host_rates": r, "cpus": 2})
     best, threads = max((v, int(t)) for t, v in r["encode_gbps"].items())
     assert m["cpu"]["encode"] == pytest.approx(best * 1e9 / min(threads, 2))
+
+
+def gram(block_k=4096, n=256, rows=65536, chunk=4096):
+    """X^T X of X (rows x n) in (chunk x n) chunks: op(A) = X^T in (n x chunk) chunks, op(B) = X."""
+    p = make_plan(n, n, rows, "float32", (32, 32, 16), a_chunks=(n, chunk), b_chunks=(chunk, n),
+                  target=(n, n, block_k), exact=True)
+    return p, ((n, chunk), (chunk, n))
+
+
+def test_a_gram_decodes_each_chunk_of_x_once_for_both_operands():
+    """Issue 27: X^T X reads X once (its A blocks and B blocks are the same chunks); the floor counted X twice."""
+    p, chunks = gram()
+    x = 65536 * 256 * 4
+    rates = Rates(cores=4, flops=1e15)
+    g = p.estimate(1, rates, codecs=(ZSTD, ZSTD, RAW), chunks=chunks, gram=True)
+    assert g["bytes_decoded"] == pytest.approx(x) and g["bytes_read"] == pytest.approx(x)
+    assert g["hosts"][0]["cpu"]["decode"] == pytest.approx(x / ZSTD.decode / 4)
+    assert g["workers"][0]["seconds"]["upload"] == pytest.approx(x / Rates().pcie)     # X goes up once too
+    # the same shapes as two different arrays read both
+    assert p.estimate(1, rates, codecs=(ZSTD, ZSTD, RAW), chunks=chunks)["bytes_decoded"] == pytest.approx(2 * x)
+
+
+def test_a_gram_whose_k_blocks_cut_its_chunks_decodes_each_chunk_once_per_block():
+    """K blocks of 1024 rows in 4096-row chunks (as before e29a553): each chunk of X decoded 4 times, not 8."""
+    p, chunks = gram(block_k=1024)
+    x = 65536 * 256 * 4
+    assert p.block_shape == (256, 256, 1024)
+    g = p.estimate(1, Rates(cores=4), codecs=(ZSTD, ZSTD, RAW), chunks=chunks, gram=True)
+    assert g["bytes_decoded"] == pytest.approx(4 * x)
+
+
+def test_a_gram_computes_one_triangle_of_c_and_writes_all_of_it():
+    """C of 4 x 4 blocks: the kernel runs the 10 blocks i <= j (10/16 of the flops), every block is encoded."""
+    n, k = 4096, 8192
+    p = make_plan(n, n, k, "float32", (32, 32, 16), a_chunks=(1024, 1024), b_chunks=(1024, 1024), target=1024,
+                  exact=True)
+    assert p.rows.count == 4
+    g = p.estimate(1, Rates(cores=4, flops=1e12), codecs=(ZSTD, ZSTD, ZSTD), gram=True)
+    assert g["workers"][0]["seconds"]["kernel"] == pytest.approx(10 / 16 * 2.0 * n * n * k / 1e12)
+    assert g["workers"][0]["seconds"]["download"] == pytest.approx(10 / 16 * n * n * 4 / Rates().pcie)
+    assert g["hosts"][0]["cpu"]["encode"] == pytest.approx(n * n * 4 / ZSTD.encode / 4)
+
+
+def test_the_fill_delays_the_device_not_the_hosts_cores():
+    """The first panels' decode is part of the cores' total: a cpu-bound floor is cpu + drain, a kernel-bound one
+    kernel + fill + drain (the floor used to add the fill to the cores' time as well)."""
+    p = square()
+    cpu_bound = p.estimate(1, Rates(cores=4, flops=1e15), codecs=(ZSTD, ZSTD, RAW))
+    w = cpu_bound["workers"][0]
+    inputs, out = 2 * 4096**2 * 4, 4096**2 * 4
+    cpu = inputs / ZSTD.decode / 4 + out / RAW.encode / 4
+    assert cpu_bound["bound"] == "cpu" and w["fill"] > 0
+    assert cpu_bound["floor_seconds"] == pytest.approx(cpu + w["drain"])
+    kernel_bound = p.estimate(1, Rates(cores=64, flops=1e12), codecs=(ZSTD, ZSTD, RAW))
+    w = kernel_bound["workers"][0]
+    assert kernel_bound["bound"] == "kernel"
+    assert kernel_bound["floor_seconds"] == pytest.approx(2.0 * 4096**3 / 1e12 + w["fill"] + w["drain"])
+
+
+def test_two_workers_of_one_host_each_decode_the_panels_of_their_share():
+    """49152^2 in 4096^2 blocks on 2 GPUs of one host (issue 27's case): each worker reads all of one operand and
+    half of the other (a 1 x 2 or 2 x 1 split), so the host decodes 1.5x the inputs: 29.0 GB for 19.3 GB, as the
+    workers' counters of 95a8705 showed."""
+    n = 49152
+    p = make_plan(n, n, n, "float32", (128, 128, 32), a_chunks=(4096, 4096), b_chunks=(4096, 4096), target=4096,
+                  n_workers=2)
+    two = p.estimate(2, Rates(cores=32), codecs=(ZSTD, ZSTD, ZSTD))
+    inputs = 2 * n * n * 4
+    assert [sorted((w["bytes_a"], w["bytes_b"])) for w in two["workers"]] == [[n * n * 2, n * n * 4]] * 2
+    assert two["bytes_decoded"] == pytest.approx(1.5 * inputs)
+    assert two["hosts"][0]["cpu"]["decode"] == pytest.approx(1.5 * inputs / ZSTD.decode / 32)

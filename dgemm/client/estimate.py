@@ -1,7 +1,8 @@
 """The time floor of a plan: the work each resource must do, and which one binds.
 
 A product's floor is what its slowest resource needs, all resources working
-at once, plus the pipeline's fill and drain:
+at once, plus the pipeline's drain, and for a device's kernel and copies the
+fill (its first panels; the host's cores decode them within their total):
 
 * each host's **cores**, shared by its device workers: they decode every
   block of A and B read from the store (a raw chunk is copied), and encode
@@ -51,13 +52,17 @@ class Codec:
 # normal float32 in 4096^2 chunks: decoding is dgemm's own chunk reader (file read + decode into the block's
 # buffer: what the workers run), best over thread counts / threads, in `dgemm bench e2e`'s records
 # (bench/results/2026-11-23-*-e2e-32768-float32-{default-3xtf32-0efae0a,blosc-lz4-0d98559,raw-shm-pools}:
-# zstd 7.16, blosc-lz4 9.07, raw 17.9 GB/s on 16 threads); encoding is numcodecs' on 16 threads (issue 27's
-# table: zstd 3 5.2, zstd -1 12.6, blosc-lz4 12.1 GB/s).  zstd -1's decode is numcodecs' (66.6 GB/s: not
-# measured through the reader).  One core alone is faster (zstd 3: 0.72 GB/s decode, 0.59 encode, by
-# numcodecs), but the floor keeps every core busy.
+# zstd 7.16, blosc-lz4 9.07, raw 17.9 GB/s on 16 threads; 165fedb's reader, on libzstd, 7.15).  Encoding is
+# numcodecs' on 16 threads (issue 27's table: zstd -1 12.6, blosc-lz4 12.1 GB/s) but for zstd level 3, which
+# dgemm's writer encodes through libzstd with one context and buffer per thread since 3b5a994
+# (dgemm.storage.zstd): 6.1 GB/s on the H100's 16 cores (bench/NOTES.md, issues 27 and 28, second
+# session; numcodecs' 5.2 is NUMCODECS_ZSTD_ENCODE, the writer's rate before).  zstd -1's decode is
+# numcodecs' (66.6 GB/s: not measured through the reader).  One core alone is faster (zstd 3: 0.72 GB/s
+# decode, 0.59 encode, by numcodecs), but the floor keeps every core busy.
+NUMCODECS_ZSTD_ENCODE = 5.2 / 16 * GB
 CODECS = {
     "raw": Codec("raw (copied)", 17.9 / 16 * GB, 17.9 / 16 * GB, 1.0),
-    "zstd": Codec("zstd level 3", 7.16 / 16 * GB, 5.2 / 16 * GB, 1.08),
+    "zstd": Codec("zstd level 3", 7.16 / 16 * GB, 6.1 / 16 * GB, 1.08),
     "zstd-fast": Codec("zstd level < 0", 66.6 / 16 * GB, 12.6 / 16 * GB, 1.0),
     "lz4": Codec("blosc-lz4", 9.07 / 16 * GB, 12.1 / 16 * GB, 1.0),
 }
@@ -142,6 +147,25 @@ def _whole(block: int, chunk: int | None) -> float:
     return (block + chunk - math.gcd(block, chunk)) / block
 
 
+def _triangle(plan) -> float:
+    """The share of a square product's flops in C's blocks ``i <= j`` (rows cut as the columns): what a Gram computes.
+
+    ``(sum_i r_i)^2`` is every block; the blocks on and above the diagonal
+    are half of it plus half the diagonal's ``sum_i r_i^2``.
+
+    >>> from types import SimpleNamespace as N
+    >>> from dgemm.client.plan import Cuts
+    >>> _triangle(N(rows=Cuts(4096, 1024))), _triangle(N(rows=Cuts(2048, 2048)))
+    (0.625, 1.0)
+    """
+    rows = plan.rows            # pieces of ``size`` but the last: O(1) for any count
+    if not rows.count:
+        return 1.0
+    last = rows.extent - (rows.count - 1) * rows.size
+    diagonal = (rows.count - 1) * float(rows.size) ** 2 + float(last) ** 2
+    return (float(rows.extent) ** 2 + diagonal) / 2 / float(rows.extent) ** 2
+
+
 def _panel_reads(load, item: int, cache_bytes: float | None, row_panel: float) -> tuple[float, float]:
     """Bytes of A and of B one worker reads: each panel once while its device cache holds them all.
 
@@ -161,7 +185,7 @@ def _panel_reads(load, item: int, cache_bytes: float | None, row_panel: float) -
 
 def estimate(plan, shares, rates: Rates | None = None, cache_bytes: float | None = None, *,
              codecs=(None, None, None), hosts: int = 1, shared_decode: bool = False,
-             device_is_host: bool = False, chunks=None) -> dict:
+             device_is_host: bool = False, chunks=None, gram: bool = False) -> dict:
     """The bytes each resource moves and the time floor of ``plan`` placed as ``shares``.
 
     Parameters
@@ -187,6 +211,15 @@ def estimate(plan, shares, rates: Rates | None = None, cache_bytes: float | None
         cuts chunks reads and decodes each of them whole (:func:`_whole`),
         and the fill decodes the first blocks' chunks in parallel, one core
         each.
+    gram : bool
+        op(A) and op(B) are one array X read both ways (X^T X or X X^T,
+        :func:`dgemm.client.request.is_gram`): a worker's row panels and
+        column panels are the same panels of X, read, decoded and uploaded
+        once for both (counted as the larger of the two: exact for a worker
+        that has all of C, a lower bound otherwise); and C is symmetric, so
+        only its blocks ``i <= j`` are computed and come down
+        (:func:`dgemm.client.graph.mirrored`: :func:`_triangle` of the
+        flops), while every block of C is encoded and written.
 
     Returns
     -------
@@ -209,6 +242,7 @@ def estimate(plan, shares, rates: Rates | None = None, cache_bytes: float | None
     whole_a, whole_b = _whole(bm, ar) * _whole(bk, ac), _whole(bk, br) * _whole(bn, bc)
     chunk_bytes = max(1, min(ar * ac, br * bc) * item) if ar and ac and br and bc else None
     row_panel = bm * plan.k            # elements of one A row panel (what a worker keeps beside B's)
+    tri = _triangle(plan) if gram else 1.0
     workers = [w for w in shares if w.tasks]
     n_hosts = max(1, min(hosts, len(workers)))
     on_host = [[w for i, w in enumerate(workers) if i * n_hosts // len(workers) == h] for h in range(n_hosts)]
@@ -220,16 +254,18 @@ def estimate(plan, shares, rates: Rates | None = None, cache_bytes: float | None
         devs = []
         for load in group:
             a, b = _panel_reads(load, item, cache_bytes, row_panel)
+            if gram:        # one X: its rows' panels and its columns' are the same X panels
+                a, b = max(a, b), 0.0
             up, a, b = a + b, a * whole_a, b * whole_b      # blocks go up; whole chunks are read and decoded
             write = load.area * item
-            flops = 2.0 * load.flop_terms
-            times = {"upload": up / rates.pcie, "download": write / rates.pcie}
+            flops = 2.0 * load.flop_terms * tri
+            times = {"upload": up / rates.pcie, "download": write * tri / rates.pcie}
             if rates.flops:
                 times["kernel"] = flops / rates.flops
             (i, j, _), (li, lj, _) = load.first, load.last
             first = (plan.rows.total(i, i + 1) + plan.cols.total(j, j + 1)) * bk * item
             fa = plan.rows.total(i, i + 1) * bk * item * whole_a
-            fb = plan.cols.total(j, j + 1) * bk * item * whole_b
+            fb = plan.cols.total(j, j + 1) * bk * item * whole_b * (not (gram and i == j))
             last = plan.rows.total(li, li + 1) * plan.cols.total(lj, lj + 1) * item
             par = share if not chunk_bytes else max(1.0, min(share, (fa + fb) / chunk_bytes))
             fill = ((fa / dec_a + fb / dec_b) / par + (fa / ca.ratio + fb / cb.ratio) / (rates.read or math.inf)
@@ -254,9 +290,13 @@ def estimate(plan, shares, rates: Rates | None = None, cache_bytes: float | None
         host = {"workers": len(devs), "cores": cores, "bytes_decoded": a_read + b_read, "bytes_encoded": written,
                 "cpu": cpu, "seconds": times}
         for d in devs:
+            # the host's cores and store start at once (the first panels' decode is part of their total);
+            # the device's kernel and copies wait for the first panels (the fill) before they start
+            device = {k: v + d["fill"] for k, v in d["seconds"].items()}
             d["seconds"] = {**times, **d["seconds"]}
-            d["floor"] = max(d["seconds"].values()) + d["fill"] + d["drain"]
-            d["bound"] = max(d["seconds"], key=d["seconds"].get)
+            ends = {**times, **device}
+            d["bound"] = max(ends, key=ends.get)
+            d["floor"] = ends[d["bound"]] + d["drain"]
         host["floor"] = max(d["floor"] for d in devs)
         per += devs
         per_host.append(host)
