@@ -199,7 +199,8 @@ def record_rows(path: str) -> list[dict]:
         got = floor_of(p, workers, cache, how, f.get("kernel_tflops_database"), measured)
         main = workers == rec["workers"]
         row = _row(name, workers, rec.get("cpus"), seconds, got, _per_product(total, d) if main else None)
-        row["notes"] = [x for x in (note, why_encode, f"blocks {block} (the run's plan)" if block else None) if x]
+        row["notes"] = [x for x in (note, why_encode, f"blocks {block} (the run's plan)" if block else None,
+                                    "a Gram: X read once for both operands, one triangle of C" if gram else None) if x]
         row["class"], row["reason"] = classify(name, row, rec, main)
         rows.append(row)
     return rows
@@ -395,7 +396,7 @@ def summary(rows: list[dict]) -> str:
     out = [f"within ±{TOLERANCE:.0%} (measured rates where the record has them, else the defaults; warm reps where "
            f"the record has several): {sum(map(ok, modelled))} of {len(modelled)} recorded runs the floor models; "
            f"issue 27's cases without a record: {sum(map(ok, issue))} of {len(issue)}; "
-           f"{len(excluded)} excluded; {len(rows)} in all"]
+           f"{len(excluded)} excluded; {len(rows)} in all, {sum(map(ok, rows))} of them within"]
     out += [f"  missed: {r['case']} ({r['workers']} w, x{_over(r):.2f}): {r['reason']}"
             for r in modelled + issue if not ok(r)]
     out += [f"  excluded: {r['case']} ({r['workers']} w, x{_over(r):.2f}): {r['reason']}" for r in excluded]
