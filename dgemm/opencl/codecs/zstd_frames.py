@@ -227,8 +227,18 @@ def plan(frame, name: str = "frame") -> FramePlan:
     ZstdUnsupported
         A frame left to the host (see the module's notes).
     """
+    from dgemm.opencl.codecs import zstd_fastplan
+
     data = memoryview(frame).cast("B")
     hsize, size, checksum = header(data, name)
+    fast = zstd_fastplan.plan(data, hsize, size, checksum, name)     # literal-only frames: all blocks at once
+    if fast is not None:
+        return fast
+    return slow_plan(data, name, hsize, size, checksum)
+
+
+def slow_plan(data, name: str, hsize: int, size: int, checksum: bool) -> FramePlan:
+    """:func:`plan` block by block (any frame; the errors' reference), after :func:`header`."""
     f = _Frame(data, name)
     try:
         return _blocks(f, data, hsize, size, checksum)
@@ -399,6 +409,12 @@ def _compressed(f: _Frame, row, p: int, bsize: int, index: int) -> None:
         raise f.bad(index, f"a compressed block of {bsize} bytes")
     end = p + bsize
     p += _literals(f, row, p, end, index)
+    _sequences(f, row, p, end, index)
+
+
+def _sequences(f: _Frame, row, p: int, end: int, index: int) -> None:
+    """Read a compressed block's sequences section at ``data[p:end]`` into ``row`` and ``f``'s tables."""
+    data = f.data
     if p >= end:
         raise f.bad(index, "no sequences section")
     nb = data[p]
