@@ -455,12 +455,13 @@ void zstd_huf_trees(global const uchar* src, global const long* trees, global us
 }
 
 // One Huffman stream's literals; the lookup table is in local memory (its latency is each symbol's).
-// The bitstream is read in aligned 32-bit words (src's buffer is aligned and padded by the host, so the
-// word holding the stream's last byte is inside it): a 64-bit window of two words, and the next four
-// words already loaded, so that a word arrives about 17 symbols before it is needed and no symbol waits
-// on global memory.  Bits below the stream's start are masked to 0 (RFC 8878's reading past the start).
+// The bitstream is read in aligned 16-byte quads, double-buffered: while the 64-bit window takes its
+// 32-bit words from the current quad, the next one is already on its way (about 17 symbols ahead), so no
+// symbol waits on global memory.  (A ring of single words moved register to register does not do this:
+// moving a word still in flight waits for it.)  src's buffer is aligned and padded by the host, so the
+// quad holding the stream's last byte is inside it.  Bits below the stream's start read as 0 (RFC 8878).
 // Literals are stored four at a time once the output is 4-byte aligned.
-#define HUF_WORD(i) w[max((i), -wb)]
+#define HUF_QUAD(i) qp[max((i), -qb)]
 #define HUF_SYM(sym) do {                                                                      \
         uint v_ = (uint)(acc >> (r - log - lo)) & mask;                                        \
         if (pos < log) v_ &= 0xFFFFFFFFu << (log - pos);                                       \
@@ -471,8 +472,10 @@ void zstd_huf_trees(global const uchar* src, global const long* trees, global us
         r -= len_;                                                                             \
         sym = (uchar)e_;                                                                       \
         if (r - 12 < lo) {                                                                     \
-            acc = (acc << 32) | p0; p0 = p1; p1 = p2; p2 = p3; p3 = HUF_WORD(nextw); nextw--;  \
+            uint w_ = k == 4 ? cur.w : k == 3 ? cur.z : k == 2 ? cur.y : cur.x;                \
+            acc = (acc << 32) | w_;                                                            \
             lo -= 32;                                                                          \
+            if (--k == 0) { cur = nxt; nxt = HUF_QUAD(nq); nq--; k = 4; }                      \
         }                                                                                      \
     } while (0)
 
@@ -481,16 +484,19 @@ int huf_stream(global const uchar* src, global const long* row, int log, local c
     const long s0 = row[0], dlen = row[3];
     const int n = (int)row[1];
     global uchar* out = lit + row[2];
-    const int wb = (int)(s0 >> 2);            // the word holding the stream's first byte
-    global const uint* w = (global const uint*)src + wb;
+    const int qb = (int)(s0 >> 4);            // the quad holding the stream's first byte
+    global const uint4* qp = (global const uint4*)src + qb;
+    global const uint* wp = (global const uint*)qp;
     const uchar last = src[s0 + n - 1];       // not 0: the host checked
     int pos = 8 * (n - 1) + (31 - clz((uint)last));     // bits not yet read
-    int r = pos + (int)(s0 & 3) * 8;          // the same position, from bit 0 of word w[0]
+    int r = pos + (int)(s0 & 15) * 8;         // the same position, from bit 0 of quad qp[0]
     const int hi = (r - 1) >> 5;
-    int lo = (hi - 1) * 32;                   // acc holds bits [lo, lo + 64) from w[0]'s bit 0
-    ulong acc = ((ulong)HUF_WORD(hi) << 32) | HUF_WORD(hi - 1);
-    uint p0 = HUF_WORD(hi - 2), p1 = HUF_WORD(hi - 3), p2 = HUF_WORD(hi - 4), p3 = HUF_WORD(hi - 5);
-    int nextw = hi - 6;
+    int lo = (hi - 1) * 32;                   // acc holds bits [lo, lo + 64) from qp[0]'s bit 0
+    ulong acc = ((ulong)wp[max(hi, -4 * qb)] << 32) | wp[max(hi - 1, -4 * qb)];
+    const int nw = hi - 2;                    // the next word the window takes
+    int k = (nw & 3) + 1;                     // words of cur still to take (components k-1 .. 0)
+    int nq = (nw >> 2) - 2;                   // the quad loaded after nxt
+    uint4 cur = HUF_QUAD(nw >> 2), nxt = HUF_QUAD((nw >> 2) - 1);
     const uint mask = (1u << log) - 1;
     long i = 0;
     uchar a, b, c, d;
@@ -503,7 +509,7 @@ int huf_stream(global const uchar* src, global const long* row, int log, local c
     return pos != 0 ? E_LEFTOVER : 0;
 }
 #undef HUF_SYM
-#undef HUF_WORD
+#undef HUF_QUAD
 
 // One work-group per block with Huffman literals (groups: its first stream row, its stream count): the
 // group loads the block's table (the slot zstd_huf_trees filled for the tree the stream row names) into
