@@ -479,7 +479,37 @@ void zstd_huf_trees(global const uchar* src, global const long* trees, global us
         }                                                                                      \
     } while (0)
 
-int huf_stream(global const uchar* src, global const long* row, int log, local const ushort* table,
+#ifndef ZSTD_HUF_LOCAL
+#define ZSTD_HUF_LOCAL 1    // 1: each block's lookup table copied into local memory; 0: read where the trees
+#endif                      // kernel left it (global memory, through the L1 cache): no local memory, more groups
+#if ZSTD_HUF_LOCAL
+#define HUF_TABLE_SPACE local
+#else
+#define HUF_TABLE_SPACE global
+#endif
+
+#ifndef ZSTD_HUF_READER
+#define ZSTD_HUF_READER 1   // 1: aligned quads, double-buffered, literals stored 4 at a time; 2: the same reader,
+#endif                      // literals stored one by one; 0: 8 bytes (vload8) at each refill, one by one
+
+#if ZSTD_HUF_READER == 0
+int huf_stream(global const uchar* src, global const long* row, int log, HUF_TABLE_SPACE const ushort* table,
+               global uchar* lit) {
+    long n = row[1], dlen = row[3];
+    global uchar* out = lit + row[2];
+    bits_t b;
+    bits_init(&b, src + row[0], n);
+    for (long i = 0; i < dlen; i++) {
+        ushort e = table[bits_peek(&b, b.pos, log)];
+        int len = e >> 8;
+        if (len > b.pos) return E_OVERREAD;
+        b.pos -= len;
+        out[i] = (uchar)e;
+    }
+    return b.pos != 0 ? E_LEFTOVER : 0;
+}
+#else
+int huf_stream(global const uchar* src, global const long* row, int log, HUF_TABLE_SPACE const ushort* table,
                global uchar* lit) {
     const long s0 = row[0], dlen = row[3];
     const int n = (int)row[1];
@@ -500,16 +530,19 @@ int huf_stream(global const uchar* src, global const long* row, int log, local c
     const uint mask = (1u << log) - 1;
     long i = 0;
     uchar a, b, c, d;
+#if ZSTD_HUF_READER == 1
     for (; i < dlen && (((ulong)(out + i)) & 3); i++) { HUF_SYM(a); out[i] = a; }
     for (; i + 4 <= dlen; i += 4) {
         HUF_SYM(a); HUF_SYM(b); HUF_SYM(c); HUF_SYM(d);
         *(global uint*)(out + i) = (uint)a | (uint)b << 8 | (uint)c << 16 | (uint)d << 24;
     }
+#endif
     for (; i < dlen; i++) { HUF_SYM(a); out[i] = a; }
     return pos != 0 ? E_LEFTOVER : 0;
 }
 #undef HUF_SYM
 #undef HUF_QUAD
+#endif
 
 // One work-group per block with Huffman literals (groups: its first stream row, its stream count): the
 // group loads the block's table (the slot zstd_huf_trees filled for the tree the stream row names) into
@@ -518,7 +551,9 @@ int huf_stream(global const uchar* src, global const long* row, int log, local c
 kernel __attribute__((reqd_work_group_size(ZSTD_HUF_LANES, 1, 1)))
 void zstd_huf_streams(global const uchar* src, global const long* streams, global const long* groups,
                       global const ushort* huf, global const int* trees, global uchar* lit, global int* err) {
+#if ZSTD_HUF_LOCAL
     local ushort table[HUF_SLOT];
+#endif
     const int lane = get_local_id(0);
     const long first = groups[2 * get_group_id(0)], count = groups[2 * get_group_id(0) + 1];
     global const long* row = streams + (first + min((long)lane, count - 1)) * STREAM_COLUMNS;
@@ -527,8 +562,12 @@ void zstd_huf_streams(global const uchar* src, global const long* streams, globa
     // zstd_huf_trees writes 0 (refused) or 1..12; checked anyway, so the local table's writes stay inside it
     const bool usable = log > 0 && log <= 12;
     const int size = usable ? 1 << log : 0;
+#if ZSTD_HUF_LOCAL
     for (int k = lane; k < size; k += ZSTD_HUF_LANES) table[k] = t[k];
     barrier(CLK_LOCAL_MEM_FENCE);
+#else
+    global const ushort* table = t;
+#endif
     if (lane < count) err[first + lane] = usable ? huf_stream(src, row, log, table, lit) : 0;
 }
 

@@ -57,6 +57,9 @@ def main():
                                                            "(default: 32 on a GPU, 1 on a CPU device)")
     p.add_argument("--threads", default="1,8", help="reader threads calling at once, as a worker's do, "
                                                    "with staged frames (default 1,8)")
+    p.add_argument("--huf-variants", default=None,
+                   help="Huffman kernels to time, READER:LANES[:LOCAL],... (zstd_decode.cl's ZSTD_HUF_READER, "
+                        "ZSTD_HUF_LANES, 0 lanes: the default, and ZSTD_HUF_LOCAL); staged threads for the first only")
     p.add_argument("--device", default=None, help="an OpenCL device as DGEMM_DEVICES names one (default: "
                                                   "the first GPU, else the first CPU device)")
     args = p.parse_args()
@@ -79,7 +82,13 @@ def main():
     total = sum(c.nbytes for c in chunks)
     runs = {}
     out = device.buffer(total, "decoded chunks")
-    for level in (int(x) for x in args.levels.split(",")):
+    variants = [tuple(int(x) for x in v.split(":")) for v in args.huf_variants.split(",")] if args.huf_variants \
+        else [(zd.HUF_READER, 0, zd.HUF_LOCAL)]
+    variants = [v + (1,) if len(v) == 2 else v for v in variants]
+    for (reader, hlanes, local), level in ((v, int(x)) for x in args.levels.split(",") for v in variants):
+        zd.HUF_READER, zd.HUF_LANES, zd.HUF_LOCAL = reader, hlanes or None, local
+        first = (reader, hlanes, local) == variants[0]
+        key = str(level) if first else f"{level}-reader{reader}-lanes{hlanes}-local{local}"
         codec = Zstd(level=level, checksum=args.checksum)
         frames = [codec.encode(c) for c in chunks]
         want = np.frombuffer(b"".join(bytes(codec.decode(f)) for f in frames), np.uint8)   # the reference
@@ -128,7 +137,7 @@ def main():
         # plans made (the check that picks the device path makes them), buffers kept, its own queue;
         # then THREADS readers at once, each its own frames (the device shared, as in a product)
         staged = {}
-        for nthreads in (int(x) for x in args.threads.split(",")):
+        for nthreads in (int(x) for x in args.threads.split(",")) if first else ():
             outs = [out] + [device.buffer(total, "decoded chunks") for _ in range(nthreads - 1)]
 
             def reader(k, times):
@@ -169,14 +178,14 @@ def main():
                                      "aggregate_gbps": round(nthreads * (args.repeats + 1) * total / wall / 1e9, 3)}
         device.trim()
 
-        runs[str(level)] = {
+        runs[key] = {
             "ratio": round(shape["compressed_bytes"] / total, 4), **shape,
             "kernel_gbps": rate(kernel_s), "wall_gbps": rate(call_s),
             "per_kernel_gbps": {what: rate(s) for what, s in per.items() if what != "upload"},
             "upload_s": round(statistics.median(per.get("upload", [0.0])), 6),
             "host_parse_gbps_per_core": rate(parse_s), "libzstd_gbps_per_core": rate(lib_s),
             "staged": staged, "correct": True}
-        print(f"level {level}: {json.dumps(runs[str(level)])}", flush=True)
+        print(f"level {key}: {json.dumps(runs[key])}", flush=True)
     out.release()
     info = device.info
     record = {"benchmark": "zstd-decode", "device": info.name, "device_type": info.type,

@@ -122,15 +122,23 @@ def default_lanes(device) -> int:
     return 1 if device.info.type == "CPU" else 128
 
 
+# zstd_decode.cl's ZSTD_HUF_READER (the Huffman streams' bit reader and stores) and, where set, its
+# ZSTD_HUF_LANES (work-items per block's streams): what program() builds (the decode bench sweeps them)
+HUF_READER = 1
+HUF_LANES = None
+HUF_LOCAL = 1
+
+
 def program(device, lanes: int):
     """``zstd_decode.cl`` built for ``device`` with ``ZSTD_LANES=lanes``, once per (device, lanes)."""
     huf = 4 if lanes < 32 else 32        # lanes per block's Huffman streams, and per tree
     return _programs.program(device, "zstd_decode.cl",
-                             (("ZSTD_LANES", lanes), ("ZSTD_HUF_LANES", huf), ("ZSTD_TREE_LANES", huf)),
+                             (("ZSTD_LANES", lanes), ("ZSTD_HUF_LANES", HUF_LANES or huf), ("ZSTD_TREE_LANES", huf),
+                              ("ZSTD_HUF_READER", HUF_READER), ("ZSTD_HUF_LOCAL", HUF_LOCAL)),
                              (("trees", "zstd_huf_trees"), ("streams", "zstd_huf_streams"),
                               ("sequences", "zstd_sequences"), ("execute", "zstd_execute"),
                               ("copy", "zstd_copy_blocks")),
-                             huf_lanes=huf, tree_lanes=huf)
+                             huf_lanes=HUF_LANES or huf, tree_lanes=huf)
 
 
 class Batch:
