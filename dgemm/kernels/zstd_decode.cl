@@ -531,10 +531,17 @@ int huf_stream(global const uchar* src, global const long* row, int log, HUF_TAB
     long i = 0;
     uchar a, b, c, d;
 #if ZSTD_HUF_READER == 1
-    for (; i < dlen && (((ulong)(out + i)) & 3); i++) { HUF_SYM(a); out[i] = a; }
+    // Four literals a step; one 4-byte store where this stream's output is aligned, else four.  No loop
+    // first to reach alignment: the four streams of a block start at different alignments, and lanes
+    // leaving such a loop at different times would run the main loop apart (one pass each, not together).
+    const bool aligned = (((ulong)out) & 3) == 0;
     for (; i + 4 <= dlen; i += 4) {
         HUF_SYM(a); HUF_SYM(b); HUF_SYM(c); HUF_SYM(d);
-        *(global uint*)(out + i) = (uint)a | (uint)b << 8 | (uint)c << 16 | (uint)d << 24;
+        if (aligned) {
+            *(global uint*)(out + i) = (uint)a | (uint)b << 8 | (uint)c << 16 | (uint)d << 24;
+        } else {
+            out[i] = a; out[i + 1] = b; out[i + 2] = c; out[i + 3] = d;
+        }
     }
 #endif
     for (; i < dlen; i++) { HUF_SYM(a); out[i] = a; }
