@@ -392,16 +392,14 @@ def decode_blosc(device, frames, out, offsets=None, names=None, lanes: int | Non
                                                                  job_table)))
             if events is not None:
                 events.extend(launched)
-            copies = []
+            # the last kernel first (other threads run meanwhile), then the flags: a read into ordinary
+            # memory that waits for kernels blocks in the driver with Python's lock held (and a finish would
+            # also wait for other threads' commands on a shared queue)
+            if launched:
+                cl.wait_for_events([launched[-1][1]])
             for rows, owner, _, _, err, err_buf in args:
-                copies.append(cl.enqueue_copy(queue, err, err_buf, is_blocking=False))
+                cl.enqueue_copy(queue, err, err_buf, is_blocking=True)
                 errors.append((err, rows, owner))
-            # the queue is in order: the flags' copies come after every kernel here (and only a finish
-            # would also wait for other threads' commands enqueued since)
-            if copies:
-                cl.wait_for_events(copies)
-            else:
-                queue.finish()
     finally:
         for buf in buffers:
             buf.release()

@@ -328,14 +328,17 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
                     queue, (nframes * lanes,), (lanes,), src, blocks, frames_buf, lit, seqs, out, err_e)))
             if events is not None:
                 events.extend(launched)
+            # Wait for the last kernel first (pyopencl lets other threads run meanwhile), then read the
+            # error rows: a read into ordinary memory that has to wait for kernels blocks inside the
+            # driver with Python's lock held, and every other reader thread of the worker waits with it.
+            # (The queue is in order; a finish would also wait for other threads' commands on a shared queue.)
+            cl.wait_for_events([launched[-1][1]])
             if nstreams:
-                cl.enqueue_copy(queue, tree_info, info, is_blocking=False)
-                cl.enqueue_copy(queue, stream_err, err_s, is_blocking=False)
+                cl.enqueue_copy(queue, tree_info, info, is_blocking=True)
+                cl.enqueue_copy(queue, stream_err, err_s, is_blocking=True)
             if nseqblocks:
-                cl.enqueue_copy(queue, seq_err, err_q, is_blocking=False)
-            # the queue is in order: the last copy's end is this call's (a finish would also wait for
-            # other threads' commands on a shared queue)
-            cl.enqueue_copy(queue, exec_err, err_e, is_blocking=False).wait()
+                cl.enqueue_copy(queue, seq_err, err_q, is_blocking=True)
+            cl.enqueue_copy(queue, exec_err, err_e, is_blocking=True)
     finally:
         for buf in buffers:
             buf.release()
