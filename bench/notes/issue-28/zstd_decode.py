@@ -157,14 +157,19 @@ def main():
                             marks.append(time.perf_counter())
                         t0 = time.perf_counter()
                         ps = [zf.plan(v) for v in views]
+                        t1 = time.perf_counter()
+                        evs = []
                         zd.decode_zstd(device, views, outs[k], lanes=lanes, queue=q, plans=ps,
-                                       packed=(host, starts), keep=True)
+                                       packed=(host, starts), keep=True, events=evs)
                         times.append(time.perf_counter() - t0)
+                        if r:
+                            spans.append((t1 - t0, time.perf_counter() - t1,
+                                          [(w, e.profile.start, e.profile.end) for w, e in evs]))
                     ends.append(time.perf_counter())
 
             import threading
             times = [[] for _ in range(nthreads)]
-            start, marks, ends = threading.Barrier(nthreads), [], []
+            start, marks, ends, spans = threading.Barrier(nthreads), [], [], []
             t0 = time.perf_counter()
             threads = [threading.Thread(target=reader, args=(k, times[k])) for k in range(nthreads)]
             for t in threads:
@@ -180,7 +185,25 @@ def main():
             for o in outs[1:]:
                 o.release()
             warm = [t for ts in times for t in ts[1:]]
+            def busy(kind):     # the device's time covered by these commands, overlaps counted once
+                iv = sorted((a, b) for _, _, evs in spans for w, a, b in evs if (w == "upload") == (kind == "up"))
+                total, end = 0, None
+                for a, b in iv:
+                    if end is None or a > end:
+                        total += b - a
+                        end = b
+                    elif b > end:
+                        total += b - end
+                        end = b
+                return total * 1e-9
+            allev = [x for _, _, evs in spans for x in evs]
+            window = (max(b for _, _, b in allev) - min(a for _, a, _ in allev)) * 1e-9 if allev else 0
             staged[str(nthreads)] = {"call_gbps": rate(warm),
+                                     "plan_s": round(statistics.median(s[0] for s in spans), 5),
+                                     "decode_call_s": round(statistics.median(s[1] for s in spans), 5),
+                                     "device_window_s": round(window, 4),
+                                     "kernels_busy_s": round(busy("kernels"), 4),
+                                     "uploads_busy_s": round(busy("up"), 4),
                                      "aggregate_gbps": round(nthreads * (args.repeats + 1) * total / wall / 1e9, 3),
                                      "warm_aggregate_gbps": round(nthreads * args.repeats * total
                                                                   / (max(ends) - min(marks)) / 1e9, 3)}
