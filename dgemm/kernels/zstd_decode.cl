@@ -645,10 +645,49 @@ void zstd_copy_blocks(global const uchar* src, global const long* blocks, global
         group_copy(d, row[B_LITKIND] == LIT_HUF ? lit + row[B_LITOFF] : src + row[B_LITOFF], n, lane);
 }
 
+// The checks of a block's head at output position pos of a frame of size bytes, before its sequences:
+// a raw or RLE block past the content size, a compressed block's literals over its bound.  Returns the
+// error code (detail: its number) or 0, and for a compressed block how far it may write (*limit).
+inline int block_head(global const long* row, long size, long pos, long* limit, long* detail) {
+    const long type = row[B_TYPE];
+    if (type == RAW || type == RLE) {
+        long n = row[B_SIZE];
+        if (n > size - pos) { *detail = n; return type == RAW ? E_RAW_PAST : E_RLE_PAST; }
+        return 0;
+    }
+    const long remaining = size - pos, litlen = row[B_LITLEN];
+    const long expected = min(BLOCK_MAX, remaining);
+    if (litlen > expected) { *detail = litlen; return E_LIT_SIZE; }
+    // how far this block may write: libzstd keeps the block's literals past it (see zstd_frames.py)
+    long lim = remaining;
+    if (row[B_LIMIT] != LIMIT_REMAINING) {
+        if (remaining > BLOCK_MAX + 64 + litlen) lim = BLOCK_MAX + 32;
+        else if (litlen > LIT_EXTRA) lim = expected;
+    }
+    *limit = lim;
+    return 0;
+}
+
+// A block of the copied prefix (B_PRE >= 0: raw, RLE or sequence-free, written by zstd_copy_blocks): the
+// walk's checks of it, a pure function of its row and its position B_PRE.  Returns the code or 0.
+inline int prefix_check(global const long* row, long size, long* detail) {
+    long limit = 0;
+    int code = block_head(row, size, row[B_PRE], &limit, detail);
+    if (code || row[B_TYPE] != 2) return code;
+    const long rest = row[B_LITLEN];       // no sequences: every literal is a last literal
+    if (rest > limit) { *detail = rest; return E_LAST_PAST; }
+    return 0;
+}
+
+inline long block_out(global const long* row) { return row[B_TYPE] == 2 ? row[B_LITLEN] : row[B_SIZE]; }
+
 // One work-group per frame.  err gets (code, block, detail) per frame.
+// The frame's copied prefix is checked by the lanes at once (each a strided subset, the earliest failing
+// block by a local minimum), then the walk starts after it.
 kernel __attribute__((reqd_work_group_size(ZSTD_LANES, 1, 1)))
 void zstd_execute(global const uchar* src, global const long* blocks, global const long* frames,
                   global const uchar* lit, global const uint4* seqs, global uchar* out, global long* err) {
+    local int npre, bad;
     const int lane = get_local_id(0);
     const long f = get_group_id(0);
     global const long* fr = frames + f * FRAME_COLUMNS;
@@ -657,18 +696,36 @@ void zstd_execute(global const uchar* src, global const long* blocks, global con
     long pos = 0, detail = 0, where = 0;
     int code = 0;
     uint rep0 = 1, rep1 = 4, rep2 = 8;
-    for (long bi = first; bi < first + nblocks && !code; bi++) {
+    if (lane == 0) { npre = (int)nblocks; bad = (int)nblocks; }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (long k = lane; k < nblocks; k += ZSTD_LANES) {
+        global const long* row = blocks + (first + k) * BLOCK_COLUMNS;
+        long d;
+        if (row[B_PRE] < 0) { atomic_min(&npre, (int)k); break; }     // the prefix ends before k
+        if (prefix_check(row, size, &d)) { atomic_min(&bad, (int)k); break; }   // (later ones lose)
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    long start = npre;
+    if (bad < npre) {
+        global const long* row = blocks + (first + bad) * BLOCK_COLUMNS;
+        code = prefix_check(row, size, &detail);
+        where = row[B_INDEX];
+        start = nblocks;
+    } else if (npre > 0) {
+        global const long* row = blocks + (first + npre - 1) * BLOCK_COLUMNS;
+        pos = row[B_PRE] + block_out(row);
+    }
+    for (long bi = first + start; bi < first + nblocks && !code; bi++) {
         global const long* row = blocks + bi * BLOCK_COLUMNS;
         long type = row[B_TYPE];
         where = row[B_INDEX];
-        const int copied = row[B_PRE] >= 0;       // written by zstd_copy_blocks: checked here, not copied
+        long limit = 0;
+        code = block_head(row, size, pos, &limit, &detail);
+        if (code) break;
         if (type == RAW || type == RLE) {
             long n = row[B_SIZE];
-            if (n > size - pos) { code = type == RAW ? E_RAW_PAST : E_RLE_PAST; detail = n; break; }
             global const uchar* from = src + row[B_SRC];
-            if (copied)
-                ;
-            else if (type == RAW)
+            if (type == RAW)
                 group_copy(o + pos, from, n, lane);
             else
                 group_fill(o + pos, from[0], n, lane);
@@ -676,15 +733,7 @@ void zstd_execute(global const uchar* src, global const long* blocks, global con
             SYNC();
             continue;
         }
-        const long remaining = size - pos, litlen = row[B_LITLEN];
-        const long expected = min(BLOCK_MAX, remaining);
-        if (litlen > expected) { code = E_LIT_SIZE; detail = litlen; break; }
-        // how far this block may write: libzstd keeps the block's literals past it (see zstd_frames.py)
-        long limit = remaining;
-        if (row[B_LIMIT] != LIMIT_REMAINING) {
-            if (remaining > BLOCK_MAX + 64 + litlen) limit = BLOCK_MAX + 32;
-            else if (litlen > LIT_EXTRA) limit = expected;
-        }
+        const long litlen = row[B_LITLEN];
         const long kind = row[B_LITKIND];
         global const uchar* lsrc = kind == LIT_HUF ? lit + row[B_LITOFF] : src + row[B_LITOFF];
         const uchar rle = (uchar)row[B_LITOFF];
@@ -739,9 +788,7 @@ void zstd_execute(global const uchar* src, global const long* blocks, global con
         if (code) break;
         long rest = litlen - lused;
         if (rest > limit - bpos) { code = E_LAST_PAST; detail = rest; break; }
-        if (copied)
-            ;
-        else if (kind == 2)
+        if (kind == 2)
             group_fill(bo + bpos, rle, rest, lane);
         else
             group_copy(bo + bpos, lsrc + lused, rest, lane);
@@ -749,8 +796,8 @@ void zstd_execute(global const uchar* src, global const long* blocks, global con
         pos += bpos + rest;
     }
     if (!code && pos != size) { code = E_SIZE; detail = pos; where = -1; }
+    SYNC();         // (unconditional: PoCL mishandles private values across a barrier under a branch here)
     if (!code && fr[4]) {
-        SYNC();
         if (lane == 0 && (uint)xxh64(o, size) != (uint)fr[5]) { code = E_CHECKSUM; where = -1; }
     }
     if (lane == 0) {
