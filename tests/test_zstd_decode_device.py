@@ -636,6 +636,9 @@ def test_the_first_failing_block_gives_the_error(dev, libzstd):
          "the frame decodes to 93 bytes, not its content size"),
         ([(0, 0, b"a" * 10, 10), (0, 0, b"b" * 10, 10), (1, 1, b"c", 10)], 40,
          "the frame decodes to 30 bytes, not its content size"),
+        # one byte past the output: the sequence's error, not the last literals' (checked after it)
+        ([(2, 1) + seq[2:]], 8, "block 0: sequence 0 runs past the block's output bound"),
+        ([(1, 0, b"c", 10), (2, 1) + seq[2:]], 18, "block 1: sequence 0 runs past the block's output bound"),
     ]
     for blocks, size, text in cases:
         frame = frame_of(blocks, size)
