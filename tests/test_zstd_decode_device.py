@@ -647,3 +647,22 @@ def test_the_first_failing_block_gives_the_error(dev, libzstd):
             with pytest.raises(zd.ZstdFrameError) as e:
                 device_decode(dev, [frame], lanes, names=["c/0"], size=size)
             assert str(e.value) == f"zstd frame c/0: {text}", (lanes, blocks)
+
+
+def test_a_block_past_128_kib_with_waiting_matches_decodes_like_libzstd(dev, libzstd, rng):
+    """A compressed block whose raw literals libzstd reads in place is bounded by the frame's output only, so
+    it may decode to more than 128 KiB (libzstd decodes it): its matches that wait for the block before it
+    then run in order in zstd_execute (their origins are not tracked past 128 KiB)."""
+    nseq, fields, ml = 10, [], 0
+    for _ in range(nseq):          # offsets of 125..184 from 4 bytes into the block: into the raw block first
+        ob, mb = int(rng.integers(0, 60)), int(rng.integers(0, 1 << 12))
+        fields += [(ob, 7), (mb, 16)]
+        ml += ent.ML_BASE[52] + mb
+    lits = LITS[:4 * nseq + 10]
+    block = compressed(lits, rle_sequences(nseq, 4, 7, 52, fields), last=1)
+    frame = frame_of([(0, 0, LITS[500:700], 200), block], 200 + len(lits) + ml)
+    assert zf.plan(frame).blocks[1, zf.B_LIMIT] == zf.LIMIT_REMAINING and ml > 2 * zf.BLOCK_MAX
+    for lanes in LANES:
+        counts: dict = {}
+        compare(dev, libzstd, frame, counts, lanes)
+        assert counts == {"decoded": 1}

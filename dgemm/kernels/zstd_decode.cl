@@ -697,9 +697,10 @@ inline long block_out(global const long* row) { return row[B_TYPE] == 2 ? row[B_
 //   zstd_blocks:     one work-group per block after the prefix: its first lane resolves the block's offsets,
 //                    makes every check the frame's serial walk made of it and marks the matches that wait
 //                    for earlier blocks; then the lanes copy all its literals, then the matches that do not
-//                    wait, in order;
-//   zstd_execute:    one work-group per frame: the earliest failing block, the matches that wait (in block
-//                    order, in order within each block), the content size, the checksum.
+//                    wait, in order, and write the waiting matches' bytes' origins (below);
+//   zstd_execute:    one work-group per frame: the earliest failing block, the waiting matches' bytes (in
+//                    block order, each block's at once, gathered from their origins), the content size,
+//                    the checksum.
 // What may run before what.  A block's output is literals 0, match 0, literals 1, match 1, ..., the last
 // literals.  Literals come from the literal buffer (or the frame), never from the output, so they are all
 // written first, at once.  Match i copies from off bytes before its start d: bytes before its own end,
@@ -710,10 +711,18 @@ inline long block_out(global const long* row) { return row[B_TYPE] == 2 ? row[B_
 // (a bit per byte, block_check); the others read only literals and earlier matches that do not wait, all
 // written by zstd_blocks before them in order: running them before the waiting ones changes nothing they
 // read, and a waiting match before one of them reads only bytes before its own end, which the later match
-// does not write.  A waiting match runs after every zstd_blocks group is done (every literal and every
-// match that does not wait in the frame is written), after the waiting matches of earlier blocks and of
-// earlier in its block (zstd_execute's order): every byte it reads is final.  Copied-prefix blocks were
-// written by zstd_copy_blocks, before all this.
+// does not write.
+// Waiting matches.  Their bytes depend on earlier blocks, often through a chain of matches (in frames of
+// integers or text almost every match of a block waits, each reading the one before it), so instead of
+// copying them in order, zstd_blocks follows each chain within the block: a waiting byte's origin is the
+// byte it copies, or that byte's origin when it is a waiting byte too, so every origin is a frame position
+// before the block or one of the block's bytes no waiting match writes.  zstd_execute then takes a
+// frame's blocks in order and copies every waiting byte of a block from its origin at once: the origins
+// before the block are final (earlier blocks are done), and so are the block's other bytes (zstd_blocks is
+// done).  A block that decodes past DEP_BITS bytes (libzstd allows it where the literals lie in the
+// block: the frame's output bounds it) or a frame of 4 GiB or more has no origins: zstd_execute runs its
+// waiting matches in order (block_matches), the bytes they read being final as above.
+// Copied-prefix blocks were written by zstd_copy_blocks, before all this.
 // Errors.  A block's checks read its position and incoming repeat offsets; up to the first block the
 // serial walk refuses, those are the walk's (only earlier blocks, all valid, make them), so each block's
 // (code, detail) is the walk's and the frame's error is the earliest failing block's.  Blocks after it may
@@ -725,15 +734,17 @@ inline long block_out(global const long* row) { return row[B_TYPE] == 2 ? row[B_
 #define ST_POS 4           // output position,
 #define ST_REP 5           // incoming repeat offsets (3),
 #define ST_SPLIT 8         // matches run in zstd_blocks (the rest in zstd_execute),
-#define ST_CODE 9          // error code and its detail
+#define ST_CODE 9          // error code and its detail,
 #define ST_DETAIL 10
-#define STATE_COLUMNS 11
+#define ST_SERIAL 11       // whether zstd_execute runs its waiting matches in order (else it gathers their bytes)
+#define STATE_COLUMNS 12
 #define FS_CODE 0          // per-frame state (FSTATE_COLUMNS): the copied prefix's error (code, block, detail),
 #define FS_WHERE 1
 #define FS_DETAIL 2
 #define FS_TOTAL 3         // the decoded size the blocks add up to, the copied prefix's block count
 #define FS_NPRE 4
-#define FSTATE_COLUMNS 5
+#define FS_ORG 5           // where the frame's origins start in org (the host's)
+#define FSTATE_COLUMNS 6
 
 #ifndef ZSTD_SHORT_MATCH
 #define ZSTD_SHORT_MATCH 16   // matches up to this long are copied by the first lane alone (no barrier)
@@ -990,14 +1001,77 @@ void block_matches(global const long* row, global const uint4* seqs, global ucha
     }
 }
 
+inline bool dep_bit(local const uint* dep, long x) { return (dep[x >> 5] >> (x & 31)) & 1; }
+
+// Where byte x of the block at pos (x < 0: of an earlier block) ends up coming from: a position of the
+// frame whose byte is final when the block's turn comes in zstd_execute (an earlier block's, or one of
+// the block's own that no match that waits writes), through the origins of its waiting bytes.
+inline uint origin(local const uint* dep, global const uint* org, long pos, long x) {
+    return (uint)(x >= 0 && dep_bit(dep, x) ? org[pos + x] : pos + x);
+}
+
+// The origins (org, by frame position) of the bytes of a block's waiting matches, in order: byte k of a
+// match is byte k % off of the off bytes before it (as block_matches copies), so its origin is that
+// byte's.  No output byte is read: this runs in zstd_blocks, and zstd_execute then only gathers each
+// waiting byte from its origin, the block's bytes at once.  Barriers as block_matches' (an origin reads
+// earlier origins as a match reads earlier bytes).  dep: the block's waiting bytes (block_check's).
+void block_origins(global const long* row, global const uint4* seqs, local const uint* dep, global uint* org,
+                   long pos, int lane) {
+    global const uint4* sq = seqs + row[B_SEQ];
+    const long nseq = row[B_NSEQ];
+    long bpos = 0;
+    for (long i = 0; i < nseq; i++) {
+        const uint4 s = sq[i];
+        const long ll = s.x, ml = s.y;
+        const uint off = s.z;
+        const long d = bpos + ll;
+        bpos += ll + ml;
+        if (!s.w) continue;
+        if (ZSTD_LANES > 1 && ml <= ZSTD_SHORT_MATCH) {
+            if (lane == 0)
+                for (long k = 0; k < ml; k++) org[pos + d + k] = origin(dep, org, pos, d - off + (uint)k % off);
+            continue;
+        }
+        SYNC();
+        for (long k = lane; k < ml; k += ZSTD_LANES) org[pos + d + k] = origin(dep, org, pos, d - off + (uint)k % off);
+        SYNC();
+    }
+}
+
+// The bytes of a block's waiting matches (o: the frame's output) gathered from their origins, each lane
+// a contiguous run of the block's sequences (part: ZSTD_LANES longs for the runs' output positions): every
+// origin's byte is final (earlier blocks are, and the block's bytes that no waiting match writes), so
+// nothing here waits for anything else here.
+void block_gather(global const long* row, global const uint4* seqs, global uchar* o, global const uint* org,
+                  long pos, local long* part, int lane) {
+    global const uint4* sq = seqs + row[B_SEQ];
+    const long nseq = row[B_NSEQ];
+    const long per = (nseq + ZSTD_LANES - 1) / ZSTD_LANES;
+    const long lo = min(lane * per, nseq), hi = min(lo + per, nseq);
+    long n = 0;
+    for (long i = lo; i < hi; i++) n += (long)sq[i].x + sq[i].y;
+    part[lane] = n;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    long bpos = pos;
+    for (int j = 0; j < lane; j++) bpos += part[j];
+    barrier(CLK_LOCAL_MEM_FENCE);       // (part is the next block's)
+    for (long i = lo; i < hi; i++) {
+        const uint4 s = sq[i];
+        const long d = bpos + s.x;
+        bpos = d + s.y;
+        if (s.w)
+            for (long k = d; k < bpos; k++) o[k] = o[org[k]];
+    }
+}
+
 // One work-group per block of which[] (those after the copied prefix): checked by the first lane
 // (block_check: state's ST_SPLIT, ST_CODE, ST_DETAIL), then, unless refused, copied: a raw or RLE block,
 // or a compressed block's literals and its matches before ST_SPLIT.
 kernel __attribute__((reqd_work_group_size(ZSTD_LANES, 1, 1)))
 void zstd_blocks(global const uchar* src, global const long* blocks, global const long* which,
                  global const long* frames, global const uchar* lit, global uint4* seqs, global long* state,
-                 global uchar* out) {
-    local long shared[2];
+                 global const long* fstate, global uint* org, global uchar* out) {
+    local long shared[3];
     local uint dep[DEP_WORDS];
     const int lane = get_local_id(0);
     const long b = which[get_group_id(0)];
@@ -1010,11 +1084,15 @@ void zstd_blocks(global const uchar* src, global const long* blocks, global cons
     if (lane == 0) {
         long detail = 0, split = 0;
         const int code = block_check(row, fr[1], pos, st, seqs, dep, &detail, &split);
+        // origins need every byte of the block in dep and frame positions in a uint
+        const long serial = st[ST_SIZE] > DEP_BITS || fr[1] > 0xFFFFFFFFL;
         st[ST_SPLIT] = split;
         st[ST_CODE] = code;
         st[ST_DETAIL] = detail;
+        st[ST_SERIAL] = serial;
         shared[0] = code;
         shared[1] = split;
+        shared[2] = serial;
     }
     barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);   // the resolved offsets too
     if (shared[0]) return;
@@ -1028,6 +1106,8 @@ void zstd_blocks(global const uchar* src, global const long* blocks, global cons
         block_literals(row, src, lit, seqs, bo, lane);
         SYNC();             // matches read literals other lanes wrote
         block_matches(row, seqs, bo, 0, 0, lane);
+        if (split < row[B_NSEQ] && !shared[2])
+            block_origins(row, seqs, dep, org + fstate[row[1] * FSTATE_COLUMNS + FS_ORG], pos, lane);
     }
 }
 
@@ -1036,8 +1116,10 @@ void zstd_blocks(global const uchar* src, global const long* blocks, global cons
 // checksum's.  Before the failing block, every block's matches from its ST_SPLIT on run here, in order.
 kernel __attribute__((reqd_work_group_size(ZSTD_LANES, 1, 1)))
 void zstd_execute(global const long* blocks, global const long* frames, global const uint4* seqs,
-                  global const long* state, global const long* fstate, global uchar* out, global long* err) {
+                  global const long* state, global const long* fstate, global const uint* org, global uchar* out,
+                  global long* err) {
     local int bad;
+    local long part[ZSTD_LANES];
     const int lane = get_local_id(0);
     const long f = get_group_id(0);
     global const long* fr = frames + f * FRAME_COLUMNS;
@@ -1059,8 +1141,13 @@ void zstd_execute(global const long* blocks, global const long* frames, global c
         for (long k = npre; k < stop; k++) {
             global const long* row = blocks + (first + k) * BLOCK_COLUMNS;
             global const long* st = state + (first + k) * STATE_COLUMNS;
-            if (row[B_TYPE] == 2 && st[ST_SPLIT] < row[B_NSEQ])
+            if (row[B_TYPE] != 2 || st[ST_SPLIT] >= row[B_NSEQ]) continue;
+            if (st[ST_SERIAL]) {
                 block_matches(row, seqs, o + st[ST_POS], st[ST_SPLIT], 1, lane);
+            } else {
+                block_gather(row, seqs, o, org + fs[FS_ORG], st[ST_POS], part, lane);
+                SYNC();     // the next block's origins may be this one's bytes
+            }
         }
         if (stop < nblocks) {
             global const long* st = state + (first + stop) * STATE_COLUMNS;

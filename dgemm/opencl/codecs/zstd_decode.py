@@ -30,8 +30,10 @@ frames with compact tables; kernels of ``dgemm/kernels/zstd_decode.cl`` do the r
    integers only; ``zstd_blocks`` (a work-group per block) resolves the block's
    offsets, makes the serial walk's checks, marks the matches that read bytes of
    earlier blocks (or bytes such a match wrote), copies all its literals, then
-   the other matches in order; ``zstd_execute`` (a work-group per frame) runs the
-   marked matches in block order, takes the earliest failing block's error, checks
+   the other matches in order, and follows the marked matches' chains within the
+   block to each byte's origin (an earlier block's byte or an unmarked one);
+   ``zstd_execute`` (a work-group per frame) copies each block's marked bytes from
+   their origins, a block at a time, in order, takes the earliest failing block's error, checks
    the content size and, for a frame with a checksum, its first lane computes
    XXH64 of the output and compares its low 32 bits with the frame's (libzstd
    refuses a mismatch; so does this path).
@@ -50,6 +52,8 @@ then takes a stream read past its start), to bytes of its own choosing, and
 this path refuses them, as libzstd 1.5.6 does for sequences.
 """
 from __future__ import annotations
+
+import types
 
 import numpy as np
 
@@ -93,8 +97,9 @@ TREE_ERRORS = {
 }
 HUF_SLOT = 4096     # lookup-table entries per tree (zstd_decode.cl's HUF_SLOT)
 TREE_INFO = 4       # zstd_huf_trees' output per tree: log (0: refused), error code, detail, weights
-STATE_COLUMNS = 11  # zstd_decode.cl's per-block state of the sequence execution (ST_...)
-FSTATE_COLUMNS = 5  # and per frame (FS_...)
+STATE_COLUMNS = 12  # zstd_decode.cl's per-block state of the sequence execution (ST_...)
+FSTATE_COLUMNS = 6  # and per frame (FS_...)
+FS_ORG = 5          # where a frame's origins start in the origin buffer
 # the messages of bitstreams libzstd 1.5.4 may take (see the module's notes; its 4-stream Huffman fast path
 # also takes a stream whose last byte, which holds the end mark, is 0)
 STRICT = ("runs out of bits", "has bits left", "no end mark")
@@ -291,7 +296,7 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
                     prefix = buffer(batch.prefix, "zstd blocks copied at once")
                     launched.append(("copy", prog.copy(
                         queue, (len(batch.prefix) * lanes,), (lanes,), src, blocks, prefix, frames_buf, lit, out)))
-                launched += _execute(device, prog, queue, lanes, batch.blocks, nframes, buffer,
+                launched += _execute(device, prog, queue, lanes, batch.blocks, batch.frames, buffer,
                                      src, blocks, frames_buf, lit, seqs, out, err_e)
             if events is not None:
                 events.extend(launched)
@@ -309,8 +314,8 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
     return [p.size for p in plans]
 
 
-def _execute(device, prog, queue, lanes, block_rows, nframes, buffer, src, blocks, frames_buf, lit, seqs, out,
-             err) -> list:
+def _execute(device, prog, queue, lanes, block_rows, frame_rows, buffer, src, blocks, frames_buf, lit, seqs,
+             out, err) -> list:
     """Enqueue the sequence execution (``zstd_decode.cl``'s notes): block scan, frame scan, blocks, frames.
 
     ``buffer(host, what, upload=True)`` makes (and uploads, and releases later) a device buffer; the other
@@ -322,7 +327,13 @@ def _execute(device, prog, queue, lanes, block_rows, nframes, buffer, src, block
     rest = np.ascontiguousarray(np.nonzero(block_rows[:, zf.B_PRE] < 0)[0][::-1].astype(np.int64))
     state = buffer(np.zeros((max(len(block_rows), 1), STATE_COLUMNS), np.int64), "zstd block state",
                    upload=False)
-    fstate = buffer(np.zeros((nframes, FSTATE_COLUMNS), np.int64), "zstd frame state", upload=False)
+    nframes = len(frame_rows)
+    sizes = frame_rows[:, zf.F_SIZE]
+    fstate = np.zeros((nframes, FSTATE_COLUMNS), np.int64)
+    fstate[:, FS_ORG] = np.cumsum(sizes) - sizes
+    fstate = buffer(fstate, "zstd frame state")
+    # an origin (uint32) per decoded byte, written and read only where a match waits for earlier blocks
+    org = buffer(types.SimpleNamespace(nbytes=4 * max(int(sizes.sum()), 1)), "zstd origins", upload=False)
     launched = []
     if len(rest):
         which = buffer(rest, "zstd blocks after the copied prefix")
@@ -332,9 +343,9 @@ def _execute(device, prog, queue, lanes, block_rows, nframes, buffer, src, block
                                                    state, fstate)))
     if len(rest):
         launched.append(("blocks", prog.blocks(queue, (len(rest) * lanes,), (lanes,), src, blocks, which,
-                                               frames_buf, lit, seqs, state, out)))
+                                               frames_buf, lit, seqs, state, fstate, org, out)))
     launched.append(("execute", prog.execute(queue, (nframes * lanes,), (lanes,), blocks, frames_buf, seqs, state,
-                                             fstate, out, err)))
+                                             fstate, org, out, err)))
     return launched
 
 
