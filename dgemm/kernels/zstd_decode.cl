@@ -1052,15 +1052,16 @@ void block_gather(global const long* row, global const uint4* seqs, global uchar
     for (long i = lo; i < hi; i++) n += (long)sq[i].x + sq[i].y;
     part[lane] = n;
     barrier(CLK_LOCAL_MEM_FENCE);
-    long bpos = pos;
-    for (int j = 0; j < lane; j++) bpos += part[j];
+    long end = pos + n;                 // where the lane's run ends
+    for (int j = 0; j < lane; j++) end += part[j];
     barrier(CLK_LOCAL_MEM_FENCE);       // (part is the next block's)
-    for (long i = lo; i < hi; i++) {
+    // backwards: the order does not matter, and where a device runs a lane's bytes in order (PoCL), a byte
+    // whose origin were a waiting byte of the same block would read it unwritten, which the tests see
+    for (long i = hi - 1; i >= lo; i--) {
         const uint4 s = sq[i];
-        const long d = bpos + s.x;
-        bpos = d + s.y;
         if (s.w)
-            for (long k = d; k < bpos; k++) o[k] = o[org[k]];
+            for (long k = end - 1; k >= end - (long)s.y; k--) o[k] = o[org[k]];
+        end -= (long)s.x + s.y;
     }
 }
 
