@@ -600,15 +600,28 @@ def test_matches_across_blocks_decode_like_libzstd(dev, libzstd, rng, lanes):
     block (repeat codes 0 and 1, after literals and after none: offset 1 less 1 too); raw and RLE blocks
     before and between.  Each decodes as libzstd decodes it, or is refused where libzstd refuses it."""
     counts: dict = {}
-    reaching = 0
+    reaching, good = 0, []
     for _ in range(300):
         frame, r = crossing_frame(rng)
         before = counts.get("decoded", 0)
         compare(dev, libzstd, frame, counts, lanes)
-        reaching += r if counts.get("decoded", 0) > before else 0
+        if counts.get("decoded", 0) > before:
+            reaching += r
+            good.append(frame)
     print(counts, reaching)
     assert counts.get("decoded", 0) > 100 and counts.get("refused", 0) > 20
     assert reaching > 50          # decoded frames with matches reaching back from a later block
+    # the decoded ones again, in one call, each at an odd offset with a gap after it
+    offsets, at = [], 3
+    for f in good:
+        offsets.append(at)
+        at += zf.header(f)[1] + int(rng.integers(0, 40))
+    got = device_decode(dev, good, lanes, offsets=offsets, size=at)
+    want = bytearray([POISON]) * at
+    for f, o in zip(good, offsets):
+        raw = reference(libzstd, f)
+        want[o:o + len(raw)] = raw
+    assert got == bytes(want)
 
 
 def test_the_first_failing_block_gives_the_error(dev, libzstd):

@@ -685,7 +685,7 @@ inline long block_out(global const long* row) { return row[B_TYPE] == 2 ? row[B_
 // A block's output starts where the earlier blocks' decoded sizes add up to (raw and RLE blocks: their
 // size; compressed ones: their literals and their sequences' match lengths), and its repeat offsets are
 // what the frame's earlier sequences left (they carry from block to block).  Neither needs a byte of
-// output, so four kernels run, in this order, after zstd_copy_blocks:
+// output, so these kernels run, in this order, after zstd_copy_blocks:
 //   zstd_block_scan: one work-item per block after the copied prefix adds up its decoded size and reduces
 //                    its sequences' effect on the three repeat offsets to a function of the three it
 //                    starts with: each out is a constant or an incoming one less k, at least 1 (repeat
@@ -698,9 +698,10 @@ inline long block_out(global const long* row) { return row[B_TYPE] == 2 ? row[B_
 //                    makes every check the frame's serial walk made of it and marks the matches that wait
 //                    for earlier blocks; then the lanes copy all its literals, then the matches that do not
 //                    wait, in order, and write the waiting matches' bytes' origins (below);
-//   zstd_execute:    one work-group per frame: the earliest failing block, the waiting matches' bytes (in
-//                    block order, each block's at once, gathered from their origins), the content size,
-//                    the checksum.
+//   zstd_origin_jump (a few rounds), zstd_origin_gather: a work-item per 32 bytes of all frames, the
+//                    waiting bytes' origins followed back across blocks, then the bytes copied;
+//   zstd_execute:    one work-group per frame: the earliest failing block, the content size, the checksum
+//                    (and, for a frame without origins, the waiting matches in order).
 // What may run before what.  A block's output is literals 0, match 0, literals 1, match 1, ..., the last
 // literals.  Literals come from the literal buffer (or the frame), never from the output, so they are all
 // written first, at once.  Match i copies from off bytes before its start d: bytes before its own end,
@@ -715,13 +716,16 @@ inline long block_out(global const long* row) { return row[B_TYPE] == 2 ? row[B_
 // Waiting matches.  Their bytes depend on earlier blocks, often through a chain of matches (in frames of
 // integers or text almost every match of a block waits, each reading the one before it), so instead of
 // copying them in order, zstd_blocks follows each chain within the block: a waiting byte's origin is the
-// byte it copies, or that byte's origin when it is a waiting byte too, so every origin is a frame position
-// before the block or one of the block's bytes no waiting match writes.  zstd_execute then takes a
-// frame's blocks in order and copies every waiting byte of a block from its origin at once: the origins
-// before the block are final (earlier blocks are done), and so are the block's other bytes (zstd_blocks is
-// done).  A block that decodes past DEP_BITS bytes (libzstd allows it where the literals lie in the
-// block: the frame's output bounds it) or a frame of 4 GiB or more has no origins: zstd_execute runs its
-// waiting matches in order (block_matches), the bytes they read being final as above.
+// byte it copies, or that byte's origin when it is a waiting byte too, so every origin is a byte of an
+// earlier block or one of the block's bytes no waiting match writes (final once zstd_blocks is done).
+// zstd_origin_jump then replaces an origin that is a waiting byte (of an earlier block) by that byte's
+// origin, in rounds (pointer jumping: each step goes back a block at least, each round at least halves
+// what is left of a chain), until every origin is a byte no waiting match writes; zstd_origin_gather
+// copies every waiting byte of every frame from its origin, all at once (it reads only final bytes and
+// writes only waiting ones).  A frame with a block that decodes past DEP_BITS bytes (libzstd allows it
+// where the literals lie in the block: the frame's output bounds it), or a call of 4 GiB or more (origins
+// are uint positions), has no origins: zstd_execute runs its waiting matches in order (block_matches),
+// block after block, the bytes they read being final as above.
 // Copied-prefix blocks were written by zstd_copy_blocks, before all this.
 // Errors.  A block's checks read its position and incoming repeat offsets; up to the first block the
 // serial walk refuses, those are the walk's (only earlier blocks, all valid, make them), so each block's
@@ -736,15 +740,18 @@ inline long block_out(global const long* row) { return row[B_TYPE] == 2 ? row[B_
 #define ST_SPLIT 8         // matches run in zstd_blocks (the rest in zstd_execute),
 #define ST_CODE 9          // error code and its detail,
 #define ST_DETAIL 10
-#define ST_SERIAL 11       // whether zstd_execute runs its waiting matches in order (else it gathers their bytes)
-#define STATE_COLUMNS 12
+#define STATE_COLUMNS 11
 #define FS_CODE 0          // per-frame state (FSTATE_COLUMNS): the copied prefix's error (code, block, detail),
 #define FS_WHERE 1
 #define FS_DETAIL 2
 #define FS_TOTAL 3         // the decoded size the blocks add up to, the copied prefix's block count
 #define FS_NPRE 4
-#define FS_ORG 5           // where the frame's origins start in org (the host's)
-#define FSTATE_COLUMNS 6
+#define FS_ORG 5           // where the frame's bytes start in org and wait (the host's; a multiple of 32)
+#define FS_SERIAL 6        // whether the frame's waiting matches run in order in zstd_execute (no origins)
+#define FSTATE_COLUMNS 7
+
+#define DEP_BITS (BLOCK_MAX + 64)   // bytes of a block whose waiting (block_check) is tracked
+#define DEP_WORDS (DEP_BITS / 32)
 
 #ifndef ZSTD_SHORT_MATCH
 #define ZSTD_SHORT_MATCH 16   // matches up to this long are copied by the first lane alone (no barrier)
@@ -828,6 +835,10 @@ void zstd_frame_scan(global const long* blocks, global const long* frames, globa
     if (lane) return;
     long pos = 0, detail = 0, where = 0;
     int code = 0;
+    global long* fs = fstate + f * FSTATE_COLUMNS;
+    // origins need every byte of a block in its bitmap (a block past DEP_BITS: libzstd allows it where the
+    // literals lie in the block, the frame's output bounding it) and positions in a uint (the host's part)
+    long serial = fs[FS_SERIAL];
     if (bad < npre) {       // (a failing block is a prefix block: npre, maybe not found then, is past it)
         global const long* row = blocks + (first + bad) * BLOCK_COLUMNS;
         code = prefix_check(row, size, &detail);
@@ -840,6 +851,7 @@ void zstd_frame_scan(global const long* blocks, global const long* frames, globa
         uint r0 = 1, r1 = 4, r2 = 8;
         for (long b = first + npre; b < first + nblocks; b++) {
             global long* st = state + b * STATE_COLUMNS;
+            serial |= st[ST_SIZE] > DEP_BITS;
             st[ST_POS] = pos;
             st[ST_REP] = r0;
             st[ST_REP + 1] = r1;
@@ -851,7 +863,7 @@ void zstd_frame_scan(global const long* blocks, global const long* frames, globa
             r1 = n1;
         }
     }
-    global long* fs = fstate + f * FSTATE_COLUMNS;
+    fs[FS_SERIAL] = serial;
     fs[FS_CODE] = code;
     fs[FS_WHERE] = where;
     fs[FS_DETAIL] = detail;
@@ -862,8 +874,6 @@ void zstd_frame_scan(global const long* blocks, global const long* frames, globa
 // Which matches wait for earlier blocks: a bit per byte of the block's output (dep), set over the output of
 // every match that reads bytes before the block or bytes with the bit set; bytes past DEP_BITS (a block
 // that decodes to more than 128 KiB + 64, which libzstd may allow) count as set (so such a match waits).
-#define DEP_BITS (BLOCK_MAX + 64)
-#define DEP_WORDS (DEP_BITS / 32)
 
 inline uint dep_mask(long w, long a, long b) {      // word w's bits of bytes [a, b)
     uint m = ~0u;
@@ -1003,9 +1013,9 @@ void block_matches(global const long* row, global const uint4* seqs, global ucha
 
 inline bool dep_bit(local const uint* dep, long x) { return (dep[x >> 5] >> (x & 31)) & 1; }
 
-// Where byte x of the block at pos (x < 0: of an earlier block) ends up coming from: a position of the
-// frame whose byte is final when the block's turn comes in zstd_execute (an earlier block's, or one of
-// the block's own that no match that waits writes), through the origins of its waiting bytes.
+// Where byte x of the block at pos (x < 0: of an earlier block) comes from, as a position in org: a byte
+// of an earlier block, or of the block's own that no waiting match writes, through the origins of the
+// block's waiting bytes.
 inline uint origin(local const uint* dep, global const uint* org, long pos, long x) {
     return (uint)(x >= 0 && dep_bit(dep, x) ? org[pos + x] : pos + x);
 }
@@ -1038,41 +1048,14 @@ void block_origins(global const long* row, global const uint4* seqs, local const
     }
 }
 
-// The bytes of a block's waiting matches (o: the frame's output) gathered from their origins, each lane
-// a contiguous run of the block's sequences (part: ZSTD_LANES longs for the runs' output positions): every
-// origin's byte is final (earlier blocks are, and the block's bytes that no waiting match writes), so
-// nothing here waits for anything else here.
-void block_gather(global const long* row, global const uint4* seqs, global uchar* o, global const uint* org,
-                  long pos, local long* part, int lane) {
-    global const uint4* sq = seqs + row[B_SEQ];
-    const long nseq = row[B_NSEQ];
-    const long per = (nseq + ZSTD_LANES - 1) / ZSTD_LANES;
-    const long lo = min(lane * per, nseq), hi = min(lo + per, nseq);
-    long n = 0;
-    for (long i = lo; i < hi; i++) n += (long)sq[i].x + sq[i].y;
-    part[lane] = n;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    long end = pos + n;                 // where the lane's run ends
-    for (int j = 0; j < lane; j++) end += part[j];
-    barrier(CLK_LOCAL_MEM_FENCE);       // (part is the next block's)
-    // backwards: the order does not matter, and where a device runs a lane's bytes in order (PoCL), a byte
-    // whose origin were a waiting byte of the same block would read it unwritten, which the tests see
-    for (long i = hi - 1; i >= lo; i--) {
-        const uint4 s = sq[i];
-        if (s.w)
-            for (long k = end - 1; k >= end - (long)s.y; k--) o[k] = o[org[k]];
-        end -= (long)s.x + s.y;
-    }
-}
-
 // One work-group per block of which[] (those after the copied prefix): checked by the first lane
 // (block_check: state's ST_SPLIT, ST_CODE, ST_DETAIL), then, unless refused, copied: a raw or RLE block,
 // or a compressed block's literals and its matches before ST_SPLIT.
 kernel __attribute__((reqd_work_group_size(ZSTD_LANES, 1, 1)))
 void zstd_blocks(global const uchar* src, global const long* blocks, global const long* which,
                  global const long* frames, global const uchar* lit, global uint4* seqs, global long* state,
-                 global const long* fstate, global uint* org, global uchar* out) {
-    local long shared[3];
+                 global const long* fstate, global uint* org, global uint* wait, global uchar* out) {
+    local long shared[2];
     local uint dep[DEP_WORDS];
     const int lane = get_local_id(0);
     const long b = which[get_group_id(0)];
@@ -1085,15 +1068,11 @@ void zstd_blocks(global const uchar* src, global const long* blocks, global cons
     if (lane == 0) {
         long detail = 0, split = 0;
         const int code = block_check(row, fr[1], pos, st, seqs, dep, &detail, &split);
-        // origins need every byte of the block in dep and frame positions in a uint
-        const long serial = st[ST_SIZE] > DEP_BITS || fr[1] > 0xFFFFFFFFL;
         st[ST_SPLIT] = split;
         st[ST_CODE] = code;
         st[ST_DETAIL] = detail;
-        st[ST_SERIAL] = serial;
         shared[0] = code;
         shared[1] = split;
-        shared[2] = serial;
     }
     barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);   // the resolved offsets too
     if (shared[0]) return;
@@ -1107,8 +1086,66 @@ void zstd_blocks(global const uchar* src, global const long* blocks, global cons
         block_literals(row, src, lit, seqs, bo, lane);
         SYNC();             // matches read literals other lanes wrote
         block_matches(row, seqs, bo, 0, 0, lane);
-        if (split < row[B_NSEQ] && !shared[2])
-            block_origins(row, seqs, dep, org + fstate[row[1] * FSTATE_COLUMNS + FS_ORG], pos, lane);
+        global const long* fs = fstate + row[1] * FSTATE_COLUMNS;
+        if (split < row[B_NSEQ] && !fs[FS_SERIAL]) {
+            const long at = fs[FS_ORG] + pos;           // the block's first byte in org and wait
+            block_origins(row, seqs, dep, org, at, lane);
+            // its waiting bytes into the call's bitmap (words shared with the blocks around it: atomic)
+            const long bytes = min(st[ST_SIZE], (long)DEP_BITS);
+            for (long w = lane; w < (bytes + 31) / 32; w += ZSTD_LANES) {
+                const uint bits = dep[w];
+                if (!bits) continue;
+                const long g = at + 32 * w;         // the word's first bit in wait
+                const int sh = (int)(g & 31);
+                atomic_or(wait + (g >> 5), bits << sh);
+                if (sh) atomic_or(wait + (g >> 5) + 1, bits >> (32 - sh));
+            }
+        }
+    }
+}
+
+// One work-item per word of wait (32 bytes of the call's frames): each waiting byte's origin, when it is a
+// waiting byte too (of an earlier block: a block's own origins are followed already), becomes that byte's
+// origin.  ceil(log2(blocks + 1)) rounds leave every origin on a byte that no waiting match writes (a
+// chain goes back a block or more each step, and each round at least halves what is left of it; run in
+// order from the frame's start, one round would do, so on PoCL the words go last first, as on a device
+// that runs them in another order, and the tests see a chain left too long).
+kernel void zstd_origin_jump(global const uint* wait, global uint* org, ulong words) {
+    if (get_global_id(0) >= words) return;
+    const ulong w = words - 1 - get_global_id(0);       // (the last word first: as zstd_origin_gather)
+    uint bits = wait[w];
+    while (bits) {
+        const int j = popcount((bits & (0u - bits)) - 1u);     // the lowest bit set
+        bits &= bits - 1;
+        const ulong g = w * 32 + j;
+        const uint q = org[g];
+        if ((wait[q >> 5] >> (q & 31)) & 1) org[g] = org[q];
+    }
+}
+
+// One work-item per word of wait: each waiting byte copied from its origin (a byte final since
+// zstd_blocks, which zstd_origin_jump made sure of), all at once.  Frames start at multiples of 32 in
+// wait (FS_ORG), so a word is one frame's, found by a binary search.  The last word first: the order is
+// free, and where a device runs work-items in order (PoCL), an origin left on a waiting byte would be
+// read before that byte is copied, which the tests see.
+kernel void zstd_origin_gather(global const uint* wait, global const uint* org, global const long* frames,
+                               global const long* fstate, global uchar* out, ulong words, uint nframes) {
+    if (get_global_id(0) >= words) return;
+    const ulong w = words - 1 - get_global_id(0);
+    uint bits = wait[w];
+    if (!bits) return;
+    int lo = 0, hi = (int)nframes - 1;          // the last frame starting at or before the word
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        if (fstate[mid * FSTATE_COLUMNS + FS_ORG] <= (long)(w * 32)) lo = mid;
+        else hi = mid - 1;
+    }
+    global uchar* o = out + frames[lo * FRAME_COLUMNS] - fstate[lo * FSTATE_COLUMNS + FS_ORG];
+    while (bits) {
+        const int j = popcount((bits & (0u - bits)) - 1u);     // the lowest bit set
+        bits &= bits - 1;
+        const ulong g = w * 32 + j;
+        o[g] = o[org[g]];
     }
 }
 
@@ -1117,10 +1154,8 @@ void zstd_blocks(global const uchar* src, global const long* blocks, global cons
 // checksum's.  Before the failing block, every block's matches from its ST_SPLIT on run here, in order.
 kernel __attribute__((reqd_work_group_size(ZSTD_LANES, 1, 1)))
 void zstd_execute(global const long* blocks, global const long* frames, global const uint4* seqs,
-                  global const long* state, global const long* fstate, global const uint* org, global uchar* out,
-                  global long* err) {
+                  global const long* state, global const long* fstate, global uchar* out, global long* err) {
     local int bad;
-    local long part[ZSTD_LANES];
     const int lane = get_local_id(0);
     const long f = get_group_id(0);
     global const long* fr = frames + f * FRAME_COLUMNS;
@@ -1142,13 +1177,8 @@ void zstd_execute(global const long* blocks, global const long* frames, global c
         for (long k = npre; k < stop; k++) {
             global const long* row = blocks + (first + k) * BLOCK_COLUMNS;
             global const long* st = state + (first + k) * STATE_COLUMNS;
-            if (row[B_TYPE] != 2 || st[ST_SPLIT] >= row[B_NSEQ]) continue;
-            if (st[ST_SERIAL]) {
+            if (row[B_TYPE] == 2 && st[ST_SPLIT] < row[B_NSEQ] && fs[FS_SERIAL])
                 block_matches(row, seqs, o + st[ST_POS], st[ST_SPLIT], 1, lane);
-            } else {
-                block_gather(row, seqs, o, org + fs[FS_ORG], st[ST_POS], part, lane);
-                SYNC();     // the next block's origins may be this one's bytes
-            }
         }
         if (stop < nblocks) {
             global const long* st = state + (first + stop) * STATE_COLUMNS;

@@ -32,8 +32,10 @@ frames with compact tables; kernels of ``dgemm/kernels/zstd_decode.cl`` do the r
    earlier blocks (or bytes such a match wrote), copies all its literals, then
    the other matches in order, and follows the marked matches' chains within the
    block to each byte's origin (an earlier block's byte or an unmarked one);
-   ``zstd_execute`` (a work-group per frame) copies each block's marked bytes from
-   their origins, a block at a time, in order, takes the earliest failing block's error, checks
+   ``zstd_origin_jump`` (a few rounds of pointer jumping) and ``zstd_origin_gather``
+   (a work-item per 32 bytes of all frames) follow origins back across blocks to
+   unmarked bytes and copy every marked byte at once; ``zstd_execute`` (a
+   work-group per frame) takes the earliest failing block's error, checks
    the content size and, for a frame with a checksum, its first lane computes
    XXH64 of the output and compares its low 32 bits with the frame's (libzstd
    refuses a mismatch; so does this path).
@@ -97,9 +99,9 @@ TREE_ERRORS = {
 }
 HUF_SLOT = 4096     # lookup-table entries per tree (zstd_decode.cl's HUF_SLOT)
 TREE_INFO = 4       # zstd_huf_trees' output per tree: log (0: refused), error code, detail, weights
-STATE_COLUMNS = 12  # zstd_decode.cl's per-block state of the sequence execution (ST_...)
-FSTATE_COLUMNS = 6  # and per frame (FS_...)
-FS_ORG = 5          # where a frame's origins start in the origin buffer
+STATE_COLUMNS = 11  # zstd_decode.cl's per-block state of the sequence execution (ST_...)
+FSTATE_COLUMNS = 7  # and per frame (FS_...)
+FS_ORG, FS_SERIAL = 5, 6    # where a frame's bytes start in the origins (a multiple of 32); no origins
 # the messages of bitstreams libzstd 1.5.4 may take (see the module's notes; its 4-stream Huffman fast path
 # also takes a stream whose last byte, which holds the end mark, is 0)
 STRICT = ("runs out of bits", "has bits left", "no end mark")
@@ -133,7 +135,8 @@ def program(device, lanes: int):
                              (("trees", "zstd_huf_trees"), ("streams", "zstd_huf_streams"),
                               ("sequences", "zstd_sequences"), ("execute", "zstd_execute"),
                               ("copy", "zstd_copy_blocks"), ("block_scan", "zstd_block_scan"),
-                              ("frame_scan", "zstd_frame_scan"), ("blocks", "zstd_blocks")),
+                              ("frame_scan", "zstd_frame_scan"), ("blocks", "zstd_blocks"),
+                              ("jump", "zstd_origin_jump"), ("gather", "zstd_origin_gather")),
                              huf_lanes=huf, tree_lanes=huf)
 
 
@@ -213,7 +216,7 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
     events : list, optional
         Gets ``(what, event)`` for each upload and kernel (``what``: ``upload``,
         ``trees``, ``huffman``, ``sequences``, ``copy``, ``block_scan``, ``frame_scan``, ``blocks``,
-        ``execute``), for their profiling times.
+        ``origins``, ``execute``), for their profiling times.
 
     Raises
     ------
@@ -316,11 +319,13 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
 
 def _execute(device, prog, queue, lanes, block_rows, frame_rows, buffer, src, blocks, frames_buf, lit, seqs,
              out, err) -> list:
-    """Enqueue the sequence execution (``zstd_decode.cl``'s notes): block scan, frame scan, blocks, frames.
+    """Enqueue the sequence execution (``zstd_decode.cl``'s notes): block scan, frame scan, blocks, origins, frames.
 
     ``buffer(host, what, upload=True)`` makes (and uploads, and releases later) a device buffer; the other
     buffers are ``decode_zstd``'s.  Returns the ``(what, event)`` pairs.
     """
+    import pyopencl as cl
+
     # the blocks after the copied prefix, the last first: the groups of zstd_blocks may run in any order, and
     # on a device that runs them in order (PoCL) a block that reads an earlier one too soon then reads bytes
     # not written yet, which the tests see
@@ -328,13 +333,17 @@ def _execute(device, prog, queue, lanes, block_rows, frame_rows, buffer, src, bl
     state = buffer(np.zeros((max(len(block_rows), 1), STATE_COLUMNS), np.int64), "zstd block state",
                    upload=False)
     nframes = len(frame_rows)
-    sizes = frame_rows[:, zf.F_SIZE]
+    sizes = -(-frame_rows[:, zf.F_SIZE] // 32) * 32          # each frame's bytes from a word of its own
+    total = max(int(sizes.sum()), 32)
     fstate = np.zeros((nframes, FSTATE_COLUMNS), np.int64)
     fstate[:, FS_ORG] = np.cumsum(sizes) - sizes
+    fstate[:, FS_SERIAL] = total > 1 << 32                   # origins are uint32 positions
     fstate = buffer(fstate, "zstd frame state")
-    # an origin (uint32) per decoded byte, written and read only where a match waits for earlier blocks
-    org = buffer(types.SimpleNamespace(nbytes=4 * max(int(sizes.sum()), 1)), "zstd origins", upload=False)
-    launched = []
+    # an origin (uint32) and a bit per decoded byte, used only where a match waits for earlier blocks
+    org = buffer(types.SimpleNamespace(nbytes=4 * total), "zstd origins", upload=False)
+    wait = buffer(types.SimpleNamespace(nbytes=total // 8), "zstd waiting bytes", upload=False)
+    words = np.uint64(total // 32)
+    launched = [("origins", cl.enqueue_fill_buffer(queue, wait, np.uint32(0), 0, total // 8))]
     if len(rest):
         which = buffer(rest, "zstd blocks after the copied prefix")
         launched.append(("block_scan", prog.block_scan(queue, (_round(len(rest), 64),), None, blocks, which, seqs,
@@ -343,9 +352,14 @@ def _execute(device, prog, queue, lanes, block_rows, frame_rows, buffer, src, bl
                                                    state, fstate)))
     if len(rest):
         launched.append(("blocks", prog.blocks(queue, (len(rest) * lanes,), (lanes,), src, blocks, which,
-                                               frames_buf, lit, seqs, state, fstate, org, out)))
+                                               frames_buf, lit, seqs, state, fstate, org, wait, out)))
+        grid = (_round(int(words), 256),)
+        for _ in range(int(frame_rows[:, zf.F_NBLOCKS].max()).bit_length()):     # ceil(log2(blocks + 1))
+            launched.append(("origins", prog.jump(queue, grid, None, wait, org, words)))
+        launched.append(("origins", prog.gather(queue, grid, None, wait, org, frames_buf, fstate, out, words,
+                                                np.uint32(nframes))))
     launched.append(("execute", prog.execute(queue, (nframes * lanes,), (lanes,), blocks, frames_buf, seqs, state,
-                                             fstate, org, out, err)))
+                                             fstate, out, err)))
     return launched
 
 
