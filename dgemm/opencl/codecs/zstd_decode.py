@@ -299,7 +299,7 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
                     prefix = buffer(batch.prefix, "zstd blocks copied at once")
                     launched.append(("copy", prog.copy(
                         queue, (len(batch.prefix) * lanes,), (lanes,), src, blocks, prefix, frames_buf, lit, out)))
-                launched += _execute(device, prog, queue, lanes, batch.blocks, batch.frames, buffer,
+                launched += _execute(prog, queue, lanes, batch.blocks, batch.frames, buffer,
                                      src, blocks, frames_buf, lit, seqs, out, err_e)
             if events is not None:
                 events.extend(launched)
@@ -317,7 +317,7 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
     return [p.size for p in plans]
 
 
-def _execute(device, prog, queue, lanes, block_rows, frame_rows, buffer, src, blocks, frames_buf, lit, seqs,
+def _execute(prog, queue, lanes, block_rows, frame_rows, buffer, src, blocks, frames_buf, lit, seqs,
              out, err) -> list:
     """Enqueue the sequence execution (``zstd_decode.cl``'s notes): block scan, frame scan, blocks, origins, frames.
 
@@ -337,13 +337,15 @@ def _execute(device, prog, queue, lanes, block_rows, frame_rows, buffer, src, bl
     total = max(int(sizes.sum()), 32)
     fstate = np.zeros((nframes, FSTATE_COLUMNS), np.int64)
     fstate[:, FS_ORG] = np.cumsum(sizes) - sizes
-    fstate[:, FS_SERIAL] = total > 1 << 32                   # origins are uint32 positions
+    serial = total > 1 << 32                    # origins are uint32 positions: the frames walk in order then
+    fstate[:, FS_SERIAL] = serial
     fstate = buffer(fstate, "zstd frame state")
+    span = 32 if serial else total
     # an origin (uint32) and a bit per decoded byte, used only where a match waits for earlier blocks
-    org = buffer(types.SimpleNamespace(nbytes=4 * total), "zstd origins", upload=False)
-    wait = buffer(types.SimpleNamespace(nbytes=total // 8), "zstd waiting bytes", upload=False)
-    words = np.uint64(total // 32)
-    launched = [("origins", cl.enqueue_fill_buffer(queue, wait, np.uint32(0), 0, total // 8))]
+    org = buffer(types.SimpleNamespace(nbytes=4 * span), "zstd origins", upload=False)
+    wait = buffer(types.SimpleNamespace(nbytes=span // 8), "zstd waiting bytes", upload=False)
+    words = np.uint64(span // 32)
+    launched = [("origins", cl.enqueue_fill_buffer(queue, wait, np.uint32(0), 0, span // 8))]
     if len(rest):
         which = buffer(rest, "zstd blocks after the copied prefix")
         launched.append(("block_scan", prog.block_scan(queue, (_round(len(rest), 64),), None, blocks, which, seqs,
@@ -353,6 +355,7 @@ def _execute(device, prog, queue, lanes, block_rows, frame_rows, buffer, src, bl
     if len(rest):
         launched.append(("blocks", prog.blocks(queue, (len(rest) * lanes,), (lanes,), src, blocks, which,
                                                frames_buf, lit, seqs, state, fstate, org, wait, out)))
+    if len(rest) and not serial:
         grid = (_round(int(words), 256),)
         for _ in range(int(frame_rows[:, zf.F_NBLOCKS].max()).bit_length()):     # ceil(log2(blocks + 1))
             launched.append(("origins", prog.jump(queue, grid, None, wait, org, words)))
