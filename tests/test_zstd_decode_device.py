@@ -507,3 +507,176 @@ def test_a_refused_tree_is_the_frames_error(dev, libzstd, rng):
         device_decode(dev, [bytes(frame)], names=["chunk/0"], size=len(raw))
     assert str(e.value) == want
     assert reference(libzstd, bytes(frame)) is None
+
+
+# -- sequence execution: blocks at once, the matches that wait for earlier blocks after (issue 28) --------------
+def sequence_data(kind, n, rng) -> bytes:
+    """Data whose zstd frames hold sequences in every block (float noise holds almost none)."""
+    if kind == "walk":        # a random walk's floats: smooth, a few matches per block
+        return np.cumsum(rng.standard_normal(n // 4), dtype=np.float32).tobytes()
+    if kind == "ints":        # small integers: matches of zeros, every one reading the one before
+        return (rng.integers(0, 1000, n // 4) // 7).astype(np.int32).tobytes()
+    if kind == "counter":
+        start = int(rng.integers(0, 1 << 40))
+        return np.arange(start, start + n // 8, dtype=np.int64).tobytes()
+    if kind == "pattern":     # a period that no block size divides, with changed bytes
+        period = bytearray(rng.bytes(int(rng.integers(300, 5000))))
+        out = bytearray(period * (n // len(period) + 1))[:n]
+        for p in rng.integers(0, n, n // 500):
+            out[p] = int(rng.integers(0, 256))
+        return bytes(out)
+    return data(kind, n, rng)
+
+
+@pytest.mark.parametrize("lanes", LANES)
+def test_frames_of_many_blocks_with_sequences_decode_like_numcodecs(dev, rng, lanes):
+    """numcodecs' frames of several blocks, each with sequences whose matches reach into earlier blocks."""
+    frames, want, busy = [], [], 0
+    for kind in ("walk", "ints", "counter", "pattern", "text"):
+        for level in (1, 3, 9, 19):
+            raw = sequence_data(kind, int(rng.integers(600_000, 900_000)), rng)
+            frame = Zstd(level=level).encode(raw)
+            blocks = zf.plan(frame).blocks
+            busy += int((blocks[:, zf.B_NSEQ] > 0).sum() >= 4)
+            frames.append(frame)
+            want.append(raw)
+    assert busy >= 14             # most frames have 4 blocks or more with sequences
+    assert device_decode(dev, frames, lanes) == b"".join(want)
+
+
+LITS = bytes((i * 151 + 7) % 256 for i in range(4096))
+
+
+def sequence_block(rng, last: int, before: int):
+    """A compressed block of 1..6 sequences (raw literals, RLE-coded fields, random extra bits) after ``before``
+    bytes: the block, its decoded size and whether a match with a new offset reaches before the block's start."""
+    nseq = int(rng.integers(1, 7))
+    ll_code = int(rng.choice([0, 4, 24]))           # 0, 4, 48..63 literals
+    # repeat offsets (0, 1), new ones of 1..4, 5..12, 29..60, 253..508, 509..1020 (those mostly in the frame)
+    of_code = int(rng.choice([c for c in (0, 1, 2, 3, 5, 8, 9) if (1 << c) - 3 <= before + 60]))
+    ml_code = int(rng.choice([1, 13, 14, 29]))      # 4, 16, 17, 32 bytes (short and long matches)
+    ml = ent.ML_BASE[ml_code]
+    fields, nlit, at, reaches = [], 0, 0, False
+    for _ in range(nseq):
+        ob = int(rng.integers(0, 1 << of_code)) if of_code else 0
+        lb = int(rng.integers(0, 16)) if ll_code == 24 else 0
+        fields += [(ob, of_code)] if of_code else []
+        fields += [(lb, 4)] if ll_code == 24 else []
+        ll = ent.LL_BASE[ll_code] + lb
+        at += ll
+        reaches |= of_code >= 2 and (1 << of_code) - 3 + ob > at
+        at += ml
+        nlit += ll
+    nlit += int(rng.integers(0, 40))
+    start = int(rng.integers(0, len(LITS) - nlit))
+    block = compressed(LITS[start:start + nlit], rle_sequences(nseq, ll_code, of_code, ml_code, fields), last)
+    return block, nlit + nseq * ml, reaches
+
+
+def crossing_frame(rng):
+    """A frame of 3..8 blocks: raw and RLE blocks (a copied prefix, or between) and blocks of sequences."""
+    n = int(rng.integers(3, 9))
+    blocks, size, reaching = [], 0, 0
+    for k in range(n):
+        last = int(k == n - 1)
+        kind = rng.integers(0, 5)
+        if kind == 0:
+            m = int(rng.integers(1, 300))
+            blocks.append((0, last, LITS[:m], m))
+        elif kind == 1:
+            m = int(rng.integers(1, 300))
+            blocks.append((1, last, bytes([int(rng.integers(0, 256))]), m))
+        else:
+            block, m, reaches = sequence_block(rng, last, size)
+            blocks.append(block)
+            reaching += reaches and k > 0
+        size += m
+    return frame_of(blocks, size), reaching
+
+
+@pytest.mark.parametrize("lanes", LANES)
+def test_matches_across_blocks_decode_like_libzstd(dev, libzstd, rng, lanes):
+    """Hand-built frames whose blocks' matches reach into earlier blocks (some through a match that itself
+    reaches back, so they wait too), after blocks that do not, with repeat offsets carried from block to
+    block (repeat codes 0 and 1, after literals and after none: offset 1 less 1 too); raw and RLE blocks
+    before and between.  Each decodes as libzstd decodes it, or is refused where libzstd refuses it."""
+    counts: dict = {}
+    reaching, good = 0, []
+    for _ in range(300):
+        frame, r = crossing_frame(rng)
+        before = counts.get("decoded", 0)
+        compare(dev, libzstd, frame, counts, lanes)
+        if counts.get("decoded", 0) > before:
+            reaching += r
+            good.append(frame)
+    print(counts, reaching)
+    assert counts.get("decoded", 0) > 100 and counts.get("refused", 0) > 20
+    assert reaching > 50          # decoded frames with matches reaching back from a later block
+    # the decoded ones again, in one call, each at an odd offset with a gap after it
+    offsets, at = [], 3
+    for f in good:
+        offsets.append(at)
+        at += zf.header(f)[1] + int(rng.integers(0, 40))
+    got = device_decode(dev, good, lanes, offsets=offsets, size=at)
+    want = bytearray([POISON]) * at
+    for f, o in zip(good, offsets):
+        raw = reference(libzstd, f)
+        want[o:o + len(raw)] = raw
+    assert got == bytes(want)
+
+
+def test_the_first_failing_block_gives_the_error(dev, libzstd):
+    """The copied prefix's blocks are checked at once and the later blocks each on its own: the error is still
+    the earliest failing block's (then the frame's size), as the serial walk found it, whatever fails after."""
+    lits = LITS[:8]
+    seq = compressed(lits, rle_sequences(1, 4, 2, 2, [(1, 2)]), last=0)          # 13 bytes
+    leftover = compressed(lits, rle_sequences(1, 4, 2, 2, [(1, 2), (0, 3)]), last=1)   # bits left over
+    before_start = compressed(lits, rle_sequences(1, 4, 10, 1, [(5, 10)]), last=0)    # offset 1026
+    reach_back = compressed(lits, rle_sequences(1, 4, 3, 29, [(7, 3)]), last=0)       # 32 bytes at 12: waits
+    cases = [
+        ([(0, 0, b"a" * 100, 100), (0, 0, b"b" * 100, 100), (1, 1, b"c", 100)], 150,
+         "block 1: a raw block of 100 bytes runs past the frame's content size"),
+        ([(0, 0, b"a" * 100, 100), (1, 0, b"c", 100), seq, (0, 1, b"d" * 5, 5)], 150,
+         "block 1: an RLE block of 100 bytes runs past the frame's content size"),
+        ([(0, 0, b"a" * 100, 100), (0, 0, b"b" * 100, 100), leftover], 150,
+         "block 1: a raw block of 100 bytes runs past the frame's content size"),
+        ([(0, 0, b"a" * 20, 20), seq, (0, 0, b"b" * 100, 100), (1, 1, b"c", 100)], 83,
+         "block 2: a raw block of 100 bytes runs past the frame's content size"),
+        ([(0, 0, b"a" * 3, 3), seq, before_start, (1, 1, b"c", 100)], 60,
+         "block 2: sequence 0's offset reaches before the frame's start"),
+        ([(0, 0, LITS[100:130], 30), reach_back, seq, (1, 0, b"c", 100), (0, 1, b"d" * 100, 100)], 120,
+         "block 3: an RLE block of 100 bytes runs past the frame's content size"),
+        ([(0, 0, LITS[100:130], 30), reach_back, seq, (1, 1, b"c", 10)], 130,
+         "the frame decodes to 93 bytes, not its content size"),
+        ([(0, 0, b"a" * 10, 10), (0, 0, b"b" * 10, 10), (1, 1, b"c", 10)], 40,
+         "the frame decodes to 30 bytes, not its content size"),
+        # one byte past the output: the sequence's error, not the last literals' (checked after it)
+        ([(2, 1) + seq[2:]], 8, "block 0: sequence 0 runs past the block's output bound"),
+        ([(1, 0, b"c", 10), (2, 1) + seq[2:]], 18, "block 1: sequence 0 runs past the block's output bound"),
+    ]
+    for blocks, size, text in cases:
+        frame = frame_of(blocks, size)
+        assert reference(libzstd, frame) is None
+        for lanes in LANES:
+            with pytest.raises(zd.ZstdFrameError) as e:
+                device_decode(dev, [frame], lanes, names=["c/0"], size=size)
+            assert str(e.value) == f"zstd frame c/0: {text}", (lanes, blocks)
+
+
+def test_a_block_past_128_kib_with_waiting_matches_decodes_like_libzstd(dev, libzstd, rng):
+    """A compressed block whose raw literals libzstd reads in place is bounded by the frame's output only, so
+    it may decode to more than 128 KiB (libzstd decodes it): its matches that wait for the block before it
+    then run in order in zstd_execute (their origins are not tracked past 128 KiB)."""
+    nseq, fields, ml = 10, [], 0
+    for _ in range(nseq):          # offsets of 125..184 from 4 bytes into the block: into the raw block first
+        ob, mb = int(rng.integers(0, 60)), int(rng.integers(0, 1 << 12))
+        fields += [(ob, 7), (mb, 16)]
+        ml += ent.ML_BASE[52] + mb
+    lits = LITS[:4 * nseq + 10]
+    block = compressed(lits, rle_sequences(nseq, 4, 7, 52, fields), last=1)
+    frame = frame_of([(0, 0, LITS[500:700], 200), block], 200 + len(lits) + ml)
+    assert zf.plan(frame).blocks[1, zf.B_LIMIT] == zf.LIMIT_REMAINING and ml > 2 * zf.BLOCK_MAX
+    for lanes in LANES:
+        counts: dict = {}
+        compare(dev, libzstd, frame, counts, lanes)
+        assert counts == {"decoded": 1}

@@ -10,9 +10,8 @@
 //                     into (literal length, match length, offset code) rows;
 //   zstd_copy_blocks: one work-group per block whose output position the host knows (raw, RLE and
 //                     sequence-free blocks before a frame's first block with sequences) copies it;
-//   zstd_execute:     one work-group per frame walks its blocks in order, resolves repeat offsets
-//                     (they carry from block to block) and copies literals and matches into the
-//                     output, the group's lanes sharing each copy.
+//   zstd_block_scan, zstd_frame_scan, zstd_blocks, zstd_execute: the sequences executed, blocks
+//                     one work-group each where they can (see "Sequence execution" below).
 // Every read is bounded by its stream, every write by its frame's output; what is wrong goes to
 // an error row that the host turns into a message.  Bitstreams are read strictly: a stream must
 // end exactly where its last symbol or sequence does, and no bit before its start is ever read.
@@ -22,7 +21,7 @@
 #endif
 
 #ifndef ZSTD_LANES
-#define ZSTD_LANES 1      // work-items per frame in zstd_execute: a warp on a GPU, 1 (no barriers) on a CPU
+#define ZSTD_LANES 1      // work-items per block or frame in execution: a warp or more on a GPU, 1 on a CPU
 #endif
 
 // Column numbers of the host's rows (zstd_frames.py).
@@ -757,112 +756,555 @@ void zstd_copy_blocks(global const uchar* src, global const long* blocks, global
         group_copy(d, row[B_LITKIND] == LIT_HUF ? lit + row[B_LITOFF] : src + row[B_LITOFF], n, lane);
 }
 
-// One work-group per frame.  err gets (code, block, detail) per frame.
+// The checks of a block's head at output position pos of a frame of size bytes, before its sequences:
+// a raw or RLE block past the content size, a compressed block's literals over its bound.  Returns the
+// error code (detail: its number) or 0, and for a compressed block how far it may write (*limit).
+inline int block_head(global const long* row, long size, long pos, long* limit, long* detail) {
+    const long type = row[B_TYPE];
+    if (type == RAW || type == RLE) {
+        long n = row[B_SIZE];
+        if (n > size - pos) { *detail = n; return type == RAW ? E_RAW_PAST : E_RLE_PAST; }
+        return 0;
+    }
+    const long remaining = size - pos, litlen = row[B_LITLEN];
+    const long expected = min(BLOCK_MAX, remaining);
+    if (litlen > expected) { *detail = litlen; return E_LIT_SIZE; }
+    // how far this block may write: libzstd keeps the block's literals past it (see zstd_frames.py)
+    long lim = remaining;
+    if (row[B_LIMIT] != LIMIT_REMAINING) {
+        if (remaining > BLOCK_MAX + 64 + litlen) lim = BLOCK_MAX + 32;
+        else if (litlen > LIT_EXTRA) lim = expected;
+    }
+    *limit = lim;
+    return 0;
+}
+
+// A block of the copied prefix (B_PRE >= 0: raw, RLE or sequence-free, written by zstd_copy_blocks): the
+// walk's checks of it, a pure function of its row and its position B_PRE.  Returns the code or 0.
+inline int prefix_check(global const long* row, long size, long* detail) {
+    long limit = 0;
+    int code = block_head(row, size, row[B_PRE], &limit, detail);
+    if (code || row[B_TYPE] != 2) return code;
+    const long rest = row[B_LITLEN];       // no sequences: every literal is a last literal
+    if (rest > limit) { *detail = rest; return E_LAST_PAST; }
+    return 0;
+}
+
+inline long block_out(global const long* row) { return row[B_TYPE] == 2 ? row[B_LITLEN] : row[B_SIZE]; }
+
+// ---- Sequence execution: blocks one work-group each, the matches that wait for earlier blocks after ----
+//
+// A block's output starts where the earlier blocks' decoded sizes add up to (raw and RLE blocks: their
+// size; compressed ones: their literals and their sequences' match lengths), and its repeat offsets are
+// what the frame's earlier sequences left (they carry from block to block).  Neither needs a byte of
+// output, so these kernels run, in this order, after zstd_copy_blocks:
+//   zstd_block_scan: one work-item per block after the copied prefix adds up its decoded size and reduces
+//                    its sequences' effect on the three repeat offsets to a function of the three it
+//                    starts with: each out is a constant or an incoming one less k, at least 1 (repeat
+//                    offset 3 after no literals is offset 1 less 1, at least 1, and max(max(x - a, 1) - 1,
+//                    1) = max(x - a - 1, 1), so the form is closed);
+//   zstd_frame_scan: one work-group per frame checks the copied prefix (its lanes at once) and its first
+//                    lane runs through the other blocks' sizes and functions, integers only: each block's
+//                    output position and incoming repeat offsets;
+//   zstd_blocks:     one work-group per block after the prefix: its first lane resolves the block's offsets,
+//                    makes every check the frame's serial walk made of it and marks the matches that wait
+//                    for earlier blocks; then the lanes copy all its literals, then the matches that do not
+//                    wait, in order, and write the waiting matches' bytes' origins (below);
+//   zstd_origin_jump (a few rounds), zstd_origin_gather: a work-item per 32 bytes of all frames, the
+//                    waiting bytes' origins followed back across blocks, then the bytes copied;
+//   zstd_execute:    one work-group per frame: the earliest failing block, the content size, the checksum
+//                    (and, for a frame without origins, the waiting matches in order).
+// What may run before what.  A block's output is literals 0, match 0, literals 1, match 1, ..., the last
+// literals.  Literals come from the literal buffer (or the frame), never from the output, so they are all
+// written first, at once.  Match i copies from off bytes before its start d: bytes before its own end,
+// never a later sequence's literals (they lie after it), so writing the literals first changes nothing it
+// reads.  Bytes past d it reads are its own (off < ml): byte k is byte k % off of the off bytes before d,
+// so a match reads exactly [d - off, d - off + min(off, ml)), all before d, and its bytes go at once.
+// A match waits when that range reaches before the block's start or holds a byte of a match that waits
+// (a bit per byte, block_check); the others read only literals and earlier matches that do not wait, all
+// written by zstd_blocks before them in order: running them before the waiting ones changes nothing they
+// read, and a waiting match before one of them reads only bytes before its own end, which the later match
+// does not write.
+// Waiting matches.  Their bytes depend on earlier blocks, often through a chain of matches (in frames of
+// integers or text almost every match of a block waits, each reading the one before it), so instead of
+// copying them in order, zstd_blocks follows each chain within the block: a waiting byte's origin is the
+// byte it copies, or that byte's origin when it is a waiting byte too, so every origin is a byte of an
+// earlier block or one of the block's bytes no waiting match writes (final once zstd_blocks is done).
+// zstd_origin_jump then replaces an origin that is a waiting byte (of an earlier block) by that byte's
+// origin, in rounds (pointer jumping: each step goes back a block at least, each round at least halves
+// what is left of a chain), until every origin is a byte no waiting match writes; zstd_origin_gather
+// copies every waiting byte of every frame from its origin, all at once (it reads only final bytes and
+// writes only waiting ones).  A frame with a block that decodes past DEP_BITS bytes (libzstd allows it
+// where the literals lie in the block: the frame's output bounds it), or a call of 4 GiB or more (origins
+// are uint positions), has no origins: zstd_execute runs its waiting matches in order (block_matches),
+// block after block, the bytes they read being final as above.
+// Copied-prefix blocks were written by zstd_copy_blocks, before all this.
+// Errors.  A block's checks read its position and incoming repeat offsets; up to the first block the
+// serial walk refuses, those are the walk's (only earlier blocks, all valid, make them), so each block's
+// (code, detail) is the walk's and the frame's error is the earliest failing block's.  Blocks after it may
+// get any position or offsets: their own checks still bound every write by the frame's output, and a
+// position outside the output is refused before anything is written.
+
+#define ST_SIZE 0          // per-block state (zstd_decode.py's STATE_COLUMNS): decoded size,
+#define ST_F 1             // the repeat-offset functions (3),
+#define ST_POS 4           // output position,
+#define ST_REP 5           // incoming repeat offsets (3),
+#define ST_SPLIT 8         // matches run in zstd_blocks (the rest in zstd_execute),
+#define ST_CODE 9          // error code and its detail,
+#define ST_DETAIL 10
+#define STATE_COLUMNS 11
+#define FS_CODE 0          // per-frame state (FSTATE_COLUMNS): the copied prefix's error (code, block, detail),
+#define FS_WHERE 1
+#define FS_DETAIL 2
+#define FS_TOTAL 3         // the decoded size the blocks add up to, the copied prefix's block count
+#define FS_NPRE 4
+#define FS_ORG 5           // where the frame's bytes start in org and wait (the host's; a multiple of 32)
+#define FS_SERIAL 6        // whether the frame's waiting matches run in order in zstd_execute (no origins)
+#define FSTATE_COLUMNS 7
+
+#define DEP_BITS (BLOCK_MAX + 64)   // bytes of a block whose waiting (block_check) is tracked
+#define DEP_WORDS (DEP_BITS / 32)
+
+#ifndef ZSTD_SHORT_MATCH
+#define ZSTD_SHORT_MATCH 16   // matches up to this long are copied by the first lane alone (no barrier)
+#endif
+
+// A repeat-offset function: (s << 32) | v: incoming offset s less v (at least 1), or the constant v (s 3).
+#define REP_CONST 3L
+
+inline long rep_less(long f) {          // the function of offset 1 less 1, at least 1
+    if ((f >> 32) == REP_CONST) {
+        uint t = (uint)f - 1;
+        t += t == 0;
+        return REP_CONST << 32 | t;
+    }
+    return f + 1;
+}
+
+inline uint rep_apply(long f, uint r0, uint r1, uint r2) {
+    const uint v = (uint)f;
+    const long s = f >> 32;
+    if (s == REP_CONST) return v;
+    const uint r = s == 0 ? r0 : s == 1 ? r1 : r2;
+    return r > v ? r - v : 1;
+}
+
+// One work-item per block of which[] (those after the copied prefix): state's ST_SIZE and ST_F.
+kernel void zstd_block_scan(global const long* blocks, global const long* which, global const uint4* seqs,
+                            global long* state, uint count) {
+    const uint g = get_global_id(0);
+    if (g >= count) return;
+    const long b = which[g];
+    global const long* row = blocks + b * BLOCK_COLUMNS;
+    long n = row[B_SIZE], f0 = 0, f1 = 1L << 32, f2 = 2L << 32;
+    if (row[B_TYPE] == 2) {
+        n = row[B_LITLEN];
+        global const uint4* sq = seqs + row[B_SEQ];
+        const long nseq = row[B_NSEQ];
+        for (long i = 0; i < nseq; i++) {
+            const uint4 s = sq[i];
+            n += s.y;                               // (the literal lengths are in B_LITLEN)
+            if (s.w == 0) {                         // a new offset
+                f2 = f1; f1 = f0; f0 = REP_CONST << 32 | s.z;
+            } else if (s.w == 1) {                  // repeat offset 1, or 2 (swapped with 1)
+                if (s.z) { long t = f0; f0 = f1; f1 = t; }
+            } else {                                // repeat offset 2, 3 or 1 less 1
+                long t = s.z == 3 ? rep_less(f0) : s.z == 1 ? f1 : f2;
+                if (s.z != 1) f2 = f1;
+                f1 = f0;
+                f0 = t;
+            }
+        }
+    }
+    global long* st = state + b * STATE_COLUMNS;
+    st[ST_SIZE] = n;
+    st[ST_F] = f0;
+    st[ST_F + 1] = f1;
+    st[ST_F + 2] = f2;
+}
+
+// One work-group per frame: the copied prefix's blocks are checked by the lanes at once (each a strided
+// subset, the earliest failing block by a local minimum, no barrier per block), then the first lane gives
+// every later block its position and incoming repeat offsets.  fstate gets the prefix's error, the total
+// size and the prefix's length.
 kernel __attribute__((reqd_work_group_size(ZSTD_LANES, 1, 1)))
-void zstd_execute(global const uchar* src, global const long* blocks, global const long* frames,
-                  global const uchar* lit, global const uint4* seqs, global uchar* out, global long* err) {
+void zstd_frame_scan(global const long* blocks, global const long* frames, global long* state,
+                     global long* fstate) {
+    local int npre, bad;
     const int lane = get_local_id(0);
     const long f = get_group_id(0);
     global const long* fr = frames + f * FRAME_COLUMNS;
-    global uchar* o = out + fr[0];
     const long size = fr[1], first = fr[2], nblocks = fr[3];
+    if (lane == 0) { npre = (int)nblocks; bad = (int)nblocks; }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (long k = lane; k < nblocks; k += ZSTD_LANES) {
+        global const long* row = blocks + (first + k) * BLOCK_COLUMNS;
+        long d;
+        if (row[B_PRE] < 0) { atomic_min(&npre, (int)k); break; }     // the prefix ends before k
+        if (prefix_check(row, size, &d)) { atomic_min(&bad, (int)k); break; }   // (later ones lose)
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lane) return;
     long pos = 0, detail = 0, where = 0;
     int code = 0;
-    uint rep0 = 1, rep1 = 4, rep2 = 8;
-    for (long bi = first; bi < first + nblocks && !code; bi++) {
-        global const long* row = blocks + bi * BLOCK_COLUMNS;
-        long type = row[B_TYPE];
+    global long* fs = fstate + f * FSTATE_COLUMNS;
+    // origins need every byte of a block in its bitmap (a block past DEP_BITS: libzstd allows it where the
+    // literals lie in the block, the frame's output bounding it) and positions in a uint (the host's part)
+    long serial = fs[FS_SERIAL];
+    if (bad < npre) {       // (a failing block is a prefix block: npre, maybe not found then, is past it)
+        global const long* row = blocks + (first + bad) * BLOCK_COLUMNS;
+        code = prefix_check(row, size, &detail);
         where = row[B_INDEX];
-        const int copied = row[B_PRE] >= 0;       // written by zstd_copy_blocks: checked here, not copied
-        if (type == RAW || type == RLE) {
-            long n = row[B_SIZE];
-            if (n > size - pos) { code = type == RAW ? E_RAW_PAST : E_RLE_PAST; detail = n; break; }
-            global const uchar* from = src + row[B_SRC];
-            if (copied)
-                ;
-            else if (type == RAW)
-                group_copy(o + pos, from, n, lane);
-            else
-                group_fill(o + pos, from[0], n, lane);
-            pos += n;
-            if (!copied) SYNC();      // (uniform across the group: every lane reads the same row)
+    } else {
+        if (npre > 0) {
+            global const long* row = blocks + (first + npre - 1) * BLOCK_COLUMNS;
+            pos = row[B_PRE] + block_out(row);
+        }
+        uint r0 = 1, r1 = 4, r2 = 8;
+        for (long b = first + npre; b < first + nblocks; b++) {
+            global long* st = state + b * STATE_COLUMNS;
+            serial |= st[ST_SIZE] > DEP_BITS;
+            st[ST_POS] = pos;
+            st[ST_REP] = r0;
+            st[ST_REP + 1] = r1;
+            st[ST_REP + 2] = r2;
+            pos += st[ST_SIZE];
+            const uint n0 = rep_apply(st[ST_F], r0, r1, r2), n1 = rep_apply(st[ST_F + 1], r0, r1, r2);
+            r2 = rep_apply(st[ST_F + 2], r0, r1, r2);
+            r0 = n0;
+            r1 = n1;
+        }
+    }
+    fs[FS_SERIAL] = serial;
+    fs[FS_CODE] = code;
+    fs[FS_WHERE] = where;
+    fs[FS_DETAIL] = detail;
+    fs[FS_TOTAL] = pos;
+    fs[FS_NPRE] = npre;
+}
+
+// Which matches wait for earlier blocks: a bit per byte of the block's output (dep), set over the output of
+// every match that reads bytes before the block or bytes with the bit set; bytes past DEP_BITS (a block
+// that decodes to more than 128 KiB + 64, which libzstd may allow) count as set (so such a match waits).
+
+inline uint dep_mask(long w, long a, long b) {      // word w's bits of bytes [a, b)
+    uint m = ~0u;
+    if (w == a >> 5) m &= ~0u << (a & 31);
+    if (w == (b - 1) >> 5) m &= ~0u >> (31 - ((b - 1) & 31));
+    return m;
+}
+
+inline bool dep_any(local const uint* dep, long a, long b) {
+    if (b <= a) return false;
+    if (a < 0 || b > DEP_BITS) return true;
+    for (long w = a >> 5; w <= (b - 1) >> 5; w++)
+        if (dep[w] & dep_mask(w, a, b)) return true;
+    return false;
+}
+
+inline void dep_set(local uint* dep, long a, long b) {
+    b = min(b, (long)DEP_BITS);
+    for (long w = a >> 5; w <= (b - 1) >> 5 && a < b; w++) dep[w] |= dep_mask(w, a, b);
+}
+
+// The serial walk's checks of a block after the copied prefix at pos, its sequences' offsets resolved from
+// its incoming repeat offsets: each row becomes (literal length, match length, offset, whether the match
+// waits for earlier blocks).  Returns the code or 0; *split: the first match that waits (nseq if none).
+// dep: DEP_WORDS zeros.
+int block_check(global const long* row, long size, long pos, global const long* st, global uint4* seqs,
+                local uint* dep, long* detail, long* split) {
+    long limit = 0;
+    const long nseq = row[B_TYPE] == 2 ? row[B_NSEQ] : 0;
+    *split = nseq;
+    // a position outside the output comes only after a failing block (a valid one ends within the output)
+    if (pos < 0 || pos > size) { *detail = pos; return E_SIZE; }
+    int code = block_head(row, size, pos, &limit, detail);
+    if (code || row[B_TYPE] != 2) return code;
+    uint rep0 = (uint)st[ST_REP], rep1 = (uint)st[ST_REP + 1], rep2 = (uint)st[ST_REP + 2];
+    const long litlen = row[B_LITLEN];
+    global uint4* sq = seqs + row[B_SEQ];
+    long bpos = 0, lused = 0;
+    for (long i = 0; i < nseq; i++) {
+        uint4 s = sq[i];
+        long ll = s.x, ml = s.y;
+        uint off;
+        if (s.w == 0) {
+            off = s.z;
+            rep2 = rep1; rep1 = rep0; rep0 = off;
+        } else if (s.w == 1) {
+            if (s.z) { off = rep1; rep1 = rep0; rep0 = off; } else off = rep0;
+        } else {
+            uint idx = s.z;
+            uint t = idx == 3 ? rep0 - 1 : idx == 1 ? rep1 : rep2;
+            t += t == 0;
+            if (idx != 1) rep2 = rep1;
+            rep1 = rep0;
+            rep0 = t;
+            off = t;
+        }
+        if (ll + ml > limit - bpos) { *detail = i; return E_SEQ_PAST; }
+        if (ll > litlen - lused) { *detail = i; return E_LIT_PAST; }
+        if ((long)off > pos + bpos + ll) { *detail = i; return E_OFFSET; }
+        if (off == 0) { *detail = i; return E_OFFSET; }      // (never from the rules above; no endless copy)
+        // byte k of the match is byte k % off of the off bytes before it (block_matches): those are what it reads
+        const long d = bpos + ll;
+        const uint waits = dep_any(dep, d - (long)off, d - (long)off + min((long)off, ml));
+        if (waits) {
+            dep_set(dep, d, d + ml);
+            if (*split == nseq) *split = i;
+        }
+        sq[i] = (uint4)(s.x, s.y, off, waits);
+        bpos += ll + ml;
+        lused += ll;
+    }
+    const long rest = litlen - lused;
+    if (rest > limit - bpos) { *detail = rest; return E_LAST_PAST; }
+    return 0;
+}
+
+// Every literal of a compressed block (bo: its output), the group's lanes sharing each copy, no barrier.
+inline void block_literals(global const long* row, global const uchar* src, global const uchar* lit,
+                           global const uint4* seqs, global uchar* bo, int lane) {
+    const long kind = row[B_LITKIND], nseq = row[B_NSEQ];
+    global const uchar* lsrc = kind == LIT_HUF ? lit + row[B_LITOFF] : src + row[B_LITOFF];
+    const uchar rle = (uchar)row[B_LITOFF];
+    global const uint4* sq = seqs + row[B_SEQ];
+    long bpos = 0, lused = 0;
+    for (long i = 0; i < nseq; i++) {
+        const uint4 s = sq[i];
+        const long ll = s.x;
+        if (kind == 2)
+            group_fill(bo + bpos, rle, ll, lane);
+        else
+            group_copy(bo + bpos, lsrc + lused, ll, lane);
+        bpos += ll + s.y;
+        lused += ll;
+    }
+    const long rest = row[B_LITLEN] - lused;
+    if (kind == 2)
+        group_fill(bo + bpos, rle, rest, lane);
+    else
+        group_copy(bo + bpos, lsrc + lused, rest, lane);
+}
+
+// The matches of a compressed block that wait for earlier blocks (waits 1) or not (0), from sequence from
+// on, in order (offsets resolved by block_check); its literals are written.  A match copies byte k from byte
+// k % off of the off bytes before it (its own earlier bytes repeat them), so every byte it reads is final
+// when it starts and its bytes go at once.  A short one is the first lane's alone; a barrier before a long
+// one makes the first lane's bytes visible to the others, one after it makes its bytes visible to
+// whichever lane reads them next.
+void block_matches(global const long* row, global const uint4* seqs, global uchar* bo, long from, uint waits,
+                   int lane) {
+    global const uint4* sq = seqs + row[B_SEQ];
+    const long nseq = row[B_NSEQ];
+    long bpos = 0;
+    for (long i = 0; i < nseq; i++) {
+        const uint4 s = sq[i];
+        const long ll = s.x, ml = s.y;
+        const uint off = s.z;
+        global uchar* d = bo + bpos + ll;
+        global const uchar* m = d - off;
+        bpos += ll + ml;
+        if (i < from || s.w != waits) continue;
+        if (ZSTD_LANES > 1 && ml <= ZSTD_SHORT_MATCH) {
+            if (lane == 0) {
+                uchar t[ZSTD_SHORT_MATCH];           // read all, then write (the reads are before d)
+                for (long k = 0; k < ml; k++) t[k] = m[(uint)k % off];
+                for (long k = 0; k < ml; k++) d[k] = t[k];
+            }
             continue;
         }
-        const long remaining = size - pos, litlen = row[B_LITLEN];
-        const long expected = min(BLOCK_MAX, remaining);
-        if (litlen > expected) { code = E_LIT_SIZE; detail = litlen; break; }
-        // how far this block may write: libzstd keeps the block's literals past it (see zstd_frames.py)
-        long limit = remaining;
-        if (row[B_LIMIT] != LIMIT_REMAINING) {
-            if (remaining > BLOCK_MAX + 64 + litlen) limit = BLOCK_MAX + 32;
-            else if (litlen > LIT_EXTRA) limit = expected;
-        }
-        const long kind = row[B_LITKIND];
-        global const uchar* lsrc = kind == LIT_HUF ? lit + row[B_LITOFF] : src + row[B_LITOFF];
-        const uchar rle = (uchar)row[B_LITOFF];
-        const long nseq = row[B_NSEQ];
-        global const uint4* sq = seqs + row[B_SEQ];
-        global uchar* bo = o + pos;
-        long bpos = 0, lused = 0;
-        for (long i = 0; i < nseq; i++) {
-            uint4 s = sq[i];
-            long ll = s.x, ml = s.y;
-            uint off;
-            if (s.w == 0) {
-                off = s.z;
-                rep2 = rep1; rep1 = rep0; rep0 = off;
-            } else if (s.w == 1) {
-                if (s.z) { off = rep1; rep1 = rep0; rep0 = off; } else off = rep0;
-            } else {
-                uint idx = s.z;
-                uint t = idx == 3 ? rep0 - 1 : idx == 1 ? rep1 : rep2;
-                t += t == 0;
-                if (idx != 1) rep2 = rep1;
-                rep1 = rep0;
-                rep0 = t;
-                off = t;
-            }
-            if (ll + ml > limit - bpos) { code = E_SEQ_PAST; detail = i; break; }
-            if (ll > litlen - lused) { code = E_LIT_PAST; detail = i; break; }
-            if ((long)off > pos + bpos + ll) { code = E_OFFSET; detail = i; break; }
-            if (off == 0) { code = E_OFFSET; detail = i; break; }    // (never from the rules above; no endless copy)
-            if (kind == 2)
-                group_fill(bo + bpos, rle, ll, lane);
-            else
-                group_copy(bo + bpos, lsrc + lused, ll, lane);
-            SYNC();
-            global uchar* d = bo + bpos + ll;
-            global const uchar* m = d - off;
-            if ((long)off >= ml) {
-                group_copy(d, m, ml, lane);
-            } else {
-                // an overlapping match: rounds of at most off bytes, each reading only earlier rounds
-                long chunk = min((long)off, (long)ZSTD_LANES);
-                for (long done = 0; done < ml; done += chunk) {
-                    long k = done + lane;
-                    if (lane < chunk && k < ml) d[k] = m[k];
-                    SYNC();
-                }
-            }
-            SYNC();
-            bpos += ll + ml;
-            lused += ll;
-        }
-        if (code) break;
-        long rest = litlen - lused;
-        if (rest > limit - bpos) { code = E_LAST_PAST; detail = rest; break; }
-        if (copied)
-            ;
-        else if (kind == 2)
-            group_fill(bo + bpos, rle, rest, lane);
-        else
-            group_copy(bo + bpos, lsrc + lused, rest, lane);
-        if (!copied || nseq) SYNC();
-        pos += bpos + rest;
-    }
-    if (!code && pos != size) { code = E_SIZE; detail = pos; where = -1; }
-    if (!code && fr[4]) {
         SYNC();
+        if ((long)off >= ml)
+            group_copy(d, m, ml, lane);
+        else
+            for (long k = lane; k < ml; k += ZSTD_LANES) d[k] = m[(uint)k % off];
+        SYNC();
+    }
+}
+
+inline bool dep_bit(local const uint* dep, long x) { return (dep[x >> 5] >> (x & 31)) & 1; }
+
+// Where byte x of the block at pos (x < 0: of an earlier block) comes from, as a position in org: a byte
+// of an earlier block, or of the block's own that no waiting match writes, through the origins of the
+// block's waiting bytes.
+inline uint origin(local const uint* dep, global const uint* org, long pos, long x) {
+    return (uint)(x >= 0 && dep_bit(dep, x) ? org[pos + x] : pos + x);
+}
+
+// The origins (org, by frame position) of the bytes of a block's waiting matches, in order: byte k of a
+// match is byte k % off of the off bytes before it (as block_matches copies), so its origin is that
+// byte's.  No output byte is read: this runs in zstd_blocks, and zstd_execute then only gathers each
+// waiting byte from its origin, the block's bytes at once.  Barriers as block_matches' (an origin reads
+// earlier origins as a match reads earlier bytes).  dep: the block's waiting bytes (block_check's).
+void block_origins(global const long* row, global const uint4* seqs, local const uint* dep, global uint* org,
+                   long pos, int lane) {
+    global const uint4* sq = seqs + row[B_SEQ];
+    const long nseq = row[B_NSEQ];
+    long bpos = 0;
+    for (long i = 0; i < nseq; i++) {
+        const uint4 s = sq[i];
+        const long ll = s.x, ml = s.y;
+        const uint off = s.z;
+        const long d = bpos + ll;
+        bpos += ll + ml;
+        if (!s.w) continue;
+        if (ZSTD_LANES > 1 && ml <= ZSTD_SHORT_MATCH) {
+            if (lane == 0)
+                for (long k = 0; k < ml; k++) org[pos + d + k] = origin(dep, org, pos, d - off + (uint)k % off);
+            continue;
+        }
+        SYNC();
+        for (long k = lane; k < ml; k += ZSTD_LANES) org[pos + d + k] = origin(dep, org, pos, d - off + (uint)k % off);
+        SYNC();
+    }
+}
+
+// One work-group per block of which[] (those after the copied prefix): checked by the first lane
+// (block_check: state's ST_SPLIT, ST_CODE, ST_DETAIL), then, unless refused, copied: a raw or RLE block,
+// or a compressed block's literals and its matches before ST_SPLIT.
+kernel __attribute__((reqd_work_group_size(ZSTD_LANES, 1, 1)))
+void zstd_blocks(global const uchar* src, global const long* blocks, global const long* which,
+                 global const long* frames, global const uchar* lit, global uint4* seqs, global long* state,
+                 global const long* fstate, global uint* org, global uint* wait, global uchar* out) {
+    local long shared[2];
+    local uint dep[DEP_WORDS];
+    const int lane = get_local_id(0);
+    const long b = which[get_group_id(0)];
+    global const long* row = blocks + b * BLOCK_COLUMNS;
+    global long* st = state + b * STATE_COLUMNS;
+    global const long* fr = frames + row[1] * FRAME_COLUMNS;
+    const long pos = st[ST_POS];
+    for (int w = lane; w < DEP_WORDS; w += ZSTD_LANES) dep[w] = 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lane == 0) {
+        long detail = 0, split = 0;
+        const int code = block_check(row, fr[1], pos, st, seqs, dep, &detail, &split);
+        st[ST_SPLIT] = split;
+        st[ST_CODE] = code;
+        st[ST_DETAIL] = detail;
+        shared[0] = code;
+        shared[1] = split;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);   // the resolved offsets too
+    if (shared[0]) return;
+    const long split = shared[1], type = row[B_TYPE];
+    global uchar* bo = out + fr[0] + pos;
+    if (type == RAW) {
+        group_copy(bo, src + row[B_SRC], row[B_SIZE], lane);
+    } else if (type == RLE) {
+        group_fill(bo, src[row[B_SRC]], row[B_SIZE], lane);
+    } else {
+        block_literals(row, src, lit, seqs, bo, lane);
+        SYNC();             // matches read literals other lanes wrote
+        block_matches(row, seqs, bo, 0, 0, lane);
+        global const long* fs = fstate + row[1] * FSTATE_COLUMNS;
+        if (split < row[B_NSEQ] && !fs[FS_SERIAL]) {
+            const long at = fs[FS_ORG] + pos;           // the block's first byte in org and wait
+            block_origins(row, seqs, dep, org, at, lane);
+            // its waiting bytes into the call's bitmap (words shared with the blocks around it: atomic)
+            const long bytes = min(st[ST_SIZE], (long)DEP_BITS);
+            for (long w = lane; w < (bytes + 31) / 32; w += ZSTD_LANES) {
+                const uint bits = dep[w];
+                if (!bits) continue;
+                const long g = at + 32 * w;         // the word's first bit in wait
+                const int sh = (int)(g & 31);
+                atomic_or(wait + (g >> 5), bits << sh);
+                if (sh) atomic_or(wait + (g >> 5) + 1, bits >> (32 - sh));
+            }
+        }
+    }
+}
+
+// One work-item per word of wait (32 bytes of the call's frames): each waiting byte's origin, when it is a
+// waiting byte too (of an earlier block: a block's own origins are followed already), becomes that byte's
+// origin.  ceil(log2(blocks + 1)) rounds leave every origin on a byte that no waiting match writes (a
+// chain goes back a block or more each step, and each round at least halves what is left of it; run in
+// order from the frame's start, one round would do, so on PoCL the words go last first, as on a device
+// that runs them in another order, and the tests see a chain left too long).
+kernel void zstd_origin_jump(global const uint* wait, global uint* org, ulong words) {
+    if (get_global_id(0) >= words) return;
+    const ulong w = words - 1 - get_global_id(0);       // (the last word first: as zstd_origin_gather)
+    uint bits = wait[w];
+    while (bits) {
+        const int j = popcount((bits & (0u - bits)) - 1u);     // the lowest bit set
+        bits &= bits - 1;
+        const ulong g = w * 32 + j;
+        const uint q = org[g];
+        if ((wait[q >> 5] >> (q & 31)) & 1) org[g] = org[q];
+    }
+}
+
+// One work-item per word of wait: each waiting byte copied from its origin (a byte final since
+// zstd_blocks, which zstd_origin_jump made sure of), all at once.  Frames start at multiples of 32 in
+// wait (FS_ORG), so a word is one frame's, found by a binary search.  The last word first: the order is
+// free, and where a device runs work-items in order (PoCL), an origin left on a waiting byte would be
+// read before that byte is copied, which the tests see.
+kernel void zstd_origin_gather(global const uint* wait, global const uint* org, global const long* frames,
+                               global const long* fstate, global uchar* out, ulong words, uint nframes) {
+    if (get_global_id(0) >= words) return;
+    const ulong w = words - 1 - get_global_id(0);
+    uint bits = wait[w];
+    if (!bits) return;
+    int lo = 0, hi = (int)nframes - 1;          // the last frame starting at or before the word
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        if (fstate[mid * FSTATE_COLUMNS + FS_ORG] <= (long)(w * 32)) lo = mid;
+        else hi = mid - 1;
+    }
+    global uchar* o = out + frames[lo * FRAME_COLUMNS] - fstate[lo * FSTATE_COLUMNS + FS_ORG];
+    while (bits) {
+        const int j = popcount((bits & (0u - bits)) - 1u);     // the lowest bit set
+        bits &= bits - 1;
+        const ulong g = w * 32 + j;
+        o[g] = o[org[g]];
+    }
+}
+
+// One work-group per frame.  err gets (code, block, detail) per frame: the copied prefix's error, else
+// the earliest failing later block's (its lanes at once, a local minimum), else the content size's or the
+// checksum's.  Before the failing block, every block's matches from its ST_SPLIT on run here, in order.
+kernel __attribute__((reqd_work_group_size(ZSTD_LANES, 1, 1)))
+void zstd_execute(global const long* blocks, global const long* frames, global const uint4* seqs,
+                  global const long* state, global const long* fstate, global uchar* out, global long* err) {
+    local int bad;
+    const int lane = get_local_id(0);
+    const long f = get_group_id(0);
+    global const long* fr = frames + f * FRAME_COLUMNS;
+    global const long* fs = fstate + f * FSTATE_COLUMNS;
+    global uchar* o = out + fr[0];
+    const long size = fr[1], first = fr[2], nblocks = fr[3], npre = fs[FS_NPRE];
+    int code = (int)fs[FS_CODE];
+    long where = fs[FS_WHERE], detail = fs[FS_DETAIL];
+    if (lane == 0) bad = (int)nblocks;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (!code) {
+        for (long k = npre + lane; k < nblocks; k += ZSTD_LANES) {
+            if (state[(first + k) * STATE_COLUMNS + ST_CODE]) { atomic_min(&bad, (int)k); break; }
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const long stop = bad;
+    if (!code) {
+        for (long k = npre; k < stop; k++) {
+            global const long* row = blocks + (first + k) * BLOCK_COLUMNS;
+            global const long* st = state + (first + k) * STATE_COLUMNS;
+            if (row[B_TYPE] == 2 && st[ST_SPLIT] < row[B_NSEQ] && fs[FS_SERIAL])
+                block_matches(row, seqs, o + st[ST_POS], st[ST_SPLIT], 1, lane);
+        }
+        if (stop < nblocks) {
+            global const long* st = state + (first + stop) * STATE_COLUMNS;
+            code = (int)st[ST_CODE];
+            where = blocks[(first + stop) * BLOCK_COLUMNS + B_INDEX];
+            detail = st[ST_DETAIL];
+        } else if (fs[FS_TOTAL] != size) {
+            code = E_SIZE;
+            detail = fs[FS_TOTAL];
+            where = -1;
+        }
+    }
+    SYNC();         // (unconditional: PoCL mishandles private values across a barrier under a branch here)
+    if (!code && fr[4]) {
         if (lane == 0 && (uint)xxh64(o, size) != (uint)fr[5]) { code = E_CHECKSUM; where = -1; }
     }
     if (lane == 0) {

@@ -8,8 +8,11 @@ zstd level 3) for each level, checks that the device decodes them to the bytes l
 times REPEATS decodes of all the chunks in one call:
 
 * ``kernel_gbps``: decoded bytes over the kernels' profiled time (frames already uploaded), and per kernel
-  (``trees``: Huffman tree descriptions decoded into lookup tables, ``huffman``: literal streams, ``sequences``: FSE bitstreams, ``execute``: the per-frame walk that copies
-  literals and matches, and checks the checksum);
+  (``trees``: Huffman tree descriptions decoded into lookup tables, ``huffman``: literal streams, ``sequences``: FSE bitstreams, ``copy``: the blocks
+  before a frame's first block with sequences; the execution of the sequences: ``block_scan``: each block's size and
+  repeat-offset function, ``frame_scan``: each block's position and repeat offsets, ``blocks``: a work-group per block
+  checks it and copies its literals and the matches that read only its own bytes, ``origins``: the bytes of the matches
+  that wait for earlier blocks, copied from their origins, ``execute``: per frame, the error and the checksum);
 * ``wall_gbps``: the whole ``decode_zstd`` call (host parsing, uploads from ordinary memory, kernels, error
   rows read back);
 * ``host_parse_gbps_per_core``: decoded bytes per second of the host's part alone (``zstd_frames.plan``, one

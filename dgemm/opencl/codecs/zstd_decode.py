@@ -21,19 +21,24 @@ frames with compact tables; kernels of ``dgemm/kernels/zstd_decode.cl`` do the r
    raw, RLE and sequence-free block before a frame's first block with
    sequences: most blocks of float chunks) copied or filled all at once, one
    work-group per block, each write bounded by its frame's output;
-4. ``zstd_execute``: one work-group per frame walks the frame's blocks in order
-   (checking, not copying again, those of step 3).
-   Repeat offsets carry from block to block within a frame, so they are
-   resolved here, by that sequential walk over the frame's sequences (every
-   lane resolves them alike, so no lane waits for another's answer); each
-   sequence's literal copy and match copy are shared by the group's lanes, with
-   a barrier between them and, for a match overlapping its own output, between
-   rounds of at most ``offset`` bytes.  Matches reach back into earlier blocks of
-   the frame: walking the blocks in order keeps them written before they are
-   read.  Raw and RLE blocks are copies and fills in the same walk.  Then, for a
-   frame with a checksum, the group's first lane computes XXH64 of the output
-   and compares its low 32 bits with the frame's (libzstd refuses a mismatch;
-   so does this path).
+4. the sequences executed (``zstd_decode.cl``'s "Sequence execution" notes): a
+   block's output position and incoming repeat offsets need no output byte, so
+   ``zstd_block_scan`` (a work-item per block after the copied prefix) sums each
+   block's decoded size and reduces its effect on the repeat offsets to a small
+   function, ``zstd_frame_scan`` (a work-group per frame) checks the copied
+   prefix's blocks at once and runs through the rest's sizes and functions,
+   integers only; ``zstd_blocks`` (a work-group per block) resolves the block's
+   offsets, makes the serial walk's checks, marks the matches that read bytes of
+   earlier blocks (or bytes such a match wrote), copies all its literals, then
+   the other matches in order, and follows the marked matches' chains within the
+   block to each byte's origin (an earlier block's byte or an unmarked one);
+   ``zstd_origin_jump`` (a few rounds of pointer jumping) and ``zstd_origin_gather``
+   (a work-item per 32 bytes of all frames) follow origins back across blocks to
+   unmarked bytes and copy every marked byte at once; ``zstd_execute`` (a
+   work-group per frame) takes the earliest failing block's error, checks
+   the content size and, for a frame with a checksum, its first lane computes
+   XXH64 of the output and compares its low 32 bits with the frame's (libzstd
+   refuses a mismatch; so does this path).
 
 Every kernel bounds every read by its own stream and every write by its frame's
 output; error rows come back and become :class:`ZstdFrameError` messages naming
@@ -49,6 +54,8 @@ then takes a stream read past its start), to bytes of its own choosing, and
 this path refuses them, as libzstd 1.5.6 does for sequences.
 """
 from __future__ import annotations
+
+import types
 
 import numpy as np
 
@@ -92,6 +99,9 @@ TREE_ERRORS = {
 }
 HUF_SLOT = 4096     # lookup-table entries per tree (zstd_decode.cl's HUF_SLOT)
 TREE_INFO = 4       # zstd_huf_trees' output per tree: log (0: refused), error code, detail, weights
+STATE_COLUMNS = 11  # zstd_decode.cl's per-block state of the sequence execution (ST_...)
+FSTATE_COLUMNS = 7  # and per frame (FS_...)
+FS_ORG, FS_SERIAL = 5, 6    # where a frame's bytes start in the origins (a multiple of 32); no origins
 # the messages of bitstreams libzstd 1.5.4 may take (see the module's notes; its 4-stream Huffman fast path
 # also takes a stream whose last byte, which holds the end mark, is 0)
 STRICT = ("runs out of bits", "has bits left", "no end mark")
@@ -118,7 +128,7 @@ def supported(frame) -> bool:
 
 
 def default_lanes(device) -> int:
-    """Lanes per frame in ``zstd_execute``: 128 on a GPU (each copies 16 bytes a step), 1 (no barriers) on a CPU."""
+    """Lanes per block or frame in execution: 128 on a GPU (each copies 16 bytes a step), 1 (no barriers) on a CPU."""
     return 1 if device.info.type == "CPU" else 128
 
 
@@ -137,7 +147,9 @@ def program(device, lanes: int):
                               ("ZSTD_HUF_READER", HUF_READER), ("ZSTD_HUF_LOCAL", HUF_LOCAL)),
                              (("trees", "zstd_huf_trees"), ("streams", "zstd_huf_streams"),
                               ("sequences", "zstd_sequences"), ("execute", "zstd_execute"),
-                              ("copy", "zstd_copy_blocks")),
+                              ("copy", "zstd_copy_blocks"), ("block_scan", "zstd_block_scan"),
+                              ("frame_scan", "zstd_frame_scan"), ("blocks", "zstd_blocks"),
+                              ("jump", "zstd_origin_jump"), ("gather", "zstd_origin_gather")),
                              huf_lanes=HUF_LANES or huf, tree_lanes=huf)
 
 
@@ -221,7 +233,7 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
     names : sequence of str, optional
         What errors call each frame (store keys); by default ``frame 0``, ``frame 1``...
     lanes : int, optional
-        Work-items per frame in ``zstd_execute``; :func:`default_lanes` by default.
+        Work-items per block or frame in execution; :func:`default_lanes` by default.
     events : list, optional
         Gets ``(what, event)`` for each upload and kernel (``what``: ``upload``,
         ``trees``, ``huffman``, ``sequences``, ``copy``, ``execute``), for their profiling times.
@@ -324,8 +336,8 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
                     prefix = buffer(batch.prefix, "zstd blocks copied at once")
                     launched.append(("copy", prog.copy(
                         queue, (len(batch.prefix) * lanes,), (lanes,), src, blocks, prefix, frames_buf, lit, out)))
-                launched.append(("execute", prog.execute(
-                    queue, (nframes * lanes,), (lanes,), src, blocks, frames_buf, lit, seqs, out, err_e)))
+                launched += _execute(prog, queue, lanes, batch.blocks, batch.frames, buffer,
+                                     src, blocks, frames_buf, lit, seqs, out, err_e)
             if events is not None:
                 events.extend(launched)
             # Wait for the last kernel first (pyopencl lets other threads run meanwhile), then read the
@@ -344,6 +356,55 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
             buf.release()
     _raise_first(plans, batch, tree_info[:ntrees], stream_err[:nstreams], seq_err[:nseqblocks], exec_err)
     return [p.size for p in plans]
+
+
+def _execute(prog, queue, lanes, block_rows, frame_rows, buffer, src, blocks, frames_buf, lit, seqs,
+             out, err) -> list:
+    """Enqueue the sequence execution (``zstd_decode.cl``'s notes): block scan, frame scan, blocks, origins, frames.
+
+    ``buffer(host, what, upload=True)`` makes (and uploads, and releases later) a device buffer; the other
+    buffers are ``decode_zstd``'s.  Returns the ``(what, event)`` pairs.
+    """
+    import pyopencl as cl
+
+    # the blocks after the copied prefix, the last first: the groups of zstd_blocks may run in any order, and
+    # on a device that runs them in order (PoCL) a block that reads an earlier one too soon then reads bytes
+    # not written yet, which the tests see
+    rest = np.ascontiguousarray(np.nonzero(block_rows[:, zf.B_PRE] < 0)[0][::-1].astype(np.int64))
+    state = buffer(np.zeros((max(len(block_rows), 1), STATE_COLUMNS), np.int64), "zstd block state",
+                   upload=False)
+    nframes = len(frame_rows)
+    sizes = -(-frame_rows[:, zf.F_SIZE] // 32) * 32          # each frame's bytes from a word of its own
+    total = max(int(sizes.sum()), 32)
+    fstate = np.zeros((nframes, FSTATE_COLUMNS), np.int64)
+    fstate[:, FS_ORG] = np.cumsum(sizes) - sizes
+    serial = total > 1 << 32                    # origins are uint32 positions: the frames walk in order then
+    fstate[:, FS_SERIAL] = serial
+    fstate = buffer(fstate, "zstd frame state")
+    span = 32 if serial else total
+    # an origin (uint32) and a bit per decoded byte, used only where a match waits for earlier blocks
+    org = buffer(types.SimpleNamespace(nbytes=4 * span), "zstd origins", upload=False)
+    wait = buffer(types.SimpleNamespace(nbytes=span // 8), "zstd waiting bytes", upload=False)
+    words = np.uint64(span // 32)
+    launched = [("origins", cl.enqueue_fill_buffer(queue, wait, np.uint32(0), 0, span // 8))]
+    if len(rest):
+        which = buffer(rest, "zstd blocks after the copied prefix")
+        launched.append(("block_scan", prog.block_scan(queue, (_round(len(rest), 64),), None, blocks, which, seqs,
+                                                       state, np.uint32(len(rest)))))
+    launched.append(("frame_scan", prog.frame_scan(queue, (nframes * lanes,), (lanes,), blocks, frames_buf,
+                                                   state, fstate)))
+    if len(rest):
+        launched.append(("blocks", prog.blocks(queue, (len(rest) * lanes,), (lanes,), src, blocks, which,
+                                               frames_buf, lit, seqs, state, fstate, org, wait, out)))
+    if len(rest) and not serial:
+        grid = (_round(int(words), 256),)
+        for _ in range(int(frame_rows[:, zf.F_NBLOCKS].max()).bit_length()):     # ceil(log2(blocks + 1))
+            launched.append(("origins", prog.jump(queue, grid, None, wait, org, words)))
+        launched.append(("origins", prog.gather(queue, grid, None, wait, org, frames_buf, fstate, out, words,
+                                                np.uint32(nframes))))
+    launched.append(("execute", prog.execute(queue, (nframes * lanes,), (lanes,), blocks, frames_buf, seqs, state,
+                                             fstate, out, err)))
+    return launched
 
 
 def _round(n: int, m: int) -> int:
