@@ -12,30 +12,68 @@ them all back, so the device's memory returns to idle after every product.
 Each thread also gets its own in-order queue: a decode call waits for its
 own commands only, not for every upload other threads queued on the
 device's shared transfer queue before it.
+
+A worker's reader threads (16 to 32) decode on the device through
+:meth:`Scratch.slot`: at most :data:`SLOTS` at once, each in a slot whose
+buffers and queue it borrows, so that the device holds the buffers of a few
+calls (a 256 MiB block's take about 1.8 GiB), not of every reader thread.
+A few calls at once keep the device busy (bench/NOTES.md, issue 28); more
+only wait on each other.
 """
 from __future__ import annotations
 
+import contextlib
 import threading
+
+SLOTS = 4       # device decodes at once per device (each a slot of buffers and a queue)
 
 
 class Scratch:
     """Per-thread device buffers (by name, grow-only) and queues of one :class:`~dgemm.opencl.device.Device`."""
 
-    def __init__(self, device):
+    def __init__(self, device, slots: int = SLOTS):
         self._device = device
         self._lock = threading.Lock()
         self._buffers: dict[tuple[int, str], object] = {}
         self._queues: dict[int, object] = {}
+        self._slots = slots
+        self._free = list(range(-slots, 0))     # slot keys: negative, never a thread's id
+        self._room = threading.Semaphore(slots)
+        self._held = threading.local()           # the slot this thread holds now, if any
+
+    @contextlib.contextmanager
+    def slot(self):
+        """Within this block, :meth:`buffer` and :meth:`queue` are those of a slot this thread borrows.
+
+        At most ``slots`` threads hold one at once; the others wait here
+        (without Python's lock), so the device holds the buffers of that
+        many calls.
+        """
+        self._room.acquire()
+        with self._lock:
+            key = self._free.pop()
+        self._held.key = key
+        try:
+            yield self
+        finally:
+            self._held.key = None
+            with self._lock:
+                self._free.append(key)
+            self._room.release()
+
+    def _owner(self) -> int:
+        key = getattr(self._held, "key", None)
+        return threading.get_ident() if key is None else key
 
     def buffer(self, what: str, nbytes: int):
-        """This thread's device buffer named ``what``, of at least ``nbytes``, kept for its next call.
+        """This thread's (or its slot's) device buffer named ``what``, of at least ``nbytes``, kept for its next call.
 
         The buffer is the thread's alone; its contents are whatever the
         last call left (poisoned first under ``DGEMM_POISON``, as new
         buffers are).  A larger request replaces it (released: OpenCL
         frees it once the commands that use it have run).
         """
-        key = (threading.get_ident(), what)
+        key = (self._owner(), what)
         nbytes = max(int(nbytes), 1)
         with self._lock:
             held = self._buffers.get(key)
@@ -50,8 +88,8 @@ class Scratch:
         return fresh
 
     def queue(self):
-        """This thread's in-order profiling queue on the device (made once per thread)."""
-        me = threading.get_ident()
+        """This thread's (or its slot's) in-order profiling queue on the device (made once per thread or slot)."""
+        me = self._owner()
         with self._lock:
             q = self._queues.get(me)
         if q is None:
@@ -64,9 +102,11 @@ class Scratch:
         return q
 
     def release(self, busy=()) -> int:
-        """Release the buffers of every thread not in ``busy`` (thread ids); returns how many."""
+        """Release the buffers of every thread not in ``busy`` (thread ids) and of every slot not held now;
+        returns how many."""
         with self._lock:
-            gone = [k for k in self._buffers if k[0] not in busy]
+            held = set(range(-self._slots, 0)) - set(self._free)
+            gone = [k for k in self._buffers if k[0] not in busy and k[0] not in held]
             bufs = [self._buffers.pop(k) for k in gone]
         for buf in bufs:
             buf.release()

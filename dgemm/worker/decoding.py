@@ -138,15 +138,21 @@ def _read_packed(device, found) -> tuple:
 def _decode(device, dec, found, out, queue, events) -> int:
     """Decode ``found``'s pieces into ``out``: whole-row chunks in place, the others aside then copied.
 
-    The decode runs on this thread's own queue (:meth:`Device.scratch`) with
-    buffers kept for its next block, and has finished when this returns, so
+    The decode runs on its slot's queue (:meth:`Device.scratch`, :mod:`dgemm.opencl.scratch`) with
+    buffers kept for the slot's next block, and has finished when this returns, so
     ``queue`` (where the engine reads ``out`` next) needs nothing from it.
     """
+    data, starts, host = _read_packed(device, found)     # (read by every reader thread at once)
+    with device.scratch.slot():     # a few decodes at once per device, each with its slot's buffers and queue
+        return _decode_read(device, dec, found, out, events, data, starts, host)
+
+
+def _decode_read(device, dec, found, out, events, data, starts, host) -> int:
+    """:func:`_decode` once the frames are read, within a slot of the device's scratch."""
     import pyopencl as cl
 
     n, itemsize = found.chunk_nbytes, found.dtype.itemsize
     width, (chunk_rows, chunk_cols) = found.shape[1], found.chunk
-    data, starts, host = _read_packed(device, found)
     queue = device.scratch.queue()
     # (piece, frame, plan, start) decoded into out; (piece, frame, plan, start, how) into scratch
     direct, aside = [], []

@@ -1,0 +1,58 @@
+"""Device.scratch (dgemm/opencl/scratch.py): reader threads' decode buffers and queues, per thread or per slot."""
+from __future__ import annotations
+
+import threading
+import time
+
+from dgemm.opencl.scratch import Scratch
+
+
+def test_at_most_slots_threads_hold_buffers_at_once(any_device):
+    """12 threads decoding through 3 slots: never more than 3 at once, and the device then holds 3 slots'
+    buffers (not 12 threads'), each reused by the next thread that borrows its slot."""
+    scratch = Scratch(any_device, slots=3)
+    inside, most, lock = [0], [0], threading.Lock()
+    seen = []
+
+    def reader():
+        with scratch.slot():
+            with lock:
+                inside[0] += 1
+                most[0] = max(most[0], inside[0])
+            buf = scratch.buffer("frames", 1000)
+            seen.append(buf.int_ptr)
+            assert scratch.queue() is scratch.queue()
+            time.sleep(0.05)
+            with lock:
+                inside[0] -= 1
+
+    threads = [threading.Thread(target=reader) for _ in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert most[0] == 3
+    assert len(set(seen)) == 3, "each slot's buffer is made once and reused"
+    assert scratch.nbytes() == 3 * (1000 + (1000 >> 4))
+    assert scratch.release() == 3 and scratch.nbytes() == 0
+
+
+def test_release_leaves_a_held_slot_and_a_busy_thread_alone(any_device):
+    scratch = Scratch(any_device, slots=2)
+    scratch.buffer("mine", 64)                       # this thread's, outside any slot
+    with scratch.slot():
+        scratch.buffer("slot", 64)
+        assert scratch.release(busy={threading.get_ident()}) == 0     # the slot is held, the thread busy
+        assert scratch.release() == 1                                 # the thread's own, not the slot's
+    assert scratch.release() == 1 and scratch.nbytes() == 0
+
+
+def test_a_larger_request_replaces_the_buffer(any_device):
+    scratch = Scratch(any_device, slots=1)
+    with scratch.slot():
+        small = scratch.buffer("x", 100)
+        assert scratch.buffer("x", 50) is small
+        big = scratch.buffer("x", 10_000)
+        assert big is not small and big.size >= 10_000
+    assert any_device.live_buffers()["buffers"] >= 1
+    scratch.release()
