@@ -489,8 +489,7 @@ void zstd_huf_trees(global const uchar* src, global const long* trees, global us
 
 #ifndef ZSTD_HUF_READER
 #define ZSTD_HUF_READER 1   // 1: aligned quads, double-buffered, literals stored 4 at a time; 2: the same reader,
-#endif                      // literals stored one by one; 3: as 1, no branch but the quad's turn; 0: 8 bytes
-                            // (vload8) at each refill, literals one by one
+#endif                      // literals stored one by one; 0: 8 bytes (vload8) at each refill, literals one by one
 
 #if ZSTD_HUF_READER == 0
 int huf_stream(global const uchar* src, global const long* row, int log, HUF_TABLE_SPACE const ushort* table,
@@ -509,29 +508,6 @@ int huf_stream(global const uchar* src, global const long* row, int log, HUF_TAB
     return b.pos != 0 ? E_LEFTOVER : 0;
 }
 #else
-#if ZSTD_HUF_READER == 3
-// No branch on the symbol's path but the quad's turn (every ~17 symbols): the window takes its next word
-// by selects, and an overread is flagged and reported at the end (pos held at 0, every read and write still
-// in bounds), since a branch that lanes of a warp take apart costs each of them its reconvergence.
-#undef HUF_SYM
-#define HUF_SYM(sym) do {                                                                      \
-        uint v_ = (uint)(acc >> (r - log - lo)) & mask;                                        \
-        v_ &= pos < log ? 0xFFFFFFFFu << (log - pos) : 0xFFFFFFFFu;                            \
-        ushort e_ = table[v_];                                                                 \
-        int len_ = e_ >> 8;                                                                    \
-        bad |= len_ > pos;                                                                     \
-        len_ = min(len_, pos);                                                                 \
-        pos -= len_;                                                                           \
-        r -= len_;                                                                             \
-        sym = (uchar)e_;                                                                       \
-        const int need_ = r - 12 < lo;                                                         \
-        uint w_ = k == 4 ? cur.w : k == 3 ? cur.z : k == 2 ? cur.y : cur.x;                    \
-        acc = need_ ? (acc << 32) | w_ : acc;                                                  \
-        lo -= need_ << 5;                                                                      \
-        k -= need_;                                                                            \
-        if (k == 0) { cur = nxt; nxt = HUF_QUAD(nq); nq--; k = 4; }                            \
-    } while (0)
-#endif
 
 int huf_stream(global const uchar* src, global const long* row, int log, HUF_TABLE_SPACE const ushort* table,
                global uchar* lit) {
@@ -554,8 +530,7 @@ int huf_stream(global const uchar* src, global const long* row, int log, HUF_TAB
     const uint mask = (1u << log) - 1;
     long i = 0;
     uchar a, b, c, d;
-    int bad = 0;
-#if ZSTD_HUF_READER == 1 || ZSTD_HUF_READER == 3
+#if ZSTD_HUF_READER == 1
     // Four literals a step; one 4-byte store where this stream's output is aligned, else four.  No loop
     // first to reach alignment: the four streams of a block start at different alignments, and lanes
     // leaving such a loop at different times would run the main loop apart (one pass each, not together).
@@ -570,7 +545,7 @@ int huf_stream(global const uchar* src, global const long* row, int log, HUF_TAB
     }
 #endif
     for (; i < dlen; i++) { HUF_SYM(a); out[i] = a; }
-    return bad ? E_OVERREAD : pos != 0 ? E_LEFTOVER : 0;
+    return pos != 0 ? E_LEFTOVER : 0;
 }
 #undef HUF_SYM
 #undef HUF_QUAD
