@@ -94,10 +94,11 @@ def decoder(codec: str, config: dict | None = None) -> Decoder | None:
 # Device types where the device path was measured faster than the host's decoders, so that ``auto``
 # takes it: none yet.  On one H200 (16 host cores), a 16384² float32 product of Blosc-LZ4 inputs (Zarr v2's
 # default compressor, 4096² chunks) took 1.83 s with device-codecs on against 0.45 s off: lz4.cl decodes
-# one stream per work-group, serially within it (bench/notes/issue-28/device_codecs_onoff.py).  On one H100
-# (16 cores), 32768² float32 with zstd in and out took 13.2 s on against 2.35 s off: each chunk's frame is
-# decoded in a call of its own, its sequences executed by one work-group
-# (bench/results/2026-11-26-nvidia-h100-device-codecs-onoff-zstd-32768-2a3d6df.json).
+# one stream per work-group, serially within it (bench/notes/issue-28/device_codecs_onoff.py).  With zstd
+# in and out (Zarr v3's default), 32768² float32 on one H100 (16 cores) took 2.25-2.35 s on against
+# 2.01-2.06 s off, 49152² on two H200s (32 cores) 4.2-4.3 s on against 3.5-3.7 s off and on one of them
+# 6.6-6.8 s against 4.5-4.6 (bench/results/2026-11-26-*-device-codecs-onoff-*-850d91b.json): the
+# decoder's kernels run at 37 GB/s, but share the device with the GEMM.
 AUTO_ON: frozenset = frozenset()
 
 
