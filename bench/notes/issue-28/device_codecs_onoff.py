@@ -2,7 +2,7 @@
 
     python bench/notes/issue-28/device_codecs_onoff.py [OUT.json] [--size 16384] [--chunk 4096]
         [--dtype float32] [--devices gpu] [--store /dev/shm] [--repeats 2] [--codec lz4|zstd]
-        [--out-codec none|zstd]
+        [--out-codec none|zstd] [--slots 2,8]
 
 Writes A and B (SIZE x SIZE, a random walk along rows: smooth floats) as Zarr v2 arrays in CHUNK² chunks
 under STORE, compressed by ``--codec``: ``lz4``, numcodecs' ``Blosc("lz4", 5, SHUFFLE)`` (Zarr v2's default
@@ -14,7 +14,8 @@ runs the product once on and once off to build the kernels, then REPEATS times o
 and reports each run's wall time, C's stored bytes and what the workers' counters grew by:
 ``device_decoded_bytes``, ``host_decoded_bytes``, ``device_encoded_bytes``, ``host_encoded_bytes``,
 ``bytes_up`` (compressed bytes under on), ``bytes_down`` (the frames under on, with a zstd C),
-``read_seconds`` (summed over reader threads) and ``download_seconds``.  Prints one JSON line per run and
+``read_seconds`` (summed over reader threads) and ``download_seconds``.  ``--slots``: then runs with
+device-codecs on and each count of device decodes at once (``dgemm.opencl.scratch.SLOTS``).  Prints one JSON line per run and
 writes them all to OUT.json if given.  This is what ``auto`` (dgemm.opencl.codecs.AUTO_ON) should follow.
 """
 import argparse
@@ -31,6 +32,15 @@ def configure(value, dask_worker=None):
     import dask
 
     dask.config.set({"dgemm.device-codecs": value})
+
+
+def set_slots(n, dask_worker=None):
+    """On a worker: its device's decodes at once (dgemm.opencl.scratch.SLOTS), the scratch rebuilt."""
+    from dgemm.opencl.scratch import Scratch
+
+    device = dask_worker.plugins["dgemm"].state.device
+    device.scratch.release()
+    device.scratch = Scratch(device, slots=n)
 
 
 def counters(dask_worker):
@@ -59,6 +69,8 @@ def main():
     p.add_argument("--codec", choices=("lz4", "zstd", "none"), default="lz4", help="A's and B's compressor")
     p.add_argument("--out-codec", choices=("none", "zstd"), default=None,
                    help="C's compressor (default: zstd with zstd inputs, else none)")
+    p.add_argument("--slots", default=None, help="device decodes at once per device, comma separated: each "
+                                                  "count timed with device-codecs on (default: the module's)")
     args = p.parse_args()
     out_codec = args.out_codec or ("zstd" if args.codec == "zstd" else "none")
 
@@ -93,15 +105,20 @@ def main():
             for mode in ("on", "off"):   # the GEMM kernels and lz4.cl built before any timed run
                 client.run(configure, mode)
                 dgemm.matmul(*arrays, out=out, client=client, overwrite=True, compressors=c_codecs)
-            for mode in ("off", "on") * args.repeats:
+            runs = [("off", None), ("on", None)] * args.repeats
+            if args.slots:
+                runs += [("on", int(k)) for k in args.slots.split(",") for _ in range(args.repeats)]
+            for mode, slots in runs:
                 client.run(configure, mode)
+                if slots is not None:
+                    client.run(set_slots, slots)
                 before = client.run(counters)
                 t0 = time.perf_counter()
                 dgemm.matmul(*arrays, out=out, client=client, overwrite=True, compressors=c_codecs)
                 wall = time.perf_counter() - t0
                 after = client.run(counters)
                 grew = {k: sum(after[w][k] - before[w][k] for w in after) for k in COUNTERS}
-                record = {"mode": mode, "size": n, "chunk": chunk, "dtype": args.dtype, "devices": args.devices,
+                record = {"mode": mode, "slots": slots, "size": n, "chunk": chunk, "dtype": args.dtype, "devices": args.devices,
                           "codec": args.codec, "out_codec": out_codec, "wall_s": round(wall, 3),
                           "c_stored_bytes": stored_bytes(out), **grew}
                 print(json.dumps(record), flush=True)
