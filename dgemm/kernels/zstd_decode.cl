@@ -1191,12 +1191,13 @@ void zstd_blocks(global const uchar* src, global const long* blocks, global cons
     }
 }
 
-// One work-item per word of wait (32 bytes of the call's frames): each waiting byte's origin, when it is a
-// waiting byte too (of an earlier block: a block's own origins are followed already), becomes that byte's
-// origin.  ceil(log2(blocks + 1)) rounds leave every origin on a byte that no waiting match writes (a
-// chain goes back a block or more each step, and each round at least halves what is left of it; run in
-// order from the frame's start, one round would do, so on PoCL the words go last first, as on a device
-// that runs them in another order, and the tests see a chain left too long).
+// One work-item per word of wait (32 bytes of the call's frames): each waiting byte's origin is followed,
+// while it is a waiting byte too (of an earlier block: a block's own origins are followed already), to a
+// byte that no waiting match writes, in one launch: a chain goes back a block or more each step, so it
+// ends.  Other work-items shorten the same chains meanwhile; any origin read, old or new, is a byte of the
+// chain, so following it stays right whatever the order (on PoCL the words go last first, as on a device
+// that runs them in another order).  One launch, not a round per halving: each launch of a decode call
+// waits for the GEMM kernel running beside it.
 kernel void zstd_origin_jump(global const uint* wait, global uint* org, ulong words) {
     if (get_global_id(0) >= words) return;
     const ulong w = words - 1 - get_global_id(0);       // (the last word first: as zstd_origin_gather)
@@ -1205,8 +1206,9 @@ kernel void zstd_origin_jump(global const uint* wait, global uint* org, ulong wo
         const int j = popcount((bits & (0u - bits)) - 1u);     // the lowest bit set
         bits &= bits - 1;
         const ulong g = w * 32 + j;
-        const uint q = org[g];
-        if ((wait[q >> 5] >> (q & 31)) & 1) org[g] = org[q];
+        uint q = org[g];
+        while ((wait[q >> 5] >> (q & 31)) & 1) q = org[q];
+        org[g] = q;
     }
 }
 

@@ -398,8 +398,7 @@ def _execute(prog, queue, lanes, block_rows, frame_rows, buffer, src, blocks, fr
                                                frames_buf, lit, seqs, state, fstate, org, wait, out)))
     if len(rest) and not serial:
         grid = (_round(int(words), 256),)
-        for _ in range(int(frame_rows[:, zf.F_NBLOCKS].max()).bit_length()):     # ceil(log2(blocks + 1))
-            launched.append(("origins", prog.jump(queue, grid, None, wait, org, words)))
+        launched.append(("origins", prog.jump(queue, grid, None, wait, org, words)))    # chains followed to their ends
         launched.append(("origins", prog.gather(queue, grid, None, wait, org, frames_buf, fstate, out, words,
                                                 np.uint32(nframes))))
     launched.append(("execute", prog.execute(queue, (nframes * lanes,), (lanes,), blocks, frames_buf, seqs, state,
