@@ -27,7 +27,7 @@ def _both(frame):
         slow = zf.slow_plan(data, "f", hsize, size, checksum)
     except (zf.ZstdFrameError, zf.ZstdUnsupported) as e:
         slow = e
-    return fp.plan(data, hsize, size, checksum, "f"), slow
+    return fp._fast(data, hsize, size, checksum, "f"), slow
 
 
 def _same(fast, slow):

@@ -15,7 +15,7 @@ times REPEATS decodes of all the chunks in one call:
   that wait for earlier blocks, copied from their origins, ``execute``: per frame, the error and the checksum);
 * ``wall_gbps``: the whole ``decode_zstd`` call (host parsing, uploads from ordinary memory, kernels, error
   rows read back);
-* ``host_parse_gbps_per_core``: decoded bytes per second of the host's part alone (``zstd_frames.plan``, one
+* ``host_parse_gbps_per_core``: decoded bytes per second of the host's part alone (``zstd_fastplan.plan``, one
   thread: headers, sequence tables, where each Huffman tree description is; the trees themselves are
   decoded on the device since the commit after 6749e24), what each chunk costs a host core on the device path;
 * ``libzstd_gbps_per_core``: numcodecs decoding the same chunks on one thread, for comparison;
@@ -73,6 +73,7 @@ def main():
     from numcodecs import Zstd
 
     from dgemm.opencl.codecs import zstd_decode as zd
+    from dgemm.opencl.codecs import zstd_fastplan
     from dgemm.opencl.codecs import zstd_frames as zf
     from dgemm.opencl.device import Device
     from dgemm.opencl.discovery import select_devices
@@ -98,7 +99,7 @@ def main():
         want = np.frombuffer(b"".join(bytes(codec.decode(f)) for f in frames), np.uint8)   # the reference
         if want.tobytes() != b"".join(c.tobytes() for c in chunks):
             raise SystemExit("numcodecs does not give the chunks back")
-        plans = [zf.plan(f) for f in frames]
+        plans = [zstd_fastplan.plan(f) for f in frames]
         shape = {"blocks": int(sum(len(p.blocks) for p in plans)),
                  "huffman_streams": int(sum(len(p.streams) for p in plans)),
                  "huffman_trees": int(sum(len(p.trees) for p in plans)),
@@ -127,7 +128,7 @@ def main():
                 per.setdefault(what, [0.0] * args.repeats)[r - 1] += s
             t0 = time.perf_counter()
             for f in frames:
-                zf.plan(f)
+                zstd_fastplan.plan(f)
             parse_s.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
             for f in frames:
@@ -159,7 +160,7 @@ def main():
                             start.wait()
                             marks.append(time.perf_counter())
                         t0 = time.perf_counter()
-                        ps = [zf.plan(v) for v in views]
+                        ps = [zstd_fastplan.plan(v) for v in views]
                         t1 = time.perf_counter()
                         evs = []
                         zd.decode_zstd(device, views, outs[k], lanes=lanes, queue=q, plans=ps,

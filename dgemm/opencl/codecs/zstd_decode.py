@@ -60,6 +60,7 @@ import types
 import numpy as np
 
 from dgemm.opencl.codecs import _programs
+from dgemm.opencl.codecs import zstd_fastplan
 from dgemm.opencl.codecs import zstd_frames as zf
 from dgemm.opencl.codecs.zstd_frames import ZstdFrameError, ZstdUnsupported
 
@@ -114,12 +115,12 @@ def unsupported_reason(frame, name: str = "frame") -> str | None:
     does); left to the host: skippable and legacy frames, frames without a
     content size, and a frame followed by another.
     """
-    return _programs.unsupported_reason(zf.plan, ZstdUnsupported, ZstdFrameError, frame, name)
+    return _programs.unsupported_reason(zstd_fastplan.plan, ZstdUnsupported, ZstdFrameError, frame, name)
 
 
 def checked(frame, name: str = "frame") -> tuple:
     """``(unsupported_reason(frame, name), the frame's plan or None)``: the plan goes to the decode's ``plans``."""
-    return _programs.checked(zf.plan, ZstdUnsupported, ZstdFrameError, frame, name)
+    return _programs.checked(zstd_fastplan.plan, ZstdUnsupported, ZstdFrameError, frame, name)
 
 
 def supported(frame) -> bool:
@@ -240,7 +241,7 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
     queue : pyopencl.CommandQueue, optional
         Where the commands go (the device's queue by default); the call waits for this queue.
     plans : sequence, optional
-        Each frame's :func:`.zstd_frames.plan` where the caller made it already (None entries are
+        Each frame's :func:`.zstd_fastplan.plan` where the caller made it already (None entries are
         made here), so that a frame is read on the host once.
     packed : (numpy.ndarray, sequence of int), optional
         A uint8 host array holding every frame, and where each starts in it: the array is uploaded
@@ -263,7 +264,7 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
     import pyopencl as cl
 
     names = list(names) if names is not None else [f"frame {i}" for i in range(len(frames))]
-    plans = [p if p is not None else zf.plan(f, n)
+    plans = [p if p is not None else zstd_fastplan.plan(f, n)
              for f, n, p in zip(frames, names, plans if plans is not None else [None] * len(frames))]
     if not plans:
         return []

@@ -31,7 +31,16 @@ def _u16(buf, at):
     return buf[at].astype(np.int64) | buf[at + 1].astype(np.int64) << 8
 
 
-def plan(data, hsize: int, size: int, checksum: bool, name: str):
+def plan(frame, name: str = "frame"):
+    """:func:`dgemm.opencl.codecs.zstd_frames.plan`'s rows and errors, all blocks at once where they are
+    literal-only (what the device decoder calls)."""
+    data = memoryview(frame).cast("B")
+    hsize, size, checksum = zf.header(data, name)
+    fast = _fast(data, hsize, size, checksum, name)
+    return fast if fast is not None else zf.slow_plan(data, name, hsize, size, checksum)
+
+
+def _fast(data, hsize: int, size: int, checksum: bool, name: str):
     """The frame's :class:`~dgemm.opencl.codecs.zstd_frames.FramePlan`, or None (read it block by block).
 
     ``data``: the frame as a byte memoryview; ``hsize``, ``size``,

@@ -227,18 +227,13 @@ def plan(frame, name: str = "frame") -> FramePlan:
     ZstdUnsupported
         A frame left to the host (see the module's notes).
     """
-    from dgemm.opencl.codecs import zstd_fastplan
-
     data = memoryview(frame).cast("B")
     hsize, size, checksum = header(data, name)
-    fast = zstd_fastplan.plan(data, hsize, size, checksum, name)     # literal-only frames: all blocks at once
-    if fast is not None:
-        return fast
     return slow_plan(data, name, hsize, size, checksum)
 
 
 def slow_plan(data, name: str, hsize: int, size: int, checksum: bool) -> FramePlan:
-    """:func:`plan` block by block (any frame; the errors' reference), after :func:`header`."""
+    """:func:`plan` after :func:`header` (:mod:`.zstd_fastplan` falls back on it)."""
     f = _Frame(data, name)
     try:
         return _blocks(f, data, hsize, size, checksum)
