@@ -83,6 +83,10 @@ def test_gram_record_names_the_op_and_every_product_is_x_transpose_x(runner, tmp
     c = zarr.open_array(str(folder / "c_dgemm.zarr"), mode="r")[...]
     np.testing.assert_allclose(c, x64.T @ x64, rtol=1e-4, atol=1e-3)
     np.testing.assert_array_equal(c, c.T)                                     # one triangle, mirrored
+    # dgemm plan's floor beside the time, planned as the Gram it is: X decoded once for both operands
+    fl = d["floor"]
+    assert fl["how"]["gram"] and fl["measured"]["floor_seconds"] > 0
+    assert fl["measured"]["bytes_decoded"] == pytest.approx(512 * 96 * 4, rel=0.25), fl["measured"]
 
     p = rec["peers"]
     assert p["dask_cupy"] is None and p["dask_cupy_skipped"] == "cupy is not installed"

@@ -235,7 +235,8 @@ def floor_of(p, n_workers: int, cache, how: dict, db_tflops: float | None, measu
 
 
 def plan_floor(usable: dict, a_path, b_path, dtype, measured: dict | None = None,
-               storage_options: dict | None = None, out_compressors="auto", shared_decode: bool = False) -> dict:
+               storage_options: dict | None = None, out_compressors="auto", shared_decode: bool = False,
+               gram: bool = False) -> dict:
     """``dgemm plan``'s predicted floor for this product on these workers (:func:`dgemm.client.estimate.estimate`).
 
     Parameters
@@ -258,6 +259,10 @@ def plan_floor(usable: dict, a_path, b_path, dtype, measured: dict | None = None
         C's codecs (zarr's JSON; "auto": zarr's default).
     shared_decode : bool
         The run's workers share a host cache of decoded blocks.
+    gram : bool
+        A Gram product X^T X: ``a_path`` and ``b_path`` are both X, read
+        once for both operands, and one triangle of C is computed
+        (:func:`dgemm.client.estimate.estimate`'s ``gram``).
 
     Returns
     -------
@@ -278,10 +283,13 @@ def plan_floor(usable: dict, a_path, b_path, dtype, measured: dict | None = None
 
     A, B = Operand(os.fspath(a_path), "a", storage_options), Operand(os.fspath(b_path), "b", storage_options)
     (m, k), (_, n) = A.shape, B.shape
+    a_chunks = A.chunks
+    if gram:        # A is X transposed: X's rows are K
+        (k, m), a_chunks = A.shape, tuple(reversed(A.chunks))
     tiles = tiles_of(usable, dtype)
     memory, max_alloc = device_limits(usable)
     target = default_target(d["device"].type for d in usable.values())
-    p = make_plan(m, n, k, dtype, tiles, a_chunks=A.chunks, b_chunks=B.chunks, target=target,
+    p = make_plan(m, n, k, dtype, tiles, a_chunks=a_chunks, b_chunks=B.chunks, target=target,
                   n_workers=len(usable), device_memory=memory, max_alloc=max_alloc)
     cache = None if memory is None else max(0.0, MEMORY_FRACTION * memory - 2 * p.device_bytes())
     first = next(iter(usable.values()))["device"]
@@ -290,7 +298,7 @@ def plan_floor(usable: dict, a_path, b_path, dtype, measured: dict | None = None
     codecs.append(codec_of("zstd" if out_compressors == "auto" else out_compressors))
     how = {"codecs": tuple(codecs), "hosts": len({d.get("host") for d in usable.values()}),
            "shared_decode": shared_decode, "device_is_host": str(getattr(first, "type", "")).upper() == "CPU",
-           "chunks": (A.chunks, B.chunks)}
+           "chunks": (a_chunks, B.chunks), "gram": gram}
     out = {"block": list(p.block_shape), "tasks": p.n_tasks, "workers": len(usable), "cache_bytes": cache,
            "plan": p.explain(), "kernel_tflops_database": db,
            "how": {**how, "codecs": [c.name for c in codecs]}}
@@ -311,7 +319,7 @@ def add_floor(record: dict, usable: dict, ins: dict, storage_options, log) -> No
     try:
         f = plan_floor(usable, ins["a"]["path"], ins["b"]["path"], record["dtype"], measured_rates(record),
                        storage_options, out_compressors=d.get("output_compressors", "auto"),
-                       shared_decode=bool(total.get("host_cache_misses")))
+                       shared_decode=bool(total.get("host_cache_misses")), gram=record.get("op") == "gram")
     except Exception as e:
         record["errors"].append({"stage": "plan_floor", "error": error_text(e)})
         log(f"plan floor: ERROR {error_text(e)}")
