@@ -320,3 +320,69 @@ def test_the_dashboard_shows_bytes_decoded_on_the_device_and_on_the_host():
     assert shown[0] == f"{format_bytes(3 << 30)} · {format_bytes(0)}"
     assert shown[1] == f"{format_bytes(1 << 20)} · {format_bytes(5 << 20)}"
     assert shown[2] == f"{format_bytes((3 << 30) + (1 << 20))} · {format_bytes(5 << 20)}"   # all workers
+
+
+# -- on a GPU (pytest -m gpu): the kernels at the GPU's work-group sizes, and a product end to end ----------------
+GPU_DATA = {
+    "normal": lambda rng, shape: rng.standard_normal(shape),
+    # a random walk along rows: frames with sequences in most blocks, matches across blocks
+    "walk": lambda rng, shape: np.cumsum(rng.standard_normal(shape), axis=1),
+    # small integers: nearly every match reaches into an earlier block (origins followed across blocks)
+    "ints": lambda rng, shape: rng.integers(0, 7, shape).astype(np.float64),
+}
+
+
+def _gpu_blocks_decode(dev, tmp_path, rng):
+    """Zarr arrays of 512 KiB to 1 MiB float32 chunks (4 to 8 zstd blocks each) at levels 1, 3 and 19 and
+    Blosc-LZ4, regions cut and whole, decoded by ``fill_device`` into poisoned buffers: the array's values."""
+    shape, chunks = (900, 1500), (256, 512)        # (regions() cuts up to 3 chunks of rows)
+    layouts = {"zstd 3": {"compressors": ZstdCodec(level=3)}, "zstd 1": {"compressors": ZstdCodec(level=1)},
+               "zstd 19": {"compressors": ZstdCodec(level=19)}, "v2 zstd": LZ4["v2 zstd"],
+               "blosc": LZ4["v3 shuffle"]}
+    for (name, layout), (kind, make) in itertools.product(layouts.items(), GPU_DATA.items()):
+        kw = dict(layout)
+        if kw.get("zarr_format") == 2:
+            kw["chunk_key_encoding"] = {"name": "v2", "separator": "."}
+        arr = zarr.create_array(str(tmp_path / f"{name}-{kind}.zarr".replace(" ", "_")), shape=shape,
+                                chunks=chunks, dtype="float32", **kw)
+        data = make(rng, shape).astype(np.float32)
+        arr[...] = data
+        for region, (rows, cols) in regions(shape, chunks).items():
+            block = ZarrBlock(arr, rows, cols)
+            values, sent, grew = device_read(dev, block)
+            assert sent is not None, (name, kind, region)
+            np.testing.assert_array_equal(values, data[slice(*rows), slice(*cols)], err_msg=f"{name} {kind} {region}")
+            assert grew["device_decoded_bytes"] > 0 and grew["host_decoded_bytes"] == 0
+
+
+@pytest.mark.gpu
+def test_gpu_blocks_decode_on_the_device_to_the_arrays_values(gpu_device, tmp_path, rng):
+    _gpu_blocks_decode(gpu_device, tmp_path, rng)
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(600)
+def test_gpu_matmul_with_zstd_in_and_out_under_device_codecs_on(tmp_path, rng):
+    """One GPU worker, device-codecs on: zstd A and B decoded there, C's chunks encoded there, and C equal to
+    numpy's float64 product; the counters say the device did the codec work."""
+    from distributed import Client
+
+    from conftest import DEVICES
+
+    gpus = [d for d in DEVICES if d.type == "GPU"]
+    a = rng.standard_normal((3000, 2500)).astype(np.float32)
+    b = np.cumsum(rng.standard_normal((2500, 2100)), axis=1).astype(np.float32)
+    pa, pb = str(tmp_path / "a.zarr"), str(tmp_path / "b.zarr")
+    for path, x in ((pa, a), (pb, b)):
+        zarr.create_array(path, shape=x.shape, chunks=(1024, 1024), dtype=x.dtype,
+                          compressors=ZstdCodec(level=3))[...] = x
+    with dgemm.DeviceCluster(gpus[0].id, dashboard_address=":0") as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        client.wait_for_workers(1, timeout=120)
+        client.run(_device_codecs.configure, "on")
+        out = str(tmp_path / "c.zarr")
+        _, grew = _device_codecs.run_counted(client, lambda: dgemm.matmul(
+            pa, pb, out=out, client=client, compressors=ZstdCodec(level=3)))
+    check_product(zarr.open_array(out, mode="r")[...], a, b, dtype=np.float32)
+    assert grew["device_decoded_bytes"] >= a.nbytes + b.nbytes and grew["host_decoded_bytes"] == 0, grew
+    assert grew["device_encoded_bytes"] > 0 and grew["host_encoded_bytes"] == 0, grew
