@@ -174,6 +174,40 @@ def test_memory_comes_back_with_device_codecs(one_worker, tmp_path, rng):
         next(set_codecs, None)
 
 
+def _cache_budget(dask_worker=None):
+    return dask_worker.plugins["dgemm"].state.device.cache.budget
+
+
+def test_the_panel_cache_leaves_the_decode_slots_room(one_worker, tmp_path, rng):
+    """device-codecs on: the panel cache's budget is the same product's under off, less what the device's
+    decode slots may hold (SLOTS calls of the largest input block, each its frames, literals, origins and
+    scratch), so that the cache and the decodes never ask the device for more than its share together."""
+    import _device_codecs
+
+    from dgemm.opencl.scratch import SLOTS
+    from dgemm.worker.decoding import CALL_BYTES_PER_BYTE
+
+    client = one_worker
+    xa, xb = rng.standard_normal((96, 80)).astype("float32"), rng.standard_normal((80, 64)).astype("float32")
+    a, b = _zarr(tmp_path / "a.zarr", xa, (32, 32)), _zarr(tmp_path / "b.zarr", xb, (32, 32))
+    set_codecs = _device_codecs.setting(client)
+    configure = next(set_codecs)
+    budgets = {}
+    try:
+        for mode in ("off", "on"):
+            configure(mode)
+            out = str(tmp_path / f"c-{mode}.zarr")
+            dgemm.matmul(a, b, out=out, client=client)
+            check = zarr.open_array(out, mode="r")[...]
+            np.testing.assert_allclose(check, xa.astype(np.float64) @ xb, rtol=1e-4, atol=1e-4)
+            (budgets[mode],) = client.run(_cache_budget).values()
+    finally:
+        next(set_codecs, None)
+    largest = max(xa.nbytes, xb.nbytes)          # one block each: the arrays are below the CPU's block size
+    assert budgets["off"] > 0
+    assert budgets["off"] - budgets["on"] == int(SLOTS * CALL_BYTES_PER_BYTE * largest), budgets
+
+
 def _device_memory_used() -> int | None:
     """Bytes of GPU memory in use on the first NVIDIA GPU (nvidia-smi), None where it cannot tell."""
     import shutil

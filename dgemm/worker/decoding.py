@@ -33,6 +33,23 @@ def wanted(device) -> bool:
     return device is not None and codecs.enabled(config.get("device-codecs") or "auto", device.info.type)
 
 
+# Device bytes one decode call holds, per byte of the block it decodes (zstd_decode.decode_zstd's buffers):
+# the compressed frames (at most the block), the literals (the block), the execute stage's origins and
+# waiting bits (4 bytes and a bit per byte), the scratch of chunks placed aside (the block) and the
+# Huffman tables (8 KiB per 128 KiB block of a frame); the Blosc decoder holds less.
+CALL_BYTES_PER_BYTE = 1 + 1 + 4 + 1 / 8 + 1 + 1 / 16
+
+
+def device_bytes(refs) -> int:
+    """What the device's decode slots may hold while blocks like ``refs`` are decoded (:mod:`dgemm.opencl.scratch`):
+    :data:`~dgemm.opencl.scratch.SLOTS` calls of the largest block; the panel cache leaves it free."""
+    from dgemm.opencl.scratch import SLOTS
+
+    largest = max((int(np.prod(r.shape)) * np.dtype(r.dtype).itemsize for r in refs if type(r) is DeviceDecoded),
+                  default=0)
+    return int(SLOTS * CALL_BYTES_PER_BYTE * largest)
+
+
 def through(ref):
     """``ref`` as a :class:`DeviceDecoded` where it is a Zarr input block; anything else as it is."""
     return DeviceDecoded(ref) if type(ref) is ZarrBlock else ref

@@ -59,7 +59,6 @@ def gemm_block(a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_b, dtype
 def _gemm_block(state, a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_b, dtype, precision, scope, reserve,
                 ahead, twin=False, out=None):
     engine = state.engine(dtype, precision)
-    state.plan_cache(reserve)
     # once per product, before any read: a bad host-cache setting fails with its own message
     shared = hostcache.current() if scope is not None else None
     if shared is not None:
@@ -70,6 +69,8 @@ def _gemm_block(state, a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_
         a_refs = [decoding.through(r) for r in a_refs]
         b_refs = [decoding.through(r) for r in b_refs]
         ahead = [(decoding.through(r), side, extent) for r, side, extent in ahead or ()]
+        reserve += decoding.device_bytes(a_refs + b_refs)     # the decode slots' buffers beside the cache
+    state.plan_cache(reserve)
     c = read_block(c_ref) if c_ref is not None and beta != 0 else None
     found = encoding.target(state.device, engine.dtype, out)
     return engine.stream(a_refs, b_refs, m, n, alpha=alpha, beta=beta, c=c, trans_a=trans_a, trans_b=trans_b,
