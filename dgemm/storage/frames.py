@@ -3,7 +3,7 @@
 :func:`region` says, from zarr's metadata alone (nothing read), whether a
 :class:`~dgemm.storage.blocks.ZarrBlock`'s chunks are each one frame of one
 compressor, and where each chunk's elements go in the block;
-:meth:`Frames.read` reads their bytes as stored, without decoding them.  The
+:meth:`Frames.fetch` reads their bytes as stored, without decoding them.  The
 worker hands them to a device decoder (:mod:`dgemm.opencl.codecs`, joined to
 this module by :mod:`dgemm.worker.decoding`: storage and opencl know nothing
 of each other).
@@ -64,18 +64,13 @@ class Frames:
         """Bytes one chunk decodes to (an edge chunk too)."""
         return self.chunk[0] * self.chunk[1] * self.dtype.itemsize
 
-    def read(self) -> list:
-        """Each piece's stored bytes (a bytes-like of its own), None for a chunk never written.
+    def fetch(self):
+        """Each piece's stored bytes in turn, None for a chunk never written: an item may be valid only
+        until the next (local files are read into one scratch buffer), so the caller copies it.
 
         Checks first that this process sees the array's store
         (:func:`dgemm.storage.chunks.visible`); read errors are the store's.
         """
-        # local files come back in this thread's scratch buffer, reused by the next: each is copied
-        return [None if data is None else bytes(memoryview(data).cast("B")) for data in self.fetch()]
-
-    def fetch(self):
-        """Each piece's stored bytes in turn, None for a chunk never written: an item may be valid only
-        until the next (local files are read into one scratch buffer); :meth:`read` keeps them all."""
         chunks.visible(self.array)
         return chunks._Source(self.array).fetch([(p.key, None) for p in self.pieces])
 
