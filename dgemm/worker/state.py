@@ -43,6 +43,32 @@ UNSETTLED_KEPT = 64
 IDLE_SECONDS = 10.0
 
 
+def _trim_heap() -> None:
+    """Hand the C heap's free pages back to the system (glibc's ``malloc_trim``), where there is one.
+
+    A run's many reader and decode threads each allocate in glibc arenas
+    of their own (chunk bytes, zstd contexts, PoCL's buffers); freed, those
+    pages stay in the process until the arena's top is free, so an idle
+    worker's RSS stayed megabytes above its idle figure, more with more
+    threads (dask's documentation gives the same call as ``trim_memory``).
+    """
+    global _LIBC
+    if _LIBC is None:
+        import ctypes
+        import ctypes.util
+
+        try:
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            _LIBC = libc.malloc_trim
+        except (OSError, AttributeError):   # not glibc (musl, macOS, Windows): nothing to trim
+            _LIBC = False
+    if _LIBC:
+        _LIBC(0)
+
+
+_LIBC = None
+
+
 class MeteredEngine(BlockEngine):
     """A :class:`~dgemm.opencl.engine.BlockEngine` that also tells where a block product's time went.
 
@@ -372,6 +398,8 @@ class DeviceState:
         if all([e.release(wait=False) for e in engines]):   # each engine, not only up to the first busy one
             self.device.trim(keep_pinned=not idle)
             zstd.release()   # the threads' zstd contexts and buffers (made again for the next run's chunks)
+            if idle:
+                _trim_heap()
             self.released = idle
         return self.device.live_buffers()
 
