@@ -25,7 +25,26 @@ import shutil
 import time
 
 COUNTERS = ("device_decoded_bytes", "host_decoded_bytes", "device_encoded_bytes", "host_encoded_bytes", "bytes_up",
-            "bytes_down", "read_seconds", "download_seconds")
+            "bytes_down", "read_seconds", "download_seconds", "kernel_seconds", "busy_seconds",
+            "busy_kernel_seconds", "busy_transfer_seconds", "busy_read_seconds", "busy_other_seconds")
+
+
+def phases(stream, t0) -> dict:
+    """Where the run's wall time went by its tasks (distributed's task stream, seconds from the call):
+    the first GEMM task's start (the fill), the last GEMM's stop, the last store's stop (the drain) and
+    the GEMM tasks' summed time."""
+    spans = {}
+    for x in stream:
+        comp = [s for s in x["startstops"] if s["action"] == "compute"]
+        if comp:
+            prefix = "gemm" if "dgemm-gemm-" in str(x["key"]) else "store" if "dgemm-store-" in str(x["key"]) else "other"
+            spans.setdefault(prefix, []).append((min(s["start"] for s in comp) - t0, max(s["stop"] for s in comp) - t0))
+    gemm, store = spans.get("gemm", []), spans.get("store", [])
+    return {"first_gemm_start": round(min(s for s, _ in gemm), 3) if gemm else None,
+            "last_gemm_stop": round(max(e for _, e in gemm), 3) if gemm else None,
+            "last_store_stop": round(max(e for _, e in store), 3) if store else None,
+            "gemm_task_seconds": round(sum(e - s for s, e in gemm), 3), "gemm_tasks": len(gemm),
+            "store_task_seconds": round(sum(e - s for s, e in store), 3)}
 
 
 def configure(value, dask_worker=None):
@@ -69,6 +88,7 @@ def main():
     p.add_argument("--codec", choices=("lz4", "zstd", "none"), default="lz4", help="A's and B's compressor")
     p.add_argument("--out-codec", choices=("none", "zstd"), default=None,
                    help="C's compressor (default: zstd with zstd inputs, else none)")
+    p.add_argument("--modes", default="off,on", help="the settings timed in turn, comma separated")
     p.add_argument("--slots", default=None, help="device decodes at once per device, comma separated: each "
                                                   "count timed with device-codecs on (default: the module's)")
     args = p.parse_args()
@@ -77,7 +97,7 @@ def main():
     import numcodecs
     import numpy as np
     import zarr
-    from distributed import Client
+    from distributed import Client, get_task_stream
 
     import dgemm
     from dgemm.cluster import DeviceCluster
@@ -105,7 +125,7 @@ def main():
             for mode in ("on", "off"):   # the GEMM kernels and lz4.cl built before any timed run
                 client.run(configure, mode)
                 dgemm.matmul(*arrays, out=out, client=client, overwrite=True, compressors=c_codecs)
-            runs = [("off", None), ("on", None)] * args.repeats
+            runs = [(m, None) for m in args.modes.split(",")] * args.repeats
             if args.slots:
                 runs += [("on", int(k)) for k in args.slots.split(",") for _ in range(args.repeats)]
             for mode, slots in runs:
@@ -113,14 +133,15 @@ def main():
                 if slots is not None:
                     client.run(set_slots, slots)
                 before = client.run(counters)
-                t0 = time.perf_counter()
-                dgemm.matmul(*arrays, out=out, client=client, overwrite=True, compressors=c_codecs)
+                t0, tt = time.perf_counter(), time.time()
+                with get_task_stream(client) as ts:
+                    dgemm.matmul(*arrays, out=out, client=client, overwrite=True, compressors=c_codecs)
                 wall = time.perf_counter() - t0
                 after = client.run(counters)
                 grew = {k: sum(after[w][k] - before[w][k] for w in after) for k in COUNTERS}
                 record = {"mode": mode, "slots": slots, "size": n, "chunk": chunk, "dtype": args.dtype, "devices": args.devices,
                           "codec": args.codec, "out_codec": out_codec, "wall_s": round(wall, 3),
-                          "c_stored_bytes": stored_bytes(out), **grew}
+                          "c_stored_bytes": stored_bytes(out), **grew, **phases(ts.data, tt)}
                 print(json.dumps(record), flush=True)
                 records.append(record)
     finally:
