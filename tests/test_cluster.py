@@ -81,6 +81,62 @@ def test_device_cluster_has_no_spare_devices(cluster):
         cluster.new_worker_spec()
 
 
+@pytest.mark.timeout(180)
+def test_a_first_calls_cluster_runs_before_its_dashboard_is_imported(any_device, monkeypatch, tmp_path, rng):
+    """local_client (a script's first call) returns once its worker runs, while Bokeh's import is still
+    going on (held here until the product is done); the dashboard then serves dgemm's pages all the same."""
+    import threading
+    import urllib.request
+
+    release = threading.Event()
+    real_import = cluster_mod._import_dashboard
+
+    def slow_import():
+        assert release.wait(60), "the product never ran while the dashboard was being imported"
+        real_import()
+    monkeypatch.setattr(cluster_mod, "_import_dashboard", slow_import)
+    monkeypatch.setenv("DGEMM_DEVICES", any_device.info.id)
+    with cluster_mod.closing_new_local_clusters():
+        c = cluster_mod.local_client(any_device.info.id)   # would wait for release for ever if it waited for Bokeh
+        cluster = c.cluster
+        assert not cluster.dashboard_ready(0)
+        A, B = randn(rng, (80, 60), "float32"), randn(rng, (60, 70), "float32")
+        out = dgemm.matmul(A, B, out=str(tmp_path / "c.zarr"), client=c, block=32)
+        check_product(out[...], A, B, dtype="float32")
+        release.set()
+        assert cluster.dashboard_ready(120)
+        base = cluster.dashboard_link.rsplit("/", 1)[0]
+        with urllib.request.urlopen(base + "/individual-plots.json", timeout=30) as r:
+            assert "/individual-dgemm-rates" in r.read().decode()
+        with urllib.request.urlopen(base + "/dgemm", timeout=30) as r:
+            assert "static/js/bokeh" in r.read().decode()
+
+
+@pytest.mark.timeout(120)
+def test_a_cluster_closed_before_its_dashboard_came_up_closes_cleanly(any_device, monkeypatch, caplog):
+    """The background dashboard of a cluster closed meanwhile is never connected, says it is done and
+    warns of nothing (the dashboard did not fail: nobody needs it any more)."""
+    import logging
+    import threading
+
+    release = threading.Event()
+    connected = []
+    real_connect = dgemm.DeviceCluster._connect_dashboard
+
+    async def connect(self, prefix):
+        connected.append(prefix)
+        await real_connect(self, prefix)
+    monkeypatch.setattr(cluster_mod, "_import_dashboard", lambda: release.wait(120))
+    monkeypatch.setattr(dgemm.DeviceCluster, "_connect_dashboard", connect)
+    cluster = dgemm.DeviceCluster(any_device.info.id, dashboard_address=":0", wait_for_dashboard=False,
+                                  silence_logs=50)
+    cluster.close()
+    with caplog.at_level(logging.WARNING, logger="dgemm"):
+        release.set()
+        assert cluster.dashboard_ready(60) and connected == []
+    assert not [r for r in caplog.records if r.name.startswith("dgemm") and "dashboard" in r.getMessage()], caplog.text
+
+
 def test_device_cluster_unknown_device():
     with pytest.raises(LookupError, match="no OpenCL device matches 'nonexistent-device'"):
         dgemm.DeviceCluster("nonexistent-device", dashboard_address=":0")

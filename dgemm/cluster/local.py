@@ -128,6 +128,13 @@ class DeviceCluster(LocalCluster):
     device_infos : list of DeviceInfo, optional
         This host's devices, listed already (:mod:`dgemm.client.prestart`
         lists them in a helper process); default: listed here.
+    wait_for_dashboard : bool
+        Return once the dashboard serves its pages (the default), or as soon
+        as the workers run, the dashboard's import (Bokeh's: most of a
+        second, longer than a worker's start from the fork server) going on
+        in a background thread (:meth:`dashboard_ready` says when it is
+        done).  A script's first call starts its cluster the second way: its
+        product needs no dashboard to start.
     allowed_failures : int
         Worker deaths a task may see before the run fails with
         ``KilledWorker`` (the scheduler's ``allowed-failures``; dask's default
@@ -157,7 +164,7 @@ class DeviceCluster(LocalCluster):
 
     def __init__(self, devices: str | None = None, *, threads_per_worker: int | None = None,
                  allowed_failures: int | None = None, warm=(), start_method: str | None = None,
-                 device_infos=None, **kwargs):
+                 device_infos=None, wait_for_dashboard: bool = True, **kwargs):
         import dask
 
         from dgemm.worker.plugin import DgemmPlugin
@@ -191,16 +198,39 @@ class DeviceCluster(LocalCluster):
                 warnings.filterwarnings("ignore", r"Port \d+ is already in use", UserWarning)
             super().__init__(n_workers=0, threads_per_worker=first.nthreads, memory_limit=first.memory_limit,
                              processes=True, **kwargs)
-        if later:
+        self._dashboard = threading.Event()
+        if not later:
+            self._dashboard.set()
+        else:
             from dgemm.scheduler.dashboard import DASHBOARD_PENDING
             setattr(self.scheduler, DASHBOARD_PENDING, True)   # before any worker registers dgemm's page
+        prefix = scheduler_kwargs.get("http_prefix") or "/"
         with _start_method(start_method):   # read by each nanny as it starts its worker
             self.scale(len(self.device_ids))   # the event loop starts the workers from here on
-            if later:
+            if later and wait_for_dashboard:
                 _import_dashboard()            # this thread, meanwhile
             self.sync(self._correct_state)
-        if later:
-            self.sync(self._connect_dashboard, scheduler_kwargs.get("http_prefix") or "/")
+        if later and wait_for_dashboard:
+            self._serve_dashboard(prefix)
+        elif later:
+            threading.Thread(target=self._serve_dashboard, args=(prefix, True), daemon=True,
+                             name="dgemm-dashboard").start()
+
+    def dashboard_ready(self, timeout: float | None = None) -> bool:
+        """Whether the dashboard serves its pages (or failed to start, which the log says), after waiting
+        up to ``timeout`` seconds (None: until it does): see ``wait_for_dashboard``."""
+        return self._dashboard.wait(timeout)
+
+    def _serve_dashboard(self, prefix: str, imported_here: bool = False) -> None:
+        try:
+            if imported_here:
+                _import_dashboard()
+            if self.status.name in ("created", "starting", "running"):   # not for a cluster closed meanwhile
+                self.sync(self._connect_dashboard, prefix)
+        except Exception as e:   # a background start: the cluster works without its dashboard
+            logger.warning("dgemm: the local cluster's dashboard could not start: %s: %s", type(e).__name__, e)
+        finally:
+            self._dashboard.set()
 
     async def _connect_dashboard(self, prefix: str) -> None:
         """Serve the Bokeh dashboard (and dgemm's pages) from the scheduler's HTTP server, started without it.
@@ -301,7 +331,8 @@ def local_client(devices: str | None = None, dtype=None, start_method: str | Non
         more = {"start_method": start_method} if start_method else {}   # (callers and stand-ins without one)
         if device_infos is not None:
             more["device_infos"] = device_infos
-        cluster = DeviceCluster(devices, warm=() if dtype is None else (dtype,), **more)
+        # the dashboard comes up in the background: the call's product does not wait for Bokeh's import
+        cluster = DeviceCluster(devices, warm=() if dtype is None else (dtype,), wait_for_dashboard=False, **more)
         client = Client(cluster, set_as_default=False)   # dgemm's own: the user's other dask work stays where it was
         _started[key] = (cluster, client)
         n = len(cluster.device_ids)

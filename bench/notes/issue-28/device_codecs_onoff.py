@@ -139,9 +139,13 @@ def main():
                 wall = time.perf_counter() - t0
                 after = client.run(counters)
                 grew = {k: sum(after[w][k] - before[w][k] for w in after) for k in COUNTERS}
+                # each device's share (issue 27: each GPU's busy time within 10 % of the other's)
+                per_worker = {k: sorted(round(after[w][k] - before[w][k], 3) for w in after)
+                              for k in ("busy_seconds", "busy_kernel_seconds", "kernel_seconds", "bytes_up")}
                 record = {"mode": mode, "slots": slots, "size": n, "chunk": chunk, "dtype": args.dtype, "devices": args.devices,
                           "codec": args.codec, "out_codec": out_codec, "wall_s": round(wall, 3),
-                          "c_stored_bytes": stored_bytes(out), **grew, **phases(ts.data, tt)}
+                          "c_stored_bytes": stored_bytes(out), **grew, **phases(ts.data, tt),
+                          "per_worker": per_worker}
                 print(json.dumps(record), flush=True)
                 records.append(record)
     finally:
