@@ -39,7 +39,7 @@ EXTRA = ("transfer_seconds", "read_wait_seconds", "host_cache_hits", "host_cache
 # How a process read and wrote chunks, by path (dgemm.storage.fastpaths): its snapshot's keys are
 # storage_<path> (a count) and storage_<path>_bytes, in a worker's snapshot beside the counters above.
 STORAGE_PATHS = ("read_direct", "read_decoded_into", "read_copied", "read_fill", "read_zarr",
-                 "write_direct", "write_batched", "write_zarr", "s3_put_batch")
+                 "write_direct", "write_batched", "write_zarr", "s3_put_batch", "write_helped")
 # Bytes of chunks decoded and encoded, by where (dgemm.storage.fastpaths counts them per process; the
 # device's from dgemm.worker.decoding): keys of a worker's snapshot beside the counters above.
 CODEC_COUNTERS = ("device_decoded_bytes", "host_decoded_bytes", "device_encoded_bytes", "host_encoded_bytes")

@@ -459,3 +459,45 @@ def test_a_cached_engine_output_survives_the_release_of_its_run(cpu_state, rng):
     np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
     del out          # given back while idle: released at once, not kept in the free list
     assert cpu_state.device._free == []
+
+
+# -- a store task's helpers (dgemm.worker.tasks.encode_threads) -----------------------------------------
+def test_a_store_task_gets_helpers_only_once_its_worker_has_no_block_product_left(client):
+    """While a GEMM task is pending on the worker, a store encodes on its own thread; once none is, on its
+    thread and the worker's idle ones."""
+    from dgemm.worker.tasks import encode_threads
+
+    worker = min(client.scheduler_info()["workers"])
+    nthreads = client.run(lambda dask_worker: dask_worker.state.nthreads, workers=[worker])[worker]
+    key = ("dgemm-gemm-helpers-test", 0, 0)
+
+    def gemm_state(start, finish, dask_worker=None):
+        dask_worker.plugins["dgemm"].transition(key, start, finish)
+
+    def threads_now():
+        return client.submit(encode_threads, workers=[worker], pure=False).result()
+    assert threads_now() == nthreads            # nothing else runs there: every thread (this task's too)
+    client.run(gemm_state, "released", "waiting", workers=[worker])
+    try:
+        assert threads_now() == 1
+    finally:
+        client.run(gemm_state, "executing", "memory", workers=[worker])
+    assert threads_now() == nthreads
+
+
+def test_a_runs_last_block_is_encoded_with_helpers(client, tmp_path, rng):
+    """One block product, its C block in 4 zstd chunks: its store runs after the worker's last GEMM, and
+    helpers encode some of its chunks (the counters say so); C is right."""
+    import zarr
+    from _check import check_product
+
+    from dgemm.storage import fastpaths
+
+    a, b = randn(rng, (64, 40), "float32"), randn(rng, (40, 64), "float32")
+    before = client.run(lambda: fastpaths.snapshot())
+    out = dgemm.matmul(a, b, out=str(tmp_path / "c.zarr"), client=client, block=64, chunks=(32, 32))
+    check_product(zarr.open_array(str(tmp_path / "c.zarr"), mode="r")[...], a, b, dtype="float32")
+    grew = {w: fastpaths.since(before[w], s) for w, s in client.run(lambda: fastpaths.snapshot()).items()}
+    assert sum(g["storage_write_direct"] for g in grew.values()) == 4, grew
+    assert sum(g["storage_write_helped"] for g in grew.values()) > 0, grew
+    assert out.shape == (64, 64)

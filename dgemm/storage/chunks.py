@@ -30,6 +30,7 @@ from typing import Any, Callable
 import numpy as np
 
 from dgemm.storage import fastpaths
+from dgemm.storage import threads as threads_mod
 
 # numcodecs codecs that decode straight into a caller's buffer (``decode(buf, out=...)``) in C, without the GIL.
 _INTO = {"zstd", "blosc", "lz4"}
@@ -221,14 +222,14 @@ class _Numcodec:
     """One numcodecs compressor; decodes into the caller's buffer where it can.
 
     ``fast`` (zstd: :class:`dgemm.storage.zstd.Zstd`, where libzstd loads)
-    decodes into the buffer and encodes with this thread's reused context
-    and buffer; an encoded chunk is then ``transient`` (reused by the
-    thread's next encode).
+    decodes into the buffer and encodes with this thread's reused context and
+    buffer (an encoded chunk is then ``transient``: reused by the thread's
+    next encode), on libzstd's threads too (``parallel``: ``encode(workers=)``).
     """
 
     def __init__(self, codec, name: str, encodes: bool = True, fast=None):
         self.codec, self.name, self.encodes, self.fast = codec, name, encodes, fast
-        self.transient = fast is not None
+        self.transient = self.parallel = fast is not None
 
     def decode(self, buf, out, what: str):
         if out is not None and self.name in _INTO and _content_size(self.name, buf) == out.nbytes:
@@ -239,8 +240,8 @@ class _Numcodec:
             return out
         return self.codec.decode(buf)
 
-    def encode(self, buf):
-        return self.codec.encode(buf) if self.fast is None else self.fast.encode(buf)
+    def encode(self, buf, workers: int = 0):
+        return self.codec.encode(buf) if self.fast is None else self.fast.encode(buf, workers)
 
     def __repr__(self):
         return f"{self.name} codec"
@@ -608,15 +609,16 @@ def _read_raw_local(src: _Source, lay: Layout, shape, region, out, per_key) -> N
 
 # -- writing whole chunks --------------------------------------------------
 
-def write_region(array, region: tuple[slice, ...], data: np.ndarray) -> bool:
+def write_region(array, region: tuple[slice, ...], data: np.ndarray, threads: int = 1) -> bool:
     """Write ``data`` to ``array[region]``, encoding its chunks here; False (nothing written) when zarr must.
 
     Handles unsharded arrays on local stores (and on S3 through s3fs:
     :func:`dgemm.storage.remote.put_many`) whose codecs this module can
     encode (zstd, blosc, gzip, crc32c, v2 compressors) and regions made of
     whole chunks (an edge chunk whole up to the array's edge): each chunk is
-    encoded in the calling thread (numcodecs, outside the GIL) and written
-    as zarr's local store writes it, to a temporary file moved into place.
+    encoded (numcodecs or libzstd, outside the GIL) and written as zarr's
+    local store writes it, to a temporary file moved into place.  ``threads``:
+    with ``threads - 1`` helpers (:func:`dgemm.storage.threads.shared`).
     """
     data = np.asarray(data)
     try:
@@ -639,33 +641,41 @@ def write_region(array, region: tuple[slice, ...], data: np.ndarray) -> bool:
             if s.start > i * c or s.stop < min((i + 1) * c, n):
                 return _declined("write_zarr", data)    # a part of a chunk: zarr reads, merges, rewrites it
     visible(array)
-    items, sizes = [], []
-    for idx in idxs:
+    inner = int(threads) // max(len(idxs), 1)   # threads beyond one a chunk: libzstd's, inside each (the default C's)
+
+    def put(idx, helper: bool):
+        """Chunk ``idx`` encoded and written (local), or its object (S3)."""
         inside, outs, whole = _cover(idx, lay, shape, region)
         part = data[outs]
         if whole and part.flags.c_contiguous and part.dtype == lay.dtype:
             buf = part.reshape(-1).view(np.uint8)
         else:
-            chunk = _scratch("chunk", int(np.prod(lay.chunk)) * lay.dtype.itemsize).view(lay.dtype).reshape(lay.chunk)
+            nbytes = int(np.prod(lay.chunk)) * lay.dtype.itemsize    # a helper keeps no scratch (for ever)
+            chunk = (np.empty(nbytes, np.uint8) if helper else _scratch("chunk", nbytes)).view(lay.dtype).reshape(lay.chunk)
             chunk[...] = lay.fill      # what zarr stores beyond the array's edge
             chunk[inside] = part
             buf = chunk.reshape(-1).view(np.uint8)
         if any(isinstance(step, _Numcodec) for step in lay.steps):
             fastpaths.codec("host_encoded_bytes", buf.nbytes)
         for step in reversed(lay.steps):
-            buf = step.encode(buf)
+            buf = step.encode(buf, workers=inner) if inner > 1 and getattr(step, "parallel", False) else \
+                step.encode(buf)
+        if helper or (inner > 1 and any(getattr(step, "parallel", False) for step in lay.steps)):
+            fastpaths.record("write_helped", part.nbytes)
         if src.root is None:
             # a raw chunk's buf may be this thread's scratch, and a zstd chunk's this thread's encoder
             # buffer (dgemm.storage.zstd), both reused by the next chunk: copied now
             reused = not lay.steps or getattr(lay.steps[0], "transient", False)
-            items.append((src._key(lay.key(idx)), bytes(memoryview(buf).cast("B")) if reused else buf))
-            sizes.append(part.nbytes)
-        else:
-            _write_file(src.file(lay.key(idx)), buf)
-            fastpaths.record("write_direct", part.nbytes)
+            return src._key(lay.key(idx)), (bytes(memoryview(buf).cast("B")) if reused else buf), part.nbytes
+        _write_file(src.file(lay.key(idx)), buf)
+        fastpaths.record("write_direct", part.nbytes)
+        return None
+
+    done = threads_mod.shared(put, idxs, threads)
+    items = [(key, buf) for key, buf, _ in filter(None, done)]
     if items and remote.put_many(array.store, items) is None:
         return _declined("write_zarr", data)    # an object too large for one PUT: nothing written, zarr writes it
-    fastpaths.record("write_batched", sum(sizes), len(sizes))
+    fastpaths.record("write_batched", sum(n for *_, n in filter(None, done)), len(items))
     return True
 
 

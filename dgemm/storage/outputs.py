@@ -563,17 +563,19 @@ def _write_over(old, kwargs: dict):
     return zarr.open_array(store=old.store, path=node, mode="r+", config=kwargs["config"])
 
 
-def store_block(array, rows: tuple[int, int], cols: tuple[int, int], block: np.ndarray, drop: tuple = ()):
+def store_block(array, rows: tuple[int, int], cols: tuple[int, int], block: np.ndarray, drop: tuple = (),
+                threads: int = 1):
     """Write one output block (whole chunks) into ``array``.
 
     ``drop`` names the axes of the 2-D block that the output does not have
     (matmul with 1-D operands, as numpy squeezes them).  Idempotent: writing
     the same block again (a task re-run after a worker died) stores the same
-    chunks, each replaced whole.
+    chunks, each replaced whole.  ``threads``: encode its chunks on this
+    many threads (:func:`dgemm.storage.chunks.write_region`).
     """
     from dgemm.storage.chunks import write_region
 
     region = tuple(slice(*r) for ax, r in enumerate((rows, cols)) if ax not in drop)
     data = np.squeeze(block, axis=drop) if drop else block
-    if not write_region(array, region, data):    # encoded and written by dgemm where it can, else by zarr
+    if not write_region(array, region, data, threads=threads):    # encoded and written by dgemm where it can, else by zarr
         array[region] = data

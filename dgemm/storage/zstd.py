@@ -27,7 +27,7 @@ import weakref
 import numpy as np
 
 # zstd.h's stable API (1.4.0 and later): the parameters of ZSTD_CCtx_setParameter.
-_C_LEVEL, _C_CHECKSUM = 100, 201
+_C_LEVEL, _C_CHECKSUM, _C_WORKERS = 100, 201, 400
 _MIN_VERSION = 10400
 _NAMES = ("libzstd.so.1", "libzstd.so", "libzstd.1.dylib", "libzstd.dylib")
 
@@ -88,6 +88,7 @@ class _Contexts:
         self.z = z
         self.cctx = self.dctx = None
         self.level = self.checksum = None
+        self.workers = 0
         self.out = np.empty(0, np.uint8)
         self.lock = threading.Lock()
         with _ALL_LOCK:
@@ -101,9 +102,10 @@ class _Contexts:
             z.ZSTD_freeDCtx(self.dctx)
         self.cctx = self.dctx = None
         self.level = self.checksum = None
+        self.workers = 0
         self.out = np.empty(0, np.uint8)
 
-    def compressor(self, level: int, checksum: bool):
+    def compressor(self, level: int, checksum: bool, workers: int = 0):
         z = self.z
         if self.cctx is None:
             self.cctx = z.ZSTD_createCCtx()
@@ -113,6 +115,11 @@ class _Contexts:
             for param, value in ((_C_LEVEL, level), (_C_CHECKSUM, int(checksum))):
                 _check(z, z.ZSTD_CCtx_setParameter(self.cctx, param, value), "setting a compression parameter")
             self.level, self.checksum = level, checksum
+        if workers != self.workers:
+            # libzstd's own threads compress the frame's jobs (a libzstd built without them refuses: one thread)
+            if z.ZSTD_isError(z.ZSTD_CCtx_setParameter(self.cctx, _C_WORKERS, workers)):
+                workers = self.workers
+            self.workers = workers
         return self.cctx
 
     def decompressor(self):
@@ -188,11 +195,18 @@ class Zstd:
     name = "zstd"
     encodes = True
     transient = True
+    parallel = True      # encode(workers=): one chunk on several threads (libzstd's multithreaded frames)
 
     def __init__(self, z, level: int, checksum: bool):
         self.z, self.level, self.checksum = z, int(level), bool(checksum)
 
-    def encode(self, buf) -> np.ndarray:
+    def encode(self, buf, workers: int = 0) -> np.ndarray:
+        """``buf`` as one frame; ``workers``: libzstd threads that compress it in jobs (0: this thread alone).
+
+        A frame of several jobs is one standard frame, content size and all,
+        that every decoder reads; its bytes differ from a one-thread frame's
+        by a few (the jobs' block boundaries), its ratio hardly.
+        """
         z = self.z
         src = _bytes_of(buf)
         ctx = _contexts(z)
@@ -200,8 +214,9 @@ class Zstd:
         with ctx.lock:
             if ctx.out.nbytes < bound:
                 ctx.out = np.empty(bound, np.uint8)
-            n = _check(z, z.ZSTD_compress2(ctx.compressor(self.level, self.checksum), ctx.out.ctypes.data, bound,
-                                           src.ctypes.data, src.nbytes), "compressing a chunk")
+            cctx = ctx.compressor(self.level, self.checksum, max(0, int(workers)))
+            n = _check(z, z.ZSTD_compress2(cctx, ctx.out.ctypes.data, bound, src.ctypes.data, src.nbytes),
+                       "compressing a chunk")
             return ctx.out[:n]   # (a view: release() drops the thread's reference, not the caller's)
 
     def decode(self, buf, out, what: str):

@@ -154,6 +154,10 @@ class DgemmPlugin(WorkerPlugin):
         except Exception as e:   # giving memory back must never fail a task
             logger.warning("dgemm: releasing the device's buffers after a run failed: %s: %s", type(e).__name__, e)
 
+    def products_pending(self) -> bool:
+        """Whether a block product of any run is still to run (or running) on this worker."""
+        return any(list(self.runs.values()))   # (copied at once: the event loop's transition changes it)
+
     def teardown(self, worker):
         pc = getattr(worker, "periodic_callbacks", {}).pop(IDLE_CALLBACK, None)
         if pc is not None:

@@ -139,8 +139,9 @@ def store(array, rows, cols, block, drop, marker=None, fence=None, originals=Non
 
 
 def store_block(array, rows, cols, block, drop) -> None:
-    """Write one C block: its values (:func:`dgemm.storage.store_block`), or its chunks' frames as they are
-    (an :class:`~dgemm.storage.encoded.EncodedBlock`: :func:`dgemm.storage.encoded.write`)."""
+    """Write one C block: its values (:func:`dgemm.storage.store_block`, its chunks encoded on
+    :func:`encode_threads` threads), or its chunks' frames as they are (an
+    :class:`~dgemm.storage.encoded.EncodedBlock`: :func:`dgemm.storage.encoded.write`)."""
     if isinstance(block, encoded.EncodedBlock):
         found = block.chunks
         if (found.rows, found.cols) != (tuple(rows), tuple(cols)):
@@ -148,7 +149,31 @@ def store_block(array, rows, cols, block, drop) -> None:
                              f"of rows {tuple(rows)}, columns {tuple(cols)}")
         encoded.write(block)
     else:
-        store_values(array, rows, cols, block, drop)
+        store_values(array, rows, cols, block, drop, threads=encode_threads())
+
+
+def encode_threads() -> int:
+    """The threads a store task encodes its C block's chunks on.
+
+    One while this worker has block products still to run: its other
+    threads (more stores) and its device's readers keep the cores busy then.
+    Once it has none (the run's end), the task and the worker's idle
+    threads: the last blocks, which the run waits for, are encoded by every
+    core instead of one a block (the drain after the last GEMM was one
+    block's encode on one core, 0.3 s on an H100 host; bench/NOTES.md).
+    """
+    from distributed import get_worker
+
+    from dgemm.names import WORKER_PLUGIN
+
+    try:
+        worker = get_worker()
+    except ValueError:   # not in a worker's task (a local run)
+        return 1
+    plugin = worker.plugins.get(WORKER_PLUGIN)
+    if plugin is None or plugin.products_pending():
+        return 1
+    return max(1, worker.state.nthreads - worker.state.executing_count + 1)   # executing: this task too
 
 
 def done(shapes):
