@@ -157,10 +157,12 @@ def encode_threads() -> int:
 
     One while this worker has block products still to run: its other
     threads (more stores) and its device's readers keep the cores busy then.
-    Once it has none (the run's end), the task and the worker's idle
-    threads: the last blocks, which the run waits for, are encoded by every
-    core instead of one a block (the drain after the last GEMM was one
-    block's encode on one core, 0.3 s on an H100 host; bench/NOTES.md).
+    Once it has none (the run's end), its share of the worker's threads
+    among the tasks running there: the last blocks, which the run waits
+    for, are encoded by all of the worker's cores instead of one a block
+    (the drain after the last GEMM was one block's encode on one core,
+    0.3 s on an H100 host; bench/NOTES.md), and never by more (the other
+    workers of the host may still be reading).
     """
     from distributed import get_worker
 
@@ -173,7 +175,7 @@ def encode_threads() -> int:
     plugin = worker.plugins.get(WORKER_PLUGIN)
     if plugin is None or plugin.products_pending():
         return 1
-    return max(1, worker.state.nthreads - worker.state.executing_count + 1)   # executing: this task too
+    return max(1, worker.state.nthreads // max(worker.state.executing_count, 1))   # executing: this task too
 
 
 def done(shapes):
