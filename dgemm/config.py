@@ -175,6 +175,22 @@ def _device_codecs(value, name) -> str | None:
     return word
 
 
+def _switch(value, name) -> str | None:
+    """``on`` or ``off`` (YAML's booleans and 1/0 too); None when blank.
+
+    >>> _switch(" Yes ", "x"), _switch(False, "x")
+    ('on', 'off')
+    """
+    if _blank(value):
+        return None
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    word = _WORDS.get(str(value).strip().lower())
+    if word is None:
+        raise ValueError(f"{name}={value!r} must be on or off")
+    return word
+
+
 def _cache_folder(value, name) -> str | None:
     """``on``, ``off`` (YAML's booleans and 1/0 too) or an absolute folder (the cache there)."""
     return _switch_or_folder(value, name, _WORDS)
@@ -248,6 +264,12 @@ SETTINGS = {s.key: s for s in (
             "path was measured faster than the host, none yet (32768² float32 with zstd in and out on an H100: "
             "2.25-2.35 s on against 2.01-2.06 s off; 49152² on two H200s: 4.2-4.3 s on against 3.5-3.7 s off), so "
             "off today; `on`; `off`. Read where the worker runs; a bad value stops a call before any work."),
+    Setting("queue-priority", "DGEMM_QUEUE_PRIORITY", _switch,
+            "`on` (the default): the queues whose kernels feed the GEMM kernels (the uploads' padding and "
+            "transposes, the device decoders') ask the driver for high priority where it offers "
+            "`cl_khr_priority_hints`, so that their short kernels start between the work-groups of a running "
+            "GEMM rather than after it; `off`: every queue alike. Read where the worker runs, when its device "
+            "opens."),
     Setting("pinned-bytes", "DGEMM_PINNED_BYTES", _bytes,
             "Page-locked memory a device may hold for downloaded C blocks (beyond it: ordinary memory)."),
     Setting("tuning-db", "DGEMM_TUNING_DB", _text,

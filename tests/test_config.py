@@ -166,3 +166,15 @@ def test_a_setting_reaches_the_workers_of_a_local_cluster(clean):
             client.wait_for_workers(2, timeout=120)
             seen = client.run(lambda: config.get("read-threads"))
     assert list(seen.values()) == [3, 3]
+
+
+@pytest.mark.parametrize("raw, expected", [("on", "on"), (" OFF ", "off"), (False, "off"), ("1", "on"), ("", None)])
+def test_queue_priority_is_a_switch(clean, monkeypatch, raw, expected):
+    monkeypatch.setenv("DGEMM_QUEUE_PRIORITY", str(raw) if not isinstance(raw, bool) else ("off", "on")[raw])
+    assert config.get("queue-priority") == (expected if expected is not None else config.SETTINGS["queue-priority"].default)
+
+
+def test_queue_priority_refuses_other_words(clean, monkeypatch):
+    monkeypatch.setenv("DGEMM_QUEUE_PRIORITY", "high")
+    with pytest.raises(ValueError, match="DGEMM_QUEUE_PRIORITY='high' must be on or off"):
+        config.get("queue-priority")

@@ -307,3 +307,58 @@ def test_a_wgmma_failure_is_tried_once_and_kept_as_it_was(any_device, caplog):
         why = dev.failed[wg]
         assert dev.kernels(np.float32, wg) is first and dev.failed[wg] == why
     assert sum("could not be built" in r.getMessage() for r in caplog.records) == 1
+
+
+# -- the queues that feed the GEMM kernels (queue-priority) -----------------------------------------------------
+def test_feeding_queues_ask_for_high_priority_only_where_offered_and_on():
+    import dask
+
+    from dgemm.opencl.device import high_priority_queues
+
+    nvidia = "cl_khr_global_int32_base_atomics cl_khr_fp64 cl_khr_priority_hints cl_nv_create_buffer"
+    assert high_priority_queues(nvidia)
+    assert not high_priority_queues("cl_khr_fp64 cl_khr_throttle_hints")
+    assert not high_priority_queues("cl_khr_priority_hints_v2")      # a word of its own, not a prefix
+    with dask.config.set({"dgemm.queue-priority": "off"}):
+        assert not high_priority_queues(nvidia)
+
+
+def test_feeding_queues_are_ordinary_where_the_driver_has_no_priority_hints(any_device, rng):
+    """Without cl_khr_priority_hints (PoCL) the device asks for nothing more, and its queues work."""
+    import dask
+    import pyopencl as cl
+
+    hints = "cl_khr_priority_hints" in any_device.cl_device.extensions.split()
+    assert any_device.priority == hints
+    with dask.config.set({"dgemm.queue-priority": "off"}):
+        d = Device(any_device.info)
+    try:
+        assert d.priority is False
+        q = d.feeding_queue()
+        x = rng.standard_normal(1000).astype(np.float32)
+        buf = d.buffer(x.nbytes, "test")
+        cl.enqueue_copy(q, buf, x).wait()
+        back = np.empty_like(x)
+        cl.enqueue_copy(q, back, buf).wait()
+        np.testing.assert_array_equal(back, x)
+        buf.release()
+    finally:
+        d.close()
+
+
+@pytest.mark.gpu
+def test_a_gpus_feeding_queues_are_of_high_priority_where_it_offers_them(gpu_device, engines, rng):
+    """Where the driver advertises cl_khr_priority_hints the transfer and decode queues are made with it (or,
+    refused, are ordinary and say so); a product through them is right either way."""
+    import pyopencl as cl
+
+    from conftest import engine_for
+
+    if "cl_khr_priority_hints" not in gpu_device.cl_device.extensions.split():
+        pytest.skip(f"{gpu_device.info.name}'s driver offers no cl_khr_priority_hints: its queues are ordinary")
+    q = gpu_device.feeding_queue()
+    assert isinstance(q, cl.CommandQueue)
+    engine = engine_for(gpu_device, "float32")
+    a, b = rng.standard_normal((300, 200)).astype(np.float32), rng.standard_normal((200, 100)).astype(np.float32)
+    got = np.asarray(engine.product([(a, b)], 300, 100))
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)

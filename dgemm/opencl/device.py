@@ -27,6 +27,18 @@ from dgemm.opencl.params import KernelParams
 from dgemm.opencl.scratch import Scratch
 
 logger = logging.getLogger("dgemm")
+# cl_khr_priority_hints (cl_ext.h): a queue property and its high value
+QUEUE_PROPERTIES, QUEUE_PRIORITY_KHR, QUEUE_PRIORITY_HIGH_KHR = 0x1093, 0x1096, 1 << 0
+
+
+def high_priority_queues(extensions: str) -> bool:
+    """Whether a device with these OpenCL ``extensions`` gets high-priority feeding queues
+    (:meth:`Device.feeding_queue`): it offers ``cl_khr_priority_hints`` and the ``queue-priority`` setting is on.
+
+    >>> high_priority_queues("cl_khr_fp64 cl_khr_priority_hints"), high_priority_queues("cl_khr_fp64")
+    (True, False)
+    """
+    return "cl_khr_priority_hints" in extensions.split() and config.get("queue-priority") != "off"
 
 # the kernels' PRECISION macro: bits of the element type
 PRECISION_BITS = {dt: dt.itemsize * 8 for dt in SUPPORTED}
@@ -100,15 +112,41 @@ class Device:
         picks from the environment.
     """
 
+    def feeding_queue(self):
+        """A new in-order profiling queue for commands that feed the GEMM kernels (uploads and the padding
+        and transposing kernels after them, device decodes): of high priority where the driver offers
+        ``cl_khr_priority_hints`` and the ``queue-priority`` setting is on.
+
+        A GEMM kernel fills the device with work-groups; a kernel on
+        another queue of the same priority waits for free room, which a
+        GEMM leaves only at its end, so a decode of ten short kernels took
+        ten GEMMs (bench/NOTES.md, issue 28).  A higher-priority kernel's
+        work-groups go before the GEMM's waiting ones as its running ones
+        end.  Where the driver has no such hint (PoCL) or refuses it, the
+        queue is an ordinary one.
+        """
+        import pyopencl as cl
+
+        profiling = cl.command_queue_properties.PROFILING_ENABLE
+        if self.priority:
+            try:
+                return cl.CommandQueue(self.context, properties=[
+                    QUEUE_PROPERTIES, profiling, QUEUE_PRIORITY_KHR, QUEUE_PRIORITY_HIGH_KHR])
+            except cl.Error as e:      # advertised but refused: an ordinary queue, and no further tries
+                logger.info("dgemm: %s refused a high-priority queue (%s): ordinary queues", self.info.name, e)
+                self.priority = False
+        return cl.CommandQueue(self.context, properties=profiling)
+
     def __init__(self, info: DeviceInfo | None = None):
         import pyopencl as cl
 
         self.info = info or worker_device()
         self.cl_device = cl_device(self.info)
         self.context = cl.Context([self.cl_device])
+        self.priority = high_priority_queues(getattr(self.cl_device, "extensions", "") or "")
         profiling = cl.command_queue_properties.PROFILING_ENABLE
         self.queue = cl.CommandQueue(self.context, properties=profiling)            # GEMM kernels
-        self.transfer_queue = cl.CommandQueue(self.context, properties=profiling)   # uploads, staging
+        self.transfer_queue = self.feeding_queue()                                  # uploads, staging
         # the worker sets its budget (dgemm.worker.DeviceState); a dropped entry's buffer is released at once
         self.cache = PanelCache(0, on_drop=_release_entry)
         self._pools: dict[bool, ThreadPoolExecutor] = {}

@@ -93,10 +93,7 @@ class Scratch:
         with self._lock:
             q = self._queues.get(me)
         if q is None:
-            import pyopencl as cl
-
-            q = cl.CommandQueue(self._device.context,
-                                properties=cl.command_queue_properties.PROFILING_ENABLE)
+            q = self._device.feeding_queue()    # (of high priority where the driver offers it)
             with self._lock:
                 self._queues[me] = q
         return q
