@@ -2,7 +2,7 @@
 
     python bench/notes/issue-28/device_codecs_onoff.py [OUT.json] [--size 16384] [--chunk 4096]
         [--dtype float32] [--devices gpu] [--store /dev/shm] [--repeats 2] [--codec lz4|zstd]
-        [--out-codec none|zstd] [--slots 2,8]
+        [--out-codec none|zstd] [--slots 2,8] [--modes off,on] [--priorities on,off]
 
 Writes A and B (SIZE x SIZE, a random walk along rows: smooth floats) as Zarr v2 arrays in CHUNK² chunks
 under STORE, compressed by ``--codec``: ``lz4``, numcodecs' ``Blosc("lz4", 5, SHUFFLE)`` (Zarr v2's default
@@ -15,7 +15,10 @@ and reports each run's wall time, C's stored bytes and what the workers' counter
 ``device_decoded_bytes``, ``host_decoded_bytes``, ``device_encoded_bytes``, ``host_encoded_bytes``,
 ``bytes_up`` (compressed bytes under on), ``bytes_down`` (the frames under on, with a zstd C),
 ``read_seconds`` (summed over reader threads) and ``download_seconds``.  ``--slots``: then runs with
-device-codecs on and each count of device decodes at once (``dgemm.opencl.scratch.SLOTS``).  Prints one JSON line per run and
+device-codecs on and each count of device decodes at once (``dgemm.opencl.scratch.SLOTS``).  ``--modes``: the
+settings timed in turn (``off`` alone for raw chunks); ``--priorities``: the ``queue-priority`` values, a cluster
+each (read when a worker's device opens).  Each run also records the task stream's phases (the first GEMM's start,
+the last GEMM's and the last store's stops: the fill and the drain), the busy split and each worker's busy time.  Prints one JSON line per run and
 writes them all to OUT.json if given.  This is what ``auto`` (dgemm.opencl.codecs.AUTO_ON) should follow.
 """
 import argparse
@@ -89,6 +92,7 @@ def main():
     p.add_argument("--out-codec", choices=("none", "zstd"), default=None,
                    help="C's compressor (default: zstd with zstd inputs, else none)")
     p.add_argument("--modes", default="off,on", help="the settings timed in turn, comma separated")
+    p.add_argument("--priorities", default="on", help="queue-priority values, comma separated: a cluster each")
     p.add_argument("--slots", default=None, help="device decodes at once per device, comma separated: each "
                                                   "count timed with device-codecs on (default: the module's)")
     args = p.parse_args()
@@ -120,34 +124,37 @@ def main():
                 arr[i:i + rows] = np.cumsum(rng.standard_normal((rows, n)), axis=1).astype(args.dtype)
             arrays.append(arr)
         out = os.path.join(folder, "c.zarr")
-        with DeviceCluster(args.devices, dashboard_address=":0") as cluster, Client(cluster) as client:
-            client.wait_for_workers(len(cluster.device_ids), timeout=120)
-            for mode in ("on", "off"):   # the GEMM kernels and lz4.cl built before any timed run
-                client.run(configure, mode)
-                dgemm.matmul(*arrays, out=out, client=client, overwrite=True, compressors=c_codecs)
-            runs = [(m, None) for m in args.modes.split(",")] * args.repeats
-            if args.slots:
-                runs += [("on", int(k)) for k in args.slots.split(",") for _ in range(args.repeats)]
-            for mode, slots in runs:
-                client.run(configure, mode)
-                if slots is not None:
-                    client.run(set_slots, slots)
-                before = client.run(counters)
-                t0, tt = time.perf_counter(), time.time()
-                with get_task_stream(client) as ts:
+        for priority in args.priorities.split(","):
+            # read by each worker when its device opens: a cluster of its own for each value
+            os.environ["DGEMM_QUEUE_PRIORITY"] = priority
+            with DeviceCluster(args.devices, dashboard_address=":0") as cluster, Client(cluster) as client:
+                client.wait_for_workers(len(cluster.device_ids), timeout=120)
+                for mode in ("on", "off"):   # the GEMM kernels and lz4.cl built before any timed run
+                    client.run(configure, mode)
                     dgemm.matmul(*arrays, out=out, client=client, overwrite=True, compressors=c_codecs)
-                wall = time.perf_counter() - t0
-                after = client.run(counters)
-                grew = {k: sum(after[w][k] - before[w][k] for w in after) for k in COUNTERS}
-                # each device's share (issue 27: each GPU's busy time within 10 % of the other's)
-                per_worker = {k: sorted(round(after[w][k] - before[w][k], 3) for w in after)
-                              for k in ("busy_seconds", "busy_kernel_seconds", "kernel_seconds", "bytes_up")}
-                record = {"mode": mode, "slots": slots, "size": n, "chunk": chunk, "dtype": args.dtype, "devices": args.devices,
-                          "codec": args.codec, "out_codec": out_codec, "wall_s": round(wall, 3),
-                          "c_stored_bytes": stored_bytes(out), **grew, **phases(ts.data, tt),
-                          "per_worker": per_worker}
-                print(json.dumps(record), flush=True)
-                records.append(record)
+                runs = [(m, None) for m in args.modes.split(",")] * args.repeats
+                if args.slots:
+                    runs += [("on", int(k)) for k in args.slots.split(",") for _ in range(args.repeats)]
+                for mode, slots in runs:
+                    client.run(configure, mode)
+                    if slots is not None:
+                        client.run(set_slots, slots)
+                    before = client.run(counters)
+                    t0, tt = time.perf_counter(), time.time()
+                    with get_task_stream(client) as ts:
+                        dgemm.matmul(*arrays, out=out, client=client, overwrite=True, compressors=c_codecs)
+                    wall = time.perf_counter() - t0
+                    after = client.run(counters)
+                    grew = {k: sum(after[w][k] - before[w][k] for w in after) for k in COUNTERS}
+                    # each device's share (issue 27: each GPU's busy time within 10 % of the other's)
+                    per_worker = {k: sorted(round(after[w][k] - before[w][k], 3) for w in after)
+                                  for k in ("busy_seconds", "busy_kernel_seconds", "kernel_seconds", "bytes_up")}
+                    record = {"mode": mode, "queue_priority": priority, "slots": slots, "size": n, "chunk": chunk, "dtype": args.dtype, "devices": args.devices,
+                              "codec": args.codec, "out_codec": out_codec, "wall_s": round(wall, 3),
+                              "c_stored_bytes": stored_bytes(out), **grew, **phases(ts.data, tt),
+                              "per_worker": per_worker}
+                    print(json.dumps(record), flush=True)
+                    records.append(record)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     if args.out:

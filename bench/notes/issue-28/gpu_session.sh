@@ -1,0 +1,20 @@
+#!/bin/bash
+# The measurements the sessions without device time left for the next one (issues 27 and 28), in one device
+# call on one GPU (about 6 minutes on an H100): run from the project's root after `source .whl/gpu-env.sh`,
+#     bash bench/notes/issue-28/gpu_session.sh "$OUT"
+# 1. whether the driver offers cl_khr_priority_hints (queue-priority has an effect only where it does);
+# 2. 32768² float32, A and B numcodecs Zstd(3), C ZstdCodec(3): device-codecs off and on, queue-priority on and
+#    off (a cluster each), 2 repeats: wall, fill, drain (the last blocks' encode, now on helper threads), busy split;
+# 3. the same with raw chunks in and out (the floor's other side).
+set -u
+OUT=${1:?the folder for the records}
+python3 - > "$OUT/extensions.txt" <<'PY'
+import pyopencl as cl
+for p in cl.get_platforms():
+    for d in p.get_devices():
+        print(d.name, "|", d.version, "|", d.driver_version, "|", " ".join(sorted(d.extensions.split())))
+PY
+python3 bench/notes/issue-28/device_codecs_onoff.py "$OUT/onoff-zstd-32768.json" --size 32768 --codec zstd \
+    --devices gpu --repeats 2 --modes off,on --priorities on,off
+python3 bench/notes/issue-28/device_codecs_onoff.py "$OUT/raw-32768.json" --size 32768 --codec none \
+    --out-codec none --devices gpu --repeats 2 --modes off --priorities on,off
