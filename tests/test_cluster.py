@@ -347,8 +347,9 @@ def test_a_local_cluster_started_for_a_product_builds_its_dtype_as_it_starts(mon
     class Cluster:
         device_ids = ["0:0"]
 
-    def start(devices, warm=()):
+    def start(devices, warm=(), **more):
         started.append((devices, warm))
+        assert more == {"wait_for_dashboard": False}   # a script's product does not wait for Bokeh's import
         return Cluster()
 
     monkeypatch.setattr(cluster_mod, "_started", {})
