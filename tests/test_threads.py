@@ -11,7 +11,6 @@ no memory behind.
 """
 from __future__ import annotations
 
-import itertools
 import os
 import threading
 import time
@@ -23,6 +22,7 @@ import zarr
 from zarr.codecs import BloscCodec, ZstdCodec
 
 from dgemm.storage import chunks, fastpaths, store_block, threads, zstd
+from test_encoding import chunk_files
 
 LAYOUTS = {
     "v3 zstd": {"compressors": ZstdCodec(level=3)},
@@ -74,15 +74,6 @@ def test_shared_raises_the_error_once_every_other_item_is_done(failing):
 
 
 # -- write_region with helpers --------------------------------------------------------------------------
-def _chunk_files(arr) -> dict:
-    root = str(arr.store_path).removeprefix("file://")
-    out = {}
-    for idx in itertools.product(*[range(-(-s // c)) for s, c in zip(arr.shape, arr.chunks)]):
-        with open(os.path.join(root, *arr.metadata.encode_chunk_key(idx).split("/")), "rb") as f:
-            out[idx] = f.read()
-    return out
-
-
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("n_threads", [2, 4])
 def test_helped_writes_store_the_same_chunks(tmp_path, rng, layout, n_threads):
@@ -98,7 +89,7 @@ def test_helped_writes_store_the_same_chunks(tmp_path, rng, layout, n_threads):
         assert grew["storage_write_direct"] == 12 and grew["storage_write_zarr"] == 0, grew
         # the helpers' share of the 12 chunks: all but those dealt to this thread (every n-th)
         assert grew["storage_write_helped"] == (0 if n == 1 else 12 - len(range(0, 12, n))), grew
-        files[label] = _chunk_files(arr)
+        files[label] = chunk_files(arr)
         np.testing.assert_array_equal(zarr.open_array(str(tmp_path / f"{label}.zarr"), mode="r")[...], data)
     assert files["helped"] == files["alone"]
 
@@ -187,7 +178,7 @@ def test_a_lone_chunk_is_encoded_by_libzstds_threads_into_a_frame_every_decoder_
         assert grew["storage_write_direct"] == 1, grew
         assert (grew["storage_write_helped"], grew["storage_write_helped_bytes"]) == ((1, data.nbytes) if n > 1 else (0, 0))
         np.testing.assert_array_equal(zarr.open_array(str(tmp_path / f"{label}.zarr"), mode="r")[...], data)
-        frames[label] = _chunk_files(arr)[(0, 0)]
+        frames[label] = chunk_files(arr)[(0, 0)]
         # this thread's libzstd context compressed with libzstd's threads (its frames may equal one thread's
         # where no block's tables change at the jobs' edges)
         assert zstd._contexts(zstd.library()).workers == (4 if n > 1 else 0)
