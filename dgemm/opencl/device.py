@@ -112,31 +112,6 @@ class Device:
         picks from the environment.
     """
 
-    def feeding_queue(self):
-        """A new in-order profiling queue for commands that feed the GEMM kernels (uploads and the padding
-        and transposing kernels after them, device decodes): of high priority where the driver offers
-        ``cl_khr_priority_hints`` and the ``queue-priority`` setting is on.
-
-        A GEMM kernel fills the device with work-groups; a kernel on
-        another queue of the same priority waits for free room, which a
-        GEMM leaves only at its end, so a decode of ten short kernels took
-        ten GEMMs (bench/NOTES.md, issue 28).  A higher-priority kernel's
-        work-groups go before the GEMM's waiting ones as its running ones
-        end.  Where the driver has no such hint (PoCL) or refuses it, the
-        queue is an ordinary one.
-        """
-        import pyopencl as cl
-
-        profiling = cl.command_queue_properties.PROFILING_ENABLE
-        if self.priority:
-            try:
-                return cl.CommandQueue(self.context, properties=[
-                    QUEUE_PROPERTIES, profiling, QUEUE_PRIORITY_KHR, QUEUE_PRIORITY_HIGH_KHR])
-            except cl.Error as e:      # advertised but refused: an ordinary queue, and no further tries
-                logger.info("dgemm: %s refused a high-priority queue (%s): ordinary queues", self.info.name, e)
-                self.priority = False
-        return cl.CommandQueue(self.context, properties=profiling)
-
     def __init__(self, info: DeviceInfo | None = None):
         import pyopencl as cl
 
@@ -173,6 +148,31 @@ class Device:
         # Kernels that could not be built here, and why (the wgmma kernel's PTX route can fail
         # with a driver it was not tried on); choice() says so, and the worker's description with it.
         self.failed: dict[KernelParams, str] = {}
+
+    def feeding_queue(self):
+        """A new in-order profiling queue for commands that feed the GEMM kernels (uploads and the padding
+        and transposing kernels after them, device decodes): of high priority where the driver offers
+        ``cl_khr_priority_hints`` and the ``queue-priority`` setting is on.
+
+        A GEMM kernel fills the device with work-groups; a kernel on
+        another queue of the same priority waits for free room, which a
+        GEMM leaves only at its end, so a decode of ten short kernels took
+        ten GEMMs (bench/NOTES.md, issue 28).  A higher-priority kernel's
+        work-groups go before the GEMM's waiting ones as its running ones
+        end.  Where the driver has no such hint (PoCL) or refuses it, the
+        queue is an ordinary one.
+        """
+        import pyopencl as cl
+
+        profiling = cl.command_queue_properties.PROFILING_ENABLE
+        if self.priority:
+            try:
+                return cl.CommandQueue(self.context, properties=[
+                    QUEUE_PROPERTIES, profiling, QUEUE_PRIORITY_KHR, QUEUE_PRIORITY_HIGH_KHR])
+            except cl.Error as e:      # advertised but refused: an ordinary queue, and no further tries
+                logger.info("dgemm: %s refused a high-priority queue (%s): ordinary queues", self.info.name, e)
+                self.priority = False
+        return cl.CommandQueue(self.context, properties=profiling)
 
     def staging(self, nbytes: int) -> np.ndarray:
         """This thread's page-locked host buffer of at least ``nbytes`` (uint8), kept for the thread's next block.
