@@ -5,7 +5,9 @@
 # 1. whether the driver offers cl_khr_priority_hints (queue-priority has an effect only where it does);
 # 2. 32768² float32, A and B numcodecs Zstd(3), C ZstdCodec(3): device-codecs off and on, queue-priority on and
 #    off (a cluster each), 2 repeats: wall, fill, drain (the last blocks' encode, now on helper threads), busy split;
-# 3. the same with raw chunks in and out (the floor's other side).
+# 3. the same with raw chunks in and out (the floor's other side);
+# 4. a script's first call, phase by phase in every process (the fork server's preload, the worker's start, the
+#    dashboard now off the product's path), 16384² zstd.
 set -u
 OUT=${1:?the folder for the records}
 python3 - > "$OUT/extensions.txt" <<'PY'
@@ -18,3 +20,4 @@ python3 bench/notes/issue-28/device_codecs_onoff.py "$OUT/onoff-zstd-32768.json"
     --devices gpu --repeats 2 --modes off,on --priorities on,off
 python3 bench/notes/issue-28/device_codecs_onoff.py "$OUT/raw-32768.json" --size 32768 --codec none \
     --out-codec none --devices gpu --repeats 2 --modes off --priorities on,off
+python3 -m dgemm bench e2e --size 16384 --codec default --first-call --no-peers --store /dev/shm --out "$OUT"
