@@ -16,6 +16,7 @@ shrinks blocks until it does, or says clearly that even one tile does not.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 from collections.abc import Sequence
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 from dask.utils import format_bytes
 
+from dgemm.client.balance import imbalance, weighted_starts
 from dgemm.errors import PlanError
 from dgemm.sizes import MEMORY_FRACTION, index_overflow, working_set
 
@@ -466,11 +468,13 @@ def assign(tasks, n_workers: int, plan: Plan | None = None) -> list[list]:
     """Share GEMM tasks ``(i, j, s)`` among ``n_workers`` for locality; each worker's list is in run order.
 
     Candidates are every ``pr x pc = n_workers`` grid of rectangles of C
-    blocks and contiguous runs of the row-by-row order; the one with the
-    fewest tasks on its busiest worker wins, then the one reading the fewest
-    panel bytes in all.  Within a worker tasks go row by row (see
-    :func:`_snake`), so the A panel of a row is reused along it and the B
-    panels along the columns.
+    blocks (rows and columns cut by count, and, given the ``plan``, by
+    work: an edge block is smaller) and contiguous runs of the row-by-row
+    order; the one with the least work on its busiest worker wins (its
+    multiply-adds, the block sizes from the ``plan``; else its tasks), then
+    the one reading the fewest panel bytes in all.  Within a worker tasks go
+    row by row (see :func:`_snake`), so the A panel of a row is reused along
+    it and the B panels along the columns.
 
     >>> tasks = [(i, j, 0) for i in range(4) for j in range(4)]
     >>> [sorted({(i // 2, j // 2) for i, j, _ in part}) for part in assign(tasks, 4)]
@@ -487,26 +491,41 @@ def assign(tasks, n_workers: int, plan: Plan | None = None) -> list[list]:
     cols = sorted({t[1] for t in tasks})
     # rectangles first: a tie with the runs of the snake order (whole rows alike) goes to a rectangle,
     # whose workers are staggered (:func:`_staggered`)
+    work = (lambda t: 1) if plan is None else (lambda t: (plan.rows.total(t[0], t[0] + 1) * plan.cols.total(t[1], t[1] + 1)
+                                                          * plan.ks.total(*plan.segments[t[2]])))
+    grids = [(pr, n_workers // pr) for pr in range(1, n_workers + 1)
+             if not n_workers % pr and pr <= len(rows) and n_workers // pr <= len(cols)]
+    cuts = [(_split(rows, pr), _split(cols, pc)) for pr, pc in grids]
+    if plan is not None:   # the same grids cut by work (each row's, each column's, summed over its tasks)
+        for pr, pc in grids:
+            along = []
+            for axis, keys, n in ((0, rows, pr), (1, cols, pc)):
+                weight = dict.fromkeys(keys, 0)
+                for t in tasks:
+                    weight[t[axis]] += work(t)
+                prefix = [0, *itertools.accumulate(weight[x] for x in keys)]
+                at = weighted_starts(prefix.__getitem__, len(keys), n)
+                along.append([keys[at[g]:at[g + 1]] for g in range(n)])
+            cuts.append(tuple(along))
     candidates = []
-    for pr in range(1, n_workers + 1):
-        if n_workers % pr:
-            continue
-        pc = n_workers // pr
-        if pr > len(rows) or pc > len(cols):
-            continue
-        rgroup = {r: g for g, part in enumerate(_split(rows, pr)) for r in part}
-        cgroup = {c: g for g, part in enumerate(_split(cols, pc)) for c in part}
+    for rsplit, csplit in cuts:
+        rgroup = {r: g for g, part in enumerate(rsplit) for r in part}
+        cgroup = {c: g for g, part in enumerate(csplit) for c in part}
         parts = [[] for _ in range(n_workers)]
         for t in tasks:
-            parts[rgroup[t[0]] * pc + cgroup[t[1]]].append(t)
-        candidates.append(parts)
-    runs = len(candidates)
-    candidates.append([_snake(p) for p in _split(_snake(tasks), n_workers)])
-    best = min(range(len(candidates)), key=lambda c: (max(len(p) for p in candidates[c]),
-                                                      sum(_panel_bytes(p, plan) for p in candidates[c])))
-    if best == runs:    # runs of the snake order
-        return candidates[best]
-    return [_staggered(p, w, n_workers) for w, p in enumerate(candidates[best])]
+            parts[rgroup[t[0]] * len(csplit) + cgroup[t[1]]].append(t)
+        candidates.append([_staggered(p, w, n_workers) for w, p in enumerate(parts)])
+    snake = _snake(tasks)
+    runs = [_split(snake, n_workers)]
+    if plan is not None:   # the snake order cut by work too
+        prefix = [0, *itertools.accumulate(map(work, snake))]
+        at = weighted_starts(prefix.__getitem__, len(snake), n_workers)
+        runs.append([snake[at[w]:at[w + 1]] for w in range(n_workers)])
+    candidates[len(grids):len(grids)] = runs[:1]
+    candidates += runs[1:]
+    total = sum(map(work, tasks))
+    return min(candidates, key=lambda parts: (imbalance(max(sum(map(work, p)) for p in parts), total, n_workers),
+                                              sum(_panel_bytes(p, plan) for p in parts)))
 
 
 def _staggered_ends(i0: int, i1: int, j0: int, j1: int, w: int, n: int) -> tuple:
@@ -585,9 +604,9 @@ def loads(plan: Plan, n_workers: int) -> list[Load]:
     few tasks are listed.  ``tests/test_plan.py`` checks both against
     :func:`assign`.
 
-    >>> p = make_plan(1000, 1000, 64, "float32", (64, 64, 16), target=256)
-    >>> [(x.tasks, x.first, x.last) for x in loads(p, 3)]
-    [(6, (0, 0, 0), (1, 2, 0)), (5, (1, 1, 0), (2, 2, 0)), (5, (2, 3, 0), (3, 0, 0))]
+    >>> p = make_plan(1000, 1000, 64, "float32", (64, 64, 16), target=256)   # edge blocks of 232
+    >>> [(x.tasks, x.first, x.last) for x in loads(p, 3)]                   # runs cut by work: 6 tasks
+    [(5, (0, 0, 0), (1, 3, 0)), (5, (1, 2, 0), (2, 1, 0)), (6, (2, 2, 0), (3, 0, 0))]
     """
     rows, cols = plan.rows, plan.cols
     R, C, S = rows.count, cols.count, len(plan.segments)
@@ -634,21 +653,30 @@ def loads(plan: Plan, n_workers: int) -> list[Load]:
     if W <= 1 or T <= 1:
         return [run(0, T)] + [nothing] * (W - 1)
     cut = starts(T, W)
-    candidates = []        # in assign's order: rectangles, then runs
-    for pr in range(1, W + 1):
-        if W % pr:
-            continue
-        pc = W // pr
-        if pr > R or pc > C:
-            continue
-        rc, cc = starts(R, pr), starts(C, pc)
+    grids = [(pr, W // pr) for pr in range(1, W + 1) if not W % pr and pr <= R and W // pr <= C]
+    # in assign's order: rectangles cut by count, runs, rectangles cut by work (a row's: its height, a column's:
+    # its width, times the rest, which scales every cut alike)
+    cuts = [(starts(R, pr), starts(C, pc)) for pr, pc in grids]
+    cuts += [(weighted_starts(lambda i: rows.total(0, i), R, pr), weighted_starts(lambda j: cols.total(0, j), C, pc))
+             for pr, pc in grids]
+    candidates = []
+    for rc, cc in cuts:
         parts = []
-        for g in range(pr):
+        for g in range(len(rc) - 1):
             i0, i1 = rc[g], rc[g + 1]
-            for h in range(pc):
+            for h in range(len(cc) - 1):
                 j0, j1 = cc[h], cc[h + 1]
                 parts.append(load([(i0, i1, j0, j1)], *_staggered_ends(i0, i1, j0, j1, len(parts), W)))
         candidates.append(parts)
-    candidates.append([run(cut[p], cut[p + 1]) for p in range(W)])
+    candidates.insert(len(grids), [run(cut[p], cut[p + 1]) for p in range(W)])
+
+    def snake_prefix(t):   # the work of the first t positions of the snake order (up to the constant k)
+        i, q = divmod(t, C)
+        head = rows.total(i, i + 1) * (cols.total(0, q) if i % 2 == 0 else cols.total(C - q, C)) if q else 0
+        return rows.total(0, i) * cols.total(0, C) + head
+    at = weighted_starts(snake_prefix, T, W)
+    candidates.append([run(at[p], at[p + 1]) for p in range(W)])
     unit = plan.k * plan.dtype.itemsize   # as assign weighs panels
-    return min(candidates, key=lambda parts: (max(x.tasks for x in parts), sum(x.panels * unit for x in parts)))
+    total = sum(x.flop_terms for x in candidates[0])
+    return min(candidates, key=lambda parts: (imbalance(max(x.flop_terms for x in parts), total, W),
+                                              sum(x.panels * unit for x in parts)))
