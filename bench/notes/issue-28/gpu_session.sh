@@ -1,7 +1,7 @@
 #!/bin/bash
 # The measurements the sessions without device time left for the next one (issues 27 and 28), in one device
 # call on one GPU (about 6 minutes on an H100): run from the project's root after `source .whl/gpu-env.sh`,
-#     bash bench/notes/issue-28/gpu_session.sh "$OUT"
+#     OUT=/some/folder bash bench/notes/issue-28/gpu_session.sh     (the records go to "$OUT")
 # 1. whether the driver offers cl_khr_priority_hints (queue-priority has an effect only where it does);
 # 2. 32768² float32, A and B numcodecs Zstd(3), C ZstdCodec(3): device-codecs off and on, queue-priority on and
 #    off (a cluster each), 2 repeats: wall, fill, drain (the last blocks' encode, now on helper threads), busy split;
@@ -9,7 +9,8 @@
 # 4. a script's first call, phase by phase in every process (the fork server's preload, the worker's start, the
 #    dashboard now off the product's path), 16384² zstd.
 set -u
-OUT=${1:?the folder for the records}
+: "${OUT:?set OUT to the folder for the records}"
+cd "$(dirname "$0")/../../.."     # the project's root, wherever this is run from
 python3 - > "$OUT/extensions.txt" <<'PY'
 import pyopencl as cl
 for p in cl.get_platforms():

@@ -1,11 +1,12 @@
 #!/bin/bash
 # Two GPUs of one host (nvidia-h100-x2 / nvidia-h200-x2), issues 27 and 28, in one device call (about 8 minutes):
-#     bash bench/notes/issue-28/gpu_session_x2.sh "$OUT"
+#     OUT=/some/folder bash bench/notes/issue-28/gpu_session_x2.sh  (the records go to "$OUT")
 # 49152² float32, A and B numcodecs Zstd(3), C ZstdCodec(3), then raw chunks in and out: device-codecs off and on
 # on devices 0,1 and on device 0 alone (the speed-ups), queue-priority on; each run with each worker's busy and
 # kernel seconds (issue 27: each GPU's busy time within 10 % of the other's), the fill and the drain.
 set -u
-OUT=${1:?the folder for the records}
+: "${OUT:?set OUT to the folder for the records}"
+cd "$(dirname "$0")/../../.."     # the project's root, wherever this is run from
 for devices in 0,1 0; do
   python3 bench/notes/issue-28/device_codecs_onoff.py "$OUT/onoff-zstd-49152-$devices.json" --size 49152 \
       --codec zstd --devices "$devices" --repeats 1 --modes off,on
