@@ -77,3 +77,17 @@ def test_an_edge_row_no_longer_unbalances_two_gpus():
 def test_loads_sum_what_assign_places_with_edge_blocks(m, n, k, target, workers):
     plan = make_plan(m, n, k, "float64", (32, 32, 16), target=target, n_workers=workers)
     assert loads(plan, workers) == [_load(plan, part) for part in assign(plan.tasks(), workers, plan)]
+
+
+@pytest.mark.parametrize("n, workers", [(49152, 2), (50000, 2), (50000, 3), (100000, 4)])
+def test_a_grams_triangle_is_shared_by_work_too(n, workers):
+    """X^T X computes the blocks i <= j only (dgemm.client.graph.mirrored): rows of very different work."""
+    plan = make_plan(n, n, 4096, "float32", (128, 128, 32), a_chunks=(4096, 4096), b_chunks=(4096, 4096),
+                     target=8192, n_workers=workers)
+    tasks = [t for t in plan.tasks() if t[0] <= t[1]]
+    total = _work(plan, tasks)
+    by_work, by_count = assign(tasks, workers, plan), assign(tasks, workers)
+    assert sorted(t for p in by_work for t in p) == sorted(tasks)
+    assert imbalance(max(_work(plan, p) for p in by_work), total, workers) <= 105 \
+        and imbalance(max(_work(plan, p) for p in by_work), total, workers) \
+        <= imbalance(max(_work(plan, p) for p in by_count), total, workers)
