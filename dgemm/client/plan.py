@@ -468,13 +468,12 @@ def assign(tasks, n_workers: int, plan: Plan | None = None) -> list[list]:
     """Share GEMM tasks ``(i, j, s)`` among ``n_workers`` for locality; each worker's list is in run order.
 
     Candidates are every ``pr x pc = n_workers`` grid of rectangles of C
-    blocks (rows and columns cut by count, and, given the ``plan``, by
-    work: an edge block is smaller) and contiguous runs of the row-by-row
-    order; the one with the least work on its busiest worker wins (its
-    multiply-adds, the block sizes from the ``plan``; else its tasks), then
-    the one reading the fewest panel bytes in all.  Within a worker tasks go
-    row by row (see :func:`_snake`), so the A panel of a row is reused along
-    it and the B panels along the columns.
+    blocks and contiguous runs of the row-by-row order, cut by count and,
+    given the ``plan``, by work (an edge block is smaller); the one whose
+    busiest worker has least work wins (:mod:`dgemm.client.balance`; its
+    multiply-adds, else its tasks), then the one reading the fewest panel
+    bytes.  Within a worker tasks go row by row (see :func:`_snake`), so the
+    A panel of a row is reused along it and the B panels along the columns.
 
     >>> tasks = [(i, j, 0) for i in range(4) for j in range(4)]
     >>> [sorted({(i // 2, j // 2) for i, j, _ in part}) for part in assign(tasks, 4)]
@@ -487,12 +486,12 @@ def assign(tasks, n_workers: int, plan: Plan | None = None) -> list[list]:
     tasks = list(tasks)
     if n_workers <= 1 or len(tasks) <= 1:
         return [_snake(tasks)] + [[] for _ in range(max(n_workers, 1) - 1)]
-    rows = sorted({t[0] for t in tasks})
-    cols = sorted({t[1] for t in tasks})
-    # rectangles first: a tie with the runs of the snake order (whole rows alike) goes to a rectangle,
-    # whose workers are staggered (:func:`_staggered`)
-    work = (lambda t: 1) if plan is None else (lambda t: (plan.rows.total(t[0], t[0] + 1) * plan.cols.total(t[1], t[1] + 1)
-                                                          * plan.ks.total(*plan.segments[t[2]])))
+    rows, cols = sorted({t[0] for t in tasks}), sorted({t[1] for t in tasks})
+    # each row's height, column's width and segment's depth (1 without a plan: tasks counted); each task's work
+    rh = {r: plan.rows.total(r, r + 1) if plan else 1 for r in rows}
+    cw = {c: plan.cols.total(c, c + 1) if plan else 1 for c in cols}
+    sk = {s: plan.ks.total(*plan.segments[s]) if plan else 1 for s in {t[2] for t in tasks}}
+    work = [rh[i] * cw[j] * sk[s] for i, j, s in tasks]
     grids = [(pr, n_workers // pr) for pr in range(1, n_workers + 1)
              if not n_workers % pr and pr <= len(rows) and n_workers // pr <= len(cols)]
     cuts = [(_split(rows, pr), _split(cols, pc)) for pr, pc in grids]
@@ -501,31 +500,49 @@ def assign(tasks, n_workers: int, plan: Plan | None = None) -> list[list]:
             along = []
             for axis, keys, n in ((0, rows, pr), (1, cols, pc)):
                 weight = dict.fromkeys(keys, 0)
-                for t in tasks:
-                    weight[t[axis]] += work(t)
+                for t, w in zip(tasks, work):
+                    weight[t[axis]] += w
                 prefix = [0, *itertools.accumulate(weight[x] for x in keys)]
                 at = weighted_starts(prefix.__getitem__, len(keys), n)
                 along.append([keys[at[g]:at[g + 1]] for g in range(n)])
             cuts.append(tuple(along))
-    candidates = []
+    # each candidate as the worker of each task (tasks' order; the runs': the snake order's), weighed before any
+    # is built.  Rectangles first: a tie with the runs of the snake order (whole rows alike) goes to a rectangle,
+    # whose workers are staggered (:func:`_staggered`)
+    rect = []
     for rsplit, csplit in cuts:
         rgroup = {r: g for g, part in enumerate(rsplit) for r in part}
         cgroup = {c: g for g, part in enumerate(csplit) for c in part}
-        parts = [[] for _ in range(n_workers)]
-        for t in tasks:
-            parts[rgroup[t[0]] * len(csplit) + cgroup[t[1]]].append(t)
-        candidates.append([_staggered(p, w, n_workers) for w, p in enumerate(parts)])
-    snake = _snake(tasks)
-    runs = [_split(snake, n_workers)]
-    if plan is not None:   # the snake order cut by work too
-        prefix = [0, *itertools.accumulate(map(work, snake))]
-        at = weighted_starts(prefix.__getitem__, len(snake), n_workers)
-        runs.append([snake[at[w]:at[w + 1]] for w in range(n_workers)])
-    candidates[len(grids):len(grids)] = runs[:1]
-    candidates += runs[1:]
-    total = sum(map(work, tasks))
-    return min(candidates, key=lambda parts: (imbalance(max(sum(map(work, p)) for p in parts), total, n_workers),
-                                              sum(_panel_bytes(p, plan) for p in parts)))
+        rect.append([rgroup[t[0]] * len(csplit) + cgroup[t[1]] for t in tasks])
+    order = sorted(range(len(tasks)), key=lambda x: (tasks[x][0], tasks[x][1] if tasks[x][0] % 2 == 0 else -tasks[x][1],
+                                                     tasks[x][2]))      # _snake's order
+    runs = [_split(list(range(len(order))), n_workers)]
+    if plan is not None and len(order) >= n_workers:   # the snake order cut by work too
+        prefix = [0, *itertools.accumulate(work[x] for x in order)]
+        at = weighted_starts(prefix.__getitem__, len(order), n_workers)
+        runs.append([list(range(at[w], at[w + 1])) for w in range(n_workers)])
+    by_run = [[0] * len(tasks) for _ in runs]
+    for owner, split in zip(by_run, runs):
+        for w, positions in enumerate(split):
+            for q in positions:
+                owner[order[q]] = w
+    candidates = [("rect", o) for o in rect[:len(grids)]] + [("run", by_run[0])] + \
+                 [("rect", o) for o in rect[len(grids):]] + [("run", o) for o in by_run[1:]]
+    unit = plan.k * plan.dtype.itemsize if plan else 1
+    total = sum(work)
+
+    def key(candidate):
+        load = [0] * n_workers
+        for w, o in zip(work, candidate[1]):
+            load[o] += w
+        panels = sum(rh[r] for _, r in {(o, t[0]) for o, t in zip(candidate[1], tasks)}) \
+            + sum(cw[c] for _, c in {(o, t[1]) for o, t in zip(candidate[1], tasks)})
+        return imbalance(max(load), total, n_workers), panels * unit
+    kind, owner = min(candidates, key=key)
+    parts = [[] for _ in range(n_workers)]
+    for x in order if kind == "run" else range(len(tasks)):
+        parts[owner[x]].append(tasks[x])
+    return parts if kind == "run" else [_staggered(p, w, n_workers) for w, p in enumerate(parts)]
 
 
 def _staggered_ends(i0: int, i1: int, j0: int, j1: int, w: int, n: int) -> tuple:
@@ -674,8 +691,9 @@ def loads(plan: Plan, n_workers: int) -> list[Load]:
         i, q = divmod(t, C)
         head = rows.total(i, i + 1) * (cols.total(0, q) if i % 2 == 0 else cols.total(C - q, C)) if q else 0
         return rows.total(0, i) * cols.total(0, C) + head
-    at = weighted_starts(snake_prefix, T, W)
-    candidates.append([run(at[p], at[p + 1]) for p in range(W)])
+    if T >= W:
+        at = weighted_starts(snake_prefix, T, W)
+        candidates.append([run(at[p], at[p + 1]) for p in range(W)])
     unit = plan.k * plan.dtype.itemsize   # as assign weighs panels
     total = sum(x.flop_terms for x in candidates[0])
     return min(candidates, key=lambda parts: (imbalance(max(x.flop_terms for x in parts), total, W),
