@@ -4,11 +4,22 @@ A worker's work is its block products' multiply-adds, not their count: an
 edge block may be a tenth of the others (50000 in blocks of 8192: six of
 8192 and one of 848), and shares cut by count left one of two GPUs 1.35x
 the other's work.  Rows, columns and runs of blocks are cut where the work
-is shared evenly (:func:`weighted_starts`), and among the candidate shares
+is shared evenly (:func:`weighted_starts`; by count: :func:`even_split`), and among the candidate shares
 the one whose busiest worker has the least work wins, to a percent
 (:func:`imbalance`), then the one that reads the fewest panels.
 """
 from __future__ import annotations
+
+
+def even_split(items: list, parts: int) -> list[list]:
+    """``items`` cut into ``parts`` contiguous runs of nearly equal length.
+
+    >>> even_split([1, 2, 3, 4, 5], 2)
+    [[1, 2, 3], [4, 5]]
+    """
+    q, r = divmod(len(items), parts)
+    start = [p * q + min(p, r) for p in range(parts + 1)]
+    return [items[start[p]:start[p + 1]] for p in range(parts)]
 
 
 def weighted_starts(prefix, n: int, parts: int) -> list[int]:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 from dask.utils import format_bytes
 
-from dgemm.client.balance import imbalance, weighted_starts
+from dgemm.client.balance import even_split, imbalance, weighted_starts
 from dgemm.errors import PlanError
 from dgemm.sizes import MEMORY_FRACTION, index_overflow, working_set
 
@@ -441,18 +441,11 @@ def _snake(tasks) -> list:
     >>> _snake([(0, 0, 0), (0, 1, 0), (1, 0, 0), (1, 1, 0)])
     [(0, 0, 0), (0, 1, 0), (1, 1, 0), (1, 0, 0)]
     """
-    return sorted(tasks, key=lambda t: (t[0], t[1] if t[0] % 2 == 0 else -t[1], t[2]))
+    return sorted(tasks, key=_snake_key)
 
 
-def _split(items: list, parts: int) -> list[list]:
-    """``items`` cut into ``parts`` contiguous runs of nearly equal length.
-
-    >>> _split([1, 2, 3, 4, 5], 2)
-    [[1, 2, 3], [4, 5]]
-    """
-    q, r = divmod(len(items), parts)
-    start = [p * q + min(p, r) for p in range(parts + 1)]
-    return [items[start[p]:start[p + 1]] for p in range(parts)]
+def _snake_key(t) -> tuple:
+    return t[0], t[1] if t[0] % 2 == 0 else -t[1], t[2]
 
 
 def _panel_bytes(part, plan: Plan | None) -> float:
@@ -494,29 +487,29 @@ def assign(tasks, n_workers: int, plan: Plan | None = None) -> list[list]:
     work = [rh[i] * cw[j] * sk[s] for i, j, s in tasks]
     grids = [(pr, n_workers // pr) for pr in range(1, n_workers + 1)
              if not n_workers % pr and pr <= len(rows) and n_workers // pr <= len(cols)]
-    cuts = [(_split(rows, pr), _split(cols, pc)) for pr, pc in grids]
+    cuts = [(even_split(rows, pr), even_split(cols, pc)) for pr, pc in grids]
     if plan is not None:   # the same grids cut by work (each row's, each column's, summed over its tasks)
+        prefixes = []
+        for axis, keys in ((0, rows), (1, cols)):
+            weight = dict.fromkeys(keys, 0)
+            for t, w in zip(tasks, work):
+                weight[t[axis]] += w
+            prefixes.append([0, *itertools.accumulate(weight[x] for x in keys)])   # once for every grid
         for pr, pc in grids:
             along = []
-            for axis, keys, n in ((0, rows, pr), (1, cols, pc)):
-                weight = dict.fromkeys(keys, 0)
-                for t, w in zip(tasks, work):
-                    weight[t[axis]] += w
-                prefix = [0, *itertools.accumulate(weight[x] for x in keys)]
+            for keys, n, prefix in ((rows, pr, prefixes[0]), (cols, pc, prefixes[1])):
                 at = weighted_starts(prefix.__getitem__, len(keys), n)
                 along.append([keys[at[g]:at[g + 1]] for g in range(n)])
             cuts.append(tuple(along))
-    # each candidate as the worker of each task (tasks' order; the runs': the snake order's), weighed before any
-    # is built.  Rectangles first: a tie with the runs of the snake order (whole rows alike) goes to a rectangle,
-    # whose workers are staggered (:func:`_staggered`)
+    # each candidate as the worker of each task, weighed before any is built; rectangles first: a tie with the
+    # runs of the snake order (whole rows alike) goes to a rectangle, whose workers are staggered (_staggered)
     rect = []
     for rsplit, csplit in cuts:
         rgroup = {r: g for g, part in enumerate(rsplit) for r in part}
         cgroup = {c: g for g, part in enumerate(csplit) for c in part}
         rect.append([rgroup[t[0]] * len(csplit) + cgroup[t[1]] for t in tasks])
-    order = sorted(range(len(tasks)), key=lambda x: (tasks[x][0], tasks[x][1] if tasks[x][0] % 2 == 0 else -tasks[x][1],
-                                                     tasks[x][2]))      # _snake's order
-    runs = [_split(list(range(len(order))), n_workers)]
+    order = sorted(range(len(tasks)), key=lambda x: _snake_key(tasks[x]))
+    runs = [even_split(list(range(len(order))), n_workers)]
     if plan is not None and len(order) >= n_workers:   # the snake order cut by work too
         prefix = [0, *itertools.accumulate(work[x] for x in order)]
         at = weighted_starts(prefix.__getitem__, len(order), n_workers)
@@ -662,7 +655,7 @@ def loads(plan: Plan, n_workers: int) -> list[Load]:
             bands.append(band(i1, 0, p1))
         return load(bands, (i0, col(i0, p0), 0), (i1, col(i1, p1), 0))
 
-    def starts(n, parts):   # where _split cuts n items into parts
+    def starts(n, parts):   # where even_split cuts n items into parts
         q, r = divmod(n, parts)
         return [p * q + min(p, r) for p in range(parts + 1)]
 
