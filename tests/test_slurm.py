@@ -476,17 +476,18 @@ def test_scale_and_a_cancelled_job_lose_nothing(slurm, folders, rng):
             run = pool.submit(dgemm.matmul, "a.zarr", "b.zarr", out="c.zarr", client=client, block=(32, 32, k))
 
             def busy_job():
-                """A running job whose workers hold GEMM tasks, the newest first."""
+                """A running job whose workers hold GEMM tasks, the newest first, and their addresses (as
+                seen then: a second look at the scheduler's workers could race with its updates)."""
                 if run.done():
-                    return "finished"
+                    return "finished", []
                 processing = client.processing()
                 for job_id in sorted(slurm.running(), key=int, reverse=True):
-                    if any(processing.get(a) for a in _job_workers(client, cluster, job_id)):
-                        return job_id
+                    addrs = _job_workers(client, cluster, job_id)
+                    if any(processing.get(a) for a in addrs):
+                        return job_id, addrs
             wait_for(lambda: blocks_done("c.zarr") >= 4 or run.done(), 120, "the first blocks")
-            victim = wait_for(busy_job, 60, "a job whose workers hold tasks")
+            victim, addrs = wait_for(busy_job, 60, "a job whose workers hold tasks")
             assert victim != "finished", "the product finished before a job could be cancelled: make it longer"
-            addrs = _job_workers(client, cluster, victim)
             assert len(addrs) == PER_JOB, addrs
             held = {a: len(client.processing(addrs).get(a, ())) for a in addrs}
             at = blocks_done("c.zarr")
