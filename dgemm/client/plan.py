@@ -448,15 +448,6 @@ def _snake_key(t) -> tuple:
     return t[0], t[1] if t[0] % 2 == 0 else -t[1], t[2]
 
 
-def _panel_bytes(part, plan: Plan | None) -> float:
-    """Bytes a worker reads for its tasks when its cache keeps every panel (A rows + B columns it touches)."""
-    if plan is None:
-        return len({t[0] for t in part}) + len({t[1] for t in part})
-    k = plan.k * plan.dtype.itemsize
-    return (sum(plan.rows[i][1] - plan.rows[i][0] for i in {t[0] for t in part}) * k
-            + sum(plan.cols[j][1] - plan.cols[j][0] for j in {t[1] for t in part}) * k)
-
-
 def assign(tasks, n_workers: int, plan: Plan | None = None) -> list[list]:
     """Share GEMM tasks ``(i, j, s)`` among ``n_workers`` for locality; each worker's list is in run order.
 
