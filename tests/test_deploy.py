@@ -225,9 +225,13 @@ if [ -n "$DGEMM_TEST_REFUSE" ]; then
   echo "sbatch: error: Batch job submission failed: Invalid partition name specified" >&2
   exit 1
 fi
+# dask-jobqueue submits a scale's jobs at once: the count is read and written under a lock (without it two
+# sbatch once read "1 1" while a third wrote, and a job was refused)
+until mkdir "$DGEMM_TEST_BATCH/count.lock" 2>/dev/null; do sleep 0.01; done
 n=$(cat "$DGEMM_TEST_BATCH/count" 2>/dev/null || echo 100)
 n=$((n + 1))
 echo $n > "$DGEMM_TEST_BATCH/count"
+rmdir "$DGEMM_TEST_BATCH/count.lock"
 echo "Submitted batch job $n"
 """
 
