@@ -1010,6 +1010,10 @@ MUTATIONS = [
     Mutation("encode-marker-before-block", "dgemm/worker/tasks.py", _WRITE_THEN_MARK, _MARK_THEN_WRITE, (TE, "-k", "resume"), "the store task marks a device-encoded block done before writing its frames"),
     Mutation("encode-frames-misassigned", "dgemm/storage/encoded.py", "return [view[e - n:e] for e, n in zip(ends, self.sizes)]", "return [view[e - n:e] for e, n in zip(ends, self.sizes)][::-1]", (TE, "-k", "engine_hands_back"), "each chunk gets another chunk's frame"),
     Mutation("encode-no-room-fails-the-block", "dgemm/worker/encoding.py", "        except DeviceMemoryError:\n            return download(", "        except ZeroDivisionError:\n            return download(", (TE, "-k", "no_room"), "a block whose encoder buffers do not fit on the device fails instead of coming down"),
+    Mutation("host-shared-every-block", "dgemm/client/graph.py", "        if len(ws) > 1 and len({hosts[w] for w in ws}) < len(ws):", "        if len(ws) > 1 or len({hosts[w] for w in ws}) < len(ws):", ("tests/test_graph.py", "-k", "marked_shared"), "blocks read by workers of different hosts (or one worker) are marked for the host cache"),
+    Mutation("host-cache-every-block", "dgemm/storage/hostcache.py", " or not isinstance(ref, ZarrBlock) or not ref.host_shared:", " or not isinstance(ref, ZarrBlock):", ("tests/test_hostcache.py", "-k", "reads_through"), "every Zarr block goes through the host cache, shared with another worker or not"),
+    Mutation("host-cache-waiter-polls", "dgemm/storage/hostcache.py", "            _wait_released(lock, deadline - time.monotonic())", "            time.sleep(0.005)", ("tests/test_hostcache.py", "-k", "woken"), "a waiter sleeps and looks again instead of waiting on the claim"),
+    Mutation("host-cache-wait-unbounded", "dgemm/storage/hostcache.py", "    return released.wait(max(timeout, 0.0))", "    return released.wait()", ("tests/test_hostcache.py", "-k", "never_finishes"), "a waiter waits for a hung claimer for ever"),
 ]
 
 # -- the copy ----------------------------------------------------------------------------

@@ -239,15 +239,17 @@ SETTINGS = {s.key: s for s in (
             "renewed for 3 intervals is stale (its writer died) and another run may take the output over."),
     Setting("read-threads", "DGEMM_READ_THREADS", _positive_int,
             "Threads per device worker that read and upload blocks. Unset: the host's cores shared among "
-            "its device workers, 2 to 16 (raw chunks are copied by at most 8 of them at once)."),
+            "its device workers, 2 to 32 (raw chunks are copied by at most 8 of them at once)."),
     Setting("prefetch", "DGEMM_PREFETCH", _positive_int,
             "k steps a block product reads ahead of the device. Unset: one per reader thread, at least 4."),
     Setting("host-cache", "DGEMM_HOST_CACHE", _host_cache,
             "Decoded input blocks shared by the device workers of a host, in `/dev/shm` (or the absolute "
-            "folder given here): each block of a run is read and decoded once per host. `off` (the default: "
-            "on two H200s it made a 49152² zstd product slower, 9.25 s against 5.64 s, bench/NOTES.md); "
-            "`auto`: on where a launcher starts several device workers on the host (it sets `on` in their "
-            "environment); `on`."),
+            "folder given here): a block that several workers of the host read (the placement marks it) is "
+            "read and decoded once per host, and the others wait for it; a block one worker reads is read "
+            "there as without the cache. `off` (the default: on two H200s, with every block sent through "
+            "it, it made a 49152² zstd product slower, 9.25 s against 5.64 s; shared blocks alone not yet "
+            "measured on a GPU host, bench/NOTES.md); `auto`: on where a launcher starts several device "
+            "workers on the host (it sets `on` in their environment); `on`."),
     Setting("host-cache-bytes", "DGEMM_HOST_CACHE_BYTES", _positive_bytes,
             "Size of the host cache (least recently used blocks go first). Unset: a quarter of the host's "
             "memory, at most half of what its folder's filesystem holds."),

@@ -165,6 +165,41 @@ def test_blocks_are_placed_in_rectangles_and_run_row_by_row(tmp_path, rng):
     check_product(as_array(plan, g).compute(), a[...], b[...], dtype="float32")
 
 
+@pytest.mark.parametrize("workers", [
+    ["tcp://10.0.0.1:4001", "tcp://10.0.0.1:4002", "tcp://10.0.0.2:4001", "tcp://10.0.0.2:4002"],  # 2 a host
+    ["tcp://10.0.0.1:4001", "tcp://10.0.0.1:4002", "tcp://10.0.0.1:4003", "tcp://10.0.0.1:4004"],  # one host
+    ["tcp://10.0.0.1:4001", "tcp://10.0.0.2:4001", "tcp://10.0.0.3:4001", "tcp://10.0.0.4:4001"],  # one each
+])
+def test_blocks_that_workers_of_one_host_both_read_are_marked_shared(tmp_path, rng, workers):
+    """Exactly the Zarr blocks that two or more workers of one host read (in their own tasks and read-ahead
+    lists) are marked ``host_shared``, the ones a host cache shares; the product is unchanged."""
+    a = zarr.create_array(store=str(tmp_path / "a.zarr"), shape=(256, 128), chunks=(64, 64), dtype="f4")
+    b = zarr.create_array(store=str(tmp_path / "b.zarr"), shape=(128, 256), chunks=(64, 64), dtype="f4")
+    a[...], b[...] = randn(rng, (256, 128), "f4"), randn(rng, (128, 256), "f4")
+    plan = make_plan(256, 256, 128, "float32", (32, 32, 16), target=64, n_workers=4)
+    g = graph_mod.build(plan, Operand(a, "a"), Operand(b, "b"), None, alpha=1.0, beta=0.0, token="t",
+                        workers=workers)
+    layer = g.layers[g.result_name]
+    host = {w: w.split("//")[1].split(":")[0] for w in workers}
+    readers, seen = {}, []
+    for key, task in layer.items():
+        [w] = layer.annotations["workers"](key)
+        refs = [*task[1], *task[2], *(r for r, _, _ in task[14] or ())]
+        seen += refs
+        for r in refs:
+            readers.setdefault(r.key(), set()).add(w)
+    shared = {k for k, ws in readers.items() if len({host[w] for w in ws}) < len(ws)}
+    assert all(isinstance(r, ZarrBlock) and r.host_shared == (r.key() in shared) for r in seen)
+    hosts = len(set(host.values()))
+    if hosts == len(workers):
+        assert not shared                                  # a worker per host: nothing to share
+    elif hosts == 1:
+        assert shared == set(readers)                      # 2 x 2 rectangles: every panel has two readers
+    else:
+        assert shared and len(shared) < len(readers)       # a host's two share their A or their B panels
+    check_product(as_array(plan, g).compute(), a[...], b[...], dtype="float32")
+
+
 def gemm_dependencies(g) -> dict:
     """Each GEMM task's dependencies, as the schedulers (local and distributed) find them.
 

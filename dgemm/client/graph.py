@@ -19,9 +19,10 @@ references and are read by the worker that needs them.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
+from distributed.comm import get_address_host
 
 from dgemm import names
 from dgemm.client.order import grow, panel_bytes
@@ -115,9 +116,11 @@ def build(plan: Plan, a: Operand, b: Operand, c: Operand | None, *, alpha: float
     order = [grow(mine, panel_bytes(plan, mine), cache_bytes)
              for mine in assign(tasks, len(workers) if workers else 1, plan)]
 
-    def refs(i, j, s):
+    def plain_refs(i, j, s):
         k0, k1 = plan.segments[s]
         return [a_ref(i, kk) for kk in range(k0, k1)], [b_ref(kk, j) for kk in range(k0, k1)]
+
+    refs = _marked_host_shared(order, plain_refs, workers)
 
     dsk, where, priority = {}, {}, {}
     for w, mine in enumerate(order):
@@ -168,6 +171,51 @@ def _add_mirror(graph: Graph, token: str, grid) -> None:
                                             for i, j in grid})
     graph.dependencies[name] = {src}
     graph.result_name = name
+
+
+def _marked_host_shared(order, refs, workers):
+    """``refs`` with the Zarr blocks that several workers of one host read marked ``host_shared``.
+
+    ``order[w]`` are the tasks of ``workers[w]`` (addresses; a host is an
+    address's host, as for dask).  Only those blocks go through a host
+    cache where it is on (:func:`dgemm.storage.hostcache.through`); with one
+    worker per host nothing is marked, and ``refs`` is returned as it is.
+    Where tasks move to other workers (a worker lost, work stolen), a block
+    is read twice or shared for nothing: slower, never wrong.
+    """
+    if not workers or len(order) < 2:
+        return refs
+    hosts = [_host(w) for w in workers]
+    if len(set(hosts)) == len(hosts):
+        return refs
+    readers: dict = {}
+    for w, mine in enumerate(order):
+        for i, j, s in mine:
+            for ref in (r for side in refs(i, j, s) for r in side):
+                if isinstance(ref, ZarrBlock):
+                    readers.setdefault(ref.key(), set()).add(w)
+    shared = set()
+    for key, ws in readers.items():
+        if len(ws) > 1 and len({hosts[w] for w in ws}) < len(ws):
+            shared.add(key)
+    if not shared:
+        return refs
+
+    def mark(ref):
+        return replace(ref, host_shared=True) if isinstance(ref, ZarrBlock) and ref.key() in shared else ref
+
+    def marked(i, j, s):
+        a_refs, b_refs = refs(i, j, s)
+        return [mark(r) for r in a_refs], [mark(r) for r in b_refs]
+    return marked
+
+
+def _host(address: str) -> str:
+    """The host of a worker's address (dask's reading of it); an address dask cannot read is its own host."""
+    try:
+        return get_address_host(address)
+    except ValueError:
+        return address
 
 
 # Blocks a GEMM task names for its worker to read ahead (the engine reads as many as a quarter of its

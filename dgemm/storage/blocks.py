@@ -29,6 +29,9 @@ class ZarrBlock:
     rows: tuple[int, int]
     cols: tuple[int, int]
     expand: int | None = None     # 1-D array promoted to 2-D: axis to insert
+    # Read by several workers of one host in its run (the client's placement says so): shared through the
+    # host cache where it is on (dgemm.storage.hostcache.through); any other block is read where it is needed.
+    host_shared: bool = False
 
     def load(self) -> np.ndarray:
         """The block, in this machine's byte order: read by :mod:`~dgemm.storage.chunks` where it can, else by zarr."""

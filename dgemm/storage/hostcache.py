@@ -65,7 +65,6 @@ PIECE = 8 << 20                      # bytes copied (and checksummed) at a time,
 MAX_AGE = 6 * 3600.0                 # seconds: older files are a finished or crashed run's, removed at start
 STALE_TMP = 600.0                    # seconds: a temporary file this old has no live writer (writes take ms)
 WAIT = 300.0                         # seconds a worker waits for another's decode before decoding itself
-_BACKOFF = (0.001, 0.01)             # first and longest sleep between looks while waiting
 
 
 class Corrupt(Exception):
@@ -230,7 +229,7 @@ class HostCache:
         data, lock = os.path.join(folder, h + ".blk"), os.path.join(folder, h + ".lock")
         if self._read(data, ident, out):
             return self._count(True, out.nbytes)
-        deadline, pause = time.monotonic() + WAIT, _BACKOFF[0]
+        deadline = time.monotonic() + WAIT
         while True:
             fd = self._claim(folder, lock)
             if fd is not None:
@@ -242,8 +241,9 @@ class HostCache:
                     return self._count(False, out.nbytes)
                 finally:
                     _unlock(fd, lock)
-            time.sleep(pause)
-            pause = min(pause * 2, _BACKOFF[1])
+            # Another process decodes it: woken when its claim goes (shared, or the claimer died), not by
+            # looking again and again (each look a sleep's worth late; bench/NOTES.md).
+            _wait_released(lock, deadline - time.monotonic())
             if self._read(data, ident, out):
                 return self._count(True, out.nbytes)
             if time.monotonic() > deadline:
@@ -468,6 +468,34 @@ def _write_all(fd: int, data, offset: int) -> None:
         data, offset = data[n:], offset + n
 
 
+def _wait_released(lock: str, timeout: float) -> bool:
+    """Wait until no process holds the claim ``lock`` (or ``timeout`` seconds); whether it was let go.
+
+    A shared ``flock`` on the claim waits in the kernel for the claimer's
+    exclusive one to go, which happens when it has shared the block (or when
+    its process dies); the wait runs on a helper thread so that it can end
+    at ``timeout`` (a claimer stopped, or decoding from a store that hangs).
+    A claim already gone (its name removed) is no wait at all.
+    """
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except FileNotFoundError:
+        return True
+    released = threading.Event()
+
+    def wait():
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)   # releases the GIL while it waits
+        except OSError:
+            pass
+        finally:
+            os.close(fd)   # lets the shared lock go at once: a later claimer is not held up
+            released.set()
+
+    threading.Thread(target=wait, name="dgemm-hostcache-wait", daemon=True).start()
+    return released.wait(max(timeout, 0.0))
+
+
 def _unlock(fd: int, lock: str) -> None:
     """Let a claim go: its name first (so no one locks a finished claim), then the lock itself."""
     try:
@@ -548,13 +576,18 @@ class Shared:
 
 
 def through(cache: HostCache | None, scope: Hashable, ref):
-    """``ref`` to be read through ``cache`` for run ``scope``: a :class:`Shared` for a Zarr block, else ``ref``.
+    """``ref`` to be read through ``cache`` for run ``scope``: a :class:`Shared` for a Zarr block that
+    another worker of the host reads too, else ``ref``.
 
-    Blocks held in memory, and every block where there is no cache
-    (``cache`` None) or no run to share them in (``scope`` None), are
-    returned as they are.
+    The client's placement marks those blocks (``ZarrBlock.host_shared``,
+    :func:`dgemm.client.graph.build`): a block only this worker reads gains
+    nothing from the cache and would pay for a copy into it and a checksum
+    (on two workers whose C rows are split, each one's A panels).  Blocks
+    held in memory, and every
+    block where there is no cache (``cache`` None) or no run to share them in
+    (``scope`` None), are returned as they are.
     """
-    if cache is None or scope is None or not isinstance(ref, ZarrBlock):
+    if cache is None or scope is None or not isinstance(ref, ZarrBlock) or not ref.host_shared:
         return ref
     return Shared(ref, cache, scope)
 
