@@ -175,6 +175,20 @@ def _device_codecs(value, name) -> str | None:
     return word
 
 
+def _queue_priority(value, name) -> str | None:
+    """``on``, ``off`` (YAML's booleans and 1/0 too) or ``inline``; None when blank.
+
+    >>> _queue_priority(" Inline ", "x"), _queue_priority(True, "x")
+    ('inline', 'on')
+    """
+    if isinstance(value, str) and value.strip().lower() == "inline":
+        return "inline"
+    try:
+        return _switch(value, name)
+    except ValueError:
+        raise ValueError(f"{name}={value!r} must be on, off or inline") from None
+
+
 def _switch(value, name) -> str | None:
     """``on`` or ``off`` (YAML's booleans and 1/0 too); None when blank.
 
@@ -266,12 +280,16 @@ SETTINGS = {s.key: s for s in (
             "path was measured faster than the host, none yet (32768² float32 with zstd in and out on an H100: "
             "2.25-2.35 s on against 2.01-2.06 s off; 49152² on two H200s: 4.2-4.3 s on against 3.5-3.7 s off), so "
             "off today; `on`; `off`. Read where the worker runs; a bad value stops a call before any work."),
-    Setting("queue-priority", "DGEMM_QUEUE_PRIORITY", _switch,
-            "`on` (the default): the queues whose kernels feed the GEMM kernels (the uploads' padding and "
-            "transposes, the device decoders') ask the driver for high priority where it offers "
-            "`cl_khr_priority_hints`, so that their short kernels start between the work-groups of a running "
-            "GEMM rather than after it; `off`: every queue alike. Read where the worker runs, when its device "
-            "opens."),
+    Setting("queue-priority", "DGEMM_QUEUE_PRIORITY", _queue_priority,
+            "`on` (the default): the queues whose kernels feed the GEMM kernels (the uploads' padding, "
+            "transposes and wgmma preparation, the device decoders') ask the driver for high priority where it "
+            "offers `cl_khr_priority_hints`, so that their short kernels start between the work-groups of a "
+            "running GEMM rather than after it (NVIDIA's OpenCL driver lists no such extension in the clinfo "
+            "reports found, CUDA 11.0 to 13.0, nor does PoCL: there `on` is `off`); `off`: every queue alike; "
+            "`inline`: those kernels go into the GEMM kernels' own queue once their uploads are done (a device "
+            "decode's kernels with its uploads), in order between two GEMMs, instead of each waiting for a "
+            "GEMM on a queue of their own (not yet measured on a GPU). Read where the worker runs, when its "
+            "device opens."),
     Setting("pinned-bytes", "DGEMM_PINNED_BYTES", _bytes,
             "Page-locked memory a device may hold for downloaded C blocks (beyond it: ordinary memory)."),
     Setting("tuning-db", "DGEMM_TUNING_DB", _text,

@@ -168,13 +168,14 @@ def test_a_setting_reaches_the_workers_of_a_local_cluster(clean):
     assert list(seen.values()) == [3, 3]
 
 
-@pytest.mark.parametrize("raw, expected", [("on", "on"), (" OFF ", "off"), (False, "off"), ("1", "on"), ("", None)])
-def test_queue_priority_is_a_switch(clean, monkeypatch, raw, expected):
+@pytest.mark.parametrize("raw, expected", [("on", "on"), (" OFF ", "off"), (False, "off"), ("1", "on"), ("", None),
+                                           (" Inline", "inline")])
+def test_queue_priority_is_a_switch_or_inline(clean, monkeypatch, raw, expected):
     monkeypatch.setenv("DGEMM_QUEUE_PRIORITY", str(raw) if not isinstance(raw, bool) else ("off", "on")[raw])
     assert config.get("queue-priority") == (expected if expected is not None else config.SETTINGS["queue-priority"].default)
 
 
 def test_queue_priority_refuses_other_words(clean, monkeypatch):
     monkeypatch.setenv("DGEMM_QUEUE_PRIORITY", "high")
-    with pytest.raises(ValueError, match="DGEMM_QUEUE_PRIORITY='high' must be on or off"):
+    with pytest.raises(ValueError, match="DGEMM_QUEUE_PRIORITY='high' must be on, off or inline"):
         config.get("queue-priority")

@@ -153,8 +153,13 @@ def test_a_frame_the_device_does_not_decode_is_decoded_on_the_host(any_device, t
 
 @pytest.mark.parametrize("trans_a, trans_b", [(False, False), (True, False), (False, True)])
 @pytest.mark.parametrize("aligned", [True, False], ids=["aligned", "padded"])
-def test_the_engine_stages_device_decoded_blocks(any_device, engines, tmp_path, rng, trans_a, trans_b, aligned):
-    """Blocks decoded in place (aligned: the staged buffer itself) and through the padding or transposing kernels."""
+@pytest.mark.parametrize("inline", [False, True], ids=["own-queues", "inline"])
+def test_the_engine_stages_device_decoded_blocks(any_device, engines, tmp_path, rng, trans_a, trans_b, aligned,
+                                                 inline, monkeypatch):
+    """Blocks decoded in place (aligned: the staged buffer itself) and through the padding or transposing kernels;
+    with ``queue-priority: inline``, the decoders' commands in the GEMM kernels' queue."""
+    monkeypatch.setattr(any_device, "inline_feeding", inline)
+    assert (any_device.scratch.queue() is any_device.queue) == inline
     eng = engines(any_device, "float64")
     p = eng.params
     m, n, k = (p.TSM * 2, p.TSN * 2, p.TSK * 4) if aligned else (37, 29, 45)
@@ -362,9 +367,12 @@ def test_gpu_blocks_decode_on_the_device_to_the_arrays_values(gpu_device, tmp_pa
 
 @pytest.mark.gpu
 @pytest.mark.timeout(600)
-def test_gpu_matmul_with_zstd_in_and_out_under_device_codecs_on(tmp_path, rng):
+@pytest.mark.parametrize("priority", ["on", "inline"])
+def test_gpu_matmul_with_zstd_in_and_out_under_device_codecs_on(tmp_path, rng, monkeypatch, priority):
     """One GPU worker, device-codecs on: zstd A and B decoded there, C's chunks encoded there, and C equal to
-    numpy's float64 product; the counters say the device did the codec work."""
+    numpy's float64 product; the counters say the device did the codec work.  Under ``queue-priority``
+    on (separate queues) and inline (the decoders' and padding kernels in the GEMM kernels' queue)."""
+    monkeypatch.setenv("DGEMM_QUEUE_PRIORITY", priority)    # the worker reads it when its device opens
     from distributed import Client
 
     from conftest import DEVICES

@@ -319,8 +319,27 @@ def test_feeding_queues_ask_for_high_priority_only_where_offered_and_on():
     assert high_priority_queues(nvidia)
     assert not high_priority_queues("cl_khr_fp64 cl_khr_throttle_hints")
     assert not high_priority_queues("cl_khr_priority_hints_v2")      # a word of its own, not a prefix
-    with dask.config.set({"dgemm.queue-priority": "off"}):
-        assert not high_priority_queues(nvidia)
+    for value in ("off", "inline"):         # inline: the GEMM kernels' own queue instead
+        with dask.config.set({"dgemm.queue-priority": value}):
+            assert not high_priority_queues(nvidia)
+
+
+def test_inline_feeding_puts_the_feeding_kernels_in_the_gemm_queue(any_device):
+    """``queue-priority: inline`` (read when a device opens): the feeding kernels' queue and the decode
+    slots' queues are the GEMM kernels' own; otherwise the queue the caller's uploads went to, and each
+    slot its own."""
+    import dask
+
+    assert any_device.inline_feeding is False
+    q = any_device.transfer_queue
+    assert any_device.kernel_queue(q) is q and any_device.scratch.queue() is not any_device.queue
+    with dask.config.set({"dgemm.queue-priority": "inline"}):
+        d = Device(any_device.info)
+    try:
+        assert d.inline_feeding is True and d.priority is False
+        assert d.kernel_queue(d.transfer_queue) is d.queue and d.scratch.queue() is d.queue
+    finally:
+        d.close()
 
 
 def test_feeding_queues_are_ordinary_where_the_driver_has_no_priority_hints(any_device, rng):

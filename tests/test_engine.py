@@ -419,6 +419,30 @@ def test_stream_from_zarr_matches_numpy(cached, engines, tmp_path, rng, trans_a,
     check_product(got, a, b, alpha=0.5, beta=2.0, c=c, dtype="float64", trans_a=trans_a, trans_b=trans_b)
 
 
+@pytest.mark.parametrize("inline", [False, True], ids=["own-queue", "inline"])
+def test_feeding_kernels_go_where_queue_priority_says(cached, engines, tmp_path, rng, monkeypatch, inline):
+    """``queue-priority: inline`` puts the padding and transposing kernels into the GEMM kernels' queue (else
+    the transfer queue their uploads went to); the product is right either way, accumulators poisoned."""
+    m, n, k = 45, 70, 100
+    ks = ((0, 33), (33, 64), (64, 100))
+    e = engines(cached, "float64")
+    poison(e)
+    cached.cache.budget = 1 << 30
+    monkeypatch.setattr(cached, "inline_feeding", inline)
+    queues = []
+    for name in ("pad_zeros", "transpose_pad"):
+        def spy(q, *args, _kernel=getattr(e.k, name), **kw):
+            queues.append(q)
+            return _kernel(q, *args, **kw)
+        monkeypatch.setattr(e.k, name, spy)
+    a, a_refs = zarr_refs(tmp_path, rng, "a.zarr", (k, m), (17, 29), ks, 0, (0, m))          # A stored transposed
+    b, b_refs = zarr_refs(tmp_path, rng, "b.zarr", (k, n), (31, 23), ks, 0, (0, n))
+    got = e.stream(a_refs, b_refs, m, n, trans_a=True, scope=("inline", inline))
+    check_product(got, a, b, dtype="float64", trans_a=True)
+    assert len(queues) == 2 * len(ks)                          # every block padded or transposed on the device
+    assert all(q is (cached.queue if inline else cached.transfer_queue) for q in queues)
+
+
 def test_stream_reads_each_block_once_per_scope(cached, tmp_path, rng):
     """A second product in the same scope is served from the device; another scope reads again."""
     m, n, k = 40, 30, 60

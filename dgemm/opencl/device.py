@@ -38,7 +38,7 @@ def high_priority_queues(extensions: str) -> bool:
     >>> high_priority_queues("cl_khr_fp64 cl_khr_priority_hints"), high_priority_queues("cl_khr_fp64")
     (True, False)
     """
-    return "cl_khr_priority_hints" in extensions.split() and config.get("queue-priority") != "off"
+    return "cl_khr_priority_hints" in extensions.split() and config.get("queue-priority") == "on"
 
 # the kernels' PRECISION macro: bits of the element type
 PRECISION_BITS = {dt: dt.itemsize * 8 for dt in SUPPORTED}
@@ -119,6 +119,8 @@ class Device:
         self.cl_device = cl_device(self.info)
         self.context = cl.Context([self.cl_device])
         self.priority = high_priority_queues(getattr(self.cl_device, "extensions", "") or "")
+        # queue-priority inline: the feeding kernels go into the GEMM kernels' queue (kernel_queue)
+        self.inline_feeding = config.get("queue-priority") == "inline"
         profiling = cl.command_queue_properties.PROFILING_ENABLE
         self.queue = cl.CommandQueue(self.context, properties=profiling)            # GEMM kernels
         self.transfer_queue = self.feeding_queue()                                  # uploads, staging
@@ -148,6 +150,12 @@ class Device:
         # Kernels that could not be built here, and why (the wgmma kernel's PTX route can fail
         # with a driver it was not tried on); choice() says so, and the worker's description with it.
         self.failed: dict[KernelParams, str] = {}
+
+    def kernel_queue(self, queue):
+        """Where a kernel that feeds the GEMM kernels goes, its uploads having been made on ``queue``: the GEMM
+        kernels' own in-order queue under ``queue-priority: inline`` (it then runs between two GEMMs, all
+        of it, and the GEMMs after it find its output there without an event), else ``queue``."""
+        return self.queue if self.inline_feeding else queue
 
     def feeding_queue(self):
         """A new in-order profiling queue for commands that feed the GEMM kernels (uploads and the padding

@@ -188,7 +188,9 @@ class BlockEngine:
 
     def _pad(self, q, raw, rows: int, cols: int, transpose: bool, drows: int, dcols: int, out):
         """Enqueue the padding (or transposing) kernel from ``raw``, a ``rows x cols`` block in C order on
-        the device, into ``out`` as ``drows x dcols``; returns its event (flushed)."""
+        the device, into ``out`` as ``drows x dcols``; returns its event (flushed).  ``q`` is where ``raw``
+        was filled; the kernel goes to :meth:`Device.kernel_queue <dgemm.opencl.device.Device.kernel_queue>`."""
+        q = self.device.kernel_queue(q)
         size = f"{rows}x{cols} {self.dtype.name} block ({rows * cols * self.dtype.itemsize} bytes)"
         with self._launch, self.device.failing(f"{'transposing' if transpose else 'padding'} a {size} "
                                                f"to {drows}x{dcols}"):
@@ -208,6 +210,7 @@ class BlockEngine:
         """The wgmma kernels' operands rounded (or split) once, after ``ev``; returns the last event."""
         if self.k.prepare is None:
             return ev
+        q = self.device.kernel_queue(q)
         with self._launch, self.device.failing(f"preparing a staged {drows}x{dcols} block for wgmma"):
             ev = self.k.prepare(q, (roundup(drows * dcols // 4, 256),), (256,), out,
                                 np.int32(drows * dcols // 4), wait_for=[ev] if ev is not None else None)

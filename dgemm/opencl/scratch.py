@@ -88,7 +88,11 @@ class Scratch:
         return fresh
 
     def queue(self):
-        """This thread's (or its slot's) in-order profiling queue on the device (made once per thread or slot)."""
+        """This thread's (or its slot's) in-order profiling queue on the device (made once per thread or slot);
+        the GEMM kernels' own queue under ``queue-priority: inline`` (:meth:`Device.kernel_queue
+        <dgemm.opencl.device.Device.kernel_queue>`: a decode's uploads and kernels in order between GEMMs)."""
+        if getattr(self._device, "inline_feeding", False):
+            return self._device.queue
         me = self._owner()
         with self._lock:
             q = self._queues.get(me)

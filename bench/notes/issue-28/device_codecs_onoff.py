@@ -2,7 +2,7 @@
 
     python bench/notes/issue-28/device_codecs_onoff.py [OUT.json] [--size 16384] [--chunk 4096]
         [--dtype float32] [--devices gpu] [--store /dev/shm] [--repeats 2] [--codec lz4|zstd]
-        [--out-codec none|zstd] [--slots 2,8] [--modes off,on] [--priorities on,off]
+        [--out-codec none|zstd] [--slots 2,8] [--modes off,on] [--priorities on,off,inline]
 
 Writes A and B (SIZE x SIZE, a random walk along rows: smooth floats) as Zarr v2 arrays in CHUNK² chunks
 under STORE, compressed by ``--codec``: ``lz4``, numcodecs' ``Blosc("lz4", 5, SHUFFLE)`` (Zarr v2's default
