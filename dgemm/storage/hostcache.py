@@ -583,9 +583,9 @@ def through(cache: HostCache | None, scope: Hashable, ref):
     :func:`dgemm.client.graph.build`): a block only this worker reads gains
     nothing from the cache and would pay for a copy into it and a checksum
     (on two workers whose C rows are split, each one's A panels).  Blocks
-    held in memory, and every
-    block where there is no cache (``cache`` None) or no run to share them in
-    (``scope`` None), are returned as they are.
+    held in memory, and every block where there is no cache (``cache``
+    None) or no run to share them in (``scope`` None), are returned as
+    they are.
     """
     if cache is None or scope is None or not isinstance(ref, ZarrBlock) or not ref.host_shared:
         return ref
