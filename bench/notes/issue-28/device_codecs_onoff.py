@@ -18,13 +18,16 @@ and reports each run's wall time, C's stored bytes and what the workers' counter
 device-codecs on and each count of device decodes at once (``dgemm.opencl.scratch.SLOTS``).  ``--modes``: the
 settings timed in turn (``off`` alone for raw chunks); ``--priorities``: the ``queue-priority`` values, a cluster
 each (read when a worker's device opens).  Each run also records the task stream's phases (the first GEMM's start,
-the last GEMM's and the last store's stops: the fill and the drain), the busy split and each worker's busy time.  Prints one JSON line per run and
-writes them all to OUT.json if given.  This is what ``auto`` (dgemm.opencl.codecs.AUTO_ON) should follow.
+the last GEMM's and the last store's stops: the fill and the drain), the busy split and each worker's busy time; each
+cluster's last C is checked against numpy's float64 where sampled rows and columns cross (the script fails, after
+writing its records, if one is wrong).  Prints one JSON line per run and writes them all to OUT.json if given, as
+``{"meta": {date, cores, devices, commit, command}, "runs": [...]}``.  This is what ``auto`` (dgemm.opencl.codecs.AUTO_ON) should follow.
 """
 import argparse
 import json
 import os
 import shutil
+import sys
 import time
 
 COUNTERS = ("device_decoded_bytes", "host_decoded_bytes", "device_encoded_bytes", "host_encoded_bytes", "bytes_up",
@@ -87,6 +90,9 @@ def main():
     p.add_argument("--dtype", default="float32")
     p.add_argument("--devices", default="gpu", help="the local cluster's devices (DGEMM_DEVICES' syntax)")
     p.add_argument("--store", default="/dev/shm", help="folder for the Zarr arrays (removed afterwards)")
+    p.add_argument("--inputs", default=None,
+                   help="folder of A and B, kept: made on the first run, reused by later ones with the same "
+                        "--size, --chunk, --dtype and --codec (C still goes under --store)")
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--codec", choices=("lz4", "zstd", "none"), default="lz4", help="A's and B's compressor")
     p.add_argument("--out-codec", choices=("none", "zstd"), default=None,
@@ -104,6 +110,8 @@ def main():
     from distributed import Client, get_task_stream
 
     import dgemm
+    from dgemm.accuracy import check_sample
+    from dgemm.benchmarks.measure import worker_probe
     from dgemm.cluster import DeviceCluster
 
     n, chunk = args.size, args.chunk
@@ -113,22 +121,27 @@ def main():
     folder = os.path.join(args.store, f"dgemm-device-codecs-{os.getpid()}")
     os.makedirs(folder)
     rng = np.random.default_rng(0)
-    records = []
+    records, devices, failed = [], [], 0
     try:
-        arrays = []
-        for name in ("a", "b"):
-            arr = zarr.create_array(os.path.join(folder, f"{name}.zarr"), shape=(n, n), chunks=(chunk, chunk),
-                                    dtype=args.dtype, zarr_format=2, compressors=compressor)
+        arrays = [reused(args.inputs, name, n, chunk, args.dtype, compressor) for name in ("a", "b")]
+        for k, name in enumerate(("a", "b")):
+            if arrays[k] is not None:
+                continue
+            where = args.inputs or folder
+            os.makedirs(where, exist_ok=True)
+            arr = zarr.create_array(os.path.join(where, f"{name}.zarr"), shape=(n, n), chunks=(chunk, chunk),
+                                    dtype=args.dtype, zarr_format=2, compressors=compressor, overwrite=True)
             for i in range(0, n, chunk):
                 rows = min(chunk, n - i)
                 arr[i:i + rows] = np.cumsum(rng.standard_normal((rows, n)), axis=1).astype(args.dtype)
-            arrays.append(arr)
+            arrays[k] = arr
         out = os.path.join(folder, "c.zarr")
         for priority in args.priorities.split(","):
             # read by each worker when its device opens: a cluster of its own for each value
             os.environ["DGEMM_QUEUE_PRIORITY"] = priority
             with DeviceCluster(args.devices, dashboard_address=":0") as cluster, Client(cluster) as client:
                 client.wait_for_workers(len(cluster.device_ids), timeout=120)
+                devices = sorted(str(v["device"]) for v in client.run(worker_probe).values())
                 for mode in ("on", "off"):   # the GEMM kernels and lz4.cl built before any timed run
                     client.run(configure, mode)
                     dgemm.matmul(*arrays, out=out, client=client, overwrite=True, compressors=c_codecs)
@@ -155,11 +168,46 @@ def main():
                               "per_worker": per_worker}
                     print(json.dumps(record), flush=True)
                     records.append(record)
+                # each cluster's last C against numpy's float64 where sampled rows and columns cross (the
+                # first and last of each and one between: three chunk rows of A and three chunk columns of B read)
+                check = check_sample(arrays[0], arrays[1], zarr.open_array(out, mode="r"), n_rows=3, n_cols=3)
+                records[-1]["check"] = check
+                print(json.dumps({"queue_priority": priority, "check": check}), flush=True)
+                failed += not check["passed"]
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     if args.out:
+        meta = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "cores": os.cpu_count(), "devices": devices,
+                "commit": os.environ.get("DGEMM_COMMIT") or _commit(),
+                "command": "python " + " ".join([os.path.relpath(__file__)] + sys.argv[1:])}
         with open(args.out, "w") as f:
-            json.dump(records, f, indent=1)
+            json.dump({"meta": meta, "runs": records}, f, indent=1)
+    if failed:
+        raise SystemExit(f"{failed} checked product(s) wrong: see the records' check")
+
+
+def reused(folder, name, n, chunk, dtype, compressor):
+    """``folder``'s array ``name`` where it is the one this run would write (shape, chunks, dtype, compressor), else None."""
+    import zarr
+
+    if folder is None or not os.path.isdir(os.path.join(folder, f"{name}.zarr")):
+        return None
+    try:
+        arr = zarr.open_array(os.path.join(folder, f"{name}.zarr"), mode="r")
+    except Exception:
+        return None
+    same = (arr.shape == (n, n) and arr.chunks == (chunk, chunk) and arr.dtype == dtype
+            and arr.metadata.zarr_format == 2 and arr.metadata.compressor == compressor)
+    return arr if same else None
+
+
+def _commit():
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        return None
 
 
 if __name__ == "__main__":

@@ -19,8 +19,12 @@ for p in cl.get_platforms():
     for d in p.get_devices():
         print(d.name, "|", d.version, "|", d.driver_version, "|", " ".join(sorted(d.extensions.split())))
 PY
+INPUTS=$(mktemp -d /dev/shm/dgemm-inputs-XXXX)
+trap 'rm -rf "$INPUTS"' EXIT
 python3 bench/notes/issue-28/device_codecs_onoff.py "$OUT/onoff-zstd-32768.json" --size 32768 --codec zstd \
-    --devices gpu --repeats 2 --modes off,on --priorities on,off,inline
+    --devices gpu --repeats 2 --modes off,on --priorities on,off,inline --inputs "$INPUTS/zstd"
+rm -rf "$INPUTS/zstd"
 python3 bench/notes/issue-28/device_codecs_onoff.py "$OUT/raw-32768.json" --size 32768 --codec none \
-    --out-codec none --devices gpu --repeats 1 --modes off --priorities on,off,inline
+    --out-codec none --devices gpu --repeats 1 --modes off --priorities on,off,inline --inputs "$INPUTS/raw"
+rm -rf "$INPUTS/raw"
 python3 -m dgemm bench e2e --size 16384 --codec default --first-call --no-peers --store /dev/shm --out "$OUT"
