@@ -231,10 +231,61 @@ def test_blocks_being_written_are_never_evicted(tmp_path):
         f.truncate(per_file)
     old = time.time() - 2 * hostcache.STALE_TMP
     os.utime(dead, (old, old))
+    age_tally(cache)       # the files above came behind the tally's back: the folder is counted once it is old
     assert fetch(cache, "r", 1) is False
     assert os.path.exists(writing) and not os.path.exists(dead)
     assert not os.path.exists(blk(cache, "r", 0))          # the one block that could go
     assert not os.path.exists(blk(cache, "r", 1))          # and still no room: used, not shared
+    assert cache.usage() <= cache.limit
+
+
+def age_tally(cache, seconds=None):
+    """Make the tally of ``cache``'s bytes ``seconds`` old (default: older than RESCAN), its count unchanged."""
+    fd = os.open(os.path.join(cache.root, ".space.lock"), os.O_RDWR)
+    try:
+        used, _ = hostcache._read_tally(fd)
+        when = time.time() - (2 * hostcache.RESCAN if seconds is None else seconds)
+        os.pwrite(fd, hostcache._TALLY.pack(used or 0, when), 0)
+    finally:
+        os.close(fd)
+
+
+class Scans(HostCache):
+    """A cache that counts its scans of the folder."""
+
+    scans = 0
+
+    def _make_room(self, *args):
+        self.scans += 1
+        return super()._make_room(*args)
+
+
+def test_blocks_that_fit_the_tally_are_shared_without_a_scan_and_a_wrong_tally_is_mended(tmp_path):
+    """Reserving room for a block reads and adds to the tally of bytes held, and scans the folder only where
+    the tally says the block would not fit or is older than RESCAN seconds: a tally left too high (a run's
+    folder cleared) costs one scan and no eviction; one too low (files it never saw) lasts RESCAN seconds."""
+    per_file = os.path.getsize(_one_file(tmp_path / "probe"))
+    cache = Scans(str(tmp_path / "c"), int(4.5 * per_file))
+    for i in range(4):
+        assert fetch(cache, "r", i) is False
+    assert cache.scans == 1                               # the first: no tally yet
+    assert fetch(cache, "r", 4) is False and cache.scans == 2     # the tally's 4 blocks and this one do not fit
+    assert cache.counts["evictions"] == 1 and cache.usage() <= cache.limit
+    assert cache.clear("r")                               # a finished run: the tally still counts its 4 blocks
+    assert fetch(cache, "s", 0) is False and cache.scans == 3 and cache.counts["evictions"] == 1
+    assert os.path.exists(blk(cache, "s", 0))             # shared: the scan found the room
+    for i in (1, 2):
+        assert fetch(cache, "s", i) is False
+    assert cache.scans == 3 and cache.usage() == 3 * per_file
+    behind = os.path.join(cache.folder("s"), "cafe.1.2.3.tmp")   # bytes the tally never saw
+    with open(behind, "wb") as f:
+        f.truncate(3 * per_file)
+    age_tally(cache, hostcache.RESCAN / 2)
+    assert fetch(cache, "s", 3) is False and cache.scans == 3     # not counted yet: shared, over the limit
+    assert os.path.exists(blk(cache, "s", 3)) and cache.usage() > cache.limit
+    age_tally(cache)
+    assert fetch(cache, "s", 4) is False and cache.scans == 4     # counted again: the oldest blocks evicted
+    assert cache.counts["evictions"] == 5 and os.path.exists(behind) and os.path.exists(blk(cache, "s", 4))
     assert cache.usage() <= cache.limit
 
 

@@ -22,7 +22,10 @@ Files, under ``<folder>/dgemm-hostcache-<uid>/<run>/``:
     killed claimer at once, with no timeout to guess.
 
 The cache is bounded (the ``host-cache-bytes`` setting): the least recently
-used blocks (by modification time, which a hit renews) go first.  A run's
+used blocks (by modification time, which a hit renews) go first.  Room is
+made under ``<folder>/dgemm-hostcache-<uid>/.space.lock``, whose file also
+holds a tally of the bytes held, so that a block that fits is written
+without a look at every file (:meth:`HostCache._reserve`).  A run's
 folder goes when the run ends (:func:`forget`, from the client), and files
 older than :data:`MAX_AGE` go when a worker first uses the cache (a crashed
 run's leftovers).  Caching is best effort: a block that does not fit, or a
@@ -65,6 +68,8 @@ PIECE = 8 << 20                      # bytes copied (and checksummed) at a time,
 MAX_AGE = 6 * 3600.0                 # seconds: older files are a finished or crashed run's, removed at start
 STALE_TMP = 600.0                    # seconds: a temporary file this old has no live writer (writes take ms)
 WAIT = 300.0                         # seconds a worker waits for another's decode before decoding itself
+RESCAN = 30.0                        # seconds a tally of the bytes held stands before the folder is counted again
+_TALLY = struct.Struct("<Qd")        # in the space lock's file: bytes held as last counted and reserved since, when counted
 
 
 class Corrupt(Exception):
@@ -343,35 +348,56 @@ class HostCache:
 
     def _reserve(self, tmp: str, nbytes: int) -> int | None:
         """Make room for ``nbytes`` (evicting the least recently used blocks) and create ``tmp`` that size,
-        all under the folder's space lock; None when it cannot fit."""
+        all under the folder's space lock; None when it cannot fit.
+
+        The bytes the cache holds are kept as a tally in the lock's file,
+        added to by each reservation: a reservation that fits takes no look
+        at the folder (a scan of every file, 10 µs each, had been every
+        block's, one at a time across the host's workers).  The folder is
+        scanned, its usage counted again and blocks evicted, only where the
+        tally says a block would not fit, or where it is :data:`RESCAN`
+        seconds old (files removed behind its back: a finished run's, a
+        swept one's, a damaged block's, which leave it too high, never too
+        low).
+        """
         if nbytes > self.limit:
             return None
         fd = os.open(os.path.join(self.root, ".space.lock"), os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)   # held for a scan of the folder: milliseconds
-            now, used, blocks = time.time(), 0, []
-            for path, st in self._files():
-                if path.endswith(".tmp") and now - st.st_mtime > STALE_TMP:   # its writer died
-                    _unlink(path)
-                    continue
-                used += st.st_size
-                if path.endswith(".blk"):
-                    blocks.append((st.st_mtime, st.st_size, path))
-            blocks.sort()
-            for _, size, path in blocks:
-                if used + nbytes <= self.limit:
-                    break
-                _unlink(path)   # a reader that has it open keeps its bytes until it closes it
-                used -= size
-                with self._lock:
-                    self.counts["evictions"] += 1
-            if used + nbytes > self.limit:   # the rest is being written
-                return None
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            used, counted = _read_tally(fd)
+            now = time.time()
+            if used is None or used + nbytes > self.limit or not 0 <= now - counted <= RESCAN:
+                used, counted = self._make_room(nbytes, now), now
+                if used is None:   # the rest is being written
+                    return None
             out = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
             os.ftruncate(out, nbytes)   # counted by the next scan at its full size
+            os.pwrite(fd, _TALLY.pack(used + nbytes, counted), 0)
             return out
         finally:
             os.close(fd)
+
+    def _make_room(self, nbytes: int, now: float) -> int | None:
+        """Scan the folder (in the space lock): stale temporary files removed, the least recently used blocks
+        evicted until ``nbytes`` more fit; the bytes held then, or None where they cannot fit."""
+        used, blocks = 0, []
+        for path, st in self._files():
+            if path.endswith(".tmp") and now - st.st_mtime > STALE_TMP:   # its writer died
+                _unlink(path)
+                continue
+            used += st.st_size
+            if path.endswith(".blk"):
+                blocks.append((st.st_mtime, st.st_size, path))
+        blocks.sort()
+        for _, size, path in blocks:
+            if used + nbytes <= self.limit:
+                break
+            _unlink(path)   # a reader that has it open keeps its bytes until it closes it
+            used -= size
+            with self._lock:
+                self.counts["evictions"] += 1
+        return used if used + nbytes <= self.limit else None
 
     # -- housekeeping ---------------------------------------------------
     def _files(self):
@@ -459,6 +485,15 @@ def _check_and_copy(f, ident: str, out: np.ndarray) -> None:
         value = _crc(piece, value)
     if value != crc:
         raise Corrupt("its bytes fail their crc32c")
+
+
+def _read_tally(fd: int) -> tuple[int | None, float]:
+    """The space lock file's tally: ``(bytes held, when they were last counted)``, ``(None, 0)`` where there is none."""
+    raw = os.pread(fd, _TALLY.size, 0)
+    if len(raw) != _TALLY.size:
+        return None, 0.0
+    used, counted = _TALLY.unpack(raw)
+    return int(used), float(counted)
 
 
 def _write_all(fd: int, data, offset: int) -> None:
