@@ -141,14 +141,18 @@ def _claim_and_share(base, claimed, pause):
     cache.fetch("run1", ("block", 7), poisoned(), decode)
 
 
-class Looks(HostCache):
-    """A cache that counts its looks for a shared block."""
+class Counting(HostCache):
+    """A cache that counts its looks for a shared block and its scans of the folder."""
 
-    looks = 0
+    looks = scans = 0
 
     def _read(self, *args):
         self.looks += 1
         return super()._read(*args)
+
+    def _make_room(self, *args):
+        self.scans += 1
+        return super()._make_room(*args)
 
 
 def test_a_waiter_is_woken_when_the_block_is_shared_not_looking_again_and_again(tmp_path):
@@ -161,7 +165,7 @@ def test_a_waiter_is_woken_when_the_block_is_shared_not_looking_again_and_again(
     child.start()
     try:
         assert claimed.wait(timeout=120), "the child never claimed the block"
-        cache, log, out = Looks(str(tmp_path), 1 << 30), tmp_path / "decodes.log", poisoned()
+        cache, log, out = Counting(str(tmp_path), 1 << 30), tmp_path / "decodes.log", poisoned()
         assert cache.fetch("run1", ("block", 7), out, decoder(7, str(log))) is True   # served, not decoded
     finally:
         child.join(timeout=60)
@@ -250,22 +254,12 @@ def age_tally(cache, seconds=None):
         os.close(fd)
 
 
-class Scans(HostCache):
-    """A cache that counts its scans of the folder."""
-
-    scans = 0
-
-    def _make_room(self, *args):
-        self.scans += 1
-        return super()._make_room(*args)
-
-
 def test_blocks_that_fit_the_tally_are_shared_without_a_scan_and_a_wrong_tally_is_mended(tmp_path):
     """Reserving room for a block reads and adds to the tally of bytes held, and scans the folder only where
     the tally says the block would not fit or is older than RESCAN seconds: a tally left too high (a run's
     folder cleared) costs one scan and no eviction; one too low (files it never saw) lasts RESCAN seconds."""
     per_file = os.path.getsize(_one_file(tmp_path / "probe"))
-    cache = Scans(str(tmp_path / "c"), int(4.5 * per_file))
+    cache = Counting(str(tmp_path / "c"), int(4.5 * per_file))
     for i in range(4):
         assert fetch(cache, "r", i) is False
     assert cache.scans == 1                               # the first: no tally yet
