@@ -9,6 +9,7 @@ local cluster of two dgemm workers sharing this host's CPU device.
 """
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -106,22 +107,31 @@ def _claim_and_hang(base, claimed):
     cache.fetch("run1", ("block", 7), poisoned(), decode)
 
 
-def test_a_killed_claimer_is_taken_over(tmp_path):
+@contextlib.contextmanager
+def claiming(base, target, *args, kill: bool = True):
+    """A spawned process running ``target(base, claimed, *args)``, given once it has claimed its block;
+    killed at the end (``kill``), else waited for."""
     ctx = multiprocessing.get_context("spawn")
     claimed = ctx.Event()
-    child = ctx.Process(target=_claim_and_hang, args=(str(tmp_path), claimed))
+    child = ctx.Process(target=target, args=(str(base), claimed, *args))
     child.start()
     try:
         assert claimed.wait(timeout=120), "the child never claimed the block"
+        yield child
+    finally:
+        if kill:
+            os.kill(child.pid, signal.SIGKILL)
+        child.join(timeout=60)
+
+
+def test_a_killed_claimer_is_taken_over(tmp_path):
+    with claiming(tmp_path, _claim_and_hang):
         cache, log, out, done = HostCache(str(tmp_path), 1 << 30), tmp_path / "decodes.log", poisoned(), []
         waiter = threading.Thread(target=lambda: done.append(cache.fetch("run1", ("block", 7), out,
                                                                          decoder(7, str(log)))))
         waiter.start()
         time.sleep(0.5)
         assert waiter.is_alive() and not decodes(log)   # the claim holds: we wait rather than decode too
-    finally:
-        os.kill(child.pid, signal.SIGKILL)
-        child.join(timeout=60)
     waiter.join(timeout=60)
     assert done == [False] and len(decodes(log)) == 1    # taken over: decoded here
     np.testing.assert_array_equal(out, expected(7))
@@ -159,16 +169,9 @@ def test_a_waiter_is_woken_when_the_block_is_shared_not_looking_again_and_again(
     """While another process decodes a block, a worker asking for it waits on the claim itself: it looks
     for the block before claiming, and once when the claim goes (a waiter that slept and looked again
     looked tens of times in a second's decode)."""
-    ctx = multiprocessing.get_context("spawn")
-    claimed = ctx.Event()
-    child = ctx.Process(target=_claim_and_share, args=(str(tmp_path), claimed, 1.0))
-    child.start()
-    try:
-        assert claimed.wait(timeout=120), "the child never claimed the block"
+    with claiming(tmp_path, _claim_and_share, 1.0, kill=False) as child:
         cache, log, out = Counting(str(tmp_path), 1 << 30), tmp_path / "decodes.log", poisoned()
         assert cache.fetch("run1", ("block", 7), out, decoder(7, str(log))) is True   # served, not decoded
-    finally:
-        child.join(timeout=60)
     assert child.exitcode == 0 and not decodes(log)
     np.testing.assert_array_equal(out, expected(7))
     assert cache.looks <= 3, cache.looks
@@ -178,20 +181,12 @@ def test_a_waiter_is_woken_when_the_block_is_shared_not_looking_again_and_again(
 def test_a_claimer_that_never_finishes_is_waited_for_at_most_wait_seconds(tmp_path, monkeypatch):
     """A claimer that hangs (stopped, or reading from a store that does not answer) holds a waiter for
     :data:`~dgemm.storage.hostcache.WAIT` seconds at most: then the waiter decodes the block itself."""
-    ctx = multiprocessing.get_context("spawn")
-    claimed = ctx.Event()
-    child = ctx.Process(target=_claim_and_hang, args=(str(tmp_path), claimed))
-    child.start()
-    try:
-        assert claimed.wait(timeout=120), "the child never claimed the block"
+    with claiming(tmp_path, _claim_and_hang) as child:
         monkeypatch.setattr(hostcache, "WAIT", 0.5)
         cache, log, out = HostCache(str(tmp_path), 1 << 30), tmp_path / "decodes.log", poisoned()
         assert cache.fetch("run1", ("block", 7), out, decoder(7, str(log))) is False   # decoded here
         assert len(decodes(log)) == 1 and child.is_alive()                             # the claim still held
         np.testing.assert_array_equal(out, expected(7))
-    finally:
-        os.kill(child.pid, signal.SIGKILL)
-        child.join(timeout=60)
 
 
 # -- one process ----------------------------------------------------------------------
