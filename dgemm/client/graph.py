@@ -116,11 +116,7 @@ def build(plan: Plan, a: Operand, b: Operand, c: Operand | None, *, alpha: float
     order = [grow(mine, panel_bytes(plan, mine), cache_bytes)
              for mine in assign(tasks, len(workers) if workers else 1, plan)]
 
-    def plain_refs(i, j, s):
-        k0, k1 = plan.segments[s]
-        return [a_ref(i, kk) for kk in range(k0, k1)], [b_ref(kk, j) for kk in range(k0, k1)]
-
-    refs = _marked_host_shared(order, plain_refs, workers)
+    refs = _block_refs(plan, order, a_ref, b_ref, workers)
 
     dsk, where, priority = {}, {}, {}
     for w, mine in enumerate(order):
@@ -173,40 +169,41 @@ def _add_mirror(graph: Graph, token: str, grid) -> None:
     graph.result_name = name
 
 
-def _marked_host_shared(order, refs, workers):
-    """``refs`` with the Zarr blocks that several workers of one host read marked ``host_shared``.
+def _block_refs(plan: Plan, order, a_ref, b_ref, workers):
+    """``refs(i, j, s)``: the A and B blocks of task ``(i, j, s)``, those that several workers of one host
+    read marked ``host_shared``.
 
     ``order[w]`` are the tasks of ``workers[w]`` (addresses; a host is an
-    address's host, as for dask).  Only those blocks go through a host
-    cache where it is on (:func:`dgemm.storage.hostcache.through`); with one
-    worker per host nothing is marked, and ``refs`` is returned as it is.
+    address's host, as for dask).  Only marked blocks go through a host cache
+    where it is on (:func:`dgemm.storage.hostcache.through`); with one worker
+    per host nothing is marked.  Readers are counted by block (a Gram's X
+    block read as A by one worker and as B by another is one block); each
+    block's reference is made once and handed to every task that reads it
+    (a task's own blocks, its read-ahead list's).
     Where tasks move to other workers (a worker lost, work stolen), a block
     is read twice or shared for nothing: slower, never wrong.
     """
-    if not workers or len(order) < 2:
-        return refs
-    hosts = [_host(w) for w in workers]
-    if len(set(hosts)) == len(hosts):
-        return refs
-    readers: dict = {}
+    readers: dict = {}      # ("a", i, kk) / ("b", kk, j): the workers whose tasks read it
     for w, mine in enumerate(order):
         for i, j, s in mine:
-            for ref in (r for side in refs(i, j, s) for r in side):
-                if isinstance(ref, ZarrBlock):
-                    readers.setdefault(ref.key(), set()).add(w)
-    shared = set()
-    for key, ws in readers.items():
-        if len(ws) > 1 and len({hosts[w] for w in ws}) < len(ws):
-            shared.add(key)
-    if not shared:
-        return refs
-
-    def mark(ref):
-        return replace(ref, host_shared=True) if isinstance(ref, ZarrBlock) and ref.key() in shared else ref
+            for kk in range(*plan.segments[s]):
+                readers.setdefault(("a", i, kk), set()).add(w)
+                readers.setdefault(("b", kk, j), set()).add(w)
+    made = {at: (a_ref if at[0] == "a" else b_ref)(*at[1:]) for at in readers}
+    hosts = [_host(w) for w in workers] if workers else []
+    if len(set(hosts)) < len(hosts):   # a host with several workers: what do they share?
+        by_key: dict = {}       # a block's key: every worker that reads it, on either side
+        for at, ref in made.items():
+            if isinstance(ref, ZarrBlock):
+                by_key.setdefault(ref.key(), set()).update(readers[at])
+        shared = {key for key, ws in by_key.items() if len({hosts[w] for w in ws}) < len(ws)}
+        for at, ref in made.items():
+            if isinstance(ref, ZarrBlock) and ref.key() in shared:
+                made[at] = replace(ref, host_shared=True)
 
     def marked(i, j, s):
-        a_refs, b_refs = refs(i, j, s)
-        return [mark(r) for r in a_refs], [mark(r) for r in b_refs]
+        k0, k1 = plan.segments[s]
+        return [made["a", i, kk] for kk in range(k0, k1)], [made["b", kk, j] for kk in range(k0, k1)]
     return marked
 
 
