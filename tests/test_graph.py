@@ -190,6 +190,8 @@ def test_blocks_that_workers_of_one_host_both_read_are_marked_shared(tmp_path, r
             readers.setdefault(r.key(), set()).add(w)
     shared = {k for k, ws in readers.items() if len({host[w] for w in ws}) < len(ws)}
     assert all(isinstance(r, ZarrBlock) and r.host_shared == (r.key() in shared) for r in seen)
+    one = {}
+    assert all(one.setdefault(r.key(), r) is r for r in seen)   # each block's reference made once, for every task
     hosts = len(set(host.values()))
     if hosts == len(workers):
         assert not shared                                  # a worker per host: nothing to share
