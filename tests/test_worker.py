@@ -172,6 +172,30 @@ def test_metered_engine_splits_busy_time_and_records_products(cpu_state, rng):
     assert cpu_state.in_flight() == []
 
 
+def test_a_failed_products_kernels_are_counted_nowhere(cpu_state, rng):
+    """A product that fails after some of its GEMM kernels ran adds its busy time but neither kernel seconds
+    nor a kernel part: the busy split's kernel part never exceeds the kernel seconds (a dashboard test saw
+    it do so after a corrupt chunk had failed products on the same workers)."""
+    e = cpu_state.engine("float32")
+    m, n, k = 24, 20, 16
+    a = [randn(rng, (m, k), "f4") for _ in range(3)]
+    b = [randn(rng, (k, n), "f4") for _ in range(3)]
+
+    def pairs():     # two k steps run on the device, then the store fails
+        yield a[0], b[0]
+        yield a[1], b[1]
+        raise OSError("the third block could not be read")
+
+    before = cpu_state.totals()      # (totals() splits the products finished so far first)
+    with pytest.raises(OSError, match="third block"):
+        e.product(pairs(), m, n)
+    after = cpu_state.totals()
+    d = {key: after[key] - before[key] for key in after}
+    assert d["busy_seconds"] > 0 and d["kernel_seconds"] == 0 and d["blocks"] == 0
+    assert d[busy.KEYS["kernel"]] == 0
+    assert sum(d[busy.KEYS[p]] for p in busy.PARTS) == pytest.approx(d["busy_seconds"], rel=1e-9, abs=1e-12)
+
+
 def test_progress_of_a_product_in_flight(cpu_state, rng, monkeypatch):
     """While a product runs, the state reports the k steps and flops its finished kernels did."""
     e = cpu_state.engine("float32")

@@ -116,6 +116,11 @@ class MeteredEngine(BlockEngine):
         run.marks.append(self._mark())
         try:
             return fn()
+        except BaseException:
+            # A failed product's kernels count nowhere: kernel_seconds is what its finished products
+            # add, and the split must not give its busy time to kernels that total never saw.
+            run.gemms.clear()
+            raise
         finally:
             flops, up, down, kernel, wait, upload, download = (
                 getattr(s, f) - b for f, b in zip(self._FIELDS, before))
