@@ -10,8 +10,10 @@ staging buffer each), as fast as they go (``--gemm-ms``: a pause per task instea
 paces the reads).  Modes: ``off`` reads every block where it is needed (the default setting);
 ``all`` sends every Zarr block through the host cache (the cache before the placement marked blocks);
 ``marked`` only the blocks both workers read (``ZarrBlock.host_shared``).  Records per process and mode the
-wall time, reader thread-seconds, bytes decoded on the host, cache hits and bytes served, alternating the
-modes for ``--rounds`` rounds.  Writes OUTDIR/hostcache-readers.json.
+wall time, reader thread-seconds, bytes decoded on the host, written to the cache and served from it, and
+beside each its floor: those bytes at one thread's rates measured first in the same run (decode, write to
+the cache, serve from it), over the readers' cores.  The modes alternate for ``--rounds`` rounds.  Writes
+OUTDIR/hostcache-readers.json.
 """
 import argparse
 import json
@@ -62,7 +64,8 @@ def worker(w, paths, size, chunks, threads, mode, gemm_ms, cache_dir, barrier, r
 
     import threading
     local = threading.local()
-    stats = {"read_seconds": 0.0, "bytes_host_read": 0, "hits": 0, "bytes_served": 0, "reads": 0}
+    stats = {"read_seconds": 0.0, "bytes_host_read": 0, "hits": 0, "bytes_served": 0, "reads": 0,
+             "bytes_published": 0}
     lock = threading.Lock()
 
     def read(ref):
@@ -80,6 +83,8 @@ def worker(w, paths, size, chunks, threads, mode, gemm_ms, cache_dir, barrier, r
                 stats["bytes_served"] += out.nbytes
             else:
                 stats["bytes_host_read"] += out.nbytes
+                if served is False:   # decoded here and written to the cache for the other worker
+                    stats["bytes_published"] += out.nbytes
         return float(out[0, 0])
 
     futures = {}
@@ -120,7 +125,49 @@ def run_mode(paths, size, chunks, threads, mode, gemm_ms, store):
             "read_thread_seconds": sum(s["read_seconds"] for s in got.values()),
             "bytes_host_read": sum(s["bytes_host_read"] for s in got.values()),
             "bytes_served": sum(s["bytes_served"] for s in got.values()),
+            "bytes_published": sum(s["bytes_published"] for s in got.values()),
             "per_worker": got}
+
+
+def rates(path, chunks, store, blocks=4):
+    """One thread's rates on ``blocks`` chunks of array ``path``, in GB/s of decoded bytes: decoding a chunk
+    (dgemm's reader), writing a decoded block to a host cache (its crc included) and serving one from it."""
+    import numpy as np
+    import zarr
+
+    from dgemm.storage import ZarrBlock, hostcache
+
+    arr = zarr.open_array(path, mode="r")
+    refs = [ZarrBlock(arr, (i * chunks, (i + 1) * chunks), (0, chunks)) for i in range(blocks)]
+    out = np.empty((chunks, chunks), arr.dtype)
+    folder = tempfile.mkdtemp(prefix="dgemm-bench-rates-", dir=store)
+    try:
+        cache = hostcache.HostCache(folder, 1 << 40)
+        for scope in ("warm-up", "timed"):   # the first pass opens files, contexts and buffers: not timed
+            t = {"decode": 0.0, "publish": 0.0, "serve": 0.0}
+            for i, ref in enumerate(refs):
+                t0 = time.perf_counter()
+                ref.fill_into(out)
+                t1 = time.perf_counter()
+                cache.fetch(scope, i, out, lambda o: None)          # a miss: the decode is the one above
+                t2 = time.perf_counter()
+                cache.fetch(scope, i, out, lambda o: None)          # a hit
+                t3 = time.perf_counter()
+                t["decode"] += t1 - t0
+                t["publish"] += t2 - t1
+                t["serve"] += t3 - t2
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return {k: blocks * out.nbytes / v / 1e9 for k, v in t.items()}
+
+
+def floor(run, rate, cores):
+    """The run's host floor: its decoding, writing to the cache and serving from it at one thread's
+    measured rates, spread over ``cores``."""
+    decoded = run["bytes_host_read"] / (rate["decode"] * 1e9)
+    published = run["bytes_published"] / (rate["publish"] * 1e9)
+    served = run["bytes_served"] / (rate["serve"] * 1e9)
+    return (decoded + published + served) / cores
 
 
 if __name__ == "__main__":
@@ -150,16 +197,21 @@ if __name__ == "__main__":
                         compressors="auto")   # Zarr's default, zstd
             paths.append(path)
         inputs = 2 * args.size * args.size * 4
+        rate = rates(paths[0], args.chunks, args.store)
+        cores = min(2 * args.threads, os.cpu_count() or 1)
+        print("one thread, GB/s: " + ", ".join(f"{k} {v:.2f}" for k, v in rate.items()), flush=True)
         runs = []
         for r in range(args.rounds):
             for mode in args.modes.split(","):
                 res = run_mode(paths, args.size, args.chunks, args.threads, mode, args.gemm_ms, args.store)
                 res["round"] = r
                 res["decoded_per_input"] = res["bytes_host_read"] / inputs
+                res["floor_seconds"] = floor(res, rate, cores)
                 runs.append(res)
-                print(f"round {r} {mode:6s} wall {res['wall_seconds']:.3f} s, readers "
-                      f"{res['read_thread_seconds']:.2f} thread-s, decoded {res['decoded_per_input']:.3f}x the "
-                      f"inputs, served {res['bytes_served'] / 1e9:.3f} GB", flush=True)
+                print(f"round {r} {mode:6s} wall {res['wall_seconds']:.3f} s (floor {res['floor_seconds']:.3f} s on "
+                      f"{cores} cores), readers {res['read_thread_seconds']:.2f} thread-s, decoded "
+                      f"{res['decoded_per_input']:.3f}x the inputs, served {res['bytes_served'] / 1e9:.3f} GB",
+                      flush=True)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     try:
@@ -170,6 +222,7 @@ if __name__ == "__main__":
               "commit": os.environ.get("DGEMM_COMMIT") or commit, "command": "python " + " ".join(
                   [os.path.relpath(__file__)] + [a for a in os.sys.argv[1:]]),
               "size": args.size, "chunks": args.chunks, "threads_per_worker": args.threads, "gemm_ms": args.gemm_ms,
+              "one_thread_gbps": rate, "floor_cores": cores,
               "store": args.store, "inputs_bytes": inputs, "runs": runs}
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "hostcache-readers.json"), "w") as f:
