@@ -236,6 +236,11 @@ def test_blocks_being_written_are_never_evicted(tmp_path):
     assert not os.path.exists(blk(cache, "r", 0))          # the one block that could go
     assert not os.path.exists(blk(cache, "r", 1))          # and still no room: used, not shared
     assert cache.usage() <= cache.limit
+    fd = os.open(os.path.join(cache.root, ".space.lock"), os.O_RDONLY)
+    try:
+        assert hostcache._read_tally(fd)[0] == cache.usage()  # the refusal's count kept for the next asker
+    finally:
+        os.close(fd)
 
 
 def age_tally(cache, seconds=None):

@@ -369,7 +369,8 @@ class HostCache:
             now = time.time()
             if used is None or used + nbytes > self.limit or not 0 <= now - counted <= RESCAN:
                 used, counted = self._make_room(nbytes, now), now
-                if used is None:   # the rest is being written
+                if used + nbytes > self.limit:   # the rest is being written: counted, for the next asker
+                    os.pwrite(fd, _TALLY.pack(used, counted), 0)
                     return None
             out = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
             os.ftruncate(out, nbytes)   # counted by the next scan at its full size
@@ -378,9 +379,9 @@ class HostCache:
         finally:
             os.close(fd)
 
-    def _make_room(self, nbytes: int, now: float) -> int | None:
+    def _make_room(self, nbytes: int, now: float) -> int:
         """Scan the folder (in the space lock): stale temporary files removed, the least recently used blocks
-        evicted until ``nbytes`` more fit; the bytes held then, or None where they cannot fit."""
+        evicted until ``nbytes`` more fit (or none is left to evict); the bytes held then."""
         used, blocks = 0, []
         for path, st in self._files():
             if path.endswith(".tmp") and now - st.st_mtime > STALE_TMP:   # its writer died
@@ -397,7 +398,7 @@ class HostCache:
             used -= size
             with self._lock:
                 self.counts["evictions"] += 1
-        return used if used + nbytes <= self.limit else None
+        return used
 
     # -- housekeeping ---------------------------------------------------
     def _files(self):
