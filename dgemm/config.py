@@ -15,7 +15,8 @@ for one command should not be overridden by a YAML file.  A value of
 A local cluster's workers inherit the client's configuration (distributed's
 nanny sends it to the process it spawns) and environment; workers started
 elsewhere read their own.  Each setting is read where it acts: the
-client's for ``devices``, ``worker-timeout`` and ``lease-interval``, the worker's for the rest.
+client's for ``devices``, ``worker-timeout``, ``lease-interval`` and ``gemm-tasks``, the worker's for the
+rest.
 
 >>> get("worker-timeout") > 0
 True
@@ -106,6 +107,22 @@ def _positive_int(value, name) -> int | None:
         n = 0
     if n < 1 or isinstance(value, bool) or (isinstance(value, float) and n != value):
         raise ValueError(f"{name}={value!r} must be a positive integer")
+    return n
+
+
+def _gemm_tasks(value, name) -> int | None:
+    """1 to 8: a GEMM task asks for ``1/n`` of ``GPU=1``, and n such shares add up to 1 exactly in floats.
+
+    >>> _gemm_tasks("2", "x")
+    2
+    >>> _gemm_tasks(9, "x")
+    Traceback (most recent call last):
+    ...
+    ValueError: x=9 must be 1 to 8 (GEMM tasks at once per device)
+    """
+    n = _positive_int(value, name)
+    if n is not None and n > 8:
+        raise ValueError(f"{name}={value!r} must be 1 to 8 (GEMM tasks at once per device)")
     return n
 
 
@@ -256,6 +273,12 @@ SETTINGS = {s.key: s for s in (
             "its device workers, 2 to 32 (raw chunks are copied by at most 8 of them at once)."),
     Setting("prefetch", "DGEMM_PREFETCH", _positive_int,
             "k steps a block product reads ahead of the device. Unset: one per reader thread, at least 4."),
+    Setting("gemm-tasks", "DGEMM_GEMM_TASKS", _gemm_tasks,
+            "GEMM tasks a device worker runs at once (1 to 8; read on the client, which gives each task "
+            "1/n of the worker's `GPU=1`). The device still multiplies one block at a time; with 2, the "
+            "next task sets up while the device runs the current one and its GEMMs start while the current "
+            "result downloads, so the device does not wait out Dask's turnaround between tasks. Default 1 "
+            "(bench/NOTES.md, issue 27: what 2 gains on one H100 and on two H200s)."),
     Setting("host-cache", "DGEMM_HOST_CACHE", _host_cache,
             "Decoded input blocks shared by the device workers of a host, in `/dev/shm` (or the absolute "
             "folder given here): a block that several workers of the host read (the placement marks it) is "

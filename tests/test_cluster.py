@@ -240,11 +240,11 @@ def restrictions(client):
     client.unregister_scheduler_plugin(RecordRestrictions.name)
 
 
-def _check_restrictions(seen, n_blocks, others_expected=True):
-    """Every GEMM task (at least one per C block) asks for GPU=1; no other dgemm task does."""
+def _check_restrictions(seen, n_blocks, others_expected=True, share=1):
+    """Every GEMM task (at least one per C block) asks for ``share`` of GPU=1; no other dgemm task does."""
     gemm = {k: v for k, v in seen.items() if "dgemm-gemm-" in k}
     assert len(gemm) >= n_blocks, sorted(seen)
-    assert all(v == {"GPU": 1} for v in gemm.values()), gemm
+    assert all(v == {"GPU": share} for v in gemm.values()), gemm
     others = {k: v for k, v in seen.items() if "dgemm-gemm-" not in k}
     assert all(not v for v in others.values()), others
     assert others or not others_expected, "no store tasks seen"
@@ -255,6 +255,38 @@ def test_gemm_tasks_carry_the_resource_annotation(client, restrictions, tmp_path
     out = dgemm.matmul(A, B, out=str(tmp_path / "c.zarr"), client=client, block=32)
     _check_restrictions(restrictions(), out.nchunks)
     check_product(out[...], A, B, dtype="float32")
+
+
+def test_gemm_tasks_setting_runs_two_at_once_per_device(client, restrictions, tmp_path, rng):
+    """``gemm-tasks: 2``: each GEMM task asks for half of GPU=1, a worker runs two at once, and every product
+    of mixed dtypes on the long-lived cluster is right."""
+    import dask
+
+    A, B = randn(rng, (224, 96), "float32"), randn(rng, (96, 192), "float64")
+    a = zarr.create_array(store=str(tmp_path / "a.zarr"), data=A, chunks=(32, 32))
+    with dask.config.set({"dgemm.gemm-tasks": 2}), get_task_stream(client) as ts:
+        out = dgemm.matmul(a, B, out=str(tmp_path / "c.zarr"), client=client, block=32)
+        out32 = dgemm.matmul(a, A.T.copy(), out=str(tmp_path / "c32.zarr"), client=client, block=32)
+    check_product(out[...], A, B, dtype="float64")
+    check_product(out32[...], A, A.T, dtype="float32")
+    _check_restrictions(restrictions(), out.nchunks + out32.nchunks, share=0.5)
+    spans: dict = {}
+    for t in ts.data:
+        if key_split(t["key"]) == "dgemm-gemm":
+            for ss in t["startstops"]:
+                if ss["action"] == "compute":
+                    spans.setdefault(t["worker"], []).append((ss["start"], ss["stop"]))
+    overlapped = sum(b0 < a1 for w in spans.values() for (_, a1), (b0, _) in zip(sorted(w), sorted(w)[1:]))
+    assert overlapped, f"no two GEMM tasks ran at once on a worker: {spans}"
+
+
+def test_a_bad_gemm_tasks_value_stops_the_call_before_any_work(client, tmp_path, rng):
+    import dask
+
+    A = randn(rng, (64, 64), "float32")
+    with dask.config.set({"dgemm.gemm-tasks": 9}), pytest.raises(ValueError, match="gemm-tasks=9 must be 1 to 8"):
+        dgemm.matmul(A, A, out=str(tmp_path / "c.zarr"), client=client, block=32)
+    assert not (tmp_path / "c.zarr").exists()
 
 
 @pytest.mark.xfail(strict=True, reason="dask's low-level fusion (on by default for arrays) drops layer annotations "

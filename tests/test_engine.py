@@ -275,6 +275,48 @@ def test_release_and_reuse(device, rng):
     e.release()
 
 
+class _LockWatch(BlockEngine):
+    """Notes, at each transfer command it is told of, whether the engine's lock was held."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.held_at_transfer = []
+
+    def _transferred(self, event):
+        if event is not None:
+            self.held_at_transfer.append(self._lock.locked())
+
+
+def test_a_product_lets_the_next_one_in_before_its_download_ends(device, rng):
+    """The download is waited for outside the engine's lock (the next product's GEMMs queue behind it)."""
+    e = _LockWatch(device, "float32")
+    run(e, rng, 40, 24, 56, splits=(20,))
+    assert e.held_at_transfer[-1] is False, e.held_at_transfer   # the download: waited for, the lock free
+    assert e.held_at_transfer[-2] is True, e.held_at_transfer    # the unpadding before it: in the lock
+    assert not e._lock.locked()
+    e.release()
+
+
+def test_products_from_two_threads_at_once_are_each_right(device, rng):
+    """Two threads share one engine (two GEMM tasks per device): each product, on its own data, is right
+    although the next one's kernels are enqueued while the last one's result is still coming down."""
+    import concurrent.futures
+
+    e = BlockEngine(device, "float64")
+    cases = [(37 + 3 * i, 29 + 5 * (i % 3), 41 + 7 * i) for i in range(12)]
+    data = [(randn(rng, (m, k), "float64"), randn(rng, (k, n), "float64")) for m, n, k in cases]
+
+    def one(i):
+        (m, n, k), (a, b) = cases[i], data[i]
+        return e.product(k_blocks(a, b, m, n, k, (k // 2,), False, False), m, n)
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        got = list(pool.map(one, range(len(cases))))
+    for (m, n, k), (a, b), c in zip(cases, data, got):
+        check_product(c, a, b, dtype="float64", what=f"{m}x{n}x{k} from two threads")
+    e.release()
+
+
 def test_roundup():
     assert [roundup(x, 16) for x in (0, 1, 15, 16, 17, 32)] == [0, 16, 16, 16, 32, 32]
 

@@ -4,7 +4,8 @@ Layers, named for the dashboard's task stream:
 
 ``dgemm-gemm``    one task per C block (and k segment): reads its A and B
                   blocks in the worker, multiplies on the device, accumulates
-                  over k there.  Asks for resource ``GPU=1``.
+                  over k there.  Asks for its share of resource ``GPU=1``
+                  (:func:`gpu_share`).
 ``dgemm-reduce``  adds the k segments of a C block (only when k is split).
 ``dgemm-mirror``  a Gram product's C (X^T X, X X^T: symmetric): the blocks
                   ``i <= j`` are computed, the others are their transposes
@@ -24,7 +25,7 @@ from dataclasses import dataclass, replace
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from distributed.comm import get_address_host
 
-from dgemm import names
+from dgemm import config, names
 from dgemm.client.order import grow, panel_bytes
 from dgemm.client.plan import Plan, assign, check_graph_size
 from dgemm.client.request import is_gram
@@ -33,8 +34,18 @@ from dgemm.storage.lease import Fence
 from dgemm.storage.originals import OriginalBlock, Originals
 from dgemm.worker.tasks import done, gemm_block, mirror, reduce_blocks, store
 
-GPU = {"resources": {"GPU": 1}}
 MIRROR = "dgemm-mirror"
+
+
+def gpu_share() -> float:
+    """A GEMM task's share of its worker's ``GPU=1``: one over the ``gemm-tasks`` setting, read on the client.
+
+    With 2, a worker runs two GEMM tasks at once: the device still runs one
+    product at a time (the engine's lock), while the other sets up, asks
+    for its inputs, and enqueues its kernels behind the first one's
+    download (:class:`dgemm.opencl.engine.BlockEngine`).
+    """
+    return 1 / (config.get("gemm-tasks") or 1)
 
 
 @dataclass
@@ -133,7 +144,7 @@ def build(plan: Plan, a: Operand, b: Operand, c: Operand | None, *, alpha: float
             if workers:
                 where[key] = [workers[w]]
             priority[key] = len(mine) - pos   # each worker runs its blocks in the order given
-    annotations = {**GPU, "priority": priority.__getitem__}
+    annotations = {"resources": {"GPU": gpu_share()}, "priority": priority.__getitem__}
     if workers:
         annotations.update(workers=where.__getitem__, allow_other_workers=True)
     graph.layers[gname] = MaterializedLayer(dsk, annotations=annotations)

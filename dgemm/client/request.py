@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from dgemm import config
 from dgemm.dtypes import check_dtype, check_precision
 from dgemm.sizes import index_overflow
 from dgemm.storage import Operand, OutputSpec, check_output, check_storage_options, is_url, is_zarr_array
@@ -107,6 +108,7 @@ class Request:
         trans_a, trans_b = _check_bool(trans_a, "trans_a"), _check_bool(trans_b, "trans_b")
         overwrite, resume = _check_bool(overwrite, "overwrite"), _check_bool(resume, "resume")
         progress = _check_bool(progress, "progress")
+        config.get("gemm-tasks")   # the graph's, read here so that a bad value stops the call before any work
         if resume and out is None:
             raise ValueError("resume=True finishes an interrupted run into out; give out")
         if resume and overwrite:

@@ -513,17 +513,23 @@ class BlockEngine:
         return k
 
     def _run(self, steps, m, n, alpha, beta, c, planned=None, twin: bool = False, finish=None):
-        with self._lock:
+        with _Turn(self._lock) as turn:
             self.device.idle = False
             t0 = time.perf_counter()
+
+            def handoff():   # the rest of this product is a download the device's in-order queue puts first
+                self._busy(t0, time.perf_counter())
+                turn.release()
             try:
-                return self._measured(lambda: self._accumulate(steps(), m, n, alpha, beta, c, twin, finish), planned)
+                return self._measured(lambda: self._accumulate(steps(), m, n, alpha, beta, c, twin, finish, handoff),
+                                      planned)
             except Exception as e:
                 if is_opencl_error(e):   # one the steps did not name (their own are DeviceErrors already)
                     raise_plain(device_error(self.device.info.name, f"a {m}x{n} {self.dtype.name} block product", e))
                 raise
             finally:
-                self._busy(t0, time.perf_counter())
+                if turn.held:
+                    self._busy(t0, time.perf_counter())
 
     # Hooks for a subclass that meters products (dgemm.worker.state.MeteredEngine); times are
     # time.perf_counter's, and the hooks are cheap: they only note what the product has at hand.
@@ -544,8 +550,10 @@ class BlockEngine:
     def _transferred(self, event) -> None:
         """An upload, padding, unpadding or download command (None: nothing was enqueued)."""
 
-    def _accumulate(self, steps, m, n, alpha, beta, c, twin: bool = False, finish=None):
-        """Enqueue one GEMM per step into the C accumulator, then unpad and download it once (or ``finish`` it)."""
+    def _accumulate(self, steps, m, n, alpha, beta, c, twin: bool = False, finish=None, handoff=None):
+        """Enqueue one GEMM per step into the C accumulator, then unpad and download it once (or ``finish`` it).
+
+        ``handoff()``, once the download is enqueued, lets the next product in (see :class:`_Turn`)."""
         import pyopencl as cl
 
         p, q = self.params, self.device.queue
@@ -600,14 +608,50 @@ class BlockEngine:
                       download_seconds=sum(_seconds(e) for what, e in done if what == "download"))
             return result
         out = self.device.host_array((m, n), self.dtype)   # page-locked: the download runs at bus speed
-        with self.device.failing(f"downloading the {m}x{n} {self.dtype.name} result ({out.nbytes} bytes)"):
+        what = f"downloading the {m}x{n} {self.dtype.name} result ({out.nbytes} bytes)"
+        with self.device.failing(what):
             self._transferred(self.k.unpad(q, _grid(n, m), LOCAL_2D, np.int32(m), np.int32(n), np.int32(np_),
                                            c_dev, dense))
-            down = cl.enqueue_copy(q, out, dense, is_blocking=True)
+            down = cl.enqueue_copy(q, out, dense, is_blocking=False)
+            q.flush()
+        if handoff is not None:
+            handoff()
+        with self.device.failing(what):
+            down.wait()
         self._transferred(down)
         self._add(kernel_seconds=sum(_seconds(e) for e in events), flops=flops, bytes_down=out.nbytes, blocks=1,
                   download_seconds=_seconds(down))
         return out
+
+
+class _Turn:
+    """A product's hold on its engine's lock, which the product may give up before it returns.
+
+    A device runs one product at a time, but a product's last command, the
+    download of its result, need not keep the next product out: the GEMM
+    kernels, the unpadding and the download share one in-order queue, so
+    the next product's kernels, enqueued behind the download, run after it
+    and cannot overwrite the accumulator or the result buffer it reads.
+    With two GEMM tasks per device (the ``gemm-tasks`` setting) the device
+    then multiplies the next block while this one comes down.
+    """
+
+    def __init__(self, lock: threading.Lock):
+        self._lock = lock
+        self.held = False
+
+    def __enter__(self) -> "_Turn":
+        self._lock.acquire()
+        self.held = True
+        return self
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            self._lock.release()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
 
 
 def _seconds(event) -> float:

@@ -2,7 +2,7 @@
 
     python bench/notes/issue-28/device_codecs_onoff.py [OUT.json] [--size 16384] [--chunk 4096]
         [--dtype float32] [--devices gpu] [--store /dev/shm] [--repeats 2] [--codec lz4|zstd]
-        [--out-codec none|zstd] [--slots 2,8] [--modes off,on] [--priorities on,off,inline]
+        [--out-codec none|zstd] [--slots 2,8] [--modes off,on] [--priorities on,off,inline] [--gemm-tasks 1,2]
 
 Writes A and B (SIZE x SIZE, a random walk along rows: smooth floats) as Zarr v2 arrays in CHUNK² chunks
 under STORE, compressed by ``--codec``: ``lz4``, numcodecs' ``Blosc("lz4", 5, SHUFFLE)`` (Zarr v2's default
@@ -17,7 +17,7 @@ and reports each run's wall time, C's stored bytes and what the workers' counter
 ``read_seconds`` (summed over reader threads) and ``download_seconds``.  ``--slots``: then runs with
 device-codecs on and each count of device decodes at once (``dgemm.opencl.scratch.SLOTS``).  ``--modes``: the
 settings timed in turn (``off`` alone for raw chunks); ``--priorities``: the ``queue-priority`` values, a cluster
-each (read when a worker's device opens).  Each run also records the task stream's phases (the first GEMM's start,
+each (read when a worker's device opens); ``--gemm-tasks``: each mode with each ``gemm-tasks`` value in turn.  Each run also records the task stream's phases (the first GEMM's start,
 the last GEMM's and the last store's stops: the fill and the drain), the busy split and each worker's busy time; each
 cluster's last C is checked against numpy's float64 where sampled rows and columns cross (the script fails, after
 writing its records, if one is wrong).  Prints one JSON line per run and writes them all to OUT.json if given, as
@@ -98,12 +98,15 @@ def main():
     p.add_argument("--out-codec", choices=("none", "zstd"), default=None,
                    help="C's compressor (default: zstd with zstd inputs, else none)")
     p.add_argument("--modes", default="off,on", help="the settings timed in turn, comma separated")
+    p.add_argument("--gemm-tasks", default="1", help="gemm-tasks values, comma separated: each mode runs with "
+                   "each in turn (read on the client, so one cluster serves them all)")
     p.add_argument("--priorities", default="on", help="queue-priority values, comma separated: a cluster each")
     p.add_argument("--slots", default=None, help="device decodes at once per device, comma separated: each "
                                                   "count timed with device-codecs on (default: the module's)")
     args = p.parse_args()
     out_codec = args.out_codec or ("zstd" if args.codec == "zstd" else "none")
 
+    import dask
     import numcodecs
     import numpy as np
     import zarr
@@ -145,16 +148,17 @@ def main():
                 for mode in ("on", "off"):   # the GEMM kernels and lz4.cl built before any timed run
                     client.run(configure, mode)
                     dgemm.matmul(*arrays, out=out, client=client, overwrite=True, compressors=c_codecs)
-                runs = [(m, None) for m in args.modes.split(",")] * args.repeats
+                tasks = [int(t) for t in args.gemm_tasks.split(",")]
+                runs = [(m, None, t) for m in args.modes.split(",") for t in tasks] * args.repeats
                 if args.slots:
-                    runs += [("on", int(k)) for k in args.slots.split(",") for _ in range(args.repeats)]
-                for mode, slots in runs:
+                    runs += [("on", int(k), tasks[0]) for k in args.slots.split(",") for _ in range(args.repeats)]
+                for mode, slots, gemm_tasks in runs:
                     client.run(configure, mode)
                     if slots is not None:
                         client.run(set_slots, slots)
                     before = client.run(counters)
                     t0, tt = time.perf_counter(), time.time()
-                    with get_task_stream(client) as ts:
+                    with get_task_stream(client) as ts, dask.config.set({"dgemm.gemm-tasks": gemm_tasks}):
                         dgemm.matmul(*arrays, out=out, client=client, overwrite=True, compressors=c_codecs)
                     wall = time.perf_counter() - t0
                     after = client.run(counters)
@@ -162,7 +166,7 @@ def main():
                     # each device's share (issue 27: each GPU's busy time within 10 % of the other's)
                     per_worker = {k: sorted(round(after[w][k] - before[w][k], 3) for w in after)
                                   for k in ("busy_seconds", "busy_kernel_seconds", "kernel_seconds", "bytes_up")}
-                    record = {"mode": mode, "queue_priority": priority, "slots": slots, "size": n, "chunk": chunk, "dtype": args.dtype, "devices": args.devices,
+                    record = {"mode": mode, "queue_priority": priority, "slots": slots, "gemm_tasks_setting": gemm_tasks, "size": n, "chunk": chunk, "dtype": args.dtype, "devices": args.devices,
                               "codec": args.codec, "out_codec": out_codec, "wall_s": round(wall, 3),
                               "c_stored_bytes": stored_bytes(out), **grew, **phases(ts.data, tt),
                               "per_worker": per_worker}
