@@ -177,18 +177,18 @@ def _host_cache(value, name) -> str | None:
 
 
 def _device_codecs(value, name) -> str | None:
-    """``auto``, ``on`` or ``off`` (YAML's booleans and 1/0 too); None when blank.
+    """``auto``, ``on``, ``off`` (YAML's booleans and 1/0 too) or ``encode``; None when blank.
 
-    >>> _device_codecs(" ON ", "x"), _device_codecs(False, "x"), _device_codecs("auto", "x")
-    ('on', 'off', 'auto')
+    >>> _device_codecs(" ON ", "x"), _device_codecs(False, "x"), _device_codecs("auto", "x"), _device_codecs("Encode", "x")
+    ('on', 'off', 'auto', 'encode')
     """
     if _blank(value):
         return None
     if isinstance(value, bool):
         return "on" if value else "off"
-    word = {"auto": "auto", **_WORDS}.get(str(value).strip().lower())
+    word = {"auto": "auto", "encode": "encode", **_WORDS}.get(str(value).strip().lower())
     if word is None:
-        raise ValueError(f"{name}={value!r} must be auto, on or off")
+        raise ValueError(f"{name}={value!r} must be auto, on, off or encode")
     return word
 
 
@@ -302,7 +302,9 @@ SETTINGS = {s.key: s for s in (
             "down, written as the chunk objects. `auto` (the default): on only for device types where the device "
             "path was measured faster than the host, none yet (32768² float32 with zstd in and out on an H100: "
             "2.25-2.35 s on against 2.01-2.06 s off; 49152² on two H200s: 4.2-4.3 s on against 3.5-3.7 s off), so "
-            "off today; `on`; `off`. Read where the worker runs; a bad value stops a call before any work."),
+            "off today; `on`; `off`; `encode`: C's chunks on the device, the inputs decoded on the host's cores "
+            "(the device's decoders share it with the GEMM; its encoder takes a few ms a block). Read where the "
+            "worker runs; a bad value stops a call before any work."),
     Setting("queue-priority", "DGEMM_QUEUE_PRIORITY", _queue_priority,
             "`on` (the default): the queues whose kernels feed the GEMM kernels (the uploads' padding, "
             "transposes and wgmma preparation, the device decoders') ask the driver for high priority where it "

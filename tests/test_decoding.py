@@ -286,7 +286,7 @@ def test_bad_setting_values_are_refused_before_any_work(client, setting, tmp_pat
 
     a, b, _, _ = inputs(tmp_path, rng, LZ4["v3 shuffle"])
     setting(value)
-    with pytest.raises(NoDeviceWorkerError, match=rf"dgemm.device-codecs='{value}' must be auto, on or off"):
+    with pytest.raises(NoDeviceWorkerError, match=rf"dgemm.device-codecs='{value}' must be auto, on, off or encode"):
         dgemm.matmul(a, b, out=str(tmp_path / "c.zarr"), client=client, block=16)
     assert not (tmp_path / "c.zarr").exists()
 

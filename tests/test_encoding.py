@@ -189,6 +189,23 @@ def test_matmul_encodes_on_the_host_where_the_setting_is_off(client, setting, tm
         assert grew["host_encoded_bytes"] == encoded_bytes(c) and grew["device_encoded_bytes"] == 0, (mode, grew)
 
 
+def test_encode_alone_decodes_the_inputs_on_the_host(client, setting, tmp_path, rng):
+    """``device-codecs: encode``: zstd inputs decoded on the host, C's zstd chunks encoded on the device."""
+    setting("encode")
+    A, B = inputs(rng, 70, 45, "float32", k=52)
+    names = []
+    for name, x in (("a", A), ("b", B)):
+        names.append(str(tmp_path / f"{name}.zarr"))
+        zarr.create_array(names[-1], data=x, chunks=(16, 16), compressors=ZstdCodec(level=3))
+    c, grew = run_counted(client, lambda: dgemm.matmul(*names, out=str(tmp_path / "c.zarr"), client=client,
+                                                       block=32, chunks=(16, 8), compressors=ZstdCodec(level=3)))
+    values = c[...]
+    check_product(values, A, B, dtype="float32", what="encode")
+    check_frames(c, values)
+    assert grew["device_encoded_bytes"] == encoded_bytes(c) and grew["host_encoded_bytes"] == 0, grew
+    assert grew["device_decoded_bytes"] == 0 and grew["host_decoded_bytes"] >= A.nbytes + B.nbytes, grew
+
+
 @pytest.mark.parametrize("layout", list(HOST))
 def test_other_output_codecs_stay_on_the_host(client, setting, tmp_path, rng, layout):
     setting("on")

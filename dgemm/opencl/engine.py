@@ -107,6 +107,7 @@ class BlockEngine:
         # pyopencl sets a kernel's arguments and enqueues it in two calls: threads must not interleave them
         self._launch = threading.Lock()
         self._count = threading.Lock()
+        self._busy_end = 0.0   # where the last product's busy time ended (time.perf_counter)
 
     @property
     def cache(self) -> PanelCache:
@@ -517,8 +518,10 @@ class BlockEngine:
             self.device.idle = False
             t0 = time.perf_counter()
 
+            handed = []
+
             def handoff():   # the rest of this product is a download the device's in-order queue puts first
-                self._busy(t0, time.perf_counter())
+                handed.append(self._handoff())
                 turn.release()
             try:
                 return self._measured(lambda: self._accumulate(steps(), m, n, alpha, beta, c, twin, finish, handoff),
@@ -528,8 +531,7 @@ class BlockEngine:
                     raise_plain(device_error(self.device.info.name, f"a {m}x{n} {self.dtype.name} block product", e))
                 raise
             finally:
-                if turn.held:
-                    self._busy(t0, time.perf_counter())
+                self._busy(t0, time.perf_counter(), *handed)
 
     # Hooks for a subclass that meters products (dgemm.worker.state.MeteredEngine); times are
     # time.perf_counter's, and the hooks are cheap: they only note what the product has at hand.
@@ -537,9 +539,23 @@ class BlockEngine:
         """Run one product; ``planned`` is ``(k steps, flops)`` when known ahead."""
         return fn()
 
-    def _busy(self, start: float, end: float) -> None:
-        """Count one product's wall time (in the engine's lock, after the product)."""
-        self._add(busy_seconds=end - start)
+    def _handoff(self):
+        """The product gives up the engine's lock before its download is done; what :meth:`_busy` gets then."""
+        return None
+
+    def _busy(self, start: float, end: float, handed=None) -> float:
+        """Count one product's wall time, from its start to its result's arrival; returns the start counted.
+
+        Called after the product, in the engine's lock unless it was handed
+        over (``handed``: what :meth:`_handoff` returned).  The next product
+        may then have started before this one's download ended: the time
+        both cover counts once, for the one that ended first.
+        """
+        with self._count:
+            start = min(max(start, self._busy_end), end)
+            self._busy_end = max(self._busy_end, end)
+            self.stats.busy_seconds += end - start
+        return start
 
     def _waited(self, start: float, end: float) -> None:
         """The product waited for its next inputs from ``start`` to ``end``."""

@@ -28,9 +28,10 @@ from dgemm.opencl.device import DeviceError
 from dgemm.storage import ZarrBlock, fastpaths, frames, unreadable
 
 
-def wanted(device) -> bool:
-    """Whether this worker's ``device-codecs`` setting (read now) sends chunks to ``device``."""
-    return device is not None and codecs.enabled(config.get("device-codecs") or "auto", device.info.type)
+def wanted(device, work: str = "decode") -> bool:
+    """Whether this worker's ``device-codecs`` setting (read now) has ``device`` do ``work`` (``"decode"``: the
+    inputs' chunks, ``"encode"``: C's)."""
+    return device is not None and codecs.enabled(config.get("device-codecs") or "auto", device.info.type, work)
 
 
 # Device bytes one decode call holds, per byte of the block it decodes (zstd_decode.decode_zstd's buffers):

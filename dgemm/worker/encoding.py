@@ -34,7 +34,7 @@ def target(device, dtype, out) -> encoded.Chunks | None:
     """The output chunks this worker encodes on ``device`` for the block ``out`` (``(array, rows, cols, drop)``,
     from :func:`dgemm.client.graph.add_store`), or None: the C block comes down and the store task encodes it
     on the host, as without the setting."""
-    if out is None or not decoding.wanted(device):
+    if out is None or not decoding.wanted(device, "encode"):
         return None
     found = encoded.chunks_of(*out)
     if found is None or found.dtype != np.dtype(dtype):

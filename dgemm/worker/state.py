@@ -145,11 +145,19 @@ class MeteredEngine(BlockEngine):
         if event is not None:
             self._transfers.append(event)
 
-    def _busy(self, start, end):
+    def _handoff(self):
+        # the next product sets running as soon as it has the lock: this one keeps its own
         run, self.running = self.running, None
+        return run or Running(None)
+
+    def _busy(self, start, end, handed=None):
+        if handed is None:
+            run, self.running = self.running, None
+        else:
+            run = handed
         if run is not None:
             run.marks.append(self._mark())
-        super()._busy(start, end)
+        start = super()._busy(start, end)
         self._unsettled.append((run or Running(None), start, end))
         if len(self._unsettled) > UNSETTLED_KEPT or len(self._transfers) > TRANSFERS_KEPT // 2:
             self.settle()   # nobody has asked for the figures for a while: keep what waits bounded

@@ -41,7 +41,7 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-MODES = ("auto", "on", "off")
+MODES = ("auto", "on", "off", "encode")
 
 
 @dataclass(frozen=True)
@@ -100,18 +100,29 @@ def decoder(codec: str, config: dict | None = None) -> Decoder | None:
 # 6.6-6.8 s against 4.5-4.6 (bench/results/2026-11-26-*-device-codecs-onoff-*-850d91b.json): the
 # decoder's kernels run at 37 GB/s, but share the device with the GEMM.
 AUTO_ON: frozenset = frozenset()
+# Device types where C's chunks alone are encoded on the device under ``auto`` (the inputs decoded on the
+# host): none until measured (bench/NOTES.md, issue 28).
+AUTO_ENCODE: frozenset = frozenset()
 
 
-def enabled(mode: str, device_type: str) -> bool:
-    """Whether the ``device-codecs`` setting's ``mode`` sends chunks to a device of ``device_type``.
+def enabled(mode: str, device_type: str, work: str = "decode") -> bool:
+    """Whether the ``device-codecs`` setting's ``mode`` has a device of ``device_type`` do ``work``.
 
-    ``auto`` takes the device path only on device types where it was
-    measured faster than the host (:data:`AUTO_ON`): none yet, so ``auto``
-    is ``off`` everywhere today; ``on`` takes it on any device.
+    ``work`` is ``"decode"`` (the inputs' chunks) or ``"encode"`` (C's).
+    ``on`` takes the device path for both on any device, ``encode`` for
+    C's chunks alone (the inputs decoded on the host's cores), ``off`` for
+    neither; ``auto`` takes it only where it was measured faster than the
+    host (:data:`AUTO_ON` for both, :data:`AUTO_ENCODE` for C's chunks).
 
-    >>> enabled("auto", "GPU"), enabled("auto", "CPU"), enabled("on", "CPU"), enabled("off", "GPU")
-    (False, False, True, False)
+    >>> enabled("auto", "CPU"), enabled("on", "CPU"), enabled("off", "GPU")
+    (False, True, False)
+    >>> enabled("encode", "CPU"), enabled("encode", "CPU", "encode")
+    (False, True)
     """
     if mode not in MODES:
         raise ValueError(f"device-codecs={mode!r} must be one of {', '.join(MODES)}")
-    return mode == "on" or (mode == "auto" and device_type in AUTO_ON)
+    if work not in ("decode", "encode"):
+        raise ValueError(f"internal: work={work!r}")
+    if mode == "auto":
+        return device_type in AUTO_ON or (work == "encode" and device_type in AUTO_ENCODE)
+    return mode == "on" or (mode == "encode" and work == "encode")
