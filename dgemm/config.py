@@ -277,8 +277,9 @@ SETTINGS = {s.key: s for s in (
             "GEMM tasks a device worker runs at once (1 to 8; read on the client, which gives each task "
             "1/n of the worker's `GPU=1`). The device still multiplies one block at a time; with 2, the "
             "next task sets up while the device runs the current one and its GEMMs start while the current "
-            "result downloads, so the device does not wait out Dask's turnaround between tasks. Default 1 "
-            "(bench/NOTES.md, issue 27: what 2 gains on one H100 and on two H200s)."),
+            "result downloads, so the device does not wait out Dask's turnaround between tasks. Default 1: 2 measured no faster "
+            "(one H100, 32768² float32: raw chunks 1.28-1.42 s against 1.35-1.42 s, zstd 2.29-2.49 against "
+            "2.33-2.50; bench/NOTES.md, issue 27)."),
     Setting("host-cache", "DGEMM_HOST_CACHE", _host_cache,
             "Decoded input blocks shared by the device workers of a host, in `/dev/shm` (or the absolute "
             "folder given here): a block that several workers of the host read (the placement marks it) is "
@@ -302,9 +303,11 @@ SETTINGS = {s.key: s for s in (
             "down, written as the chunk objects. `auto` (the default): on only for device types where the device "
             "path was measured faster than the host, none yet (32768² float32 with zstd in and out on an H100: "
             "2.25-2.35 s on against 2.01-2.06 s off; 49152² on two H200s: 4.2-4.3 s on against 3.5-3.7 s off), so "
-            "off today; `on`; `off`; `encode`: C's chunks on the device, the inputs decoded on the host's cores "
-            "(the device's decoders share it with the GEMM; its encoder takes a few ms a block). Read where the "
-            "worker runs; a bad value stops a call before any work."),
+            "off today; `on`; `off`; `encode`: C's chunks on the device, the inputs decoded on the host's cores: "
+            "faster where the host's cores bind and slower where the device does (32768² zstd on one H100, 16 "
+            "cores: 2.17-2.26 s against 2.29-2.42 s off; 49152² on two H200s, 32 cores: 3.41-3.46 s against "
+            "3.52-3.77, on one of them 4.66-4.68 against 4.21-4.23). Read where the worker runs; a bad value "
+            "stops a call before any work."),
     Setting("queue-priority", "DGEMM_QUEUE_PRIORITY", _queue_priority,
             "`on` (the default): the queues whose kernels feed the GEMM kernels (the uploads' padding, "
             "transposes and wgmma preparation, the device decoders') ask the driver for high priority where it "

@@ -172,6 +172,28 @@ def test_metered_engine_splits_busy_time_and_records_products(cpu_state, rng):
     assert cpu_state.in_flight() == []
 
 
+def test_products_at_once_each_record_their_own_flops(cpu_state, rng):
+    """Two threads run products on one engine (the next one enters as the last one's result comes down, or
+    tasks that lost their GPU annotation): each recorded product carries its own flops, and they add up to
+    the engine's total (the dashboard's series never exceeds it)."""
+    import concurrent.futures
+
+    e = cpu_state.engine("float64")
+    seen, flops0 = len(cpu_state.events), e.stats.flops
+    shapes = [(24 + i, 16 + 2 * i, 8 + 3 * i) for i in range(16)]
+    pairs = [(randn(rng, (m, k), "float64"), randn(rng, (k, n), "float64")) for m, n, k in shapes]
+
+    def one(i):
+        (m, n, _), pair = shapes[i], pairs[i]
+        e.product([pair], m, n)
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        list(pool.map(one, range(len(shapes))))
+    events = list(cpu_state.events)[seen:]
+    assert sorted(ev[3] for ev in events) == sorted(2.0 * m * n * k for m, n, k in shapes)
+    assert sum(ev[3] for ev in events) == e.stats.flops - flops0
+
+
 def test_a_failed_products_kernels_are_counted_nowhere(cpu_state, rng):
     """A product that fails after some of its GEMM kernels ran adds its busy time but neither kernel seconds
     nor a kernel part: the busy split's kernel part never exceeds the kernel seconds (a dashboard test saw

@@ -108,6 +108,7 @@ class BlockEngine:
         self._launch = threading.Lock()
         self._count = threading.Lock()
         self._busy_end = 0.0   # where the last product's busy time ended (time.perf_counter)
+        self._mine = threading.local()   # what this thread's product added to the stats (see _add)
 
     @property
     def cache(self) -> PanelCache:
@@ -117,6 +118,10 @@ class BlockEngine:
         with self._count:
             for name, value in amounts.items():
                 setattr(self.stats, name, getattr(self.stats, name) + value)
+        tally = getattr(self._mine, "tally", None)
+        if tally is not None:   # a product of this thread is being measured (MeteredEngine._measured)
+            for name, value in amounts.items():
+                tally[name] = tally.get(name, 0) + value
 
     # -- buffers --------------------------------------------------------
     def _buf(self, name: str, elements: int, what: str):

@@ -111,6 +111,10 @@ class MeteredEngine(BlockEngine):
     def _measured(self, fn, planned=None):
         s = self.stats
         before = [getattr(s, f) for f in self._FIELDS]
+        # Products may overlap (one's download with the next one's kernels, or tasks that lost their GPU
+        # annotation), so what the product's own thread added is its own; uploads, made ahead by the
+        # reader threads, are the stats' growth meanwhile, as they always were.
+        tally = self._mine.tally = {}
         start = time.time()
         run = self.running = Running(_task_key(), planned)
         run.marks.append(self._mark())
@@ -122,8 +126,10 @@ class MeteredEngine(BlockEngine):
             run.gemms.clear()
             raise
         finally:
-            flops, up, down, kernel, wait, upload, download = (
-                getattr(s, f) - b for f, b in zip(self._FIELDS, before))
+            self._mine.tally = None
+            _, up, _, _, _, upload, _ = (getattr(s, f) - b for f, b in zip(self._FIELDS, before))
+            flops, down, kernel, wait, download = (
+                tally.get(f, 0) for f in ("flops", "bytes_down", "kernel_seconds", "wait_seconds", "download_seconds"))
             transfer = upload + download
             with self._count:
                 s.extra["read_wait_seconds"] += wait
