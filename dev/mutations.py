@@ -1031,6 +1031,7 @@ MUTATIONS = [
     Mutation("download-not-waited", "dgemm/opencl/engine.py", "            down.wait()\n", "            pass\n", ("tests/test_engine.py", "-k", "two_threads or shapes"), "a result returned before its download is done"),
     Mutation("product-flops-from-shared-growth", "dgemm/worker/state.py", 'tally.get(f, 0) for f in ("flops", "bytes_down",', 'tally.get(f, 0) * 0 + getattr(s, f) - dict(zip(self._FIELDS, before))[f] for f in ("flops", "bytes_down",', ("tests/test_worker.py", "-k", "at_once"), "overlapping products record each other's flops: the dashboard's series exceeds the totals"),
     Mutation("encode-mode-decodes-on-the-device", "dgemm/opencl/codecs/__init__.py", 'return mode == "on" or (mode == "encode" and work == "encode")', 'return mode in ("on", "encode")', ("tests/test_encoding.py", "-k", "encode_alone"), "device-codecs encode also decodes the inputs on the device"),
+    Mutation("result-buffer-reused-before-its-download", "dgemm/opencl/engine.py", "        free = [last] if last is not None else None", "        free = None", ("tests/test_engine.py", "-k", "still_coming_down"), "the next product's unpadding overwrites a result still coming down"),
     Mutation("host-cache-wait-unbounded", "dgemm/storage/hostcache.py", "    return released.wait(max(timeout, 0.0))", "    return released.wait()", ("tests/test_hostcache.py", "-k", "never_finishes"), "a waiter waits for a hung claimer for ever"),
 ]
 

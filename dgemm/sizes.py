@@ -49,17 +49,18 @@ def working_set(bm: int, bn: int, bk: int, tiles: tuple[int, int, int], itemsize
     """Device bytes one block product holds, and its largest single buffer.
 
     The engine keeps the A and B panels padded to the tiles (``kp x mp`` and
-    ``kp x np``), the padded C accumulator, the unpadded C for the download,
-    and one staging buffer as large as the largest host block it uploads.
+    ``kp x np``), the padded C accumulator, two unpadded Cs for the downloads
+    (one comes down while the next product runs), and one staging buffer as
+    large as the largest host block it uploads.
 
     >>> working_set(64, 64, 64, (64, 64, 16), 4)
-    (81920, 16384)
+    (98304, 16384)
     >>> working_set(100, 10, 1, (64, 64, 16), 8)   # padded to 128 x 64, k to 16
-    (106112, 65536)
+    (114112, 65536)
     """
     tm, tn, tk = tiles
     mp, np_, kp = roundup(max(bm, 1), tm), roundup(max(bn, 1), tn), roundup(max(bk, 1), tk)
-    buffers = (kp * mp, kp * np_, mp * np_, max(bm * bk, bk * bn, bm * bn), bm * bn)
+    buffers = (kp * mp, kp * np_, mp * np_, max(bm * bk, bk * bn, bm * bn), bm * bn, bm * bn)
     return itemsize * sum(buffers), itemsize * max(buffers)
 
 

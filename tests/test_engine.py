@@ -317,6 +317,49 @@ def test_products_from_two_threads_at_once_are_each_right(device, rng):
     e.release()
 
 
+def test_a_result_still_coming_down_is_not_overwritten(device, rng):
+    """Downloads go on their own queue, from two result buffers used in turn: a third product, which reuses
+    the first one's buffer, must wait for that download.  The downloads are held back by an event until the
+    third product is enqueued, so a buffer reused too early gives the first product the third one's values."""
+    import threading
+    import time
+
+    import pyopencl as cl
+
+    e = BlockEngine(device, "float32")
+    gate = cl.UserEvent(device.context)
+    cl.enqueue_marker(device.download_queue, wait_for=[gate])
+    cases = [(40, 24, 56), (24, 40, 32), (40, 24, 48)]   # the first and third use the same result buffer
+    data = [(randn(rng, (m, k), "float32"), randn(rng, (k, n), "float32")) for m, n, k in cases]
+    got = [None] * 3
+
+    def one(i):
+        (m, n, k), (a, b) = cases[i], data[i]
+        got[i] = e.product([(a, b)], m, n)
+
+    def waiting(test, what):
+        end = time.monotonic() + 60
+        while not test():
+            assert time.monotonic() < end, f"timed out waiting for {what}"
+            time.sleep(0.005)
+
+    threads = []
+    try:
+        for i in range(3):
+            before = list(e._downloads)
+            threads.append(threading.Thread(target=one, args=(i,), daemon=True))
+            threads[-1].start()
+            waiting(lambda: e._downloads[i % 2] is not None and e._downloads[i % 2] is not before[i % 2],
+                    f"product {i}'s download to be enqueued")
+    finally:
+        gate.set_status(cl.command_execution_status.COMPLETE)
+        for t in threads:
+            t.join(60)
+    for (m, n, k), (a, b), c in zip(cases, data, got):
+        check_product(c, a, b, dtype="float32", what=f"{m}x{n}x{k} behind a held download")
+    e.release()
+
+
 def test_roundup():
     assert [roundup(x, 16) for x in (0, 1, 15, 16, 17, 32)] == [0, 16, 16, 16, 32, 32]
 

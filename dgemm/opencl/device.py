@@ -124,6 +124,8 @@ class Device:
         profiling = cl.command_queue_properties.PROFILING_ENABLE
         self.queue = cl.CommandQueue(self.context, properties=profiling)            # GEMM kernels
         self.transfer_queue = self.feeding_queue()                                  # uploads, staging
+        # results coming down: a download here overlaps the next product's GEMMs (opencl.engine)
+        self.download_queue = cl.CommandQueue(self.context, properties=profiling)
         # the worker sets its budget (dgemm.worker.DeviceState); a dropped entry's buffer is released at once
         self.cache = PanelCache(0, on_drop=_release_entry)
         self._pools: dict[bool, ThreadPoolExecutor] = {}
@@ -550,6 +552,7 @@ class Device:
         self._kernels.clear()
         self.queue.finish()
         self.transfer_queue.finish()
+        self.download_queue.finish()
 
 
 _BUFFER_CLASS = None

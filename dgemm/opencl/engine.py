@@ -109,6 +109,10 @@ class BlockEngine:
         self._count = threading.Lock()
         self._busy_end = 0.0   # where the last product's busy time ended (time.perf_counter)
         self._mine = threading.local()   # what this thread's product added to the stats (see _add)
+        # The unpadded result buffers, used in turn: the download of one overlaps the next product, and each
+        # buffer's last download, which the unpadding into it must wait for.
+        self._slot = 0
+        self._downloads: list = [None, None]
 
     @property
     def cache(self) -> PanelCache:
@@ -618,11 +622,14 @@ class BlockEngine:
             if m and n:  # K == 0: the product is empty, only beta * C remains
                 out[...] = real(beta) * c if use_c else 0
             return out
-        dense = self._buf("dense", m * n, f"the {m}x{n} {self.dtype.name} result")
+        slot, self._slot = self._slot, 1 - self._slot
+        dense = self._buf(f"dense{slot}", m * n, f"the {m}x{n} {self.dtype.name} result")
+        last, self._downloads[slot] = self._downloads[slot], None
+        free = [last] if last is not None else None   # the buffer's last download has read it
         if finish is not None:
             with self.device.failing(f"unpadding the {m}x{n} {self.dtype.name} result"):
                 self._transferred(self.k.unpad(q, _grid(n, m), LOCAL_2D, np.int32(m), np.int32(n), np.int32(np_),
-                                               c_dev, dense))
+                                               c_dev, dense, wait_for=free))
             done: list = []
             result, down = finish(dense, done)
             self._add(kernel_seconds=sum(_seconds(e) for e in events), flops=flops, bytes_down=down, blocks=1,
@@ -631,10 +638,14 @@ class BlockEngine:
         out = self.device.host_array((m, n), self.dtype)   # page-locked: the download runs at bus speed
         what = f"downloading the {m}x{n} {self.dtype.name} result ({out.nbytes} bytes)"
         with self.device.failing(what):
-            self._transferred(self.k.unpad(q, _grid(n, m), LOCAL_2D, np.int32(m), np.int32(n), np.int32(np_),
-                                           c_dev, dense))
-            down = cl.enqueue_copy(q, out, dense, is_blocking=False)
+            unpad = self.k.unpad(q, _grid(n, m), LOCAL_2D, np.int32(m), np.int32(n), np.int32(np_), c_dev, dense,
+                                 wait_for=free)
+            self._transferred(unpad)
             q.flush()
+            # on a queue of its own: the next product's GEMMs (behind the unpadding on q) run meanwhile
+            down = self._downloads[slot] = cl.enqueue_copy(self.device.download_queue, out, dense,
+                                                           is_blocking=False, wait_for=[unpad])
+            self.device.download_queue.flush()
         if handoff is not None:
             handoff()
         with self.device.failing(what):
