@@ -277,16 +277,17 @@ SETTINGS = {s.key: s for s in (
             "GEMM tasks a device worker runs at once (1 to 8; read on the client, which gives each task "
             "1/n of the worker's `GPU=1`). The device still multiplies one block at a time; with 2, the "
             "next task sets up while the device runs the current one and its GEMMs start while the current "
-            "result downloads, so the device does not wait out Dask's turnaround between tasks. Default 1: 2 measured no faster "
-            "(one H100, 32768² float32: raw chunks 1.28-1.42 s against 1.35-1.42 s, zstd 2.29-2.49 against "
-            "2.33-2.50; bench/NOTES.md, issue 27)."),
+            "result downloads, so the device does not wait out Dask's turnaround between tasks. Default 1: in a local cluster 2 "
+            "measured no faster (one H100, 32768² float32, raw chunks: 1.31-1.54 s against 1.35-1.53 s; zstd: "
+            "2.31-2.56 against 2.21-2.31; two H200s, 49152² raw: 2.03-2.29 against 2.24-2.30), though the engine "
+            "alone runs 11 % faster with two (bench/NOTES.md, issue 27)."),
     Setting("host-cache", "DGEMM_HOST_CACHE", _host_cache,
             "Decoded input blocks shared by the device workers of a host, in `/dev/shm` (or the absolute "
             "folder given here): a block that several workers of the host read (the placement marks it) is "
             "read and decoded once per host, and the others wait for it; a block one worker reads is read "
-            "there as without the cache. `off` (the default: on two H200s, with every block sent through "
-            "it, it made a 49152² zstd product slower, 9.25 s against 5.64 s; shared blocks alone not yet "
-            "measured on a GPU host, bench/NOTES.md); `auto`: on where a launcher starts several device "
+            "there as without the cache. `off` (the default: on two H200s with 32 cores it makes a 49152² zstd "
+            "product slower, shared blocks alone as well, 5.4-6.0 s against 3.5 s: its copies through tmpfs do "
+            "not scale over the host's cores, bench/NOTES.md); `auto`: on where a launcher starts several device "
             "workers on the host (it sets `on` in their environment); `on`."),
     Setting("host-cache-bytes", "DGEMM_HOST_CACHE_BYTES", _positive_bytes,
             "Size of the host cache (least recently used blocks go first). Unset: a quarter of the host's "
