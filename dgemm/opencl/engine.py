@@ -624,7 +624,7 @@ class BlockEngine:
             return out
         slot, self._slot = self._slot, 1 - self._slot
         dense = self._buf(f"dense{slot}", m * n, f"the {m}x{n} {self.dtype.name} result")
-        last, self._downloads[slot] = self._downloads[slot], None
+        last = self._downloads[slot]
         free = [last] if last is not None else None   # the buffer's last download has read it
         if finish is not None:
             with self.device.failing(f"unpadding the {m}x{n} {self.dtype.name} result"):
