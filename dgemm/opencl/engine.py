@@ -39,6 +39,7 @@ import numpy as np
 from dgemm import config
 from dgemm.opencl.device import Device, Kernels, device_error, is_opencl_error, raise_plain, read_threads
 from dgemm.opencl.panels import PanelCache
+from dgemm.opencl.turn import Turn
 from dgemm.sizes import INT32_MAX, roundup
 
 # The padding kernels check bounds, so they run on a fixed work-group shape
@@ -523,7 +524,7 @@ class BlockEngine:
         return k
 
     def _run(self, steps, m, n, alpha, beta, c, planned=None, twin: bool = False, finish=None):
-        with _Turn(self._lock) as turn:
+        with Turn(self._lock) as turn:
             self.device.idle = False
             t0 = time.perf_counter()
 
@@ -578,7 +579,8 @@ class BlockEngine:
     def _accumulate(self, steps, m, n, alpha, beta, c, twin: bool = False, finish=None, handoff=None):
         """Enqueue one GEMM per step into the C accumulator, then unpad and download it once (or ``finish`` it).
 
-        ``handoff()``, once the download is enqueued, lets the next product in (see :class:`_Turn`)."""
+        ``handoff()``, once the download is enqueued, lets the next product in
+        (:class:`~dgemm.opencl.turn.Turn`)."""
         import pyopencl as cl
 
         p, q = self.params, self.device.queue
@@ -654,36 +656,6 @@ class BlockEngine:
         self._add(kernel_seconds=sum(_seconds(e) for e in events), flops=flops, bytes_down=out.nbytes, blocks=1,
                   download_seconds=_seconds(down))
         return out
-
-
-class _Turn:
-    """A product's hold on its engine's lock, which the product may give up before it returns.
-
-    A device runs one product at a time, but a product's last command, the
-    download of its result, need not keep the next product out: the GEMM
-    kernels, the unpadding and the download share one in-order queue, so
-    the next product's kernels, enqueued behind the download, run after it
-    and cannot overwrite the accumulator or the result buffer it reads.
-    With two GEMM tasks per device (the ``gemm-tasks`` setting) the device
-    then multiplies the next block while this one comes down.
-    """
-
-    def __init__(self, lock: threading.Lock):
-        self._lock = lock
-        self.held = False
-
-    def __enter__(self) -> "_Turn":
-        self._lock.acquire()
-        self.held = True
-        return self
-
-    def release(self) -> None:
-        if self.held:
-            self.held = False
-            self._lock.release()
-
-    def __exit__(self, *exc) -> None:
-        self.release()
 
 
 def _seconds(event) -> float:

@@ -95,7 +95,6 @@ def main():
     p.add_argument("--threads", default="1,2")
     p.add_argument("--store", default="/dev/shm")
     args = p.parse_args()
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".."))
     import numcodecs
     import numpy as np
     import zarr
