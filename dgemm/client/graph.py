@@ -42,8 +42,8 @@ def gpu_share() -> float:
 
     With 2, a worker runs two GEMM tasks at once: the device still runs one
     product at a time (the engine's lock), while the other sets up, asks
-    for its inputs, and enqueues its kernels behind the first one's
-    download (:class:`dgemm.opencl.engine.BlockEngine`).
+    for its inputs, and enqueues its kernels as soon as the first one's
+    result is coming down (:class:`dgemm.opencl.turn.Turn`).
     """
     return 1 / (config.get("gemm-tasks") or 1)
 

@@ -530,7 +530,7 @@ class BlockEngine:
 
             handed = []
 
-            def handoff():   # the rest of this product is a download the device's in-order queue puts first
+            def handoff():   # the rest of this product is its download, on a queue of its own
                 handed.append(self._handoff())
                 turn.release()
             try:
