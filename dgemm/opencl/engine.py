@@ -152,6 +152,7 @@ class BlockEngine:
             for buf, _ in self._buffers.values():
                 buf.release()
             self._buffers.clear()
+            self._downloads = [None, None]   # their buffers are gone; a new one has nothing to wait for
             return True
         finally:
             self._lock.release()
