@@ -105,15 +105,15 @@ class MeteredEngine(BlockEngine):
         self._unsettled: deque = deque()
         self._settle = threading.Lock()
 
-    _FIELDS = ("flops", "bytes_up", "bytes_down", "kernel_seconds", "wait_seconds", "upload_seconds",
-               "download_seconds")
+    # Added by the reader threads, ahead of the products: a product's share is the stats' growth meanwhile.
+    _AHEAD = ("bytes_up", "upload_seconds")
+    # Added by the product's own thread: its share is what that thread added (products may overlap).
+    _OWN = ("flops", "bytes_down", "kernel_seconds", "wait_seconds", "download_seconds")
 
     def _measured(self, fn, planned=None):
         s = self.stats
-        before = [getattr(s, f) for f in self._FIELDS]
-        # Products may overlap (one's download with the next one's kernels, or tasks that lost their GPU
-        # annotation), so what the product's own thread added is its own; uploads, made ahead by the
-        # reader threads, are the stats' growth meanwhile, as they always were.
+        before = [getattr(s, f) for f in self._AHEAD]
+        # products overlap (one's download with the next one's kernels, or tasks that lost their GPU annotation)
         tally = self._mine.tally = {}
         start = time.time()
         run = self.running = Running(_task_key(), planned)
@@ -127,9 +127,8 @@ class MeteredEngine(BlockEngine):
             raise
         finally:
             self._mine.tally = None
-            _, up, _, _, _, upload, _ = (getattr(s, f) - b for f, b in zip(self._FIELDS, before))
-            flops, down, kernel, wait, download = (
-                tally.get(f, 0) for f in ("flops", "bytes_down", "kernel_seconds", "wait_seconds", "download_seconds"))
+            up, upload = (getattr(s, f) - b for f, b in zip(self._AHEAD, before))
+            flops, down, kernel, wait, download = (tally.get(f, 0) for f in self._OWN)
             transfer = upload + download
             with self._count:
                 s.extra["read_wait_seconds"] += wait
