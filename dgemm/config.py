@@ -192,6 +192,20 @@ def _device_codecs(value, name) -> str | None:
     return word
 
 
+def _worker_process(value, name) -> str | None:
+    """``device`` or ``host``; None when blank.
+
+    >>> _worker_process(" Host ", "x"), _worker_process("device", "x")
+    ('host', 'device')
+    """
+    if _blank(value):
+        return None
+    word = str(value).strip().lower()
+    if word not in ("device", "host"):
+        raise ValueError(f"{name}={value!r} must be device or host")
+    return word
+
+
 def _queue_priority(value, name) -> str | None:
     """``on``, ``off`` (YAML's booleans and 1/0 too) or ``inline``; None when blank.
 
@@ -281,6 +295,12 @@ SETTINGS = {s.key: s for s in (
             "measured no faster (one H100, 32768² float32, raw chunks: 1.31-1.54 s against 1.35-1.53 s; zstd: "
             "2.31-2.56 against 2.21-2.31; two H200s, 49152² raw: 2.03-2.29 against 2.24-2.30), though the engine "
             "alone runs 11 % faster with two (bench/NOTES.md, issue 27)."),
+    Setting("worker-process", "DGEMM_WORKER_PROCESS", _worker_process,
+            "How a launcher (a local cluster, `dgemm worker`, `dgemm cluster`) lays out a host's device workers: "
+            "`device` (the default), a process each; `host`, one process for all of them, a Dask worker per "
+            "device in it (the first under a nanny, the others started by its plugin), so that an input block "
+            "several of them read is read and decoded once, in memory, with no copy between processes "
+            "(`dgemm.storage.sharing`). Read where the workers are launched."),
     Setting("host-cache", "DGEMM_HOST_CACHE", _host_cache,
             "Decoded input blocks shared by the device workers of a host, in `/dev/shm` (or the absolute "
             "folder given here): a block that several workers of the host read (the placement marks it) is "

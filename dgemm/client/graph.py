@@ -20,6 +20,7 @@ references and are read by the worker that needs them.
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, replace
 
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
@@ -182,7 +183,7 @@ def _add_mirror(graph: Graph, token: str, grid) -> None:
 
 def _block_refs(plan: Plan, order, a_ref, b_ref, workers):
     """``refs(i, j, s)``: the A and B blocks of task ``(i, j, s)``, those that several workers of one host
-    read marked ``host_shared``.
+    read marked ``host_shared``, with ``host_readers`` their count.
 
     ``order[w]`` are the tasks of ``workers[w]`` (addresses; a host is an
     address's host, as for dask).  Only marked blocks go through a host cache
@@ -207,10 +208,11 @@ def _block_refs(plan: Plan, order, a_ref, b_ref, workers):
         for at, ref in made.items():
             if isinstance(ref, ZarrBlock):
                 by_key.setdefault(ref.key(), set()).update(readers[at])
-        shared = {key for key, ws in by_key.items() if len({hosts[w] for w in ws}) < len(ws)}
+        # a shared block: how many workers of its busiest host read it
+        shared = {key: max(Counter(hosts[w] for w in ws).values()) for key, ws in by_key.items()}
         for at, ref in made.items():
-            if isinstance(ref, ZarrBlock) and ref.key() in shared:
-                made[at] = replace(ref, host_shared=True)
+            if isinstance(ref, ZarrBlock) and shared.get(ref.key(), 1) > 1:
+                made[at] = replace(ref, host_shared=True, host_readers=shared[ref.key()])
 
     def marked(i, j, s):
         k0, k1 = plan.segments[s]

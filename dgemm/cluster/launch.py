@@ -4,9 +4,10 @@ As ``dask cuda worker`` does for CUDA, :func:`worker_specs` gives one Dask
 worker (under a nanny) per OpenCL device, each pinned to its device through
 ``DGEMM_DEVICE`` in its environment (what :func:`dgemm.cluster.spec.device_worker`
 gives it, as under a :class:`~dgemm.cluster.DeviceCluster`), advertising
-``GPU=1`` and carrying the :class:`~dgemm.worker.DgemmPlugin`;
-:func:`run_workers` runs them until a signal (SIGINT, SIGTERM) or until
-they all end.
+``GPU=1`` and carrying the :class:`~dgemm.worker.DgemmPlugin`; under the
+``worker-process: host`` setting, one nanny whose process runs a worker per
+device (:func:`dgemm.cluster.spec.host_worker`).  :func:`run_workers` runs
+them until a signal (SIGINT, SIGTERM) or until they all end.
 """
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ import asyncio
 import logging
 from collections.abc import Sequence
 
-from dgemm.cluster.spec import device_worker
+from dgemm import config
+from dgemm.cluster.spec import device_worker, host_worker
 from dgemm.opencl.discovery import select_devices
 
 logger = logging.getLogger("dgemm.cluster.launch")
@@ -82,7 +84,8 @@ def worker_specs(devices: str | None = None, *, name: str | None = None, nthread
                  dashboard_address: str | None = ":0", device_infos=None,
                  device_memory_limit: str | int | None = None, preload: Sequence[str] = (),
                  dashboard_prefix: str | None = None) -> list[dict]:
-    """Keyword arguments of one :class:`distributed.Nanny` per selected device.
+    """Keyword arguments of one :class:`distributed.Nanny` per selected device (under ``worker-process:
+    host``, one for all of them).
 
     Parameters
     ----------
@@ -135,9 +138,14 @@ def worker_specs(devices: str | None = None, *, name: str | None = None, nthread
             raise ValueError(f"--memory-limit {memory_limit!r}: expected bytes like 16GB, a fraction of this "
                              "host's memory like 0.25, 0 (no limit) or auto") from None
     specs = []
-    for i, info in enumerate(infos):
-        w = device_worker(i, ids, name=name, nthreads=nthreads, memory_limit=memory_limit,
-                          device_memory_limit=device_memory_limit)
+    host = config.get("worker-process") == "host" and len(ids) > 1
+    for i, info in enumerate(infos[:1] if host else infos):
+        if host:   # one process; its worker starts the others (dgemm.worker.siblings)
+            w = host_worker(ids, name=name, nthreads=nthreads, memory_limit=memory_limit,
+                            device_memory_limit=device_memory_limit)
+        else:
+            w = device_worker(i, ids, name=name, nthreads=nthreads, memory_limit=memory_limit,
+                              device_memory_limit=device_memory_limit)
         extra = {"preload": list(preload)} if preload else {}
         if dashboard_prefix:
             extra["http_prefix"] = "/" + dashboard_prefix.strip("/")

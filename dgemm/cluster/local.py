@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import copy
+import functools
 import logging
 import os
 import sys
@@ -19,7 +20,7 @@ import warnings
 from distributed import Client, LocalCluster
 
 from dgemm import config
-from dgemm.cluster.spec import device_worker
+from dgemm.cluster.spec import device_worker, host_worker
 from dgemm.names import WORKER_PLUGIN
 from dgemm.opencl.discovery import select_devices
 
@@ -102,7 +103,10 @@ class DeviceCluster(LocalCluster):
 
     Each worker gets what :func:`dgemm.cluster.spec.device_worker` gives a
     device worker (its device, its share of the host's cores and memory),
-    as under ``dgemm worker``; its name is its index.
+    as under ``dgemm worker``; its name is its index.  Under the
+    ``worker-process: host`` setting, one process runs a worker per device
+    (:func:`dgemm.cluster.spec.host_worker`; its first worker, named 0,
+    starts the others, :mod:`dgemm.worker.siblings`).
 
     Parameters
     ----------
@@ -181,8 +185,11 @@ class DeviceCluster(LocalCluster):
         kwargs.setdefault("silence_logs", logging.ERROR)
         # LocalCluster's "auto" gives each worker memory in proportion to its threads, which with
         # few threads per device is the whole host's memory each (or a sliver of it): share it.
-        first = device_worker(0, self.device_ids, nthreads=threads_per_worker,
-                              memory_limit=kwargs.pop("memory_limit", "auto"))
+        self.host_process = config.get("worker-process") == "host" and len(self.device_ids) > 1
+        launch = functools.partial(host_worker, self.device_ids) if self.host_process else functools.partial(
+            device_worker, 0, self.device_ids)
+        first = launch(nthreads=threads_per_worker, memory_limit=kwargs.pop("memory_limit", "auto"))
+        self._first_env = first.env
         allowed = ALLOWED_FAILURES if allowed_failures is None else int(allowed_failures)
         # The scheduler's Bokeh dashboard: its import (most of a second) is made while the workers start,
         # not before (see _connect_dashboard); its address is taken at once all the same.
@@ -206,7 +213,9 @@ class DeviceCluster(LocalCluster):
             setattr(self.scheduler, DASHBOARD_PENDING, True)   # before any worker registers dgemm's page
         prefix = scheduler_kwargs.get("http_prefix") or "/"
         with _start_method(start_method):   # read by each nanny as it starts its worker
-            self.scale(len(self.device_ids))   # the event loop starts the workers from here on
+            # the event loop starts the workers from here on (under worker-process: host, the one process,
+            # whose worker starts the others)
+            self.scale(1 if self.host_process else len(self.device_ids))
             if later and wait_for_dashboard:
                 _import_dashboard()            # this thread, meanwhile
             self.sync(self._correct_state)
@@ -257,13 +266,14 @@ class DeviceCluster(LocalCluster):
                 add_navigation_link(s)
 
     def new_worker_spec(self):
-        free = sorted(set(range(len(self.device_ids))) - set(self.worker_spec))
+        free = sorted(set(range(1 if self.host_process else len(self.device_ids))) - set(self.worker_spec))
         if not free:
             raise ValueError(f"this cluster has {len(self.device_ids)} devices; it cannot have more workers")
         i = free[0]
         spec = copy.deepcopy(self.new_spec)
         # nthreads and memory_limit (the same for every worker) are in new_spec since __init__
-        env = {**(spec["options"].get("env") or {}), **device_worker(i, self.device_ids).env}
+        mine = self._first_env if self.host_process else device_worker(i, self.device_ids).env
+        env = {**(spec["options"].get("env") or {}), **mine}
         spec["options"].update(env=env, name=i)
         return {i: spec}
 

@@ -106,3 +106,48 @@ def device_worker(i: int, devices: Sequence[str], *, name: str | None = None, nt
         nthreads=max(2, cpus // n) if nthreads is None else nthreads,
         memory_limit=MEMORY_LIMIT // n if memory_limit in (None, "auto") else memory_limit,
     )
+
+
+def host_worker(devices: Sequence[str], *, name: str | None = None, nthreads: int | None = None,
+                memory_limit: int | str | float | None = "auto", cpus: int | None = None,
+                device_memory_limit: int | str | None = None) -> DeviceWorker:
+    """The one process of a host whose device workers use ``devices``, under ``worker-process: host``.
+
+    Its worker is :func:`device_worker` 0's (the first device, its threads,
+    its name); its environment also names the other devices and their
+    workers' names (:data:`dgemm.worker.siblings.ENV`), which its plugin
+    starts in the process, each with as many threads.  Its memory limit is
+    the whole process's, every worker's share together (each of its
+    workers watches the process's memory against it), and the host cache
+    stays off where it is ``auto``: the process shares decoded blocks in
+    memory (:mod:`dgemm.storage.sharing`).
+
+    >>> w = host_worker(["0:0", "0:1"], name="job", cpus=16, memory_limit="8GB")
+    >>> w.name, w.nthreads, w.memory_limit, w.env[config.environment("device")], w.env["DGEMM_SIBLINGS"]
+    ('job-0', 8, 16000000000, '0:0', '[["0:1", "job-1"]]')
+    >>> host_worker(["0:0"], cpus=4).env.get("DGEMM_SIBLINGS")   # one device: a process as any other
+    """
+    from distributed.system import MEMORY_LIMIT
+    from distributed.worker_memory import parse_memory_limit
+
+    from dgemm.worker import siblings
+
+    n = len(devices)
+    workers = [device_worker(i, devices, name=name, nthreads=nthreads, memory_limit=memory_limit, cpus=cpus,
+                             device_memory_limit=device_memory_limit) for i in range(n)]
+    first = workers[0]
+    env = dict(first.env)
+    if config.environment("host-cache") in env and config.get("host-cache") == "auto":
+        del env[config.environment("host-cache")]
+    if n > 1:
+        env[siblings.ENV] = siblings.encode([(w.device, w.name if w.name is not None else i)
+                                             for i, w in enumerate(workers) if i > 0])
+    if memory_limit in (None, "auto"):
+        limit = MEMORY_LIMIT
+    else:
+        import logging
+
+        per = parse_memory_limit(memory_limit, first.nthreads, logger=logging.getLogger(__name__))
+        limit = (per or 0) * n    # 0: no limit, as given
+    return DeviceWorker(device=first.device, name=first.name, env=env, nthreads=first.nthreads,
+                        memory_limit=limit if n > 1 else first.memory_limit)

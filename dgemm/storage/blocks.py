@@ -32,6 +32,9 @@ class ZarrBlock:
     # Read by several workers of one host in its run (the client's placement says so): shared through the
     # host cache where it is on (dgemm.storage.hostcache.through); any other block is read where it is needed.
     host_shared: bool = False
+    # How many workers of the host read it (set with host_shared): the workers of one process that share it
+    # (dgemm.storage.sharing) know when the last of them has taken it.
+    host_readers: int = 0
 
     def load(self) -> np.ndarray:
         """The block, in this machine's byte order: read by :mod:`~dgemm.storage.chunks` where it can, else by zarr."""

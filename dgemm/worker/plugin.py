@@ -20,6 +20,8 @@ from dgemm import metrics
 from dgemm.dtypes import check_dtype
 from dgemm.names import DASHBOARD_PLUGIN, GEMM, WORKER_METRIC, WORKER_PLUGIN
 from dgemm.scheduler.dashboard import DgemmDashboard
+from dgemm.storage import sharing
+from dgemm.worker import siblings
 from dgemm.worker.state import DeviceState, attach, detach, live_states
 
 # The task states in which a GEMM task is still to run (or running) on this worker; in any other
@@ -46,15 +48,22 @@ class DgemmPlugin(WorkerPlugin):
         Dtypes whose kernels the worker builds as soon as its device is open,
         in the background (:meth:`warm`), e.g. those of the product that
         made a local cluster start.
+    sibling : bool
+        This worker is one that another worker of its process started for
+        another device (:mod:`dgemm.worker.siblings`); it starts none itself.
+        Otherwise, where the process's environment names other devices
+        (``worker-process: host``), the set-up starts a worker for each.
     """
 
     name = WORKER_PLUGIN
     warm_dtypes: tuple = ()
     _warmer = None
 
-    def __init__(self, device: str | None = None, dashboard: bool = True, warm=()):
+    def __init__(self, device: str | None = None, dashboard: bool = True, warm=(), sibling: bool = False):
         self.device_spec = device
         self.dashboard = dashboard
+        self.sibling = sibling
+        self.siblings: list = []
         # a wrong dtype fails here, not in every worker
         self.warm_dtypes = tuple(dict.fromkeys(check_dtype(d, "warm").name for d in warm))
         self.state: DeviceState | None = None
@@ -63,7 +72,7 @@ class DgemmPlugin(WorkerPlugin):
 
     def __getstate__(self):  # a registered plugin travels to the workers without its state
         return {"device_spec": self.device_spec, "dashboard": self.dashboard, "warm_dtypes": self.warm_dtypes,
-                "state": None, "worker": None, "runs": {}}
+                "sibling": self.sibling, "siblings": [], "state": None, "worker": None, "runs": {}}
 
     async def setup(self, worker):
         self.state = DeviceState(self.device_spec)
@@ -94,6 +103,9 @@ class DgemmPlugin(WorkerPlugin):
         metrics.add_worker_source(metric_rows)
         if self.dashboard:
             await _register_dashboard(worker)
+        pairs = [] if self.sibling else siblings.wanted()
+        if pairs:   # worker-process: host; before this worker registers, so that the cluster is whole when it has
+            self.siblings = await siblings.start(worker, pairs, {"dashboard": False, "warm": self.warm_dtypes})
 
     def warm(self, dtypes) -> bool:
         """Prepare the device for products of ``dtypes``, in a background thread; whether one was started.
@@ -149,8 +161,13 @@ class DgemmPlugin(WorkerPlugin):
                 self.runs.pop(name, None)
             return
         del self.runs[name]
+        scope = name[len(GEMM) + 1:]
         try:
-            self.state.release(scope=name[len(GEMM) + 1:], others=bool(self.runs), idle=False)
+            self.state.release(scope=scope, others=bool(self.runs), idle=False)
+            # the blocks this process's workers shared, once none of them runs the run (none runs any: all)
+            running = [p.runs for p in _process_plugins() if p is not self]
+            if not any(name in runs for runs in running):
+                sharing.drop(scope if self.runs or any(running) else None)
         except Exception as e:   # giving memory back must never fail a task
             logger.warning("dgemm: releasing the device's buffers after a run failed: %s: %s", type(e).__name__, e)
 
@@ -170,6 +187,10 @@ class DgemmPlugin(WorkerPlugin):
         if self.state is not None:
             detach(self.state)
             self.state.close()
+        if self.siblings:   # (awaited by the worker's close)
+            workers, self.siblings = self.siblings, []
+            return siblings.close(workers)
+        return None
 
 
 IDLE_CALLBACK = "dgemm-idle-release"
@@ -188,6 +209,11 @@ async def _set_gpu(worker, value: int) -> None:
         st.total_resources["GPU"] = value
         return
     await worker.set_resources(GPU=value)
+
+
+def _process_plugins() -> list:
+    """The dgemm plugins of this process's running workers."""
+    return [p for w, _ in live_states() if (p := getattr(w, "plugins", {}).get(WORKER_PLUGIN)) is not None]
 
 
 def metric_rows() -> list:

@@ -26,7 +26,7 @@ from dgemm.opencl.device import Device, DeviceError
 from dgemm.opencl.discovery import select_devices
 from dgemm.opencl.engine import BlockEngine
 from dgemm.sizes import cache_budget
-from dgemm.storage import zstd
+from dgemm.storage import sharing, zstd
 from dgemm.storage import fastpaths
 
 # Block products a worker remembers, and how old the ones it reports may be: the
@@ -364,6 +364,11 @@ class DeviceState:
                 self._engines[key] = MeteredEngine(self.device, dtype, params, on_product=self._record)
             return self._engines[key]
 
+    def siblings(self) -> bool:
+        """Whether other dgemm workers with a device run in this process (``worker-process: host``): the
+        input blocks several of them read are then decoded once (:mod:`dgemm.storage.sharing`)."""
+        return any(s is not self and s.device is not None for _, s in live_states())
+
     def describe(self) -> dict:
         """Plain data about this worker's device, for the client's checks and ``dgemm devices``."""
         if self.device is None:
@@ -417,6 +422,8 @@ class DeviceState:
             self.device.trim(keep_pinned=not idle)
             zstd.release()   # the threads' zstd contexts and buffers (made again for the next run's chunks)
             if idle:
+                if not self.siblings():   # (with others in this process, the end of each run drops its blocks)
+                    sharing.drop()
                 _trim_heap()
             self.released = idle
         return self.device.live_buffers()
@@ -454,8 +461,17 @@ class DeviceState:
         if self.device is not None:
             out.update(self.device.cache.stats())
             out.update({f"live_{k}": v for k, v in self.device.live_buffers().items()})
-        out.update(fastpaths.snapshot())   # this process's chunk reads and writes, by path (all its devices')
+        paths = fastpaths.snapshot()   # this process's chunk reads and writes, by path (all its devices')
+        if not self._reports_process():
+            paths = dict.fromkeys(paths, 0)
+        out.update(paths)
         return out
+
+    def _reports_process(self) -> bool:
+        """Whether this state reports the process's own counters: the first live worker's of the process
+        does (several workers in one process, ``worker-process: host``, would count them each)."""
+        live = [s for _, s in live_states()]
+        return self not in live or live[0] is self
 
     def plan_cache(self, reserve: int) -> int:
         """Give the panel cache the device memory a run leaves: its share less ``reserve`` bytes.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from dgemm.opencl.device import device_error, is_opencl_error, raise_plain
-from dgemm.storage import ZarrBlock, encoded, hostcache, read_block
+from dgemm.storage import ZarrBlock, encoded, hostcache, read_block, sharing
 from dgemm.storage import store_block as store_values
 from dgemm.worker import decoding, encoding
 
@@ -24,7 +24,9 @@ def gemm_block(a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_b, dtype
     its panel cache for the run ``scope`` (see
     :meth:`dgemm.opencl.engine.BlockEngine.stream`), their Zarr blocks
     through the host cache where it is on (:func:`dgemm.storage.hostcache.through`), else
-    decoded on the device where the ``device-codecs`` setting says so (:mod:`dgemm.worker.decoding`);
+    decoded on the device where the ``device-codecs`` setting says so (:mod:`dgemm.worker.decoding`),
+    else, where other device workers run in this process (``worker-process: host``), those that several of
+    them read through the process's board (:mod:`dgemm.storage.sharing`);
     ``reserve`` is the device memory the product itself needs besides the
     cache; ``ahead`` lists the blocks the products this worker is expected
     to run next will read first, read while this one finishes.  A failed
@@ -70,6 +72,11 @@ def _gemm_block(state, a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_
         b_refs = [decoding.through(r) for r in b_refs]
         ahead = [(decoding.through(r), side, extent) for r, side, extent in ahead or ()]
         reserve += decoding.device_bytes(a_refs + b_refs)     # the decode slots' buffers beside the cache
+    elif scope is not None and state.siblings():   # other device workers in this process: decode shared blocks once
+        board = sharing.board()
+        a_refs = [sharing.through(board, scope, r) for r in a_refs]
+        b_refs = [sharing.through(board, scope, r) for r in b_refs]
+        ahead = [(sharing.through(board, scope, r), side, extent) for r, side, extent in ahead or ()]
     state.plan_cache(reserve)
     c = read_block(c_ref) if c_ref is not None and beta != 0 else None
     found = encoding.target(state.device, engine.dtype, out)

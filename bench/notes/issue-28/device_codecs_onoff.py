@@ -3,6 +3,7 @@
     python bench/notes/issue-28/device_codecs_onoff.py [OUT.json] [--size 16384] [--chunk 4096]
         [--dtype float32] [--devices gpu] [--store /dev/shm] [--repeats 2] [--codec lz4|zstd]
         [--out-codec none|zstd] [--slots 2,8] [--modes off,on] [--priorities on,off,inline] [--gemm-tasks 1,2]
+        [--worker-process device,host] [--rounds 2]
 
 Writes A and B (SIZE x SIZE, a random walk along rows: smooth floats) as Zarr v2 arrays in CHUNK² chunks
 under STORE, compressed by ``--codec``: ``lz4``, numcodecs' ``Blosc("lz4", 5, SHUFFLE)`` (Zarr v2's default
@@ -17,7 +18,9 @@ and reports each run's wall time, C's stored bytes and what the workers' counter
 ``read_seconds`` (summed over reader threads) and ``download_seconds``.  ``--slots``: then runs with
 device-codecs on and each count of device decodes at once (``dgemm.opencl.scratch.SLOTS``).  ``--modes``: the
 settings timed in turn (``off`` alone for raw chunks); ``--priorities``: the ``queue-priority`` values, a cluster
-each (read when a worker's device opens); ``--gemm-tasks``: each mode with each ``gemm-tasks`` value in turn.  Each run also records the task stream's phases (the first GEMM's start,
+each (read when a worker's device opens); ``--worker-process``: a cluster for each value (a process per device, or one
+for all, each device's blocks shared in memory), all of them ``--rounds`` times in turn; ``--gemm-tasks``: each mode
+with each ``gemm-tasks`` value in turn.  Each run also records the task stream's phases (the first GEMM's start,
 the last GEMM's and the last store's stops: the fill and the drain), the busy split and each worker's busy time; each
 cluster's last C is checked against numpy's float64 where sampled rows and columns cross (the script fails, after
 writing its records, if one is wrong).  Prints one JSON line per run and writes them all to OUT.json if given, as
@@ -32,7 +35,8 @@ import time
 
 COUNTERS = ("device_decoded_bytes", "host_decoded_bytes", "device_encoded_bytes", "host_encoded_bytes", "bytes_up",
             "bytes_down", "read_seconds", "download_seconds", "kernel_seconds", "busy_seconds",
-            "busy_kernel_seconds", "busy_transfer_seconds", "busy_read_seconds", "busy_other_seconds")
+            "busy_kernel_seconds", "busy_transfer_seconds", "busy_read_seconds", "busy_other_seconds",
+            "host_cache_bytes_decoded", "host_cache_bytes_served")
 
 
 def phases(stream, t0) -> dict:
@@ -101,6 +105,10 @@ def main():
     p.add_argument("--gemm-tasks", default="1", help="gemm-tasks values, comma separated: each mode runs with "
                    "each in turn (read on the client, so one cluster serves them all)")
     p.add_argument("--priorities", default="on", help="queue-priority values, comma separated: a cluster each")
+    p.add_argument("--worker-process", default="device", help="worker-process values, comma separated: a cluster "
+                   "each (device: a process per device; host: one for all)")
+    p.add_argument("--rounds", type=int, default=1, help="the clusters (priorities x worker-process) this many times "
+                   "in turn")
     p.add_argument("--slots", default=None, help="device decodes at once per device, comma separated: each "
                                                   "count timed with device-codecs on (default: the module's)")
     args = p.parse_args()
@@ -139,9 +147,13 @@ def main():
                 arr[i:i + rows] = np.cumsum(rng.standard_normal((rows, n)), axis=1).astype(args.dtype)
             arrays[k] = arr
         out = os.path.join(folder, "c.zarr")
-        for priority in args.priorities.split(","):
-            # read by each worker when its device opens: a cluster of its own for each value
+        layouts = [(q, w) for _ in range(args.rounds) for q in args.priorities.split(",")
+                   for w in args.worker_process.split(",")]
+        for priority, process in layouts:
+            # read by each worker when its device opens (queue-priority) and by the cluster as it starts
+            # (worker-process): a cluster of its own for each value
             os.environ["DGEMM_QUEUE_PRIORITY"] = priority
+            os.environ["DGEMM_WORKER_PROCESS"] = process
             with DeviceCluster(args.devices, dashboard_address=":0") as cluster, Client(cluster) as client:
                 client.wait_for_workers(len(cluster.device_ids), timeout=120)
                 devices = sorted(str(v["device"]) for v in client.run(worker_probe).values())
@@ -166,7 +178,7 @@ def main():
                     # each device's share (issue 27: each GPU's busy time within 10 % of the other's)
                     per_worker = {k: sorted(round(after[w][k] - before[w][k], 3) for w in after)
                                   for k in ("busy_seconds", "busy_kernel_seconds", "kernel_seconds", "bytes_up")}
-                    record = {"mode": mode, "queue_priority": priority, "slots": slots, "gemm_tasks_setting": gemm_tasks, "size": n, "chunk": chunk, "dtype": args.dtype, "devices": args.devices,
+                    record = {"mode": mode, "queue_priority": priority, "worker_process": process, "slots": slots, "gemm_tasks_setting": gemm_tasks, "size": n, "chunk": chunk, "dtype": args.dtype, "devices": args.devices,
                               "codec": args.codec, "out_codec": out_codec, "wall_s": round(wall, 3),
                               "c_stored_bytes": stored_bytes(out), **grew, **phases(ts.data, tt),
                               "per_worker": per_worker}
@@ -176,7 +188,7 @@ def main():
                 # first and last of each and one between: three chunk rows of A and three chunk columns of B read)
                 check = check_sample(arrays[0], arrays[1], zarr.open_array(out, mode="r"), n_rows=3, n_cols=3)
                 records[-1]["check"] = check
-                print(json.dumps({"queue_priority": priority, "check": check}), flush=True)
+                print(json.dumps({"queue_priority": priority, "worker_process": process, "check": check}), flush=True)
                 failed += not check["passed"]
     finally:
         shutil.rmtree(folder, ignore_errors=True)
