@@ -105,7 +105,8 @@ class DgemmPlugin(WorkerPlugin):
             await _register_dashboard(worker)
         pairs = [] if self.sibling else siblings.wanted()
         if pairs:   # worker-process: host; before this worker registers, so that the cluster is whole when it has
-            self.siblings = await siblings.start(worker, pairs, {"dashboard": False, "warm": self.warm_dtypes})
+            self.siblings = await siblings.start(worker, pairs, lambda device: DgemmPlugin(
+                device=device, dashboard=False, warm=self.warm_dtypes, sibling=True))
 
     def warm(self, dtypes) -> bool:
         """Prepare the device for products of ``dtypes``, in a background thread; whether one was started.

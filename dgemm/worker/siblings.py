@@ -56,8 +56,8 @@ def encode(pairs) -> str:
     return json.dumps([[str(d), str(n)] for d, n in pairs])
 
 
-async def start(worker, pairs, plugin_kwargs: dict) -> list:
-    """Start a worker per ``(device, name)`` in this process, beside ``worker``, each with dgemm's plugin.
+async def start(worker, pairs, plugin) -> list:
+    """Start a worker per ``(device, name)`` in this process, beside ``worker``, each with ``plugin(device)``.
 
     Each gets ``worker``'s scheduler, security, interface, threads, memory
     limit (the process's, which all of them watch) and resources; they
@@ -67,14 +67,12 @@ async def start(worker, pairs, plugin_kwargs: dict) -> list:
     from distributed import Worker
     from distributed.comm import get_address_host
 
-    from dgemm.worker.plugin import DgemmPlugin
-
     host = get_address_host(worker.address)
+    scratch = os.path.dirname(str(worker.local_directory).rstrip(os.sep)) or None
     workers = [Worker(worker.scheduler.address, name=name, nthreads=worker.state.nthreads,
                       memory_limit=worker.memory_manager.memory_limit, host=host, security=worker.security,
-                      resources=dict(worker.state.total_resources), local_directory=os.path.dirname(
-                          worker.local_directory.rstrip(os.sep)) or None,
-                      plugins={DgemmPlugin(device=device, sibling=True, **plugin_kwargs)})
+                      resources=dict(worker.state.total_resources), local_directory=scratch,
+                      plugins={plugin(device)})
                for device, name in pairs]
     await asyncio.gather(*workers)
     return workers
