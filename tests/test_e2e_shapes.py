@@ -44,8 +44,8 @@ def _floor_adds_up(rec: dict, size: str, stored: int, decoded: int, c_bytes: int
     assert rates["threads"] == os.cpu_count() and rates["read_gbps"] > 0 and rates["decode_gbps"] > 0
     assert "zstd" in rates["decode_codec"]
     encode = max(v for v in rec["host_rates"]["encode_gbps"].values() if v)
-    flops = rec["dgemm"]["counters"]["total"]["flops"] if size == "full" else rec["dgemm_small"]["counters"][
-        "total"]["flops"]
+    run = rec["dgemm"] if size == "full" else rec["dgemm_small"]
+    flops = run["counters"]["total"]["flops"] / run["reps"]    # the counters cover every timed repetition
     want = {"read": stored / (rates["read_gbps"] * 1e9), "decode": decoded / (rates["decode_gbps"] * 1e9),
             "kernel": flops / (rec["kernel"]["tflops"] * 1e12) / rec["workers"], "encode": c_bytes / (encode * 1e9)}
     assert f["parts"] == pytest.approx(want)
@@ -253,3 +253,21 @@ def test_cublas_times_a_checked_gram_product():
         pytest.skip(cublas_backend()[1])
     r = cublas("float32", 512, 512, 8192, reps=3, gram=True)
     assert r["ok"] and r["gram"] and r["rel_err"] <= r["tolerance"] and r["seconds"] > 0
+
+
+def test_the_floors_kernel_part_is_one_products_whatever_the_repetitions():
+    """The workers' counters cover every timed repetition: the floor's kernel part is one product's."""
+    from dgemm.benchmarks.shapes import add_io_floor
+
+    def record(reps):
+        flops = 2.0 * 1024 ** 3
+        return {"dtype": "float32", "compressors": None, "workers": 1, "m": 1024, "n": 1024, "k": 1024,
+                "kernel": {"tflops": 10.0}, "io_rates": {"read_gbps": 4.0, "decode_gbps": 2.0},
+                "inputs": {"a": {"path": "a", "bytes": 4 << 20, "bytes_on_disk": 4 << 20},
+                           "b": {"path": "b", "bytes": 4 << 20, "bytes_on_disk": 4 << 20}},
+                "dgemm": {"m": 1024, "n": 1024, "k": 1024, "reps": reps, "seconds": 1.0,
+                          "counters": {"total": {"flops": flops * reps}}}}
+
+    one, three = (add_io_floor(record(r))["full"] for r in (1, 3))
+    assert one["parts"]["kernel"] == pytest.approx(2.0 * 1024 ** 3 / 10e12)
+    assert three["parts"] == one["parts"] and three["seconds"] == one["seconds"]

@@ -456,7 +456,9 @@ def add_io_floor(record: dict) -> dict | None:
             continue
         d = runs[0][1] or {}
         m, n, k = (d["m"], d["n"], d["k"]) if d.get("m") else (record["m"], record["n"], record["k"])
-        done = ((d.get("counters") or {}).get("total") or {}).get("flops") or 2.0 * m * n * k
+        # the flops the workers ran (a Gram's triangle), over the timed repetitions: one product's
+        done = (((d.get("counters") or {}).get("total") or {}).get("flops") or 0.0) / max(int(d.get("reps") or 1), 1) \
+            or 2.0 * m * n * k
         f = io_floor(_stored(ins), _decoded(ins), rates, done, kernel, record.get("workers") or 1,
                      m * n * itemsize, encode)
         f["m"], f["n"], f["k"], f["runs"] = m, n, k, {}
