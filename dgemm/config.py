@@ -300,7 +300,11 @@ SETTINGS = {s.key: s for s in (
             "`device` (the default), a process each; `host`, one process for all of them, a Dask worker per "
             "device in it (the first under a nanny, the others started by its plugin), so that an input block "
             "several of them read is read and decoded once, in memory, with no copy between processes "
-            "(`dgemm.storage.sharing`). Read where the workers are launched."),
+            "(`dgemm.storage.sharing`). Read where the workers are launched. `host` decodes each input byte "
+            "once but is slower where measured: two H200s (32 cores), 49152² float32, zstd in and out: "
+            "4.65-4.72 s against 3.67-3.78 s (decoded 1.00x the inputs against 1.50x); raw chunks, where "
+            "nothing is shared: 3.40-3.45 s against 2.50-2.61 s: one interpreter serves both devices' tasks, "
+            "readers and stores (bench/NOTES.md, issue 27)."),
     Setting("host-cache", "DGEMM_HOST_CACHE", _host_cache,
             "Decoded input blocks shared by the device workers of a host, in `/dev/shm` (or the absolute "
             "folder given here): a block that several workers of the host read (the placement marks it) is "
