@@ -21,6 +21,29 @@ import numpy as np
 from dgemm.storage import chunks
 
 
+class Through:
+    """A block read through something else (the host cache, the process's board, the device): it is read
+    like the block it wraps, ``self.block``, whose ``shape``, ``dtype``, ``copies`` and ``key()`` are its own;
+    a subclass gives ``fill_into``."""
+
+    __slots__ = ()
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.block.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.block.dtype
+
+    @property
+    def copies(self) -> bool:
+        return self.block.copies
+
+    def key(self) -> tuple:
+        return self.block.key()
+
+
 @dataclass(frozen=True)
 class ZarrBlock:
     """A rectangular region of a Zarr array, read where it is needed (in a worker)."""

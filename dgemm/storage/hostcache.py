@@ -57,7 +57,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dgemm.storage.blocks import ZarrBlock, unreadable
+from dgemm.storage.blocks import Through, ZarrBlock, unreadable
 
 logger = logging.getLogger(__name__)
 
@@ -567,7 +567,7 @@ def _unlink(path: str) -> None:
 
 # -- blocks read through the cache ---------------------------------------------------
 @dataclass(frozen=True)
-class Shared:
+class Shared(Through):
     """A :class:`~dgemm.storage.blocks.ZarrBlock` of run ``scope`` read through ``cache``.
 
     Read like the block itself (the same ``shape``, ``dtype``, ``key()``
@@ -579,21 +579,6 @@ class Shared:
     block: ZarrBlock
     cache: HostCache
     scope: Hashable
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return self.block.shape
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self.block.dtype
-
-    @property
-    def copies(self) -> bool:
-        return self.block.copies
-
-    def key(self) -> tuple:
-        return self.block.key()
 
     def fill_into(self, out: np.ndarray) -> bool | None:
         """Fill all of ``out`` as :meth:`ZarrBlock.fill_into <dgemm.storage.blocks.ZarrBlock.fill_into>` does.

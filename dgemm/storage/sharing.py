@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dgemm.storage.blocks import ZarrBlock, unreadable
+from dgemm.storage.blocks import Through, ZarrBlock, unreadable
 
 # Of the host's memory, what the blocks waiting for their other readers may hold.  The devices of a
 # process read the shared panels in the same order (each one's rectangle of C, row by row), so a
@@ -192,7 +192,7 @@ def drop(scope: Hashable | None = None) -> int:
 
 
 @dataclass(frozen=True)
-class Sibling:
+class Sibling(Through):
     """A :class:`~dgemm.storage.blocks.ZarrBlock` of run ``scope`` read through this process's board.
 
     Read like the block itself (``shape``, ``dtype``, ``key()``,
@@ -204,21 +204,6 @@ class Sibling:
     block: ZarrBlock
     board: Board
     scope: Hashable
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return self.block.shape
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self.block.dtype
-
-    @property
-    def copies(self) -> bool:
-        return self.block.copies
-
-    def key(self) -> tuple:
-        return self.block.key()
 
     def fill_into(self, out: np.ndarray) -> bool:
         """Fill all of ``out`` as :meth:`ZarrBlock.fill_into <dgemm.storage.blocks.ZarrBlock.fill_into>` does;

@@ -26,6 +26,7 @@ from dgemm import config
 from dgemm.opencl import codecs
 from dgemm.opencl.device import DeviceError
 from dgemm.storage import ZarrBlock, fastpaths, frames, unreadable
+from dgemm.storage.blocks import Through
 
 
 def wanted(device, work: str = "decode") -> bool:
@@ -56,7 +57,7 @@ def through(ref):
     return DeviceDecoded(ref) if type(ref) is ZarrBlock else ref
 
 
-class DeviceDecoded:
+class DeviceDecoded(Through):
     """A :class:`~dgemm.storage.ZarrBlock` that can also be decoded on the device (:meth:`fill_device`).
 
     Everything else is the block's own (``shape``, ``dtype``, ``key()``,
@@ -76,21 +77,6 @@ class DeviceDecoded:
 
     def __repr__(self):
         return f"DeviceDecoded({self.block!r})"
-
-    @property
-    def shape(self):
-        return self.block.shape
-
-    @property
-    def dtype(self):
-        return self.block.dtype
-
-    @property
-    def copies(self) -> bool:
-        return self.block.copies
-
-    def key(self) -> tuple:
-        return self.block.key()
 
     def fill_into(self, out):
         return self.block.fill_into(out)
