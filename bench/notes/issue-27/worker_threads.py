@@ -1,7 +1,8 @@
 """Where a worker process's threads spend their CPU during one product: a process per device or one for all (issue 27).
 
     python bench/notes/issue-27/worker_threads.py OUT.json [--size 49152] [--chunk 4096] [--codec none|zstd]
-        [--devices 0,1] [--worker-process device,host] [--inputs DIR] [--store /dev/shm]
+        [--devices 0,1] [--worker-process device,host] [--switch-interval default,0.0005] [--inputs DIR]
+        [--store /dev/shm]
 
 For each ``worker-process`` value, a local cluster on DEVICES runs the product once untimed (kernels built), then
 once timed while every worker process samples itself: each thread's CPU seconds over the run (from
@@ -104,6 +105,9 @@ def main():
     p.add_argument("--codec", choices=("none", "zstd"), default="none")
     p.add_argument("--devices", default="0,1")
     p.add_argument("--worker-process", default="device,host")
+    p.add_argument("--switch-interval", default="default", help="Python's switch interval in the workers "
+                   "(sys.setswitchinterval, seconds; default: Python's 0.005), comma separated: each with each "
+                   "worker-process value, a cluster each")
     p.add_argument("--store", default="/dev/shm")
     p.add_argument("--inputs", default=None)
     args = p.parse_args()
@@ -138,10 +142,14 @@ def main():
                 arr[i:i + chunk] = np.cumsum(rng.standard_normal((min(chunk, n - i), n)), axis=1).astype("float32")
             arrays.append(arr)
         out = os.path.join(folder, "c.zarr")
-        for process in args.worker_process.split(","):
+        layouts = [(p, s) for p in args.worker_process.split(",") for s in args.switch_interval.split(",")]
+        for process, switch in layouts:
             os.environ["DGEMM_WORKER_PROCESS"] = process
             with DeviceCluster(args.devices, dashboard_address=":0") as cluster, Client(cluster) as client:
                 client.wait_for_workers(len(cluster.device_ids), timeout=120)
+                if switch != "default":
+                    client.run(sys.setswitchinterval, float(switch))
+                switched = sorted(set(client.run(sys.getswitchinterval).values()))
                 dgemm.matmul(*arrays, out=out, client=client, overwrite=True, compressors=c_codecs)
                 client.run(start_sampling)
                 t0 = time.perf_counter()
@@ -150,7 +158,7 @@ def main():
                 procs = [r for r in client.run(stop_sampling).values() if r is not None]
                 check = check_sample(arrays[0], arrays[1], zarr.open_array(out, mode="r"), n_rows=3, n_cols=3)
                 failed += not check["passed"]
-                record = {"worker_process": process, "size": n, "chunk": chunk, "codec": args.codec,
+                record = {"worker_process": process, "switch_interval": switched, "size": n, "chunk": chunk, "codec": args.codec,
                           "devices": args.devices, "wall_s": round(wall, 3), "processes": procs, "check": check}
                 print(json.dumps({k: v for k, v in record.items() if k != "processes"}), flush=True)
                 for pr in procs:
