@@ -194,6 +194,41 @@ def test_dgemm_worker_joins_a_scheduler_and_multiplies(scheduler_file, tmp_path,
 
 @needs_device
 @pytest.mark.slow
+def test_dgemm_worker_under_worker_process_host_runs_every_device_in_one_process(scheduler_file, tmp_path, rng):
+    """``DGEMM_WORKER_PROCESS=host dgemm worker``: one process, a worker per device (named as ever), each on its
+    own device; a Zarr product is right; Ctrl-C closes both."""
+    import zarr
+    from distributed import Client
+
+    log = open(tmp_path / "worker.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "dgemm", "worker", "--scheduler-file", str(scheduler_file),
+                             "--devices", "cpu,cpu", "--nthreads", "1", "--memory-limit", "2GB", "--name", "node"],
+                            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "DGEMM_WORKER_PROCESS": "host"})
+    try:
+        with Client(scheduler_file=str(scheduler_file), timeout="30s") as c:
+            c.wait_for_workers(2, timeout=120)
+            info = c.run(lambda dask_worker: (dask_worker.name, os.getpid(), dict(dask_worker.state.total_resources)))
+            assert sorted(v[0] for v in info.values()) == ["node-0", "node-1"]
+            assert len({v[1] for v in info.values()}) == 1, info
+            assert all(v[2].get("GPU") == 1 for v in info.values())
+            assert all(d is not None and d["ok"] for d in c.run(describe_worker).values())
+            A, B = randn(rng, (96, 80), "float32"), randn(rng, (80, 112), "float32")
+            a = zarr.create_array(str(tmp_path / "a.zarr"), data=A, chunks=(32, 32))
+            out = dgemm.matmul(a, B, out=str(tmp_path / "c.zarr"), client=c, block=32)
+            np.testing.assert_allclose(out[:], A.astype(np.float64) @ B, rtol=1e-4, atol=1e-4)
+            assert _stop(proc) == 0
+            deadline = time.monotonic() + 30
+            while c.scheduler_info()["workers"]:
+                assert time.monotonic() < deadline, "the workers did not leave"
+                time.sleep(0.2)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        log.close()
+
+
+@needs_device
+@pytest.mark.slow
 def test_dgemm_cluster_serves_the_page_and_stops_on_ctrl_c(tmp_path):
     from distributed import Client
 

@@ -6,10 +6,14 @@ it by dgemm's plugin): the scheduler sees two workers with ``GPU=1`` each;
 Zarr (zstd) products of mixed dtypes are right against numpy's float64;
 the process decoded each input byte once, the blocks both workers read
 shared in memory, and nothing of a run is left on the board afterwards;
-closing the cluster closes both.  The launchers' spec (one nanny, the other
-devices named in its environment) is checked without starting anything.
+closing the cluster closes both; after ``client.restart()`` and after the
+process is killed, both come back and compute.  The launchers' spec (one
+nanny, the other devices named in its environment) is checked without
+starting anything; ``dgemm worker`` in this layout is in ``test_launch.py``.
 """
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pytest
@@ -75,6 +79,62 @@ def test_one_process_drives_both_devices_and_decodes_each_input_block_once(tmp_p
     assert grew["host_cache_bytes_served"] > 0 and grew["host_cache_bytes_decoded"] > 0, grew
     for snap in (after, last):
         assert all(p["board_entries"] == 0 and p["board_held"] == 0 for p in snap.values()), snap
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_restart_or_a_killed_process_brings_both_workers_back(tmp_path):
+    """``client.restart()`` and a process killed outright: the nanny starts the process again, its worker starts
+    the other again, and the next product runs on both, right."""
+    import signal
+    import time
+
+    import dask
+    import zarr
+    from distributed import Client
+
+    import dgemm
+    from dgemm.cluster import DeviceCluster
+    from dgemm.opencl.discovery import list_devices
+
+    if not list_devices():
+        pytest.skip("no OpenCL device (pip install pocl-binary-distribution)")
+    rng = np.random.default_rng()
+    A = randn(rng, (256, 192), "float32")
+    a = zarr.create_array(str(tmp_path / "a.zarr"), data=A, chunks=(64, 64))
+
+    def layout(client):
+        """The workers' names and GPUs, and their processes."""
+        workers = client.scheduler_info()["workers"].values()
+        procs = client.run(_process)
+        return sorted((w["name"], w["resources"].get("GPU")) for w in workers), {p["pid"] for p in procs.values()}
+
+    with dask.config.set({"dgemm.worker-process": "host"}), \
+            DeviceCluster("cpu,cpu", dashboard_address=":0") as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        client.wait_for_workers(2, timeout=120)
+        names, (pid,) = layout(client)
+        assert names == [(0, 1), (1, 1)]
+        client.restart()
+        names, pids = layout(client)
+        assert names == [(0, 1), (1, 1)] and len(pids) == 1 and pid not in pids
+        check_product(dgemm.matmul(a, A.T.copy(), out=str(tmp_path / "c1.zarr"), client=client, block=64)[...],
+                      A, A.T, dtype="float32")
+        (pid,) = pids
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            time.sleep(0.2)
+            try:
+                names, pids = layout(client)
+            except Exception:   # a worker that left between the two questions
+                continue
+            if names == [(0, 1), (1, 1)] and pid not in pids:
+                break
+        assert names == [(0, 1), (1, 1)] and len(pids) == 1 and pid not in pids, (names, pids)
+        c = dgemm.matmul(a, A.T.copy(), out=str(tmp_path / "c2.zarr"), client=client, block=64)
+        assert all(p["blocks"] > 0 for p in client.run(_process).values()), "a worker ran no block after the restart"
+    check_product(c[...], A, A.T, dtype="float32")
 
 
 def test_the_launchers_start_one_process_whose_worker_names_the_others(monkeypatch):

@@ -29,11 +29,13 @@ logger = logging.getLogger(__name__)
 ENV = "DGEMM_SIBLINGS"
 
 
-def wanted(environ=None) -> list[tuple[str, str]]:
+def wanted(environ=None) -> list[tuple[str, str | int]]:
     """``(device, name)`` of each other device this process drives (none unless the launcher said so).
 
-    >>> wanted({ENV: '[["0:1", "job-1"], ["0:2", "job-2"]]'})
-    [('0:1', 'job-1'), ('0:2', 'job-2')]
+    A name is a string or, as a local cluster names its workers, a number.
+
+    >>> wanted({ENV: '[["0:1", "job-1"], ["0:2", 2]]'})
+    [('0:1', 'job-1'), ('0:2', 2)]
     >>> wanted({})
     []
     """
@@ -41,19 +43,19 @@ def wanted(environ=None) -> list[tuple[str, str]]:
     if not text:
         return []
     try:
-        pairs = [(str(d), str(n)) for d, n in json.loads(text)]
+        pairs = [(str(d), n if isinstance(n, int) else str(n)) for d, n in json.loads(text)]
     except (ValueError, TypeError) as e:
         raise ValueError(f"{ENV}={text!r}: expected a JSON list of [device, name] pairs ({e})") from None
     return pairs
 
 
 def encode(pairs) -> str:
-    """The :data:`ENV` value naming ``pairs`` (``(device, name)``).
+    """The :data:`ENV` value naming ``pairs`` (``(device, name)``; a number stays one).
 
     >>> wanted({ENV: encode([("0:1", 1)])})
-    [('0:1', '1')]
+    [('0:1', 1)]
     """
-    return json.dumps([[str(d), str(n)] for d, n in pairs])
+    return json.dumps([[str(d), n if isinstance(n, int) else str(n)] for d, n in pairs])
 
 
 async def start(worker, pairs, plugin) -> list:
