@@ -147,6 +147,15 @@ def scheduler_file(tmp_path):
         log.close()
 
 
+def _stop_and_see_them_leave(proc, client) -> None:
+    """Ctrl-C to a ``dgemm worker``: it exits 0 and its workers leave the scheduler within 30 s."""
+    assert _stop(proc) == 0
+    deadline = time.monotonic() + 30
+    while client.scheduler_info()["workers"]:
+        assert time.monotonic() < deadline, "the workers did not leave"
+        time.sleep(0.2)
+
+
 @needs_device
 @pytest.mark.slow
 def test_dgemm_worker_joins_a_scheduler_and_multiplies(scheduler_file, tmp_path, rng):
@@ -179,11 +188,7 @@ def test_dgemm_worker_joins_a_scheduler_and_multiplies(scheduler_file, tmp_path,
             page = urllib.request.urlopen(f"http://127.0.0.1:{port}/dgemm/data.json", timeout=10).read()
             assert json.loads(page)["matmuls"][0]["blocks_total"] == 12
 
-            assert _stop(proc) == 0
-            deadline = time.monotonic() + 30
-            while c.scheduler_info()["workers"]:
-                assert time.monotonic() < deadline, "the workers did not leave"
-                time.sleep(0.2)
+            _stop_and_see_them_leave(proc, c)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -216,11 +221,7 @@ def test_dgemm_worker_under_worker_process_host_runs_every_device_in_one_process
             a = zarr.create_array(str(tmp_path / "a.zarr"), data=A, chunks=(32, 32))
             out = dgemm.matmul(a, B, out=str(tmp_path / "c.zarr"), client=c, block=32)
             np.testing.assert_allclose(out[:], A.astype(np.float64) @ B, rtol=1e-4, atol=1e-4)
-            assert _stop(proc) == 0
-            deadline = time.monotonic() + 30
-            while c.scheduler_info()["workers"]:
-                assert time.monotonic() < deadline, "the workers did not leave"
-                time.sleep(0.2)
+            _stop_and_see_them_leave(proc, c)
     finally:
         if proc.poll() is None:
             proc.kill()
