@@ -32,7 +32,7 @@ def _process(dask_worker):
     totals = dask_worker.plugins["dgemm"].state.totals()
     return {"pid": os.getpid(), "name": dask_worker.name, "board_entries": len(board), "board_held": board.held(),
             **{k: totals[k] for k in ("blocks", "host_cache_bytes_decoded", "host_cache_bytes_served",
-                                      "host_decoded_bytes")}}
+                                      "host_decoded_bytes", "live_buffers")}}
 
 
 @pytest.mark.slow
@@ -66,7 +66,11 @@ def test_one_process_drives_both_devices_and_decodes_each_input_block_once(tmp_p
         c = dgemm.matmul(a, b, out=str(tmp_path / "c.zarr"), client=client, block=64)
         after = client.run(_process)
         c32 = dgemm.gemm(a32, a32, out=str(tmp_path / "c32.zarr"), client=client, block=32, trans_a=True)   # Gram
-        last = client.run(_process)
+        last = [client.run(_process)]
+        for i, (x, y, dt) in enumerate([(a, b, "float64"), (a32, A32.T.copy(), "float32")] * 2):   # the long-lived case
+            got = dgemm.matmul(x, y, out=str(tmp_path / f"more{i}.zarr"), client=client, block=32)
+            check_product(got[...], x[...], y[...], dtype=dt, what=f"product {i} of a long-lived cluster")
+            last.append(client.run(_process))
     assert not cluster.workers and cluster.status.name == "closed"
     check_product(c[...], A, B, dtype="float64")
     check_product(c32[...], A32.T, A32, dtype="float32")
@@ -77,8 +81,9 @@ def test_one_process_drives_both_devices_and_decodes_each_input_block_once(tmp_p
     # (every chunk is decoded whole: 64 x 64 float64, the edges' too)
     assert grew["host_decoded_bytes"] == (a.nchunks + b.nchunks) * 64 * 64 * 8, grew
     assert grew["host_cache_bytes_served"] > 0 and grew["host_cache_bytes_decoded"] > 0, grew
-    for snap in (after, last):
-        assert all(p["board_entries"] == 0 and p["board_held"] == 0 for p in snap.values()), snap
+    for snap in (after, *last):   # after every product: nothing shared left, no device buffer held
+        assert all(p["board_entries"] == 0 and p["board_held"] == 0 and p["live_buffers"] == 0
+                   for p in snap.values()), snap
 
 
 @pytest.mark.slow
