@@ -78,3 +78,18 @@ def index_overflow(bm: int, bn: int, bk: int, tiles: tuple[int, int, int]) -> st
         if x * y > INT32_MAX:
             return f"{what} of {x} x {y} padded elements exceeds 2**31 - 1"
     return None
+
+
+def host_memory() -> int:
+    """Bytes of this host's memory a process may use: distributed's figure (the cgroup's limit where there is
+    one), else the physical memory.
+
+    >>> host_memory() > 0
+    True
+    """
+    try:
+        from distributed.system import MEMORY_LIMIT
+        return int(MEMORY_LIMIT)
+    except ImportError:
+        import os
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import ast
 import contextlib
 import copy
-import functools
 import logging
 import os
 import sys
@@ -186,9 +185,9 @@ class DeviceCluster(LocalCluster):
         # LocalCluster's "auto" gives each worker memory in proportion to its threads, which with
         # few threads per device is the whole host's memory each (or a sliver of it): share it.
         self.host_process = config.get("worker-process") == "host" and len(self.device_ids) > 1
-        launch = functools.partial(host_worker, self.device_ids) if self.host_process else functools.partial(
-            device_worker, 0, self.device_ids)
-        first = launch(nthreads=threads_per_worker, memory_limit=kwargs.pop("memory_limit", "auto"))
+        sizes = {"nthreads": threads_per_worker, "memory_limit": kwargs.pop("memory_limit", "auto")}
+        first = (host_worker(self.device_ids, **sizes) if self.host_process
+                 else device_worker(0, self.device_ids, **sizes))
         self._first_env = first.env
         allowed = ALLOWED_FAILURES if allowed_failures is None else int(allowed_failures)
         # The scheduler's Bokeh dashboard: its import (most of a second) is made while the workers start,
@@ -268,7 +267,8 @@ class DeviceCluster(LocalCluster):
     def new_worker_spec(self):
         free = sorted(set(range(1 if self.host_process else len(self.device_ids))) - set(self.worker_spec))
         if not free:
-            raise ValueError(f"this cluster has {len(self.device_ids)} devices; it cannot have more workers")
+            one = " in one process (worker-process: host)" if self.host_process else ""
+            raise ValueError(f"this cluster has {len(self.device_ids)} devices{one}; it cannot have more workers")
         i = free[0]
         spec = copy.deepcopy(self.new_spec)
         # nthreads and memory_limit (the same for every worker) are in new_spec since __init__

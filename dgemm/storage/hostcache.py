@@ -111,10 +111,9 @@ def default_folder() -> str:
 def default_limit(folder: str) -> int:
     """The size limit where ``host-cache-bytes`` is unset: a quarter of the host's memory, at most half of
     what ``folder``'s filesystem holds (a ``/dev/shm`` is often half the memory, in containers far less)."""
-    try:
-        from distributed.system import MEMORY_LIMIT as ram   # the cgroup's limit where there is one
-    except ImportError:
-        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    from dgemm.sizes import host_memory
+
+    ram = host_memory()
     try:
         st = os.statvfs(folder)
         fs = st.f_blocks * st.f_frsize

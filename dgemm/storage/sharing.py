@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dgemm.sizes import host_memory
 from dgemm.storage.blocks import Through, ZarrBlock, unreadable
 
 # Of the host's memory, what the blocks waiting for their other readers may hold.  The devices of a
@@ -173,17 +174,8 @@ def board() -> Board:
     global _BOARD
     with _BOARD_LOCK:
         if _BOARD is None:
-            _BOARD = Board(_default_limit())
+            _BOARD = Board(int(host_memory() * LIMIT_FRACTION))
         return _BOARD
-
-
-def _default_limit() -> int:
-    try:
-        from distributed.system import MEMORY_LIMIT as ram   # the cgroup's limit where there is one
-    except ImportError:
-        import os
-        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return int(ram * LIMIT_FRACTION)
 
 
 def drop(scope: Hashable | None = None) -> int:
