@@ -509,6 +509,61 @@ def test_a_refused_tree_is_the_frames_error(dev, libzstd, rng):
     assert reference(libzstd, bytes(frame)) is None
 
 
+def huffman_block(rng, log: int, nlit: int, last: int):
+    """A compressed block of Huffman literals only (no sequences) whose code is ``log`` bits at most and at
+    least (skewed counts, cut to ``log``), in one stream (under 1024 literals) or four; and its literals."""
+    from dgemm.opencl.codecs import huffman
+
+    nsym = int(rng.integers(log + 2, min(120, 1 << log)))   # direct 4-bit weights: at most 128 are written
+    counts = np.zeros(256, np.int64)
+    syms = rng.choice(128, nsym, replace=False)     # symbols below 128: the weights' direct form
+    counts[syms] = (2.0 ** np.minimum(np.arange(nsym), 40)).astype(np.int64)[rng.permutation(nsym)] + 1
+    lengths = huffman.code_lengths(counts, max_bits=log)
+    assert lengths.max() == log
+    present = np.flatnonzero(lengths)
+    p = 2.0 ** -lengths[present].astype(np.float64)
+    lits = rng.choice(present, nlit, p=p / p.sum()).astype(np.uint8)
+    lits[:present.size] = rng.permutation(present)[:nlit]     # every code length occurs
+    code = huffman.codes(lengths)
+    fields = [(int(code[x]) & 0xFFFF, int(code[x]) >> 16) for x in lits.tolist()]
+    w, _ = huffman.weights(lengths)
+    explicit = [int(x) for x in w[:int(np.flatnonzero(w)[-1])]] + [0]
+    tree = bytes([127 + len(explicit) - 1]) + bytes(a << 4 | b for a, b in zip(explicit[0::2], explicit[1::2]))
+    if nlit < 1024:
+        body, fmt, bits = bitstream(fields), 0, 10
+    else:
+        seg = (nlit + 3) // 4
+        parts = [bitstream(fields[k * seg:(k + 1) * seg]) for k in range(4)]
+        body = b"".join(len(x).to_bytes(2, "little") for x in parts[:3]) + b"".join(parts)
+        fmt, bits = (1, 10) if nlit < 1024 and len(tree) + len(body) < 1024 else (2, 14)
+    csize = len(tree) + len(body)
+    assert csize < 1 << bits
+    head = (2 | fmt << 2 | nlit << 4 | csize << (4 + bits)).to_bytes(3 if bits == 10 else 4, "little")
+    block = head + tree + body + b"\x00"            # no sequences
+    return (2, last, block, len(block)), lits.tobytes()
+
+
+def test_huffman_blocks_of_every_table_log_decode_like_libzstd(dev, libzstd, rng):
+    """Blocks of tables of every size, the format's largest (log 12) among them, in one stream or four, several
+    frames of one call: the Huffman kernel's groups of blocks (their tables side by side in local memory,
+    in rounds where tables of log 12 do not all fit) decode each block with its own table, as libzstd does."""
+    frames, want = [], []
+    for nblocks in (13, 1, 9):          # 23 blocks: groups of 8 across frames, the last group short
+        blocks, lits = [], b""
+        for k in range(nblocks):
+            log = int(rng.choice([12, 12, 12, 11, 9, 6]))
+            nlit = int(rng.integers(300, 1000)) if rng.random() < 0.25 else int(rng.integers(1024, 9000))
+            block, raw = huffman_block(rng, log, nlit, int(k == nblocks - 1))
+            blocks.append(block)
+            lits += raw
+        frames.append(frame_of(blocks, len(lits)))
+        want.append(lits)
+        assert reference(libzstd, frames[-1]) == lits
+    for lanes in LANES:
+        assert device_decode(dev, frames, lanes) == b"".join(want)
+        assert device_decode(dev, frames[::-1], lanes) == b"".join(want[::-1])
+
+
 # -- sequence execution: blocks at once, the matches that wait for earlier blocks after (issue 28) --------------
 def sequence_data(kind, n, rng) -> bytes:
     """Data whose zstd frames hold sequences in every block (float noise holds almost none)."""
