@@ -544,9 +544,9 @@ def huffman_block(rng, log: int, nlit: int, last: int):
 
 
 def test_huffman_blocks_of_every_table_log_decode_like_libzstd(dev, libzstd, rng):
-    """Blocks of tables of every size, the format's largest (log 12) among them, in one stream or four, several
-    frames of one call: the Huffman kernel's groups of blocks (their tables side by side in local memory,
-    in rounds where tables of log 12 do not all fit) decode each block with its own table, as libzstd does."""
+    """Blocks of tables of every size, the format's largest (log 12, which no encoder of ours or libzstd's writes)
+    among them, in one stream or four, in several frames of one call: each block decodes with its own table
+    (loaded into local memory by its work-group), as libzstd decodes it."""
     frames, want = [], []
     for nblocks in (13, 1, 9):          # 23 blocks: groups of 8 across frames, the last group short
         blocks, lits = [], b""

@@ -4,8 +4,8 @@
 //   zstd_huf_trees:   one work-group per Huffman tree description decodes its weights and fills its
 //                     lookup table (the host only finds where each description is);
 //   zstd_huf_streams: one work-item per Huffman literal stream (all streams of all blocks of all
-//                     frames at once, a work-group per few blocks sharing their tables in local
-//                     memory) decodes its literals into the literal buffer;
+//                     frames at once, a work-group per block sharing its table in local memory)
+//                     decodes its literals into the literal buffer;
 //   zstd_sequences:   one work-item per compressed block with sequences decodes its FSE bitstream
 //                     into (literal length, match length, offset code) rows;
 //   zstd_copy_blocks: one work-group per block whose output position the host knows (raw, RLE and
@@ -17,8 +17,8 @@
 // end exactly where its last symbol or sequence does, and no bit before its start is ever read.
 
 #ifndef ZSTD_HUF_LANES
-#define ZSTD_HUF_LANES 4  // work-items per work-group in zstd_huf_streams: one per stream of ZSTD_HUF_LANES / 4
-#endif                    // blocks (a block has 4 streams or 1); 32 on a GPU fills a warp, 4 on a CPU
+#define ZSTD_HUF_LANES 4  // work-items per block in zstd_huf_streams (they load its table; 1 or 4 decode)
+#endif
 
 #ifndef ZSTD_LANES
 #define ZSTD_LANES 1      // work-items per block or frame in execution: a warp or more on a GPU, 1 on a CPU
@@ -551,62 +551,31 @@ int huf_stream(global const uchar* src, global const long* row, int log, HUF_TAB
 #undef HUF_QUAD
 #endif
 
-// One work-group per HUF_BLOCKS blocks with Huffman literals (groups: each block's first stream row and
-// its stream count), a work-item per stream.  A block's four streams alone would leave most of a warp
-// idle, and each lane decodes one symbol per table lookup, one after another: the warp's instructions,
-// issued for 4 useful lanes of 32, bound the decode (~290 cycles a symbol on an H100), not the lookups.
-// So a group takes several blocks and loads their tables (each the slot zstd_huf_trees filled for the
-// tree the block's first stream row names, 2**log entries) side by side into local memory, in rounds
-// of the blocks that fit HUF_ROOM (8 blocks of log 11, libzstd's and dgemm's encoders' largest, in one
-// round; 4 of log 12, the format's largest, in each).  A refused tree (log 0) decodes nothing: its
-// error is the block's.
-#define HUF_BLOCKS (ZSTD_HUF_LANES / 4)
-#define HUF_ROOM (HUF_SLOT * (HUF_BLOCKS < 4 ? HUF_BLOCKS : 4))
-
-// Block g's tree log (0: refused; zstd_huf_trees writes 0 or 1..12, checked again so that local writes
-// stay inside the room) and its table in huf.
-inline int huf_block_log(global const long* streams, global const long* groups, global const int* trees,
-                         uint g) {
-    const int log = trees[streams[groups[2 * g] * STREAM_COLUMNS + 4] * TREE_INFO];
-    return log > 0 && log <= 12 ? log : 0;
-}
-
+// One work-group per block with Huffman literals (groups: its first stream row, its stream count): the
+// group loads the block's table (the slot zstd_huf_trees filled for the tree the stream row names) into
+// local memory, then one work-item per stream (1 or 4) decodes.  A refused tree (log 0) decodes nothing:
+// its error is the block's.
 kernel __attribute__((reqd_work_group_size(ZSTD_HUF_LANES, 1, 1)))
 void zstd_huf_streams(global const uchar* src, global const long* streams, global const long* groups,
-                      global const ushort* huf, global const int* trees, global uchar* lit, global int* err,
-                      uint ngroups) {
-    const int lane = get_local_id(0), mine = lane >> 2, s = lane & 3;   // my block in the group, my stream
-    const uint g0 = get_group_id(0) * HUF_BLOCKS;
-    const uint nb = min((uint)HUF_BLOCKS, ngroups - min(g0, ngroups));  // this group's blocks
-    const long first = mine < nb ? groups[2 * (g0 + mine)] : 0, count = mine < nb ? groups[2 * (g0 + mine) + 1] : 0;
-    global const long* row = streams + (first + s) * STREAM_COLUMNS;
+                      global const ushort* huf, global const int* trees, global uchar* lit, global int* err) {
 #if ZSTD_HUF_LOCAL
-    local ushort table[HUF_ROOM];
-    // Every lane goes through the same rounds (the barriers are the group's): blocks [b, e) in a round.
-    for (uint b = 0, e; b < nb; b = e) {
-        int used = 0, at = -1;
-        for (e = b; e < nb; e++) {
-            const int log = huf_block_log(streams, groups, trees, g0 + e);
-            const int size = log ? 1 << log : 0;
-            if (used + size > HUF_ROOM) break;
-            global const ushort* t = huf + streams[groups[2 * (g0 + e)] * STREAM_COLUMNS + 4] * HUF_SLOT;
-            for (int k = lane; k < size; k += ZSTD_HUF_LANES) table[used + k] = t[k];
-            if (e == mine) at = used;
-            used += size;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (at >= 0 && s < count) {
-            const int log = huf_block_log(streams, groups, trees, g0 + mine);
-            err[first + s] = log ? huf_stream(src, row, log, table + at, lit) : 0;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-#else
-    if (s < count) {
-        const int log = huf_block_log(streams, groups, trees, g0 + mine);
-        err[first + s] = log ? huf_stream(src, row, log, huf + row[4] * HUF_SLOT, lit) : 0;
-    }
+    local ushort table[HUF_SLOT];
 #endif
+    const int lane = get_local_id(0);
+    const long first = groups[2 * get_group_id(0)], count = groups[2 * get_group_id(0) + 1];
+    global const long* row = streams + (first + min((long)lane, count - 1)) * STREAM_COLUMNS;
+    global const ushort* t = huf + row[4] * HUF_SLOT;
+    const int log = trees[row[4] * TREE_INFO];
+    // zstd_huf_trees writes 0 (refused) or 1..12; checked anyway, so the local table's writes stay inside it
+    const bool usable = log > 0 && log <= 12;
+    const int size = usable ? 1 << log : 0;
+#if ZSTD_HUF_LOCAL
+    for (int k = lane; k < size; k += ZSTD_HUF_LANES) table[k] = t[k];
+    barrier(CLK_LOCAL_MEM_FENCE);
+#else
+    global const ushort* table = t;
+#endif
+    if (lane < count) err[first + lane] = usable ? huf_stream(src, row, log, table, lit) : 0;
 }
 
 kernel void zstd_sequences(global const uchar* src, global const long* blocks, global const long* which,

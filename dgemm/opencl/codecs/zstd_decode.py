@@ -11,9 +11,9 @@ frames with compact tables; kernels of ``dgemm/kernels/zstd_decode.cl`` do the r
    per tree; a refused description's error code becomes the message the host
    would have given (:data:`TREE_ERRORS`);
 1. ``zstd_huf_streams``: every Huffman literal stream of every block of every
-   frame at once, one work-item each, into a literal buffer (a work-group of a
-   warp decodes 8 blocks, their lookup tables side by side in local memory: a
-   work-group per block left 28 of a warp's 32 lanes idle);
+   frame at once, one work-item each, into a literal buffer (a work-group per
+   block holds the block's lookup table in local memory: a symbol's time is
+   a table lookup's latency);
 2. ``zstd_sequences``: every compressed block's FSE sequence bitstream, one
    work-item per block (sequential within a block, blocks in parallel), into
    rows of (literal length, match length, offset code);
@@ -134,7 +134,7 @@ def default_lanes(device) -> int:
 
 
 # zstd_decode.cl's ZSTD_HUF_READER (the Huffman streams' bit reader and stores) and, where set, its
-# ZSTD_HUF_LANES (work-items per work-group, 4 per block): what program() builds (the decode bench sweeps them)
+# ZSTD_HUF_LANES (work-items per block's streams): what program() builds (the decode bench sweeps them)
 HUF_READER = 1
 HUF_LANES = None
 HUF_LOCAL = 1
@@ -142,7 +142,7 @@ HUF_LOCAL = 1
 
 def program(device, lanes: int):
     """``zstd_decode.cl`` built for ``device`` with ``ZSTD_LANES=lanes``, once per (device, lanes)."""
-    huf = 4 if lanes == 1 else 32        # lanes per Huffman work-group (a lane per stream), and per tree
+    huf = 4 if lanes < 32 else 32        # lanes per block's Huffman streams, and per tree
     return _programs.program(device, "zstd_decode.cl",
                              (("ZSTD_LANES", lanes), ("ZSTD_HUF_LANES", HUF_LANES or huf), ("ZSTD_TREE_LANES", huf),
                               ("ZSTD_HUF_READER", HUF_READER), ("ZSTD_HUF_LOCAL", HUF_LOCAL)),
@@ -322,10 +322,10 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
                     streams = buffer(batch.streams, "zstd literal streams")
                     err_s = buffer(stream_err, "zstd stream errors", upload=False)
                     groups = buffer(batch.huf_groups, "zstd Huffman blocks")
-                    hl, ngroups = prog.huf_lanes, len(batch.huf_groups)
+                    hl = prog.huf_lanes
                     launched.append(("huffman", prog.streams(
-                        queue, (-(-ngroups // (hl // 4)) * hl,), (hl,), src, streams, groups, huf, info, lit,
-                        err_s, np.uint32(ngroups))))
+                        queue, (len(batch.huf_groups) * hl,), (hl,), src, streams, groups, huf, info, lit,
+                        err_s)))
                 if nseqblocks:
                     which = buffer(batch.with_seqs, "zstd blocks with sequences")
                     fse = buffer(batch.fse, "zstd FSE tables")
