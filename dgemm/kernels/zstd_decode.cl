@@ -478,6 +478,24 @@ void zstd_huf_trees(global const uchar* src, global const long* trees, global us
         }                                                                                      \
     } while (0)
 
+// HUF_SYM without its checks, where they cannot fail: 12 bits or more left before the symbol (a code is at
+// most 12 bits), so none is masked and none overruns.  Only r moves (pos is r less a constant).
+#define HUF_SYM_FAST(sym) do {                                                                 \
+        const ushort e_ = table[(uint)(acc >> (r - log - lo)) & mask];                         \
+        r -= e_ >> 8;                                                                          \
+        sym = (uchar)e_;                                                                       \
+        if (r - 12 < lo) {                                                                     \
+            uint w_ = k == 4 ? cur.w : k == 3 ? cur.z : k == 2 ? cur.y : cur.x;                \
+            acc = (acc << 32) | w_;                                                            \
+            lo -= 32;                                                                          \
+            if (--k == 0) { cur = nxt; nxt = HUF_QUAD(nq); nq--; k = 4; }                      \
+        }                                                                                      \
+    } while (0)
+
+#ifndef ZSTD_HUF_FAST
+#define ZSTD_HUF_FAST 1     // 1: reader 1 decodes without checks while they cannot fail (HUF_SYM_FAST); 0: never
+#endif
+
 #ifndef ZSTD_HUF_LOCAL
 #define ZSTD_HUF_LOCAL 1    // 1: each block's lookup table copied into local memory; 0: read where the trees
 #endif                      // kernel left it (global memory, through the L1 cache): no local memory, more groups
@@ -489,8 +507,7 @@ void zstd_huf_trees(global const uchar* src, global const long* trees, global us
 
 #ifndef ZSTD_HUF_READER
 #define ZSTD_HUF_READER 1   // 1: aligned quads, double-buffered, literals stored 4 at a time; 2: the same reader,
-#endif                      // literals stored one by one; 0: 8 bytes (vload8) at each refill, literals one by one;
-                            // 3: each stream's next words staged in local memory by the group's lanes, in rounds
+#endif                      // literals stored one by one; 0: 8 bytes (vload8) at each refill, literals one by one
 
 #if ZSTD_HUF_READER == 0
 int huf_stream(global const uchar* src, global const long* row, int log, HUF_TABLE_SPACE const ushort* table,
@@ -536,6 +553,17 @@ int huf_stream(global const uchar* src, global const long* row, int log, HUF_TAB
     // first to reach alignment: the four streams of a block start at different alignments, and lanes
     // leaving such a loop at different times would run the main loop apart (one pass each, not together).
     const bool aligned = (((ulong)out) & 3) == 0;
+    // While 48 bits or more are left, four symbols need no checks (HUF_SYM_FAST): most of a stream.
+    const int off = r - pos;
+    for (; ZSTD_HUF_FAST && i + 4 <= dlen && r - off >= 48; i += 4) {
+        HUF_SYM_FAST(a); HUF_SYM_FAST(b); HUF_SYM_FAST(c); HUF_SYM_FAST(d);
+        if (aligned) {
+            *(global uint*)(out + i) = (uint)a | (uint)b << 8 | (uint)c << 16 | (uint)d << 24;
+        } else {
+            out[i] = a; out[i + 1] = b; out[i + 2] = c; out[i + 3] = d;
+        }
+    }
+    pos = r - off;
     for (; i + 4 <= dlen; i += 4) {
         HUF_SYM(a); HUF_SYM(b); HUF_SYM(c); HUF_SYM(d);
         if (aligned) {
@@ -549,73 +577,8 @@ int huf_stream(global const uchar* src, global const long* row, int log, HUF_TAB
     return pos != 0 ? E_LEFTOVER : 0;
 }
 #undef HUF_SYM
+#undef HUF_SYM_FAST
 #undef HUF_QUAD
-#endif
-
-#if ZSTD_HUF_READER == 3 && !ZSTD_HUF_LOCAL
-#error "reader 3 reads the table from local memory (ZSTD_HUF_LOCAL 1)"
-#endif
-#if ZSTD_HUF_READER == 3
-// Reader 3: a stream's words come from local memory.  The group decodes in rounds of ZSTD_HUF_ROUND symbols a
-// stream; before each, all its lanes copy the words each stream may take in the round (a round's refills at
-// most, HUF_WIN) into the stream's window, all the loads at once, so that a symbol never waits on global
-// memory, only on local memory (the table's lookup and, every few symbols, a word).  The decode is reader 1's,
-// position for position: the same checks in the same order.
-#ifndef ZSTD_HUF_ROUND
-#define ZSTD_HUF_ROUND 256  // symbols a stream decodes between two window loads
-#endif
-#define HUF_WIN (ZSTD_HUF_ROUND * 12 / 32 + 4)   // words a round may take (12 bits a symbol at most), and spare
-
-typedef struct {
-    ulong acc;      // bits [lo, lo + 64) from the stream's first quad's bit 0
-    int r, lo;      // the read position (from that bit 0), the window's low bit
-    int pos;        // bits not yet read
-    int nw;         // the next word the accumulator takes
-    long i;         // literals decoded
-} huf_state_t;
-
-inline void huf_begin(huf_state_t* st, global const uchar* src, global const long* row) {
-    const long s0 = row[0];
-    const int n = (int)row[1];
-    const int qb = (int)(s0 >> 4);
-    global const uint* wp = (global const uint*)((global const uint4*)src + qb);
-    const uchar last = src[s0 + n - 1];       // not 0: the host checked
-    st->pos = 8 * (n - 1) + (31 - clz((uint)last));
-    st->r = st->pos + (int)(s0 & 15) * 8;
-    const int hi = (st->r - 1) >> 5;
-    st->lo = (hi - 1) * 32;
-    st->acc = ((ulong)wp[max(hi, -4 * qb)] << 32) | wp[max(hi - 1, -4 * qb)];
-    st->nw = hi - 2;
-    st->i = 0;
-}
-
-// Literals [st->i, min(st->i + ZSTD_HUF_ROUND, dlen)) of a stream; win[j] holds word wtop - j.
-// Returns E_OVERREAD (the state then stays at the failing literal) or 0.
-inline int huf_round(huf_state_t* st, const int log, local const ushort* table, local const uint* win,
-                     const int wtop, global uchar* out, const long dlen) {
-    ulong acc = st->acc;
-    int r = st->r, lo = st->lo, pos = st->pos, nw = st->nw, code = 0;
-    long i = st->i;
-    const long end = min(i + ZSTD_HUF_ROUND, dlen);
-    const uint mask = (1u << log) - 1;
-    for (; i < end; i++) {
-        uint v = (uint)(acc >> (r - log - lo)) & mask;
-        if (pos < log) v &= 0xFFFFFFFFu << (log - pos);
-        const ushort e = table[v];
-        const int len = e >> 8;
-        if (len > pos) { code = E_OVERREAD; break; }
-        pos -= len;
-        r -= len;
-        out[i] = (uchar)e;
-        if (r - 12 < lo) {
-            acc = (acc << 32) | win[wtop - nw];
-            nw--;
-            lo -= 32;
-        }
-    }
-    st->acc = acc; st->r = r; st->lo = lo; st->pos = pos; st->nw = nw; st->i = i;
-    return code;
-}
 #endif
 
 // One work-group per block with Huffman literals (groups: its first stream row, its stream count): the
@@ -642,37 +605,7 @@ void zstd_huf_streams(global const uchar* src, global const long* streams, globa
 #else
     global const ushort* table = t;
 #endif
-#if ZSTD_HUF_READER == 3
-    local uint win[4 * HUF_WIN];
-    local int wtop[4], qbs[4];
-    huf_state_t st;
-    const bool mine = lane < count && usable;
-    long dlen = 0;
-    if (mine) {
-        huf_begin(&st, src, row);
-        dlen = row[3];
-        qbs[lane] = (int)(row[0] >> 4);
-    }
-    long most = 0;      // the longest stream: every lane runs as many rounds (the barriers are the group's)
-    for (long k = 0; k < count; k++) most = max(most, streams[(first + k) * STREAM_COLUMNS + 3]);
-    const long rounds = usable ? (most + ZSTD_HUF_ROUND - 1) / ZSTD_HUF_ROUND : 0;
-    int code = 0;
-    global const uint* words = (global const uint*)src;
-    for (long k = 0; k < rounds; k++) {
-        if (mine) wtop[lane] = st.nw;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        for (int j = lane; j < count * HUF_WIN; j += ZSTD_HUF_LANES) {
-            const int s = j / HUF_WIN, w = wtop[s] - j % HUF_WIN;
-            win[j] = words[4 * qbs[s] + max(w, -4 * qbs[s])];   // below the first quad: read, then masked
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (mine && !code && st.i < dlen)
-            code = huf_round(&st, log, table, win + lane * HUF_WIN, wtop[lane], lit + row[2], dlen);
-    }
-    if (lane < count) err[first + lane] = !usable ? 0 : code ? code : st.pos != 0 ? E_LEFTOVER : 0;
-#else
     if (lane < count) err[first + lane] = usable ? huf_stream(src, row, log, table, lit) : 0;
-#endif
 }
 
 kernel void zstd_sequences(global const uchar* src, global const long* blocks, global const long* which,

@@ -10,7 +10,7 @@ profiler showed).
 CHUNKS chunks of SIZE MiB of normal float32 (Zarr's usual chunk) are compressed by numcodecs' ``Zstd(LEVEL)``
 and planned on the host as a worker's decode call plans them (``zstd_fastplan.plan``, ``zstd_decode.Batch``);
 their Huffman trees are decoded by the OpenCL trees kernel (``zstd_decode.huffman_tables``).  Each variant of
-the Huffman kernel (zstd_decode.cl's ZSTD_HUF_READER, ZSTD_HUF_LANES, ZSTD_HUF_LOCAL; the first is the
+the Huffman kernel (zstd_decode.cl's ZSTD_HUF_READER, ZSTD_HUF_LANES, ZSTD_HUF_LOCAL, ZSTD_HUF_FAST; the first is the
 default build) runs through OpenCL (profiling events) and, its PTX taken from the OpenCL program, through CUDA
 (CuPy events); the CUDA run's literals must equal the OpenCL run's byte for byte (the output is poisoned
 first) and every stream's error row must be 0.  Prints one JSON line per variant: streams, literal bytes,
@@ -38,7 +38,7 @@ def main():
     p.add_argument("--chunks", type=int, default=4, help="chunks in the call (default 4)")
     p.add_argument("--level", type=int, default=3, help="zstd level (default 3, Zarr's)")
     p.add_argument("--reps", type=int, default=5, help="timed launches each way (default 5)")
-    p.add_argument("--variants", default="", help="READER:LANES:LOCAL,... more builds of the kernel to run")
+    p.add_argument("--variants", default="", help="READER:LANES:LOCAL[:FAST],... more builds of the kernel to run")
     p.add_argument("--opencl-only", action="store_true", help="no CUDA launch (a machine without CUDA: PoCL)")
     args = p.parse_args()
 
@@ -73,10 +73,10 @@ def main():
     ngroups, nstreams, nlit = len(batch.huf_groups), len(batch.streams), int(batch.literals)
     host = {"src": src, "streams": batch.streams, "groups": batch.huf_groups, "huf": huf, "info": info}
     for_cuda = _for_cuda()
-    variants = [(zd.HUF_READER, 0, zd.HUF_LOCAL)]
-    variants += [tuple(int(x) for x in v.split(":")) for v in args.variants.split(",") if v]
-    for reader, lanes, local in variants:
-        zd.HUF_READER, zd.HUF_LANES, zd.HUF_LOCAL = reader, lanes or None, local
+    variants = [(zd.HUF_READER, 0, zd.HUF_LOCAL, zd.HUF_FAST)]
+    variants += [(tuple(int(x) for x in v.split(":")) + (1, 1))[:4] for v in args.variants.split(",") if v]
+    for reader, lanes, local, fast in variants:
+        zd.HUF_READER, zd.HUF_LANES, zd.HUF_LOCAL, zd.HUF_FAST = reader, lanes or None, local, fast
         prog = zd.program(device, zd.default_lanes(device))
         hl = prog.huf_lanes
         q = cl.CommandQueue(device.context, device.cl_device,
@@ -100,7 +100,7 @@ def main():
         if errs.any():
             raise SystemExit(f"OpenCL: {int(np.count_nonzero(errs))} streams with errors")
 
-        row = {"reader": reader, "lanes": hl, "local": local, "level": args.level, "chunks": args.chunks,
+        row = {"reader": reader, "lanes": hl, "local": local, "fast": fast, "level": args.level, "chunks": args.chunks,
                "chunk_mib": args.size, "blocks": int(len(batch.blocks)), "groups": ngroups, "streams": nstreams,
                "literal_bytes": nlit, "opencl_s": float(np.median(cl_s)),
                "opencl_gbps": nlit / float(np.median(cl_s)) / 1e9}

@@ -62,8 +62,9 @@ def main():
     p.add_argument("--threads", default="1,8", help="reader threads calling at once, as a worker's do, "
                                                    "with staged frames (default 1,8)")
     p.add_argument("--huf-variants", default=None,
-                   help="Huffman kernels to time, READER:LANES[:LOCAL],... (zstd_decode.cl's ZSTD_HUF_READER, "
-                        "ZSTD_HUF_LANES, 0 lanes: the default, and ZSTD_HUF_LOCAL); staged threads for the first only")
+                   help="Huffman kernels to time, READER:LANES[:LOCAL[:FAST]],... (zstd_decode.cl's ZSTD_HUF_READER, "
+                        "ZSTD_HUF_LANES, 0 lanes: the default, ZSTD_HUF_LOCAL and ZSTD_HUF_FAST); staged threads "
+                        "for the first only")
     p.add_argument("--device", default=None, help="an OpenCL device as DGEMM_DEVICES names one (default: "
                                                   "the first GPU, else the first CPU device)")
     args = p.parse_args()
@@ -88,12 +89,12 @@ def main():
     runs = {}
     out = device.buffer(total, "decoded chunks")
     variants = [tuple(int(x) for x in v.split(":")) for v in args.huf_variants.split(",")] if args.huf_variants \
-        else [(zd.HUF_READER, 0, zd.HUF_LOCAL)]
-    variants = [v + (1,) if len(v) == 2 else v for v in variants]
-    for (reader, hlanes, local), level in ((v, int(x)) for x in args.levels.split(",") for v in variants):
-        zd.HUF_READER, zd.HUF_LANES, zd.HUF_LOCAL = reader, hlanes or None, local
-        first = (reader, hlanes, local) == variants[0]
-        key = str(level) if first else f"{level}-reader{reader}-lanes{hlanes}-local{local}"
+        else [(zd.HUF_READER, 0, zd.HUF_LOCAL, zd.HUF_FAST)]
+    variants = [(v + (1, 1, 1, 1))[:4] if len(v) >= 2 else v for v in variants]
+    for (reader, hlanes, local, fast), level in ((v, int(x)) for x in args.levels.split(",") for v in variants):
+        zd.HUF_READER, zd.HUF_LANES, zd.HUF_LOCAL, zd.HUF_FAST = reader, hlanes or None, local, fast
+        first = (reader, hlanes, local, fast) == variants[0]
+        key = str(level) if first else f"{level}-reader{reader}-lanes{hlanes}-local{local}-fast{fast}"
         codec = Zstd(level=level, checksum=args.checksum)
         frames = [codec.encode(c) for c in chunks]
         want = np.frombuffer(b"".join(bytes(codec.decode(f)) for f in frames), np.uint8)   # the reference

@@ -133,11 +133,13 @@ def default_lanes(device) -> int:
     return 1 if device.info.type == "CPU" else 128
 
 
-# zstd_decode.cl's ZSTD_HUF_READER (the Huffman streams' bit reader and stores) and, where set, its
-# ZSTD_HUF_LANES (work-items per block's streams): what program() builds (the decode bench sweeps them)
+# zstd_decode.cl's ZSTD_HUF_READER (the Huffman streams' bit reader and stores), where set, its
+# ZSTD_HUF_LANES (work-items per block's streams), ZSTD_HUF_LOCAL and ZSTD_HUF_FAST (reader 1's unchecked
+# symbols where no check can fail): what program() builds (the decode bench sweeps them)
 HUF_READER = 1
 HUF_LANES = None
 HUF_LOCAL = 1
+HUF_FAST = 1
 
 
 def program(device, lanes: int):
@@ -145,7 +147,8 @@ def program(device, lanes: int):
     huf = 4 if lanes < 32 else 32        # lanes per block's Huffman streams, and per tree
     return _programs.program(device, "zstd_decode.cl",
                              (("ZSTD_LANES", lanes), ("ZSTD_HUF_LANES", HUF_LANES or huf), ("ZSTD_TREE_LANES", huf),
-                              ("ZSTD_HUF_READER", HUF_READER), ("ZSTD_HUF_LOCAL", HUF_LOCAL)),
+                              ("ZSTD_HUF_READER", HUF_READER), ("ZSTD_HUF_LOCAL", HUF_LOCAL),
+                              ("ZSTD_HUF_FAST", HUF_FAST)),
                              (("trees", "zstd_huf_trees"), ("streams", "zstd_huf_streams"),
                               ("sequences", "zstd_sequences"), ("execute", "zstd_execute"),
                               ("copy", "zstd_copy_blocks"), ("block_scan", "zstd_block_scan"),
