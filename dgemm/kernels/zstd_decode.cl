@@ -5,7 +5,8 @@
 //                     lookup table (the host only finds where each description is);
 //   zstd_huf_streams: one work-item per Huffman literal stream (all streams of all blocks of all
 //                     frames at once, a work-group per block sharing its table in local memory)
-//                     decodes its literals into the literal buffer;
+//                     decodes its literals into the literal buffer, or into the output for a block
+//                     whose literals are its output at a place the host knows;
 //   zstd_sequences:   one work-item per compressed block with sequences decodes its FSE bitstream
 //                     into (literal length, match length, offset code) rows;
 //   zstd_copy_blocks: one work-group per block whose output position the host knows (raw, RLE and
@@ -531,7 +532,7 @@ int huf_stream(global const uchar* src, global const long* row, int log, HUF_TAB
                global uchar* lit) {
     const long s0 = row[0], dlen = row[3];
     const int n = (int)row[1];
-    global uchar* out = lit + row[2];
+    global uchar* out = lit + row[2];         // (lit: the literals, or the output where the stream's row says)
     const int qb = (int)(s0 >> 4);            // the quad holding the stream's first byte
     global const uint4* qp = (global const uint4*)src + qb;
     global const uint* wp = (global const uint*)qp;
@@ -587,7 +588,8 @@ int huf_stream(global const uchar* src, global const long* row, int log, HUF_TAB
 // its error is the block's.
 kernel __attribute__((reqd_work_group_size(ZSTD_HUF_LANES, 1, 1)))
 void zstd_huf_streams(global const uchar* src, global const long* streams, global const long* groups,
-                      global const ushort* huf, global const int* trees, global uchar* lit, global int* err) {
+                      global const ushort* huf, global const int* trees, global uchar* lit, global uchar* out,
+                      global int* err) {
 #if ZSTD_HUF_LOCAL
     local ushort table[HUF_SLOT];
 #endif
@@ -605,7 +607,9 @@ void zstd_huf_streams(global const uchar* src, global const long* streams, globa
 #else
     global const ushort* table = t;
 #endif
-    if (lane < count) err[first + lane] = usable ? huf_stream(src, row, log, table, lit) : 0;
+    // S_OUT (row[5]): the host found this block's output place and its literals are its output, within the
+    // frame's: they go there, not to the literals (zstd_copy_blocks leaves the block alone)
+    if (lane < count) err[first + lane] = usable ? huf_stream(src, row, log, table, row[5] ? out : lit) : 0;
 }
 
 kernel void zstd_sequences(global const uchar* src, global const long* blocks, global const long* which,

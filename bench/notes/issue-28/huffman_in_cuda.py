@@ -12,7 +12,7 @@ and planned on the host as a worker's decode call plans them (``zstd_fastplan.pl
 their Huffman trees are decoded by the OpenCL trees kernel (``zstd_decode.huffman_tables``).  Each variant of
 the Huffman kernel (zstd_decode.cl's ZSTD_HUF_READER, ZSTD_HUF_LANES, ZSTD_HUF_LOCAL, ZSTD_HUF_FAST; the first is the
 default build) runs through OpenCL (profiling events) and, its PTX taken from the OpenCL program, through CUDA
-(CuPy events); the CUDA run's literals must equal the OpenCL run's byte for byte (the output is poisoned
+(CuPy events); the CUDA run's literals and output must equal the OpenCL run's byte for byte (both are poisoned
 first) and every stream's error row must be 0.  Prints one JSON line per variant: streams, literal bytes,
 seconds and GB/s of literals each way, and the kernel's registers and shared memory.
 """
@@ -71,6 +71,7 @@ def main():
     src = np.zeros(batch.src.nbytes + 16, np.uint8)
     src[:batch.src.nbytes] = batch.src
     ngroups, nstreams, nlit = len(batch.huf_groups), len(batch.streams), int(batch.literals)
+    nout = int(sum(pl.size for pl in plans))     # prefix blocks' literals go straight to the output
     host = {"src": src, "streams": batch.streams, "groups": batch.huf_groups, "huf": huf, "info": info}
     for_cuda = _for_cuda()
     variants = [(zd.HUF_READER, 0, zd.HUF_LOCAL, zd.HUF_FAST)]
@@ -85,16 +86,20 @@ def main():
                 for k, v in host.items()}
         lit = cl.Buffer(device.context, cl.mem_flags.READ_WRITE, max(nlit, 1))
         err = cl.Buffer(device.context, cl.mem_flags.READ_WRITE, 4 * max(nstreams, 1))
+        out = cl.Buffer(device.context, cl.mem_flags.READ_WRITE, max(nout, 1))
         cl_s = []
         for r in range(args.reps + 1):
             cl.enqueue_fill_buffer(q, lit, np.uint8(0xA5), 0, max(nlit, 1))
+            cl.enqueue_fill_buffer(q, out, np.uint8(0xA5), 0, max(nout, 1))
             ev = prog.streams(q, (ngroups * hl,), (hl,), bufs["src"], bufs["streams"], bufs["groups"], bufs["huf"],
-                              bufs["info"], lit, err)
+                              bufs["info"], lit, out, err)
             ev.wait()
             if r:
                 cl_s.append((ev.profile.end - ev.profile.start) * 1e-9)
         want = np.empty(max(nlit, 1), np.uint8)
         cl.enqueue_copy(q, want, lit).wait()
+        want_out = np.empty(max(nout, 1), np.uint8)
+        cl.enqueue_copy(q, want_out, out).wait()
         errs = np.empty(max(nstreams, 1), np.int32)
         cl.enqueue_copy(q, errs, err).wait()
         if errs.any():
@@ -104,7 +109,7 @@ def main():
                "chunk_mib": args.size, "blocks": int(len(batch.blocks)), "groups": ngroups, "streams": nstreams,
                "literal_bytes": nlit, "opencl_s": float(np.median(cl_s)),
                "opencl_gbps": nlit / float(np.median(cl_s)) / 1e9}
-        for b in (*bufs.values(), lit, err):
+        for b in (*bufs.values(), lit, err, out):
             b.release()
         if args.opencl_only:
             print(json.dumps(row), flush=True)
@@ -118,11 +123,13 @@ def main():
         kernel = cupy.RawModule(path=path).get_function("zstd_huf_streams")
         dev = {k: cupy.asarray(v) for k, v in host.items()}
         dlit = cupy.full(max(nlit, 1), 0xA5, cupy.uint8)
+        dout = cupy.full(max(nout, 1), 0xA5, cupy.uint8)
         derr = cupy.full(max(nstreams, 1), -1, cupy.int32)
-        call = (dev["src"], dev["streams"], dev["groups"], dev["huf"], dev["info"], dlit, derr)
+        call = (dev["src"], dev["streams"], dev["groups"], dev["huf"], dev["info"], dlit, dout, derr)
         kernel((ngroups, 1, 1), (hl, 1, 1), call)
         cupy.cuda.Device().synchronize()
-        same = bool((cupy.asnumpy(dlit) == want).all()) and not cupy.asnumpy(derr).any()
+        same = (bool((cupy.asnumpy(dlit) == want).all()) and bool((cupy.asnumpy(dout) == want_out).all())
+                and not cupy.asnumpy(derr).any())
         cuda_s = []
         for _ in range(args.reps):
             start, end = cupy.cuda.Event(), cupy.cuda.Event()

@@ -13,14 +13,17 @@ frames with compact tables; kernels of ``dgemm/kernels/zstd_decode.cl`` do the r
 1. ``zstd_huf_streams``: every Huffman literal stream of every block of every
    frame at once, one work-item each, into a literal buffer (a work-group per
    block holds the block's lookup table in local memory: a symbol's time is
-   a table lookup's latency);
+   a table lookup's latency), or, for a block of the prefix below whose
+   literals are its output (most blocks of float chunks), straight into the
+   output;
 2. ``zstd_sequences``: every compressed block's FSE sequence bitstream, one
    work-item per block (sequential within a block, blocks in parallel), into
    rows of (literal length, match length, offset code);
 3. ``zstd_copy_blocks``: the blocks whose output position the headers tell (every
    raw, RLE and sequence-free block before a frame's first block with
-   sequences: most blocks of float chunks) copied or filled all at once, one
-   work-group per block, each write bounded by its frame's output;
+   sequences), but for those the Huffman kernel wrote there, copied or filled
+   all at once, one work-group per block, each write bounded by its frame's
+   output;
 4. the sequences executed (``zstd_decode.cl``'s "Sequence execution" notes): a
    block's output position and incoming repeat offsets need no output byte, so
    ``zstd_block_scan`` (a work-item per block after the copied prefix) sums each
@@ -166,7 +169,7 @@ class Batch:
         default_at = np.cumsum([0] + [len(t) for t in fse_parts])[:3]
         fse_base = int(sum(len(t) for t in fse_parts))
         src_base = tree_base = lit_base = seq_base = block_base = 0
-        blocks, streams, trees, frows, srcs = [], [], [], [], []
+        blocks, streams, trees, frows, srcs, direct = [], [], [], [], [], []
         for i, (p, fr, o) in enumerate(zip(plans, frames, offsets)):
             if packed is not None:    # the frames already lie in one host buffer: their places there
                 src_base = int(packed[1][i])
@@ -182,6 +185,18 @@ class Batch:
             s = p.streams.copy()
             s[:, zf.S_SRC] += src_base
             s[:, zf.S_DST] += lit_base
+            # Huffman literals of a prefix block (no sequences: its output is its literals) that fits the
+            # frame's output go straight there; zstd_copy_blocks would copy them there unchanged
+            to_out = ((p.blocks[:, zf.B_PRE] >= 0) & (p.blocks[:, zf.B_TYPE] == 2)
+                      & (p.blocks[:, zf.B_LITKIND] == zf.LIT_HUF)
+                      & (p.blocks[:, zf.B_LITLEN] <= p.size - p.blocks[:, zf.B_PRE]))
+            if len(s):
+                mine = to_out[p.streams[:, zf.S_BLOCK]]
+                own = p.blocks[p.streams[:, zf.S_BLOCK]]
+                s[mine, zf.S_OUT] = 1
+                s[mine, zf.S_DST] = (o + own[mine, zf.B_PRE] + p.streams[mine, zf.S_DST]
+                                     - own[mine, zf.B_LITOFF])
+            direct.append(to_out)
             s[:, zf.S_TABLE] += tree_base
             s[:, zf.S_BLOCK] += block_base
             t = p.trees.copy()
@@ -212,7 +227,8 @@ class Batch:
             self.src = np.concatenate(srcs) if srcs else np.zeros(0, np.uint8)
         self.literals, self.nseq = lit_base, seq_base
         self.with_seqs = np.nonzero(self.blocks[:, zf.B_NSEQ] > 0)[0].astype(np.int64)
-        self.prefix = np.nonzero(self.blocks[:, zf.B_PRE] >= 0)[0].astype(np.int64)
+        self.direct = np.concatenate(direct)
+        self.prefix = np.nonzero((self.blocks[:, zf.B_PRE] >= 0) & ~self.direct)[0].astype(np.int64)
         owner = self.streams[:, zf.S_BLOCK]
         starts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]]) if len(owner) else np.zeros(0, np.int64)
         counts = np.diff(np.r_[starts, len(owner)])
@@ -328,7 +344,7 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
                     hl = prog.huf_lanes
                     launched.append(("huffman", prog.streams(
                         queue, (len(batch.huf_groups) * hl,), (hl,), src, streams, groups, huf, info, lit,
-                        err_s)))
+                        out, err_s)))
                 if nseqblocks:
                     which = buffer(batch.with_seqs, "zstd blocks with sequences")
                     fse = buffer(batch.fse, "zstd FSE tables")

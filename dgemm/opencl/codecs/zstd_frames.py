@@ -62,9 +62,10 @@ SEQ_FRAME = 3          # a sequence buffer row: literal length, match length | t
 (B_TYPE, B_FRAME, B_SRC, B_SIZE, B_LITKIND, B_LITOFF, B_LITLEN, B_LIMIT, B_NSEQ, B_SEQ, B_SSRC, B_SLEN,
  B_LL, B_OF, B_ML, B_LOGS, B_INDEX, B_PRE) = range(18)
 BLOCK_COLUMNS = 18
-# stream rows (S_TABLE: the tree row; S_LOG: unused, the kernel reads the tree's log; S_X2: whether
+# stream rows (S_TABLE: the tree row; S_OUT: 0 here, where S_DST is a place among the literals; the device
+# decode sets 1 where S_DST is a place in the output, the literals being the block's output; S_X2: whether
 # libzstd takes its two-symbol decoder for these streams)
-S_SRC, S_LEN, S_DST, S_DLEN, S_TABLE, S_LOG, S_X2, S_BLOCK = range(8)
+S_SRC, S_LEN, S_DST, S_DLEN, S_TABLE, S_OUT, S_X2, S_BLOCK = range(8)
 STREAM_COLUMNS = 8
 # tree rows: the description's first byte, its size, its block's row (kernels read the first two)
 T_SRC, T_LEN, T_BLOCK = range(3)
