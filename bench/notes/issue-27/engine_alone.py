@@ -1,7 +1,7 @@
 """A product's GEMM tasks run by the device's engine alone, without Dask, and where the device idles (issue 27).
 
     python bench/notes/issue-27/engine_alone.py OUT.json [--size 32768] [--chunks 4096] [--codec none|zstd]
-        [--rounds 3] [--threads 1,2] [--store /dev/shm]
+        [--rounds 3] [--threads 1,2] [--device-codecs off,on] [--store /dev/shm]
 
 On one GPU with raw chunks, a 32768² float32 product took 1.35-1.67 s in a local cluster for 0.70 s of GEMM
 kernels; the busy split put about 4 ms a product in transfers and launching and 3.6 ms outside any product.
@@ -11,8 +11,12 @@ after another (``--threads 1``) or two at once (``2``, as ``gemm-tasks: 2``), C 
 device's own timeline from the GEMM kernels' profiling: the idle time between two GEMM kernels of one product
 (waiting for its next inputs) and between the last kernel of one product and the first of the next (its
 download, the next one's set-up), and before the first kernel.  So the wall time splits into what the engine
-costs and what Dask and the store tasks add.  The modes alternate for ``--rounds`` rounds after one untimed
-warm-up each.  Records ``{"meta", "runs"}`` in OUT.json.
+costs and what Dask and the store tasks add.  ``--device-codecs``: each thread count under each value of the
+setting (issue 28: with ``on`` the inputs' chunks are decoded on the device); the device's other commands of the
+run (uploads, padding, the decoders' kernels: every event the engine meters as a transfer) are recorded too, and
+the GEMMs' gaps split into the time some such command ran (``gaps_covered_s``) and the time the device ran
+nothing of the run's (``gaps_idle_s``: the device waited on the host).  The modes alternate for ``--rounds``
+rounds after one untimed warm-up each.  Records ``{"meta", "runs"}`` in OUT.json.
 """
 import argparse
 import json
@@ -24,6 +28,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 GEMMS: list = []   # (product number, kernel event) of the run being timed
+OTHERS: list = []   # the run's other device commands the engine meters (uploads, padding, decoders' kernels)
 
 
 def tasks_of(a, b, size, chunks):
@@ -49,6 +54,7 @@ def run(tasks, threads, scope):
     from dgemm.worker.tasks import gemm_block
 
     GEMMS.clear()
+    OTHERS.clear()
     t0 = time.perf_counter()
     args = [(*t[:11], scope, *t[12:]) for t in tasks]   # the run's scope: its own panel cache entries
     if threads == 1:
@@ -58,7 +64,7 @@ def run(tasks, threads, scope):
         with ThreadPoolExecutor(threads) as pool:
             list(pool.map(lambda it: _product(gemm_block, *it), enumerate(args)))
     wall = time.perf_counter() - t0
-    return {"wall_s": round(wall, 4), **idle(GEMMS)}
+    return {"wall_s": round(wall, 4), **idle(GEMMS), **covered(GEMMS, OTHERS)}
 
 
 _CURRENT = {}
@@ -85,6 +91,40 @@ def idle(gemms):
     return {k: round(v, 4) if isinstance(v, float) else v for k, v in out.items()}
 
 
+def covered(gemms, others):
+    """The gaps between the run's GEMM kernels (from its first to its last) split into the time another command
+    of the run ran and the time none did; and those commands' own summed and merged seconds."""
+    def merged(spans):
+        out = []
+        for s, e in sorted(spans):
+            if out and s <= out[-1][1]:
+                out[-1][1] = max(out[-1][1], e)
+            else:
+                out.append([s, e])
+        return out
+
+    def span(ev):
+        try:
+            return ev.profile.start * 1e-9, ev.profile.end * 1e-9
+        except Exception:   # (an event without profiling: a marker)
+            return None
+
+    kern = merged([x for x in (span(ev) for _, ev in gemms) if x])
+    other = merged([x for x in (span(ev) for ev in others) if x])
+    if not kern:
+        return {}
+    lo, hi = kern[0][0], kern[-1][1]
+    gaps = [(a[1], b[0]) for a, b in zip(kern, kern[1:]) if b[0] > a[1]]
+    cover = 0.0
+    for gs, ge in gaps:
+        for s, e in other:
+            cover += max(0.0, min(e, ge) - max(s, gs))
+    total_gap = sum(e - s for s, e in gaps)
+    return {"gaps_s": round(total_gap, 4), "gaps_covered_s": round(cover, 4), "gaps_idle_s": round(total_gap - cover, 4),
+            "others_merged_s": round(sum(min(e, hi) - max(s, lo) for s, e in other if e > lo and s < hi), 4),
+            "others": len(others)}
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out")
@@ -93,6 +133,7 @@ def main():
     p.add_argument("--codec", choices=("none", "zstd"), default="none")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", default="1,2")
+    p.add_argument("--device-codecs", default="off", help="device-codecs values to run each thread count under")
     p.add_argument("--store", default="/dev/shm")
     args = p.parse_args()
     import numcodecs
@@ -111,6 +152,13 @@ def main():
         launched(self, event, flops)
 
     metered._launched = note
+    transferred = metered._transferred
+
+    def note_other(self, event):
+        OTHERS.append(event)
+        transferred(self, event)
+
+    metered._transferred = note_other
     folder = tempfile.mkdtemp(prefix="dgemm-engine-alone-", dir=args.store)
     try:
         rng = np.random.default_rng(0)
@@ -123,13 +171,17 @@ def main():
                 arr[i:i + args.chunks] = rng.standard_normal((min(args.chunks, args.size - i), args.size), "float32")
             arrays.append(arr)
         tasks = tasks_of(*arrays, args.size, args.chunks)
-        modes = [int(t) for t in args.threads.split(",")]
-        for t in modes:
-            run(tasks, t, f"warm-{t}")
+        import dask
+
+        modes = [(int(t), c) for c in args.device_codecs.split(",") for t in args.threads.split(",")]
+        for t, c in modes:
+            with dask.config.set({"dgemm.device-codecs": c}):
+                run(tasks, t, f"warm-{t}-{c}")
         runs = []
         for r in range(args.rounds):
-            for t in modes:
-                rec = {"threads": t, "round": r, **run(tasks, t, f"run-{r}-{t}")}
+            for t, c in modes:
+                with dask.config.set({"dgemm.device-codecs": c}):
+                    rec = {"threads": t, "device_codecs": c, "round": r, **run(tasks, t, f"run-{r}-{t}-{c}")}
                 print(json.dumps(rec), flush=True)
                 runs.append(rec)
         dev = device_state().device.info
