@@ -98,7 +98,10 @@ def decoder(codec: str, config: dict | None = None) -> Decoder | None:
 # in and out (Zarr v3's default), 32768² float32 on one H100 (16 cores) took 2.25-2.35 s on against
 # 2.01-2.06 s off, 49152² on two H200s (32 cores) 4.2-4.3 s on against 3.5-3.7 s off and on one of them
 # 6.6-6.8 s against 4.5-4.6 (bench/results/2026-11-26-*-device-codecs-onoff-*-850d91b.json): the
-# decoder's kernels run at 37 GB/s, but share the device with the GEMM.
+# decoder's kernels run at 37 GB/s, but share the device with the GEMM.  At 8fd0c39 (kernels 42 GB/s at
+# level 3, 51 at level 1, four 64 MiB chunks a call) still 2.64-2.81 s on against 2.39-2.43 off on one H100;
+# without Dask the device runs nothing of the product for 0.57-0.81 s of it, waiting on the host's part of
+# each decode call (bench/NOTES.md, issue 28, eighth session).
 AUTO_ON: frozenset = frozenset()
 # Device types where C's chunks alone are encoded on the device under ``auto`` (the inputs decoded on the
 # host): none until measured (bench/NOTES.md, issue 28).
