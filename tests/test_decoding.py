@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import time
 
 import numcodecs
 import numpy as np
@@ -179,6 +180,56 @@ def test_the_engine_stages_device_decoded_blocks(any_device, engines, tmp_path, 
     assert grew["host_decoded_bytes"] == 0 and grew["device_decoded_bytes"] >= za.nbytes + zb.nbytes, grew
 
 
+@pytest.mark.parametrize("aligned", [True, False], ids=["aligned", "padded"])
+def test_a_deferred_decode_is_waited_for_on_the_device(any_device, engines, tmp_path, rng, aligned, monkeypatch):
+    """zstd blocks are handed to the product once their decode is enqueued: the staged block's event completes
+    only after the decode's kernels (held here behind a gate the test opens later), and the product is right."""
+    import pyopencl as cl
+
+    from dgemm.opencl.codecs import zstd_decode as zd
+
+    gate = cl.UserEvent(any_device.context)
+    real = zd.program
+
+    class Gated:
+        def __init__(self, prog):
+            self._prog = prog
+
+        def __getattr__(self, name):
+            return getattr(self._prog, name)
+
+        def execute(self, queue, *args, **kw):   # a call's last kernel, after all its uploads
+            cl.enqueue_barrier(queue, wait_for=[gate])
+            return self._prog.execute(queue, *args, **kw)
+
+    monkeypatch.setattr(zd, "program", lambda *a, **kw: Gated(real(*a, **kw)))
+    eng = engines(any_device, "float64")
+    p = eng.params
+    k, n = (p.TSK * 4, p.TSN * 2) if aligned else (45, 29)
+    X = rng.standard_normal((k, n))       # a block of B: staged as it is (k x n), K padded to TSK
+    zx = zarr.create_array(str(tmp_path / "b.zarr"), shape=X.shape, chunks=X.shape, dtype="f8",
+                           compressors=ZstdCodec(level=3))
+    zx[...] = X
+    transpose, drows, dcols = eng._layout("b", False, k, eng._padded(n, n)[1])
+    assert not transpose and ((drows, dcols) == (k, n)) == aligned
+    try:
+        staged = eng._decoded(DeviceDecoded(ZarrBlock(zx, (0, k), (0, n))), transpose, drows, dcols)
+        assert staged is not None and len(staged) == 3, "the decode was not deferred"
+        buf, ev, checks = staged
+        time.sleep(0.3)     # what does not wait for the gate has run by now
+        assert ev is not None and ev.command_execution_status != cl.command_execution_status.COMPLETE
+    finally:
+        gate.set_status(cl.command_execution_status.COMPLETE)
+    ev.wait()
+    for check in checks:
+        check()
+    got = np.empty((drows, dcols), np.float64)
+    cl.enqueue_copy(any_device.queue, got, buf).wait()
+    buf.release()
+    np.testing.assert_array_equal(got[:k, :n], X)
+    assert not got[k:].any() and not got[:, n:].any()
+
+
 # -- on the workers -------------------------------------------------------------------------------------------------
 @pytest.fixture
 def setting(client):
@@ -277,6 +328,68 @@ def test_a_corrupt_chunk_fails_its_blocks_with_the_readers_error(client, setting
     done = BlockMarkers(c, meta["owner"]).done()
     rows = meta["run"]["block"][0]
     # C's blocks that read A's rows 16:32 (chunk (1, 0)) are never marked done
+    assert not any(i * rows < 32 and (i + 1) * rows > 16 for i, _ in done), (rows, sorted(done))
+
+
+def _device_refused_flip(dev, frame: bytes) -> bytes:
+    """``frame`` with one bit flipped where the host's reading of its headers and tables still takes it (so the
+    device decodes it), numcodecs refuses it and so does the device: the error only a kernel finds."""
+    from dgemm.opencl.codecs import zstd_decode as zd
+
+    for at in range(len(frame) - 1, 8, -1):
+        for bit in range(8):
+            bad = bytearray(frame)
+            bad[at] ^= 1 << bit
+            bad = bytes(bad)
+            reason, plan = zd.checked(bad)
+            if reason is not None or plan is None:      # left to the host, or found corrupt there
+                continue
+            try:
+                numcodecs.Zstd().decode(bad)
+                continue
+            except Exception:
+                pass
+            out = dev.buffer(1 << 16, "test output")
+            try:
+                zd.decode_zstd(dev, [bad], out)
+            except zd.ZstdFrameError:
+                return bad
+            finally:
+                out.release()
+    raise AssertionError("no flip the host's plan takes and the device refuses")
+
+
+def test_a_zstd_chunk_only_a_kernel_refuses_fails_its_blocks(client, setting, any_device, tmp_path, rng):
+    """A zstd chunk whose damage only the device's kernels find (its decode is enqueued and the product goes on;
+    the error rows are read before the product gives its result): the product fails with the reader's error,
+    and the blocks that read the chunk get no completion marker."""
+    from dgemm.storage import COMPLETE_ATTR, BlockMarkers
+
+    a, b, A, _ = inputs(tmp_path, rng, LZ4["v2 zstd"])
+    path = os.path.join(str(a.store_path).removeprefix("file://"), "1.0")
+    with open(path, "rb") as f:
+        good = f.read()
+    with open(path, "wb") as f:
+        f.write(_device_refused_flip(any_device, good))
+    # here: the decode is enqueued and returns; its check raises the reader's error
+    block, pending = DeviceDecoded(ZarrBlock(a, (0, 32), (0, 16))), []
+    out = any_device.buffer(32 * 16 * 4, "test output")
+    try:
+        assert block.fill_device(any_device, out, any_device.transfer_queue, pending=pending) > 0
+        assert len(pending) == 1
+        with pytest.raises(OSError) as info:
+            pending[0][1]()
+    finally:
+        out.release()
+    setting("on")
+    message = _failed_run(client, a, b, str(tmp_path / "c-on.zarr"))
+    assert re.search(r"could not read Zarr array \S*a\.zarr rows \d+:\d+, columns \d+:\d+", message), message
+    assert "chunk (1, 0) (store key '1.0')" in message and message == str(info.value), message
+    c = zarr.open_array(str(tmp_path / "c-on.zarr"), mode="r")
+    meta = c.attrs[COMPLETE_ATTR]
+    assert meta["complete"] is False
+    done = BlockMarkers(c, meta["owner"]).done()
+    rows = meta["run"]["block"][0]
     assert not any(i * rows < 32 and (i + 1) * rows > 16 for i, _ in done), (rows, sorted(done))
 
 

@@ -56,3 +56,34 @@ def test_a_larger_request_replaces_the_buffer(any_device):
         assert big is not small and big.size >= 10_000
     assert any_device.live_buffers()["buffers"] >= 1
     scratch.release()
+
+
+def test_a_slot_left_with_commands_pending_is_handed_on_once_they_have_run(any_device):
+    """A deferred decode leaves its slot at once (``leave_after`` its last command): the next holder of that
+    slot waits until the command has run, so that it never overwrites buffers the commands still read."""
+    import pyopencl as cl
+
+    scratch = Scratch(any_device, slots=1)
+    gate = cl.UserEvent(any_device.context)
+    with scratch.slot():
+        scratch.leave_after(gate)
+        busy = scratch.buffer("frames", 100).int_ptr
+    got = []
+
+    def reader():
+        with scratch.slot():
+            got.append((scratch.buffer("frames", 100).int_ptr, time.perf_counter()))
+
+    after = threading.Thread(target=reader)
+    after.start()
+    time.sleep(0.3)
+    try:
+        assert not got, "the slot was handed on before its pending command ran"
+    finally:
+        opened = time.perf_counter()
+        gate.set_status(cl.command_execution_status.COMPLETE)
+        after.join(5)
+    assert len(got) == 1 and got[0][0] == busy and got[0][1] >= opened
+    with scratch.slot():    # nothing pending now: taken at once
+        pass
+    assert scratch.release() == 1 and scratch.nbytes() == 0

@@ -77,6 +77,12 @@ class Stats:
     extra: dict = field(default_factory=dict)
 
 
+# A block decoded on the device is handed to the product once its decode is enqueued (the padding and the
+# GEMM wait for it by events; its error rows are checked before the product gives its result), not once
+# the host has seen it finish: waiting held the device idle between GEMMs (bench/NOTES.md, issue 28).
+DEFERRED_DECODES = True
+
+
 def default_prefetch() -> int:
     """k steps (A and B block pairs) a product reads ahead: the ``prefetch`` setting (``DGEMM_PREFETCH``).
 
@@ -198,10 +204,11 @@ class BlockEngine:
         self._add(bytes_up=host.nbytes, upload_seconds=time.perf_counter() - t0)
         return ev
 
-    def _pad(self, q, raw, rows: int, cols: int, transpose: bool, drows: int, dcols: int, out):
+    def _pad(self, q, raw, rows: int, cols: int, transpose: bool, drows: int, dcols: int, out, wait=None):
         """Enqueue the padding (or transposing) kernel from ``raw``, a ``rows x cols`` block in C order on
         the device, into ``out`` as ``drows x dcols``; returns its event (flushed).  ``q`` is where ``raw``
-        was filled; the kernel goes to :meth:`Device.kernel_queue <dgemm.opencl.device.Device.kernel_queue>`."""
+        was filled (``wait``: events of other queues that fill it); the kernel goes to
+        :meth:`Device.kernel_queue <dgemm.opencl.device.Device.kernel_queue>`."""
         q = self.device.kernel_queue(q)
         size = f"{rows}x{cols} {self.dtype.name} block ({rows * cols * self.dtype.itemsize} bytes)"
         with self._launch, self.device.failing(f"{'transposing' if transpose else 'padding'} a {size} "
@@ -210,10 +217,10 @@ class BlockEngine:
                 tt = self.k.transpose_tile
                 ev = self.k.transpose_pad(q, (roundup(drows, tt), roundup(dcols, tt)), (tt, tt),
                                           np.int32(rows), np.int32(cols), raw, np.int32(drows),
-                                          np.int32(dcols), out)
+                                          np.int32(dcols), out, wait_for=wait)
             else:
                 ev = self.k.pad_zeros(q, _grid(dcols, drows), LOCAL_2D, np.int32(rows), np.int32(cols),
-                                      np.int32(cols), raw, np.int32(drows), np.int32(dcols), out)
+                                      np.int32(cols), raw, np.int32(drows), np.int32(dcols), out, wait_for=wait)
             q.flush()  # another queue will wait on ``ev``: it must be submitted
         self._transferred(ev)
         return ev
@@ -289,9 +296,12 @@ class BlockEngine:
         ``ref.fill_device(device, buffer, queue, events)`` (a block may have
         it: :class:`dgemm.worker.decoding.DeviceDecoded`) reads the block's
         chunks compressed, uploads and decodes them into ``buffer`` (the
-        block's ``rows x cols`` in C order) and returns when they are there,
-        with the bytes it sent over the bus; None: nothing done, the block
-        is read on the host.  An aligned block is decoded straight into its
+        block's ``rows x cols`` in C order) and returns the bytes it sent over
+        the bus once they are there, or, under :data:`DEFERRED_DECODES`, once
+        the decode is enqueued: then the padding (or the GEMM) waits for its
+        last command, and the entry carries the decode's checks as a third
+        item, which :meth:`_accumulate` calls before the product gives its
+        result; None: nothing done, the block is read on the host.  An aligned block is decoded straight into its
         staged buffer; others into a buffer the padding or transposing
         kernel reads, as an upload is.  ``bytes_read`` counts the decoded
         bytes, as for a block read on the host; ``bytes_up`` what was sent.
@@ -309,14 +319,20 @@ class BlockEngine:
                                          what=f"the decode buffer of a {rows}x{cols} {self.dtype.name} block")
             t0 = time.perf_counter()
             events: list = []
-            sent = ref.fill_device(self.device, raw, q, events)
+            pending: list | None = [] if DEFERRED_DECODES else None
+            sent = ref.fill_device(self.device, raw, q, events, **({} if pending is None else {"pending": pending}))
             for _, event in events:
                 self._transferred(event)
             if sent is None:
                 return None
             t1 = time.perf_counter()
-            ev = None if direct else self._pad(q, raw, rows, cols, transpose, drows, dcols, out)
+            done = [event for event, _ in pending or ()]    # a deferred decode's last commands
+            ev = done[-1] if direct and done else None
+            if not direct:
+                ev = self._pad(q, raw, rows, cols, transpose, drows, dcols, out, wait=done or None)
             staged = out, self._prepared(q, out, ev, drows, dcols)
+            if pending:     # its checks, which a product calls before it gives its result (_accumulate)
+                staged += (tuple(check for _, check in pending),)
             self._add(read_seconds=t1 - t0, bytes_read=rows * cols * self.dtype.itemsize, reads=1, bytes_up=sent,
                       upload_seconds=time.perf_counter() - t1)
             return staged
@@ -597,6 +613,7 @@ class BlockEngine:
             self._stage_into(q, np.ascontiguousarray(c, dtype=self.dtype), False, mp, np_, c_dev)
         beta_k = beta if use_c else 0.0
         events, flops = [], 0.0
+        checks: dict = {}   # the deferred decodes' checks of this product's blocks (each once)
         gsize, lsize = p.launch(mp, np_)
         try:
             while True:
@@ -607,7 +624,9 @@ class BlockEngine:
                 self._waited(t0, t1)
                 if step is None:
                     break
-                k, (at, a_ev), (bt, b_ev) = step
+                k, a, b = step
+                (at, a_ev), (bt, b_ev) = a[:2], b[:2]
+                checks.update((id(c), c) for staged in (a, b) for c in (staged[2] if len(staged) > 2 else ()))
                 wait = [e for e in (a_ev, b_ev) if e is not None] or None
                 with self.device.failing(f"launching the GEMM kernel on {mp}x{np_}x{roundup(k, p.TSK)} "
                                          f"{self.dtype.name} blocks"):
@@ -625,6 +644,8 @@ class BlockEngine:
             if m and n:  # K == 0: the product is empty, only beta * C remains
                 out[...] = real(beta) * c if use_c else 0
             return out
+        for check in checks.values():   # every block decoded cleanly, or the product fails here
+            check()
         slot, self._slot = self._slot, 1 - self._slot
         dense = self._buf(f"dense{slot}", m * n, f"the {m}x{n} {self.dtype.name} result")
         last = self._downloads[slot]

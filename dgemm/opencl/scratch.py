@@ -40,6 +40,7 @@ class Scratch:
         self._free = list(range(-slots, 0))     # slot keys: negative, never a thread's id
         self._room = threading.Semaphore(slots)
         self._held = threading.local()           # the slot this thread holds now, if any
+        self._busy: dict[int, object] = {}       # a slot's last command, where a call left without waiting
 
     @contextlib.contextmanager
     def slot(self):
@@ -47,11 +48,18 @@ class Scratch:
 
         At most ``slots`` threads hold one at once; the others wait here
         (without Python's lock), so the device holds the buffers of that
-        many calls.
+        many calls.  A call that left its slot without waiting for its
+        commands (:meth:`leave_after`) keeps the slot's buffers until they
+        have run: the next holder waits for them here first.
         """
         self._room.acquire()
         with self._lock:
-            key = self._free.pop()
+            key = self._free.pop(0)     # the slot left longest ago: its commands the likeliest done
+            last = self._busy.pop(key, None)
+        if last is not None:
+            import pyopencl as cl
+
+            cl.wait_for_events([last])
         self._held.key = key
         try:
             yield self
@@ -60,6 +68,14 @@ class Scratch:
             with self._lock:
                 self._free.append(key)
             self._room.release()
+
+    def leave_after(self, event) -> None:
+        """Within :meth:`slot`: this slot's buffers stay in use until ``event`` (its call's last command) has run."""
+        key = getattr(self._held, "key", None)
+        if key is None:
+            raise RuntimeError("leave_after outside a slot")
+        with self._lock:
+            self._busy[key] = event
 
     def _owner(self) -> int:
         key = getattr(self._held, "key", None)
@@ -109,6 +125,8 @@ class Scratch:
             held = set(range(-self._slots, 0)) - set(self._free)
             gone = [k for k in self._buffers if k[0] not in busy and k[0] not in held]
             bufs = [self._buffers.pop(k) for k in gone]
+            for key in set(self._busy) - held:      # (OpenCL frees the buffers once those commands ran)
+                del self._busy[key]
         for buf in bufs:
             buf.release()
         return len(bufs)

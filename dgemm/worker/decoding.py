@@ -20,6 +20,8 @@ frame it left to the host in ``host_decoded_bytes``
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from dgemm import config
@@ -81,12 +83,19 @@ class DeviceDecoded(Through):
     def fill_into(self, out):
         return self.block.fill_into(out)
 
-    def fill_device(self, device, out, queue=None, events: list | None = None) -> int | None:
+    def fill_device(self, device, out, queue=None, events: list | None = None,
+                    pending: list | None = None) -> int | None:
         """Decode the block into the device buffer ``out`` (``rows x cols`` in C order); bytes sent, or None.
 
         None (nothing done): the block's chunks are not frames of a device
         decoder (another codec, a layout :func:`dgemm.storage.frames.region`
-        does not describe).  Returns when ``out`` holds the block.
+        does not describe).  Returns when ``out`` holds the block, or, given
+        ``pending`` and a decoder that ``defers`` (zstd), once the decode is
+        enqueued: ``pending`` then gets ``(event, check)``, ``event`` the
+        decode's last command (what reads ``out`` must wait for), ``check()``
+        waits for its error rows and raises what this call would have
+        raised (a chunk's read error).  Nothing may take ``out`` as the block
+        before ``check()`` has returned.
         ``events`` gets ``(what, event)`` of the uploads, kernels and copies.
 
         Raises
@@ -101,12 +110,27 @@ class DeviceDecoded(Through):
         dec = codecs.decoder(found.codec, found.config)
         if dec is None:
             return None
+        mine = [] if pending is not None else None
         try:
-            return _decode(device, dec, found, out, queue if queue is not None else device.transfer_queue, events)
+            sent = _decode(device, dec, found, out, queue if queue is not None else device.transfer_queue, events,
+                           mine)
         except DeviceError:
             raise   # the device's own (out of memory, a failed launch): not the chunk's fault
         except Exception as e:
             raise unreadable(self.block, e) from e
+        for event, check in mine or ():
+            pending.append((event, functools.partial(_checked, self.block, check)))
+        return sent
+
+
+def _checked(block, check) -> None:
+    """A deferred decode's ``check()``, its errors the host reader's (as :meth:`DeviceDecoded.fill_device` raises)."""
+    try:
+        check()
+    except DeviceError:
+        raise
+    except Exception as e:
+        raise unreadable(block, e) from e
 
 
 def _read_packed(device, found) -> tuple:
@@ -139,21 +163,27 @@ def _read_packed(device, found) -> tuple:
     return frames, starts, host
 
 
-def _decode(device, dec, found, out, queue, events) -> int:
+def _decode(device, dec, found, out, queue, events, pending=None) -> int:
     """Decode ``found``'s pieces into ``out``: whole-row chunks in place, the others aside then copied.
 
     The decode runs on its slot's queue (:meth:`Device.scratch`, :mod:`dgemm.opencl.scratch`) with
     buffers kept for the slot's next block, and has finished when this returns, so
-    ``queue`` (where the engine reads ``out`` next) needs nothing from it.
+    ``queue`` (where the engine reads ``out`` next) needs nothing from it; or, with ``pending``
+    (a decoder that ``defers``), has been enqueued: ``pending`` gets ``(event, check)`` as
+    :meth:`DeviceDecoded.fill_device` describes, and the slot is left to the next holder once
+    ``event`` has run.
     """
     data, starts, host = _read_packed(device, found)     # (read by every reader thread at once)
     with device.scratch.slot():     # a few decodes at once per device, each with its slot's buffers and queue
-        return _decode_read(device, dec, found, out, events, data, starts, host)
+        return _decode_read(device, dec, found, out, events, data, starts, host, pending)
 
 
-def _decode_read(device, dec, found, out, events, data, starts, host) -> int:
+def _decode_read(device, dec, found, out, events, data, starts, host, pending=None) -> int:
     """:func:`_decode` once the frames are read, within a slot of the device's scratch."""
     import pyopencl as cl
+
+    calls = [] if pending is not None and dec.defers else None   # each decode call's (last command, check)
+    own: list = []      # this call's commands (the uploads from the thread's staging among them)
 
     n, itemsize = found.chunk_nbytes, found.dtype.itemsize
     width, (chunk_rows, chunk_cols) = found.shape[1], found.chunk
@@ -183,8 +213,9 @@ def _decode_read(device, dec, found, out, events, data, starts, host) -> int:
         packed = None
         if all(r[3] is not None for r in rows):
             packed = (host, [r[3] for r in rows])
-        sizes = decode(device, frames, buf, offsets=offsets, names=names, events=events, queue=queue,
-                       plans=[r[2] for r in rows], packed=packed, keep=True)
+        more = {"pending": calls} if calls is not None else {}
+        sizes = decode(device, frames, buf, offsets=offsets, names=names, events=own, queue=queue,
+                       plans=[r[2] for r in rows], packed=packed, keep=True, **more)
         for name, size in zip(names, sizes):
             if size != n:
                 raise ValueError(f"{name}: decodes to {size} bytes, a chunk of this array has {n}")
@@ -213,8 +244,23 @@ def _decode_read(device, dec, found, out, events, data, starts, host) -> int:
                     dst_origin=(piece.at[1] * itemsize, piece.at[0], 0),
                     region=(piece.size[1] * itemsize, piece.size[0], 1),
                     src_pitches=(chunk_cols * itemsize, 0), dst_pitches=(width * itemsize, 0)))
-            if events is not None:
-                events.extend(("copy", e) for e in done)
-            cl.wait_for_events(done)
+            own.extend(("copy", e) for e in done)
+            if calls is None:
+                cl.wait_for_events(done)
+    if events is not None:
+        events.extend(own)
+    if calls is not None and own:
+        last = cl.enqueue_marker(queue)     # (the slot's queue is in order: after all of this call's commands)
+        queue.flush()
+        device.scratch.leave_after(last)
+        # the thread's staging is read by this call's uploads; its next block refills it
+        cl.wait_for_events([e for what, e in own if what == "upload"] or [last])
+        checks = [check for _, check in calls]
+
+        def check_all():
+            for check in checks:
+                check()
+
+        pending.append((last, check_all))
     fastpaths.codec("device_decoded_bytes", decoded)
     return sent

@@ -133,7 +133,8 @@ def main():
     p.add_argument("--codec", choices=("none", "zstd"), default="none")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", default="1,2")
-    p.add_argument("--device-codecs", default="off", help="device-codecs values to run each thread count under")
+    p.add_argument("--device-codecs", default="off", help="device-codecs values to run each thread count under "
+                                                           "(on-wait: on, each decode waited for on the host)")
     p.add_argument("--store", default="/dev/shm")
     args = p.parse_args()
     import numcodecs
@@ -173,14 +174,20 @@ def main():
         tasks = tasks_of(*arrays, args.size, args.chunks)
         import dask
 
+        from dgemm.opencl import engine
+
+        def setting(c):     # on-wait: on, each device decode waited for on the host (DEFERRED_DECODES off)
+            engine.DEFERRED_DECODES = c != "on-wait"
+            return dask.config.set({"dgemm.device-codecs": "on" if c == "on-wait" else c})
+
         modes = [(int(t), c) for c in args.device_codecs.split(",") for t in args.threads.split(",")]
         for t, c in modes:
-            with dask.config.set({"dgemm.device-codecs": c}):
+            with setting(c):
                 run(tasks, t, f"warm-{t}-{c}")
         runs = []
         for r in range(args.rounds):
             for t, c in modes:
-                with dask.config.set({"dgemm.device-codecs": c}):
+                with setting(c):
                     rec = {"threads": t, "device_codecs": c, "round": r, **run(tasks, t, f"run-{r}-{t}-{c}")}
                 print(json.dumps(rec), flush=True)
                 runs.append(rec)

@@ -17,7 +17,8 @@ and reports each run's wall time, C's stored bytes and what the workers' counter
 ``bytes_up`` (compressed bytes under on), ``bytes_down`` (the frames under on, with a zstd C),
 ``read_seconds`` (summed over reader threads) and ``download_seconds``.  ``--slots``: then runs with
 device-codecs on and each count of device decodes at once (``dgemm.opencl.scratch.SLOTS``).  ``--modes``: the
-settings timed in turn (``off`` alone for raw chunks); ``--priorities``: the ``queue-priority`` values, a cluster
+settings timed in turn (``on-wait``: ``on`` with each device decode waited for on the host, the engine's
+``DEFERRED_DECODES`` off) (``off`` alone for raw chunks); ``--priorities``: the ``queue-priority`` values, a cluster
 each (read when a worker's device opens); ``--worker-process``: a cluster for each value (a process per device, or one
 for all, each device's blocks shared in memory), all of them ``--rounds`` times in turn; ``--gemm-tasks``: each mode
 with each ``gemm-tasks`` value in turn.  Each run also records the task stream's phases (the first GEMM's start,
@@ -58,9 +59,14 @@ def phases(stream, t0) -> dict:
 
 
 def configure(value, dask_worker=None):
+    """On a worker: the ``device-codecs`` setting; ``on-wait`` is ``on`` with each device decode waited for on the
+    host before the product takes its block (dgemm.opencl.engine.DEFERRED_DECODES off, as before 2026-11-26)."""
     import dask
 
-    dask.config.set({"dgemm.device-codecs": value})
+    from dgemm.opencl import engine
+
+    engine.DEFERRED_DECODES = value != "on-wait"
+    dask.config.set({"dgemm.device-codecs": "on" if value == "on-wait" else value})
 
 
 def set_slots(n, dask_worker=None):

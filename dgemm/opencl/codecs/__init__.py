@@ -52,6 +52,7 @@ class Decoder:
     function: str                       # decode_<codec>(device, frames, out, offsets, names, events, queue)
     accepts: Callable[[dict], bool]     # the compressor's configuration (zarr's metadata) -> whether it decodes it
     what: str
+    defers: bool = False                # the function takes ``pending`` (returns without waiting for its kernels)
 
     def load(self):
         """The decode function (imports its module, and so pyopencl, now)."""
@@ -75,7 +76,7 @@ DECODERS = {
     # Frames with a checksum stay on the host: the device verifies XXH64 on one lane per frame.
     "zstd": Decoder("dgemm.opencl.codecs.zstd_decode", "decode_zstd",
                     lambda config: not config.get("checksum", False),
-                    "zstd frames without a checksum (zarr v3's default ZstdCodec, numcodecs' Zstd)"),
+                    "zstd frames without a checksum (zarr v3's default ZstdCodec, numcodecs' Zstd)", defers=True),
 }
 
 

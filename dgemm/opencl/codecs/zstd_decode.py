@@ -237,7 +237,7 @@ class Batch:
 
 def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None = None,
                 events: list | None = None, queue=None, plans=None, packed=None,
-                keep: bool = False) -> list[int]:
+                keep: bool = False, pending: list | None = None) -> list[int]:
     """Decode zstd frames on the device into ``out``; returns each frame's decoded size.
 
     Parameters
@@ -268,6 +268,11 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
     keep : bool
         Take the device buffers from this thread's :attr:`Device.scratch` (kept for the thread's
         next call, given back by ``Device.trim``) instead of allocating and releasing them.
+    pending : list, optional
+        Return once everything is enqueued, without waiting: ``pending`` gets ``(event, check)``,
+        ``event`` the call's last command (what reads ``out`` must wait for), ``check()`` waits for
+        the error rows and raises what this call would have raised.  The frames' bytes may be read
+        until the call's first upload has run (the ``("upload", event)`` of ``events``).
 
     Raises
     ------
@@ -278,7 +283,7 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
 
     Notes
     -----
-    Blocks until done (the error rows are read back).
+    Blocks until done (the error rows are read back), unless ``pending`` is given.
     """
     import pyopencl as cl
 
@@ -360,20 +365,30 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
                                      src, blocks, frames_buf, lit, seqs, out, err_e)
             if events is not None:
                 events.extend(launched)
+            rows = [(tree_info, info), (stream_err, err_s)] if nstreams else []
+            rows += [(seq_err, err_q)] if nseqblocks else []
+            rows += [(exec_err, err_e)]
+            if pending is not None:     # the error rows come back behind the kernels; checked later
+                reads = [cl.enqueue_copy(queue, host, dev, is_blocking=False) for host, dev in rows]
+                queue.flush()
+
+                def check():
+                    cl.wait_for_events(reads)
+                    _raise_first(plans, batch, tree_info[:ntrees], stream_err[:nstreams], seq_err[:nseqblocks],
+                                 exec_err)
+
+                pending.append((launched[-1][1], check))
+                return [p.size for p in plans]
             # Wait for the last kernel first (pyopencl lets other threads run meanwhile), then read the
             # error rows: a read into ordinary memory that has to wait for kernels blocks inside the
             # driver with Python's lock held, and every other reader thread of the worker waits with it.
             # (The queue is in order; a finish would also wait for other threads' commands on a shared queue.)
             cl.wait_for_events([launched[-1][1]])
-            if nstreams:
-                cl.enqueue_copy(queue, tree_info, info, is_blocking=True)
-                cl.enqueue_copy(queue, stream_err, err_s, is_blocking=True)
-            if nseqblocks:
-                cl.enqueue_copy(queue, seq_err, err_q, is_blocking=True)
-            cl.enqueue_copy(queue, exec_err, err_e, is_blocking=True)
+            for host, dev in rows:
+                cl.enqueue_copy(queue, host, dev, is_blocking=True)
     finally:
         for buf in buffers:
-            buf.release()
+            buf.release()   # (deferred: OpenCL frees each once the commands using it have run)
     _raise_first(plans, batch, tree_info[:ntrees], stream_err[:nstreams], seq_err[:nseqblocks], exec_err)
     return [p.size for p in plans]
 
