@@ -9,6 +9,6 @@ cd "$(dirname "$0")/../../.."
 INPUTS=$(mktemp -d /dev/shm/dgemm-x2-inputs-XXXX)
 trap 'rm -rf "$INPUTS"' EXIT
 for devices in 0,1 0; do
-  python3 bench/notes/issue-28/device_codecs_onoff.py "$OUT/onoff-zstd-49152-$devices.json" --size 49152 \
+  python3 bench/notes/issue-28/device_codecs_onoff.py "$OUT/onoff-zstd-49152-${devices/,/}.json" --size 49152 \
       --codec zstd --devices "$devices" --repeats 1 --modes on,off --inputs "$INPUTS/zstd"
 done
