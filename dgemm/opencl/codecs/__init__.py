@@ -102,7 +102,8 @@ def decoder(codec: str, config: dict | None = None) -> Decoder | None:
 # decoder's kernels run at 37 GB/s, but share the device with the GEMM.  At 8fd0c39 (kernels 42 GB/s at
 # level 3, 51 at level 1, four 64 MiB chunks a call) still 2.64-2.81 s on against 2.39-2.43 off on one H100;
 # without Dask the device runs nothing of the product for 0.57-0.81 s of it, waiting on the host's part of
-# each decode call (bench/NOTES.md, issue 28, eighth session).
+# each decode call (bench/NOTES.md, issue 28, eighth session).  Deferred decodes (53a28a3): 2.35-2.38 s on
+# against 2.12-2.17 off; two H200s, 49152²: 3.70 s on against 3.54 off (on scales 1.95x from one GPU, off 1.23x).
 AUTO_ON: frozenset = frozenset()
 # Device types where C's chunks alone are encoded on the device under ``auto`` (the inputs decoded on the
 # host): none until measured (bench/NOTES.md, issue 28).
