@@ -294,6 +294,19 @@ def test_zstd_inputs_are_decoded_on_the_device_unless_they_carry_a_checksum(clie
     assert grew[f"{other}_decoded_bytes"] == 0 and grew[f"{where}_decoded_bytes"] == decoded_bytes(a, b), grew
 
 
+def _assert_rows_16_32_unmarked(path) -> None:
+    """The output at ``path`` is incomplete, and none of C's blocks that read A's rows 16:32 (chunk (1, 0)) is
+    marked done."""
+    from dgemm.storage import COMPLETE_ATTR, BlockMarkers
+
+    c = zarr.open_array(path, mode="r")
+    meta = c.attrs[COMPLETE_ATTR]
+    assert meta["complete"] is False
+    done = BlockMarkers(c, meta["owner"]).done()
+    rows = meta["run"]["block"][0]
+    assert not any(i * rows < 32 and (i + 1) * rows > 16 for i, _ in done), (rows, sorted(done))
+
+
 def _failed_run(client, a, b, out):
     with pytest.raises(OSError) as info:
         dgemm.matmul(a, b, out=out, client=client, block=16)
@@ -305,8 +318,6 @@ def test_a_corrupt_chunk_fails_its_blocks_with_the_readers_error(client, setting
     """The error names the array, rows, columns, chunk and store key, as the host reader's does (word for word
     where the host detects the corruption too: c-blosc reads past a truncated frame without a word); the
     blocks that read the chunk get no completion marker, and the output stays incomplete."""
-    from dgemm.storage import COMPLETE_ATTR, BlockMarkers
-
     a, b, A, _ = inputs(tmp_path, rng, LZ4["v2 shuffle"])
     path = os.path.join(str(a.store_path).removeprefix("file://"), "1.0")
     with open(path, "rb") as f:
@@ -322,13 +333,7 @@ def test_a_corrupt_chunk_fails_its_blocks_with_the_readers_error(client, setting
     if corruption != "truncated":
         setting("off")
         assert message == _failed_run(client, a, b, str(tmp_path / "c-off.zarr"))
-    c = zarr.open_array(str(tmp_path / "c-on.zarr"), mode="r")
-    meta = c.attrs[COMPLETE_ATTR]
-    assert meta["complete"] is False
-    done = BlockMarkers(c, meta["owner"]).done()
-    rows = meta["run"]["block"][0]
-    # C's blocks that read A's rows 16:32 (chunk (1, 0)) are never marked done
-    assert not any(i * rows < 32 and (i + 1) * rows > 16 for i, _ in done), (rows, sorted(done))
+    _assert_rows_16_32_unmarked(str(tmp_path / "c-on.zarr"))
 
 
 def _device_refused_flip(dev, frame: bytes) -> bytes:
@@ -363,8 +368,6 @@ def test_a_zstd_chunk_only_a_kernel_refuses_fails_its_blocks(client, setting, an
     """A zstd chunk whose damage only the device's kernels find (its decode is enqueued and the product goes on;
     the error rows are read before the product gives its result): the product fails with the reader's error,
     and the blocks that read the chunk get no completion marker."""
-    from dgemm.storage import COMPLETE_ATTR, BlockMarkers
-
     a, b, A, _ = inputs(tmp_path, rng, LZ4["v2 zstd"])
     path = os.path.join(str(a.store_path).removeprefix("file://"), "1.0")
     with open(path, "rb") as f:
@@ -385,12 +388,7 @@ def test_a_zstd_chunk_only_a_kernel_refuses_fails_its_blocks(client, setting, an
     message = _failed_run(client, a, b, str(tmp_path / "c-on.zarr"))
     assert re.search(r"could not read Zarr array \S*a\.zarr rows \d+:\d+, columns \d+:\d+", message), message
     assert "chunk (1, 0) (store key '1.0')" in message and message == str(info.value), message
-    c = zarr.open_array(str(tmp_path / "c-on.zarr"), mode="r")
-    meta = c.attrs[COMPLETE_ATTR]
-    assert meta["complete"] is False
-    done = BlockMarkers(c, meta["owner"]).done()
-    rows = meta["run"]["block"][0]
-    assert not any(i * rows < 32 and (i + 1) * rows > 16 for i, _ in done), (rows, sorted(done))
+    _assert_rows_16_32_unmarked(str(tmp_path / "c-on.zarr"))
 
 
 @pytest.mark.parametrize("value", ["maybe", "2", "gpu"])

@@ -462,6 +462,16 @@ void zstd_huf_trees(global const uchar* src, global const long* trees, global us
 // quad holding the stream's last byte is inside it.  Bits below the stream's start read as 0 (RFC 8878).
 // Literals are stored four at a time once the output is 4-byte aligned.
 #define HUF_QUAD(i) qp[max((i), -qb)]
+// The window's next word once fewer than 12 bits of it are left (a symbol's longest code), the next quad
+// loaded as the current one runs out.
+#define HUF_REFILL() do {                                                                      \
+        if (r - 12 < lo) {                                                                     \
+            uint w_ = k == 4 ? cur.w : k == 3 ? cur.z : k == 2 ? cur.y : cur.x;                \
+            acc = (acc << 32) | w_;                                                            \
+            lo -= 32;                                                                          \
+            if (--k == 0) { cur = nxt; nxt = HUF_QUAD(nq); nq--; k = 4; }                      \
+        }                                                                                      \
+    } while (0)
 #define HUF_SYM(sym) do {                                                                      \
         uint v_ = (uint)(acc >> (r - log - lo)) & mask;                                        \
         if (pos < log) v_ &= 0xFFFFFFFFu << (log - pos);                                       \
@@ -471,12 +481,7 @@ void zstd_huf_trees(global const uchar* src, global const long* trees, global us
         pos -= len_;                                                                           \
         r -= len_;                                                                             \
         sym = (uchar)e_;                                                                       \
-        if (r - 12 < lo) {                                                                     \
-            uint w_ = k == 4 ? cur.w : k == 3 ? cur.z : k == 2 ? cur.y : cur.x;                \
-            acc = (acc << 32) | w_;                                                            \
-            lo -= 32;                                                                          \
-            if (--k == 0) { cur = nxt; nxt = HUF_QUAD(nq); nq--; k = 4; }                      \
-        }                                                                                      \
+        HUF_REFILL();                                                                          \
     } while (0)
 
 // HUF_SYM without its checks, where they cannot fail: 12 bits or more left before the symbol (a code is at
@@ -485,12 +490,7 @@ void zstd_huf_trees(global const uchar* src, global const long* trees, global us
         const ushort e_ = table[(uint)(acc >> (r - log - lo)) & mask];                         \
         r -= e_ >> 8;                                                                          \
         sym = (uchar)e_;                                                                       \
-        if (r - 12 < lo) {                                                                     \
-            uint w_ = k == 4 ? cur.w : k == 3 ? cur.z : k == 2 ? cur.y : cur.x;                \
-            acc = (acc << 32) | w_;                                                            \
-            lo -= 32;                                                                          \
-            if (--k == 0) { cur = nxt; nxt = HUF_QUAD(nq); nq--; k = 4; }                      \
-        }                                                                                      \
+        HUF_REFILL();                                                                          \
     } while (0)
 
 #ifndef ZSTD_HUF_FAST
@@ -579,6 +579,7 @@ int huf_stream(global const uchar* src, global const long* row, int log, HUF_TAB
 }
 #undef HUF_SYM
 #undef HUF_SYM_FAST
+#undef HUF_REFILL
 #undef HUF_QUAD
 #endif
 

@@ -13,12 +13,5 @@ E=bench/notes/issue-27/engine_alone.py
 python3 $E "$OUT/engine-alone-zstd-32768.json" --size 32768 --chunks 4096 --codec zstd --rounds 2 --threads 1 \
     --device-codecs off,on,on-wait
 python3 $E "$OUT/engine-alone-raw-32768.json" --size 32768 --chunks 4096 --codec none --rounds 2 --threads 1
-INPUTS=$(mktemp -d /dev/shm/dgemm-inputs-XXXX)
-trap 'rm -rf "$INPUTS"' EXIT
-python3 bench/notes/issue-28/device_codecs_onoff.py "$OUT/onoff-zstd-32768.json" --size 32768 --codec zstd \
-    --devices gpu --repeats 2 --modes off,on,on-wait --inputs "$INPUTS/zstd"
-rm -rf "$INPUTS/zstd"
-python3 bench/notes/issue-28/device_codecs_onoff.py "$OUT/raw-32768.json" --size 32768 --codec none \
-    --out-codec none --devices gpu --repeats 2 --modes off --inputs "$INPUTS/raw"
-rm -rf "$INPUTS/raw"
-python3 dev/gpu_tests.py --out "$OUT"
+. bench/notes/issue-28/e2e_32768.sh
+e2e_32768 off,on,on-wait 2 2

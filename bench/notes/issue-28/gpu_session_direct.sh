@@ -12,12 +12,5 @@ D=bench/notes/issue-28/zstd_decode.py
 python3 $D --out "$OUT/dec" --levels 3,1 --data normal --repeats 3 --threads 1,8
 python3 $D --out "$OUT/dec16" --levels 3 --chunks 16 --data normal --repeats 2 --threads 1
 for d in dec dec16; do for f in "$OUT/$d"/*.json; do mv "$f" "$OUT/$d/decode.json"; done; done
-INPUTS=$(mktemp -d /dev/shm/dgemm-inputs-XXXX)
-trap 'rm -rf "$INPUTS"' EXIT
-python3 bench/notes/issue-28/device_codecs_onoff.py "$OUT/onoff-zstd-32768.json" --size 32768 --codec zstd \
-    --devices gpu --repeats 3 --modes off,on --inputs "$INPUTS/zstd"
-rm -rf "$INPUTS/zstd"
-python3 bench/notes/issue-28/device_codecs_onoff.py "$OUT/raw-32768.json" --size 32768 --codec none \
-    --out-codec none --devices gpu --repeats 2 --modes off --inputs "$INPUTS/raw"
-rm -rf "$INPUTS/raw"
-python3 dev/gpu_tests.py --out "$OUT"
+. bench/notes/issue-28/e2e_32768.sh
+e2e_32768 off,on 3 2

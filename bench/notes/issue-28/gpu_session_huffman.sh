@@ -14,12 +14,5 @@ cd "$(dirname "$0")/../../.."     # the project's root, wherever this is run fro
 python3 bench/notes/issue-28/zstd_decode.py --out "$OUT/dec-normal" --levels 3,1 --data normal --repeats 3 \
     --threads 1,8 --huf-variants 1:32,1:16,1:4
 python3 bench/notes/issue-28/zstd_decode.py --out "$OUT/dec-walk" --levels 3 --data walk --repeats 2 --threads 1
-INPUTS=$(mktemp -d /dev/shm/dgemm-inputs-XXXX)
-trap 'rm -rf "$INPUTS"' EXIT
-python3 bench/notes/issue-28/device_codecs_onoff.py "$OUT/onoff-zstd-32768.json" --size 32768 --codec zstd \
-    --devices gpu --repeats 3 --modes off,on --inputs "$INPUTS/zstd"
-rm -rf "$INPUTS/zstd"
-python3 bench/notes/issue-28/device_codecs_onoff.py "$OUT/raw-32768.json" --size 32768 --codec none \
-    --out-codec none --devices gpu --repeats 3 --modes off --inputs "$INPUTS/raw"
-rm -rf "$INPUTS/raw"
-python3 dev/gpu_tests.py --out "$OUT"
+. bench/notes/issue-28/e2e_32768.sh
+e2e_32768 off,on 3 3

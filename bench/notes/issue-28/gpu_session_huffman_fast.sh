@@ -17,12 +17,5 @@ python3 $H --variants 1:0:1:0 > "$OUT/huffman-in-cuda.jsonl"
 ncu --clock-control none -k regex:huf_streams -c 2 --set full -o "$OUT/huf" python3 $H --reps 1 > "$OUT/ncu.log" 2>&1
 ncu --import "$OUT/huf.ncu-rep" --page raw --csv > "$OUT/huf-raw.csv" 2>&1
 rm -f "$OUT/huf.ncu-rep"
-INPUTS=$(mktemp -d /dev/shm/dgemm-inputs-XXXX)
-trap 'rm -rf "$INPUTS"' EXIT
-python3 bench/notes/issue-28/device_codecs_onoff.py "$OUT/onoff-zstd-32768.json" --size 32768 --codec zstd \
-    --devices gpu --repeats 3 --modes off,on --inputs "$INPUTS/zstd"
-rm -rf "$INPUTS/zstd"
-python3 bench/notes/issue-28/device_codecs_onoff.py "$OUT/raw-32768.json" --size 32768 --codec none \
-    --out-codec none --devices gpu --repeats 2 --modes off --inputs "$INPUTS/raw"
-rm -rf "$INPUTS/raw"
-python3 dev/gpu_tests.py --out "$OUT"
+. bench/notes/issue-28/e2e_32768.sh
+e2e_32768 off,on 3 2
