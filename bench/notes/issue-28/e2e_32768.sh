@@ -3,6 +3,8 @@
 #     e2e_32768 MODES REPEATS RAW_REPEATS
 # 32768² float32 on one GPU: A and B numcodecs Zstd(3), C ZstdCodec(3), the device-codecs MODES alternating
 # REPEATS times (device_codecs_onoff.py), then raw chunks in and out RAW_REPEATS times; then the GPU-marked tests.
+cd "$(dirname "$0")/../../.."     # the project's root (sourced by a script beside this one)
+
 e2e_32768() {
   local modes=$1 repeats=$2 raw_repeats=$3 inputs
   inputs=$(mktemp -d /dev/shm/dgemm-inputs-XXXX)

@@ -8,6 +8,7 @@
 # 3. the GPU-marked tests.
 set -u
 : "${OUT:?set OUT to the folder for the records}"
+mkdir -p "$OUT"
 cd "$(dirname "$0")/../../.."
 E=bench/notes/issue-27/engine_alone.py
 python3 $E "$OUT/engine-alone-zstd-32768.json" --size 32768 --chunks 4096 --codec zstd --rounds 2 --threads 1 \

@@ -7,6 +7,7 @@
 # 3. the GPU-marked tests (the kernel changed).
 set -u
 : "${OUT:?set OUT to the folder for the records}"
+mkdir -p "$OUT"
 cd "$(dirname "$0")/../../.."
 D=bench/notes/issue-28/zstd_decode.py
 python3 $D --out "$OUT/dec" --levels 3,1 --data normal --repeats 3 --threads 1,8

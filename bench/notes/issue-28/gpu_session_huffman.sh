@@ -10,6 +10,7 @@
 # 3. the GPU-marked tests (the kernel changed).
 set -u
 : "${OUT:?set OUT to the folder for the records}"
+mkdir -p "$OUT"
 cd "$(dirname "$0")/../../.."     # the project's root, wherever this is run from
 python3 bench/notes/issue-28/zstd_decode.py --out "$OUT/dec-normal" --levels 3,1 --data normal --repeats 3 \
     --threads 1,8 --huf-variants 1:32,1:16,1:4

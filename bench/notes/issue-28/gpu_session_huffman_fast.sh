@@ -8,6 +8,7 @@
 # 4. the GPU-marked tests (the kernel changed).
 set -u
 : "${OUT:?set OUT to the folder for the records}"
+mkdir -p "$OUT"
 cd "$(dirname "$0")/../../.."
 python3 bench/notes/issue-28/zstd_decode.py --out "$OUT/dec" --levels 3,1 --data normal --repeats 3 --threads 1,8 \
     --huf-variants 1:0:1:1,1:0:1:0

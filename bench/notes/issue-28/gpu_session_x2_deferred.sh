@@ -6,6 +6,7 @@
 set -u
 : "${OUT:?set OUT to the folder for the records}"
 cd "$(dirname "$0")/../../.."
+mkdir -p "$OUT"
 INPUTS=$(mktemp -d /dev/shm/dgemm-x2-inputs-XXXX)
 trap 'rm -rf "$INPUTS"' EXIT
 for devices in 0,1 0; do
