@@ -60,7 +60,7 @@ def test_a_larger_request_replaces_the_buffer(any_device):
 
 def test_a_slot_left_with_commands_pending_is_handed_on_once_they_have_run(any_device):
     """A deferred decode leaves its slot at once (``leave_after`` its last command): the next holder of that
-    slot waits until the command has run, so that it never overwrites buffers the commands still read."""
+    slot waits until the command has run, so that a slot has one call in flight at a time."""
     import pyopencl as cl
 
     scratch = Scratch(any_device, slots=1)

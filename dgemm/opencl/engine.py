@@ -79,7 +79,8 @@ class Stats:
 
 # A block decoded on the device is handed to the product once its decode is enqueued (the padding and the
 # GEMM wait for it by events; its error rows are checked before the product gives its result), not once
-# the host has seen it finish: waiting held the device idle between GEMMs (bench/NOTES.md, issue 28).
+# the host has seen it finish: 2-4 % faster on one H100 with zstd in and out, the device freed of none of
+# its idle time, which the host's per-call work holds (bench/NOTES.md, issue 28, eighth session).
 DEFERRED_DECODES = True
 
 
@@ -301,8 +302,8 @@ class BlockEngine:
         the decode is enqueued: then the padding (or the GEMM) waits for its
         last command, and the entry carries the decode's checks as a third
         item, which :meth:`_accumulate` calls before the product gives its
-        result; None: nothing done, the block is read on the host.  An aligned block is decoded straight into its
-        staged buffer; others into a buffer the padding or transposing
+        result; None: nothing done, the block is read on the host.  An
+        aligned block is decoded straight into its staged buffer; others into a buffer the padding or transposing
         kernel reads, as an upload is.  ``bytes_read`` counts the decoded
         bytes, as for a block read on the host; ``bytes_up`` what was sent.
         """

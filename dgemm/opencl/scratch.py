@@ -49,8 +49,11 @@ class Scratch:
         At most ``slots`` threads hold one at once; the others wait here
         (without Python's lock), so the device holds the buffers of that
         many calls.  A call that left its slot without waiting for its
-        commands (:meth:`leave_after`) keeps the slot's buffers until they
-        have run: the next holder waits for them here first.
+        commands (:meth:`leave_after`) still counts until they have run: the
+        next holder waits for them here first, so that a slot has one call in
+        flight and the readers cannot queue work without bound behind the
+        GEMMs.  (Its buffers would be safe anyway: a slot's commands share
+        its in-order queue.)
         """
         self._room.acquire()
         with self._lock:
@@ -70,7 +73,7 @@ class Scratch:
             self._room.release()
 
     def leave_after(self, event) -> None:
-        """Within :meth:`slot`: this slot's buffers stay in use until ``event`` (its call's last command) has run."""
+        """Within :meth:`slot`: the slot's call is in flight until ``event`` (its last command) has run."""
         key = getattr(self._held, "key", None)
         if key is None:
             raise RuntimeError("leave_after outside a slot")
