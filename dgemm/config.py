@@ -327,7 +327,7 @@ SETTINGS = {s.key: s for s in (
             "there (literal-only zstd blocks, within 0.01 % of libzstd level 3's size) and only the frames come "
             "down, written as the chunk objects. `auto` (the default): on only for device types where the device "
             "path was measured faster than the host, none yet (32768² float32 with zstd in and out on an H100: "
-            "2.25-2.35 s on against 2.01-2.06 s off; 49152² on two H200s: 4.2-4.3 s on against 3.5-3.7 s off), so "
+            "2.35-2.38 s on against 2.12-2.17 s off; 49152² on two H200s: 3.70 s on against 3.54 s off), so "
             "off today; `on`; `off`; `encode`: C's chunks on the device, the inputs decoded on the host's cores: "
             "faster where the host's cores bind and slower where the device does (32768² zstd on one H100, 16 "
             "cores: 2.17-2.26 s against 2.29-2.42 s off; 49152² on two H200s, 32 cores: 3.41-3.46 s against "
