@@ -155,10 +155,12 @@ def test_a_frame_the_device_does_not_decode_is_decoded_on_the_host(any_device, t
 @pytest.mark.parametrize("trans_a, trans_b", [(False, False), (True, False), (False, True)])
 @pytest.mark.parametrize("aligned", [True, False], ids=["aligned", "padded"])
 @pytest.mark.parametrize("inline", [False, True], ids=["own-queues", "inline"])
+@pytest.mark.parametrize("codec", ["blosc-lz4", "zstd"])
 def test_the_engine_stages_device_decoded_blocks(any_device, engines, tmp_path, rng, trans_a, trans_b, aligned,
-                                                 inline, monkeypatch):
+                                                 inline, codec, monkeypatch):
     """Blocks decoded in place (aligned: the staged buffer itself) and through the padding or transposing kernels;
-    with ``queue-priority: inline``, the decoders' commands in the GEMM kernels' queue."""
+    with ``queue-priority: inline``, the decoders' commands in the GEMM kernels' queue; zstd's decodes deferred
+    (the product takes the block once its decode is enqueued), Blosc-LZ4's waited for."""
     monkeypatch.setattr(any_device, "inline_feeding", inline)
     assert (any_device.scratch.queue() is any_device.queue) == inline
     eng = engines(any_device, "float64")
@@ -166,10 +168,10 @@ def test_the_engine_stages_device_decoded_blocks(any_device, engines, tmp_path, 
     m, n, k = (p.TSM * 2, p.TSN * 2, p.TSK * 4) if aligned else (37, 29, 45)
     A, B = rng.standard_normal((m, k)), rng.standard_normal((k, n))
     sa, sb = (A.T if trans_a else A), (B.T if trans_b else B)
+    comp = BloscCodec(cname="lz4") if codec == "blosc-lz4" else ZstdCodec(level=3)
     za = zarr.create_array(str(tmp_path / "a.zarr"), shape=sa.shape, chunks=(sa.shape[0] // 2 + 1, sa.shape[1]),
-                           dtype="f8", compressors=BloscCodec(cname="lz4"))
-    zb = zarr.create_array(str(tmp_path / "b.zarr"), shape=sb.shape, chunks=(16, 16), dtype="f8",
-                           compressors=BloscCodec(cname="lz4"))
+                           dtype="f8", compressors=comp)
+    zb = zarr.create_array(str(tmp_path / "b.zarr"), shape=sb.shape, chunks=(16, 16), dtype="f8", compressors=comp)
     za[...], zb[...] = sa, sb
     ra = DeviceDecoded(ZarrBlock(za, (0, sa.shape[0]), (0, sa.shape[1])))
     rb = DeviceDecoded(ZarrBlock(zb, (0, sb.shape[0]), (0, sb.shape[1])))
