@@ -26,7 +26,9 @@ at once, so that the host reads a frame once; ``packed`` frames already in one p
 which decodes into a pyopencl ``Buffer``, blocks until done and raises the
 module's ``...FrameError`` (a :class:`~dgemm.errors.DgemmError`) whose message
 starts with the frame's name (the caller passes the store key, array, rows and
-columns there).  Nothing here knows Zarr.
+columns there); a decoder whose :attr:`Decoder.defers` is set (zstd) also takes
+``pending``, and then returns once its commands are enqueued, leaving a check
+that raises the same error later.  Nothing here knows Zarr.
 
 The ``device-codecs`` setting (:mod:`dgemm.config`) chooses whether workers use
 this package: ``off`` keeps every chunk on the host, ``on`` sends the frames a
