@@ -508,7 +508,200 @@ void zstd_huf_trees(global const uchar* src, global const long* trees, global us
 
 #ifndef ZSTD_HUF_READER
 #define ZSTD_HUF_READER 1   // 1: aligned quads, double-buffered, literals stored 4 at a time; 2: the same reader,
-#endif                      // literals stored one by one; 0: 8 bytes (vload8) at each refill, literals one by one
+#endif                      // literals stored one by one; 0: 8 bytes (vload8) at each refill, literals one by one;
+                            // 3: reader 1's, ZSTD_HUF_ILP streams interleaved in a work-item (below)
+#ifndef ZSTD_HUF_ILP
+#define ZSTD_HUF_ILP 1      // reader 3: streams a work-item decodes together (1, 2 or 4; of one block)
+#endif
+#ifndef ZSTD_HUF_BLOCKS
+#define ZSTD_HUF_BLOCKS 1   // reader 3: blocks a work-group decodes (each its own table in local memory)
+#endif
+
+#if ZSTD_HUF_READER == 3
+// ---- reader 3: several streams a work-item, several blocks a work-group ----
+// The profiler found reader 1 bound by each stream's chain of dependent instructions (about 39 a symbol,
+// 7 cycles each), with only 4 of a warp's lanes at work (a block's 4 streams) and 3.7 warps a scheduler:
+// issue at half its peak.  A work-item that decodes ILP streams of its block in step gives the scheduler
+// independent instructions to fill each chain's stalls; putting ZSTD_HUF_BLOCKS blocks in a work-group
+// keeps the lanes a warp issues for.  Same reader, same checks, same results as reader 1 (the state is
+// its locals, in a struct).
+#if ZSTD_HUF_ILP != 1 && ZSTD_HUF_ILP != 2 && ZSTD_HUF_ILP != 4
+#error "ZSTD_HUF_ILP must be 1, 2 or 4"
+#endif
+#define HUF_PER_BLOCK (4 / ZSTD_HUF_ILP)   // work-items decoding a block's (up to) 4 streams
+#if ZSTD_HUF_BLOCKS * HUF_PER_BLOCK > ZSTD_HUF_LANES
+#error "ZSTD_HUF_LANES must hold ZSTD_HUF_BLOCKS * 4 / ZSTD_HUF_ILP work-items"
+#endif
+
+typedef struct {
+    global const uint4* qp;   // the quad holding the stream's first byte
+    int qb;                   // its index in src (reads clamp there: bits below the stream are masked)
+    int r, lo, k, nq, off;    // reader 1's names: r - off is pos, the bits not yet read
+    ulong acc;
+    uint4 cur, nxt;
+} huf_t;
+
+inline void huf_open(huf_t* h, global const uchar* src, const long s0, const int n) {
+    h->qb = (int)(s0 >> 4);
+    h->qp = (global const uint4*)src + h->qb;
+    global const uint* wp = (global const uint*)h->qp;
+    const uchar last = src[s0 + n - 1];       // not 0: the host checked
+    const int pos = 8 * (n - 1) + (31 - clz((uint)last));
+    h->r = pos + (int)(s0 & 15) * 8;
+    h->off = h->r - pos;
+    const int hi = (h->r - 1) >> 5;
+    h->lo = (hi - 1) * 32;
+    h->acc = ((ulong)wp[max(hi, -4 * h->qb)] << 32) | wp[max(hi - 1, -4 * h->qb)];
+    const int nw = hi - 2;
+    h->k = (nw & 3) + 1;
+    h->nq = (nw >> 2) - 2;
+    h->cur = h->qp[max(nw >> 2, -h->qb)];
+    h->nxt = h->qp[max((nw >> 2) - 1, -h->qb)];
+}
+
+inline void huf_refill(huf_t* h) {
+    if (h->r - 12 < h->lo) {
+        const uint w = h->k == 4 ? h->cur.w : h->k == 3 ? h->cur.z : h->k == 2 ? h->cur.y : h->cur.x;
+        h->acc = (h->acc << 32) | w;
+        h->lo -= 32;
+        if (--h->k == 0) { h->cur = h->nxt; h->nxt = h->qp[max(h->nq, -h->qb)]; h->nq--; h->k = 4; }
+    }
+}
+
+// HUF_SYM_FAST: 48 bits or more left before 4 symbols
+inline uchar huf_fast(huf_t* h, local const ushort* table, const int log, const uint mask) {
+    const ushort e = table[(uint)(h->acc >> (h->r - log - h->lo)) & mask];
+    h->r -= e >> 8;
+    huf_refill(h);
+    return (uchar)e;
+}
+
+// HUF_SYM: a symbol, or -1 where its code reaches below the stream's start
+inline int huf_checked(huf_t* h, local const ushort* table, const int log, const uint mask) {
+    const int pos = h->r - h->off;
+    uint v = (uint)(h->acc >> (h->r - log - h->lo)) & mask;
+    if (pos < log) v &= 0xFFFFFFFFu << (log - pos);
+    const ushort e = table[v];
+    const int len = e >> 8;
+    if (len > pos) return -1;
+    h->r -= len;
+    huf_refill(h);
+    return (uchar)e;
+}
+
+inline void huf_store4(global uchar* out, const long i, const bool aligned, const uchar a, const uchar b,
+                       const uchar c, const uchar d) {
+    if (aligned) {
+        *(global uint*)(out + i) = (uint)a | (uint)b << 8 | (uint)c << 16 | (uint)d << 24;
+    } else {
+        out[i] = a; out[i + 1] = b; out[i + 2] = c; out[i + 3] = d;
+    }
+}
+
+// One stream from symbol i on (reader 1's loops): 0 or its error code.
+int huf_finish(huf_t* h, local const ushort* table, const int log, global uchar* out, long i, const long dlen) {
+    const uint mask = (1u << log) - 1;
+    const bool aligned = (((ulong)out) & 3) == 0;
+    for (; ZSTD_HUF_FAST && i + 4 <= dlen && h->r - h->off >= 48; i += 4) {
+        const uchar a = huf_fast(h, table, log, mask), b = huf_fast(h, table, log, mask);
+        const uchar c = huf_fast(h, table, log, mask), d = huf_fast(h, table, log, mask);
+        huf_store4(out, i, aligned, a, b, c, d);
+    }
+    for (; i + 4 <= dlen; i += 4) {
+        const int a = huf_checked(h, table, log, mask);
+        if (a < 0) return E_OVERREAD;
+        const int b = huf_checked(h, table, log, mask);
+        if (b < 0) return E_OVERREAD;
+        const int c = huf_checked(h, table, log, mask);
+        if (c < 0) return E_OVERREAD;
+        const int d = huf_checked(h, table, log, mask);
+        if (d < 0) return E_OVERREAD;
+        huf_store4(out, i, aligned, (uchar)a, (uchar)b, (uchar)c, (uchar)d);
+    }
+    for (; i < dlen; i++) {
+        const int a = huf_checked(h, table, log, mask);
+        if (a < 0) return E_OVERREAD;
+        out[i] = (uchar)a;
+    }
+    return h->r - h->off != 0 ? E_LEFTOVER : 0;
+}
+
+// Work-group g decodes blocks g * ZSTD_HUF_BLOCKS ... (the host pads groups with empty rows to a whole
+// number of work-groups); work-item l decodes streams (l % HUF_PER_BLOCK) * ZSTD_HUF_ILP ... of block
+// l / HUF_PER_BLOCK, its ILP streams in step while all hold 48 bits or more, then one by one.
+kernel __attribute__((reqd_work_group_size(ZSTD_HUF_LANES, 1, 1)))
+void zstd_huf_streams(global const uchar* src, global const long* streams, global const long* groups,
+                      global const ushort* huf, global const int* trees, global uchar* lit, global uchar* out,
+                      global int* err) {
+    local ushort tables[ZSTD_HUF_BLOCKS * HUF_SLOT];
+    const int lid = get_local_id(0);
+    const long g0 = (long)get_group_id(0) * ZSTD_HUF_BLOCKS;
+    for (int b = 0; b < ZSTD_HUF_BLOCKS; b++) {         // every lane fills every block's table
+        const long first = groups[2 * (g0 + b)], count = groups[2 * (g0 + b) + 1];
+        if (count == 0) continue;
+        const long tree = streams[first * STREAM_COLUMNS + 4];   // a block's streams share its tree
+        const int log = trees[tree * TREE_INFO];
+        // zstd_huf_trees writes 0 (refused) or 1..12; checked anyway, so the writes stay in the slot
+        const int size = log > 0 && log <= 12 ? 1 << log : 0;
+        global const ushort* t = huf + tree * HUF_SLOT;
+        for (int k = lid; k < size; k += ZSTD_HUF_LANES) tables[b * HUF_SLOT + k] = t[k];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int b = lid / HUF_PER_BLOCK;
+    if (b >= ZSTD_HUF_BLOCKS) return;
+    const long first = groups[2 * (g0 + b)], count = groups[2 * (g0 + b) + 1];
+    const long j0 = (lid % HUF_PER_BLOCK) * ZSTD_HUF_ILP;
+    if (j0 >= count) return;
+    const long tree = streams[first * STREAM_COLUMNS + 4];
+    const int log = trees[tree * TREE_INFO];
+    if (log <= 0 || log > 12) {             // a refused tree decodes nothing: its error is the block's
+        for (long j = j0; j < min(count, j0 + ZSTD_HUF_ILP); j++) err[first + j] = 0;
+        return;
+    }
+    local const ushort* table = tables + b * HUF_SLOT;
+    const uint mask = (1u << log) - 1;
+    huf_t h[ZSTD_HUF_ILP];
+#if ZSTD_HUF_ILP > 1
+    if (j0 + ZSTD_HUF_ILP <= count) {       // all ILP streams: in step
+        global uchar* o[ZSTD_HUF_ILP];
+        long dlen[ZSTD_HUF_ILP];
+        long i = 0, common = LONG_MAX;
+        bool aligned[ZSTD_HUF_ILP];
+#pragma unroll
+        for (int j = 0; j < ZSTD_HUF_ILP; j++) {
+            global const long* row = streams + (first + j0 + j) * STREAM_COLUMNS;
+            huf_open(&h[j], src, row[0], (int)row[1]);
+            o[j] = (row[5] ? out : lit) + row[2];
+            dlen[j] = row[3];
+            aligned[j] = (((ulong)o[j]) & 3) == 0;
+            common = min(common, dlen[j]);
+        }
+        for (; ZSTD_HUF_FAST && i + 4 <= common; i += 4) {
+            bool room = true;
+#pragma unroll
+            for (int j = 0; j < ZSTD_HUF_ILP; j++) room = room && h[j].r - h[j].off >= 48;
+            if (!room) break;
+            uchar s[ZSTD_HUF_ILP][4];
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+#pragma unroll
+                for (int j = 0; j < ZSTD_HUF_ILP; j++) s[j][q] = huf_fast(&h[j], table, log, mask);
+            }
+#pragma unroll
+            for (int j = 0; j < ZSTD_HUF_ILP; j++) huf_store4(o[j], i, aligned[j], s[j][0], s[j][1], s[j][2], s[j][3]);
+        }
+#pragma unroll
+        for (int j = 0; j < ZSTD_HUF_ILP; j++) err[first + j0 + j] = huf_finish(&h[j], table, log, o[j], i, dlen[j]);
+        return;
+    }
+#endif
+    for (long j = j0; j < count && j < j0 + ZSTD_HUF_ILP; j++) {    // fewer streams than ILP: one by one
+        global const long* row = streams + (first + j) * STREAM_COLUMNS;
+        huf_open(&h[0], src, row[0], (int)row[1]);
+        err[first + j] = huf_finish(&h[0], table, log, (row[5] ? out : lit) + row[2], 0, row[3]);
+    }
+}
+#else
 
 #if ZSTD_HUF_READER == 0
 int huf_stream(global const uchar* src, global const long* row, int log, HUF_TABLE_SPACE const ushort* table,
@@ -612,6 +805,7 @@ void zstd_huf_streams(global const uchar* src, global const long* streams, globa
     // frame's: they go there, not to the literals (zstd_copy_blocks leaves the block alone)
     if (lane < count) err[first + lane] = usable ? huf_stream(src, row, log, table, row[5] ? out : lit) : 0;
 }
+#endif  // ZSTD_HUF_READER == 3
 
 kernel void zstd_sequences(global const uchar* src, global const long* blocks, global const long* which,
                            global const uint2* fse, global uint4* seqs, global int* err, uint count) {

@@ -138,11 +138,14 @@ def default_lanes(device) -> int:
 
 # zstd_decode.cl's ZSTD_HUF_READER (the Huffman streams' bit reader and stores), where set, its
 # ZSTD_HUF_LANES (work-items per block's streams), ZSTD_HUF_LOCAL and ZSTD_HUF_FAST (reader 1's unchecked
-# symbols where no check can fail): what program() builds (the decode bench sweeps them)
+# symbols where no check can fail), and reader 3's ZSTD_HUF_ILP (streams a work-item decodes in step) and
+# ZSTD_HUF_BLOCKS (blocks a work-group decodes): what program() builds (the decode bench sweeps them)
 HUF_READER = 1
 HUF_LANES = None
 HUF_LOCAL = 1
 HUF_FAST = 1
+HUF_ILP = 1
+HUF_BLOCKS = 1
 
 
 def program(device, lanes: int):
@@ -151,13 +154,15 @@ def program(device, lanes: int):
     return _programs.program(device, "zstd_decode.cl",
                              (("ZSTD_LANES", lanes), ("ZSTD_HUF_LANES", HUF_LANES or huf), ("ZSTD_TREE_LANES", huf),
                               ("ZSTD_HUF_READER", HUF_READER), ("ZSTD_HUF_LOCAL", HUF_LOCAL),
-                              ("ZSTD_HUF_FAST", HUF_FAST)),
+                              ("ZSTD_HUF_FAST", HUF_FAST), ("ZSTD_HUF_ILP", HUF_ILP),
+                              ("ZSTD_HUF_BLOCKS", HUF_BLOCKS)),
                              (("trees", "zstd_huf_trees"), ("streams", "zstd_huf_streams"),
                               ("sequences", "zstd_sequences"), ("execute", "zstd_execute"),
                               ("copy", "zstd_copy_blocks"), ("block_scan", "zstd_block_scan"),
                               ("frame_scan", "zstd_frame_scan"), ("blocks", "zstd_blocks"),
                               ("jump", "zstd_origin_jump"), ("gather", "zstd_origin_gather")),
-                             huf_lanes=HUF_LANES or huf, tree_lanes=huf)
+                             huf_lanes=HUF_LANES or huf, tree_lanes=huf,
+                             huf_blocks=HUF_BLOCKS if HUF_READER == 3 else 1)
 
 
 class Batch:
@@ -345,11 +350,15 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
                     launched.append(("trees", prog.trees(queue, (ntrees * tl,), (tl,), src, trees, huf, info)))
                     streams = buffer(batch.streams, "zstd literal streams")
                     err_s = buffer(stream_err, "zstd stream errors", upload=False)
-                    groups = buffer(batch.huf_groups, "zstd Huffman blocks")
-                    hl = prog.huf_lanes
+                    hb, hl = prog.huf_blocks, prog.huf_lanes
+                    wgs = -(-len(batch.huf_groups) // hb)      # empty rows fill the last work-group
+                    rows = batch.huf_groups
+                    if len(rows) < wgs * hb:      # (kept by the batch while the upload runs)
+                        rows = batch.huf_padded = np.concatenate([rows, np.zeros((wgs * hb - len(rows), 2),
+                                                                                 np.int64)])
+                    groups = buffer(rows, "zstd Huffman blocks")
                     launched.append(("huffman", prog.streams(
-                        queue, (len(batch.huf_groups) * hl,), (hl,), src, streams, groups, huf, info, lit,
-                        out, err_s)))
+                        queue, (wgs * hl,), (hl,), src, streams, groups, huf, info, lit, out, err_s)))
                 if nseqblocks:
                     which = buffer(batch.with_seqs, "zstd blocks with sequences")
                     fse = buffer(batch.fse, "zstd FSE tables")
