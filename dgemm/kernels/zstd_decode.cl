@@ -509,7 +509,8 @@ void zstd_huf_trees(global const uchar* src, global const long* trees, global us
 #ifndef ZSTD_HUF_READER
 #define ZSTD_HUF_READER 1   // 1: aligned quads, double-buffered, literals stored 4 at a time; 2: the same reader,
 #endif                      // literals stored one by one; 0: 8 bytes (vload8) at each refill, literals one by one;
-                            // 3: reader 1's, ZSTD_HUF_ILP streams interleaved in a work-item (below)
+                            // 3: reader 1's, ZSTD_HUF_ILP streams interleaved in a work-item (below); 4: reader
+                            // 3 with a refill without branches, once every two symbols
 #ifndef ZSTD_HUF_ILP
 #define ZSTD_HUF_ILP 1      // reader 3: streams a work-item decodes together (1, 2 or 4; of one block)
 #endif
@@ -517,7 +518,7 @@ void zstd_huf_trees(global const uchar* src, global const long* trees, global us
 #define ZSTD_HUF_BLOCKS 1   // reader 3: blocks a work-group decodes (each its own table in local memory)
 #endif
 
-#if ZSTD_HUF_READER == 3
+#if ZSTD_HUF_READER == 3 || ZSTD_HUF_READER == 4
 // ---- reader 3: several streams a work-item, several blocks a work-group ----
 // The profiler found reader 1 bound by each stream's chain of dependent instructions (about 39 a symbol,
 // 7 cycles each), with only 4 of a warp's lanes at work (a block's 4 streams) and 3.7 warps a scheduler:
@@ -576,6 +577,38 @@ inline uchar huf_fast(huf_t* h, local const ushort* table, const int log, const 
     return (uchar)e;
 }
 
+// Reader 4: a symbol with no refill (24 bits or more in the window before two of them)
+inline uchar huf_peek(huf_t* h, local const ushort* table, const int log, const uint mask) {
+    const ushort e = table[(uint)(h->acc >> (h->r - log - h->lo)) & mask];
+    h->r -= e >> 8;
+    return (uchar)e;
+}
+
+// Reader 4's refill after two symbols: a word where fewer than 24 bits are left (so 24 or more again: the
+// window held 24 or more before the two), as selects rather than a branch, so that the compiler can
+// interleave a work-item's streams across it; the quads move on in a short branch (one word in four).
+inline void huf_take(huf_t* h) {
+    const bool need = h->r - h->lo < 24;
+    const uint w = h->k == 4 ? h->cur.w : h->k == 3 ? h->cur.z : h->k == 2 ? h->cur.y : h->cur.x;
+    h->acc = need ? (h->acc << 32) | w : h->acc;
+    h->lo -= need ? 32 : 0;
+    h->k -= need ? 1 : 0;
+    if (h->k == 0) { h->cur = h->nxt; h->nxt = h->qp[max(h->nq, -h->qb)]; h->nq--; h->k = 4; }
+}
+
+// Four symbols of a stream with 48 bits or more left, into a, b, c, d.
+#if ZSTD_HUF_READER == 4
+#define HUF_FOUR(h, a, b, c, d) do {                                                             \
+        a = huf_peek(h, table, log, mask); b = huf_peek(h, table, log, mask); huf_take(h);      \
+        c = huf_peek(h, table, log, mask); d = huf_peek(h, table, log, mask); huf_take(h);      \
+    } while (0)
+#else
+#define HUF_FOUR(h, a, b, c, d) do {                                                             \
+        a = huf_fast(h, table, log, mask); b = huf_fast(h, table, log, mask);                   \
+        c = huf_fast(h, table, log, mask); d = huf_fast(h, table, log, mask);                   \
+    } while (0)
+#endif
+
 // HUF_SYM: a symbol, or -1 where its code reaches below the stream's start
 inline int huf_checked(huf_t* h, local const ushort* table, const int log, const uint mask) {
     const int pos = h->r - h->off;
@@ -603,10 +636,13 @@ int huf_finish(huf_t* h, local const ushort* table, const int log, global uchar*
     const uint mask = (1u << log) - 1;
     const bool aligned = (((ulong)out) & 3) == 0;
     for (; ZSTD_HUF_FAST && i + 4 <= dlen && h->r - h->off >= 48; i += 4) {
-        const uchar a = huf_fast(h, table, log, mask), b = huf_fast(h, table, log, mask);
-        const uchar c = huf_fast(h, table, log, mask), d = huf_fast(h, table, log, mask);
+        uchar a, b, c, d;
+        HUF_FOUR(h, a, b, c, d);
         huf_store4(out, i, aligned, a, b, c, d);
     }
+#if ZSTD_HUF_READER == 4
+    huf_refill(h);      // the checked symbols' refill keeps 12 bits or more in the window; so does this
+#endif
     for (; i + 4 <= dlen; i += 4) {
         const int a = huf_checked(h, table, log, mask);
         if (a < 0) return E_OVERREAD;
@@ -682,11 +718,23 @@ void zstd_huf_streams(global const uchar* src, global const long* streams, globa
             for (int j = 0; j < ZSTD_HUF_ILP; j++) room = room && h[j].r - h[j].off >= 48;
             if (!room) break;
             uchar s[ZSTD_HUF_ILP][4];
+#if ZSTD_HUF_READER == 4
+#pragma unroll
+            for (int q = 0; q < 4; q += 2) {
+#pragma unroll
+                for (int j = 0; j < ZSTD_HUF_ILP; j++) s[j][q] = huf_peek(&h[j], table, log, mask);
+#pragma unroll
+                for (int j = 0; j < ZSTD_HUF_ILP; j++) s[j][q + 1] = huf_peek(&h[j], table, log, mask);
+#pragma unroll
+                for (int j = 0; j < ZSTD_HUF_ILP; j++) huf_take(&h[j]);
+            }
+#else
 #pragma unroll
             for (int q = 0; q < 4; q++) {
 #pragma unroll
                 for (int j = 0; j < ZSTD_HUF_ILP; j++) s[j][q] = huf_fast(&h[j], table, log, mask);
             }
+#endif
 #pragma unroll
             for (int j = 0; j < ZSTD_HUF_ILP; j++) huf_store4(o[j], i, aligned[j], s[j][0], s[j][1], s[j][2], s[j][3]);
         }
