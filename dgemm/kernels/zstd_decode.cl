@@ -542,7 +542,7 @@ typedef struct {
     uint4 cur, nxt;
 } huf_t;
 
-inline void huf_open(huf_t* h, global const uchar* src, const long s0, const int n) {
+inline __attribute__((always_inline)) void huf_open(huf_t* h, global const uchar* src, const long s0, const int n) {
     h->qb = (int)(s0 >> 4);
     h->qp = (global const uint4*)src + h->qb;
     global const uint* wp = (global const uint*)h->qp;
@@ -560,7 +560,7 @@ inline void huf_open(huf_t* h, global const uchar* src, const long s0, const int
     h->nxt = h->qp[max((nw >> 2) - 1, -h->qb)];
 }
 
-inline void huf_refill(huf_t* h) {
+inline __attribute__((always_inline)) void huf_refill(huf_t* h) {
     if (h->r - 12 < h->lo) {
         const uint w = h->k == 4 ? h->cur.w : h->k == 3 ? h->cur.z : h->k == 2 ? h->cur.y : h->cur.x;
         h->acc = (h->acc << 32) | w;
@@ -570,7 +570,7 @@ inline void huf_refill(huf_t* h) {
 }
 
 // HUF_SYM_FAST: 48 bits or more left before 4 symbols
-inline uchar huf_fast(huf_t* h, local const ushort* table, const int log, const uint mask) {
+inline __attribute__((always_inline)) uchar huf_fast(huf_t* h, local const ushort* table, const int log, const uint mask) {
     const ushort e = table[(uint)(h->acc >> (h->r - log - h->lo)) & mask];
     h->r -= e >> 8;
     huf_refill(h);
@@ -578,7 +578,7 @@ inline uchar huf_fast(huf_t* h, local const ushort* table, const int log, const 
 }
 
 // Reader 4: a symbol with no refill (24 bits or more in the window before two of them)
-inline uchar huf_peek(huf_t* h, local const ushort* table, const int log, const uint mask) {
+inline __attribute__((always_inline)) uchar huf_peek(huf_t* h, local const ushort* table, const int log, const uint mask) {
     const ushort e = table[(uint)(h->acc >> (h->r - log - h->lo)) & mask];
     h->r -= e >> 8;
     return (uchar)e;
@@ -587,7 +587,7 @@ inline uchar huf_peek(huf_t* h, local const ushort* table, const int log, const 
 // Reader 4's refill after two symbols: a word where fewer than 24 bits are left (so 24 or more again: the
 // window held 24 or more before the two), as selects rather than a branch, so that the compiler can
 // interleave a work-item's streams across it; the quads move on in a short branch (one word in four).
-inline void huf_take(huf_t* h) {
+inline __attribute__((always_inline)) void huf_take(huf_t* h) {
     const bool need = h->r - h->lo < 24;
     const uint w = h->k == 4 ? h->cur.w : h->k == 3 ? h->cur.z : h->k == 2 ? h->cur.y : h->cur.x;
     h->acc = need ? (h->acc << 32) | w : h->acc;
@@ -610,7 +610,7 @@ inline void huf_take(huf_t* h) {
 #endif
 
 // HUF_SYM: a symbol, or -1 where its code reaches below the stream's start
-inline int huf_checked(huf_t* h, local const ushort* table, const int log, const uint mask) {
+inline __attribute__((always_inline)) int huf_checked(huf_t* h, local const ushort* table, const int log, const uint mask) {
     const int pos = h->r - h->off;
     uint v = (uint)(h->acc >> (h->r - log - h->lo)) & mask;
     if (pos < log) v &= 0xFFFFFFFFu << (log - pos);
@@ -622,7 +622,7 @@ inline int huf_checked(huf_t* h, local const ushort* table, const int log, const
     return (uchar)e;
 }
 
-inline void huf_store4(global uchar* out, const long i, const bool aligned, const uchar a, const uchar b,
+inline __attribute__((always_inline)) void huf_store4(global uchar* out, const long i, const bool aligned, const uchar a, const uchar b,
                        const uchar c, const uchar d) {
     if (aligned) {
         *(global uint*)(out + i) = (uint)a | (uint)b << 8 | (uint)c << 16 | (uint)d << 24;
@@ -632,6 +632,9 @@ inline void huf_store4(global uchar* out, const long i, const bool aligned, cons
 }
 
 // One stream from symbol i on (reader 1's loops): 0 or its error code.
+// (always_inline: called once per stream of a work-item, so that the streams' states stay in registers; a
+// call with their address would put them in memory)
+inline __attribute__((always_inline))
 int huf_finish(huf_t* h, local const ushort* table, const int log, global uchar* out, long i, const long dlen) {
     const uint mask = (1u << log) - 1;
     const bool aligned = (((ulong)out) & 3) == 0;

@@ -97,7 +97,7 @@ def main():
         zd.HUF_ILP, zd.HUF_BLOCKS = ilp, hblocks
         first = (reader, hlanes, local, fast, ilp, hblocks) == variants[0]
         key = str(level) if first else (f"{level}-reader{reader}-lanes{hlanes}-local{local}-fast{fast}"
-                                        + (f"-ilp{ilp}-blocks{hblocks}" if reader == 3 else ""))
+                                        + (f"-ilp{ilp}-blocks{hblocks}" if reader >= 3 else ""))
         codec = Zstd(level=level, checksum=args.checksum)
         frames = [codec.encode(c) for c in chunks]
         want = np.frombuffer(b"".join(bytes(codec.decode(f)) for f in frames), np.uint8)   # the reference
