@@ -38,7 +38,7 @@ def main():
     p.add_argument("--chunks", type=int, default=4, help="chunks in the call (default 4)")
     p.add_argument("--level", type=int, default=3, help="zstd level (default 3, Zarr's)")
     p.add_argument("--reps", type=int, default=5, help="timed launches each way (default 5)")
-    p.add_argument("--variants", default="", help="READER:LANES:LOCAL[:FAST],... more builds of the kernel to run")
+    p.add_argument("--variants", default="", help="READER:LANES:LOCAL[:FAST[:ILP[:BLOCKS]]],... more builds of the kernel to run")
     p.add_argument("--opencl-only", action="store_true", help="no CUDA launch (a machine without CUDA: PoCL)")
     args = p.parse_args()
 
@@ -74,12 +74,15 @@ def main():
     nout = int(sum(pl.size for pl in plans))     # prefix blocks' literals go straight to the output
     host = {"src": src, "streams": batch.streams, "groups": batch.huf_groups, "huf": huf, "info": info}
     for_cuda = _for_cuda()
-    variants = [(zd.HUF_READER, 0, zd.HUF_LOCAL, zd.HUF_FAST)]
-    variants += [(tuple(int(x) for x in v.split(":")) + (1, 1))[:4] for v in args.variants.split(",") if v]
-    for reader, lanes, local, fast in variants:
+    variants = [(zd.HUF_READER, 0, zd.HUF_LOCAL, zd.HUF_FAST, zd.HUF_ILP, zd.HUF_BLOCKS)]
+    variants += [(tuple(int(x) for x in v.split(":")) + (1, 1, 1, 1))[:6] for v in args.variants.split(",") if v]
+    for reader, lanes, local, fast, ilp, hblocks in variants:
         zd.HUF_READER, zd.HUF_LANES, zd.HUF_LOCAL, zd.HUF_FAST = reader, lanes or None, local, fast
+        zd.HUF_ILP, zd.HUF_BLOCKS = ilp, hblocks
         prog = zd.program(device, zd.default_lanes(device))
-        hl = prog.huf_lanes
+        hl, hb = prog.huf_lanes, prog.huf_blocks
+        wgs = -(-ngroups // hb)       # work-groups: empty rows fill the last (as decode_zstd pads them)
+        host["groups"] = np.concatenate([batch.huf_groups, np.zeros((wgs * hb - ngroups, 2), np.int64)])
         q = cl.CommandQueue(device.context, device.cl_device,
                             properties=cl.command_queue_properties.PROFILING_ENABLE)
         bufs = {k: cl.Buffer(device.context, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR, hostbuf=v)
@@ -91,7 +94,7 @@ def main():
         for r in range(args.reps + 1):
             cl.enqueue_fill_buffer(q, lit, np.uint8(0xA5), 0, max(nlit, 1))
             cl.enqueue_fill_buffer(q, out, np.uint8(0xA5), 0, max(nout, 1))
-            ev = prog.streams(q, (ngroups * hl,), (hl,), bufs["src"], bufs["streams"], bufs["groups"], bufs["huf"],
+            ev = prog.streams(q, (wgs * hl,), (hl,), bufs["src"], bufs["streams"], bufs["groups"], bufs["huf"],
                               bufs["info"], lit, out, err)
             ev.wait()
             if r:
@@ -105,7 +108,7 @@ def main():
         if errs.any():
             raise SystemExit(f"OpenCL: {int(np.count_nonzero(errs))} streams with errors")
 
-        row = {"reader": reader, "lanes": hl, "local": local, "fast": fast, "level": args.level, "chunks": args.chunks,
+        row = {"reader": reader, "lanes": hl, "local": local, "fast": fast, "ilp": ilp, "blocks_per_group": hb, "level": args.level, "chunks": args.chunks,
                "chunk_mib": args.size, "blocks": int(len(batch.blocks)), "groups": ngroups, "streams": nstreams,
                "literal_bytes": nlit, "opencl_s": float(np.median(cl_s)),
                "opencl_gbps": nlit / float(np.median(cl_s)) / 1e9}
@@ -126,7 +129,7 @@ def main():
         dout = cupy.full(max(nout, 1), 0xA5, cupy.uint8)
         derr = cupy.full(max(nstreams, 1), -1, cupy.int32)
         call = (dev["src"], dev["streams"], dev["groups"], dev["huf"], dev["info"], dlit, dout, derr)
-        kernel((ngroups, 1, 1), (hl, 1, 1), call)
+        kernel((wgs, 1, 1), (hl, 1, 1), call)
         cupy.cuda.Device().synchronize()
         same = (bool((cupy.asnumpy(dlit) == want).all()) and bool((cupy.asnumpy(dout) == want_out).all())
                 and not cupy.asnumpy(derr).any())
@@ -134,7 +137,7 @@ def main():
         for _ in range(args.reps):
             start, end = cupy.cuda.Event(), cupy.cuda.Event()
             start.record()
-            kernel((ngroups, 1, 1), (hl, 1, 1), call)
+            kernel((wgs, 1, 1), (hl, 1, 1), call)
             end.record()
             end.synchronize()
             cuda_s.append(cupy.cuda.get_elapsed_time(start, end) / 1e3)
