@@ -510,7 +510,8 @@ void zstd_huf_trees(global const uchar* src, global const long* trees, global us
 #define ZSTD_HUF_READER 1   // 1: aligned quads, double-buffered, literals stored 4 at a time; 2: the same reader,
 #endif                      // literals stored one by one; 0: 8 bytes (vload8) at each refill, literals one by one;
                             // 3: reader 1's, ZSTD_HUF_ILP streams interleaved in a work-item (below); 4: reader
-                            // 3 with a refill without branches, once every two symbols
+                            // 3 with a refill without branches, once every two symbols; 5: reader 4 with
+                            // words loaded one refill ahead instead of quads
 #ifndef ZSTD_HUF_ILP
 #define ZSTD_HUF_ILP 1      // reader 3: streams a work-item decodes together (1, 2 or 4; of one block)
 #endif
@@ -518,7 +519,7 @@ void zstd_huf_trees(global const uchar* src, global const long* trees, global us
 #define ZSTD_HUF_BLOCKS 1   // reader 3: blocks a work-group decodes (each its own table in local memory)
 #endif
 
-#if ZSTD_HUF_READER == 3 || ZSTD_HUF_READER == 4
+#if ZSTD_HUF_READER >= 3 && ZSTD_HUF_READER <= 5
 // ---- reader 3: several streams a work-item, several blocks a work-group ----
 // The profiler found reader 1 bound by each stream's chain of dependent instructions (about 39 a symbol,
 // 7 cycles each), with only 4 of a warp's lanes at work (a block's 4 streams) and 3.7 warps a scheduler:
@@ -534,6 +535,53 @@ void zstd_huf_trees(global const uchar* src, global const long* trees, global us
 #error "ZSTD_HUF_LANES must hold ZSTD_HUF_BLOCKS * 4 / ZSTD_HUF_ILP work-items"
 #endif
 
+#if ZSTD_HUF_READER == 5
+// Reader 5's window takes a 32-bit word loaded at the refill before (one a refill, always issued, so it lands
+// in its own register): the profiler found reader 4's quads waiting a quarter of the time on a move of a quad
+// just loaded (the compiler's copy into the next quad's registers), and its word selection in branches.
+typedef struct {
+    global const uint* wp;    // word 0: the first of the quad holding the stream's first byte
+    int wmin;                 // the lowest word index read (src's first; bits below the stream are masked)
+    int r, lo, off;           // reader 1's names: r - off is pos, the bits not yet read
+    int wi;                   // the word the window takes next, already loaded into fresh
+    ulong acc;
+    uint fresh;
+} huf_t;
+
+inline __attribute__((always_inline)) void huf_open(huf_t* h, global const uchar* src, const long s0, const int n) {
+    const int qb = (int)(s0 >> 4);
+    h->wp = (global const uint*)((global const uint4*)src + qb);
+    h->wmin = -4 * qb;
+    const uchar last = src[s0 + n - 1];       // not 0: the host checked
+    const int pos = 8 * (n - 1) + (31 - clz((uint)last));
+    h->r = pos + (int)(s0 & 15) * 8;
+    h->off = h->r - pos;
+    const int hi = (h->r - 1) >> 5;
+    h->lo = (hi - 1) * 32;
+    h->acc = ((ulong)h->wp[max(hi, h->wmin)] << 32) | h->wp[max(hi - 1, h->wmin)];
+    h->wi = hi - 2;
+    h->fresh = h->wp[max(h->wi, h->wmin)];
+}
+
+inline __attribute__((always_inline)) void huf_refill(huf_t* h) {
+    if (h->r - 12 < h->lo) {
+        h->acc = (h->acc << 32) | h->fresh;
+        h->lo -= 32;
+        h->wi--;
+        h->fresh = h->wp[max(h->wi, h->wmin)];
+    }
+}
+
+// after two symbols: a word where fewer than 24 bits are left, selects only; the next word's load is issued
+// every time (an L1 hit but once a 128-byte line), so its register is written by the load alone
+inline __attribute__((always_inline)) void huf_take(huf_t* h) {
+    const bool need = h->r - h->lo < 24;
+    h->acc = need ? (h->acc << 32) | h->fresh : h->acc;
+    h->lo -= need ? 32 : 0;
+    h->wi -= need ? 1 : 0;
+    h->fresh = h->wp[max(h->wi, h->wmin)];
+}
+#else
 typedef struct {
     global const uint4* qp;   // the quad holding the stream's first byte
     int qb;                   // its index in src (reads clamp there: bits below the stream are masked)
@@ -569,6 +617,8 @@ inline __attribute__((always_inline)) void huf_refill(huf_t* h) {
     }
 }
 
+#endif  // ZSTD_HUF_READER == 5
+
 // HUF_SYM_FAST: 48 bits or more left before 4 symbols
 inline __attribute__((always_inline)) uchar huf_fast(huf_t* h, local const ushort* table, const int log, const uint mask) {
     const ushort e = table[(uint)(h->acc >> (h->r - log - h->lo)) & mask];
@@ -584,6 +634,7 @@ inline __attribute__((always_inline)) uchar huf_peek(huf_t* h, local const ushor
     return (uchar)e;
 }
 
+#if ZSTD_HUF_READER != 5
 // Reader 4's refill after two symbols: a word where fewer than 24 bits are left (so 24 or more again: the
 // window held 24 or more before the two), as selects rather than a branch, so that the compiler can
 // interleave a work-item's streams across it; the quads move on in a short branch (one word in four).
@@ -596,8 +647,10 @@ inline __attribute__((always_inline)) void huf_take(huf_t* h) {
     if (h->k == 0) { h->cur = h->nxt; h->nxt = h->qp[max(h->nq, -h->qb)]; h->nq--; h->k = 4; }
 }
 
+#endif
+
 // Four symbols of a stream with 48 bits or more left, into a, b, c, d.
-#if ZSTD_HUF_READER == 4
+#if ZSTD_HUF_READER >= 4
 #define HUF_FOUR(h, a, b, c, d) do {                                                             \
         a = huf_peek(h, table, log, mask); b = huf_peek(h, table, log, mask); huf_take(h);      \
         c = huf_peek(h, table, log, mask); d = huf_peek(h, table, log, mask); huf_take(h);      \
@@ -643,7 +696,7 @@ int huf_finish(huf_t* h, local const ushort* table, const int log, global uchar*
         HUF_FOUR(h, a, b, c, d);
         huf_store4(out, i, aligned, a, b, c, d);
     }
-#if ZSTD_HUF_READER == 4
+#if ZSTD_HUF_READER >= 4
     huf_refill(h);      // the checked symbols' refill keeps 12 bits or more in the window; so does this
 #endif
     for (; i + 4 <= dlen; i += 4) {
@@ -721,7 +774,7 @@ void zstd_huf_streams(global const uchar* src, global const long* streams, globa
             for (int j = 0; j < ZSTD_HUF_ILP; j++) room = room && h[j].r - h[j].off >= 48;
             if (!room) break;
             uchar s[ZSTD_HUF_ILP][4];
-#if ZSTD_HUF_READER == 4
+#if ZSTD_HUF_READER >= 4
 #pragma unroll
             for (int q = 0; q < 4; q += 2) {
 #pragma unroll
