@@ -564,6 +564,35 @@ def test_huffman_blocks_of_every_table_log_decode_like_libzstd(dev, libzstd, rng
         assert device_decode(dev, frames[::-1], lanes) == b"".join(want[::-1])
 
 
+@pytest.mark.parametrize("reader, ilp", [(1, 1), (5, 2), (5, 4)])
+def test_the_other_huffman_readers_decode_like_libzstd(dev, libzstd, rng, monkeypatch, reader, ilp):
+    """The Huffman kernel's other builds (zstd_decode.cl's reader 1, the default before reader 5, and reader 5
+    with 2 or 4 streams a work-item in step, which the decode bench sweeps) decode what the default decodes,
+    and refuse what libzstd refuses: blocks of every table log, Zarr's float chunks, and damaged frames."""
+    monkeypatch.setattr(zd, "HUF_READER", reader)
+    monkeypatch.setattr(zd, "HUF_ILP", ilp)
+    frames, want = [], []
+    blocks, lits = [], b""
+    for k, log in enumerate((12, 11, 9, 6, 12)):
+        nlit = int(rng.integers(300, 1000)) if k == 2 else int(rng.integers(1024, 9000))
+        block, raw = huffman_block(rng, log, nlit, int(k == 4))
+        blocks.append(block)
+        lits += raw
+    frames.append(frame_of(blocks, len(lits)))
+    want.append(lits)
+    for level in (-1, 1, 3, 19):
+        raw = data("normal", int(rng.integers(130_000, 300_000)), rng)
+        frames.append(Zstd(level=level).encode(raw))
+        want.append(raw)
+    for lanes in LANES:
+        assert device_decode(dev, frames, lanes) == b"".join(want)
+    counts: dict = {}
+    for base in frames[1:3]:
+        for g in mutations(base, rng, 25):
+            compare(dev, libzstd, g, counts, lanes=4)
+    assert counts.get("refused", 0) > 10, counts
+
+
 # -- sequence execution: blocks at once, the matches that wait for earlier blocks after (issue 28) --------------
 def sequence_data(kind, n, rng) -> bytes:
     """Data whose zstd frames hold sequences in every block (float noise holds almost none)."""

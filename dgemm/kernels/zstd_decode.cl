@@ -507,26 +507,28 @@ void zstd_huf_trees(global const uchar* src, global const long* trees, global us
 #endif
 
 #ifndef ZSTD_HUF_READER
-#define ZSTD_HUF_READER 1   // 1: aligned quads, double-buffered, literals stored 4 at a time; 2: the same reader,
-#endif                      // literals stored one by one; 0: 8 bytes (vload8) at each refill, literals one by one;
-                            // 3: reader 1's, ZSTD_HUF_ILP streams interleaved in a work-item (below); 4: reader
-                            // 3 with a refill without branches, once every two symbols; 5: reader 4 with
-                            // words loaded one refill ahead instead of quads
+#define ZSTD_HUF_READER 5   // 5: words loaded one refill ahead, refills of selects every two symbols (below);
+#endif                      // 1: aligned quads, double-buffered, literals stored 4 at a time; 2: reader 1,
+                            // literals stored one by one; 0: 8 bytes (vload8) at each refill, one by one
 #ifndef ZSTD_HUF_ILP
-#define ZSTD_HUF_ILP 1      // reader 3: streams a work-item decodes together (1, 2 or 4; of one block)
+#define ZSTD_HUF_ILP 1      // reader 5: streams a work-item decodes in step (1, 2 or 4; of one block)
 #endif
 #ifndef ZSTD_HUF_BLOCKS
-#define ZSTD_HUF_BLOCKS 1   // reader 3: blocks a work-group decodes (each its own table in local memory)
+#define ZSTD_HUF_BLOCKS 1   // reader 5: blocks a work-group decodes (each its own table in local memory)
 #endif
 
-#if ZSTD_HUF_READER >= 3 && ZSTD_HUF_READER <= 5
-// ---- reader 3: several streams a work-item, several blocks a work-group ----
-// The profiler found reader 1 bound by each stream's chain of dependent instructions (about 39 a symbol,
-// 7 cycles each), with only 4 of a warp's lanes at work (a block's 4 streams) and 3.7 warps a scheduler:
-// issue at half its peak.  A work-item that decodes ILP streams of its block in step gives the scheduler
-// independent instructions to fill each chain's stalls; putting ZSTD_HUF_BLOCKS blocks in a work-group
-// keeps the lanes a warp issues for.  Same reader, same checks, same results as reader 1 (the state is
-// its locals, in a struct).
+#if ZSTD_HUF_READER == 5
+// ---- reader 5 ----
+// The profiler (bench/notes/issue-28/gpu_session_huffman_source.sh, per-instruction stall samples) showed
+// where reader 1's symbols wait: its refill, a branch after every symbol, picks the window's next word from
+// a quad in more branches; and when a quad runs out the compiler loads the next one into spare registers and
+// copies them at once, so a quarter of all stalls waited on that fresh load.  Here the window takes a word
+// (a plain 32-bit load, issued every time, into its own register: nothing copies it) loaded at the refill
+// before, and the refill is selects, once every two symbols: 24 bits or more are in the window before a
+// pair (a code is at most 12 bits), 24 or more again after the refill.  H100, Zarr-default level 3, 4 chunks
+// a call: Huffman 52.8 GB/s (reader 1) -> 90.7.  ILP streams a work-item in step (so their chains fill each
+// other's stalls) and several blocks a work-group (more lanes a warp) were both slower there (59 and 73).
+// Same reads, checks and results as reader 1.
 #if ZSTD_HUF_ILP != 1 && ZSTD_HUF_ILP != 2 && ZSTD_HUF_ILP != 4
 #error "ZSTD_HUF_ILP must be 1, 2 or 4"
 #endif
@@ -534,21 +536,18 @@ void zstd_huf_trees(global const uchar* src, global const long* trees, global us
 #if ZSTD_HUF_BLOCKS * HUF_PER_BLOCK > ZSTD_HUF_LANES
 #error "ZSTD_HUF_LANES must hold ZSTD_HUF_BLOCKS * 4 / ZSTD_HUF_ILP work-items"
 #endif
+#define HUF_INLINE inline __attribute__((always_inline))   // the states stay in registers
 
-#if ZSTD_HUF_READER == 5
-// Reader 5's window takes a 32-bit word loaded at the refill before (one a refill, always issued, so it lands
-// in its own register): the profiler found reader 4's quads waiting a quarter of the time on a move of a quad
-// just loaded (the compiler's copy into the next quad's registers), and its word selection in branches.
 typedef struct {
-    global const uint* wp;    // word 0: the first of the quad holding the stream's first byte
+    global const uint* wp;    // word 0: the first of the 16-byte quad holding the stream's first byte
     int wmin;                 // the lowest word index read (src's first; bits below the stream are masked)
-    int r, lo, off;           // reader 1's names: r - off is pos, the bits not yet read
+    int r, lo, off;           // r - off: the bits not yet read (pos); the window acc holds bits [lo, lo + 64)
     int wi;                   // the word the window takes next, already loaded into fresh
     ulong acc;
     uint fresh;
 } huf_t;
 
-inline __attribute__((always_inline)) void huf_open(huf_t* h, global const uchar* src, const long s0, const int n) {
+HUF_INLINE void huf_open(huf_t* h, global const uchar* src, const long s0, const int n) {
     const int qb = (int)(s0 >> 4);
     h->wp = (global const uint*)((global const uint4*)src + qb);
     h->wmin = -4 * qb;
@@ -557,13 +556,14 @@ inline __attribute__((always_inline)) void huf_open(huf_t* h, global const uchar
     h->r = pos + (int)(s0 & 15) * 8;
     h->off = h->r - pos;
     const int hi = (h->r - 1) >> 5;
-    h->lo = (hi - 1) * 32;
+    h->lo = (hi - 1) * 32;                    // 33 to 64 bits in the window
     h->acc = ((ulong)h->wp[max(hi, h->wmin)] << 32) | h->wp[max(hi - 1, h->wmin)];
     h->wi = hi - 2;
     h->fresh = h->wp[max(h->wi, h->wmin)];
 }
 
-inline __attribute__((always_inline)) void huf_refill(huf_t* h) {
+// After a checked symbol: 12 bits or more in the window again.
+HUF_INLINE void huf_refill(huf_t* h) {
     if (h->r - 12 < h->lo) {
         h->acc = (h->acc << 32) | h->fresh;
         h->lo -= 32;
@@ -572,98 +572,30 @@ inline __attribute__((always_inline)) void huf_refill(huf_t* h) {
     }
 }
 
-// after two symbols: a word where fewer than 24 bits are left, selects only; the next word's load is issued
-// every time (an L1 hit but once a 128-byte line), so its register is written by the load alone
-inline __attribute__((always_inline)) void huf_take(huf_t* h) {
+// After two unchecked symbols: 24 bits or more in the window again.
+HUF_INLINE void huf_take(huf_t* h) {
     const bool need = h->r - h->lo < 24;
     h->acc = need ? (h->acc << 32) | h->fresh : h->acc;
     h->lo -= need ? 32 : 0;
     h->wi -= need ? 1 : 0;
     h->fresh = h->wp[max(h->wi, h->wmin)];
 }
-#else
-typedef struct {
-    global const uint4* qp;   // the quad holding the stream's first byte
-    int qb;                   // its index in src (reads clamp there: bits below the stream are masked)
-    int r, lo, k, nq, off;    // reader 1's names: r - off is pos, the bits not yet read
-    ulong acc;
-    uint4 cur, nxt;
-} huf_t;
 
-inline __attribute__((always_inline)) void huf_open(huf_t* h, global const uchar* src, const long s0, const int n) {
-    h->qb = (int)(s0 >> 4);
-    h->qp = (global const uint4*)src + h->qb;
-    global const uint* wp = (global const uint*)h->qp;
-    const uchar last = src[s0 + n - 1];       // not 0: the host checked
-    const int pos = 8 * (n - 1) + (31 - clz((uint)last));
-    h->r = pos + (int)(s0 & 15) * 8;
-    h->off = h->r - pos;
-    const int hi = (h->r - 1) >> 5;
-    h->lo = (hi - 1) * 32;
-    h->acc = ((ulong)wp[max(hi, -4 * h->qb)] << 32) | wp[max(hi - 1, -4 * h->qb)];
-    const int nw = hi - 2;
-    h->k = (nw & 3) + 1;
-    h->nq = (nw >> 2) - 2;
-    h->cur = h->qp[max(nw >> 2, -h->qb)];
-    h->nxt = h->qp[max((nw >> 2) - 1, -h->qb)];
-}
-
-inline __attribute__((always_inline)) void huf_refill(huf_t* h) {
-    if (h->r - 12 < h->lo) {
-        const uint w = h->k == 4 ? h->cur.w : h->k == 3 ? h->cur.z : h->k == 2 ? h->cur.y : h->cur.x;
-        h->acc = (h->acc << 32) | w;
-        h->lo -= 32;
-        if (--h->k == 0) { h->cur = h->nxt; h->nxt = h->qp[max(h->nq, -h->qb)]; h->nq--; h->k = 4; }
-    }
-}
-
-#endif  // ZSTD_HUF_READER == 5
-
-// HUF_SYM_FAST: 48 bits or more left before 4 symbols
-inline __attribute__((always_inline)) uchar huf_fast(huf_t* h, local const ushort* table, const int log, const uint mask) {
-    const ushort e = table[(uint)(h->acc >> (h->r - log - h->lo)) & mask];
-    h->r -= e >> 8;
-    huf_refill(h);
-    return (uchar)e;
-}
-
-// Reader 4: a symbol with no refill (24 bits or more in the window before two of them)
-inline __attribute__((always_inline)) uchar huf_peek(huf_t* h, local const ushort* table, const int log, const uint mask) {
+// A symbol with no check and no refill.
+HUF_INLINE uchar huf_peek(huf_t* h, local const ushort* table, const int log, const uint mask) {
     const ushort e = table[(uint)(h->acc >> (h->r - log - h->lo)) & mask];
     h->r -= e >> 8;
     return (uchar)e;
 }
 
-#if ZSTD_HUF_READER != 5
-// Reader 4's refill after two symbols: a word where fewer than 24 bits are left (so 24 or more again: the
-// window held 24 or more before the two), as selects rather than a branch, so that the compiler can
-// interleave a work-item's streams across it; the quads move on in a short branch (one word in four).
-inline __attribute__((always_inline)) void huf_take(huf_t* h) {
-    const bool need = h->r - h->lo < 24;
-    const uint w = h->k == 4 ? h->cur.w : h->k == 3 ? h->cur.z : h->k == 2 ? h->cur.y : h->cur.x;
-    h->acc = need ? (h->acc << 32) | w : h->acc;
-    h->lo -= need ? 32 : 0;
-    h->k -= need ? 1 : 0;
-    if (h->k == 0) { h->cur = h->nxt; h->nxt = h->qp[max(h->nq, -h->qb)]; h->nq--; h->k = 4; }
-}
-
-#endif
-
-// Four symbols of a stream with 48 bits or more left, into a, b, c, d.
-#if ZSTD_HUF_READER >= 4
+// Four symbols of a stream with 48 bits or more left (no check can fail), into a, b, c, d.
 #define HUF_FOUR(h, a, b, c, d) do {                                                             \
         a = huf_peek(h, table, log, mask); b = huf_peek(h, table, log, mask); huf_take(h);      \
         c = huf_peek(h, table, log, mask); d = huf_peek(h, table, log, mask); huf_take(h);      \
     } while (0)
-#else
-#define HUF_FOUR(h, a, b, c, d) do {                                                             \
-        a = huf_fast(h, table, log, mask); b = huf_fast(h, table, log, mask);                   \
-        c = huf_fast(h, table, log, mask); d = huf_fast(h, table, log, mask);                   \
-    } while (0)
-#endif
 
 // HUF_SYM: a symbol, or -1 where its code reaches below the stream's start
-inline __attribute__((always_inline)) int huf_checked(huf_t* h, local const ushort* table, const int log, const uint mask) {
+HUF_INLINE int huf_checked(huf_t* h, local const ushort* table, const int log, const uint mask) {
     const int pos = h->r - h->off;
     uint v = (uint)(h->acc >> (h->r - log - h->lo)) & mask;
     if (pos < log) v &= 0xFFFFFFFFu << (log - pos);
@@ -675,8 +607,8 @@ inline __attribute__((always_inline)) int huf_checked(huf_t* h, local const usho
     return (uchar)e;
 }
 
-inline __attribute__((always_inline)) void huf_store4(global uchar* out, const long i, const bool aligned, const uchar a, const uchar b,
-                       const uchar c, const uchar d) {
+HUF_INLINE void huf_store4(global uchar* out, const long i, const bool aligned, const uchar a, const uchar b,
+                           const uchar c, const uchar d) {
     if (aligned) {
         *(global uint*)(out + i) = (uint)a | (uint)b << 8 | (uint)c << 16 | (uint)d << 24;
     } else {
@@ -685,10 +617,7 @@ inline __attribute__((always_inline)) void huf_store4(global uchar* out, const l
 }
 
 // One stream from symbol i on (reader 1's loops): 0 or its error code.
-// (always_inline: called once per stream of a work-item, so that the streams' states stay in registers; a
-// call with their address would put them in memory)
-inline __attribute__((always_inline))
-int huf_finish(huf_t* h, local const ushort* table, const int log, global uchar* out, long i, const long dlen) {
+HUF_INLINE int huf_finish(huf_t* h, local const ushort* table, const int log, global uchar* out, long i, const long dlen) {
     const uint mask = (1u << log) - 1;
     const bool aligned = (((ulong)out) & 3) == 0;
     for (; ZSTD_HUF_FAST && i + 4 <= dlen && h->r - h->off >= 48; i += 4) {
@@ -696,9 +625,6 @@ int huf_finish(huf_t* h, local const ushort* table, const int log, global uchar*
         HUF_FOUR(h, a, b, c, d);
         huf_store4(out, i, aligned, a, b, c, d);
     }
-#if ZSTD_HUF_READER >= 4
-    huf_refill(h);      // the checked symbols' refill keeps 12 bits or more in the window; so does this
-#endif
     for (; i + 4 <= dlen; i += 4) {
         const int a = huf_checked(h, table, log, mask);
         if (a < 0) return E_OVERREAD;
@@ -774,7 +700,6 @@ void zstd_huf_streams(global const uchar* src, global const long* streams, globa
             for (int j = 0; j < ZSTD_HUF_ILP; j++) room = room && h[j].r - h[j].off >= 48;
             if (!room) break;
             uchar s[ZSTD_HUF_ILP][4];
-#if ZSTD_HUF_READER >= 4
 #pragma unroll
             for (int q = 0; q < 4; q += 2) {
 #pragma unroll
@@ -784,13 +709,6 @@ void zstd_huf_streams(global const uchar* src, global const long* streams, globa
 #pragma unroll
                 for (int j = 0; j < ZSTD_HUF_ILP; j++) huf_take(&h[j]);
             }
-#else
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-#pragma unroll
-                for (int j = 0; j < ZSTD_HUF_ILP; j++) s[j][q] = huf_fast(&h[j], table, log, mask);
-            }
-#endif
 #pragma unroll
             for (int j = 0; j < ZSTD_HUF_ILP; j++) huf_store4(o[j], i, aligned[j], s[j][0], s[j][1], s[j][2], s[j][3]);
         }
@@ -909,7 +827,7 @@ void zstd_huf_streams(global const uchar* src, global const long* streams, globa
     // frame's: they go there, not to the literals (zstd_copy_blocks leaves the block alone)
     if (lane < count) err[first + lane] = usable ? huf_stream(src, row, log, table, row[5] ? out : lit) : 0;
 }
-#endif  // ZSTD_HUF_READER == 3
+#endif  // ZSTD_HUF_READER == 5
 
 kernel void zstd_sequences(global const uchar* src, global const long* blocks, global const long* which,
                            global const uint2* fse, global uint4* seqs, global int* err, uint count) {
