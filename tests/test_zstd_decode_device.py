@@ -182,6 +182,38 @@ def test_what_is_left_to_the_host(dev, rng):
     assert zd.supported(frame) and zd.unsupported_reason(b"\x00" * 20) is None   # corrupt: refused, not left
 
 
+def test_a_deferred_decode_is_checked_as_often_as_asked(dev, rng):
+    """A deferred call (``pending``) returns once enqueued; its check() reads the error rows once the kernels
+    have run, from buffers of the call's own (the slot may serve another call by then), and answers every later
+    call alike: a block of a cached panel is checked by each product that reads it."""
+    import pyopencl as cl
+
+    good = [Zstd(level=3).encode(data("normal", 40_000, rng)), Zstd(level=3).encode(data("text", 5000, rng))]
+    broken = bytearray(good[1])
+    broken[-2] ^= 0x40            # inside the last block's bitstream: only a kernel finds it (as above)
+    for frames, fails in ((good, False), ([good[0], bytes(broken)], True)):
+        size = sum(zf.header(f)[1] for f in frames)
+        out = dev.buffer(size, "test output")
+        try:
+            pending = []
+            with dev.reading(), dev.scratch.slot():
+                zd.decode_zstd(dev, frames, out, names=["chunk/0", "chunk/1"], keep=True, pending=pending)
+                event, check = pending[0]
+                dev.scratch.leave_after(event)
+            for _ in range(3):
+                if fails:
+                    with pytest.raises(zd.ZstdFrameError, match=r"^zstd frame chunk/1: block \d+: "):
+                        check()
+                else:
+                    check()
+            got = np.empty(size, np.uint8)
+            cl.enqueue_copy(dev.queue, got, out, wait_for=[event]).wait()
+            if not fails:
+                assert got.tobytes() == b"".join(Zstd().decode(f) for f in frames)
+        finally:
+            out.release()
+
+
 # -- the reference-equality corpus ---------------------------------------------------------------------
 def compare(dev, libzstd, frame: bytes, counts: dict, lanes=1) -> None:
     want = reference(libzstd, frame)

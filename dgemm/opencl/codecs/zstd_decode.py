@@ -58,6 +58,7 @@ this path refuses them, as libzstd 1.5.6 does for sequences.
 """
 from __future__ import annotations
 
+import threading
 import types
 
 import numpy as np
@@ -394,18 +395,25 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
             if pending is not None:     # the error rows are read once the kernels have run, by check()
                 queue.flush()
 
-                held = list(mine)
+                held, lock, failed = list(mine), threading.Lock(), []
 
-                def check():
-                    try:
-                        with device.failing("reading the zstd decode's error rows"):
-                            cl.wait_for_events([last])     # (other threads run meanwhile)
-                            for host, dev in rows:
-                                cl.enqueue_copy(queue, host, dev, is_blocking=True)
-                    finally:
-                        for buf in held:
-                            buf.release()
-                        held.clear()
+                def check():    # read once: a block of a cached panel is checked by every product that reads it
+                    with lock:
+                        if failed:
+                            raise failed[0]
+                        if held:
+                            try:
+                                with device.failing("reading the zstd decode's error rows"):
+                                    cl.wait_for_events([last])     # (other threads run meanwhile)
+                                    for host, dev in rows:
+                                        cl.enqueue_copy(queue, host, dev, is_blocking=True)
+                            except Exception as e:
+                                failed.append(e)
+                                raise
+                            finally:
+                                for buf in held:
+                                    buf.release()
+                                held.clear()
                     _raise_first(plans, batch, tree_info[:ntrees], stream_err[:nstreams], seq_err[:nseqblocks],
                                  exec_err)
 
