@@ -31,15 +31,14 @@ import math
 import threading
 import time
 from collections import deque
-from concurrent.futures import Future
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from dgemm import config
 from dgemm.opencl.device import Device, Kernels, device_error, is_opencl_error, raise_plain, read_threads
 from dgemm.opencl.panels import PanelCache
-from dgemm.opencl.stats import Stats
 from dgemm.opencl.turn import Turn
 from dgemm.sizes import INT32_MAX, roundup
 
@@ -51,6 +50,31 @@ LOCAL_2D = (16, 16)
 
 def _grid(x: int, y: int) -> tuple[int, int]:
     return (roundup(max(x, 1), LOCAL_2D[0]), roundup(max(y, 1), LOCAL_2D[1]))
+
+
+@dataclass
+class Stats:
+    """What an engine has done: the figures the dashboard and benchmarks read.
+
+    Seconds named ``read``/``upload`` are summed over the threads that read
+    and upload in the background, so they can exceed the wall time;
+    ``wait_seconds`` is what the product itself spent waiting for its
+    inputs, the part of reading and uploading that was not hidden.
+    """
+
+    flops: float = 0.0
+    bytes_up: int = 0
+    bytes_down: int = 0
+    bytes_read: int = 0
+    reads: int = 0          # blocks read from their store (or handed over as arrays): bytes_read's count
+    kernel_seconds: float = 0.0
+    read_seconds: float = 0.0
+    upload_seconds: float = 0.0
+    download_seconds: float = 0.0
+    wait_seconds: float = 0.0
+    blocks: int = 0
+    busy_seconds: float = 0.0
+    extra: dict = field(default_factory=dict)
 
 
 # A block decoded on the device is handed to the product once its decode is enqueued (the padding and the
@@ -132,12 +156,6 @@ class BlockEngine:
         if not self._lock.acquire(blocking=wait):
             return False
         try:
-            # a product that handed over may still be enqueuing commands that read its result buffer
-            if not wait and any(isinstance(d, Future) and not d.done() for d in self._downloads):
-                return False
-            for d in self._downloads:
-                if isinstance(d, Future):
-                    d.result()
             for buf, _ in self._buffers.values():
                 buf.release()
             self._buffers.clear()
@@ -579,7 +597,7 @@ class BlockEngine:
     def _accumulate(self, steps, m, n, alpha, beta, c, twin: bool = False, finish=None, handoff=None):
         """Enqueue one GEMM per step into the C accumulator, then unpad and download it once (or ``finish`` it).
 
-        ``handoff()``, once the unpadding is enqueued, lets the next product in
+        ``handoff()``, once the download is enqueued, lets the next product in
         (:class:`~dgemm.opencl.turn.Turn`)."""
         import pyopencl as cl
 
@@ -630,38 +648,31 @@ class BlockEngine:
         for check in checks.values():   # every block decoded cleanly, or the product fails here
             check()
         slot, self._slot = self._slot, 1 - self._slot
-        last = self._downloads[slot]
-        if isinstance(last, Future):   # (its product handed over; our GEMMs are queued already)
-            last = last.result()
-        free = [last] if last is not None else None   # the buffer's last reader has read it
         dense = self._buf(f"dense{slot}", m * n, f"the {m}x{n} {self.dtype.name} result")
-        # NVIDIA's OpenCL returns from enqueuing a copy only once what it waits for has run (bench/notes/
-        # issue-28/enqueue_waits.py): the next product is let in first, so its GEMMs queue behind this one's;
-        # the future tells the product after it when this result buffer is free again.
-        read = self._downloads[slot] = Future()
-        out = None if finish is not None else self.device.host_array((m, n), self.dtype)   # page-locked
-        what = (f"unpadding the {m}x{n} {self.dtype.name} result" if finish is not None else
-                f"downloading the {m}x{n} {self.dtype.name} result ({out.nbytes} bytes)")
-        down = None
-        try:
-            with self.device.failing(what):
-                unpad = self.k.unpad(q, _grid(n, m), LOCAL_2D, np.int32(m), np.int32(n), np.int32(np_), c_dev,
-                                     dense, wait_for=free)
-                self._transferred(unpad)
-                q.flush()
-            if handoff is not None:
-                handoff()
-            if finish is not None:     # on a queue of its own too, behind the unpadding (and so the GEMMs)
-                done: list = []
-                result, nbytes = finish(dense, done, queue=self.device.download_queue, wait_for=[unpad])
-                self._add(kernel_seconds=sum(_seconds(e) for e in events), flops=flops, bytes_down=nbytes,
-                          blocks=1, download_seconds=sum(_seconds(e) for w, e in done if w == "download"))
-                return result
-            with self.device.failing(what):
-                down = cl.enqueue_copy(self.device.download_queue, out, dense, is_blocking=False, wait_for=[unpad])
-                self.device.download_queue.flush()
-        finally:
-            read.set_result(down)      # finish() returned: its commands have run
+        last = self._downloads[slot]
+        free = [last] if last is not None else None   # the buffer's last download has read it
+        if finish is not None:
+            with self.device.failing(f"unpadding the {m}x{n} {self.dtype.name} result"):
+                self._transferred(self.k.unpad(q, _grid(n, m), LOCAL_2D, np.int32(m), np.int32(n), np.int32(np_),
+                                               c_dev, dense, wait_for=free))
+            done: list = []
+            result, down = finish(dense, done)
+            self._add(kernel_seconds=sum(_seconds(e) for e in events), flops=flops, bytes_down=down, blocks=1,
+                      download_seconds=sum(_seconds(e) for what, e in done if what == "download"))
+            return result
+        out = self.device.host_array((m, n), self.dtype)   # page-locked: the download runs at bus speed
+        what = f"downloading the {m}x{n} {self.dtype.name} result ({out.nbytes} bytes)"
+        with self.device.failing(what):
+            unpad = self.k.unpad(q, _grid(n, m), LOCAL_2D, np.int32(m), np.int32(n), np.int32(np_), c_dev, dense,
+                                 wait_for=free)
+            self._transferred(unpad)
+            q.flush()
+            # on a queue of its own: the next product's GEMMs (behind the unpadding on q) run meanwhile
+            down = self._downloads[slot] = cl.enqueue_copy(self.device.download_queue, out, dense,
+                                                           is_blocking=False, wait_for=[unpad])
+            self.device.download_queue.flush()
+        if handoff is not None:
+            handoff()
         with self.device.failing(what):
             down.wait()
         self._transferred(down)

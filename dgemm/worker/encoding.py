@@ -43,9 +43,8 @@ def target(device, dtype, out) -> encoded.Chunks | None:
 
 
 def finisher(device, found: encoded.Chunks):
-    """The engine's ``finish(buffer, events, queue=None, wait_for=None)``: encode the ``m x n`` C block in
-    ``buffer`` (C order, on ``device``) as ``found``'s chunks, on ``queue`` (the device's by default) once
-    ``wait_for`` have run; returns ``(EncodedBlock, bytes downloaded)``.
+    """The engine's ``finish(buffer, events)``: encode the ``m x n`` C block in ``buffer`` (C order, on
+    ``device``) as ``found``'s chunks; returns ``(EncodedBlock, bytes downloaded)``.
 
     Where the encoder's own buffers (the frames, a scratch copy: up to
     about twice the block) do not fit beside the run's, the block comes down
@@ -53,36 +52,33 @@ def finisher(device, found: encoded.Chunks):
     host: ``(values, bytes downloaded)``.
     """
 
-    def finish(buf, events, queue=None, wait_for=None):
+    def finish(buf, events):
         try:
-            block = encode(device, found, buf, events, queue=queue, wait_for=wait_for)
+            block = encode(device, found, buf, events)
         except DeviceMemoryError:
-            return download(device, found, buf, queue=queue, wait_for=wait_for)
+            return download(device, found, buf)
         return block, block.nbytes
     return finish
 
 
-def download(device, found: encoded.Chunks, buf, queue=None, wait_for=None):
-    """The C block in ``buf`` brought down into page-locked memory (on ``queue``, after ``wait_for``):
-    ``(values, bytes)``."""
+def download(device, found: encoded.Chunks, buf):
+    """The C block in ``buf`` brought down into page-locked memory: ``(values, bytes)``."""
     import pyopencl as cl
 
     rows, cols = found.rows[1] - found.rows[0], found.cols[1] - found.cols[0]
     out = device.host_array((rows, cols), found.dtype)
     with device.failing(f"downloading the {rows}x{cols} {found.dtype.name} result ({out.nbytes} bytes)"):
-        cl.enqueue_copy(queue or device.queue, out, buf, is_blocking=True, wait_for=wait_for)
+        cl.enqueue_copy(device.queue, out, buf, is_blocking=True)
     return out, out.nbytes
 
 
-def encode(device, found: encoded.Chunks, buf, events: list | None = None, queue=None,
-           wait_for=None) -> encoded.EncodedBlock:
+def encode(device, found: encoded.Chunks, buf, events: list | None = None) -> encoded.EncodedBlock:
     """The chunks of the block in the device buffer ``buf`` (``rows x cols`` of ``found``, C order) as zstd frames.
 
     All chunks as wide as the block and whole are encoded where they lie;
     otherwise every chunk is first copied into a scratch buffer, one after
     another, edge chunks filled with the array's fill value outside the
-    array.  The scratch buffer is released before this returns.  The commands go to ``queue`` (the
-    device's, in order after the GEMM and the unpadding, by default), the first after ``wait_for``.
+    array.  The scratch buffer is released before this returns.
     """
     import pyopencl as cl
 
@@ -93,11 +89,10 @@ def encode(device, found: encoded.Chunks, buf, events: list | None = None, queue
     names = [f"chunk {p.key!r} of {found.array.store_path}" for p in found.pieces]
     bound = sum(frame_bound(n) for _ in found.pieces)
     host = device.host_array((bound,), np.uint8)   # page-locked: the frames come down at bus speed
-    queue = queue or device.queue
+    queue = device.queue                            # in order after the GEMM and the unpadding
     if all(found.contiguous(p) for p in found.pieces):
         frames = encode_zstd(device, buf, [p.at[0] * width * itemsize for p in found.pieces],
-                             [n] * len(found.pieces), names=names, events=events, host=host, queue=queue,
-                             wait_for=wait_for)
+                             [n] * len(found.pieces), names=names, events=events, host=host)
     else:
         scratch = device.buffer(len(found.pieces) * n, what=f"the encode scratch of {len(found.pieces)} chunks")
         try:
@@ -109,14 +104,14 @@ def encode(device, found: encoded.Chunks, buf, events: list | None = None, queue
                     if p.size != found.shape:   # an edge chunk: the part outside the array holds the fill value
                         done.append(cl.enqueue_fill_buffer(queue, scratch, fill, i * n, n))
                     done.append(cl.enqueue_copy(
-                        queue, scratch, buf, wait_for=wait_for if i == 0 else None,
+                        queue, scratch, buf,
                         src_origin=(p.at[1] * itemsize, p.at[0], 0), dst_origin=(0, i * rows, 0),
                         region=(p.size[1] * itemsize, p.size[0], 1),
                         src_pitches=(width * itemsize, 0), dst_pitches=(cols * itemsize, 0)))
                 if events is not None:
                     events.extend(("copy", e) for e in done)
             frames = encode_zstd(device, scratch, [i * n for i in range(len(found.pieces))],
-                                 [n] * len(found.pieces), names=names, events=events, host=host, queue=queue)
+                                 [n] * len(found.pieces), names=names, events=events, host=host)
         finally:
             scratch.release()
     sizes = tuple(len(f) for f in frames)

@@ -405,8 +405,11 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
                             try:
                                 with device.failing("reading the zstd decode's error rows"):
                                     cl.wait_for_events([last])     # (other threads run meanwhile)
+                                    # on this thread's own queue: the slot's may hold another call's commands
+                                    # by now, which a read there would wait for
+                                    mine_q = device.scratch.queue()
                                     for host, dev in rows:
-                                        cl.enqueue_copy(queue, host, dev, is_blocking=True)
+                                        cl.enqueue_copy(mine_q, host, dev, is_blocking=True)
                             except Exception as e:
                                 failed.append(e)
                                 raise

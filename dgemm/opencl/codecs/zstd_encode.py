@@ -278,7 +278,7 @@ def region_tables(hists: np.ndarray) -> list:
 
 
 def encode_zstd(device, buf, offsets, nbytes, names=None, events: list | None = None, lanes: int | None = None,
-                timings: dict | None = None, host: np.ndarray | None = None, queue=None, wait_for=None) -> list:
+                timings: dict | None = None, host: np.ndarray | None = None) -> list:
     """Encode regions of a device buffer as zstd frames on the device; returns one frame per region.
 
     Parameters
@@ -303,10 +303,6 @@ def encode_zstd(device, buf, offsets, nbytes, names=None, events: list | None = 
         :func:`frame_bound` over the regions: the frames are downloaded into it,
         back to back from its start, and returned as memoryviews of it, with no
         copy (the copy into ``bytes`` of a large frame costs more than its download).
-    queue : pyopencl.CommandQueue, optional
-        Where the commands go (the device's queue by default).
-    wait_for : list of pyopencl.Event, optional
-        What writes ``buf``: the first command that reads it waits for these.
 
     Returns
     -------
@@ -339,7 +335,7 @@ def encode_zstd(device, buf, offsets, nbytes, names=None, events: list | None = 
     prog = program(device, lanes)
     layout = Layout(offsets, nbytes)
     nrows, nregions = len(layout.rows), len(offsets)
-    queue = queue or device.queue
+    queue = device.queue
     buffers = []
 
     def record(what, event):
@@ -365,8 +361,7 @@ def encode_zstd(device, buf, offsets, nbytes, names=None, events: list | None = 
                 record("upload", cl.enqueue_fill_buffer(queue, region_hists, np.uint32(0), 0, nregions * 1024))
                 with prog.lock:
                     record("histogram", prog.histogram(queue, (nrows * lanes,), (lanes,), buf, rows, hists,
-                                                       region_hists, wait_for=wait_for))
-                    wait_for = None     # the rest follows on the in-order queue
+                                                       region_hists))
                 counts = np.empty((nregions, 256), np.uint32)
                 record("download", cl.enqueue_copy(queue, counts, region_hists))   # waits
                 t0 = time.perf_counter()
@@ -406,10 +401,9 @@ def encode_zstd(device, buf, offsets, nbytes, names=None, events: list | None = 
             with prog.lock:
                 if len(errors):
                     launched.append(("encode", prog.encode(queue, (len(errors) * lanes,), (lanes,), buf, enc_rows,
-                                                           codes_buf, enc_bits, out, err_buf, wait_for=wait_for)))
-                    wait_for = None
+                                                           codes_buf, enc_bits, out, err_buf)))
                 launched.append(("copy", prog.copy(queue, (len(patch_rows) * lanes,), (lanes,), patches, out,
-                                                   patch_buf, wait_for=wait_for)))
+                                                   patch_buf)))
                 if raw_buf is not None:
                     launched.append(("copy", prog.copy(queue, (len(raw_rows) * lanes,), (lanes,), buf, out, raw_buf)))
             for what, event in launched:
@@ -417,9 +411,8 @@ def encode_zstd(device, buf, offsets, nbytes, names=None, events: list | None = 
             if len(errors):
                 record("download", cl.enqueue_copy(queue, errors, err_buf, is_blocking=False))
             into = np.empty(frames.total, np.uint8) if host is None else host.reshape(-1).view(np.uint8)[:frames.total]
-            last = cl.enqueue_copy(queue, into, out, is_blocking=False)
-            record("download", last)
-            last.wait()      # (not the queue's finish: other products' commands may follow on it)
+            record("download", cl.enqueue_copy(queue, into, out, is_blocking=False))
+            queue.finish()
     finally:
         for b in buffers:
             b.release()
