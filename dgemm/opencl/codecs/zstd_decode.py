@@ -58,7 +58,6 @@ this path refuses them, as libzstd 1.5.6 does for sequences.
 """
 from __future__ import annotations
 
-import threading
 import types
 
 import numpy as np
@@ -312,16 +311,15 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
     queue = queue if queue is not None else device.queue
     buffers = []
 
-    def take(nbytes, what, own=False):
-        if keep and not own:
+    def take(nbytes, what):
+        if keep:
             return device.scratch.buffer(what, nbytes)
         buf = device.buffer(max(nbytes, 1), what)
-        if not own:
-            buffers.append(buf)
+        buffers.append(buf)
         return buf
 
-    def buffer(host, what, upload=True, pad=0, own=False):
-        buf = take(host.nbytes + pad, what, own)
+    def buffer(host, what, upload=True, pad=0):
+        buf = take(host.nbytes + pad, what)
         if upload and host.nbytes:
             event = cl.enqueue_copy(queue, buf, host, is_blocking=False)
             if events is not None:
@@ -334,161 +332,122 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
     stream_err = np.zeros(max(nstreams, 1), np.int32)
     seq_err = np.zeros(max(nseqblocks, 1), np.int32)
     exec_err = np.zeros((nframes, 3), np.int64)
-    # A deferred call's error rows are read in its check(), after the slot may have passed to another call:
-    # they are this call's own buffers, not the slot's.
-    own = pending is not None
-    mine = []
     try:
         with device.failing("decoding zstd frames"):
-            # Every upload first: NVIDIA's OpenCL returns from enqueuing a copy only once the commands before
-            # it on its queue have run (bench/notes/issue-28/enqueue_waits.py), so an upload behind one of
-            # this call's kernels would hold this thread until that kernel ends.
-            # (src padded: the Huffman kernel reads whole aligned words, the last one past the last frame's end)
+            # padded: the Huffman kernel reads whole aligned words, the last one past the last frame's end
             src = buffer(batch.src, "zstd frames", pad=16)
             blocks = buffer(batch.blocks, "zstd block table")
             frames_buf = buffer(batch.frames, "zstd frame table")
             lit = take(batch.literals, "zstd literals")
             seqs = take(batch.nseq * 16, "zstd sequences")
-            err_e = buffer(exec_err, "zstd errors", upload=False, own=own)
-            rows = [(exec_err, err_e)]
-            if nstreams:
-                trees = buffer(batch.trees, "zstd Huffman tree descriptions")
-                huf = take(ntrees * HUF_SLOT * 2, "zstd Huffman tables")
-                info = buffer(tree_info, "zstd Huffman tree logs and errors", upload=False, own=own)
-                streams = buffer(batch.streams, "zstd literal streams")
-                err_s = buffer(stream_err, "zstd stream errors", upload=False, own=own)
-                hb, hl = prog.huf_blocks, prog.huf_lanes
-                wgs = -(-len(batch.huf_groups) // hb)      # empty rows fill the last work-group
-                groups_rows = batch.huf_groups
-                if len(groups_rows) < wgs * hb:      # (kept by the batch while the upload runs)
-                    groups_rows = batch.huf_padded = np.concatenate(
-                        [groups_rows, np.zeros((wgs * hb - len(groups_rows), 2), np.int64)])
-                groups = buffer(groups_rows, "zstd Huffman blocks")
-                rows = [(tree_info, info), (stream_err, err_s)] + rows
-            if nseqblocks:
-                which = buffer(batch.with_seqs, "zstd blocks with sequences")
-                fse = buffer(batch.fse, "zstd FSE tables")
-                err_q = buffer(seq_err, "zstd sequence errors", upload=False, own=own)
-                rows.insert(len(rows) - 1, (seq_err, err_q))
-            if len(batch.prefix):
-                prefix = buffer(batch.prefix, "zstd blocks copied at once")
-            ex = _execution(batch.blocks, batch.frames, buffer)
-            mine = [dev for _, dev in rows] if own else []
+            err_e = buffer(exec_err, "zstd errors", upload=False)
             launched = []
             with prog.lock:
                 if nstreams:      # streams name trees: a block with Huffman literals has one or repeats one
+                    trees = buffer(batch.trees, "zstd Huffman tree descriptions")
+                    huf = take(ntrees * HUF_SLOT * 2, "zstd Huffman tables")
+                    info = buffer(tree_info, "zstd Huffman tree logs and errors", upload=False)
                     tl = prog.tree_lanes
                     launched.append(("trees", prog.trees(queue, (ntrees * tl,), (tl,), src, trees, huf, info)))
+                    streams = buffer(batch.streams, "zstd literal streams")
+                    err_s = buffer(stream_err, "zstd stream errors", upload=False)
+                    hb, hl = prog.huf_blocks, prog.huf_lanes
+                    wgs = -(-len(batch.huf_groups) // hb)      # empty rows fill the last work-group
+                    rows = batch.huf_groups
+                    if len(rows) < wgs * hb:      # (kept by the batch while the upload runs)
+                        rows = batch.huf_padded = np.concatenate([rows, np.zeros((wgs * hb - len(rows), 2),
+                                                                                 np.int64)])
+                    groups = buffer(rows, "zstd Huffman blocks")
                     launched.append(("huffman", prog.streams(
                         queue, (wgs * hl,), (hl,), src, streams, groups, huf, info, lit, out, err_s)))
                 if nseqblocks:
+                    which = buffer(batch.with_seqs, "zstd blocks with sequences")
+                    fse = buffer(batch.fse, "zstd FSE tables")
+                    err_q = buffer(seq_err, "zstd sequence errors", upload=False)
                     launched.append(("sequences", prog.sequences(
                         queue, (_round(nseqblocks, 64),), None, src, blocks, which, fse, seqs, err_q,
                         np.uint32(nseqblocks))))
                 if len(batch.prefix):
+                    prefix = buffer(batch.prefix, "zstd blocks copied at once")
                     launched.append(("copy", prog.copy(
                         queue, (len(batch.prefix) * lanes,), (lanes,), src, blocks, prefix, frames_buf, lit, out)))
-                launched += _execute(prog, queue, lanes, ex, src, blocks, frames_buf, lit, seqs, out, err_e)
+                launched += _execute(prog, queue, lanes, batch.blocks, batch.frames, buffer,
+                                     src, blocks, frames_buf, lit, seqs, out, err_e)
             if events is not None:
                 events.extend(launched)
-            last = launched[-1][1]
-            if pending is not None:     # the error rows are read once the kernels have run, by check()
+            rows = [(tree_info, info), (stream_err, err_s)] if nstreams else []
+            rows += [(seq_err, err_q)] if nseqblocks else []
+            rows += [(exec_err, err_e)]
+            if pending is not None:     # the error rows come back behind the kernels; checked later
+                reads = [cl.enqueue_copy(queue, host, dev, is_blocking=False) for host, dev in rows]
                 queue.flush()
 
-                held, lock, failed = list(mine), threading.Lock(), []
-
-                def check():    # read once: a block of a cached panel is checked by every product that reads it
-                    with lock:
-                        if failed:
-                            raise failed[0]
-                        if held:
-                            try:
-                                with device.failing("reading the zstd decode's error rows"):
-                                    cl.wait_for_events([last])     # (other threads run meanwhile)
-                                    # on this thread's own queue: the slot's may hold another call's commands
-                                    # by now, which a read there would wait for
-                                    mine_q = device.scratch.queue()
-                                    for host, dev in rows:
-                                        cl.enqueue_copy(mine_q, host, dev, is_blocking=True)
-                            except Exception as e:
-                                failed.append(e)
-                                raise
-                            finally:
-                                for buf in held:
-                                    buf.release()
-                                held.clear()
+                def check():
+                    cl.wait_for_events(reads)
                     _raise_first(plans, batch, tree_info[:ntrees], stream_err[:nstreams], seq_err[:nseqblocks],
                                  exec_err)
 
-                pending.append((last, check))
-                mine = []      # check() releases them
+                pending.append((launched[-1][1], check))
                 return [p.size for p in plans]
             # Wait for the last kernel first (pyopencl lets other threads run meanwhile), then read the
             # error rows: a read into ordinary memory that has to wait for kernels blocks inside the
             # driver with Python's lock held, and every other reader thread of the worker waits with it.
             # (The queue is in order; a finish would also wait for other threads' commands on a shared queue.)
-            cl.wait_for_events([last])
+            cl.wait_for_events([launched[-1][1]])
             for host, dev in rows:
                 cl.enqueue_copy(queue, host, dev, is_blocking=True)
     finally:
-        for buf in buffers + mine:
+        for buf in buffers:
             buf.release()   # (deferred: OpenCL frees each once the commands using it have run)
     _raise_first(plans, batch, tree_info[:ntrees], stream_err[:nstreams], seq_err[:nseqblocks], exec_err)
     return [p.size for p in plans]
 
 
-def _execution(block_rows, frame_rows, buffer) -> types.SimpleNamespace:
-    """The sequence execution's buffers (``zstd_decode.cl``'s notes), uploaded before any kernel: the blocks
-    after the copied prefix (``rest``, ``which``), per-block and per-frame state, origins and waiting bits.
+def _execute(prog, queue, lanes, block_rows, frame_rows, buffer, src, blocks, frames_buf, lit, seqs,
+             out, err) -> list:
+    """Enqueue the sequence execution (``zstd_decode.cl``'s notes): block scan, frame scan, blocks, origins, frames.
 
-    ``buffer(host, what, upload=True)`` makes (and uploads, and releases later) a device buffer.
+    ``buffer(host, what, upload=True)`` makes (and uploads, and releases later) a device buffer; the other
+    buffers are ``decode_zstd``'s.  Returns the ``(what, event)`` pairs.
     """
+    import pyopencl as cl
+
     # the blocks after the copied prefix, the last first: the groups of zstd_blocks may run in any order, and
     # on a device that runs them in order (PoCL) a block that reads an earlier one too soon then reads bytes
     # not written yet, which the tests see
     rest = np.ascontiguousarray(np.nonzero(block_rows[:, zf.B_PRE] < 0)[0][::-1].astype(np.int64))
-    ex = types.SimpleNamespace(rest=len(rest), nframes=len(frame_rows))
-    ex.state = buffer(np.zeros((max(len(block_rows), 1), STATE_COLUMNS), np.int64), "zstd block state",
-                      upload=False)
+    state = buffer(np.zeros((max(len(block_rows), 1), STATE_COLUMNS), np.int64), "zstd block state",
+                   upload=False)
+    nframes = len(frame_rows)
     sizes = -(-frame_rows[:, zf.F_SIZE] // 32) * 32          # each frame's bytes from a word of its own
     total = max(int(sizes.sum()), 32)
-    fstate = np.zeros((ex.nframes, FSTATE_COLUMNS), np.int64)
+    fstate = np.zeros((nframes, FSTATE_COLUMNS), np.int64)
     fstate[:, FS_ORG] = np.cumsum(sizes) - sizes
-    ex.serial = total > 1 << 32                 # origins are uint32 positions: the frames walk in order then
-    fstate[:, FS_SERIAL] = ex.serial
-    ex.fstate = buffer(fstate, "zstd frame state")
-    ex.span = 32 if ex.serial else total
+    serial = total > 1 << 32                    # origins are uint32 positions: the frames walk in order then
+    fstate[:, FS_SERIAL] = serial
+    fstate = buffer(fstate, "zstd frame state")
+    span = 32 if serial else total
     # an origin (uint32) and a bit per decoded byte, used only where a match waits for earlier blocks
-    ex.org = buffer(types.SimpleNamespace(nbytes=4 * ex.span), "zstd origins", upload=False)
-    ex.wait = buffer(types.SimpleNamespace(nbytes=ex.span // 8), "zstd waiting bytes", upload=False)
-    ex.which = buffer(rest, "zstd blocks after the copied prefix") if len(rest) else None
-    return ex
-
-
-def _execute(prog, queue, lanes, ex, src, blocks, frames_buf, lit, seqs, out, err) -> list:
-    """Enqueue the sequence execution (``zstd_decode.cl``'s notes): block scan, frame scan, blocks, origins, frames.
-
-    ``ex``: :func:`_execution`'s buffers; the others are ``decode_zstd``'s.  Returns the ``(what, event)`` pairs.
-    """
-    import pyopencl as cl
-
-    words = np.uint64(ex.span // 32)
-    launched = [("origins", cl.enqueue_fill_buffer(queue, ex.wait, np.uint32(0), 0, ex.span // 8))]
-    if ex.rest:
-        launched.append(("block_scan", prog.block_scan(queue, (_round(ex.rest, 64),), None, blocks, ex.which, seqs,
-                                                       ex.state, np.uint32(ex.rest))))
-    launched.append(("frame_scan", prog.frame_scan(queue, (ex.nframes * lanes,), (lanes,), blocks, frames_buf,
-                                                   ex.state, ex.fstate)))
-    if ex.rest:
-        launched.append(("blocks", prog.blocks(queue, (ex.rest * lanes,), (lanes,), src, blocks, ex.which,
-                                               frames_buf, lit, seqs, ex.state, ex.fstate, ex.org, ex.wait, out)))
-    if ex.rest and not ex.serial:
+    org = buffer(types.SimpleNamespace(nbytes=4 * span), "zstd origins", upload=False)
+    wait = buffer(types.SimpleNamespace(nbytes=span // 8), "zstd waiting bytes", upload=False)
+    words = np.uint64(span // 32)
+    launched = [("origins", cl.enqueue_fill_buffer(queue, wait, np.uint32(0), 0, span // 8))]
+    if len(rest):
+        which = buffer(rest, "zstd blocks after the copied prefix")
+        launched.append(("block_scan", prog.block_scan(queue, (_round(len(rest), 64),), None, blocks, which, seqs,
+                                                       state, np.uint32(len(rest)))))
+    launched.append(("frame_scan", prog.frame_scan(queue, (nframes * lanes,), (lanes,), blocks, frames_buf,
+                                                   state, fstate)))
+    if len(rest):
+        launched.append(("blocks", prog.blocks(queue, (len(rest) * lanes,), (lanes,), src, blocks, which,
+                                               frames_buf, lit, seqs, state, fstate, org, wait, out)))
+    if len(rest) and not serial:
         grid = (_round(int(words), 256),)
-        launched.append(("origins", prog.jump(queue, grid, None, ex.wait, ex.org, words)))   # chains to their ends
-        launched.append(("origins", prog.gather(queue, grid, None, ex.wait, ex.org, frames_buf, ex.fstate, out,
-                                                words, np.uint32(ex.nframes))))
-    launched.append(("execute", prog.execute(queue, (ex.nframes * lanes,), (lanes,), blocks, frames_buf, seqs,
-                                             ex.state, ex.fstate, out, err)))
+        launched.append(("origins", prog.jump(queue, grid, None, wait, org, words)))    # chains followed to their ends
+        launched.append(("origins", prog.gather(queue, grid, None, wait, org, frames_buf, fstate, out, words,
+                                                np.uint32(nframes))))
+    launched.append(("execute", prog.execute(queue, (nframes * lanes,), (lanes,), blocks, frames_buf, seqs, state,
+                                             fstate, out, err)))
     return launched
 
 
