@@ -516,6 +516,9 @@ void zstd_huf_trees(global const uchar* src, global const long* trees, global us
 #ifndef ZSTD_HUF_BLOCKS
 #define ZSTD_HUF_BLOCKS 1   // reader 5: blocks a work-group decodes (each its own table in local memory)
 #endif
+#ifndef ZSTD_HUF_AHEAD
+#define ZSTD_HUF_AHEAD 1    // reader 5: words loaded ahead of the window (1 or 2)
+#endif
 
 #if ZSTD_HUF_READER == 5
 // ---- reader 5 ----
@@ -545,6 +548,9 @@ typedef struct {
     int wi;                   // the word the window takes next, already loaded into fresh
     ulong acc;
     uint fresh;
+#if ZSTD_HUF_AHEAD == 2
+    uint fresh2;              // word wi - 1
+#endif
 } huf_t;
 
 HUF_INLINE void huf_open(huf_t* h, global const uchar* src, const long s0, const int n) {
@@ -560,6 +566,9 @@ HUF_INLINE void huf_open(huf_t* h, global const uchar* src, const long s0, const
     h->acc = ((ulong)h->wp[max(hi, h->wmin)] << 32) | h->wp[max(hi - 1, h->wmin)];
     h->wi = hi - 2;
     h->fresh = h->wp[max(h->wi, h->wmin)];
+#if ZSTD_HUF_AHEAD == 2
+    h->fresh2 = h->wp[max(h->wi - 1, h->wmin)];
+#endif
 }
 
 // After a checked symbol: 12 bits or more in the window again.
@@ -568,7 +577,12 @@ HUF_INLINE void huf_refill(huf_t* h) {
         h->acc = (h->acc << 32) | h->fresh;
         h->lo -= 32;
         h->wi--;
+#if ZSTD_HUF_AHEAD == 2
+        h->fresh = h->fresh2;
+        h->fresh2 = h->wp[max(h->wi - 1, h->wmin)];
+#else
         h->fresh = h->wp[max(h->wi, h->wmin)];
+#endif
     }
 }
 
@@ -578,7 +592,12 @@ HUF_INLINE void huf_take(huf_t* h) {
     h->acc = need ? (h->acc << 32) | h->fresh : h->acc;
     h->lo -= need ? 32 : 0;
     h->wi -= need ? 1 : 0;
+#if ZSTD_HUF_AHEAD == 2
+    h->fresh = need ? h->fresh2 : h->fresh;
+    h->fresh2 = h->wp[max(h->wi - 1, h->wmin)];
+#else
     h->fresh = h->wp[max(h->wi, h->wmin)];
+#endif
 }
 
 // A symbol with no check and no refill.

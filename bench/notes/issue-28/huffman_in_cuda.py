@@ -38,7 +38,7 @@ def main():
     p.add_argument("--chunks", type=int, default=4, help="chunks in the call (default 4)")
     p.add_argument("--level", type=int, default=3, help="zstd level (default 3, Zarr's)")
     p.add_argument("--reps", type=int, default=5, help="timed launches each way (default 5)")
-    p.add_argument("--variants", default="", help="READER:LANES:LOCAL[:FAST[:ILP[:BLOCKS]]],... more builds of the kernel to run")
+    p.add_argument("--variants", default="", help="READER:LANES:LOCAL[:FAST[:ILP[:BLOCKS[:AHEAD]]]],... more builds of the kernel to run")
     p.add_argument("--opencl-only", action="store_true", help="no CUDA launch (a machine without CUDA: PoCL)")
     args = p.parse_args()
 
@@ -74,11 +74,11 @@ def main():
     nout = int(sum(pl.size for pl in plans))     # prefix blocks' literals go straight to the output
     host = {"src": src, "streams": batch.streams, "groups": batch.huf_groups, "huf": huf, "info": info}
     for_cuda = _for_cuda()
-    variants = [(zd.HUF_READER, 0, zd.HUF_LOCAL, zd.HUF_FAST, zd.HUF_ILP, zd.HUF_BLOCKS)]
-    variants += [(tuple(int(x) for x in v.split(":")) + (1, 1, 1, 1))[:6] for v in args.variants.split(",") if v]
-    for reader, lanes, local, fast, ilp, hblocks in variants:
+    variants = [(zd.HUF_READER, 0, zd.HUF_LOCAL, zd.HUF_FAST, zd.HUF_ILP, zd.HUF_BLOCKS, zd.HUF_AHEAD)]
+    variants += [(tuple(int(x) for x in v.split(":")) + (1, 1, 1, 1, 1))[:7] for v in args.variants.split(",") if v]
+    for reader, lanes, local, fast, ilp, hblocks, ahead in variants:
         zd.HUF_READER, zd.HUF_LANES, zd.HUF_LOCAL, zd.HUF_FAST = reader, lanes or None, local, fast
-        zd.HUF_ILP, zd.HUF_BLOCKS = ilp, hblocks
+        zd.HUF_ILP, zd.HUF_BLOCKS, zd.HUF_AHEAD = ilp, hblocks, ahead
         prog = zd.program(device, zd.default_lanes(device))
         hl, hb = prog.huf_lanes, prog.huf_blocks
         wgs = -(-ngroups // hb)       # work-groups: empty rows fill the last (as decode_zstd pads them)
@@ -108,7 +108,8 @@ def main():
         if errs.any():
             raise SystemExit(f"OpenCL: {int(np.count_nonzero(errs))} streams with errors")
 
-        row = {"reader": reader, "lanes": hl, "local": local, "fast": fast, "ilp": ilp, "blocks_per_group": hb, "level": args.level, "chunks": args.chunks,
+        row = {"reader": reader, "lanes": hl, "local": local, "fast": fast, "ilp": ilp, "blocks_per_group": hb,
+               "ahead": ahead, "level": args.level, "chunks": args.chunks,
                "chunk_mib": args.size, "blocks": int(len(batch.blocks)), "groups": ngroups, "streams": nstreams,
                "literal_bytes": nlit, "opencl_s": float(np.median(cl_s)),
                "opencl_gbps": nlit / float(np.median(cl_s)) / 1e9}

@@ -62,9 +62,9 @@ def main():
     p.add_argument("--threads", default="1,8", help="reader threads calling at once, as a worker's do, "
                                                    "with staged frames (default 1,8)")
     p.add_argument("--huf-variants", default=None,
-                   help="Huffman kernels to time, READER:LANES[:LOCAL[:FAST[:ILP[:BLOCKS]]]],... (zstd_decode.cl's "
+                   help="Huffman kernels to time, READER:LANES[:LOCAL[:FAST[:ILP[:BLOCKS[:AHEAD]]]]],... (zstd_decode.cl's "
                         "ZSTD_HUF_READER, ZSTD_HUF_LANES, 0 lanes: the default, ZSTD_HUF_LOCAL, ZSTD_HUF_FAST, and "
-                        "reader 3's ZSTD_HUF_ILP and ZSTD_HUF_BLOCKS); staged threads for the first only")
+                        "reader 5's ZSTD_HUF_ILP, ZSTD_HUF_BLOCKS and ZSTD_HUF_AHEAD); staged threads for the first only")
     p.add_argument("--device", default=None, help="an OpenCL device as DGEMM_DEVICES names one (default: "
                                                   "the first GPU, else the first CPU device)")
     args = p.parse_args()
@@ -89,15 +89,15 @@ def main():
     runs = {}
     out = device.buffer(total, "decoded chunks")
     variants = [tuple(int(x) for x in v.split(":")) for v in args.huf_variants.split(",")] if args.huf_variants \
-        else [(zd.HUF_READER, 0, zd.HUF_LOCAL, zd.HUF_FAST, zd.HUF_ILP, zd.HUF_BLOCKS)]
-    variants = [(v + (1, 1, 1, 1, 1, 1))[:6] if len(v) >= 2 else v for v in variants]
-    for (reader, hlanes, local, fast, ilp, hblocks), level in ((v, int(x)) for x in args.levels.split(",")
-                                                               for v in variants):
+        else [(zd.HUF_READER, 0, zd.HUF_LOCAL, zd.HUF_FAST, zd.HUF_ILP, zd.HUF_BLOCKS, zd.HUF_AHEAD)]
+    variants = [(v + (1, 1, 1, 1, 1, 1, 1))[:7] if len(v) >= 2 else v for v in variants]
+    for (reader, hlanes, local, fast, ilp, hblocks, ahead), level in ((v, int(x)) for x in args.levels.split(",")
+                                                                      for v in variants):
         zd.HUF_READER, zd.HUF_LANES, zd.HUF_LOCAL, zd.HUF_FAST = reader, hlanes or None, local, fast
-        zd.HUF_ILP, zd.HUF_BLOCKS = ilp, hblocks
-        first = (reader, hlanes, local, fast, ilp, hblocks) == variants[0]
+        zd.HUF_ILP, zd.HUF_BLOCKS, zd.HUF_AHEAD = ilp, hblocks, ahead
+        first = (reader, hlanes, local, fast, ilp, hblocks, ahead) == variants[0]
         key = str(level) if first else (f"{level}-reader{reader}-lanes{hlanes}-local{local}-fast{fast}"
-                                        + (f"-ilp{ilp}-blocks{hblocks}" if reader >= 3 else ""))
+                                        + (f"-ilp{ilp}-blocks{hblocks}-ahead{ahead}" if reader >= 3 else ""))
         codec = Zstd(level=level, checksum=args.checksum)
         frames = [codec.encode(c) for c in chunks]
         want = np.frombuffer(b"".join(bytes(codec.decode(f)) for f in frames), np.uint8)   # the reference

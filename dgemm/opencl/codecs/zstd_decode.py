@@ -139,13 +139,15 @@ def default_lanes(device) -> int:
 # zstd_decode.cl's ZSTD_HUF_READER (the Huffman streams' bit reader and stores), where set, its
 # ZSTD_HUF_LANES (work-items per block's streams), ZSTD_HUF_LOCAL and ZSTD_HUF_FAST (reader 1's unchecked
 # symbols where no check can fail), and reader 5's ZSTD_HUF_ILP (streams a work-item decodes in step) and
-# ZSTD_HUF_BLOCKS (blocks a work-group decodes): what program() builds (the decode bench sweeps them)
+# ZSTD_HUF_BLOCKS (blocks a work-group decodes) and ZSTD_HUF_AHEAD (words loaded ahead): what program()
+# builds (the decode bench sweeps them)
 HUF_READER = 5
 HUF_LANES = None
 HUF_LOCAL = 1
 HUF_FAST = 1
 HUF_ILP = 1
 HUF_BLOCKS = 1
+HUF_AHEAD = 1
 
 
 def program(device, lanes: int):
@@ -157,7 +159,7 @@ def program(device, lanes: int):
                              (("ZSTD_LANES", lanes), ("ZSTD_HUF_LANES", HUF_LANES or huf), ("ZSTD_TREE_LANES", huf),
                               ("ZSTD_HUF_READER", HUF_READER), ("ZSTD_HUF_LOCAL", HUF_LOCAL),
                               ("ZSTD_HUF_FAST", HUF_FAST), ("ZSTD_HUF_ILP", HUF_ILP),
-                              ("ZSTD_HUF_BLOCKS", blocks)),
+                              ("ZSTD_HUF_BLOCKS", blocks), ("ZSTD_HUF_AHEAD", HUF_AHEAD)),
                              (("trees", "zstd_huf_trees"), ("streams", "zstd_huf_streams"),
                               ("sequences", "zstd_sequences"), ("execute", "zstd_execute"),
                               ("copy", "zstd_copy_blocks"), ("block_scan", "zstd_block_scan"),
