@@ -36,6 +36,37 @@ def for_cuda(ptx: str) -> str:
     return ptx
 
 
+def opencl_kernel_in_cuda(program, name: str):
+    """A kernel of a built pyopencl ``program`` (NVIDIA's: its binary is PTX) as a CuPy function, for the profiler."""
+    import cupy
+    import pyopencl as cl
+
+    ptx = program.get_info(cl.program_info.BINARIES)[0].rstrip(b"\0").decode()
+    path = os.path.join(tempfile.mkdtemp(), f"{name}.ptx")
+    with open(path, "w") as f:
+        f.write(for_cuda(ptx))
+    return cupy.RawModule(path=path).get_function(name)
+
+
+def time_in_cuda(kernel, grid, block, args, reps: int) -> tuple[float, dict]:
+    """The median of ``reps`` launches' seconds (CUDA events), and the kernel's registers and memory."""
+    import cupy
+
+    seconds = []
+    for _ in range(reps):
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record()
+        kernel(grid, block, args)
+        end.record()
+        end.synchronize()
+        seconds.append(cupy.cuda.get_elapsed_time(start, end) / 1e3)
+    try:
+        attrs = {k: kernel.attributes.get(k) for k in ("num_regs", "shared_size_bytes", "local_size_bytes")}
+    except Exception as e:   # (CuPy versions differ in what a module's function offers)
+        attrs = {"error": f"{type(e).__name__}: {e}"}
+    return float(np.median(seconds)), attrs
+
+
 def build(p, dtype, options):
     """(PTX for CUDA, kernel name, tile (TSM, TSN, TSK), block shape)."""
     import pyopencl as cl

@@ -20,16 +20,15 @@ import argparse
 import importlib.util
 import json
 import os
-import tempfile
 
 
-def _for_cuda():
-    """``bench/ptx_in_cuda.py``'s ``for_cuda`` (the OpenCL launcher's environment registers made CUDA's)."""
+def _ptx_in_cuda():
+    """``bench/ptx_in_cuda.py`` (the OpenCL launcher's environment registers made CUDA's, timed launches)."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "ptx_in_cuda.py")
     spec = importlib.util.spec_from_file_location("ptx_in_cuda", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    return mod.for_cuda
+    return mod
 
 
 def main():
@@ -73,7 +72,7 @@ def main():
     ngroups, nstreams, nlit = len(batch.huf_groups), len(batch.streams), int(batch.literals)
     nout = int(sum(pl.size for pl in plans))     # prefix blocks' literals go straight to the output
     host = {"src": src, "streams": batch.streams, "groups": batch.huf_groups, "huf": huf, "info": info}
-    for_cuda = _for_cuda()
+    cuda = _ptx_in_cuda()
     variants = [(zd.HUF_READER, 0, zd.HUF_LOCAL, zd.HUF_FAST, zd.HUF_ILP, zd.HUF_BLOCKS, zd.HUF_AHEAD)]
     variants += [(tuple(int(x) for x in v.split(":")) + (1, 1, 1, 1, 1))[:7] for v in args.variants.split(",") if v]
     for reader, lanes, local, fast, ilp, hblocks, ahead in variants:
@@ -120,11 +119,7 @@ def main():
             continue
         import cupy
 
-        ptx = prog.program.get_info(cl.program_info.BINARIES)[0].rstrip(b"\0").decode()
-        path = os.path.join(tempfile.mkdtemp(), "zstd_decode.ptx")
-        with open(path, "w") as f:
-            f.write(for_cuda(ptx))
-        kernel = cupy.RawModule(path=path).get_function("zstd_huf_streams")
+        kernel = cuda.opencl_kernel_in_cuda(prog.program, "zstd_huf_streams")
         dev = {k: cupy.asarray(v) for k, v in host.items()}
         dlit = cupy.full(max(nlit, 1), 0xA5, cupy.uint8)
         dout = cupy.full(max(nout, 1), 0xA5, cupy.uint8)
@@ -134,19 +129,7 @@ def main():
         cupy.cuda.Device().synchronize()
         same = (bool((cupy.asnumpy(dlit) == want).all()) and bool((cupy.asnumpy(dout) == want_out).all())
                 and not cupy.asnumpy(derr).any())
-        cuda_s = []
-        for _ in range(args.reps):
-            start, end = cupy.cuda.Event(), cupy.cuda.Event()
-            start.record()
-            kernel((wgs, 1, 1), (hl, 1, 1), call)
-            end.record()
-            end.synchronize()
-            cuda_s.append(cupy.cuda.get_elapsed_time(start, end) / 1e3)
-        try:
-            attrs = {k: kernel.attributes.get(k) for k in ("num_regs", "shared_size_bytes", "local_size_bytes")}
-        except Exception as e:   # (CuPy versions differ in what a module's function offers)
-            attrs = {"error": f"{type(e).__name__}: {e}"}
-        cus = float(np.median(cuda_s))
+        cus, attrs = cuda.time_in_cuda(kernel, (wgs, 1, 1), (hl, 1, 1), call, args.reps)
         row.update(cuda_s=cus, cuda_gbps=nlit / cus / 1e9, same_literals=same, attributes=attrs)
         print(json.dumps(row), flush=True)
         if not same:

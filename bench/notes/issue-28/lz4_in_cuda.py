@@ -16,16 +16,15 @@ import argparse
 import importlib.util
 import json
 import os
-import tempfile
 
 
-def _for_cuda():
-    """``bench/ptx_in_cuda.py``'s ``for_cuda`` (the OpenCL launcher's environment registers made CUDA's)."""
+def _ptx_in_cuda():
+    """``bench/ptx_in_cuda.py`` (the OpenCL launcher's environment registers made CUDA's, timed launches)."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "ptx_in_cuda.py")
     spec = importlib.util.spec_from_file_location("ptx_in_cuda", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    return mod.for_cuda
+    return mod
 
 
 def main():
@@ -89,30 +88,15 @@ def main():
 
     import cupy
 
-    ptx = prog.program.get_info(cl.program_info.BINARIES)[0].rstrip(b"\0").decode()
-    path = os.path.join(tempfile.mkdtemp(), "lz4.ptx")
-    with open(path, "w") as f:
-        f.write(_for_cuda()(ptx))
-    kernel = cupy.RawModule(path=path).get_function("lz4_streams")
+    cuda = _ptx_in_cuda()
+    kernel = cuda.opencl_kernel_in_cuda(prog.program, "lz4_streams")
     dsrc, drows = cupy.asarray(src), cupy.asarray(rows)
     ddst = cupy.full(total, 0xA5, cupy.uint8)
     derr = cupy.full(nrows, -1, cupy.int32)
     kernel((nrows, 1, 1), (lanes, 1, 1), (dsrc, ddst, drows, derr))
     cupy.cuda.Device().synchronize()
     same = bool((cupy.asnumpy(ddst) == want).all()) and not cupy.asnumpy(derr).any()
-    cuda_s = []
-    for _ in range(args.reps):
-        start, end = cupy.cuda.Event(), cupy.cuda.Event()
-        start.record()
-        kernel((nrows, 1, 1), (lanes, 1, 1), (dsrc, ddst, drows, derr))
-        end.record()
-        end.synchronize()
-        cuda_s.append(cupy.cuda.get_elapsed_time(start, end) / 1e3)
-    try:
-        attrs = {k: kernel.attributes.get(k) for k in ("num_regs", "shared_size_bytes", "local_size_bytes")}
-    except Exception as e:   # (CuPy versions differ in what a module's function offers)
-        attrs = {"error": f"{type(e).__name__}: {e}"}
-    cus = float(np.median(cuda_s))
+    cus, attrs = cuda.time_in_cuda(kernel, (nrows, 1, 1), (lanes, 1, 1), (dsrc, ddst, drows, derr), args.reps)
     row.update(cuda_s=cus, cuda_gbps=planes / cus / 1e9, same_planes=same, attributes=attrs)
     print(json.dumps(row), flush=True)
     if not same:

@@ -75,7 +75,6 @@ def main():
 
     from dgemm.opencl.codecs import zstd_decode as zd
     from dgemm.opencl.codecs import zstd_fastplan
-    from dgemm.opencl.codecs import zstd_frames as zf
     from dgemm.opencl.device import Device
     from dgemm.opencl.discovery import select_devices
     from dgemm.provenance import command_line, git_commit, utc_now
