@@ -153,19 +153,7 @@ def main():
     cupy.cuda.Device().synchronize()
     # whole rows and columns, as dgemm's benchmarks check (an unwritten entry there is NaN: error inf)
     err = sampled_error(a, b, cupy.asnumpy(c), rng.choice(n, 4, replace=False), rng.choice(n, 4, replace=False))
-    times = []
-    for _ in range(args.reps):
-        start, end = cupy.cuda.Event(), cupy.cuda.Event()
-        start.record()
-        kernel(grid, block, call)
-        end.record()
-        end.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, end) / 1e3)
-    t = float(np.median(times))
-    try:
-        attrs = {k: kernel.attributes.get(k) for k in ("num_regs", "shared_size_bytes", "local_size_bytes")}
-    except Exception as e:   # (CuPy versions differ in what a module's function offers)
-        attrs = {"error": f"{type(e).__name__}: {e}"}
+    t, attrs = time_in_cuda(kernel, grid, block, call, args.reps)
     print(json.dumps({"size": n, "params": p.as_dict(), "options": args.options, "rel_err": err, "seconds": t, "tflops": 2 * n ** 3 / t / 1e12,
                       "attributes": attrs}))
 
