@@ -466,6 +466,7 @@ MUTATIONS = [
     Mutation("lz4-no-barrier", "dgemm/kernels/lz4.cl",
              "            barrier(CLK_GLOBAL_MEM_FENCE);\n            synced = op;", "            synced = op;",
              ("tests/test_blosc_device.py", "-k", "round_trips"), "matches read bytes other lanes have not written yet"),
+    Mutation("lz4-window-overrun", "dgemm/kernels/lz4.cl", "    if ((ulong)(i - w->base) >= 16) {", "    if ((ulong)(i - w->base) >= 17) {", ("tests/test_blosc_device.py", "-k", "round_trips and window"), "the parser takes a byte past its 16-byte window"),
     Mutation("unshuffle-tail", "dgemm/kernels/lz4.cl", "        if (p >= shuffled) {", "        if (p > shuffled) {",
              ("tests/test_blosc_device.py", "-k", "hand_built"), "the first tail byte of a shuffled block is read from the planes"),
     Mutation("bitunshuffle-odd-counts", "dgemm/kernels/lz4.cl",

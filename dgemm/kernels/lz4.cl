@@ -53,6 +53,13 @@
 //           the next batch starts in, coalesced, so the parser's dependent
 //           loads are local ones, and the cache misses of a lone lane walking
 //           the stream go away.  Past the window the parser reads global memory.
+//   LZ4_WINDOW  1: the parser reads the stream through 16 of its bytes held in
+//           registers (one aligned 16-byte load each 16 bytes, the bytes taken
+//           apart by shifts), not a dependent load per byte: the profiler found
+//           83 % of the kernel's stalls on the one-lane parse, 18 % on its token
+//           loads (bench/NOTES.md, issue 28, ninth session).  Mode 1; the host
+//           pads the frames' buffer by 16 bytes (an aligned load may pass the
+//           last stream's end).
 #ifndef LZ4_WG
 #define LZ4_WG 32
 #endif
@@ -70,6 +77,15 @@
 #endif
 #ifndef LZ4_UNSHUFFLE
 #define LZ4_UNSHUFFLE 0
+#endif
+#ifndef LZ4_WINDOW
+#define LZ4_WINDOW 0
+#endif
+#if LZ4_WINDOW && LZ4_STAGE > 0
+#error "LZ4_WINDOW and LZ4_STAGE are two ways of reading the stream: one at a time"
+#endif
+#if LZ4_WINDOW && !defined(__ENDIAN_LITTLE__)
+#error "LZ4_WINDOW takes a window's bytes apart as a little-endian device stores them"
 #endif
 #ifndef LZ4_COPY_FROM
 #if LZ4_WG >= 64
@@ -244,16 +260,37 @@ static void copy_short(__global uchar* d, const __global uchar* s, const uint n,
     }
 }
 
+// LZ4_WINDOW's registers: bytes [base, base + 16) of the stream (base may be below 0: the aligned 16 bytes
+// holding its first byte start before it).
+typedef struct {
+    uint4 q;
+    long base;
+} rwin_t;
+
+static inline __attribute__((always_inline)) uint rwin_byte(const __global uchar* in, rwin_t* w, const long i)
+{
+    if ((ulong)(i - w->base) >= 16) {
+        const __global uchar* at = (const __global uchar*)((ulong)(in + i) & ~(ulong)15);
+        w->q = *(const __global uint4*)at;
+        w->base = at - in;
+    }
+    const uint k = (uint)(i - w->base);
+    const uint word = k < 8 ? (k < 4 ? w->q.x : w->q.y) : (k < 12 ? w->q.z : w->q.w);
+    return (word >> (8 * (k & 3))) & 0xFF;
+}
+
 // The parser's reads: from the staged window [wbase, wbase + LZ4_STAGE) where it holds the byte.
 #if LZ4_STAGE > 0
 #define IN_BYTE(i) ((ulong)((i) - wbase) < LZ4_STAGE ? (uint)win[(i) - wbase] : (uint)in[i])
+#elif LZ4_WINDOW
+#define IN_BYTE(i) rwin_byte(in, rw, (i))
 #else
 #define IN_BYTE(i) ((uint)in[i])
 #endif
 
 // more_length through IN_BYTE
 static inline __attribute__((always_inline))
-int more_length_t(const __global uchar* in, __local const uchar* win, const long wbase, long* ip,
+int more_length_t(const __global uchar* in, __local const uchar* win, const long wbase, rwin_t* rw, long* ip,
                  const long limit, const int check_first, long* length)
 {
     if (check_first && *ip >= limit) return 1;
@@ -273,7 +310,7 @@ int more_length_t(const __global uchar* in, __local const uchar* win, const long
 // in the same order, as the lockstep kernel: the first rule a stream breaks gives the same code.
 // The sequences before an error stay in the table (each one checked: its copies stay in the row).
 static inline __attribute__((always_inline))
-void parse_batch(const __global uchar* in, __local const uchar* win, const long wbase,
+void parse_batch(const __global uchar* in, __local const uchar* win, const long wbase, rwin_t* rw,
                 const long n_in, const long n_out,
                 long* ip_, long* op_, int* err_, int* last_, __local uint* tab, __local uint* counts)
 {
@@ -287,7 +324,7 @@ void parse_batch(const __global uchar* in, __local const uchar* win, const long 
         const uint token = IN_BYTE(ip);
         ip++;
         long lit = token >> 4;
-        if (lit == 15 && more_length_t(in, win, wbase, &ip, n_in - 15, 1, &lit)) {
+        if (lit == 15 && more_length_t(in, win, wbase, rw, &ip, n_in - 15, 1, &lit)) {
             err = LZ4_E_LITLEN;
             break;
         }
@@ -312,7 +349,7 @@ void parse_batch(const __global uchar* in, __local const uchar* win, const long 
             const long off = (long)IN_BYTE(ip) | ((long)IN_BYTE(ip + 1) << 8);     // ip + 2 <= n_in - 6
             ip += 2;
             long len = token & 15;
-            if (len == 15 && more_length_t(in, win, wbase, &ip, n_in - 4, 0, &len)) err = LZ4_E_MATCHLEN;
+            if (len == 15 && more_length_t(in, win, wbase, rw, &ip, n_in - 4, 0, &len)) err = LZ4_E_MATCHLEN;
             len += 4;
             if (!err && off == 0) err = LZ4_E_OFFSET_ZERO;
             if (!err && off > op) err = LZ4_E_BEFORE;
@@ -378,6 +415,7 @@ void lz4_streams(const __global uchar* restrict src,
     __local uchar win[1];
 #endif
     long wbase = 0;
+    rwin_t rw = {(uint4)(0), -(1L << 40)};    // (empty: the first read loads)
     const size_t s = get_group_id(0);
     const long lane = get_local_id(0);
     const __global uchar* in = src + table[4 * s];
@@ -396,7 +434,7 @@ void lz4_streams(const __global uchar* restrict src,
     STAGE(0)
     barrier(CLK_LOCAL_MEM_FENCE);
 #endif
-    if (lane == 0) parse_batch(in, win, wbase, n_in, n_out, &ip, &op, &err, &last, tabs, counts);
+    if (lane == 0) parse_batch(in, win, wbase, &rw, n_in, n_out, &ip, &op, &err, &last, tabs, counts);
     barrier(CLK_LOCAL_MEM_FENCE);
 #if LZ4_STAGE > 0
     STAGE(counts[4])
@@ -410,7 +448,7 @@ void lz4_streams(const __global uchar* restrict src,
         const uint nlong = cnt[1], ndep = cnt[2], ngroups = cnt[3];
         // phase 1: lane 0 parses the next batch; the copying lanes copy the literals and the
         // matches that read only output from before this batch
-        if (lane == 0) parse_batch(in, win, wbase, n_in, n_out, &ip, &op, &err, &last,
+        if (lane == 0) parse_batch(in, win, wbase, &rw, n_in, n_out, &ip, &op, &err, &last,
                                    tabs + (cur ^ 1) * T_WORDS, counts + C_WORDS * (cur ^ 1));
         if (lane >= LZ4_COPY_FROM) {
             const uint c = (uint)lane - LZ4_COPY_FROM;
