@@ -1,0 +1,14 @@
+#!/bin/bash
+# One device call on one GPU (about 3 minutes on an H100), not yet made: Blosc-LZ4's stream kernel with its parser
+# reading through 16 bytes held in registers (LZ4_WINDOW 1, a13b9c4) against the tuned build (token table, 32
+# lanes), each checked bit for bit against numcodecs first, on normal and random-walk float32 at clevel 5 and on
+# normal at clevel 1 (issue 28: the profiler found 83 % of the kernel's stalls on its one-lane parse).  Run from
+# the project's root after `source .whl/gpu-env.sh`:
+#     OUT=/some/folder bash bench/notes/issue-28/gpu_session_lz4_window.sh
+set -u
+: "${OUT:?set OUT to the folder for the records}"
+mkdir -p "$OUT"
+cd "$(dirname "$0")/../../.."     # the project's root, wherever this is run from
+python3 bench/notes/issue-28/blosc_decode.py "$OUT/blosc-window.json" --no-host --repeats 3 \
+    --cases normal-shuffle-5,walk-shuffle-5,normal-shuffle-1 \
+    --variants table:32 table:32:window=1 table:64:window=1 table:32:window=1,batch=128
