@@ -355,11 +355,11 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
                     err_s = buffer(stream_err, "zstd stream errors", upload=False)
                     hb, hl = prog.huf_blocks, prog.huf_lanes
                     wgs = -(-len(batch.huf_groups) // hb)      # empty rows fill the last work-group
-                    rows = batch.huf_groups
-                    if len(rows) < wgs * hb:      # (kept by the batch while the upload runs)
-                        rows = batch.huf_padded = np.concatenate([rows, np.zeros((wgs * hb - len(rows), 2),
-                                                                                 np.int64)])
-                    groups = buffer(rows, "zstd Huffman blocks")
+                    group_rows = batch.huf_groups
+                    if len(group_rows) < wgs * hb:      # (kept by the batch while the upload runs)
+                        group_rows = batch.huf_padded = np.concatenate(
+                            [group_rows, np.zeros((wgs * hb - len(group_rows), 2), np.int64)])
+                    groups = buffer(group_rows, "zstd Huffman blocks")
                     launched.append(("huffman", prog.streams(
                         queue, (wgs * hl,), (hl,), src, streams, groups, huf, info, lit, out, err_s)))
                 if nseqblocks:
