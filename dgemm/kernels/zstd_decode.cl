@@ -498,7 +498,8 @@ void zstd_huf_trees(global const uchar* src, global const long* trees, global us
 #endif
 
 #ifndef ZSTD_HUF_LOCAL
-#define ZSTD_HUF_LOCAL 1    // 1: each block's lookup table copied into local memory; 0: read where the trees
+#define ZSTD_HUF_LOCAL 1    // readers 0-2: 1, each block's lookup table copied into local memory (reader 5
+                            // always does); 0: read where the trees
 #endif                      // kernel left it (global memory, through the L1 cache): no local memory, more groups
 #if ZSTD_HUF_LOCAL
 #define HUF_TABLE_SPACE local
