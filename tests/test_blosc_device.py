@@ -29,15 +29,17 @@ POISON = 0xFF
 # its defaults, on several lanes that all copy, and with its parsing lane apart from the copying ones and
 # reading a staged window of the stream, with batches, long-copy threshold and window small enough that
 # these small frames cross batch boundaries, phase-2 groups, copies shared by all lanes and window ends
-# many times.  One also undoes byte shuffles an element per work-item (LZ4_UNSHUFFLE 1); one reads the
-# stream through 16 bytes held in registers (LZ4_WINDOW 1), across many reloads.
+# many times.  One also undoes byte shuffles an element per work-item (LZ4_UNSHUFFLE 1); two parse with the
+# lean parser (LZ4_PARSE 1: the common sequence's bytes loaded at once and checked by one test), on one lane
+# and, with short batches and long copies, on several.
 VARIANTS = [pytest.param((1, {}), id="lockstep-1"),
             pytest.param((4, {}), id="lockstep-4"),
             pytest.param((1, {"LZ4_MODE": 1}), id="table-1"),
             pytest.param((4, {"LZ4_MODE": 1, "LZ4_BATCH": 8, "LZ4_LONG": 4, "LZ4_UNSHUFFLE": 1}), id="table-4"),
             pytest.param((4, {"LZ4_MODE": 1, "LZ4_BATCH": 3, "LZ4_LONG": 16, "LZ4_COPY_FROM": 1, "LZ4_STAGE": 16}),
                          id="table-4-apart-staged"),
-            pytest.param((4, {"LZ4_MODE": 1, "LZ4_BATCH": 5, "LZ4_WINDOW": 1}), id="table-4-window")]
+            pytest.param((1, {"LZ4_MODE": 1, "LZ4_PARSE": 1}), id="table-1-lean"),
+            pytest.param((4, {"LZ4_MODE": 1, "LZ4_BATCH": 5, "LZ4_LONG": 8, "LZ4_PARSE": 1}), id="table-4-lean")]
 
 
 @pytest.fixture(scope="module")

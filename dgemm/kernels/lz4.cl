@@ -53,13 +53,17 @@
 //           the next batch starts in, coalesced, so the parser's dependent
 //           loads are local ones, and the cache misses of a lone lane walking
 //           the stream go away.  Past the window the parser reads global memory.
-//   LZ4_WINDOW  1: the parser reads the stream through 16 of its bytes held in
-//           registers (one aligned 16-byte load each 16 bytes, the bytes taken
-//           apart by shifts), not a dependent load per byte: the profiler found
-//           83 % of the kernel's stalls on the one-lane parse, 18 % on its token
-//           loads (bench/NOTES.md, issue 28, ninth session).  Mode 1; the host
-//           pads the frames' buffer by 16 bytes (an aligned load may pass the
-//           last stream's end).
+//   LZ4_PARSE  the token table's parser (mode 1).  0: each byte loaded when
+//           the rules reach it, 64-bit positions.  1, lean: 32-bit positions,
+//           and the bytes after a token (the match offset and the next
+//           token) loaded together as soon as the token is known, for the
+//           common sequence (no extra length bytes, not the last one, a valid
+//           match), whose checks are one test; any other sequence goes through
+//           the rules one at a time as in 0.  The profiler found parser 0 at
+//           about 160 one-lane instructions a sequence, each waiting on the
+//           last (83 % of stall samples; bench/NOTES.md, issue 28, ninth and
+//           tenth sessions).  A 16-byte register window for the parser's reads
+//           was slower still (30.8 against 38.9 GB/s, f74ef3e; removed).
 #ifndef LZ4_WG
 #define LZ4_WG 32
 #endif
@@ -78,14 +82,11 @@
 #ifndef LZ4_UNSHUFFLE
 #define LZ4_UNSHUFFLE 0
 #endif
-#ifndef LZ4_WINDOW
-#define LZ4_WINDOW 0
+#ifndef LZ4_PARSE
+#define LZ4_PARSE 0
 #endif
-#if LZ4_WINDOW && LZ4_STAGE > 0
-#error "LZ4_WINDOW and LZ4_STAGE are two ways of reading the stream: one at a time"
-#endif
-#if LZ4_WINDOW && !defined(__ENDIAN_LITTLE__)
-#error "LZ4_WINDOW takes a window's bytes apart as a little-endian device stores them"
+#if LZ4_PARSE == 1 && LZ4_STAGE > 0
+#error "LZ4_PARSE 1 reads global memory: it has no staged window"
 #endif
 #ifndef LZ4_COPY_FROM
 #if LZ4_WG >= 64
@@ -260,37 +261,16 @@ static void copy_short(__global uchar* d, const __global uchar* s, const uint n,
     }
 }
 
-// LZ4_WINDOW's registers: bytes [base, base + 16) of the stream (base may be below 0: the aligned 16 bytes
-// holding its first byte start before it).
-typedef struct {
-    uint4 q;
-    long base;
-} rwin_t;
-
-static inline __attribute__((always_inline)) uint rwin_byte(const __global uchar* in, rwin_t* w, const long i)
-{
-    if ((ulong)(i - w->base) >= 16) {
-        const __global uchar* at = (const __global uchar*)((ulong)(in + i) & ~(ulong)15);
-        w->q = *(const __global uint4*)at;
-        w->base = at - in;
-    }
-    const uint k = (uint)(i - w->base);
-    const uint word = k < 8 ? (k < 4 ? w->q.x : w->q.y) : (k < 12 ? w->q.z : w->q.w);
-    return (word >> (8 * (k & 3))) & 0xFF;
-}
-
 // The parser's reads: from the staged window [wbase, wbase + LZ4_STAGE) where it holds the byte.
 #if LZ4_STAGE > 0
 #define IN_BYTE(i) ((ulong)((i) - wbase) < LZ4_STAGE ? (uint)win[(i) - wbase] : (uint)in[i])
-#elif LZ4_WINDOW
-#define IN_BYTE(i) rwin_byte(in, rw, (i))
 #else
 #define IN_BYTE(i) ((uint)in[i])
 #endif
 
 // more_length through IN_BYTE
 static inline __attribute__((always_inline))
-int more_length_t(const __global uchar* in, __local const uchar* win, const long wbase, rwin_t* rw, long* ip,
+int more_length_t(const __global uchar* in, __local const uchar* win, const long wbase, long* ip,
                  const long limit, const int check_first, long* length)
 {
     if (check_first && *ip >= limit) return 1;
@@ -304,13 +284,40 @@ int more_length_t(const __global uchar* in, __local const uchar* win, const long
     return 0;
 }
 
+// Sequence t's match (its checks passed, so it lies in the row's output) into the slot's lists: copied
+// in phase 1 when it reads only output from before the batch (`start`), else in phase 2, in order, in
+// groups that read nothing written since their barrier (`dirty`: the first byte phase 2 wrote since it).
+// m: the match's output position; it reads out[m - off, m - off + min(len, off)) (see the lockstep kernel).
+static inline __attribute__((always_inline))
+void place_match(__local uint* tab, const uint t, const uint m, const uint off, const uint len, const uint start,
+                 uint* dirty, int* open_short, uint* nlong, uint* ndep, uint* ngroups)
+{
+    const uint src_end = m - off + min(len, off);
+    if (src_end <= start) {
+        if (len > LZ4_LONG) tab[T_LONG + (*nlong)++] = 2 * t + 1;
+        else tab[T_SHORT + t] = 1;
+    } else {
+        const int fence = src_end > *dirty;
+        const int longer = len > LZ4_LONG;
+        if (fence || longer || !*open_short) {
+            tab[T_GFIRST + *ngroups] = *ndep;
+            tab[T_GFLAGS + *ngroups] = (fence ? G_BARRIER : 0) | (longer ? G_LONG : 0);
+            (*ngroups)++;
+            if (fence) *dirty = UINT_MAX;
+            *open_short = !longer;
+        }
+        tab[T_DEP + (*ndep)++] = t;
+        *dirty = min(*dirty, m);
+    }
+}
+
 // (always_inline: PoCL 3.0 passed a wrong address for a local array to the parser when it was a
 // function of its own.)
 // Lane parses sequences into `tab` (a slot) from its state (ip, op, err, last), with the same rules,
 // in the same order, as the lockstep kernel: the first rule a stream breaks gives the same code.
 // The sequences before an error stay in the table (each one checked: its copies stay in the row).
 static inline __attribute__((always_inline))
-void parse_batch(const __global uchar* in, __local const uchar* win, const long wbase, rwin_t* rw,
+void parse_batch(const __global uchar* in, __local const uchar* win, const long wbase,
                 const long n_in, const long n_out,
                 long* ip_, long* op_, int* err_, int* last_, __local uint* tab, __local uint* counts)
 {
@@ -318,13 +325,13 @@ void parse_batch(const __global uchar* in, __local const uchar* win, const long 
     int err = *err_, last = *last_;
     uint nt = 0, nlong = 0, ndep = 0, ngroups = 0;
     const long start = op;          // output before this is written when the batch's copies begin
-    long dirty = LONG_MAX;          // first output byte phase 2 wrote since its last barrier
+    uint dirty = UINT_MAX;          // first output byte phase 2 wrote since its last barrier
     int open_short = 0;             // the last group takes more short matches
     while (err == LZ4_OK && !last && nt < LZ4_BATCH) {
         const uint token = IN_BYTE(ip);
         ip++;
         long lit = token >> 4;
-        if (lit == 15 && more_length_t(in, win, wbase, rw, &ip, n_in - 15, 1, &lit)) {
+        if (lit == 15 && more_length_t(in, win, wbase, &ip, n_in - 15, 1, &lit)) {
             err = LZ4_E_LITLEN;
             break;
         }
@@ -349,7 +356,7 @@ void parse_batch(const __global uchar* in, __local const uchar* win, const long 
             const long off = (long)IN_BYTE(ip) | ((long)IN_BYTE(ip + 1) << 8);     // ip + 2 <= n_in - 6
             ip += 2;
             long len = token & 15;
-            if (len == 15 && more_length_t(in, win, wbase, rw, &ip, n_in - 4, 0, &len)) err = LZ4_E_MATCHLEN;
+            if (len == 15 && more_length_t(in, win, wbase, &ip, n_in - 4, 0, &len)) err = LZ4_E_MATCHLEN;
             len += 4;
             if (!err && off == 0) err = LZ4_E_OFFSET_ZERO;
             if (!err && off > op) err = LZ4_E_BEFORE;
@@ -360,24 +367,8 @@ void parse_batch(const __global uchar* in, __local const uchar* win, const long 
             }
             tab[T_OFF + nt] = (uint)off;
             tab[T_MLEN + nt] = (uint)len;
-            // the match reads out[op - off, op - off + min(len, off)): see the lockstep kernel
-            const long src_end = op - off + min(len, off);
-            if (src_end <= start) {
-                if (len > LZ4_LONG) tab[T_LONG + nlong++] = 2 * nt + 1;
-                else tab[T_SHORT + nt] = 1;
-            } else {
-                const int fence = src_end > dirty;
-                const int longer = len > LZ4_LONG;
-                if (fence || longer || !open_short) {
-                    tab[T_GFIRST + ngroups] = ndep;
-                    tab[T_GFLAGS + ngroups] = (fence ? G_BARRIER : 0) | (longer ? G_LONG : 0);
-                    ngroups++;
-                    if (fence) dirty = LONG_MAX;
-                    open_short = !longer;
-                }
-                tab[T_DEP + ndep++] = nt;
-                dirty = min(dirty, op);
-            }
+            place_match(tab, nt, (uint)op, (uint)off, (uint)len, (uint)start, &dirty, &open_short, &nlong, &ndep,
+                        &ngroups);
             op += len;
         }
         nt++;
@@ -392,6 +383,106 @@ void parse_batch(const __global uchar* in, __local const uchar* win, const long 
     *err_ = err;
     *last_ = last;
 }
+
+#if LZ4_PARSE == 1
+// parse_batch's work, its table and its errors, lean (LZ4_PARSE above).  Positions fit 32 bits: a row's
+// lengths are under 2^31 (blosc.plan), so a position plus a sequence's few bytes cannot wrap.
+static inline __attribute__((always_inline))
+void parse_lean(const __global uchar* in, __local const uchar* win, const long wbase,
+                const long n_in_, const long n_out_,
+                long* ip_, long* op_, int* err_, int* last_, __local uint* tab, __local uint* counts)
+{
+    const uint n_in = (uint)n_in_, n_out = (uint)n_out_;
+    uint ip = (uint)*ip_, op = (uint)*op_;
+    int err = *err_, last = *last_;
+    uint nt = 0, nlong = 0, ndep = 0, ngroups = 0;
+    const uint start = op;
+    uint dirty = UINT_MAX;
+    int open_short = 0;
+    const uint end = n_in - 1;      // (used only while the stream goes on: then n_in > 0)
+    // Invariant at the top, as in parse_batch: ip < n_in, and token is in[ip].
+    uint token = (err == LZ4_OK && !last) ? (uint)in[ip] : 0;
+    while (err == LZ4_OK && !last && nt < LZ4_BATCH) {
+        uint lit = token >> 4, len = (token & 15) + 4;
+        uint lsrc = ip + 1;
+        uint np = lsrc + lit;
+        // the common sequence's bytes, loaded together; clamped into the row, and used only where the
+        // test below shows them inside it
+        const uint b0 = in[min(np, end)], b1 = in[min(np + 1, end)], b2 = in[min(np + 2, end)];
+        uint off = b0 | (b1 << 8);
+        uint lit_end = op + lit;
+        uint next = b2;
+        np += 2;
+        // common: no extra length bytes; not the last sequence (its literals end 12 or more bytes before
+        // the output's end and 8 or more before the input's); offset in 1..lit_end (off - 1 wraps for
+        // 0); the match ends 5 or more bytes before the output's end
+        if (!(lit < 15 && len < 19 && lit_end + 12 <= n_out && np + 6 <= n_in
+              && off - 1 < lit_end && lit_end + len + 5 <= n_out)) {
+            // every rule, in parse_batch's order, with 64-bit lengths (extra bytes of 255 add up)
+            long q = lsrc, litl = lit;
+            if (litl == 15 && more_length(in, &q, n_in_ - 15, 1, &litl)) {
+                err = LZ4_E_LITLEN;
+                break;
+            }
+            const long le = (long)op + litl;
+            if (le > n_out_ - 12 || q + litl > n_in_ - 8) {
+                if (q + litl != n_in_ || le > n_out_) {
+                    err = LZ4_E_LITERALS;
+                    break;
+                }
+                last = 1;
+            }
+            lsrc = (uint)q;
+            lit = (uint)litl;
+            lit_end = (uint)le;
+            q += litl;
+            np = (uint)q;                                       // (the last sequence: n_in)
+            if (!last) {
+                off = (uint)in[q] | ((uint)in[q + 1] << 8);     // q + 2 <= n_in - 6
+                q += 2;
+                long lenl = token & 15;
+                if (lenl == 15 && more_length(in, &q, n_in_ - 4, 0, &lenl)) err = LZ4_E_MATCHLEN;
+                lenl += 4;
+                if (!err && off == 0) err = LZ4_E_OFFSET_ZERO;
+                if (!err && off > lit_end) err = LZ4_E_BEFORE;
+                if (!err && le + lenl > n_out_ - 5) err = LZ4_E_MATCH_END;
+                len = (uint)lenl;
+                np = (uint)q;
+                next = err ? 0 : (uint)in[np];                   // np <= n_in - 4
+            }
+        }
+        const int match = !last && !err;
+        tab[T_LSRC + nt] = lsrc;
+        tab[T_LLEN + nt] = lit;
+        tab[T_OP + nt] = op;
+        tab[T_OFF + nt] = match ? off : 1;
+        tab[T_MLEN + nt] = match ? len : 0;
+        tab[T_SHORT + nt] = 0;
+        if (lit > LZ4_LONG) tab[T_LONG + nlong++] = 2 * nt;
+        if (match) {
+            place_match(tab, nt, lit_end, off, len, start, &dirty, &open_short, &nlong, &ndep, &ngroups);
+            op = lit_end + len;
+        } else {
+            op = lit_end;
+        }
+        ip = np;
+        token = next;
+        nt++;
+    }
+    counts[0] = nt;
+    counts[1] = nlong;
+    counts[2] = ndep;
+    counts[3] = ngroups;
+    counts[4] = ip;
+    *ip_ = ip;
+    *op_ = op;
+    *err_ = err;
+    *last_ = last;
+}
+#define PARSE parse_lean
+#else
+#define PARSE parse_batch
+#endif
 
 // Same arguments, rows and errors as the lockstep kernel.  Every lane runs the
 // same iterations of the loops around barriers (their bounds come from local
@@ -415,7 +506,6 @@ void lz4_streams(const __global uchar* restrict src,
     __local uchar win[1];
 #endif
     long wbase = 0;
-    rwin_t rw = {(uint4)(0), -(1L << 40)};    // (empty: the first read loads)
     const size_t s = get_group_id(0);
     const long lane = get_local_id(0);
     const __global uchar* in = src + table[4 * s];
@@ -434,7 +524,7 @@ void lz4_streams(const __global uchar* restrict src,
     STAGE(0)
     barrier(CLK_LOCAL_MEM_FENCE);
 #endif
-    if (lane == 0) parse_batch(in, win, wbase, &rw, n_in, n_out, &ip, &op, &err, &last, tabs, counts);
+    if (lane == 0) PARSE(in, win, wbase, n_in, n_out, &ip, &op, &err, &last, tabs, counts);
     barrier(CLK_LOCAL_MEM_FENCE);
 #if LZ4_STAGE > 0
     STAGE(counts[4])
@@ -448,7 +538,7 @@ void lz4_streams(const __global uchar* restrict src,
         const uint nlong = cnt[1], ndep = cnt[2], ngroups = cnt[3];
         // phase 1: lane 0 parses the next batch; the copying lanes copy the literals and the
         // matches that read only output from before this batch
-        if (lane == 0) parse_batch(in, win, wbase, &rw, n_in, n_out, &ip, &op, &err, &last,
+        if (lane == 0) PARSE(in, win, wbase, n_in, n_out, &ip, &op, &err, &last,
                                    tabs + (cur ^ 1) * T_WORDS, counts + C_WORDS * (cur ^ 1));
         if (lane >= LZ4_COPY_FROM) {
             const uint c = (uint)lane - LZ4_COPY_FROM;

@@ -228,7 +228,7 @@ TUNED: tuple = (("H100", 32, {"LZ4_MODE": 1}), ("H200", 32, {"LZ4_MODE": 1}))
 
 # lz4.cl's parameters other than LZ4_WG (the lanes), with what each may be; see the kernel's notes.
 PARAMS = {"LZ4_MODE": (0, 1), "LZ4_BATCH": range(1, 1025), "LZ4_LONG": range(1 << 20),
-          "LZ4_COPY_FROM": range(1024), "LZ4_STAGE": range(1 << 16), "LZ4_UNSHUFFLE": (0, 1), "LZ4_WINDOW": (0, 1)}
+          "LZ4_COPY_FROM": range(1024), "LZ4_STAGE": range(1 << 16), "LZ4_UNSHUFFLE": (0, 1), "LZ4_PARSE": (0, 1)}
 
 
 def _tuned(device):
@@ -359,8 +359,8 @@ def decode_blosc(device, frames, out, offsets=None, names=None, lanes: int | Non
         buffers.append(buf)
         return buf
 
-    def buffer(host, what, pad=0):
-        buf = take(host.nbytes + pad, what)
+    def buffer(host, what):
+        buf = take(host.nbytes, what)
         if host.nbytes:
             event = cl.enqueue_copy(queue, buf, host, is_blocking=False)
             if events is not None:
@@ -370,7 +370,7 @@ def decode_blosc(device, frames, out, offsets=None, names=None, lanes: int | Non
     errors = []
     try:
         with device.failing("decoding Blosc-LZ4 streams"):
-            src = buffer(upload, "Blosc frames", pad=16)    # (LZ4_WINDOW's aligned loads may pass its end)
+            src = buffer(upload, "Blosc frames")
             launches = []
             if len(direct):
                 launches.append((direct, direct_owner, out))
