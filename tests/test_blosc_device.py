@@ -406,6 +406,9 @@ def crafted_streams():
         ("empty stream", b"", 16),
         ("just a token", b"\x00", 16),
         ("no last literals", b"\x84" + lit[:8] + b"\x08\x00", 16),
+        # a long match, then 5 last literals whose bytes read as an offset of 257: 14 bytes short of the output
+        ("stream ends short after a long match", b"\x8f" + lit[:8] + b"\x08\x00" + b"\xfe" + b"\x50" + b"\x01" * 5,
+         8 + 273 + 5 + 14),
     ]
 
 

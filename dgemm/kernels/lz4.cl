@@ -386,7 +386,9 @@ void parse_batch(const __global uchar* in, __local const uchar* win, const long 
 
 #if LZ4_PARSE == 1
 // parse_batch's work, its table and its errors, lean (LZ4_PARSE above).  Positions fit 32 bits: a row's
-// lengths are under 2^31 (blosc.plan), so a position plus a sequence's few bytes cannot wrap.
+// lengths are under 2^31 (blosc.plan), so a position plus a sequence's few bytes cannot wrap.  Reads may
+// pass the row's end by up to 16 bytes (the host pads the frames' buffer by PAD_READ); what they read is
+// never used there.
 static inline __attribute__((always_inline))
 void parse_lean(const __global uchar* in, __local const uchar* win, const long wbase,
                 const long n_in_, const long n_out_,
@@ -399,16 +401,18 @@ void parse_lean(const __global uchar* in, __local const uchar* win, const long w
     const uint start = op;
     uint dirty = UINT_MAX;
     int open_short = 0;
-    const uint end = n_in - 1;      // (used only while the stream goes on: then n_in > 0)
     // Invariant at the top, as in parse_batch: ip < n_in, and token is in[ip].
+    // Only a sequence that breaks a rule or ends the stream ends the loop early: the test is its own.
     uint token = (err == LZ4_OK && !last) ? (uint)in[ip] : 0;
-    while (err == LZ4_OK && !last && nt < LZ4_BATCH) {
+    for (int more = err == LZ4_OK && !last; more && nt < LZ4_BATCH;) {
         uint lit = token >> 4, len = (token & 15) + 4;
         uint lsrc = ip + 1;
         uint np = lsrc + lit;
-        // the common sequence's bytes, loaded together; clamped into the row, and used only where the
-        // test below shows them inside it
-        const uint b0 = in[min(np, end)], b1 = in[min(np + 1, end)], b2 = in[min(np + 2, end)];
+        // the common sequence's bytes, loaded together, and used only where the test below shows them
+        // inside the row; they may lie up to 16 bytes past its end (np + 2 <= ip + 17, ip < n_in), which
+        // the host's padding of the frames' buffer keeps inside the buffer
+        const __global uchar* at = in + np;
+        const uint b0 = at[0], b1 = at[1], b2 = at[2];
         uint off = b0 | (b1 << 8);
         uint lit_end = op + lit;
         uint next = b2;
@@ -452,13 +456,15 @@ void parse_lean(const __global uchar* in, __local const uchar* win, const long w
             }
         }
         const int match = !last && !err;
-        tab[T_LSRC + nt] = lsrc;
-        tab[T_LLEN + nt] = lit;
-        tab[T_OP + nt] = op;
-        tab[T_OFF + nt] = match ? off : 1;
-        tab[T_MLEN + nt] = match ? len : 0;
-        tab[T_SHORT + nt] = 0;
+        __local uint* row = tab + nt;       // (one address for the sequence's six entries)
+        row[T_LSRC] = lsrc;
+        row[T_LLEN] = lit;
+        row[T_OP] = op;
+        row[T_OFF] = match ? off : 1;
+        row[T_MLEN] = match ? len : 0;
+        row[T_SHORT] = 0;
         if (lit > LZ4_LONG) tab[T_LONG + nlong++] = 2 * nt;
+        more = match;
         if (match) {
             place_match(tab, nt, lit_end, off, len, start, &dirty, &open_short, &nlong, &ndep, &ngroups);
             op = lit_end + len;

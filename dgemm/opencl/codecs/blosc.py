@@ -222,13 +222,20 @@ def plan(frame, name: str = "frame") -> FramePlan:
 # first that names the device wins.  Fill from ``bench/notes/issue-28/blosc_decode.py --variants sweep``.
 # H100: the token table with 32 lanes was the fastest or within 6 % of it on every case swept
 # (results/2026-11-26-nvidia-h100-blosc-lz4-variants-b64bfae.json: normal floats shuffled 38.9 GB/s
-# against 26.6 for the lockstep kernel, random walk 30.5 against 28.9, clevel 1 101.5 against 77.5).
+# against 26.6 for the lockstep kernel, random walk 30.5 against 28.9, clevel 1 101.5 against 77.5); its
+# lean parser (LZ4_PARSE 1) was faster in every case (results/2026-11-27-nvidia-h100-blosc-lz4-lean-*.json:
+# 51.2 against 40.8, 36.3 against 31.5, 135.0 against 110.7); 64 lanes were faster still at clevel 5 (55.0,
+# 37.0) but slower at clevel 1 (86.3), so 32 stay.
 # H200: the same GH100 chip and SMs, with more and faster memory; not swept on its own.
-TUNED: tuple = (("H100", 32, {"LZ4_MODE": 1}), ("H200", 32, {"LZ4_MODE": 1}))
+TUNED: tuple = (("H100", 32, {"LZ4_MODE": 1, "LZ4_PARSE": 1}), ("H200", 32, {"LZ4_MODE": 1, "LZ4_PARSE": 1}))
 
 # lz4.cl's parameters other than LZ4_WG (the lanes), with what each may be; see the kernel's notes.
 PARAMS = {"LZ4_MODE": (0, 1), "LZ4_BATCH": range(1, 1025), "LZ4_LONG": range(1 << 20),
           "LZ4_COPY_FROM": range(1024), "LZ4_STAGE": range(1 << 16), "LZ4_UNSHUFFLE": (0, 1), "LZ4_PARSE": (0, 1)}
+
+
+# Bytes lz4.cl's lean parser may read past a row's end (never using them): the frames' buffer is that much longer.
+PAD_READ = 16
 
 
 def _tuned(device):
@@ -359,8 +366,8 @@ def decode_blosc(device, frames, out, offsets=None, names=None, lanes: int | Non
         buffers.append(buf)
         return buf
 
-    def buffer(host, what):
-        buf = take(host.nbytes, what)
+    def buffer(host, what, pad=0):
+        buf = take(host.nbytes + pad, what)
         if host.nbytes:
             event = cl.enqueue_copy(queue, buf, host, is_blocking=False)
             if events is not None:
@@ -370,7 +377,7 @@ def decode_blosc(device, frames, out, offsets=None, names=None, lanes: int | Non
     errors = []
     try:
         with device.failing("decoding Blosc-LZ4 streams"):
-            src = buffer(upload, "Blosc frames")
+            src = buffer(upload, "Blosc frames", pad=PAD_READ)
             launches = []
             if len(direct):
                 launches.append((direct, direct_owner, out))
