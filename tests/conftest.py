@@ -20,6 +20,19 @@ import pytest
 _SESSION_TMP = tempfile.mkdtemp(prefix="dgemm-tests-")
 os.environ.setdefault("DGEMM_TUNING_DB", os.path.join(_SESSION_TMP, "no-user-tuning.json"))
 
+# One PoCL: where the host's only OpenCL driver is a system PoCL (Debian's pocl-opencl-icd, which
+# .ci/run installs), the tests and their workers use it alone.  pyopencl's ICD loader otherwise also
+# loads the PoCL that pocl-binary-distribution puts in pyopencl's folder: the same cores twice (every
+# device test runs on both), and that PoCL 3.0 (LLVM 14) builds no kernel on CPUs its LLVM does not
+# know ("unknown target CPU 'generic'", AMD Zen 5), where Debian's (3.1, LLVM 15) picks its target by
+# the CPU's features.  An ICD file as OCL_ICD_VENDORS is the only form that leaves pyopencl's own
+# out.  Hosts with another driver (a GPU's ICD) or no system PoCL, and a set OCL_ICD_VENDORS, keep
+# what they have.
+_VENDORS = "/etc/OpenCL/vendors"
+if "OCL_ICD_VENDORS" not in os.environ and os.path.isdir(_VENDORS) and \
+        sorted(f for f in os.listdir(_VENDORS) if f.endswith(".icd")) == ["pocl.icd"]:
+    os.environ["OCL_ICD_VENDORS"] = os.path.join(_VENDORS, "pocl.icd")
+
 # numpy operands go to the devices however small: the devices are what the tests check (tests of the
 # small-product path set dgemm.small-flops themselves).
 import dask  # noqa: E402

@@ -1,5 +1,6 @@
 #!/bin/bash
-# One device call on one GPU (about 5 minutes on an H100): Blosc-LZ4's stream kernel with its parser
+# One device call on one GPU (about 5 minutes on an H100), made at f74ef3e (LZ4_WINDOW was removed after it, slower
+# than the build without it; results/2026-11-27-nvidia-h100-blosc-lz4-window-f74ef3e.json): Blosc-LZ4's stream kernel with its parser
 # reading through 16 bytes held in registers (LZ4_WINDOW 1, a13b9c4) against the tuned build (token table, 32
 # lanes), each checked bit for bit against numcodecs first, on normal and random-walk float32 at clevel 5 and on
 # normal at clevel 1 (issue 28: the profiler found 83 % of the kernel's stalls on its one-lane parse).  Run from
