@@ -31,7 +31,8 @@ POISON = 0xFF
 # these small frames cross batch boundaries, phase-2 groups, copies shared by all lanes and window ends
 # many times.  One also undoes byte shuffles an element per work-item (LZ4_UNSHUFFLE 1); two parse with the
 # lean parser (LZ4_PARSE 1: the common sequence's bytes loaded at once and checked by one test), on one lane
-# and, with short batches and long copies, on several.
+# and, with short batches and long copies, on several; two with the wide parser (LZ4_PARSE 2: lane 0 walks
+# the tokens, every lane reads a sequence, lane 0 applies the output's rules), on one lane and on several.
 VARIANTS = [pytest.param((1, {}), id="lockstep-1"),
             pytest.param((4, {}), id="lockstep-4"),
             pytest.param((1, {"LZ4_MODE": 1}), id="table-1"),
@@ -39,7 +40,9 @@ VARIANTS = [pytest.param((1, {}), id="lockstep-1"),
             pytest.param((4, {"LZ4_MODE": 1, "LZ4_BATCH": 3, "LZ4_LONG": 16, "LZ4_COPY_FROM": 1, "LZ4_STAGE": 16}),
                          id="table-4-apart-staged"),
             pytest.param((1, {"LZ4_MODE": 1, "LZ4_PARSE": 1}), id="table-1-lean"),
-            pytest.param((4, {"LZ4_MODE": 1, "LZ4_BATCH": 5, "LZ4_LONG": 8, "LZ4_PARSE": 1}), id="table-4-lean")]
+            pytest.param((4, {"LZ4_MODE": 1, "LZ4_BATCH": 5, "LZ4_LONG": 8, "LZ4_PARSE": 1}), id="table-4-lean"),
+            pytest.param((1, {"LZ4_MODE": 1, "LZ4_PARSE": 2}), id="table-1-wide"),
+            pytest.param((4, {"LZ4_MODE": 1, "LZ4_BATCH": 6, "LZ4_LONG": 8, "LZ4_PARSE": 2}), id="table-4-wide")]
 
 
 @pytest.fixture(scope="module")
@@ -409,6 +412,9 @@ def crafted_streams():
         # a long match, then 5 last literals whose bytes read as an offset of 257: 14 bytes short of the output
         ("stream ends short after a long match", b"\x8f" + lit[:8] + b"\x08\x00" + b"\xfe" + b"\x50" + b"\x01" * 5,
          8 + 273 + 5 + 14),
+        # a match length of 2^32 + 18 (16,843,009 extra bytes of 255): its low 32 bits would fit the output
+        ("match length past 2^32", b"\x4f" + b"ABCD" + b"\x01\x00" + b"\xff" * 16843009 + b"\x00" + b"\x50" + b"ZZZZZ",
+         4 + 18 + 5),
     ]
 
 

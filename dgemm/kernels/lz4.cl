@@ -64,6 +64,12 @@
 //           last (83 % of stall samples; bench/NOTES.md, issue 28, ninth and
 //           tenth sessions).  A 16-byte register window for the parser's reads
 //           was slower still (30.8 against 38.9 GB/s, f74ef3e; removed).
+//           2, wide: lane 0 only walks the tokens (a sequence's lengths and
+//           where the next one starts, nothing else), every lane then reads
+//           one sequence's lengths, offset and input-side rules at once, and
+//           lane 0 applies the output-side rules in order from local memory
+//           (no global load on its chain) and places the matches.  All lanes
+//           parse, then all copy: LZ4_COPY_FROM must be 0.
 #ifndef LZ4_WG
 #define LZ4_WG 32
 #endif
@@ -85,8 +91,8 @@
 #ifndef LZ4_PARSE
 #define LZ4_PARSE 0
 #endif
-#if LZ4_PARSE == 1 && LZ4_STAGE > 0
-#error "LZ4_PARSE 1 reads global memory: it has no staged window"
+#if LZ4_PARSE > 0 && LZ4_STAGE > 0
+#error "LZ4_PARSE 1 and 2 read global memory: they have no staged window"
 #endif
 #ifndef LZ4_COPY_FROM
 #if LZ4_WG >= 64
@@ -97,6 +103,9 @@
 #endif
 #if LZ4_COPY_FROM >= LZ4_WG
 #error "LZ4_COPY_FROM must leave copying lanes (below LZ4_WG)"
+#endif
+#if LZ4_PARSE == 2 && LZ4_COPY_FROM != 0
+#error "LZ4_PARSE 2 parses with every lane: LZ4_COPY_FROM must be 0"
 #endif
 
 // Error codes (the host's table of reasons, blosc.LZ4_ERRORS, follows these).
@@ -486,6 +495,143 @@ void parse_lean(const __global uchar* in, __local const uchar* win, const long w
     *last_ = last;
 }
 #define PARSE parse_lean
+#elif LZ4_PARSE == 2
+// A sequence's input-side facts (parse_wide): F_LITLEN, its literal length's extra bytes run past the input
+// (nothing else is known); F_INLAST, its literals end less than 8 bytes before the input's end (it can only be
+// the last sequence), F_EXACT, they end it exactly; F_MATCHLEN, its match length's extra bytes run into the
+// last 4 input bytes.  Any flag but F_EXACT ends the walk.
+#define F_LITLEN 1u
+#define F_INLAST 2u
+#define F_EXACT 4u
+#define F_MATCHLEN 8u
+
+// The sequence whose token is at p (p < n_in): its literals (lsrc, lit), match (off, len) and where the next
+// token is, as parse_batch reads them, with parse_batch's bounds on every read.
+static inline __attribute__((always_inline))
+uint seq_at(const __global uchar* in, const long p, const long n_in, long* lsrc, long* lit, uint* off, long* len,
+            long* next)
+{
+    const uint token = in[p];
+    long q = p + 1, l = token >> 4;
+    if (l == 15 && more_length(in, &q, n_in - 15, 1, &l)) return F_LITLEN;
+    *lsrc = q;
+    *lit = l;
+    q += l;
+    uint flags = q == n_in ? F_EXACT : 0;
+    *off = 1;
+    *len = 0;
+    *next = q;
+    if (q > n_in - 8) return flags | F_INLAST;
+    *off = (uint)in[q] | ((uint)in[q + 1] << 8);                  // q + 2 <= n_in - 6
+    q += 2;
+    long m = token & 15;
+    if (m == 15 && more_length(in, &q, n_in - 4, 0, &m)) flags |= F_MATCHLEN;
+    *len = m + 4;
+    *next = q;
+    return flags;
+}
+
+// parse_batch's work, its table and its errors, with every lane (LZ4_PARSE 2): lane 0 walks up to LZ4_BATCH
+// tokens into wk (their positions, then each one's flags), every lane reads its sequences into the slot, and
+// lane 0 applies the rules that need the output position, in order, and places the matches.  Lengths in the
+// slot are capped at n_out + 1, which keeps each rule's answer (a longer literal or match breaks one anyway)
+// and the sums in 32 bits (n_out <= blosc.MAX_BLOCKSIZE < 2^30).  Called by every lane, at the same point:
+// it holds barriers.  Only lane 0's state (ip, op, err, last) is the stream's.
+static inline __attribute__((always_inline))
+void parse_wide(const __global uchar* in, const long n_in_, const long n_out_, const long lane,
+                long* ip_, long* op_, int* err_, int* last_, __local uint* tab, __local uint* counts,
+                __local uint* wk)
+{
+    if (lane == 0) {
+        uint nw = 0;
+        long p = *ip_;
+        if (*err_ == LZ4_OK && !*last_) {
+            for (;;) {
+                long lsrc, lit, len, next;
+                uint off;
+                const uint f = seq_at(in, p, n_in_, &lsrc, &lit, &off, &len, &next);
+                wk[nw++] = (uint)p;
+                if ((f & ~F_EXACT) || nw == LZ4_BATCH) break;
+                p = next;
+            }
+        }
+        wk[2 * LZ4_BATCH] = nw;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const uint nw = wk[2 * LZ4_BATCH];
+    const long cap = n_out_ + 1;
+    for (uint k = (uint)lane; k < nw; k += LZ4_WG) {
+        long lsrc = 0, lit = 0, len = 0, next = 0;
+        uint off = 1;
+        const uint f = seq_at(in, wk[k], n_in_, &lsrc, &lit, &off, &len, &next);
+        __local uint* row = tab + k;
+        row[T_LSRC] = (uint)lsrc;
+        row[T_LLEN] = (uint)min(lit, cap);
+        row[T_OFF] = off;
+        row[T_MLEN] = (uint)min(len, cap);
+        row[T_SHORT] = 0;
+        wk[LZ4_BATCH + k] = f;
+        if (k == nw - 1) wk[2 * LZ4_BATCH + 1] = (uint)next;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lane != 0) return;
+    const uint n_out = (uint)n_out_;
+    uint op = (uint)*op_;
+    int err = *err_, last = *last_;
+    uint nt = 0, nlong = 0, ndep = 0, ngroups = 0;
+    const uint start = op;
+    uint dirty = UINT_MAX;
+    int open_short = 0;
+    for (; nt < nw; nt++) {
+        __local uint* row = tab + nt;
+        const uint f = wk[LZ4_BATCH + nt], lit = row[T_LLEN], len = row[T_MLEN], off = row[T_OFF];
+        const uint lit_end = op + lit;
+        row[T_OP] = op;
+        // the common sequence: nothing flagged; not the last by its output position; a valid match
+        if (f == 0 && lit_end + 12 <= n_out && off - 1 < lit_end && lit_end + len + 5 <= n_out) {
+            if (lit > LZ4_LONG) tab[T_LONG + nlong++] = 2 * nt;
+            place_match(tab, nt, lit_end, off, len, start, &dirty, &open_short, &nlong, &ndep, &ngroups);
+            op = lit_end + len;
+            continue;
+        }
+        // every rule, in parse_batch's order
+        if (f & F_LITLEN) {
+            err = LZ4_E_LITLEN;
+            break;
+        }
+        if (lit_end + 12 > n_out || (f & F_INLAST)) {
+            if (!(f & F_EXACT) || lit_end > n_out) {
+                err = LZ4_E_LITERALS;
+                break;
+            }
+            last = 1;
+        } else if (f & F_MATCHLEN) err = LZ4_E_MATCHLEN;
+        else if (off == 0) err = LZ4_E_OFFSET_ZERO;
+        else if (off > lit_end) err = LZ4_E_BEFORE;
+        else if (lit_end + len + 5 > n_out) err = LZ4_E_MATCH_END;
+        if (lit > LZ4_LONG) tab[T_LONG + nlong++] = 2 * nt;
+        if (last || err) {
+            // its literals are copied; there is no match (the last sequence) or it is refused
+            row[T_MLEN] = 0;
+            row[T_OFF] = 1;
+            op = lit_end;
+            nt++;
+            break;
+        }
+        place_match(tab, nt, lit_end, off, len, start, &dirty, &open_short, &nlong, &ndep, &ngroups);
+        op = lit_end + len;
+    }
+    const uint ip = last ? (uint)n_in_ : nw ? wk[2 * LZ4_BATCH + 1] : (uint)*ip_;
+    counts[0] = nt;
+    counts[1] = nlong;
+    counts[2] = ndep;
+    counts[3] = ngroups;
+    counts[4] = ip;
+    *ip_ = ip;
+    *op_ = op;
+    *err_ = err;
+    *last_ = last;
+}
 #else
 #define PARSE parse_batch
 #endif
@@ -506,6 +652,9 @@ void lz4_streams(const __global uchar* restrict src,
 {
     __local uint tabs[2 * T_WORDS];
     __local uint counts[2 * C_WORDS];
+#if LZ4_PARSE == 2
+    __local uint wk[2 * LZ4_BATCH + 2];     // parse_wide's walk: positions, flags, count, next position
+#endif
 #if LZ4_STAGE > 0
     __local uchar win[LZ4_STAGE];
 #else
@@ -530,7 +679,11 @@ void lz4_streams(const __global uchar* restrict src,
     STAGE(0)
     barrier(CLK_LOCAL_MEM_FENCE);
 #endif
+#if LZ4_PARSE == 2
+    parse_wide(in, n_in, n_out, lane, &ip, &op, &err, &last, tabs, counts, wk);
+#else
     if (lane == 0) PARSE(in, win, wbase, n_in, n_out, &ip, &op, &err, &last, tabs, counts);
+#endif
     barrier(CLK_LOCAL_MEM_FENCE);
 #if LZ4_STAGE > 0
     STAGE(counts[4])
@@ -544,8 +697,13 @@ void lz4_streams(const __global uchar* restrict src,
         const uint nlong = cnt[1], ndep = cnt[2], ngroups = cnt[3];
         // phase 1: lane 0 parses the next batch; the copying lanes copy the literals and the
         // matches that read only output from before this batch
+#if LZ4_PARSE == 2
+        parse_wide(in, n_in, n_out, lane, &ip, &op, &err, &last,
+                   tabs + (cur ^ 1) * T_WORDS, counts + C_WORDS * (cur ^ 1), wk);
+#else
         if (lane == 0) PARSE(in, win, wbase, n_in, n_out, &ip, &op, &err, &last,
                                    tabs + (cur ^ 1) * T_WORDS, counts + C_WORDS * (cur ^ 1));
+#endif
         if (lane >= LZ4_COPY_FROM) {
             const uint c = (uint)lane - LZ4_COPY_FROM;
             for (uint t = c; t < nt; t += N_COPY) {
