@@ -531,16 +531,29 @@ uint seq_at(const __global uchar* in, const long p, const long n_in, long* lsrc,
     return flags;
 }
 
-// parse_batch's work, its table and its errors, with every lane (LZ4_PARSE 2): lane 0 walks up to LZ4_BATCH
-// tokens into wk (their positions, then each one's flags), every lane reads its sequences into the slot, and
-// lane 0 applies the rules that need the output position, in order, and places the matches.  Lengths in the
-// slot are capped at n_out + 1, which keeps each rule's answer (a longer literal or match breaks one anyway)
-// and the sums in 32 bits (n_out <= blosc.MAX_BLOCKSIZE < 2^30).  Called by every lane, at the same point:
-// it holds barriers.  Only lane 0's state (ip, op, err, last) is the stream's.
+// parse_batch's work, its table and its errors, with every lane (LZ4_PARSE 2).  Lane 0 walks up to
+// LZ4_BATCH tokens (their positions into wk); every lane reads its sequences into the slot (input-side
+// facts: F_*); the output positions come from a scan of the sequences' lengths; every lane applies the
+// output-side rules to its sequences, and the first that breaks a rule or ends the stream (an atomic minimum)
+// ends the batch where parse_batch would; every lane places its matches that read output from before the
+// batch; lane 0 puts the others into phase 2's ordered groups.  Lengths in the slot are capped at n_out + 1
+// and the scan's sums saturate there: a longer literal or match breaks a rule anyway (so each answer is
+// kept), and the sums stay in 32 bits (n_out <= blosc.MAX_BLOCKSIZE < 2^30).  Called by every lane at the
+// same point (it holds barriers); only lane 0's state (ip, op, err, last) is the stream's.
+#define W_N (2 * LZ4_BATCH)            // wk: positions [0, B), flags [B, 2B), then these words
+#define W_NEXT (W_N + 1)               // where the token after the walked ones is
+#define W_STOP (W_N + 2)               // (index << 8) | code of the first sequence that ends the batch
+#define W_NLONG (W_N + 3)              // entries in the slot's long-copy list
+#define W_OP (W_N + 4)                 // the output position the batch starts at (lane 0's op)
+#define W_WORDS (W_N + 5)
+#define S_SRC (2 * LZ4_BATCH)          // sc: the scan's two buffers [0, 2B), then each match's source end
+#define S_WORDS (3 * LZ4_BATCH)
+#define STOP_LAST 0x40                 // (codes below it: LZ4_E_*; 0x80: the sequence is in the table)
+#define STOP_IN 0x80
 static inline __attribute__((always_inline))
 void parse_wide(const __global uchar* in, const long n_in_, const long n_out_, const long lane,
                 long* ip_, long* op_, int* err_, int* last_, __local uint* tab, __local uint* counts,
-                __local uint* wk)
+                __local uint* wk, __local uint* sc)
 {
     if (lane == 0) {
         uint nw = 0;
@@ -555,75 +568,120 @@ void parse_wide(const __global uchar* in, const long n_in_, const long n_out_, c
                 p = next;
             }
         }
-        wk[2 * LZ4_BATCH] = nw;
+        wk[W_N] = nw;
+        wk[W_STOP] = UINT_MAX;
+        wk[W_NLONG] = 0;
+        wk[W_OP] = (uint)*op_;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    const uint nw = wk[2 * LZ4_BATCH];
-    const long cap = n_out_ + 1;
+    const uint nw = wk[W_N];
+    const uint cap = (uint)n_out_ + 1, n_out = (uint)n_out_;
     for (uint k = (uint)lane; k < nw; k += LZ4_WG) {
         long lsrc = 0, lit = 0, len = 0, next = 0;
         uint off = 1;
         const uint f = seq_at(in, wk[k], n_in_, &lsrc, &lit, &off, &len, &next);
         __local uint* row = tab + k;
+        const uint l = (uint)min(lit, (long)cap), m = (uint)min(len, (long)cap);
         row[T_LSRC] = (uint)lsrc;
-        row[T_LLEN] = (uint)min(lit, cap);
+        row[T_LLEN] = l;
         row[T_OFF] = off;
-        row[T_MLEN] = (uint)min(len, cap);
+        row[T_MLEN] = m;
         row[T_SHORT] = 0;
         wk[LZ4_BATCH + k] = f;
-        if (k == nw - 1) wk[2 * LZ4_BATCH + 1] = (uint)next;
+        sc[k] = min(l + m, cap);
+        if (k == nw - 1) wk[W_NEXT] = (uint)next;
+    }
+    // inclusive scan of the sequences' output lengths (saturating at cap), between sc's two buffers
+    uint from = 0;
+    for (uint d = 1; d < nw; d <<= 1) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (uint k = (uint)lane; k < nw; k += LZ4_WG) {
+            const uint v = sc[from + k];
+            sc[(from ^ LZ4_BATCH) + k] = k >= d ? min(v + sc[from + k - d], cap) : v;
+        }
+        from ^= LZ4_BATCH;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    // the rules that need the output position, each sequence on its own; the first to stop wins
+    const uint op0 = wk[W_OP];
+    for (uint k = (uint)lane; k < nw; k += LZ4_WG) {
+        __local uint* row = tab + k;
+        const uint f = wk[LZ4_BATCH + k], lit = row[T_LLEN], len = row[T_MLEN], off = row[T_OFF];
+        const uint op = min(op0 + (k ? sc[from + k - 1] : 0), cap);
+        const uint lit_end = op + lit;
+        row[T_OP] = op;
+        uint code = 0;
+        if (!(f == 0 && lit_end + 12 <= n_out && off - 1 < lit_end && lit_end + len + 5 <= n_out)) {
+            if (f & F_LITLEN) code = LZ4_E_LITLEN;
+            else if (lit_end + 12 > n_out || (f & F_INLAST))
+                code = (!(f & F_EXACT) || lit_end > n_out) ? LZ4_E_LITERALS : STOP_IN | STOP_LAST;
+            else if (f & F_MATCHLEN) code = STOP_IN | LZ4_E_MATCHLEN;
+            else if (off == 0) code = STOP_IN | LZ4_E_OFFSET_ZERO;
+            else if (off > lit_end) code = STOP_IN | LZ4_E_BEFORE;
+            else code = STOP_IN | LZ4_E_MATCH_END;
+            atomic_min((volatile __local uint*)&wk[W_STOP], (k << 8) | code);
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const uint stop = wk[W_STOP];
+    const uint kstop = stop >> 8, code = stop & 0xFF;
+    const uint nt = stop == UINT_MAX ? nw : kstop + ((code & STOP_IN) ? 1 : 0);
+    const uint start = op0;
+    // literals and matches phase 1 copies (the order of the long list does not matter); the matches that
+    // read this batch's output are marked for lane 0 by their source's end (0: none)
+    for (uint k = (uint)lane; k < nt; k += LZ4_WG) {
+        __local uint* row = tab + k;
+        const uint lit = row[T_LLEN], len = row[T_MLEN], off = row[T_OFF], lit_end = row[T_OP] + lit;
+        if (lit > LZ4_LONG) tab[T_LONG + atomic_inc((volatile __local uint*)&wk[W_NLONG])] = 2 * k;
+        uint src_end = 0;
+        if (k == kstop) {
+            row[T_MLEN] = 0;            // the last sequence, or one whose match is refused: no match
+            row[T_OFF] = 1;
+        } else {
+            src_end = lit_end - off + min(len, off);
+            if (src_end <= start) {
+                if (len > LZ4_LONG) tab[T_LONG + atomic_inc((volatile __local uint*)&wk[W_NLONG])] = 2 * k + 1;
+                else row[T_SHORT] = 1;
+                src_end = 0;
+            }
+        }
+        sc[S_SRC + k] = src_end;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     if (lane != 0) return;
-    const uint n_out = (uint)n_out_;
-    uint op = (uint)*op_;
-    int err = *err_, last = *last_;
-    uint nt = 0, nlong = 0, ndep = 0, ngroups = 0;
-    const uint start = op;
+    uint ndep = 0, ngroups = 0;
     uint dirty = UINT_MAX;
     int open_short = 0;
-    for (; nt < nw; nt++) {
-        __local uint* row = tab + nt;
-        const uint f = wk[LZ4_BATCH + nt], lit = row[T_LLEN], len = row[T_MLEN], off = row[T_OFF];
-        const uint lit_end = op + lit;
-        row[T_OP] = op;
-        // the common sequence: nothing flagged; not the last by its output position; a valid match
-        if (f == 0 && lit_end + 12 <= n_out && off - 1 < lit_end && lit_end + len + 5 <= n_out) {
-            if (lit > LZ4_LONG) tab[T_LONG + nlong++] = 2 * nt;
-            place_match(tab, nt, lit_end, off, len, start, &dirty, &open_short, &nlong, &ndep, &ngroups);
-            op = lit_end + len;
-            continue;
+    for (uint k = 0; k < nt; k++) {
+        const uint src_end = sc[S_SRC + k];
+        if (src_end == 0) continue;
+        __local uint* row = tab + k;
+        const uint len = row[T_MLEN], m = row[T_OP] + row[T_LLEN];
+        const int fence = src_end > dirty;
+        const int longer = len > LZ4_LONG;
+        if (fence || longer || !open_short) {
+            tab[T_GFIRST + ngroups] = ndep;
+            tab[T_GFLAGS + ngroups] = (fence ? G_BARRIER : 0) | (longer ? G_LONG : 0);
+            ngroups++;
+            if (fence) dirty = UINT_MAX;
+            open_short = !longer;
         }
-        // every rule, in parse_batch's order
-        if (f & F_LITLEN) {
-            err = LZ4_E_LITLEN;
-            break;
-        }
-        if (lit_end + 12 > n_out || (f & F_INLAST)) {
-            if (!(f & F_EXACT) || lit_end > n_out) {
-                err = LZ4_E_LITERALS;
-                break;
-            }
-            last = 1;
-        } else if (f & F_MATCHLEN) err = LZ4_E_MATCHLEN;
-        else if (off == 0) err = LZ4_E_OFFSET_ZERO;
-        else if (off > lit_end) err = LZ4_E_BEFORE;
-        else if (lit_end + len + 5 > n_out) err = LZ4_E_MATCH_END;
-        if (lit > LZ4_LONG) tab[T_LONG + nlong++] = 2 * nt;
-        if (last || err) {
-            // its literals are copied; there is no match (the last sequence) or it is refused
-            row[T_MLEN] = 0;
-            row[T_OFF] = 1;
-            op = lit_end;
-            nt++;
-            break;
-        }
-        place_match(tab, nt, lit_end, off, len, start, &dirty, &open_short, &nlong, &ndep, &ngroups);
-        op = lit_end + len;
+        tab[T_DEP + ndep++] = k;
+        dirty = min(dirty, m);
     }
-    const uint ip = last ? (uint)n_in_ : nw ? wk[2 * LZ4_BATCH + 1] : (uint)*ip_;
+    uint op = op0;
+    int err = *err_, last = *last_;
+    if (stop == UINT_MAX) {
+        if (nw) op = min(op0 + sc[from + nw - 1], cap);
+    } else {
+        const __local uint* row = tab + kstop;
+        op = (code & STOP_IN) ? row[T_OP] + row[T_LLEN] : row[T_OP];
+        if ((code & ~STOP_IN) == STOP_LAST) last = 1;
+        else err = (int)(code & ~STOP_IN);
+    }
+    const uint ip = last ? (uint)n_in_ : nw ? wk[W_NEXT] : (uint)*ip_;
     counts[0] = nt;
-    counts[1] = nlong;
+    counts[1] = wk[W_NLONG];
     counts[2] = ndep;
     counts[3] = ngroups;
     counts[4] = ip;
@@ -653,7 +711,8 @@ void lz4_streams(const __global uchar* restrict src,
     __local uint tabs[2 * T_WORDS];
     __local uint counts[2 * C_WORDS];
 #if LZ4_PARSE == 2
-    __local uint wk[2 * LZ4_BATCH + 2];     // parse_wide's walk: positions, flags, count, next position
+    __local uint wk[W_WORDS];             // parse_wide's walk, flags and batch words
+    __local uint sc[S_WORDS];             // its scan and the matches' source ends
 #endif
 #if LZ4_STAGE > 0
     __local uchar win[LZ4_STAGE];
@@ -680,7 +739,7 @@ void lz4_streams(const __global uchar* restrict src,
     barrier(CLK_LOCAL_MEM_FENCE);
 #endif
 #if LZ4_PARSE == 2
-    parse_wide(in, n_in, n_out, lane, &ip, &op, &err, &last, tabs, counts, wk);
+    parse_wide(in, n_in, n_out, lane, &ip, &op, &err, &last, tabs, counts, wk, sc);
 #else
     if (lane == 0) PARSE(in, win, wbase, n_in, n_out, &ip, &op, &err, &last, tabs, counts);
 #endif
@@ -699,7 +758,7 @@ void lz4_streams(const __global uchar* restrict src,
         // matches that read only output from before this batch
 #if LZ4_PARSE == 2
         parse_wide(in, n_in, n_out, lane, &ip, &op, &err, &last,
-                   tabs + (cur ^ 1) * T_WORDS, counts + C_WORDS * (cur ^ 1), wk);
+                   tabs + (cur ^ 1) * T_WORDS, counts + C_WORDS * (cur ^ 1), wk, sc);
 #else
         if (lane == 0) PARSE(in, win, wbase, n_in, n_out, &ip, &op, &err, &last,
                                    tabs + (cur ^ 1) * T_WORDS, counts + C_WORDS * (cur ^ 1));
