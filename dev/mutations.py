@@ -492,6 +492,8 @@ MUTATIONS = [
              (TB, "-k", "round_trips and wide"), "the wide parser's phase 2 groups never wait for the matches before them"),
     Mutation("lz4-wide-independent-too-soon", "dgemm/kernels/lz4.cl", "            if (src_end <= start) {\n                if (len > LZ4_LONG) tab[T_LONG + atomic_inc", "            if (src_end <= lit_end) {\n                if (len > LZ4_LONG) tab[T_LONG + atomic_inc",
              (TB, "-k", "round_trips and wide"), "the wide parser copies a match that reads the batch's own output in phase 1"),
+    Mutation("lz4-wide-walk-extra-length", "dgemm/kernels/lz4.cl", "if (t < 0xF0 && (t & 15) != 15 && q + 6 <= n_in) {", "if ((t & 15) != 15 && q + 6 <= n_in) {",
+             (TB, "-k", "round_trips and wide"), "the wide parser's walk ignores a literal length's extra bytes"),
     Mutation("unshuffle-tail", "dgemm/kernels/lz4.cl", "        if (p >= shuffled) {", "        if (p > shuffled) {",
              ("tests/test_blosc_device.py", "-k", "hand_built"), "the first tail byte of a shuffled block is read from the planes"),
     Mutation("bitunshuffle-odd-counts", "dgemm/kernels/lz4.cl",

@@ -557,15 +557,25 @@ void parse_wide(const __global uchar* in, const long n_in_, const long n_out_, c
 {
     if (lane == 0) {
         uint nw = 0;
-        long p = *ip_;
+        uint p = (uint)*ip_;
+        const uint n_in = (uint)n_in_;
         if (*err_ == LZ4_OK && !*last_) {
             for (;;) {
+                // the common token: no extra length bytes, its literals end 8 or more bytes before the
+                // input's end, so the next token is 2 bytes (the offset) past them; any other: seq_at
+                const uint t = in[p];
+                const uint q = p + 3 + (t >> 4);
+                wk[nw++] = p;
+                if (t < 0xF0 && (t & 15) != 15 && q + 6 <= n_in) {
+                    if (nw == LZ4_BATCH) break;
+                    p = q;
+                    continue;
+                }
                 long lsrc, lit, len, next;
                 uint off;
                 const uint f = seq_at(in, p, n_in_, &lsrc, &lit, &off, &len, &next);
-                wk[nw++] = (uint)p;
                 if ((f & ~F_EXACT) || nw == LZ4_BATCH) break;
-                p = next;
+                p = (uint)next;
             }
         }
         wk[W_N] = nw;
