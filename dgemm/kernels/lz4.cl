@@ -396,8 +396,8 @@ void parse_batch(const __global uchar* in, __local const uchar* win, const long 
 #if LZ4_PARSE == 1
 // parse_batch's work, its table and its errors, lean (LZ4_PARSE above).  Positions fit 32 bits: a row's
 // lengths are under 2^31 (blosc.plan), so a position plus a sequence's few bytes cannot wrap.  Reads may
-// pass the row's end by up to 16 bytes (the host pads the frames' buffer by PAD_READ); what they read is
-// never used there.
+// pass the row's end by up to 16 bytes (the host pads the frames' buffer by PAD_READ, 32); what they read
+// is never used there.
 static inline __attribute__((always_inline))
 void parse_lean(const __global uchar* in, __local const uchar* win, const long wbase,
                 const long n_in_, const long n_out_,
@@ -559,23 +559,29 @@ void parse_wide(const __global uchar* in, const long n_in_, const long n_out_, c
         uint nw = 0;
         uint p = (uint)*ip_;
         const uint n_in = (uint)n_in_;
+        __local uint* wp = wk;
         if (*err_ == LZ4_OK && !*last_) {
+            uint t = in[p];
             for (;;) {
                 // the common token: no extra length bytes, its literals end 8 or more bytes before the
-                // input's end, so the next token is 2 bytes (the offset) past them; any other: seq_at
-                const uint t = in[p];
+                // input's end, so the next token is 2 bytes (the offset) past them.  That byte is loaded
+                // before the test (q <= p + 18: inside the buffer's PAD_READ bytes past the row), so its
+                // wait overlaps the test's; any other token goes through seq_at.
                 const uint q = p + 3 + (t >> 4);
-                wk[nw++] = p;
+                const uint tq = in[q];
+                wp[nw++] = p;
                 if (t < 0xF0 && (t & 15) != 15 && q + 6 <= n_in) {
-                    if (nw == LZ4_BATCH) break;
                     p = q;
-                    continue;
+                    t = tq;
+                } else {
+                    long lsrc, lit, len, next;
+                    uint off;
+                    const uint f = seq_at(in, p, n_in_, &lsrc, &lit, &off, &len, &next);
+                    if (f & ~F_EXACT) break;
+                    p = (uint)next;
+                    t = in[p];                                  // p <= n_in - 4
                 }
-                long lsrc, lit, len, next;
-                uint off;
-                const uint f = seq_at(in, p, n_in_, &lsrc, &lit, &off, &len, &next);
-                if ((f & ~F_EXACT) || nw == LZ4_BATCH) break;
-                p = (uint)next;
+                if (nw == LZ4_BATCH) break;
             }
         }
         wk[W_N] = nw;

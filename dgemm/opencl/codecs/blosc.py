@@ -234,8 +234,9 @@ PARAMS = {"LZ4_MODE": (0, 1), "LZ4_BATCH": range(1, 1025), "LZ4_LONG": range(1 <
           "LZ4_COPY_FROM": range(1024), "LZ4_STAGE": range(1 << 16), "LZ4_UNSHUFFLE": (0, 1), "LZ4_PARSE": (0, 1, 2)}
 
 
-# Bytes lz4.cl's lean parser may read past a row's end (never using them): the frames' buffer is that much longer.
-PAD_READ = 16
+# Bytes lz4.cl's lean and wide parsers may read past a row's end (18 at most; never using them): the frames'
+# buffer is that much longer.
+PAD_READ = 32
 
 
 def _tuned(device):
