@@ -53,23 +53,20 @@
 //           the next batch starts in, coalesced, so the parser's dependent
 //           loads are local ones, and the cache misses of a lone lane walking
 //           the stream go away.  Past the window the parser reads global memory.
-//   LZ4_PARSE  the token table's parser (mode 1).  0: each byte loaded when
-//           the rules reach it, 64-bit positions.  1, lean: 32-bit positions,
-//           and the bytes after a token (the match offset and the next
-//           token) loaded together as soon as the token is known, for the
-//           common sequence (no extra length bytes, not the last one, a valid
-//           match), whose checks are one test; any other sequence goes through
-//           the rules one at a time as in 0.  The profiler found parser 0 at
-//           about 160 one-lane instructions a sequence, each waiting on the
-//           last (83 % of stall samples; bench/NOTES.md, issue 28, ninth and
-//           tenth sessions).  A 16-byte register window for the parser's reads
-//           was slower still (30.8 against 38.9 GB/s, f74ef3e; removed).
-//           2, wide: lane 0 only walks the tokens (a sequence's lengths and
-//           where the next one starts, nothing else), every lane then reads
-//           one sequence's lengths, offset and input-side rules at once, and
-//           lane 0 applies the output-side rules in order from local memory
-//           (no global load on its chain) and places the matches.  All lanes
-//           parse, then all copy: LZ4_COPY_FROM must be 0.
+//   LZ4_PARSE  the token table's parser (mode 1).  0: lane 0 parses each
+//           sequence whole, each byte loaded when the rules reach it.  2,
+//           wide: lane 0 only walks the tokens (where each sequence starts),
+//           a batch ahead, while the copying lanes copy the batch before; then
+//           every lane reads one sequence's lengths, offset and input-side
+//           rules; a scan gives the output positions; every lane applies the
+//           output-side rules to its sequences (the first to stop found by an
+//           atomic minimum) and places its matches; lane 0 only groups phase
+//           2's matches.  The profiler found parser 0 at about 160 one-lane
+//           instructions a sequence, each waiting on the last (83 % of stall
+//           samples; bench/NOTES.md, issue 28, ninth and tenth sessions).  Two
+//           other parsers were measured slower than 2 and removed: a 16-byte
+//           register window for parser 0's reads (f74ef3e), and 1, "lean" (parser
+//           0 in 32 bits, a common sequence's bytes loaded at once; a6a2127).
 #ifndef LZ4_WG
 #define LZ4_WG 32
 #endif
@@ -91,8 +88,8 @@
 #ifndef LZ4_PARSE
 #define LZ4_PARSE 0
 #endif
-#if LZ4_PARSE > 0 && LZ4_STAGE > 0
-#error "LZ4_PARSE 1 and 2 read global memory: they have no staged window"
+#if LZ4_PARSE == 2 && LZ4_STAGE > 0
+#error "LZ4_PARSE 2 reads global memory: it has no staged window"
 #endif
 #ifndef LZ4_COPY_FROM
 #if LZ4_WG >= 64
@@ -103,9 +100,6 @@
 #endif
 #if LZ4_COPY_FROM >= LZ4_WG
 #error "LZ4_COPY_FROM must leave copying lanes (below LZ4_WG)"
-#endif
-#if LZ4_PARSE == 2 && LZ4_COPY_FROM != 0
-#error "LZ4_PARSE 2 parses with every lane: LZ4_COPY_FROM must be 0"
 #endif
 
 // Error codes (the host's table of reasons, blosc.LZ4_ERRORS, follows these).
@@ -393,109 +387,7 @@ void parse_batch(const __global uchar* in, __local const uchar* win, const long 
     *last_ = last;
 }
 
-#if LZ4_PARSE == 1
-// parse_batch's work, its table and its errors, lean (LZ4_PARSE above).  Positions fit 32 bits: a row's
-// lengths are under 2^31 (blosc.plan), so a position plus a sequence's few bytes cannot wrap.  Reads may
-// pass the row's end by up to 16 bytes (the host pads the frames' buffer by PAD_READ, 32); what they read
-// is never used there.
-static inline __attribute__((always_inline))
-void parse_lean(const __global uchar* in, __local const uchar* win, const long wbase,
-                const long n_in_, const long n_out_,
-                long* ip_, long* op_, int* err_, int* last_, __local uint* tab, __local uint* counts)
-{
-    const uint n_in = (uint)n_in_, n_out = (uint)n_out_;
-    uint ip = (uint)*ip_, op = (uint)*op_;
-    int err = *err_, last = *last_;
-    uint nt = 0, nlong = 0, ndep = 0, ngroups = 0;
-    const uint start = op;
-    uint dirty = UINT_MAX;
-    int open_short = 0;
-    // Invariant at the top, as in parse_batch: ip < n_in, and token is in[ip].
-    // Only a sequence that breaks a rule or ends the stream ends the loop early: the test is its own.
-    uint token = (err == LZ4_OK && !last) ? (uint)in[ip] : 0;
-    for (int more = err == LZ4_OK && !last; more && nt < LZ4_BATCH;) {
-        uint lit = token >> 4, len = (token & 15) + 4;
-        uint lsrc = ip + 1;
-        uint np = lsrc + lit;
-        // the common sequence's bytes, loaded together, and used only where the test below shows them
-        // inside the row; they may lie up to 16 bytes past its end (np + 2 <= ip + 17, ip < n_in), which
-        // the host's padding of the frames' buffer keeps inside the buffer
-        const __global uchar* at = in + np;
-        const uint b0 = at[0], b1 = at[1], b2 = at[2];
-        uint off = b0 | (b1 << 8);
-        uint lit_end = op + lit;
-        uint next = b2;
-        np += 2;
-        // common: no extra length bytes; not the last sequence (its literals end 12 or more bytes before
-        // the output's end and 8 or more before the input's); offset in 1..lit_end (off - 1 wraps for
-        // 0); the match ends 5 or more bytes before the output's end
-        if (!(lit < 15 && len < 19 && lit_end + 12 <= n_out && np + 6 <= n_in
-              && off - 1 < lit_end && lit_end + len + 5 <= n_out)) {
-            // every rule, in parse_batch's order, with 64-bit lengths (extra bytes of 255 add up)
-            long q = lsrc, litl = lit;
-            if (litl == 15 && more_length(in, &q, n_in_ - 15, 1, &litl)) {
-                err = LZ4_E_LITLEN;
-                break;
-            }
-            const long le = (long)op + litl;
-            if (le > n_out_ - 12 || q + litl > n_in_ - 8) {
-                if (q + litl != n_in_ || le > n_out_) {
-                    err = LZ4_E_LITERALS;
-                    break;
-                }
-                last = 1;
-            }
-            lsrc = (uint)q;
-            lit = (uint)litl;
-            lit_end = (uint)le;
-            q += litl;
-            np = (uint)q;                                       // (the last sequence: n_in)
-            if (!last) {
-                off = (uint)in[q] | ((uint)in[q + 1] << 8);     // q + 2 <= n_in - 6
-                q += 2;
-                long lenl = token & 15;
-                if (lenl == 15 && more_length(in, &q, n_in_ - 4, 0, &lenl)) err = LZ4_E_MATCHLEN;
-                lenl += 4;
-                if (!err && off == 0) err = LZ4_E_OFFSET_ZERO;
-                if (!err && off > lit_end) err = LZ4_E_BEFORE;
-                if (!err && le + lenl > n_out_ - 5) err = LZ4_E_MATCH_END;
-                len = (uint)lenl;
-                np = (uint)q;
-                next = err ? 0 : (uint)in[np];                   // np <= n_in - 4
-            }
-        }
-        const int match = !last && !err;
-        __local uint* row = tab + nt;       // (one address for the sequence's six entries)
-        row[T_LSRC] = lsrc;
-        row[T_LLEN] = lit;
-        row[T_OP] = op;
-        row[T_OFF] = match ? off : 1;
-        row[T_MLEN] = match ? len : 0;
-        row[T_SHORT] = 0;
-        if (lit > LZ4_LONG) tab[T_LONG + nlong++] = 2 * nt;
-        more = match;
-        if (match) {
-            place_match(tab, nt, lit_end, off, len, start, &dirty, &open_short, &nlong, &ndep, &ngroups);
-            op = lit_end + len;
-        } else {
-            op = lit_end;
-        }
-        ip = np;
-        token = next;
-        nt++;
-    }
-    counts[0] = nt;
-    counts[1] = nlong;
-    counts[2] = ndep;
-    counts[3] = ngroups;
-    counts[4] = ip;
-    *ip_ = ip;
-    *op_ = op;
-    *err_ = err;
-    *last_ = last;
-}
-#define PARSE parse_lean
-#elif LZ4_PARSE == 2
+#if LZ4_PARSE == 2
 // A sequence's input-side facts (parse_wide): F_LITLEN, its literal length's extra bytes run past the input
 // (nothing else is known); F_INLAST, its literals end less than 8 bytes before the input's end (it can only be
 // the last sequence), F_EXACT, they end it exactly; F_MATCHLEN, its match length's extra bytes run into the
@@ -531,17 +423,9 @@ uint seq_at(const __global uchar* in, const long p, const long n_in, long* lsrc,
     return flags;
 }
 
-// parse_batch's work, its table and its errors, with every lane (LZ4_PARSE 2).  Lane 0 walks up to
-// LZ4_BATCH tokens (their positions into wk); every lane reads its sequences into the slot (input-side
-// facts: F_*); the output positions come from a scan of the sequences' lengths; every lane applies the
-// output-side rules to its sequences, and the first that breaks a rule or ends the stream (an atomic minimum)
-// ends the batch where parse_batch would; every lane places its matches that read output from before the
-// batch; lane 0 puts the others into phase 2's ordered groups.  Lengths in the slot are capped at n_out + 1
-// and the scan's sums saturate there: a longer literal or match breaks a rule anyway (so each answer is
-// kept), and the sums stay in 32 bits (n_out <= blosc.MAX_BLOCKSIZE < 2^30).  Called by every lane at the
-// same point (it holds barriers); only lane 0's state (ip, op, err, last) is the stream's.
-#define W_N (2 * LZ4_BATCH)            // wk: positions [0, B), flags [B, 2B), then these words
-#define W_NEXT (W_N + 1)               // where the token after the walked ones is
+// LZ4_PARSE 2's local words.
+#define W_FLAGS (2 * LZ4_BATCH)        // wk: two slots of walked positions [0, 2B), flags [2B, 3B), then:
+#define W_N (3 * LZ4_BATCH)            // the positions walked into each slot (2 words)
 #define W_STOP (W_N + 2)               // (index << 8) | code of the first sequence that ends the batch
 #define W_NLONG (W_N + 3)              // entries in the slot's long-copy list
 #define W_OP (W_N + 4)                 // the output position the batch starts at (lane 0's op)
@@ -550,52 +434,70 @@ uint seq_at(const __global uchar* in, const long p, const long n_in, long* lsrc,
 #define S_WORDS (3 * LZ4_BATCH)
 #define STOP_LAST 0x40                 // (codes below it: LZ4_E_*; 0x80: the sequence is in the table)
 #define STOP_IN 0x80
+
+// Lane 0's walk: up to LZ4_BATCH token positions from *wp_ into pos (the token after them left in *wp_);
+// *wdone_ once it has walked a sequence that can only end the stream or breaks a rule.  Returns the count.
+// It reads nothing but tokens and length bytes, so it runs a batch ahead of the rest (LZ4_PARSE 2).
+static inline __attribute__((always_inline))
+uint walk_tokens(const __global uchar* in, const long n_in_, const int stop, uint* wp_, int* wdone_,
+                 __local uint* pos)
+{
+    if (stop || *wdone_) return 0;
+    uint nw = 0, p = *wp_;
+    const uint n_in = (uint)n_in_;
+    uint t = in[p];
+    for (;;) {
+        // the common token: no extra length bytes, its literals end 8 or more bytes before the input's
+        // end, so the next token is 2 bytes (the offset) past them.  That byte is loaded before the test
+        // (q <= p + 18: inside the buffer's PAD_READ bytes past the row), so its wait overlaps the test's;
+        // any other token goes through seq_at.
+        const uint q = p + 3 + (t >> 4);
+        const uint tq = in[q];
+        pos[nw++] = p;
+        if (t < 0xF0 && (t & 15) != 15 && q + 6 <= n_in) {
+            p = q;
+            t = tq;
+        } else {
+            long lsrc, lit, len, next;
+            uint off;
+            const uint f = seq_at(in, p, n_in_, &lsrc, &lit, &off, &len, &next);
+            if (f & ~F_EXACT) {
+                *wdone_ = 1;
+                break;
+            }
+            p = (uint)next;
+            t = in[p];                                          // p <= n_in - 4
+        }
+        if (nw == LZ4_BATCH) break;
+    }
+    *wp_ = p;
+    return nw;
+}
+
+// parse_batch's work, its table and its errors, with every lane (LZ4_PARSE 2), for the nw sequences walked
+// into pos: every lane reads its sequences into the slot (their input-side facts, F_*); a scan of their
+// lengths gives their output positions; every lane applies the output-side rules to its sequences, and the
+// first that breaks a rule or ends the stream (an atomic minimum) ends the batch where parse_batch would;
+// every lane places its matches that read output from before the batch; lane 0 puts the others into
+// phase 2's ordered groups.  Lengths in the slot are capped at n_out + 1 and the scan's sums saturate
+// there: a longer literal or match breaks a rule anyway (so each answer is kept), and the sums stay in 32
+// bits (n_out <= blosc.MAX_BLOCKSIZE < 2^30).  Called by every lane at the same point (it holds barriers);
+// only lane 0's state (op, err, last) is the stream's.
 static inline __attribute__((always_inline))
 void parse_wide(const __global uchar* in, const long n_in_, const long n_out_, const long lane,
-                long* ip_, long* op_, int* err_, int* last_, __local uint* tab, __local uint* counts,
-                __local uint* wk, __local uint* sc)
+                long* op_, int* err_, int* last_, __local uint* tab, __local uint* counts,
+                __local const uint* pos, const uint nw, __local uint* wk, __local uint* sc)
 {
     if (lane == 0) {
-        uint nw = 0;
-        uint p = (uint)*ip_;
-        const uint n_in = (uint)n_in_;
-        __local uint* wp = wk;
-        if (*err_ == LZ4_OK && !*last_) {
-            uint t = in[p];
-            for (;;) {
-                // the common token: no extra length bytes, its literals end 8 or more bytes before the
-                // input's end, so the next token is 2 bytes (the offset) past them.  That byte is loaded
-                // before the test (q <= p + 18: inside the buffer's PAD_READ bytes past the row), so its
-                // wait overlaps the test's; any other token goes through seq_at.
-                const uint q = p + 3 + (t >> 4);
-                const uint tq = in[q];
-                wp[nw++] = p;
-                if (t < 0xF0 && (t & 15) != 15 && q + 6 <= n_in) {
-                    p = q;
-                    t = tq;
-                } else {
-                    long lsrc, lit, len, next;
-                    uint off;
-                    const uint f = seq_at(in, p, n_in_, &lsrc, &lit, &off, &len, &next);
-                    if (f & ~F_EXACT) break;
-                    p = (uint)next;
-                    t = in[p];                                  // p <= n_in - 4
-                }
-                if (nw == LZ4_BATCH) break;
-            }
-        }
-        wk[W_N] = nw;
         wk[W_STOP] = UINT_MAX;
         wk[W_NLONG] = 0;
         wk[W_OP] = (uint)*op_;
     }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    const uint nw = wk[W_N];
     const uint cap = (uint)n_out_ + 1, n_out = (uint)n_out_;
     for (uint k = (uint)lane; k < nw; k += LZ4_WG) {
         long lsrc = 0, lit = 0, len = 0, next = 0;
         uint off = 1;
-        const uint f = seq_at(in, wk[k], n_in_, &lsrc, &lit, &off, &len, &next);
+        const uint f = seq_at(in, pos[k], n_in_, &lsrc, &lit, &off, &len, &next);
         __local uint* row = tab + k;
         const uint l = (uint)min(lit, (long)cap), m = (uint)min(len, (long)cap);
         row[T_LSRC] = (uint)lsrc;
@@ -603,9 +505,8 @@ void parse_wide(const __global uchar* in, const long n_in_, const long n_out_, c
         row[T_OFF] = off;
         row[T_MLEN] = m;
         row[T_SHORT] = 0;
-        wk[LZ4_BATCH + k] = f;
+        wk[W_FLAGS + k] = f;
         sc[k] = min(l + m, cap);
-        if (k == nw - 1) wk[W_NEXT] = (uint)next;
     }
     // inclusive scan of the sequences' output lengths (saturating at cap), between sc's two buffers
     uint from = 0;
@@ -622,7 +523,7 @@ void parse_wide(const __global uchar* in, const long n_in_, const long n_out_, c
     const uint op0 = wk[W_OP];
     for (uint k = (uint)lane; k < nw; k += LZ4_WG) {
         __local uint* row = tab + k;
-        const uint f = wk[LZ4_BATCH + k], lit = row[T_LLEN], len = row[T_MLEN], off = row[T_OFF];
+        const uint f = wk[W_FLAGS + k], lit = row[T_LLEN], len = row[T_MLEN], off = row[T_OFF];
         const uint op = min(op0 + (k ? sc[from + k - 1] : 0), cap);
         const uint lit_end = op + lit;
         row[T_OP] = op;
@@ -695,13 +596,11 @@ void parse_wide(const __global uchar* in, const long n_in_, const long n_out_, c
         if ((code & ~STOP_IN) == STOP_LAST) last = 1;
         else err = (int)(code & ~STOP_IN);
     }
-    const uint ip = last ? (uint)n_in_ : nw ? wk[W_NEXT] : (uint)*ip_;
     counts[0] = nt;
     counts[1] = wk[W_NLONG];
     counts[2] = ndep;
     counts[3] = ngroups;
-    counts[4] = ip;
-    *ip_ = ip;
+    counts[4] = 0;                  // (no staged window)
     *op_ = op;
     *err_ = err;
     *last_ = last;
@@ -755,7 +654,11 @@ void lz4_streams(const __global uchar* restrict src,
     barrier(CLK_LOCAL_MEM_FENCE);
 #endif
 #if LZ4_PARSE == 2
-    parse_wide(in, n_in, n_out, lane, &ip, &op, &err, &last, tabs, counts, wk, sc);
+    uint wpos = 0;                  // lane 0's walk: the next token to walk, and whether it is done
+    int wdone = 0;
+    if (lane == 0) wk[W_N] = walk_tokens(in, n_in, err != LZ4_OK || last, &wpos, &wdone, wk);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    parse_wide(in, n_in, n_out, lane, &op, &err, &last, tabs, counts, wk, wk[W_N], wk, sc);
 #else
     if (lane == 0) PARSE(in, win, wbase, n_in, n_out, &ip, &op, &err, &last, tabs, counts);
 #endif
@@ -770,11 +673,12 @@ void lz4_streams(const __global uchar* restrict src,
         __local uint* tab = tabs + cur * T_WORDS;
         __local const uint* cnt = counts + C_WORDS * cur;
         const uint nlong = cnt[1], ndep = cnt[2], ngroups = cnt[3];
-        // phase 1: lane 0 parses the next batch; the copying lanes copy the literals and the
-        // matches that read only output from before this batch
+        // phase 1: lane 0 parses the next batch (LZ4_PARSE 2: walks its tokens); the copying lanes copy
+        // the literals and the matches that read only output from before this batch
 #if LZ4_PARSE == 2
-        parse_wide(in, n_in, n_out, lane, &ip, &op, &err, &last,
-                   tabs + (cur ^ 1) * T_WORDS, counts + C_WORDS * (cur ^ 1), wk, sc);
+        // (LZ4_PARSE 2: lane 0 walks the next batch's tokens here; the batch is built after the copies)
+        if (lane == 0) wk[W_N + (cur ^ 1)] = walk_tokens(in, n_in, err != LZ4_OK || last, &wpos, &wdone,
+                                                         wk + (cur ^ 1) * LZ4_BATCH);
 #else
         if (lane == 0) PARSE(in, win, wbase, n_in, n_out, &ip, &op, &err, &last,
                                    tabs + (cur ^ 1) * T_WORDS, counts + C_WORDS * (cur ^ 1));
@@ -802,6 +706,10 @@ void lz4_streams(const __global uchar* restrict src,
             }
         }
         barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+#if LZ4_PARSE == 2
+        parse_wide(in, n_in, n_out, lane, &op, &err, &last, tabs + (cur ^ 1) * T_WORDS,
+                   counts + C_WORDS * (cur ^ 1), wk + (cur ^ 1) * LZ4_BATCH, wk[W_N + (cur ^ 1)], wk, sc);
+#endif
         // the parser is done with the window: stage the one the batch after the next starts in
         STAGE(counts[C_WORDS * (cur ^ 1) + 4])
         // phase 2: the matches that read this batch's output, group by group, in order

@@ -231,10 +231,10 @@ TUNED: tuple = (("H100", 32, {"LZ4_MODE": 1, "LZ4_PARSE": 1}), ("H200", 32, {"LZ
 
 # lz4.cl's parameters other than LZ4_WG (the lanes), with what each may be; see the kernel's notes.
 PARAMS = {"LZ4_MODE": (0, 1), "LZ4_BATCH": range(1, 1025), "LZ4_LONG": range(1 << 20),
-          "LZ4_COPY_FROM": range(1024), "LZ4_STAGE": range(1 << 16), "LZ4_UNSHUFFLE": (0, 1), "LZ4_PARSE": (0, 1, 2)}
+          "LZ4_COPY_FROM": range(1024), "LZ4_STAGE": range(1 << 16), "LZ4_UNSHUFFLE": (0, 1), "LZ4_PARSE": (0, 2)}
 
 
-# Bytes lz4.cl's lean and wide parsers may read past a row's end (18 at most; never using them): the frames'
+# Bytes lz4.cl's wide parser's walk may read past a row's end (18 at most; never using them): the frames'
 # buffer is that much longer.
 PAD_READ = 32
 
