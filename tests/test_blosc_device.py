@@ -31,7 +31,8 @@ POISON = 0xFF
 # these small frames cross batch boundaries, phase-2 groups, copies shared by all lanes and window ends
 # many times.  One also undoes byte shuffles an element per work-item (LZ4_UNSHUFFLE 1); three parse with the
 # wide parser (LZ4_PARSE 2: lane 0 walks the tokens a batch ahead, every lane reads a sequence and applies
-# the output's rules to it), on one lane, on several, and with its walking lane apart from the copying ones.
+# the output's rules to it), on one lane, on several, and with its walking lane apart from the copying ones
+# and phase 2's groups made by a copying lane.
 VARIANTS = [pytest.param((1, {}), id="lockstep-1"),
             pytest.param((4, {}), id="lockstep-4"),
             pytest.param((1, {"LZ4_MODE": 1}), id="table-1"),
@@ -40,7 +41,7 @@ VARIANTS = [pytest.param((1, {}), id="lockstep-1"),
                          id="table-4-apart-staged"),
             pytest.param((1, {"LZ4_MODE": 1, "LZ4_PARSE": 2}), id="table-1-wide"),
             pytest.param((4, {"LZ4_MODE": 1, "LZ4_BATCH": 6, "LZ4_LONG": 8, "LZ4_PARSE": 2}), id="table-4-wide"),
-            pytest.param((4, {"LZ4_MODE": 1, "LZ4_BATCH": 7, "LZ4_COPY_FROM": 1, "LZ4_PARSE": 2}),
+            pytest.param((4, {"LZ4_MODE": 1, "LZ4_BATCH": 7, "LZ4_COPY_FROM": 1, "LZ4_PARSE": 2, "LZ4_GROUP_LANE": 2}),
                          id="table-4-wide-apart")]
 
 

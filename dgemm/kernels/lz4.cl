@@ -88,6 +88,12 @@
 #ifndef LZ4_PARSE
 #define LZ4_PARSE 0
 #endif
+#ifndef LZ4_GROUP_LANE
+#define LZ4_GROUP_LANE 0
+#endif
+#if LZ4_GROUP_LANE >= LZ4_WG
+#error "LZ4_GROUP_LANE must be one of the work-group's lanes"
+#endif
 #if LZ4_PARSE == 2 && LZ4_STAGE > 0
 #error "LZ4_PARSE 2 reads global memory: it has no staged window"
 #endif
@@ -443,8 +449,10 @@ uint walk_tokens(const __global uchar* in, const long n_in_, const int stop, uin
                  __local uint* pos)
 {
     if (stop || *wdone_) return 0;
-    uint nw = 0, p = *wp_;
+    uint p = *wp_;
     const uint n_in = (uint)n_in_;
+    __local uint* w = pos;
+    __local uint* const end = pos + LZ4_BATCH;
     uint t = in[p];
     for (;;) {
         // the common token: no extra length bytes, its literals end 8 or more bytes before the input's
@@ -453,11 +461,8 @@ uint walk_tokens(const __global uchar* in, const long n_in_, const int stop, uin
         // any other token goes through seq_at.
         const uint q = p + 3 + (t >> 4);
         const uint tq = in[q];
-        pos[nw++] = p;
-        if (t < 0xF0 && (t & 15) != 15 && q + 6 <= n_in) {
-            p = q;
-            t = tq;
-        } else {
+        *w++ = p;
+        if (t >= 0xF0 || (t & 15) == 15 || q + 6 > n_in) {
             long lsrc, lit, len, next;
             uint off;
             const uint f = seq_at(in, p, n_in_, &lsrc, &lit, &off, &len, &next);
@@ -467,11 +472,14 @@ uint walk_tokens(const __global uchar* in, const long n_in_, const int stop, uin
             }
             p = (uint)next;
             t = in[p];                                          // p <= n_in - 4
+        } else {
+            p = q;
+            t = tq;
         }
-        if (nw == LZ4_BATCH) break;
+        if (w == end) break;
     }
     *wp_ = p;
-    return nw;
+    return (uint)(w - pos);
 }
 
 // parse_batch's work, its table and its errors, with every lane (LZ4_PARSE 2), for the nw sequences walked
@@ -566,26 +574,6 @@ void parse_wide(const __global uchar* in, const long n_in_, const long n_out_, c
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     if (lane != 0) return;
-    uint ndep = 0, ngroups = 0;
-    uint dirty = UINT_MAX;
-    int open_short = 0;
-    for (uint k = 0; k < nt; k++) {
-        const uint src_end = sc[S_SRC + k];
-        if (src_end == 0) continue;
-        __local uint* row = tab + k;
-        const uint len = row[T_MLEN], m = row[T_OP] + row[T_LLEN];
-        const int fence = src_end > dirty;
-        const int longer = len > LZ4_LONG;
-        if (fence || longer || !open_short) {
-            tab[T_GFIRST + ngroups] = ndep;
-            tab[T_GFLAGS + ngroups] = (fence ? G_BARRIER : 0) | (longer ? G_LONG : 0);
-            ngroups++;
-            if (fence) dirty = UINT_MAX;
-            open_short = !longer;
-        }
-        tab[T_DEP + ndep++] = k;
-        dirty = min(dirty, m);
-    }
     uint op = op0;
     int err = *err_, last = *last_;
     if (stop == UINT_MAX) {
@@ -598,12 +586,40 @@ void parse_wide(const __global uchar* in, const long n_in_, const long n_out_, c
     }
     counts[0] = nt;
     counts[1] = wk[W_NLONG];
-    counts[2] = ndep;
-    counts[3] = ngroups;
-    counts[4] = 0;                  // (no staged window)
+    counts[4] = 0;                  // (no staged window; counts[2] and [3]: group_matches)
     *op_ = op;
     *err_ = err;
     *last_ = last;
+}
+
+// Phase 2's ordered groups of a batch built by parse_wide (its matches that read the batch's own output,
+// marked by their source's end in src_end, 0 for none), as place_match makes them: by one lane, in phase 1
+// of the batch's own turn (LZ4_GROUP_LANE), beside the walk of the next batch and the copies.
+static inline __attribute__((always_inline))
+void group_matches(__local uint* tab, __local uint* counts, __local const uint* src_end, const uint nt)
+{
+    uint ndep = 0, ngroups = 0;
+    uint dirty = UINT_MAX;
+    int open_short = 0;
+    for (uint k = 0; k < nt; k++) {
+        const uint e = src_end[k];
+        if (e == 0) continue;
+        __local uint* row = tab + k;
+        const uint len = row[T_MLEN], m = row[T_OP] + row[T_LLEN];
+        const int fence = e > dirty;
+        const int longer = len > LZ4_LONG;
+        if (fence || longer || !open_short) {
+            tab[T_GFIRST + ngroups] = ndep;
+            tab[T_GFLAGS + ngroups] = (fence ? G_BARRIER : 0) | (longer ? G_LONG : 0);
+            ngroups++;
+            if (fence) dirty = UINT_MAX;
+            open_short = !longer;
+        }
+        tab[T_DEP + ndep++] = k;
+        dirty = min(dirty, m);
+    }
+    counts[2] = ndep;
+    counts[3] = ngroups;
 }
 #else
 #define PARSE parse_batch
@@ -672,13 +688,14 @@ void lz4_streams(const __global uchar* restrict src,
     while (nt > 0) {
         __local uint* tab = tabs + cur * T_WORDS;
         __local const uint* cnt = counts + C_WORDS * cur;
-        const uint nlong = cnt[1], ndep = cnt[2], ngroups = cnt[3];
+        const uint nlong = cnt[1];
         // phase 1: lane 0 parses the next batch (LZ4_PARSE 2: walks its tokens); the copying lanes copy
         // the literals and the matches that read only output from before this batch
 #if LZ4_PARSE == 2
         // (LZ4_PARSE 2: lane 0 walks the next batch's tokens here; the batch is built after the copies)
         if (lane == 0) wk[W_N + (cur ^ 1)] = walk_tokens(in, n_in, err != LZ4_OK || last, &wpos, &wdone,
                                                          wk + (cur ^ 1) * LZ4_BATCH);
+        if (lane == LZ4_GROUP_LANE) group_matches(tab, counts + C_WORDS * cur, sc + S_SRC, nt);
 #else
         if (lane == 0) PARSE(in, win, wbase, n_in, n_out, &ip, &op, &err, &last,
                                    tabs + (cur ^ 1) * T_WORDS, counts + C_WORDS * (cur ^ 1));
@@ -706,6 +723,7 @@ void lz4_streams(const __global uchar* restrict src,
             }
         }
         barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+        const uint ndep = cnt[2], ngroups = cnt[3];
 #if LZ4_PARSE == 2
         parse_wide(in, n_in, n_out, lane, &op, &err, &last, tabs + (cur ^ 1) * T_WORDS,
                    counts + C_WORDS * (cur ^ 1), wk + (cur ^ 1) * LZ4_BATCH, wk[W_N + (cur ^ 1)], wk, sc);

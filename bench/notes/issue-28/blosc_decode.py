@@ -22,9 +22,8 @@ values: little to compress but the exponents), ``zeros``.
 
 ``--variants``: lz4.cl's variants to time, each ``MODE:LANES[:key=value,...]``: MODE ``lockstep``
 (LZ4_MODE 0) or ``table`` (LZ4_MODE 1), LANES its LZ4_WG, keys ``batch``, ``long``, ``stage``,
-``copy_from``, ``unshuffle``, ``parse`` (LZ4_BATCH, LZ4_LONG, LZ4_STAGE, LZ4_COPY_FROM, LZ4_UNSHUFFLE, LZ4_PARSE; the kernel's
-defaults otherwise); ``sweep``
-names the set in :data:`SWEEP`.  Each variant's output is compared bit for bit with numcodecs' before it
+``copy_from``, ``unshuffle``, ``parse``, ``group`` (LZ4_BATCH, LZ4_LONG, LZ4_STAGE, LZ4_COPY_FROM,
+LZ4_UNSHUFFLE, LZ4_PARSE, LZ4_GROUP_LANE; the kernel's defaults otherwise); ``sweep`` names the set in :data:`SWEEP`.  Each variant's output is compared bit for bit with numcodecs' before it
 is timed; one that differs, or fails to build or run, is reported under ``failed_variants`` and the sweep
 goes on.  Without ``--variants``, ``--lanes`` times the device's default parameters at those lane counts.
 ``--cases``: several data sets in one run, each ``DATA-SHUFFLE-CLEVEL`` (e.g. ``normal-shuffle-5``);
@@ -49,7 +48,8 @@ SWEEP = ("lockstep:32", "lockstep:64", "lockstep:128",
          "table:64:long=16,stage=512", "table:64:long=64,stage=512",
          "table:64:copy_from=0,stage=512", "table:64:stage=512,unshuffle=1", "lockstep:32:unshuffle=1")
 KEYS = {"batch": "LZ4_BATCH", "long": "LZ4_LONG", "stage": "LZ4_STAGE", "copy_from": "LZ4_COPY_FROM",
-        "unshuffle": "LZ4_UNSHUFFLE", "parse": "LZ4_PARSE"}
+        "unshuffle": "LZ4_UNSHUFFLE", "parse": "LZ4_PARSE",
+        "group": "LZ4_GROUP_LANE"}
 
 
 def parse_variant(spec):

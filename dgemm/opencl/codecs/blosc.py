@@ -232,7 +232,8 @@ TUNED: tuple = (("H100", 64, {"LZ4_MODE": 1, "LZ4_PARSE": 2}), ("H200", 64, {"LZ
 
 # lz4.cl's parameters other than LZ4_WG (the lanes), with what each may be; see the kernel's notes.
 PARAMS = {"LZ4_MODE": (0, 1), "LZ4_BATCH": range(1, 1025), "LZ4_LONG": range(1 << 20),
-          "LZ4_COPY_FROM": range(1024), "LZ4_STAGE": range(1 << 16), "LZ4_UNSHUFFLE": (0, 1), "LZ4_PARSE": (0, 2)}
+          "LZ4_COPY_FROM": range(1024), "LZ4_STAGE": range(1 << 16), "LZ4_UNSHUFFLE": (0, 1), "LZ4_PARSE": (0, 2),
+          "LZ4_GROUP_LANE": range(1024)}
 
 
 # Bytes lz4.cl's wide parser's walk may read past a row's end (18 at most; never using them): the frames'
@@ -267,6 +268,8 @@ def _options(lanes: int, params: dict) -> tuple:
             raise ValueError(f"lz4.cl: {name}={value!r} is not one of its parameters' values {sorted(PARAMS)}")
     if params.get("LZ4_COPY_FROM", 0) >= lanes:
         raise ValueError(f"lz4.cl: LZ4_COPY_FROM={params['LZ4_COPY_FROM']} leaves none of {lanes} lanes to copy")
+    if params.get("LZ4_GROUP_LANE", 0) >= lanes:
+        raise ValueError(f"lz4.cl: LZ4_GROUP_LANE={params['LZ4_GROUP_LANE']} is not one of its {lanes} lanes")
     return (("LZ4_WG", lanes),) + tuple(sorted(params.items()))
 
 
