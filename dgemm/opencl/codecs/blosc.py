@@ -223,12 +223,13 @@ def plan(frame, name: str = "frame") -> FramePlan:
 # H100: the token table with 32 lanes was the fastest or within 6 % of it on every case swept
 # (results/2026-11-26-nvidia-h100-blosc-lz4-variants-b64bfae.json: normal floats shuffled 38.9 GB/s
 # against 26.6 for the lockstep kernel, random walk 30.5 against 28.9, clevel 1 101.5 against 77.5).  Its
-# wide parser (LZ4_PARSE 2) on 64 lanes, the walking lane in a warp apart from the 32 copying ones, was
-# faster in every case (results/2026-11-27-nvidia-h100-blosc-lz4-wide5-500c989.json, same run: 84.4 against
-# 40.8, 41.2 against 31.6, 166.4 against 109.9); 32 lanes were faster at clevel 1 (179.3) but slower at
-# Zarr's default, clevel 5 (69.7), so 64 it is.
+# wide parser (LZ4_PARSE 2) on 64 lanes, the walking lane in a warp apart from the 32 copying ones, the
+# first of which makes phase 2's groups (LZ4_GROUP_LANE 32), was faster in every case
+# (results/2026-11-27-nvidia-h100-blosc-lz4-wide6-ac0d33a.json, same run: 97.9 against 40.8, 48.0 against
+# 31.5, 189.2 against 109.5; 32 lanes: 68.6, 38.6, 182.9).
 # H200: the same GH100 chip and SMs, with more and faster memory; not swept on its own.
-TUNED: tuple = (("H100", 64, {"LZ4_MODE": 1, "LZ4_PARSE": 2}), ("H200", 64, {"LZ4_MODE": 1, "LZ4_PARSE": 2}))
+TUNED: tuple = (("H100", 64, {"LZ4_MODE": 1, "LZ4_PARSE": 2, "LZ4_GROUP_LANE": 32}),
+                ("H200", 64, {"LZ4_MODE": 1, "LZ4_PARSE": 2, "LZ4_GROUP_LANE": 32}))
 
 # lz4.cl's parameters other than LZ4_WG (the lanes), with what each may be; see the kernel's notes.
 PARAMS = {"LZ4_MODE": (0, 1), "LZ4_BATCH": range(1, 1025), "LZ4_LONG": range(1 << 20),
