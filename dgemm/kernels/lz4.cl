@@ -449,37 +449,41 @@ uint walk_tokens(const __global uchar* in, const long n_in_, const int stop, uin
                  __local uint* pos)
 {
     if (stop || *wdone_) return 0;
-    uint p = *wp_;
+    uint nw = 0, p = *wp_;
     const uint n_in = (uint)n_in_;
-    __local uint* w = pos;
-    __local uint* const end = pos + LZ4_BATCH;
     uint t = in[p];
-    for (;;) {
-        // the common token: no extra length bytes, its literals end 8 or more bytes before the input's
-        // end, so the next token is 2 bytes (the offset) past them.  That byte is loaded before the test
-        // (q <= p + 18: inside the buffer's PAD_READ bytes past the row), so its wait overlaps the test's;
-        // any other token goes through seq_at.
-        const uint q = p + 3 + (t >> 4);
-        const uint tq = in[q];
-        *w++ = p;
-        if (t >= 0xF0 || (t & 15) == 15 || q + 6 > n_in) {
-            long lsrc, lit, len, next;
-            uint off;
-            const uint f = seq_at(in, p, n_in_, &lsrc, &lit, &off, &len, &next);
-            if (f & ~F_EXACT) {
-                *wdone_ = 1;
-                break;
-            }
-            p = (uint)next;
-            t = in[p];                                          // p <= n_in - 4
-        } else {
-            p = q;
-            t = tq;
-        }
-        if (w == end) break;
+    // The common token: no extra length bytes, its literals end 8 or more bytes before the input's end,
+    // so the next token is 2 bytes (the offset) past them.  That byte is loaded before the test (q <= p +
+    // 18: inside the buffer's PAD_READ bytes past the row), so its wait overlaps the test's; any other
+    // token goes through seq_at.  Two tokens a turn: the loop's own instructions once for both.
+#define WALK_STEP                                                                     \
+    {                                                                                 \
+        const uint q = p + 3 + (t >> 4);                                              \
+        const uint tq = in[q];                                                        \
+        pos[nw++] = p;                                                                \
+        if (t < 0xF0 && (t & 15) != 15 && q + 6 <= n_in) {                            \
+            p = q;                                                                    \
+            t = tq;                                                                   \
+        } else {                                                                      \
+            long lsrc, lit, len, next;                                                \
+            uint off;                                                                 \
+            const uint f = seq_at(in, p, n_in_, &lsrc, &lit, &off, &len, &next);      \
+            if (f & ~F_EXACT) {                                                       \
+                *wdone_ = 1;                                                          \
+                break;                                                                \
+            }                                                                         \
+            p = (uint)next;                                                           \
+            t = in[p];                          /* p <= n_in - 4 */                   \
+        }                                                                             \
+        if (nw == LZ4_BATCH) break;                                                   \
     }
+    for (;;) {
+        WALK_STEP
+        WALK_STEP
+    }
+#undef WALK_STEP
     *wp_ = p;
-    return (uint)(w - pos);
+    return nw;
 }
 
 // parse_batch's work, its table and its errors, with every lane (LZ4_PARSE 2), for the nw sequences walked
