@@ -225,8 +225,8 @@ def plan(frame, name: str = "frame") -> FramePlan:
 # against 26.6 for the lockstep kernel, random walk 30.5 against 28.9, clevel 1 101.5 against 77.5).  Its
 # wide parser (LZ4_PARSE 2) on 64 lanes, the walking lane in a warp apart from the 32 copying ones, the
 # first of which makes phase 2's groups (LZ4_GROUP_LANE 32), was faster in every case
-# (results/2026-11-27-nvidia-h100-blosc-lz4-wide6-ac0d33a.json, same run: 97.9 against 40.8, 48.0 against
-# 31.5, 189.2 against 109.5; 32 lanes: 68.6, 38.6, 182.9).
+# (results/2026-11-27-nvidia-h100-blosc-lz4-wide8-ddd5f54.json, same run: 108.3 against 40.8, 50.2 against
+# 31.5, 205.3 against 106.1; 32 lanes: 72.7, 39.9, 180.5; 96 lanes: 99.4, 50.1, 179.5).
 # H200: the same GH100 chip and SMs, with more and faster memory; not swept on its own.
 TUNED: tuple = (("H100", 64, {"LZ4_MODE": 1, "LZ4_PARSE": 2, "LZ4_GROUP_LANE": 32}),
                 ("H200", 64, {"LZ4_MODE": 1, "LZ4_PARSE": 2, "LZ4_GROUP_LANE": 32}))
