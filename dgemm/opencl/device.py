@@ -624,6 +624,9 @@ def device_error(device: str, what: str, error: BaseException) -> DeviceError:
     "device 'H100': launching the GEMM kernel failed: RuntimeError: clEnqueueNDRangeKernel failed"
     >>> type(device_error("H100", "allocating C", RuntimeError("MEM_OBJECT_ALLOCATION_FAILURE"))).__name__
     'DeviceMemoryError'
+    >>> "apt-get install pocl-opencl-icd" in str(device_error("pthread-AMD EPYC", "building lz4.cl",
+    ...     RuntimeError("clBuildProgram failed: error: unknown target CPU 'generic'")))
+    True
     """
     what_failed = str(error).strip() or type(error).__name__
     code = getattr(error, "code", None)
@@ -632,6 +635,10 @@ def device_error(device: str, what: str, error: BaseException) -> DeviceError:
             or type(error).__name__ == "MemoryError":
         return DeviceMemoryError(f"device {device!r}: {what} failed: {detail}; the device is out of memory: set "
                                  "DGEMM_DEVICE_MEMORY_LIMIT lower on the worker, or use smaller blocks")
+    if "unknown target CPU" in what_failed:
+        # pocl-binary-distribution's PoCL (3.0, LLVM 14) builds nothing on CPUs its LLVM does not know (AMD Zen 5)
+        detail += ("; this PoCL's compiler does not know the host's CPU: use the system's PoCL (Debian: apt-get "
+                   "install pocl-opencl-icd) alone, with OCL_ICD_VENDORS=/etc/OpenCL/vendors/pocl.icd")
     return DeviceError(f"device {device!r}: {what} failed: {detail}")
 
 
