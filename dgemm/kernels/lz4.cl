@@ -490,8 +490,8 @@ uint walk_tokens(const __global uchar* in, const long n_in_, const int stop, uin
 // into pos: every lane reads its sequences into the slot (their input-side facts, F_*); a scan of their
 // lengths gives their output positions; every lane applies the output-side rules to its sequences, and the
 // first that breaks a rule or ends the stream (an atomic minimum) ends the batch where parse_batch would;
-// every lane places its matches that read output from before the batch; lane 0 puts the others into
-// phase 2's ordered groups.  Lengths in the slot are capped at n_out + 1 and the scan's sums saturate
+// every lane places its matches that read output from before the batch and marks the others (their source's
+// end) for group_matches, which LZ4_GROUP_LANE runs in the batch's phase 1.  Lengths in the slot are capped at n_out + 1 and the scan's sums saturate
 // there: a longer literal or match breaks a rule anyway (so each answer is kept), and the sums stay in 32
 // bits (n_out <= blosc.MAX_BLOCKSIZE < 2^30).  Called by every lane at the same point (it holds barriers);
 // only lane 0's state (op, err, last) is the stream's.
