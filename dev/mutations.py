@@ -9,7 +9,8 @@ no:cacheprovider ...`` in the copy, with the copy first on ``PYTHONPATH``, so
 the test process and the cluster workers it starts import the mutated
 ``dgemm``), and puts the file back.  The working tree is never touched.
 
-Outcomes: ``caught`` (a selected test failed; the first is named),
+Outcomes: ``caught`` (a selected test failed, the first is named; or its process died of a signal, as when a
+mutation makes a kernel read out of bounds on PoCL: "crashed (signal 11) in ..."),
 ``SURVIVED`` (they all passed), ``not run`` (all skipped, e.g. GPU-only tests
 here), ``anchor not found`` (the file has changed since the mutation was
 written: update its ``original``), ``no tests selected``, ``error`` (pytest
@@ -1114,6 +1115,9 @@ def run_tests(copy: Path, env: dict, tests: tuple[str, ...], timeout: float) -> 
         rc, out = None, e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
     seconds = time.perf_counter() - t0
     failed = re.findall(r"^(?:FAILED|ERROR) (.+?)(?: - .*)?$", out, re.M)   # test ids may hold spaces
+    if rc is not None and rc < 0:       # the test process died of a signal: the mutation made a kernel fault
+        where = re.findall(r'File "[^"]*?(tests/[^"]+)", line \d+ in (test_\w+)', out)
+        failed = [f"crashed (signal {-rc})" + (f" in {where[-1][0]}::{where[-1][1]}" if where else "")]
     counts = {}
     summary = [line for line in out.splitlines() if re.search(r"\d+ (passed|failed|skipped|error)", line)]
     if summary:
@@ -1127,7 +1131,7 @@ def outcome(result: dict) -> str:
     rc, counts = result["rc"], result["counts"]
     if rc is None:
         return "timeout"
-    if rc == 1:
+    if rc == 1 or (rc < 0 and result.get("failed")):    # a failed test, or a crash (a faulting kernel) in one
         return "caught"
     if rc == 0:
         return "SURVIVED" if counts.get("passed") or counts.get("xpassed") else "not run"

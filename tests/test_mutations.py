@@ -33,3 +33,19 @@ def test_each_mutation_has_its_anchor_once_and_its_tests(m):
     assert MODULE.anchor_problem(ROOT, m) is None, f"{m.name}: {MODULE.anchor_problem(ROOT, m)} in {m.file}"
     files = [t for t in m.tests if t.startswith("tests/")]
     assert files and all((ROOT / t.split("::")[0]).is_file() for t in files), f"{m.name}: missing {files}"
+
+
+def test_a_test_killed_by_a_signal_counts_as_caught_and_is_named(tmp_path):
+    """A mutation that makes a kernel read out of bounds can crash PoCL's process, not fail a test: the pass
+    counts that as caught and names the test that was running (faulthandler's trace)."""
+    import os
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_boom.py").write_text(
+        "import os\nimport signal\n\n\ndef test_fine():\n    pass\n\n\ndef test_boom():\n"
+        "    os.kill(os.getpid(), signal.SIGSEGV)\n")
+    crashed = MODULE.run_tests(tmp_path, dict(os.environ), ("tests/test_boom.py",), timeout=120)
+    assert crashed["rc"] == -11
+    assert crashed["failed"] == "crashed (signal 11) in tests/test_boom.py::test_boom"
+    assert MODULE.outcome(crashed) == "caught"
+    fine = MODULE.run_tests(tmp_path, dict(os.environ), ("tests/test_boom.py::test_fine",), timeout=120)
+    assert fine["rc"] == 0 and MODULE.outcome(fine) == "SURVIVED"
