@@ -4,7 +4,7 @@
 # Run from anywhere after `source .whl/gpu-env.sh`.  Each step times blosc_decode.py's variants (each checked bit
 # for bit against numcodecs first) on normal and random-walk float32 at clevel 5 and normal float32 at clevel 1;
 # puts the step's build through CUDA and NVIDIA's profiler (per-instruction stall samples; lz4_in_cuda.py checks its
-# planes against the OpenCL launch's); runs the GPU-marked tests where the step asks; runs the Blosc tests and the
+# planes against the OpenCL launch's) and keeps its PTX (its SASS can then be read without a GPU: ptxas, nvdisasm); runs the GPU-marked tests where the step asks; runs the Blosc tests and the
 # step's mutations on the machine's PoCL CPU device.  A step ran at its commit (its record,
 # results/2026-11-27-nvidia-h100-blosc-lz4-STEP-COMMIT.json, names it); lean and lean2 time LZ4_PARSE 1, removed
 # since (slower than 2), so they run only at their commits.
@@ -64,7 +64,7 @@ python3 bench/notes/issue-28/blosc_decode.py "$OUT/blosc-$step.json" --no-host -
 if [ -n "$profile" ]; then
     L=bench/notes/issue-28/lz4_in_cuda.py
     params=$(for p in $profile; do printf -- '--param %s ' "$p"; done)
-    python3 $L $params > "$OUT/lz4-$step-in-cuda.jsonl"
+    python3 $L $params --save-ptx "$OUT/lz4-$step.ptx" > "$OUT/lz4-$step-in-cuda.jsonl"
     ncu --clock-control none -k regex:lz4_streams -c 2 --set full --import-source yes -o "$OUT/lz4-$step" \
         python3 $L --reps 1 $params > "$OUT/ncu-$step.log" 2>&1
     ncu --import "$OUT/lz4-$step.ncu-rep" --page source --csv --print-source sass --launch-skip 1 --launch-count 1 \

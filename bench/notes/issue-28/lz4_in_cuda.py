@@ -34,7 +34,11 @@ def main():
     p.add_argument("--clevel", type=int, default=5, help="Blosc's compression level (default 5, Zarr's)")
     p.add_argument("--reps", type=int, default=5, help="timed launches each way (default 5)")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
-                   help="a kernel parameter over the tuned build's (e.g. LZ4_PARSE=1); repeatable")
+                   help="a kernel parameter over the tuned build's (e.g. LZ4_PARSE=2); repeatable")
+    p.add_argument("--save-ptx", metavar="PATH",
+                   help="also write the build's PTX (NVIDIA's OpenCL binary) there: its SASS can then be read on a "
+                        "machine without a GPU (ptxas -arch=sm_90 PATH -o k.cubin; nvdisasm from PyPI's "
+                        "nvidia-cuda-nvdisasm wheel)")
     args = p.parse_args()
 
     import numpy as np
@@ -98,6 +102,9 @@ def main():
     import cupy
 
     cuda = _ptx_in_cuda()
+    if args.save_ptx:
+        with open(args.save_ptx, "wb") as f:
+            f.write(prog.program.get_info(cl.program_info.BINARIES)[0].rstrip(b"\0"))
     kernel = cuda.opencl_kernel_in_cuda(prog.program, "lz4_streams")
     dsrc, drows = cupy.asarray(src), cupy.asarray(rows)
     ddst = cupy.full(total, 0xA5, cupy.uint8)
