@@ -479,8 +479,6 @@ MUTATIONS = [
              (TB, "-k", "round_trips and wide"), "the wide parser's scan leaves out one sequence in each round"),
     Mutation("lz4-wide-match-end-reason", "dgemm/kernels/lz4.cl", "            else code = STOP_IN | LZ4_E_MATCH_END;", "            else code = STOP_IN | LZ4_E_BEFORE;",
              (TB, "-k", "refuses and wide"), "the wide parser calls a match into the last 5 output bytes one that starts before the output"),
-    Mutation("lz4-wide-no-group-fence", "dgemm/kernels/lz4.cl", "        const int fence = e > dirty;", "        const int fence = 0;",
-             (TB, "-k", "round_trips and wide"), "the wide parser's phase 2 groups never wait for the matches before them"),
     Mutation("lz4-wide-independent-too-soon", "dgemm/kernels/lz4.cl", "            if (src_end <= start) {\n                if (len > LZ4_LONG) tab[T_LONG + atomic_inc", "            if (src_end <= lit_end) {\n                if (len > LZ4_LONG) tab[T_LONG + atomic_inc",
              (TB, "-k", "round_trips and wide"), "the wide parser copies a match that reads the batch's own output in phase 1"),
     Mutation("lz4-wide-walk-extra-length", "dgemm/kernels/lz4.cl", "if (t < 0xF0 && (t & 15) != 15 && q + 6 <= n_in) {  ", "if ((t & 15) != 15 && q + 6 <= n_in) {  ",

@@ -293,9 +293,28 @@ int more_length_t(const __global uchar* in, __local const uchar* win, const long
     return 0;
 }
 
+// Sequence t's match, which reads this batch's own output up to src_end, into phase 2's list, in order, in
+// groups that read nothing written since their barrier (`dirty`: the first byte phase 2 wrote since it); a
+// long match is a group of its own.  m: the match's output position.
+static inline __attribute__((always_inline))
+void group_match(__local uint* tab, const uint t, const uint m, const uint src_end, const uint len,
+                 uint* dirty, int* open_short, uint* ndep, uint* ngroups)
+{
+    const int fence = src_end > *dirty;
+    const int longer = len > LZ4_LONG;
+    if (fence || longer || !*open_short) {
+        tab[T_GFIRST + *ngroups] = *ndep;
+        tab[T_GFLAGS + *ngroups] = (fence ? G_BARRIER : 0) | (longer ? G_LONG : 0);
+        (*ngroups)++;
+        if (fence) *dirty = UINT_MAX;
+        *open_short = !longer;
+    }
+    tab[T_DEP + (*ndep)++] = t;
+    *dirty = min(*dirty, m);
+}
+
 // Sequence t's match (its checks passed, so it lies in the row's output) into the slot's lists: copied
-// in phase 1 when it reads only output from before the batch (`start`), else in phase 2, in order, in
-// groups that read nothing written since their barrier (`dirty`: the first byte phase 2 wrote since it).
+// in phase 1 when it reads only output from before the batch (`start`), else in phase 2 (group_match).
 // m: the match's output position; it reads out[m - off, m - off + min(len, off)) (see the lockstep kernel).
 static inline __attribute__((always_inline))
 void place_match(__local uint* tab, const uint t, const uint m, const uint off, const uint len, const uint start,
@@ -306,17 +325,7 @@ void place_match(__local uint* tab, const uint t, const uint m, const uint off, 
         if (len > LZ4_LONG) tab[T_LONG + (*nlong)++] = 2 * t + 1;
         else tab[T_SHORT + t] = 1;
     } else {
-        const int fence = src_end > *dirty;
-        const int longer = len > LZ4_LONG;
-        if (fence || longer || !*open_short) {
-            tab[T_GFIRST + *ngroups] = *ndep;
-            tab[T_GFLAGS + *ngroups] = (fence ? G_BARRIER : 0) | (longer ? G_LONG : 0);
-            (*ngroups)++;
-            if (fence) *dirty = UINT_MAX;
-            *open_short = !longer;
-        }
-        tab[T_DEP + (*ndep)++] = t;
-        *dirty = min(*dirty, m);
+        group_match(tab, t, m, src_end, len, dirty, open_short, ndep, ngroups);
     }
 }
 
@@ -597,7 +606,7 @@ void parse_wide(const __global uchar* in, const long n_in_, const long n_out_, c
 }
 
 // Phase 2's ordered groups of a batch built by parse_wide (its matches that read the batch's own output,
-// marked by their source's end in src_end, 0 for none), as place_match makes them: by one lane, in phase 1
+// marked by their source's end in src_end, 0 for none), as parse_batch makes them (group_match): by one lane, in phase 1
 // of the batch's own turn (LZ4_GROUP_LANE), beside the walk of the next batch and the copies.
 static inline __attribute__((always_inline))
 void group_matches(__local uint* tab, __local uint* counts, __local const uint* src_end, const uint nt)
@@ -608,19 +617,8 @@ void group_matches(__local uint* tab, __local uint* counts, __local const uint* 
     for (uint k = 0; k < nt; k++) {
         const uint e = src_end[k];
         if (e == 0) continue;
-        __local uint* row = tab + k;
-        const uint len = row[T_MLEN], m = row[T_OP] + row[T_LLEN];
-        const int fence = e > dirty;
-        const int longer = len > LZ4_LONG;
-        if (fence || longer || !open_short) {
-            tab[T_GFIRST + ngroups] = ndep;
-            tab[T_GFLAGS + ngroups] = (fence ? G_BARRIER : 0) | (longer ? G_LONG : 0);
-            ngroups++;
-            if (fence) dirty = UINT_MAX;
-            open_short = !longer;
-        }
-        tab[T_DEP + ndep++] = k;
-        dirty = min(dirty, m);
+        const __local uint* row = tab + k;
+        group_match(tab, k, row[T_OP] + row[T_LLEN], e, row[T_MLEN], &dirty, &open_short, &ndep, &ngroups);
     }
     counts[2] = ndep;
     counts[3] = ngroups;
