@@ -267,12 +267,16 @@ PER_JOB = 2
 
 def one_node(node: Path) -> dict:
     """What this one-node cluster adds to the recipe: small jobs of PER_JOB workers on the CPU device, in their
-    own folder and environment (the prologue: a node's own temporary folder, the tests' hermetic tuning database)."""
+    own folder and environment (the prologue: a node's own temporary folder, the tests' hermetic tuning database,
+    and the tests' OpenCL drivers: ``--export=NONE`` keeps conftest's ``OCL_ICD_VENDORS`` from the jobs, whose
+    workers would otherwise see a second PoCL where one is installed, and ``cpu`` names every CPU device)."""
+    drivers = os.environ.get("OCL_ICD_VENDORS")
     return dict(gpus_per_node=PER_JOB, cores=PER_JOB, memory="4GB", partition="debug",
                 devices=",".join(["cpu"] * PER_JOB),
                 extra_directives=[f"--chdir={node}", "--export=NONE"],
                 prologue=[f"export TMPDIR={node / 'tmp'}",
-                          f"export DGEMM_TUNING_DB={shlex.quote(os.environ['DGEMM_TUNING_DB'])}"])
+                          f"export DGEMM_TUNING_DB={shlex.quote(os.environ['DGEMM_TUNING_DB'])}",
+                          *([f"export OCL_ICD_VENDORS={shlex.quote(drivers)}"] if drivers else [])])
 
 
 def as_flags(values: dict) -> list[str]:
