@@ -11,9 +11,15 @@
 //
 // The rules are LZ4's block format as lz4 1.10's LZ4_decompress_safe applies
 // them to a full block (c-blosc's decoder), so a stream is refused exactly
-// where c-blosc refuses it, with one exception: a match offset of 0, which
-// the format calls invalid and lz4's decoder lets through (it writes bytes of
-// its own choosing); here it is an error.
+// where c-blosc refuses it, with two exceptions, both streams no LZ4 encoder
+// writes: a match offset of 0, which the format calls invalid and lz4's
+// decoder lets through (it writes bytes of its own choosing); and a block
+// that breaks the format's end conditions (a match starting in the output's
+// last 12 bytes or ending in its last 5) where lz4's fast paths skip those
+// checks (its shortcut for short sequences, and its fast loop on x86-64 and
+// some ARM builds only: lz4 itself answers differently by platform).  The
+// format lets a decoder refuse such a block (doc/lz4_Block_format.md, "End
+// of block conditions"); here it is an error.
 //
 // Parameters (#ifndef, like the GEMM kernels'):
 //   LZ4_WG  lanes per stream (the work-group size).  All lanes walk the

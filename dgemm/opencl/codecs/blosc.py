@@ -28,7 +28,10 @@ the frame, this path raises instead of guessing: a frame shorter than its
 header's ``cbytes`` (c-blosc reads past it), split streams that do not cover
 their block (c-blosc leaves bytes of its scratch memory there), and an LZ4
 match offset of 0 (invalid in LZ4's format; lz4's decoder writes bytes of its
-own choosing).
+own choosing).  LZ4 blocks that break the format's end conditions (a match
+starting in the output's last 12 bytes or ending in its last 5) are refused,
+as the format allows, also where lz4's fast paths let one through (which ones
+depends on the platform lz4 was built for); no LZ4 encoder writes them.
 """
 from __future__ import annotations
 
