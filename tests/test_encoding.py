@@ -297,7 +297,7 @@ def _device_buffers(dask_worker=None):
 
 
 def test_no_device_buffer_is_left_after_encoded_products(client, setting, tmp_path, rng):
-    """The encoder's scratch and its own buffers go with each block; the engine's go at the run's end."""
+    """The encoder's kept buffers (Device.encode_scratch) and the engine's go at the run's end."""
     import time
 
     setting("on")

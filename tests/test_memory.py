@@ -178,13 +178,16 @@ def _cache_budget(dask_worker=None):
     return dask_worker.plugins["dgemm"].state.device.cache.budget
 
 
-def test_the_panel_cache_leaves_the_decode_slots_room(one_worker, tmp_path, rng):
+def test_the_panel_cache_leaves_the_decode_slots_and_the_encoder_room(one_worker, tmp_path, rng):
     """device-codecs on: the panel cache's budget is the same product's under off, less what the device's
     decode slots may hold (SLOTS calls of the largest input block, each its frames, literals, origins and
-    scratch), so that the cache and the decodes never ask the device for more than its share together."""
+    scratch) and what its encoder keeps for C's block (zstd chunks: the frames, tables), so that the cache
+    and the codecs never ask the device for more than its share together."""
     import _device_codecs
 
     from dgemm.opencl.scratch import SLOTS
+    from dgemm.storage import encoded
+    from dgemm.worker import encoding
     from dgemm.worker.decoding import CALL_BYTES_PER_BYTE
 
     client = one_worker
@@ -204,8 +207,12 @@ def test_the_panel_cache_leaves_the_decode_slots_room(one_worker, tmp_path, rng)
     finally:
         next(set_codecs, None)
     largest = max(xa.nbytes, xb.nbytes)          # one block each: the arrays are below the CPU's block size
+    c = encoded.chunks_of(zarr.open_array(str(tmp_path / "c-on.zarr"), mode="r+"), (0, 96), (0, 64))
+    assert c is not None, "C's chunks (zarr's default zstd) are not ones the device encodes"
+    kept = encoding.device_bytes(c)
+    assert kept >= c.chunk_nbytes * len(c.pieces)
     assert budgets["off"] > 0
-    assert budgets["off"] - budgets["on"] == int(SLOTS * CALL_BYTES_PER_BYTE * largest), budgets
+    assert budgets["off"] - budgets["on"] == int(SLOTS * CALL_BYTES_PER_BYTE * largest) + kept, budgets
 
 
 def _device_memory_used() -> int | None:

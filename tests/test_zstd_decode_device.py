@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 
 import numpy as np
 import pytest
@@ -268,10 +269,11 @@ def mutations(frame: bytes, rng, count: int):
 
 
 def test_corrupt_frames_are_refused_or_decoded_as_libzstd_does(dev, libzstd, rng):
+    """40 corrupt versions of each frame of the corpus; ``DGEMM_FUZZ_ROUNDS`` of them for a longer search."""
     counts: dict = {}
     for base in corpus_bases(rng):
         compare(dev, libzstd, base, counts)
-        for g in mutations(base, rng, 40):
+        for g in mutations(base, rng, int(os.environ.get("DGEMM_FUZZ_ROUNDS") or 40)):
             compare(dev, libzstd, g, counts)
     print(counts)
     assert counts.get("refused", 0) > 500 and counts.get("decoded", 0) > 100

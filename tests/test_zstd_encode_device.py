@@ -272,3 +272,57 @@ def test_frames_into_a_host_array(dev, z3):
         z3.decode(f, got, "region")
         assert got.tobytes() == raw[o:o + n]
     assert (host[sum(len(f) for f in frames):] == 0xFF).all(), "written past the frames"
+
+
+def test_kept_buffers_are_reused_taken_in_turn_and_given_back(dev, z3):
+    """``keep=True`` within the device's encoder slot: the buffers of the first call serve the next (a larger
+    call grows them, a smaller one allocates nothing), whatever the last call left in them changes no frame
+    (each frame is the one fresh buffers give), two threads take turns, and ``Device.trim`` gives them back."""
+    import threading
+
+    import pyopencl as cl
+    rng = np.random.default_rng(12)
+    values = (rng.standard_normal((600, 32)) @ rng.standard_normal((32, 700))).astype(np.float32)
+    raw = values.tobytes()
+    buf = dev.buffer(len(raw), "test regions")
+    calls = {"small": ([0, 1000], [1000, 300_000]), "large": ([0, 400_000], [400_000, len(raw) - 400_000]),
+             "small again": ([5, 2000], [1000, 250_001])}
+    try:
+        cl.enqueue_copy(dev.queue, buf, values).wait()
+        with poisoned():
+            fresh = {k: ze.encode_zstd(dev, buf, o, n) for k, (o, n) in calls.items()}
+        dev.encode_scratch.release()    # (what earlier tests' encodes on this device kept)
+        before = dev.live_buffers()["buffers"]
+        kept, counts = {}, {}
+        with poisoned(), dev.encode_scratch.slot():
+            for k, (o, n) in calls.items():
+                kept[k] = ze.encode_zstd(dev, buf, o, n, keep=True)
+                counts[k] = dev.live_buffers()["buffers"]
+        assert counts["small"] > before and counts["large"] >= counts["small"], counts
+        assert counts["small again"] == counts["large"], "a smaller call allocated buffers"
+        assert kept == fresh, "a kept buffer's old bytes changed a frame"
+        for k, (o, n) in calls.items():
+            for f, at, size in zip(kept[k], o, n):
+                got = np.empty(size, np.uint8)
+                z3.decode(f, got, k)
+                assert got.tobytes() == raw[at:at + size], k
+
+        results, errors = {}, []
+
+        def encode(name):
+            try:
+                with dev.encode_scratch.slot():
+                    results[name] = ze.encode_zstd(dev, buf, *calls[name], keep=True)
+            except Exception as e:   # noqa: BLE001  (shown by the assertion below)
+                errors.append(e)
+        threads = [threading.Thread(target=encode, args=(k,)) for k in ("large", "small again")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not errors and results == {k: fresh[k] for k in results} and len(results) == 2, errors
+        assert dev.live_buffers()["buffers"] == counts["large"], "the threads' turns allocated buffers"
+    finally:
+        buf.release()
+    dev.trim(keep_pinned=True)
+    assert dev.encode_scratch.nbytes() == 0 and dev.live_buffers()["buffers"] < counts["large"]

@@ -149,6 +149,9 @@ class Device:
         self._lock = threading.Lock()
         # reader threads' decode buffers and queues (device codecs), given back by trim()
         self.scratch = Scratch(self)
+        # the device encoder's buffers (one set, its calls taking turns: they share the GEMMs' queue anyway),
+        # kept from one C block to the next and given back by trim(): a release waits for the device to idle
+        self.encode_scratch = Scratch(self, slots=1)
         # Kernels that could not be built here, and why (the wgmma kernel's PTX route can fail
         # with a driver it was not tried on); choice() says so, and the worker's description with it.
         self.failed: dict[KernelParams, str] = {}
@@ -330,8 +333,8 @@ class Device:
         """Give back what a finished run held: the panel cache, and page-locked memory beyond a bounded pool.
 
         Drops every panel cache entry no product uses (releasing its device
-        buffer), and the reader threads' decode buffers (:mod:`.scratch`) but
-        those of a thread reading now.  ``keep_pinned`` (a run's end): page-locked memory stays for
+        buffer), the reader threads' decode buffers (:mod:`.scratch`) but
+        those of a thread reading now, and the encoder's unless it is encoding.  ``keep_pinned`` (a run's end): page-locked memory stays for
         the next run, so that it does not pin its staging again (16 readers'
         256 MiB buffers take about a second): each reader thread's staging
         buffer (one per thread, of the largest block it read) and the free
@@ -353,6 +356,7 @@ class Device:
         with self._lock:
             busy = set(self._reading)
         self.scratch.release(busy)
+        self.encode_scratch.release()
         if keep_pinned:
             return self.live_buffers()
         with self._lock:

@@ -42,6 +42,18 @@ def target(device, dtype, out) -> encoded.Chunks | None:
     return found
 
 
+def device_bytes(found: encoded.Chunks) -> int:
+    """What the device's encoder scratch (:attr:`Device.encode_scratch`) holds for the block ``found``: the
+    frames at their bound, the chunks laid out side by side where they are not in place, and the tables
+    (a few KiB per 128 KiB block, and a chunk's own), each buffer with the scratch's sixteenth of room; the
+    panel cache leaves it free, as it leaves the decode slots theirs (:func:`dgemm.worker.decoding.device_bytes`)."""
+    from dgemm.opencl.codecs.zstd_encode import frame_bound
+
+    n, k = found.chunk_nbytes, len(found.pieces)
+    laid_out = 0 if all(found.contiguous(p) for p in found.pieces) else k * n
+    return (laid_out + k * frame_bound(n)) * 17 // 16 + k * (n // 16 + (64 << 10))
+
+
 def finisher(device, found: encoded.Chunks):
     """The engine's ``finish(buffer, events)``: encode the ``m x n`` C block in ``buffer`` (C order, on
     ``device``) as ``found``'s chunks; returns ``(EncodedBlock, bytes downloaded)``.
@@ -78,8 +90,17 @@ def encode(device, found: encoded.Chunks, buf, events: list | None = None) -> en
     All chunks as wide as the block and whole are encoded where they lie;
     otherwise every chunk is first copied into a scratch buffer, one after
     another, edge chunks filled with the array's fill value outside the
-    array.  The scratch buffer is released before this returns.
+    array.  The device buffers (the scratch, the encoder's) are the
+    device's encoder scratch (:attr:`Device.encode_scratch`), kept for the
+    next block and given back by ``Device.trim`` at the run's end; blocks
+    encoded at once on one device take turns with them.
     """
+    with device.encode_scratch.slot():
+        return _encode(device, found, buf, events)
+
+
+def _encode(device, found: encoded.Chunks, buf, events) -> encoded.EncodedBlock:
+    """:func:`encode` within the slot of the device's encoder scratch."""
     import pyopencl as cl
 
     from dgemm.opencl.codecs.zstd_encode import encode_zstd, frame_bound
@@ -92,28 +113,25 @@ def encode(device, found: encoded.Chunks, buf, events: list | None = None) -> en
     queue = device.queue                            # in order after the GEMM and the unpadding
     if all(found.contiguous(p) for p in found.pieces):
         frames = encode_zstd(device, buf, [p.at[0] * width * itemsize for p in found.pieces],
-                             [n] * len(found.pieces), names=names, events=events, host=host)
+                             [n] * len(found.pieces), names=names, events=events, host=host, keep=True)
     else:
-        scratch = device.buffer(len(found.pieces) * n, what=f"the encode scratch of {len(found.pieces)} chunks")
-        try:
-            with device.failing(f"laying out {len(found.pieces)} chunks of {n} bytes to encode"):
-                done = []
-                fill = np.asarray(found.fill, found.dtype).reshape(1)
-                rows, cols = found.shape
-                for i, p in enumerate(found.pieces):
-                    if p.size != found.shape:   # an edge chunk: the part outside the array holds the fill value
-                        done.append(cl.enqueue_fill_buffer(queue, scratch, fill, i * n, n))
-                    done.append(cl.enqueue_copy(
-                        queue, scratch, buf,
-                        src_origin=(p.at[1] * itemsize, p.at[0], 0), dst_origin=(0, i * rows, 0),
-                        region=(p.size[1] * itemsize, p.size[0], 1),
-                        src_pitches=(width * itemsize, 0), dst_pitches=(cols * itemsize, 0)))
-                if events is not None:
-                    events.extend(("copy", e) for e in done)
-            frames = encode_zstd(device, scratch, [i * n for i in range(len(found.pieces))],
-                                 [n] * len(found.pieces), names=names, events=events, host=host)
-        finally:
-            scratch.release()
+        scratch = device.encode_scratch.buffer("the encode scratch", len(found.pieces) * n)
+        with device.failing(f"laying out {len(found.pieces)} chunks of {n} bytes to encode"):
+            done = []
+            fill = np.asarray(found.fill, found.dtype).reshape(1)
+            rows, cols = found.shape
+            for i, p in enumerate(found.pieces):
+                if p.size != found.shape:   # an edge chunk: the part outside the array holds the fill value
+                    done.append(cl.enqueue_fill_buffer(queue, scratch, fill, i * n, n))
+                done.append(cl.enqueue_copy(
+                    queue, scratch, buf,
+                    src_origin=(p.at[1] * itemsize, p.at[0], 0), dst_origin=(0, i * rows, 0),
+                    region=(p.size[1] * itemsize, p.size[0], 1),
+                    src_pitches=(width * itemsize, 0), dst_pitches=(cols * itemsize, 0)))
+            if events is not None:
+                events.extend(("copy", e) for e in done)
+        frames = encode_zstd(device, scratch, [i * n for i in range(len(found.pieces))],
+                             [n] * len(found.pieces), names=names, events=events, host=host, keep=True)
     sizes = tuple(len(f) for f in frames)
     total = sum(sizes)
     fastpaths.codec("device_encoded_bytes", n * len(found.pieces))

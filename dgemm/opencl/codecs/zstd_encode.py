@@ -278,7 +278,7 @@ def region_tables(hists: np.ndarray) -> list:
 
 
 def encode_zstd(device, buf, offsets, nbytes, names=None, events: list | None = None, lanes: int | None = None,
-                timings: dict | None = None, host: np.ndarray | None = None) -> list:
+                timings: dict | None = None, host: np.ndarray | None = None, keep: bool = False) -> list:
     """Encode regions of a device buffer as zstd frames on the device; returns one frame per region.
 
     Parameters
@@ -303,6 +303,11 @@ def encode_zstd(device, buf, offsets, nbytes, names=None, events: list | None = 
         :func:`frame_bound` over the regions: the frames are downloaded into it,
         back to back from its start, and returned as memoryviews of it, with no
         copy (the copy into ``bytes`` of a large frame costs more than its download).
+    keep : bool
+        Take the device buffers from the slot of :attr:`Device.encode_scratch` that the caller holds
+        (``with device.encode_scratch.slot():``), kept for the next call and given back by
+        ``Device.trim``, instead of allocating and releasing them: NVIDIA's driver releases a
+        buffer only once the device is idle, so a release waits for the kernels running beside it.
 
     Returns
     -------
@@ -342,9 +347,15 @@ def encode_zstd(device, buf, offsets, nbytes, names=None, events: list | None = 
         if events is not None:
             events.append((what, event))
 
-    def upload(host, what):
-        out = device.buffer(max(host.nbytes, 1), what)
+    def take(nbytes, what):
+        if keep:
+            return device.encode_scratch.buffer(what, nbytes)
+        out = device.buffer(max(nbytes, 1), what)
         buffers.append(out)
+        return out
+
+    def upload(host, what):
+        out = take(host.nbytes, what)
         if host.nbytes:
             record("upload", cl.enqueue_copy(queue, out, host, is_blocking=False))
         return out
@@ -355,9 +366,8 @@ def encode_zstd(device, buf, offsets, nbytes, names=None, events: list | None = 
             tables = [None] * nregions
             if nrows:
                 rows = upload(layout.rows, "zstd stream rows")
-                hists = device.buffer(nrows * 1024, "zstd stream histograms")
-                region_hists = device.buffer(nregions * 1024, "zstd region histograms")
-                buffers += [hists, region_hists]
+                hists = take(nrows * 1024, "zstd stream histograms")
+                region_hists = take(nregions * 1024, "zstd region histograms")
                 record("upload", cl.enqueue_fill_buffer(queue, region_hists, np.uint32(0), 0, nregions * 1024))
                 with prog.lock:
                     record("histogram", prog.histogram(queue, (nrows * lanes,), (lanes,), buf, rows, hists,
@@ -373,8 +383,7 @@ def encode_zstd(device, buf, offsets, nbytes, names=None, events: list | None = 
                     if t is not None:
                         codes[r] = t[0]
                 codes_buf = upload(codes, "zstd Huffman codes")
-                bits_buf = device.buffer(nrows * 12, "zstd stream sizes")
-                buffers.append(bits_buf)
+                bits_buf = take(nrows * 12, "zstd stream sizes")
                 width = -(-nrows // 64) * 64
                 with prog.lock:
                     record("stream_bits", prog.stream_bits(queue, (width,), None, hists, rows, codes_buf, bits_buf,
@@ -386,8 +395,7 @@ def encode_zstd(device, buf, offsets, nbytes, names=None, events: list | None = 
             data, patch_rows, raw_rows = frames.host_bytes()
             if timings is not None:
                 timings["layout"] = timings.get("layout", 0.0) + time.perf_counter() - t0
-            out = device.buffer(frames.total, "zstd frames")
-            buffers.append(out)
+            out = take(frames.total, "zstd frames")
             errors = np.empty(len(frames.encode_rows), np.uint32)
             launched = []
             patches = upload(data, "zstd headers")
@@ -396,8 +404,7 @@ def encode_zstd(device, buf, offsets, nbytes, names=None, events: list | None = 
             if len(errors):
                 enc_rows = upload(frames.encode_rows, "zstd encode rows")
                 enc_bits = upload(frames.encode_bits, "zstd encode sizes")
-                err_buf = device.buffer(errors.nbytes, "zstd encode errors")
-                buffers.append(err_buf)
+                err_buf = take(errors.nbytes, "zstd encode errors")
             with prog.lock:
                 if len(errors):
                     launched.append(("encode", prog.encode(queue, (len(errors) * lanes,), (lanes,), buf, enc_rows,
