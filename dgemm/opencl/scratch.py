@@ -19,6 +19,11 @@ buffers and queue it borrows, so that the device holds the buffers of a few
 calls (a 256 MiB block's take about 1.8 GiB), not of every reader thread.
 A few calls at once keep the device busy (bench/NOTES.md, issue 28); more
 only wait on each other.
+
+The device encoder (``zstd_encode.encode_zstd(keep=True)``) keeps its
+buffers the same way, in a scratch of one slot of its own
+(``Device.encode_scratch``): its calls run on the GEMMs' queue in any case,
+so they take turns, and the device holds one C block's encoder buffers.
 """
 from __future__ import annotations
 
