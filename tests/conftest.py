@@ -105,9 +105,19 @@ def device(request):
 
 @pytest.fixture(scope="session")
 def any_device():
-    """One device (the first CPU device if there is one) for tests that need just one."""
+    """One device (the first CPU device if there is one) for tests that need just one.
+
+    ``DGEMM_TEST_ANY_DEVICE=gpu`` takes the first GPU instead: on a GPU machine the codec tests (round
+    trips, fuzz corpora, hostile frames) then run where the kernels' lanes really run at once, which a
+    CPU's work-items in turn cannot show (a missing barrier, a race on local memory).
+    """
     if not DEVICES:
         pytest.skip("no OpenCL device on this host (install pocl-binary-distribution for a CPU one)")
+    if os.environ.get("DGEMM_TEST_ANY_DEVICE", "").lower() == "gpu":
+        gpus = [d for d in DEVICES if d.type == "GPU"]
+        if not gpus:
+            pytest.fail("DGEMM_TEST_ANY_DEVICE=gpu, and this host has no GPU OpenCL device")
+        return get_device(gpus[0])
     cpus = [d for d in DEVICES if d.type == "CPU"]
     return get_device((cpus or DEVICES)[0])
 
