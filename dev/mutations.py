@@ -452,6 +452,18 @@ MUTATIONS = [
               "tests/test_cli_habits.py::test_worker_device_memory_limit_fraction_is_that_share_of_its_device"),
              "a fraction of the device's memory taken as that many bytes"),
     # -- Blosc-LZ4 decoded on the device (issue 28) ----------------------------------------------
+    Mutation("lz4-unshuffle-wide4-order", "dgemm/kernels/lz4.cl", "as_uint((uchar4)(a.s0, c.s0, d.s0, e.s0))",
+             "as_uint((uchar4)(c.s0, a.s0, d.s0, e.s0))", (TB, "-k", "round_trips and table-4-wide and not apart"),
+             "LZ4_UNSHUFFLE 2 puts a 4-byte element's first two bytes the wrong way round"),
+    Mutation("lz4-unshuffle-wide8-order", "dgemm/kernels/lz4.cl",
+             "o[2 * g + 1] = (uint4)(as_uint((uchar4)(q[0].s2, q[1].s2, q[2].s2, q[3].s2)),",
+             "o[2 * g + 1] = (uint4)(as_uint((uchar4)(q[0].s3, q[1].s2, q[2].s2, q[3].s2)),",
+             (TB, "-k", "round_trips and table-4-wide and not apart"),
+             "LZ4_UNSHUFFLE 2 takes an 8-byte element's first byte from the next element"),
+    Mutation("lz4-unshuffle-wide-tail", "dgemm/kernels/lz4.cl",
+             "        for (uint p = n * ts + get_global_id(0); p < size; p += get_global_size(0)) dst[off + p] = in[p];\n"
+             "        return;", "        return;", (TB, "-k", "table-4-wide and not apart"),
+             "LZ4_UNSHUFFLE 2 leaves the bytes after a block's whole elements unwritten"),
     Mutation("lz4-match-before-start", "dgemm/kernels/lz4.cl",
              "if (err == LZ4_OK && offset > op) err = LZ4_E_BEFORE;",
              "if (err == LZ4_OK && offset > op + 1) err = LZ4_E_BEFORE;",

@@ -30,7 +30,8 @@ POISON = 0xFF
 # its defaults, on several lanes that all copy, and with its parsing lane apart from the copying ones and
 # reading a staged window of the stream, with batches, long-copy threshold and window small enough that
 # these small frames cross batch boundaries, phase-2 groups, copies shared by all lanes and window ends
-# many times.  One also undoes byte shuffles an element per work-item (LZ4_UNSHUFFLE 1); three parse with the
+# many times.  One also undoes byte shuffles an element per work-item (LZ4_UNSHUFFLE 1), another four elements
+# of 4 or 8 bytes a work-item where aligned (LZ4_UNSHUFFLE 2); three parse with the
 # wide parser (LZ4_PARSE 2: lane 0 walks the tokens a batch ahead, every lane reads a sequence and applies
 # the output's rules to it), on one lane, on several, and with its walking lane apart from the copying ones
 # and phase 2's groups made by a copying lane.
@@ -41,7 +42,8 @@ VARIANTS = [pytest.param((1, {}), id="lockstep-1"),
             pytest.param((4, {"LZ4_MODE": 1, "LZ4_BATCH": 3, "LZ4_LONG": 16, "LZ4_COPY_FROM": 1, "LZ4_STAGE": 16}),
                          id="table-4-apart-staged"),
             pytest.param((1, {"LZ4_MODE": 1, "LZ4_PARSE": 2}), id="table-1-wide"),
-            pytest.param((4, {"LZ4_MODE": 1, "LZ4_BATCH": 6, "LZ4_LONG": 8, "LZ4_PARSE": 2}), id="table-4-wide"),
+            pytest.param((4, {"LZ4_MODE": 1, "LZ4_BATCH": 6, "LZ4_LONG": 8, "LZ4_PARSE": 2, "LZ4_UNSHUFFLE": 2}),
+                         id="table-4-wide"),
             pytest.param((4, {"LZ4_MODE": 1, "LZ4_BATCH": 7, "LZ4_COPY_FROM": 1, "LZ4_PARSE": 2, "LZ4_GROUP_LANE": 2}),
                          id="table-4-wide-apart")]
 
@@ -178,7 +180,9 @@ def test_hand_built_frames_shuffle_tails_splits_and_stored_streams(dev, rng, var
     frames = []
     for typesize, blocksize, nbytes in ((3, 1000, 2999), (4, 1024, 5000), (8, 2048, 2048 * 3 + 17),
                                         (5, 641, 641), (16, 4096, 9000), (7, 5, 5),
-                                        (2, 256, 1000), (4, 508, 2000)):   # split just so, and just not
+                                        (2, 256, 1000), (4, 508, 2000),    # split just so, and just not
+                                        # last blocks of whole groups of 4 elements and a tail (LZ4_UNSHUFFLE 2)
+                                        (4, 1024, 1024 + 83), (8, 2048, 2048 + 101)):
         raw = (np.cumsum(rng.integers(-2, 3, nbytes)) % 251).astype(np.uint8).tobytes()
         for shuffle in (None, "byte", "bit"):
             # split streams that do not cover a block leave c-blosc's output undefined (see the fuzz test)
@@ -192,6 +196,10 @@ def test_hand_built_frames_shuffle_tails_splits_and_stored_streams(dev, rng, var
     assert all(isinstance(w, bytes) for w in want)
     assert [len(w) for w in want] == [struct.unpack_from("<i", f, 4)[0] for f in frames]
     assert device_decode(dev, frames, variant).tobytes() == b"".join(want)
+    # again with each frame 16-byte aligned (packed, most start unaligned: both of LZ4_UNSHUFFLE 2's paths)
+    offsets = np.cumsum([0] + [-(-len(w) // 16) * 16 for w in want])
+    got = device_decode(dev, frames, variant, size=int(offsets[-1]), offsets=offsets[:-1])
+    assert all(got[o:o + len(w)].tobytes() == w for o, w in zip(offsets, want))
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

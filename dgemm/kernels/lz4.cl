@@ -52,7 +52,10 @@
 //   LZ4_UNSHUFFLE  how unshuffle_blocks undoes a byte shuffle: 0, a work-item
 //           per output byte (its element's bytes come from typesize planes);
 //           1, a work-item per element: each plane's bytes read coalesced, and
-//           a 4- or 8-byte element written as one word where it is aligned.
+//           a 4- or 8-byte element written as one word where it is aligned;
+//           2, four elements a work-item where the elements are 4 or 8 bytes,
+//           their planes' starts 4-byte aligned and the block 16-byte aligned
+//           (a word read from each plane, 16 bytes written a time), else as 1.
 //   LZ4_STAGE  bytes of the compressed stream staged in local memory for the
 //           parser (mode 1; 0: it reads global memory, through the cache):
 //           while the parser works on one batch, every lane loads the window
@@ -790,7 +793,38 @@ __kernel void unshuffle_blocks(const __global uchar* restrict src,
     const uint n = size / ts;           // whole elements = bytes per byte plane
     const uint shuffled = (mode == 2 && n % 8 != 0) ? 0 : n * ts;
     const __global uchar* in = src + off;
-#if LZ4_UNSHUFFLE == 1
+#if LZ4_UNSHUFFLE == 2
+    // four elements a work-item: a word from each plane (each plane read coalesced, a word a lane), the
+    // bytes put in order in registers, and 16 bytes stored a time
+    if (mode == 1 && (ts == 4 || ts == 8) && (n & 3) == 0 && ((size_t)in & 3) == 0 && ((size_t)(dst + off) & 15) == 0) {
+        const __global uint* w = (const __global uint*)in;
+        __global uint4* o = (__global uint4*)(dst + off);
+        const uint nw = n / 4;          // words a plane
+        for (uint g = get_global_id(0); g < nw; g += get_global_size(0)) {
+            if (ts == 4) {
+                const uchar4 a = as_uchar4(w[g]), c = as_uchar4(w[nw + g]);
+                const uchar4 d = as_uchar4(w[2 * nw + g]), e = as_uchar4(w[3 * nw + g]);
+                o[g] = (uint4)(as_uint((uchar4)(a.s0, c.s0, d.s0, e.s0)), as_uint((uchar4)(a.s1, c.s1, d.s1, e.s1)),
+                               as_uint((uchar4)(a.s2, c.s2, d.s2, e.s2)), as_uint((uchar4)(a.s3, c.s3, d.s3, e.s3)));
+            } else {
+                uchar4 q[8];
+#pragma unroll
+                for (uint j = 0; j < 8; j++) q[j] = as_uchar4(w[j * nw + g]);
+                o[2 * g] = (uint4)(as_uint((uchar4)(q[0].s0, q[1].s0, q[2].s0, q[3].s0)),
+                                   as_uint((uchar4)(q[4].s0, q[5].s0, q[6].s0, q[7].s0)),
+                                   as_uint((uchar4)(q[0].s1, q[1].s1, q[2].s1, q[3].s1)),
+                                   as_uint((uchar4)(q[4].s1, q[5].s1, q[6].s1, q[7].s1)));
+                o[2 * g + 1] = (uint4)(as_uint((uchar4)(q[0].s2, q[1].s2, q[2].s2, q[3].s2)),
+                                       as_uint((uchar4)(q[4].s2, q[5].s2, q[6].s2, q[7].s2)),
+                                       as_uint((uchar4)(q[0].s3, q[1].s3, q[2].s3, q[3].s3)),
+                                       as_uint((uchar4)(q[4].s3, q[5].s3, q[6].s3, q[7].s3)));
+            }
+        }
+        for (uint p = n * ts + get_global_id(0); p < size; p += get_global_size(0)) dst[off + p] = in[p];
+        return;
+    }
+#endif
+#if LZ4_UNSHUFFLE >= 1
     if (mode == 1) {
         __global uchar* out = dst + off;
         const int words = (ts == 4 || ts == 8) && ((size_t)out & (ts - 1)) == 0;

@@ -236,7 +236,7 @@ TUNED: tuple = (("H100", 64, {"LZ4_MODE": 1, "LZ4_PARSE": 2, "LZ4_GROUP_LANE": 3
 
 # lz4.cl's parameters other than LZ4_WG (the lanes), with what each may be; see the kernel's notes.
 PARAMS = {"LZ4_MODE": (0, 1), "LZ4_BATCH": range(1, 1025), "LZ4_LONG": range(1 << 20),
-          "LZ4_COPY_FROM": range(1024), "LZ4_STAGE": range(1 << 16), "LZ4_UNSHUFFLE": (0, 1), "LZ4_PARSE": (0, 2),
+          "LZ4_COPY_FROM": range(1024), "LZ4_STAGE": range(1 << 16), "LZ4_UNSHUFFLE": (0, 1, 2), "LZ4_PARSE": (0, 2),
           "LZ4_GROUP_LANE": range(1024)}
 
 
