@@ -670,3 +670,26 @@ def test_random_lz4_streams_decode_as_lz4_does(dev, rng, variant):
         kinds[how] = kinds.get(how, 0) + 1
     print(counts, kinds)
     assert counts.get("decoded alike", 0) >= 5 and counts.get("both raised", 0) >= 1, counts
+
+
+def test_a_cpu_device_not_in_tuned_takes_the_cpu_parameters(dev, rng, monkeypatch):
+    """Where TUNED names no device, a CPU device gets CPU_PARAMS (the unshuffle four elements a work-item),
+    which decode_blosc builds and runs by default, decoding byte-shuffled floats of both widths exactly."""
+    if dev.info.type != "CPU":
+        pytest.skip("CPU_PARAMS are a CPU device's; this device is a " + dev.info.type)
+    monkeypatch.setattr(blosc, "TUNED", ())
+    assert blosc.default_params(dev) == blosc.CPU_PARAMS and blosc.default_lanes(dev) == 1
+    import pyopencl as cl
+    for dtype in ("float32", "float64"):
+        a = data("walk", 30000, dtype, rng)
+        frame = Blosc("lz4", 5, Blosc.SHUFFLE, 8192).encode(a)
+        out = dev.buffer(a.nbytes)
+        try:
+            blosc.decode_blosc(dev, [frame], out)
+            got = np.empty(a.nbytes, np.uint8)
+            cl.enqueue_copy(dev.queue, got, out).wait()
+        finally:
+            out.release()
+        assert got.tobytes() == a.tobytes(), dtype
+    from dgemm.opencl.codecs import _programs
+    assert ("lz4.cl", (("LZ4_WG", 1), *sorted(blosc.CPU_PARAMS.items()))) in _programs.built(dev)
