@@ -13,6 +13,7 @@ frame's own output.
 from __future__ import annotations
 
 import os
+import re
 import struct
 
 import numpy as np
@@ -230,8 +231,8 @@ def test_other_compressors_are_left_to_the_host(dev, rng):
 
 # -- hostile frames ----------------------------------------------------------------------------
 def lz4_streams(frame: bytes):
-    """Each LZ4 stream of a frame (not the stored ones) and its output size, walked as c-blosc walks them;
-    the walk stops where the frame's layout goes wrong."""
+    """Each LZ4 stream of a frame (not the stored ones): ``(block, stream, output size)``, walked as c-blosc
+    walks them; the walk stops where the frame's layout goes wrong."""
     flags, ts = frame[2], frame[3]
     nbytes, blocksize, _ = struct.unpack_from("<3i", frame, 4)
     if flags & 2 or blocksize <= 0 or ts == 0 or nbytes <= 0:
@@ -252,61 +253,103 @@ def lz4_streams(frame: bytes):
             if n < 0 or pos + n > len(frame):
                 return
             if n != size // nsplits:
-                yield frame[pos:pos + n], size // nsplits
+                yield b, frame[pos:pos + n], size // nsplits
             pos += n
-
-
-def sequences(stream: bytes):
-    """An LZ4 stream's sequences as the format reads them: ``(input position after the literals, output
-    position after them, offset or None for the last, match length)``; the walk stops at a length or an
-    offset that runs past the stream."""
-    ip = op = 0
-    while ip < len(stream):
-        token = stream[ip]
-        ip += 1
-        lit = token >> 4
-        if lit == 15:
-            while ip < len(stream):
-                ip += 1
-                lit += stream[ip - 1]
-                if stream[ip - 1] != 255:
-                    break
-        ip += lit
-        op += lit
-        if ip + 2 > len(stream):
-            yield ip, op, None, 0
-            return
-        offset = stream[ip] | stream[ip + 1] << 8
-        ip += 2
-        length = token & 15
-        if length == 15:
-            while ip < len(stream) and stream[ip] == 255:
-                ip += 1
-                length += 255
-            if ip == len(stream):
-                return
-            length += stream[ip]
-            ip += 1
-        yield ip, op, offset, length + 4
-        op += length + 4
 
 
 def uses_offset_zero(frame: bytes) -> bool:
     """Whether some LZ4 stream of this frame has a match of offset 0 (walked as the format says)."""
-    return any(offset == 0 for stream, _ in lz4_streams(frame) for _, _, offset, _ in sequences(stream))
-
-
-def breaks_end_conditions(frame: bytes) -> bool:
-    """Whether some LZ4 stream of this frame breaks the format's end-of-block conditions before it ends: a
-    match that starts within its output's last 12 bytes or ends within the last 5, or a sequence whose
-    literals leave fewer input bytes than an offset, a token and 5 last literals need.  The format lets a
-    decoder refuse such a block (lz4's doc/lz4_Block_format.md); lz4's own decoder lets some through its
-    fast paths (its shortcut for short sequences, and on x86-64 its fast loop), and the device refuses them."""
-    for stream, n_out in lz4_streams(frame):
-        for ip, op, offset, length in sequences(stream):
-            if offset is not None and (op > n_out - 12 or ip - 2 > len(stream) - 8 or op + length > n_out - 5):
+    for _, stream, _ in lz4_streams(frame):
+        ip = 0
+        while ip < len(stream):
+            token = stream[ip]
+            ip += 1
+            lit = token >> 4
+            if lit == 15:
+                while ip < len(stream):
+                    ip += 1
+                    lit += stream[ip - 1]
+                    if stream[ip - 1] != 255:
+                        break
+            ip += lit
+            if ip + 2 > len(stream):
+                break
+            if stream[ip] == 0 and stream[ip + 1] == 0:
                 return True
+            ip += 2
+            if token & 15 == 15:
+                while ip < len(stream) and stream[ip] == 255:
+                    ip += 1
+                ip += 1
     return False
+
+
+def _more_length(stream: bytes, ip: int, limit: int, check_first: bool):
+    """An LZ4 length's extra bytes read from ``ip``: ``(added, new ip)``, or None where they run to ``limit``."""
+    if check_first and ip >= limit:
+        return None
+    added = 0
+    while True:
+        if ip >= len(stream):
+            return None
+        b = stream[ip]
+        ip += 1
+        added += b
+        if ip > limit:
+            return None
+        if b != 255:
+            return added, ip
+
+
+def strict_refusal(stream: bytes, n_out: int) -> int:
+    """The LZ4 block format's rules, its end conditions strictly, as lz4.cl's kernels apply them: the first
+    rule ``stream`` breaks as the kernels' error code (blosc.LZ4_ERRORS), or 0 where it decodes to ``n_out``."""
+    n_in = len(stream)
+    if n_in == 0:
+        return 1
+    ip = op = 0
+    while True:
+        token = stream[ip]
+        ip += 1
+        lit = token >> 4
+        if lit == 15:
+            got = _more_length(stream, ip, n_in - 15, True)
+            if got is None:
+                return 2
+            lit, ip = lit + got[0], got[1]
+        if op + lit > n_out - 12 or ip + lit > n_in - 8:        # the last literals
+            return 3 if ip + lit != n_in or op + lit > n_out else (0 if op + lit == n_out else 8)
+        ip += lit
+        op += lit
+        offset = stream[ip] | stream[ip + 1] << 8
+        ip += 2
+        length = token & 15
+        if length == 15:
+            got = _more_length(stream, ip, n_in - 4, False)
+            if got is None:
+                return 4
+            length, ip = length + got[0], got[1]
+        length += 4
+        if offset == 0:
+            return 5
+        if offset > op:
+            return 6
+        if op + length > n_out - 5:
+            return 7
+        op += length
+
+
+def end_condition_refusals(frame: bytes) -> set:
+    """``(block, reason)`` of each LZ4 stream of this frame whose first broken rule is one of the format's end
+    conditions (its last literals, or a match within the output's last 5 bytes).  The format lets a decoder
+    refuse such a block (lz4's doc/lz4_Block_format.md); lz4's own decoder lets some through its fast paths (its
+    shortcut for short sequences, and on x86-64 its fast loop), and the device refuses them."""
+    out = set()
+    for block, stream, n_out in lz4_streams(frame):
+        code = strict_refusal(stream, n_out)
+        if code in (3, 7):
+            out.add((block, blosc.LZ4_ERRORS[code]))
+    return out
 
 
 def split_uncovered(frame: bytes) -> bool:
@@ -341,7 +384,8 @@ def check_like_numcodecs(dev, frame: bytes, variant: tuple, counts: dict) -> Non
             if "do not cover" in str(e) and split_uncovered(frame):
                 counts["refused: undefined split"] = counts.get("refused: undefined split", 0) + 1
                 return
-            if ("last literals" in str(e) or "output's last 5 bytes" in str(e)) and breaks_end_conditions(frame):
+            said = re.search(r": block (\d+): (.+) \(\d+ compressed bytes", str(e))
+            if said and (int(said[1]), said[2]) in end_condition_refusals(frame):
                 counts["refused: end conditions"] = counts.get("refused: end conditions", 0) + 1
                 return
             raise AssertionError(f"numcodecs decodes this frame, the device raised: {e}\n{frame.hex()}")
@@ -616,7 +660,8 @@ def random_stream(rng) -> tuple[bytes, int, str]:
         out_len += lit
         if out_len == 0 or rng.random() < 0.002:
             offset = int(rng.choice([0, min(out_len + 1, 65535), 65535]))
-            how.add("a bad offset")
+            if offset == 0 or offset > out_len:
+                how.add("a bad offset")
         elif rng.random() < 0.5:
             offset = int(rng.integers(1, min(out_len, 16) + 1))     # overlapping copies
         else:
@@ -626,6 +671,8 @@ def random_stream(rng) -> tuple[bytes, int, str]:
             stream += _extension(match)
         out_len += match + 4
     last = int(rng.choice([0, 1, 4, 5, 6, 15, 16, 300])) if rng.random() < 0.9 else 5
+    if last < 5 and nseq:
+        how.add("last literals under 5")    # (the format's end conditions broken)
     stream.append(min(last, 15) << 4)
     if last >= 15:
         stream += _extension(last)
@@ -656,17 +703,23 @@ FUZZ_VARIANTS = VARIANTS + [pytest.param((blosc.TUNED[0][1], blosc.TUNED[0][2]),
 @pytest.mark.parametrize("variant", FUZZ_VARIANTS)
 def test_random_lz4_streams_decode_as_lz4_does(dev, rng, variant):
     """Streams built at random (:func:`random_stream`), valid or broken: decoded as numcodecs' LZ4 does them,
-    or refused where it refuses.  ``DGEMM_FUZZ_ROUNDS`` streams (40 by default; more for a longer search)."""
+    or refused where it refuses, and refused for the first rule the format's strict reading finds broken
+    (:func:`strict_refusal`).  ``DGEMM_FUZZ_ROUNDS`` streams (40 by default; more for a longer search)."""
     counts: dict = {}
     kinds: dict = {}
     for _ in range(int(os.environ.get("DGEMM_FUZZ_ROUNDS") or 40)):
         stream, size, how = random_stream(rng)
         if size > 1 << 24:
             continue
+        frame = lz4_frame(stream, size)
         try:
-            check_like_numcodecs(dev, lz4_frame(stream, size), variant, counts)
+            check_like_numcodecs(dev, frame, variant, counts)
         except AssertionError as e:
             raise AssertionError(f"{how}: {e}") from None
+        if 0 < size != len(stream):     # (a stream as long as its output is stored bytes, Blosc's rule)
+            code, got = strict_refusal(stream, size), outcome(dev, frame, variant)
+            want = f"block 0: {blosc.LZ4_ERRORS[code]} (" if code else None
+            assert (want in got) if want else not got.startswith("error"), (how, code, got[:200], frame.hex())
         kinds[how] = kinds.get(how, 0) + 1
     print(counts, kinds)
     assert counts.get("decoded alike", 0) >= 5 and counts.get("both raised", 0) >= 1, counts

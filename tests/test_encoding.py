@@ -103,12 +103,14 @@ def test_the_engine_hands_back_the_chunks_encoded(any_device, engines, tmp_path,
 
 def test_a_block_the_encoder_has_no_room_for_comes_down_as_values(any_device, engines, tmp_path, rng, monkeypatch):
     """The encoder's buffers do not fit (the device says it is out of memory): the C block comes down as without
-    the setting, for its store task to encode on the host, instead of failing the block."""
+    the setting, for its store task to encode on the host, instead of failing the block; what the encoder did
+    get of its kept buffers is given back."""
     from dgemm.errors import DeviceMemoryError
     from dgemm.opencl.codecs import zstd_encode
     from dgemm.worker import encoding
 
-    def no_room(*args, **kwargs):
+    def no_room(device, *args, **kwargs):
+        device.encode_scratch.buffer("zstd stream rows", 4096)      # got, before the frames did not fit
         raise DeviceMemoryError("device 'test': allocating the frames failed; the device is out of memory")
 
     monkeypatch.setattr(zstd_encode, "encode_zstd", no_room)
@@ -122,6 +124,7 @@ def test_a_block_the_encoder_has_no_room_for_comes_down_as_values(any_device, en
     assert isinstance(got, np.ndarray) and got.shape == (m, n), type(got)
     check_product(got, A, B, dtype="float32")
     assert grew["device_encoded_bytes"] == 0, grew
+    assert any_device.encode_scratch.nbytes() == 0, "the encoder's kept buffers stayed after it had no room"
 
 
 def test_chunks_of_leaves_other_outputs_to_the_host(tmp_path):

@@ -87,3 +87,31 @@ def test_a_slot_left_with_commands_pending_is_handed_on_once_they_have_run(any_d
     with scratch.slot():    # nothing pending now: taken at once
         pass
     assert scratch.release() == 1 and scratch.nbytes() == 0
+
+
+def test_a_failed_grow_leaves_no_released_buffer_behind(any_device, monkeypatch):
+    """The device refuses the larger buffer (out of memory): the old one is gone from the scratch, not kept
+    released, so the next request allocates afresh and release() gives back only live buffers."""
+    from dgemm.errors import DeviceMemoryError
+
+    scratch = Scratch(any_device, slots=1)
+    real = any_device.buffer
+
+    def refusing(nbytes, what="a device buffer"):
+        if nbytes > 5000:
+            raise DeviceMemoryError(f"device 'test': allocating {what} failed; the device is out of memory")
+        return real(nbytes, what)
+
+    with scratch.slot():
+        first = scratch.buffer("x", 100)
+        monkeypatch.setattr(any_device, "buffer", refusing)
+        try:
+            scratch.buffer("x", 10_000)
+        except DeviceMemoryError:
+            pass
+        else:
+            raise AssertionError("the refusing allocation did not raise")
+        assert scratch.nbytes() == 0, "the released buffer stayed in the scratch"
+        again = scratch.buffer("x", 100)
+        assert again is not first and again.size >= 100
+    assert scratch.release() == 1 and scratch.nbytes() == 0

@@ -326,3 +326,5 @@ def test_kept_buffers_are_reused_taken_in_turn_and_given_back(dev, z3):
         buf.release()
     dev.trim(keep_pinned=True)
     assert dev.encode_scratch.nbytes() == 0 and dev.live_buffers()["buffers"] < counts["large"]
+    with pytest.raises(RuntimeError, match="outside the device's encoder slot"):
+        ze.encode_zstd(dev, dev.buffer(16, "test"), [0], [16], keep=True)

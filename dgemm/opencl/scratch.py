@@ -77,6 +77,10 @@ class Scratch:
                 self._free.append(key)
             self._room.release()
 
+    def holding(self) -> bool:
+        """Whether this thread holds one of the slots now (:meth:`slot`)."""
+        return getattr(self._held, "key", None) is not None
+
     def leave_after(self, event) -> None:
         """Within :meth:`slot`: the slot's call is in flight until ``event`` (its last command) has run."""
         key = getattr(self._held, "key", None)
@@ -101,8 +105,10 @@ class Scratch:
         nbytes = max(int(nbytes), 1)
         with self._lock:
             held = self._buffers.get(key)
-        if held is not None and held.size >= nbytes:
-            return held
+            if held is not None and held.size >= nbytes:
+                return held
+            if held is not None:    # out before it is released: should the larger one fail, none is left
+                del self._buffers[key]
         if held is not None:
             held.release()
         # a little room, so that blocks a few bytes apart do not each grow the buffer

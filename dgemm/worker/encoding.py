@@ -61,13 +61,15 @@ def finisher(device, found: encoded.Chunks):
     Where the encoder's own buffers (the frames, a scratch copy: up to
     about twice the block) do not fit beside the run's, the block comes down
     as it would without the setting, and its store task encodes it on the
-    host: ``(values, bytes downloaded)``.
+    host: ``(values, bytes downloaded)``; the encoder's kept buffers are
+    given back then.
     """
 
     def finish(buf, events):
         try:
             block = encode(device, found, buf, events)
         except DeviceMemoryError:
+            device.encode_scratch.release()     # what it did get goes too: the next block tries afresh
             return download(device, found, buf)
         return block, block.nbytes
     return finish

@@ -78,8 +78,8 @@ def _gemm_block(state, a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_
         b_refs = [sharing.through(board, scope, r) for r in b_refs]
         ahead = [(sharing.through(board, scope, r), side, extent) for r, side, extent in ahead or ()]
     found = encoding.target(state.device, engine.dtype, out)
-    if found is not None:
-        reserve += encoding.device_bytes(found)     # the encoder's kept buffers beside the cache
+    if found is not None:   # the encoder's kept buffers beside the cache (grown by an earlier block, maybe)
+        reserve += max(encoding.device_bytes(found), state.device.encode_scratch.nbytes())
     state.plan_cache(reserve)
     c = read_block(c_ref) if c_ref is not None and beta != 0 else None
     return engine.stream(a_refs, b_refs, m, n, alpha=alpha, beta=beta, c=c, trans_a=trans_a, trans_b=trans_b,

@@ -336,6 +336,8 @@ def encode_zstd(device, buf, offsets, nbytes, names=None, events: list | None = 
     if host is not None and host.nbytes < sum(frame_bound(n) for n in nbytes):
         raise ValueError(f"the host array's {host.nbytes} bytes may not hold the frames "
                          f"(up to {sum(frame_bound(n) for n in nbytes)} bytes)")
+    if keep and not device.encode_scratch.holding():
+        raise RuntimeError("encode_zstd(keep=True) outside the device's encoder slot (device.encode_scratch.slot())")
     lanes = lanes or default_lanes(device)
     prog = program(device, lanes)
     layout = Layout(offsets, nbytes)
