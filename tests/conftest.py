@@ -113,7 +113,10 @@ def any_device():
     """
     if not DEVICES:
         pytest.skip("no OpenCL device on this host (install pocl-binary-distribution for a CPU one)")
-    if os.environ.get("DGEMM_TEST_ANY_DEVICE", "").lower() == "gpu":
+    kind = os.environ.get("DGEMM_TEST_ANY_DEVICE", "").lower()
+    if kind not in ("", "cpu", "gpu"):
+        pytest.fail(f"DGEMM_TEST_ANY_DEVICE={kind!r}: cpu (the default) or gpu")
+    if kind == "gpu":
         gpus = [d for d in DEVICES if d.type == "GPU"]
         if not gpus:
             pytest.fail("DGEMM_TEST_ANY_DEVICE=gpu, and this host has no GPU OpenCL device")
