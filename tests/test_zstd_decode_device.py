@@ -279,6 +279,86 @@ def test_corrupt_frames_are_refused_or_decoded_as_libzstd_does(dev, libzstd, rng
     assert counts.get("refused", 0) > 500 and counts.get("decoded", 0) > 100
 
 
+# libzstd's compression parameters (zstd.h, 1.5.x; the experimental ones are accepted by the shared library too,
+# and refused with an error code by a version without them, which the test then leaves out)
+_LEVEL, _WINDOW_LOG, _MIN_MATCH, _STRATEGY, _LDM, _CHECKSUM = 100, 101, 105, 107, 160, 201
+_LITERALS_MODE, _TARGET_BLOCK, _BLOCK_SPLITTER, _MAX_BLOCK = 1002, 1003, 1010, 1015
+
+
+def _compressor(libzstd):
+    """``compress(data, params) -> frame or None`` through libzstd's advanced API (ZSTD_compress2)."""
+    lib, _ = libzstd
+    for name, res, args in (("ZSTD_createCCtx", ctypes.c_void_p, []),
+                            ("ZSTD_CCtx_setParameter", ctypes.c_size_t, [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]),
+                            ("ZSTD_CCtx_reset", ctypes.c_size_t, [ctypes.c_void_p, ctypes.c_int]),
+                            ("ZSTD_compressBound", ctypes.c_size_t, [ctypes.c_size_t]),
+                            ("ZSTD_compress2", ctypes.c_size_t, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                                                                 ctypes.c_void_p, ctypes.c_size_t])):
+        if not hasattr(lib, name):
+            pytest.skip(f"this libzstd has no {name}")
+        getattr(lib, name).restype = res
+        getattr(lib, name).argtypes = args
+    cctx = lib.ZSTD_createCCtx()
+
+    def compress(data: bytes, params: dict):
+        lib.ZSTD_CCtx_reset(cctx, 3)            # the session and the parameters
+        taken = {}
+        for key, value in params.items():
+            if not lib.ZSTD_isError(lib.ZSTD_CCtx_setParameter(cctx, key, value)):
+                taken[key] = value
+        dst = ctypes.create_string_buffer(lib.ZSTD_compressBound(len(data)))
+        n = lib.ZSTD_compress2(cctx, dst, len(dst), data, len(data))
+        return (None if lib.ZSTD_isError(n) else dst.raw[:n]), taken
+    return compress
+
+
+def shaped(rng, n: int) -> bytes:
+    """Data of a kind chosen at random, some with repeats far apart (long offsets, repeated offsets)."""
+    kind = str(rng.choice(list(KINDS) + ["repeats", "mixed"]))
+    if kind == "repeats":       # pieces of one random block copied again and again, some changed a little
+        piece = data(str(rng.choice(["text", "random", "normal"])), int(rng.integers(64, 70_000)), rng)
+        out = bytearray()
+        while len(out) < n:
+            at, k = int(rng.integers(0, len(piece))), int(rng.integers(3, 5000))
+            out += piece[at:at + k]
+            if rng.random() < 0.3:
+                out += rng.bytes(int(rng.integers(1, 20)))
+        return bytes(out[:n])
+    if kind == "mixed":
+        return b"".join(data(str(rng.choice(KINDS)), n // 4 + 1, rng) for _ in range(4))[:n]
+    return data(kind, n, rng)
+
+
+def test_frames_of_random_compression_parameters_decode_like_libzstd(dev, libzstd, rng):
+    """libzstd's frames under parameters drawn at random (level, window, minimum match, strategy, long-distance
+    matching, raw or Huffman literals, small and split blocks, checksum), on data of every kind and some with
+    repeats far apart: every frame decodes as libzstd decodes it, as do a few corrupt versions of each.
+    ``DGEMM_FUZZ_ROUNDS`` frames (25 by default)."""
+    compress = _compressor(libzstd)
+    counts: dict = {}
+    taken_any: set = set()
+    for _ in range(int(os.environ.get("DGEMM_FUZZ_ROUNDS") or 25)):
+        params = {_LEVEL: int(rng.integers(-7, 23)), _CHECKSUM: int(rng.integers(0, 2))}
+        if rng.random() < 0.6:
+            params.update({_WINDOW_LOG: int(rng.integers(10, 24)), _MIN_MATCH: int(rng.integers(3, 8)),
+                           _STRATEGY: int(rng.integers(1, 10))})
+        for key, values, p in ((_LDM, [1], 0.2), (_LITERALS_MODE, [1, 2], 0.4), (_TARGET_BLOCK, [1340, 5000], 0.2),
+                               (_BLOCK_SPLITTER, [1, 2], 0.3), (_MAX_BLOCK, [1024, 4096, 40_000], 0.3)):
+            if rng.random() < p:
+                params[key] = int(rng.choice(values))
+        raw = shaped(rng, int(rng.integers(1, 400_000)))
+        frame, taken = compress(raw, params)
+        assert frame is not None, params
+        taken_any |= set(taken)
+        want = reference(libzstd, frame)
+        assert want == raw, "libzstd does not decode its own frame"
+        compare(dev, libzstd, frame, counts, lanes=int(rng.choice(LANES)))
+        for g in mutations(frame, rng, 3):
+            compare(dev, libzstd, g, counts)
+    print(counts, sorted(taken_any))
+    assert counts.get("decoded", 0) >= 10 and {_LEVEL, _WINDOW_LOG} <= taken_any, (counts, taken_any)
+
+
 # -- frames built by hand ---------------------------------------------------------------------------------
 def frame_of(blocks, size, checksum=None) -> bytes:
     """A frame with a 4-byte content size and these (type, last, body, header size) blocks."""
