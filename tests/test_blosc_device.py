@@ -599,6 +599,19 @@ def test_zarr_chunks_decode_to_what_zarr_stored(dev, rng, tmp_path, zarr_format,
         np.testing.assert_array_equal(chunk, want, err_msg=k)
 
 
+def decoded_by_default(dev, frame: bytes, nbytes: int) -> bytes:
+    """``frame`` decoded by decode_blosc with the device's default lanes and parameters."""
+    import pyopencl as cl
+    out = dev.buffer(nbytes)
+    try:
+        blosc.decode_blosc(dev, [frame], out)
+        got = np.empty(nbytes, np.uint8)
+        cl.enqueue_copy(dev.queue, got, out).wait()
+    finally:
+        out.release()
+    return got.tobytes()
+
+
 def test_measured_choice_for_the_device_is_what_decodes(dev, rng, monkeypatch):
     """A TUNED entry naming this device gives the lanes and parameters decode_blosc builds and runs by default."""
     a = data("walk", 5000, "float32", rng)
@@ -606,15 +619,7 @@ def test_measured_choice_for_the_device_is_what_decodes(dev, rng, monkeypatch):
     monkeypatch.setattr(blosc, "TUNED", (("no such device", 8, {}), (dev.info.name[:5], 2,
                                                                        {"LZ4_MODE": 1, "LZ4_BATCH": 5})))
     assert blosc.default_lanes(dev) == 2 and blosc.default_params(dev) == {"LZ4_MODE": 1, "LZ4_BATCH": 5}
-    import pyopencl as cl
-    out = dev.buffer(a.nbytes)
-    try:
-        blosc.decode_blosc(dev, [frame], out)
-        got = np.empty(a.nbytes, np.uint8)
-        cl.enqueue_copy(dev.queue, got, out).wait()
-    finally:
-        out.release()
-    assert got.tobytes() == a.tobytes()
+    assert decoded_by_default(dev, frame, a.nbytes) == a.tobytes()
     from dgemm.opencl.codecs import _programs
     assert ("lz4.cl", (("LZ4_WG", 2), ("LZ4_BATCH", 5), ("LZ4_MODE", 1))) in _programs.built(dev)
 
@@ -732,17 +737,9 @@ def test_a_cpu_device_not_in_tuned_takes_the_cpu_parameters(dev, rng, monkeypatc
         pytest.skip("CPU_PARAMS are a CPU device's; this device is a " + dev.info.type)
     monkeypatch.setattr(blosc, "TUNED", ())
     assert blosc.default_params(dev) == blosc.CPU_PARAMS and blosc.default_lanes(dev) == 1
-    import pyopencl as cl
     for dtype in ("float32", "float64"):
         a = data("walk", 30000, dtype, rng)
         frame = Blosc("lz4", 5, Blosc.SHUFFLE, 8192).encode(a)
-        out = dev.buffer(a.nbytes)
-        try:
-            blosc.decode_blosc(dev, [frame], out)
-            got = np.empty(a.nbytes, np.uint8)
-            cl.enqueue_copy(dev.queue, got, out).wait()
-        finally:
-            out.release()
-        assert got.tobytes() == a.tobytes(), dtype
+        assert decoded_by_default(dev, frame, a.nbytes) == a.tobytes(), dtype
     from dgemm.opencl.codecs import _programs
     assert ("lz4.cl", (("LZ4_WG", 1), *sorted(blosc.CPU_PARAMS.items()))) in _programs.built(dev)
