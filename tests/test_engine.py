@@ -360,6 +360,55 @@ def test_a_result_still_coming_down_is_not_overwritten(device, rng):
     e.release()
 
 
+def test_a_product_lets_the_next_one_in_before_its_finish_and_its_buffer_waits_for_it(device, rng):
+    """With ``finish`` (the device encode of C's chunks), the next product comes in once the unpadding is
+    enqueued; a third product, which reuses the first one's result buffer, waits until the first finish has
+    returned.  The first finish is held back until the second product has ended and the third has started,
+    so a buffer reused too early gives the first product the third one's values."""
+    import threading
+    import time
+
+    import pyopencl as cl
+
+    e = BlockEngine(device, "float32")
+    cases = [(40, 24, 56), (24, 40, 32), (40, 24, 48)]   # the first and third use the same result buffer
+    data = [(randn(rng, (m, k), "float32"), randn(rng, (k, n), "float32")) for m, n, k in cases]
+    got, ended = [None] * 3, [threading.Event() for _ in range(3)]
+    entered, proceed = threading.Event(), threading.Event()
+
+    def one(i):
+        m, n, _ = cases[i]
+
+        def finish(dense, done):
+            if i == 0:
+                entered.set()
+                assert proceed.wait(60), "the first finish was never let go"
+            out = np.empty((m, n), np.float32)
+            cl.enqueue_copy(device.queue, out, dense).wait()
+            return out, out.nbytes
+        a, b = data[i]
+        got[i] = e.stream([a], [b], m, n, finish=finish)
+        ended[i].set()
+
+    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(3)]
+    try:
+        threads[0].start()
+        assert entered.wait(60), "the first product never reached its finish"
+        threads[1].start()
+        assert ended[1].wait(30), "the second product did not come in while the first one's finish was held"
+        assert e.release(wait=False) is False, "the engine's buffers released under a finish still running"
+        threads[2].start()
+        time.sleep(0.3)
+        assert not ended[2].is_set(), "the third product reused the first one's buffer before its finish returned"
+    finally:
+        proceed.set()
+        for t in threads:
+            t.join(60)
+    for (m, n, k), (a, b), c in zip(cases, data, got):
+        check_product(c, a, b, dtype="float32", what=f"{m}x{n}x{k} behind a held finish")
+    assert e.release()
+
+
 def test_roundup():
     assert [roundup(x, 16) for x in (0, 1, 15, 16, 17, 32)] == [0, 16, 16, 16, 32, 32]
 

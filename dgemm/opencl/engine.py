@@ -32,13 +32,14 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from concurrent.futures import Future
 
 import numpy as np
 
 from dgemm import config
 from dgemm.opencl.device import Device, Kernels, device_error, is_opencl_error, raise_plain, read_threads
 from dgemm.opencl.panels import PanelCache
+from dgemm.opencl.stats import Stats
 from dgemm.opencl.turn import Turn
 from dgemm.sizes import INT32_MAX, roundup
 
@@ -50,31 +51,6 @@ LOCAL_2D = (16, 16)
 
 def _grid(x: int, y: int) -> tuple[int, int]:
     return (roundup(max(x, 1), LOCAL_2D[0]), roundup(max(y, 1), LOCAL_2D[1]))
-
-
-@dataclass
-class Stats:
-    """What an engine has done: the figures the dashboard and benchmarks read.
-
-    Seconds named ``read``/``upload`` are summed over the threads that read
-    and upload in the background, so they can exceed the wall time;
-    ``wait_seconds`` is what the product itself spent waiting for its
-    inputs, the part of reading and uploading that was not hidden.
-    """
-
-    flops: float = 0.0
-    bytes_up: int = 0
-    bytes_down: int = 0
-    bytes_read: int = 0
-    reads: int = 0          # blocks read from their store (or handed over as arrays): bytes_read's count
-    kernel_seconds: float = 0.0
-    read_seconds: float = 0.0
-    upload_seconds: float = 0.0
-    download_seconds: float = 0.0
-    wait_seconds: float = 0.0
-    blocks: int = 0
-    busy_seconds: float = 0.0
-    extra: dict = field(default_factory=dict)
 
 
 # A block decoded on the device is handed to the product once its decode is enqueued (the padding and the
@@ -156,6 +132,12 @@ class BlockEngine:
         if not self._lock.acquire(blocking=wait):
             return False
         try:
+            # a product that handed over before its finish (the device encode) may still read a result buffer
+            pending = [d for d in self._downloads if isinstance(d, Future)]
+            if not wait and not all(d.done() for d in pending):
+                return False
+            for d in pending:
+                d.result()
             for buf, _ in self._buffers.values():
                 buf.release()
             self._buffers.clear()
@@ -597,8 +579,8 @@ class BlockEngine:
     def _accumulate(self, steps, m, n, alpha, beta, c, twin: bool = False, finish=None, handoff=None):
         """Enqueue one GEMM per step into the C accumulator, then unpad and download it once (or ``finish`` it).
 
-        ``handoff()``, once the download is enqueued, lets the next product in
-        (:class:`~dgemm.opencl.turn.Turn`)."""
+        ``handoff()``, once the download is enqueued (or, with ``finish``, once the
+        unpadding is), lets the next product in (:class:`~dgemm.opencl.turn.Turn`)."""
         import pyopencl as cl
 
         p, q = self.params, self.device.queue
@@ -648,15 +630,27 @@ class BlockEngine:
         for check in checks.values():   # every block decoded cleanly, or the product fails here
             check()
         slot, self._slot = self._slot, 1 - self._slot
-        dense = self._buf(f"dense{slot}", m * n, f"the {m}x{n} {self.dtype.name} result")
         last = self._downloads[slot]
+        if isinstance(last, Future):    # a product before the last one still finishing from this buffer
+            last = last.result()
+        dense = self._buf(f"dense{slot}", m * n, f"the {m}x{n} {self.dtype.name} result")
         free = [last] if last is not None else None   # the buffer's last download has read it
         if finish is not None:
             with self.device.failing(f"unpadding the {m}x{n} {self.dtype.name} result"):
                 self._transferred(self.k.unpad(q, _grid(n, m), LOCAL_2D, np.int32(m), np.int32(n), np.int32(np_),
                                                c_dev, dense, wait_for=free))
-            done: list = []
-            result, down = finish(dense, done)
+                q.flush()
+            # The next product may start once the unpadding has read the accumulator (its GEMMs queue behind it
+            # on q): with two GEMM tasks a device multiplies the next block while this one's chunks are encoded.
+            # Until finish() returns, this result buffer is ours: the product after next waits for the future.
+            read = self._downloads[slot] = Future()
+            try:
+                if handoff is not None:
+                    handoff()
+                done: list = []
+                result, down = finish(dense, done)
+            finally:
+                read.set_result(None)    # finish's commands have run (it waits for them)
             self._add(kernel_seconds=sum(_seconds(e) for e in events), flops=flops, bytes_down=down, blocks=1,
                       download_seconds=sum(_seconds(e) for what, e in done if what == "download"))
             return result

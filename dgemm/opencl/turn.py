@@ -15,7 +15,10 @@ class Turn:
     result buffers used in turn, and an unpadding waits for its buffer's
     last download.  With two GEMM tasks per device (the ``gemm-tasks``
     setting) the device then multiplies the next block while this one comes
-    down.
+    down, or while its chunks are encoded on the device (a ``finish``: the
+    next product in once the unpadding is enqueued; the product after it
+    waits on the host until the encode has returned before it reuses the
+    result buffer).
     """
 
     def __init__(self, lock: threading.Lock):

@@ -72,7 +72,7 @@ _LIBC = None
 class MeteredEngine(BlockEngine):
     """A :class:`~dgemm.opencl.engine.BlockEngine` that also tells where a block product's time went.
 
-    Besides the engine's :class:`~dgemm.opencl.engine.Stats`, each product adds to
+    Besides the engine's :class:`~dgemm.opencl.stats.Stats`, each product adds to
     ``stats.extra``:
 
     * the parts of its busy time (:mod:`dgemm.busy`: ``busy_kernel_seconds``,

@@ -7,8 +7,9 @@
 #         encode), recorded as junit counts: lanes that really run at once, which the CI's PoCL runs in turn;
 #         then Blosc-LZ4's tuned kernel with each unshuffle (LZ4_UNSHUFFLE 0, the default; 1; 2, four elements
 #         a work-item), each checked against numcodecs first;
-# e2e:    32768² float32, zstd in and out, device-codecs off and on alternating 3 times, then raw twice, with the
-#         encoder's buffers now kept from one C block to the next (Device.encode_scratch); the GPU-marked tests.
+# e2e:    32768² float32, zstd in and out, device-codecs off and on alternating 3 times, each with gemm-tasks 1
+#         and 2 (a second product's GEMMs beside the first's encode), then raw twice each way, with the encoder's
+#         buffers now kept from one C block to the next (Device.encode_scratch); the GPU-marked tests.
 set -u
 : "${OUT:?set OUT to the folder for the records}"
 mkdir -p "$OUT"
@@ -24,7 +25,13 @@ codecs)
         table:64:parse=2,group=32,unshuffle=1 table:64:parse=2,group=32,unshuffle=2
     ;;
 e2e)
-    . bench/notes/issue-28/e2e_32768.sh
-    e2e_32768 off,on 3 2
+    inputs=$(mktemp -d /dev/shm/dgemm-inputs-XXXX)
+    python3 bench/notes/issue-28/device_codecs_onoff.py "$OUT/onoff-zstd-32768.json" --size 32768 --codec zstd \
+        --devices gpu --repeats 3 --modes off,on --gemm-tasks 1,2 --inputs "$inputs/zstd"
+    rm -rf "$inputs/zstd"
+    python3 bench/notes/issue-28/device_codecs_onoff.py "$OUT/raw-32768.json" --size 32768 --codec none \
+        --out-codec none --devices gpu --repeats 2 --modes off --gemm-tasks 1,2 --inputs "$inputs/raw"
+    rm -rf "$inputs"
+    python3 dev/gpu_tests.py --out "$OUT"
     ;;
 esac
