@@ -295,8 +295,9 @@ def test_kept_buffers_are_reused_taken_in_turn_and_given_back(dev, z3):
         before = dev.live_buffers()["buffers"]
         kept, counts = {}, {}
         with poisoned(), dev.encode_scratch.slot():
-            for k, (o, n) in calls.items():
-                kept[k] = ze.encode_zstd(dev, buf, o, n, keep=True)
+            for k, (o, n) in calls.items():     # (the large one's frames down the download queue)
+                kept[k] = ze.encode_zstd(dev, buf, o, n, keep=True,
+                                         download_queue=dev.download_queue if k == "large" else None)
                 counts[k] = dev.live_buffers()["buffers"]
         assert counts["small"] > before and counts["large"] >= counts["small"], counts
         assert counts["small again"] == counts["large"], "a smaller call allocated buffers"

@@ -115,7 +115,8 @@ def _encode(device, found: encoded.Chunks, buf, events) -> encoded.EncodedBlock:
     queue = device.queue                            # in order after the GEMM and the unpadding
     if all(found.contiguous(p) for p in found.pieces):
         frames = encode_zstd(device, buf, [p.at[0] * width * itemsize for p in found.pieces],
-                             [n] * len(found.pieces), names=names, events=events, host=host, keep=True)
+                             [n] * len(found.pieces), names=names, events=events, host=host, keep=True,
+                             download_queue=device.download_queue)
     else:
         scratch = device.encode_scratch.buffer("the encode scratch", len(found.pieces) * n)
         with device.failing(f"laying out {len(found.pieces)} chunks of {n} bytes to encode"):
@@ -133,7 +134,8 @@ def _encode(device, found: encoded.Chunks, buf, events) -> encoded.EncodedBlock:
             if events is not None:
                 events.extend(("copy", e) for e in done)
         frames = encode_zstd(device, scratch, [i * n for i in range(len(found.pieces))],
-                             [n] * len(found.pieces), names=names, events=events, host=host, keep=True)
+                             [n] * len(found.pieces), names=names, events=events, host=host, keep=True,
+                             download_queue=device.download_queue)
     sizes = tuple(len(f) for f in frames)
     total = sum(sizes)
     fastpaths.codec("device_encoded_bytes", n * len(found.pieces))

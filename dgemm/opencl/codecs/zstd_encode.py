@@ -278,7 +278,8 @@ def region_tables(hists: np.ndarray) -> list:
 
 
 def encode_zstd(device, buf, offsets, nbytes, names=None, events: list | None = None, lanes: int | None = None,
-                timings: dict | None = None, host: np.ndarray | None = None, keep: bool = False) -> list:
+                timings: dict | None = None, host: np.ndarray | None = None, keep: bool = False,
+                download_queue=None) -> list:
     """Encode regions of a device buffer as zstd frames on the device; returns one frame per region.
 
     Parameters
@@ -308,6 +309,9 @@ def encode_zstd(device, buf, offsets, nbytes, names=None, events: list | None = 
         (``with device.encode_scratch.slot():``), kept for the next call and given back by
         ``Device.trim``, instead of allocating and releasing them: NVIDIA's driver releases a
         buffer only once the device is idle, so a release waits for the kernels running beside it.
+    download_queue : pyopencl.CommandQueue, optional
+        Where the frames come down (after the kernels, by their events); the device's queue, where
+        the kernels run, by default.
 
     Returns
     -------
@@ -417,11 +421,18 @@ def encode_zstd(device, buf, offsets, nbytes, names=None, events: list | None = 
                     launched.append(("copy", prog.copy(queue, (len(raw_rows) * lanes,), (lanes,), buf, out, raw_buf)))
             for what, event in launched:
                 record(what, event)
-            if len(errors):
-                record("download", cl.enqueue_copy(queue, errors, err_buf, is_blocking=False))
+            # the frames come down on the download queue where one is given, so that the GEMMs queued behind
+            # this encode on the in-order queue run meanwhile; waited for by event, not by the queue's finish
+            # (other products' commands may follow on it)
+            dq = download_queue if download_queue is not None else queue
+            after = [launched[-1][1]] if dq is not queue else None
+            reads = [cl.enqueue_copy(dq, errors, err_buf, is_blocking=False, wait_for=after)] if len(errors) else []
             into = np.empty(frames.total, np.uint8) if host is None else host.reshape(-1).view(np.uint8)[:frames.total]
-            record("download", cl.enqueue_copy(queue, into, out, is_blocking=False))
-            queue.finish()
+            reads.append(cl.enqueue_copy(dq, into, out, is_blocking=False, wait_for=after))
+            for r in reads:
+                record("download", r)
+            dq.flush()
+            cl.wait_for_events(reads)
     finally:
         for b in buffers:
             b.release()
