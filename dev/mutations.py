@@ -283,7 +283,7 @@ MUTATIONS = [
     Mutation("decode-slots-not-reserved", "dgemm/worker/tasks.py",
              "        reserve += decoding.device_bytes(a_refs + b_refs)",
              "        reserve += 0",
-             ("tests/test_memory.py::test_the_panel_cache_leaves_the_decode_slots_room",),
+             ("tests/test_memory.py::test_the_panel_cache_leaves_the_decode_slots_and_the_encoder_room",),
              "the panel cache takes the device memory the decode slots need under device-codecs on"),
     Mutation("floor-gram-reads-x-twice", "dgemm/client/estimate.py",
              "                a, b = max(a, b), 0.0\n", "                a, b = a, b\n",

@@ -33,6 +33,10 @@ def test_each_mutation_has_its_anchor_once_and_its_tests(m):
     assert MODULE.anchor_problem(ROOT, m) is None, f"{m.name}: {MODULE.anchor_problem(ROOT, m)} in {m.file}"
     files = [t for t in m.tests if t.startswith("tests/")]
     assert files and all((ROOT / t.split("::")[0]).is_file() for t in files), f"{m.name}: missing {files}"
+    for t in files:     # a test named by its function (renamed since?): its def is there
+        if "::" in t:
+            name = t.split("::")[-1].split("[")[0]
+            assert f"def {name}(" in (ROOT / t.split("::")[0]).read_text(), f"{m.name}: no test {t}"
 
 
 def test_a_test_killed_by_a_signal_counts_as_caught_and_is_named(tmp_path):
