@@ -334,7 +334,8 @@ class Device:
 
         Drops every panel cache entry no product uses (releasing its device
         buffer), the reader threads' decode buffers (:mod:`.scratch`) but
-        those of a thread reading now, and the encoder's unless it is encoding.  ``keep_pinned`` (a run's end): page-locked memory stays for
+        those of a thread reading now, and the encoder's unless it is
+        encoding.  ``keep_pinned`` (a run's end): page-locked memory stays for
         the next run, so that it does not pin its staging again (16 readers'
         256 MiB buffers take about a second): each reader thread's staging
         buffer (one per thread, of the largest block it read) and the free
