@@ -114,9 +114,7 @@ def _encode(device, found: encoded.Chunks, buf, events) -> encoded.EncodedBlock:
     host = device.host_array((bound,), np.uint8)   # page-locked: the frames come down at bus speed
     queue = device.queue                            # in order after the GEMM and the unpadding
     if all(found.contiguous(p) for p in found.pieces):
-        frames = encode_zstd(device, buf, [p.at[0] * width * itemsize for p in found.pieces],
-                             [n] * len(found.pieces), names=names, events=events, host=host, keep=True,
-                             download_queue=device.download_queue)
+        src, offsets = buf, [p.at[0] * width * itemsize for p in found.pieces]
     else:
         scratch = device.encode_scratch.buffer("the encode scratch", len(found.pieces) * n)
         with device.failing(f"laying out {len(found.pieces)} chunks of {n} bytes to encode"):
@@ -133,9 +131,9 @@ def _encode(device, found: encoded.Chunks, buf, events) -> encoded.EncodedBlock:
                     src_pitches=(width * itemsize, 0), dst_pitches=(cols * itemsize, 0)))
             if events is not None:
                 events.extend(("copy", e) for e in done)
-        frames = encode_zstd(device, scratch, [i * n for i in range(len(found.pieces))],
-                             [n] * len(found.pieces), names=names, events=events, host=host, keep=True,
-                             download_queue=device.download_queue)
+        src, offsets = scratch, [i * n for i in range(len(found.pieces))]
+    frames = encode_zstd(device, src, offsets, [n] * len(found.pieces), names=names, events=events, host=host,
+                         keep=True, download_queue=device.download_queue)
     sizes = tuple(len(f) for f in frames)
     total = sum(sizes)
     fastpaths.codec("device_encoded_bytes", n * len(found.pieces))
