@@ -106,6 +106,9 @@ def decoder(codec: str, config: dict | None = None) -> Decoder | None:
 # without Dask the device runs nothing of the product for 0.57-0.81 s of it, waiting on the host's part of
 # each decode call (bench/NOTES.md, issue 28, eighth session).  Deferred decodes (53a28a3): 2.35-2.38 s on
 # against 2.12-2.17 off; two H200s, 49152²: 3.70 s on against 3.54 off (on scales 1.95x from one GPU, off 1.23x).
+# At 43a8855 (reader 5, the encoder's buffers kept, the next product in before the encode), same calls: one H100,
+# 32768², 2.70-3.09 s on against 2.55-2.88 off; two H200s, 49152², 4.21-4.23 on against 3.90-4.02 off, and one
+# of them 6.59-6.92 on against 4.56-4.61 off (on scales 1.60x: the one-GPU run is faster than at 53a28a3).
 AUTO_ON: frozenset = frozenset()
 # Device types where C's chunks alone are encoded on the device under ``auto`` (the inputs decoded on the
 # host): none until measured (bench/NOTES.md, issue 28).

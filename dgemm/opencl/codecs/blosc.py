@@ -230,9 +230,12 @@ def plan(frame, name: str = "frame") -> FramePlan:
 # first of which makes phase 2's groups (LZ4_GROUP_LANE 32), was faster in every case
 # (results/2026-11-27-nvidia-h100-blosc-lz4-wide8-ddd5f54.json, same run: 108.3 against 40.8, 50.2 against
 # 31.5, 205.3 against 106.1; 32 lanes: 72.7, 39.9, 180.5; 96 lanes: 99.4, 50.1, 179.5).
+# The unshuffle four elements a work-item (LZ4_UNSHUFFLE 2) against the byte-wise default and 1, same run, the
+# whole decode (results/2026-11-27-nvidia-h100-blosc-unshuffle-43a8855.json): 100.2 against 85.1 and 98.2 GB/s,
+# 48.4 against 44.5 and 47.1, 180.2 against 137.0 and 172.8 (the LZ4 kernel alone unchanged: 108, 50, 205).
 # H200: the same GH100 chip and SMs, with more and faster memory; not swept on its own.
-TUNED: tuple = (("H100", 64, {"LZ4_MODE": 1, "LZ4_PARSE": 2, "LZ4_GROUP_LANE": 32}),
-                ("H200", 64, {"LZ4_MODE": 1, "LZ4_PARSE": 2, "LZ4_GROUP_LANE": 32}))
+TUNED: tuple = (("H100", 64, {"LZ4_MODE": 1, "LZ4_PARSE": 2, "LZ4_GROUP_LANE": 32, "LZ4_UNSHUFFLE": 2}),
+                ("H200", 64, {"LZ4_MODE": 1, "LZ4_PARSE": 2, "LZ4_GROUP_LANE": 32, "LZ4_UNSHUFFLE": 2}))
 
 # lz4.cl's parameters other than LZ4_WG (the lanes), with what each may be; see the kernel's notes.
 PARAMS = {"LZ4_MODE": (0, 1), "LZ4_BATCH": range(1, 1025), "LZ4_LONG": range(1 << 20),
