@@ -270,7 +270,8 @@ class Setting:
 SETTINGS = {s.key: s for s in (
     Setting("devices", "DGEMM_DEVICES", _text,
             "Devices of a local cluster: `gpu`, `cpu`, `all`, `platform:device` ids, parts of names "
-            "(comma-separated; a device named twice gets two workers). Unset: every GPU, else a CPU device."),
+            "(comma-separated; a device named twice gets two workers; `cpu` is the first CPU device alone: any other "
+            "CPU device is the same cores). Unset: every GPU, else a CPU device."),
     Setting("device", "DGEMM_DEVICE", _text,
             "The one device a worker process opens (set per worker by `dgemm worker`, `dgemm cluster` and "
             "the local cluster). Unset: the first GPU, else a CPU device."),

@@ -43,6 +43,19 @@ def test_select(spec, expected):
     assert select_devices(spec, ALL) == expected
 
 
+def test_cpu_is_the_first_cpu_device_alone():
+    # two drivers offering the host's cores (Debian's PoCL beside pip's; PoCL beside Intel's runtime): one
+    # worker a `cpu`, not one per driver, each splitting the same cores
+    cpu1 = dev(3, 0, "pthread-skylake-avx512-Intel Xeon", "CPU", "GenuineIntel")
+    devices = [GPU0, CPU0, cpu1, ACC]
+    assert select_devices("cpu", devices) == [CPU0]
+    assert select_devices("cpu,cpu", devices) == [CPU0, CPU0]
+    assert select_devices("all", devices) == [GPU0, CPU0, ACC]
+    assert select_devices("3:0", devices) == [cpu1]                   # named, the other one
+    assert select_devices("skylake", devices) == [cpu1]
+    assert select_devices("cpu", [cpu1, CPU0]) == [cpu1]              # the first in platform order
+
+
 def test_default_without_gpu_is_the_first_cpu():
     cpu1 = dev(0, 1, "second cpu", "CPU")
     assert select_devices(None, [ACC, CPU0, cpu1]) == [CPU0]

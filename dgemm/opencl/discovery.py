@@ -126,12 +126,19 @@ def select_devices(spec: str | None = None, devices: list[DeviceInfo] | None = N
     the ``devices`` setting, ``$DGEMM_DEVICES``, unset) means every GPU,
     else the first CPU device, else the first device.
 
+    ``cpu`` (and ``all``'s CPU) is the first CPU device alone: every CPU
+    device of a host runs on the host's same cores, whichever driver offers
+    it (PoCL beside Intel's runtime, or two PoCLs), so a worker each would
+    split those cores twice over.  Another is named by its id or name.
+
     >>> d = [DeviceInfo(0, 0, "P", "cpu0", "v", "CPU", 1, 1, 1, 1, True, None, ""),
     ...      DeviceInfo(1, 0, "Q", "gpu0", "v", "GPU", 1, 1, 1, 1, True, None, "")]
     >>> [x.name for x in select_devices(None, d)]
     ['gpu0']
     >>> [x.name for x in select_devices("cpu,cpu", d)]
     ['cpu0', 'cpu0']
+    >>> [x.name for x in select_devices("cpu", d + [DeviceInfo(2, 0, "R", "cpu1", "v", "CPU", 1, 1, 1, 1, True, None, "")])]
+    ['cpu0']
     >>> select_devices("tpu", d)
     Traceback (most recent call last):
     ...
@@ -152,9 +159,12 @@ def select_devices(spec: str | None = None, devices: list[DeviceInfo] | None = N
         if not item:
             continue
         low = item.lower()
+        first_cpu = next((d for d in devices if d.type == "CPU"), None)
         if low == "all":
-            hits = list(devices)
-        elif low in ("gpu", "cpu", "accelerator"):
+            hits = [d for d in devices if d.type != "CPU" or d is first_cpu]
+        elif low == "cpu":
+            hits = [first_cpu] if first_cpu is not None else []
+        elif low in ("gpu", "accelerator"):
             hits = [d for d in devices if d.type.lower() == low]
         elif ":" in item and all(p.isdigit() for p in item.split(":")):
             hits = [d for d in devices if d.id == item]

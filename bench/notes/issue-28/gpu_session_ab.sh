@@ -4,8 +4,8 @@
 #   here:   bash bench/notes/issue-28/gpu_session_ab.sh prepare v0=52c1b94 v2=HEAD   (git archive into .ab/, ignored)
 #   device: run with carry [".whl", ".ab"], after `source .whl/gpu-env.sh`:
 #           OUT=/some/folder SIZE=32768 DEVICES=gpu MODES=on,off ROUNDS=2 bash bench/notes/issue-28/gpu_session_ab.sh run
-# Each version's package is imported from .ab/NAME (PYTHONPATH; the script's folder first, never the checkout's
-# root), and the script that times them is this checkout's device_codecs_onoff.py.  The twelfth session's records:
+# Each version's package is imported from .ab/NAME, put before the rest of PYTHONPATH (gpu-env.sh's, which has the
+# checkout's root), and the script that times them is this checkout's device_codecs_onoff.py.  The twelfth session's records:
 # results/2026-11-27-nvidia-h100-ab-kept-handover-32768-43a8855.json, ...-h200-x2-ab-kept-handover-49152-538a02f.json.
 set -u
 cd "$(dirname "$0")/../../.."
@@ -26,8 +26,8 @@ run)
     trap 'rm -rf "$inputs"' EXIT
     for round in $(seq "${ROUNDS:-2}"); do
         while read -r v sha; do
-            (cd bench && PYTHONPATH=/tmp/site:$PWD/../.ab/$v python3 -c "import dgemm, sys; print('$v', dgemm.__file__)")
-            PYTHONPATH=/tmp/site:$PWD/.ab/$v DGEMM_COMMIT=$sha python3 bench/notes/issue-28/device_codecs_onoff.py \
+            (cd bench && PYTHONPATH=$PWD/../.ab/$v${PYTHONPATH:+:$PYTHONPATH} python3 -c "import dgemm; print('$v', dgemm.__file__)")
+            PYTHONPATH=$PWD/.ab/$v${PYTHONPATH:+:$PYTHONPATH} DGEMM_COMMIT=$sha python3 bench/notes/issue-28/device_codecs_onoff.py \
                 "$OUT/ab-$v-r$round.json" --size "${SIZE:-32768}" --codec zstd --devices "${DEVICES:-gpu}" --repeats 2 \
                 --modes "${MODES:-on,off}" --gemm-tasks "${GEMM_TASKS:-1}" --inputs "$inputs/zstd" 2>&1 \
                 | grep '^{"mode"' | python3 -c "
