@@ -15,7 +15,8 @@ costs and what Dask and the store tasks add.  ``--device-codecs``: each thread c
 setting (issue 28: with ``on`` the inputs' chunks are decoded on the device); the device's other commands of the
 run (uploads, padding, the decoders' kernels: every event the engine meters as a transfer) are recorded too, and
 the GEMMs' gaps split into the time some such command ran (``gaps_covered_s``) and the time the device ran
-nothing of the run's (``gaps_idle_s``: the device waited on the host).  The modes alternate for ``--rounds``
+nothing of the run's (``gaps_idle_s``: the device waited on the host); ``decoder_s``: the device decoders' commands'
+summed seconds by kind (uploads, trees, huffman, sequences ...), beside the GEMMs.  The modes alternate for ``--rounds``
 rounds after one untimed warm-up each.  Records ``{"meta", "runs"}`` in OUT.json.
 """
 import argparse
@@ -29,6 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 GEMMS: list = []   # (product number, kernel event) of the run being timed
 OTHERS: list = []   # the run's other device commands the engine meters (uploads, padding, decoders' kernels)
+LABELLED: list = []   # (what, event) of the device decoders' commands (upload, trees, huffman, sequences, ...)
 
 
 def tasks_of(a, b, size, chunks):
@@ -55,6 +57,7 @@ def run(tasks, threads, scope):
 
     GEMMS.clear()
     OTHERS.clear()
+    LABELLED.clear()
     t0 = time.perf_counter()
     args = [(*t[:11], scope, *t[12:]) for t in tasks]   # the run's scope: its own panel cache entries
     if threads == 1:
@@ -64,7 +67,19 @@ def run(tasks, threads, scope):
         with ThreadPoolExecutor(threads) as pool:
             list(pool.map(lambda it: _product(gemm_block, *it), enumerate(args)))
     wall = time.perf_counter() - t0
-    return {"wall_s": round(wall, 4), **idle(GEMMS), **covered(GEMMS, OTHERS)}
+    return {"wall_s": round(wall, 4), **idle(GEMMS), **covered(GEMMS, OTHERS), "decoder_s": by_kind(LABELLED)}
+
+
+def by_kind(labelled):
+    """The device decoders' commands' summed seconds by kind (what each kernel took beside the GEMMs: against
+    the decode bench's, alone, it tells how much the GEMM kernels running beside them slowed them)."""
+    out: dict = {}
+    for what, ev in labelled:
+        try:
+            out[what] = out.get(what, 0.0) + (ev.profile.end - ev.profile.start) * 1e-9
+        except Exception:   # (an event without profiling: a marker)
+            continue
+    return {k: round(v, 4) for k, v in sorted(out.items())}
 
 
 _CURRENT = {}
@@ -160,6 +175,17 @@ def main():
         transferred(self, event)
 
     metered._transferred = note_other
+    from dgemm.worker import decoding
+    fill_device = decoding.DeviceDecoded.fill_device
+
+    def labelled(self, device, out, queue=None, events=None, **kw):   # the decoders' commands, named
+        mark = len(events) if events is not None else 0
+        try:
+            return fill_device(self, device, out, queue, events, **kw)
+        finally:
+            LABELLED.extend((events or [])[mark:])
+
+    decoding.DeviceDecoded.fill_device = labelled
     folder = tempfile.mkdtemp(prefix="dgemm-engine-alone-", dir=args.store)
     try:
         rng = np.random.default_rng(0)
