@@ -177,18 +177,20 @@ def _host_cache(value, name) -> str | None:
 
 
 def _device_codecs(value, name) -> str | None:
-    """``auto``, ``on``, ``off`` (YAML's booleans and 1/0 too) or ``encode``; None when blank.
+    """``auto``, ``on``, ``off`` (YAML's booleans and 1/0 too), ``encode`` or ``share``; None when blank.
 
     >>> _device_codecs(" ON ", "x"), _device_codecs(False, "x"), _device_codecs("auto", "x"), _device_codecs("Encode", "x")
     ('on', 'off', 'auto', 'encode')
+    >>> _device_codecs("share", "x")
+    'share'
     """
     if _blank(value):
         return None
     if isinstance(value, bool):
         return "on" if value else "off"
-    word = {"auto": "auto", "encode": "encode", **_WORDS}.get(str(value).strip().lower())
+    word = {"auto": "auto", "encode": "encode", "share": "share", **_WORDS}.get(str(value).strip().lower())
     if word is None:
-        raise ValueError(f"{name}={value!r} must be auto, on, off or encode")
+        raise ValueError(f"{name}={value!r} must be auto, on, off, encode or share")
     return word
 
 
@@ -333,8 +335,10 @@ SETTINGS = {s.key: s for s in (
             "off today; `on`; `off`; `encode`: C's chunks on the device, the inputs decoded on the host's cores: "
             "faster where the host's cores bind and slower where the device does (32768² zstd on one H100, 16 "
             "cores: 2.17-2.26 s against 2.29-2.42 s off; 49152² on two H200s, 32 cores: 3.41-3.46 s against "
-            "3.52-3.77, on one of them 4.66-4.68 against 4.21-4.23). Read where the worker runs; a bad value "
-            "stops a call before any work."),
+            "3.52-3.77, on one of them 4.66-4.68 against 4.21-4.23); `share`: as `on`, but a reader that finds "
+            "every decode slot of its device busy decodes its block on the host's cores instead of waiting, so "
+            "the device's decoders and the host's take the inputs' chunks between them (not measured on a GPU "
+            "yet). Read where the worker runs; a bad value stops a call before any work."),
     Setting("queue-priority", "DGEMM_QUEUE_PRIORITY", _queue_priority,
             "`on` (the default): the queues whose kernels feed the GEMM kernels (the uploads' padding, "
             "transposes and wgmma preparation, the device decoders') ask the driver for high priority where it "

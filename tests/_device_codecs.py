@@ -32,3 +32,37 @@ def run_counted(client, fn, keys=CODEC_COUNTERS):
     result = fn()
     after = client.run(_counters, keys)
     return result, {k: sum(after[w][k] - before[w][k] for w in after) for k in keys}
+
+
+_HELD: list = []    # (release event, threads) of the slots held on this worker
+
+
+def hold_slots(dask_worker=None) -> int:
+    """On a worker: threads holding every decode slot of its device (until :func:`free_slots`, or 60 s); how many."""
+    import threading
+
+    from dgemm.worker import device_state
+
+    scratch = device_state().device.scratch
+    release, ready = threading.Event(), threading.Barrier(scratch._slots + 1)
+
+    def hold():
+        with scratch.slot():
+            ready.wait(60)
+            release.wait(60)
+
+    threads = [threading.Thread(target=hold, daemon=True) for _ in range(scratch._slots)]
+    for t in threads:
+        t.start()
+    ready.wait(60)
+    _HELD.append((release, threads))
+    return scratch.free_now()
+
+
+def free_slots(dask_worker=None) -> None:
+    """On a worker: let go of the slots :func:`hold_slots` took."""
+    while _HELD:
+        release, threads = _HELD.pop()
+        release.set()
+        for t in threads:
+            t.join(30)

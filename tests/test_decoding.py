@@ -15,9 +15,11 @@ setting refused before any work.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import re
+import threading
 import time
 
 import numcodecs
@@ -91,8 +93,9 @@ def regions(shape, chunk) -> dict:
             "one row of chunks": ((0, c0), (0, shape[1]))}
 
 
-def device_read(dev, block, poison=0x7F):
-    """``(values or None, bytes sent, {counter: growth})`` of DeviceDecoded(block).fill_device into a poisoned buffer."""
+def device_read(dev, block, poison=0x7F, share=False):
+    """``(values or None, bytes sent, {counter: growth})`` of DeviceDecoded(block, share).fill_device into a poisoned
+    buffer."""
     import pyopencl as cl
 
     rows, cols = block.shape
@@ -100,7 +103,7 @@ def device_read(dev, block, poison=0x7F):
     try:
         cl.enqueue_fill_buffer(dev.transfer_queue, out, np.uint8(poison), 0, out.size).wait()
         before = fastpaths.snapshot()
-        sent = DeviceDecoded(block).fill_device(dev, out, dev.transfer_queue)
+        sent = DeviceDecoded(block, share).fill_device(dev, out, dev.transfer_queue)
         grew = fastpaths.since(before)
         host = np.empty(out.size, np.uint8)
         cl.enqueue_copy(dev.transfer_queue, host, out, is_blocking=True)
@@ -150,6 +153,90 @@ def test_a_frame_the_device_does_not_decode_is_decoded_on_the_host(any_device, t
     got, _, grew = device_read(any_device, ZarrBlock(arr, (0, 24), (0, 16)))
     np.testing.assert_array_equal(got, data[:24, :16])
     assert grew["host_decoded_bytes"] == part.nbytes and grew["device_decoded_bytes"] == 2 * part.nbytes, grew
+
+
+@contextlib.contextmanager
+def every_slot_held(dev):
+    """Threads holding every decode slot of ``dev`` (its readers busy decoding, as far as a block can tell) within."""
+    release, ready = threading.Event(), threading.Barrier(dev.scratch._slots + 1)
+
+    def hold():
+        with dev.scratch.slot():
+            ready.wait(30)
+            release.wait(30)
+
+    holders = [threading.Thread(target=hold) for _ in range(dev.scratch._slots)]
+    for t in holders:
+        t.start()
+    try:
+        ready.wait(30)
+        yield
+    finally:
+        release.set()
+        for t in holders:
+            t.join(30)
+
+
+def test_share_leaves_a_block_to_the_host_while_every_slot_is_busy(any_device, tmp_path, rng, monkeypatch):
+    """``device-codecs: share``: a block whose reader finds every decode slot busy is declined at once, nothing
+    read, counted or written, so the host decodes it; once a slot is free the device decodes it."""
+    from dgemm.worker import decoding
+
+    arr, data = create(tmp_path / "a.zarr", LZ4["v3 zstd"], rng, dtype="float32")
+    block = ZarrBlock(arr, (0, SHAPE[0]), (0, SHAPE[1]))
+    reads = []
+    real = decoding._read_packed
+    monkeypatch.setattr(decoding, "_read_packed", lambda *a: reads.append(1) or real(*a))
+    with every_slot_held(any_device):
+        assert DeviceDecoded(block, share=True).declines(any_device)
+        assert not DeviceDecoded(block).declines(any_device)      # on: its reader waits for a slot instead
+        got, sent, grew = device_read(any_device, block, share=True)
+        assert sent is None and not any(grew.values()) and not reads, (sent, grew, reads)
+    assert not DeviceDecoded(block, share=True).declines(any_device)
+    got, sent, grew = device_read(any_device, block, share=True)
+    np.testing.assert_array_equal(got, data)
+    assert grew["device_decoded_bytes"] > 0 and grew["host_decoded_bytes"] == 0 and reads, grew
+
+
+@pytest.mark.parametrize("trans_a", [False, True], ids=["a", "a-transposed"])
+def test_share_in_the_engine_decodes_on_the_host_while_the_slots_are_busy(any_device, engines, tmp_path, rng,
+                                                                         trans_a, monkeypatch):
+    """The engine stages a declined block through the host's reader (padding or transposing it as any upload), and
+    the same blocks on the device once a slot is free: both products right."""
+    eng = engines(any_device, "float64")
+    m, n, k = 37, 29, 45
+    A, B = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    sa = A.T if trans_a else A
+    arrays = []
+    for name, value in (("a", sa), ("b", B)):
+        z = zarr.create_array(str(tmp_path / f"{name}.zarr"), shape=value.shape, chunks=(16, 16), dtype="f8",
+                              compressors=ZstdCodec(level=3))
+        z[...] = value
+        arrays.append(DeviceDecoded(ZarrBlock(z, (0, value.shape[0]), (0, value.shape[1])), share=True))
+    nbytes = (sa.size + B.size) * 8
+    allocated = []
+    real = any_device.buffer
+
+    def counted(size, what="a device buffer"):
+        if " block" in what and "accumulator" not in what:    # the blocks' own (staged, upload, decode)
+            allocated.append(what)
+        return real(size, what)
+
+    monkeypatch.setattr(any_device, "buffer", counted)
+    plain = [r.block for r in arrays]     # the host's path alone: what it allocates
+    eng.stream(plain[:1], plain[1:], m, n, trans_a=trans_a, scope=("plain", tmp_path.name))
+    host_path = sorted(allocated)
+    for busy in (True, False):
+        allocated.clear()
+        before = fastpaths.snapshot()
+        with every_slot_held(any_device) if busy else contextlib.nullcontext():
+            got = eng.stream(arrays[:1], arrays[1:], m, n, trans_a=trans_a, scope=("share", busy, tmp_path.name))
+        grew = fastpaths.since(before)
+        check_product(got, A, B, dtype="float64", what=f"slots busy: {busy}")
+        where, other = ("host", "device") if busy else ("device", "host")
+        assert grew[f"{where}_decoded_bytes"] >= nbytes and grew[f"{other}_decoded_bytes"] == 0, (busy, grew)
+        if busy:    # declined before the device path allocated anything for the blocks
+            assert sorted(allocated) == host_path, (allocated, host_path)
 
 
 @pytest.mark.parametrize("trans_a, trans_b", [(False, False), (True, False), (False, True)])
@@ -296,6 +383,32 @@ def test_zstd_inputs_are_decoded_on_the_device_unless_they_carry_a_checksum(clie
     assert grew[f"{other}_decoded_bytes"] == 0 and grew[f"{where}_decoded_bytes"] == decoded_bytes(a, b), grew
 
 
+def test_matmul_under_share_decodes_each_chunk_once_between_the_device_and_the_host(client, setting, tmp_path, rng):
+    """``device-codecs: share`` on real workers: the product right, each chunk decoded once, on the device or on the
+    host (whichever was free), and C's zstd chunks encoded on the device as under ``on``."""
+    a, b, A, B = inputs(tmp_path, rng, LZ4["v3 zstd"])
+    setting("share")
+    c, grew = run_counted(client, lambda: dgemm.matmul(a, b, out=str(tmp_path / "c.zarr"), client=client, block=64))
+    check_product(np.asarray(c[...]), A, B, dtype="float32")
+    assert grew["device_decoded_bytes"] + grew["host_decoded_bytes"] == decoded_bytes(a, b), grew
+    assert grew["device_encoded_bytes"] > 0 and grew["host_encoded_bytes"] == 0, grew
+
+
+def test_matmul_under_share_decodes_on_the_host_while_the_workers_slots_are_busy(client, setting, tmp_path, rng):
+    """The setting reaches the workers' blocks: with every decode slot held on each worker (its device's decoders
+    busy), ``share`` decodes every chunk on the host's readers, ``on`` would wait for the slots."""
+    a, b, A, B = inputs(tmp_path, rng, LZ4["v3 zstd"])
+    setting("share")
+    assert set(client.run(_device_codecs.hold_slots).values()) == {0}
+    try:
+        c, grew = run_counted(client, lambda: dgemm.matmul(a, b, out=str(tmp_path / "c.zarr"), client=client,
+                                                           block=64))
+    finally:
+        client.run(_device_codecs.free_slots)
+    check_product(np.asarray(c[...]), A, B, dtype="float32")
+    assert grew["device_decoded_bytes"] == 0 and grew["host_decoded_bytes"] == decoded_bytes(a, b), grew
+
+
 def _assert_rows_16_32_unmarked(path) -> None:
     """The output at ``path`` is incomplete, and none of C's blocks that read A's rows 16:32 (chunk (1, 0)) is
     marked done."""
@@ -399,7 +512,7 @@ def test_bad_setting_values_are_refused_before_any_work(client, setting, tmp_pat
 
     a, b, _, _ = inputs(tmp_path, rng, LZ4["v3 shuffle"])
     setting(value)
-    with pytest.raises(NoDeviceWorkerError, match=rf"dgemm.device-codecs='{value}' must be auto, on, off or encode"):
+    with pytest.raises(NoDeviceWorkerError, match=rf"dgemm.device-codecs='{value}' must be auto, on, off, encode or share"):
         dgemm.matmul(a, b, out=str(tmp_path / "c.zarr"), client=client, block=16)
     assert not (tmp_path / "c.zarr").exists()
 

@@ -115,3 +115,55 @@ def test_a_failed_grow_leaves_no_released_buffer_behind(any_device, monkeypatch)
         again = scratch.buffer("x", 100)
         assert again is not first and again.size >= 100
     assert scratch.release() == 1 and scratch.nbytes() == 0
+
+
+def test_a_slot_without_waiting_is_one_free_now_or_none_at_once(any_device):
+    """``slot(wait=False)`` (device-codecs share): a free slot whose last call has run, else None at once,
+    holding nothing; a slot left with its call in flight is not free until the call has run."""
+    import pyopencl as cl
+
+    scratch = Scratch(any_device, slots=2)
+    gate = cl.UserEvent(any_device.context)
+    with scratch.slot():
+        scratch.leave_after(gate)        # this slot's call still in flight
+    assert scratch.free_now() == 1
+    answers = []
+
+    def try_one():
+        with scratch.slot(wait=False) as got:
+            answers.append((got, scratch.holding()))
+
+    try:
+        with scratch.slot(wait=False) as mine:      # the other slot: free, nothing in flight
+            assert mine is scratch and scratch.holding() and scratch.free_now() == 0
+            other = threading.Thread(target=try_one)
+            other.start()
+            other.join(10)
+            assert not other.is_alive(), "slot(wait=False) waited for the slot in flight"
+            assert answers == [(None, False)]
+            assert scratch.holding(), "a refused try changed this thread's slot"
+        assert scratch.free_now() == 1          # this one back; the gated one still in flight
+        with scratch.slot(wait=False) as again:
+            assert again is scratch and scratch.buffer("x", 10).size >= 10
+    finally:
+        gate.set_status(cl.command_execution_status.COMPLETE)
+    assert scratch.free_now() == 2             # the call has run: its slot is free again
+    held = threading.Barrier(3)
+
+    def hold():
+        with scratch.slot(wait=False) as got:
+            assert got is scratch
+            held.wait(10)
+            held.wait(10)
+
+    both = [threading.Thread(target=hold) for _ in range(2)]
+    for t in both:
+        t.start()
+    held.wait(10)       # both slots taken without waiting: none refused, the room intact after the refusals
+    assert scratch.free_now() == 0
+    with scratch.slot(wait=False) as none:
+        assert none is None
+    held.wait(10)
+    for t in both:
+        t.join(10)
+    assert scratch.free_now() == 2 and scratch.release() >= 1

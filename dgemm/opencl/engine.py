@@ -292,6 +292,8 @@ class BlockEngine:
         rows, cols = ref.shape
         if not rows or not cols or max(rows * cols, drows * dcols) > INT32_MAX:
             return None   # the host path (and its error for blocks beyond 32-bit indexing)
+        if getattr(ref, "declines", None) is not None and ref.declines(self.device):
+            return None   # (device-codecs: share) every decode slot busy: the host decodes it, no buffer spent
         q = self.device.transfer_queue
         direct = not transpose and (rows, cols) == (drows, dcols)
         out = self.device.buffer(self._nbytes(drows, dcols), what=f"a staged {drows}x{dcols} {self.dtype.name} block")

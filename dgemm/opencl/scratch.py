@@ -48,7 +48,7 @@ class Scratch:
         self._busy: dict[int, object] = {}       # a slot's last command, where a call left without waiting
 
     @contextlib.contextmanager
-    def slot(self):
+    def slot(self, wait: bool = True):
         """Within this block, :meth:`buffer` and :meth:`queue` are those of a slot this thread borrows.
 
         At most ``slots`` threads hold one at once; the others wait here
@@ -59,11 +59,26 @@ class Scratch:
         flight and the readers cannot queue work without bound behind the
         GEMMs.  (Its buffers would be safe anyway: a slot's commands share
         its in-order queue.)
+
+        ``wait=False``: take a slot only where one is free now, its last
+        call's commands run; else the block gets None at once and holds
+        nothing (``device-codecs: share``: the reader decodes on the host).
         """
-        self._room.acquire()
+        if not self._room.acquire(blocking=wait):
+            yield None
+            return
         with self._lock:
-            key = self._free.pop(0)     # the slot left longest ago: its commands the likeliest done
-            last = self._busy.pop(key, None)
+            if wait:
+                key = self._free.pop(0)     # the slot left longest ago: its commands the likeliest done
+            else:
+                key = next((k for k in self._free if _ran(self._busy.get(k))), None)
+                if key is not None:
+                    self._free.remove(key)
+            last = self._busy.pop(key, None) if key is not None else None
+        if key is None:     # (not waiting) every free slot's last call still in flight
+            self._room.release()
+            yield None
+            return
         if last is not None:
             import pyopencl as cl
 
@@ -76,6 +91,11 @@ class Scratch:
             with self._lock:
                 self._free.append(key)
             self._room.release()
+
+    def free_now(self) -> int:
+        """How many slots :meth:`slot` would give at once with ``wait=False`` (a hint: another thread may take one)."""
+        with self._lock:
+            return sum(1 for k in self._free if _ran(self._busy.get(k)))
 
     def holding(self) -> bool:
         """Whether this thread holds one of the slots now (:meth:`slot`)."""
@@ -149,3 +169,12 @@ class Scratch:
         """Bytes held now, all threads together."""
         with self._lock:
             return sum(b.size for b in self._buffers.values())
+
+
+def _ran(event) -> bool:
+    """Whether a slot's last command ``event`` (None: none) has run, or failed (its error is the call's check's)."""
+    if event is None:
+        return True
+    import pyopencl as cl
+
+    return event.command_execution_status <= cl.command_execution_status.COMPLETE

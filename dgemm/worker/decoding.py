@@ -54,9 +54,15 @@ def device_bytes(refs) -> int:
     return int(SLOTS * CALL_BYTES_PER_BYTE * largest)
 
 
-def through(ref):
+def shared() -> bool:
+    """Whether this worker's ``device-codecs`` setting (read now) shares the inputs' chunks with the host's readers
+    (``share``: a block whose reader finds every decode slot busy is decoded on the host)."""
+    return codecs.shares(config.get("device-codecs") or "auto")
+
+
+def through(ref, share: bool = False):
     """``ref`` as a :class:`DeviceDecoded` where it is a Zarr input block; anything else as it is."""
-    return DeviceDecoded(ref) if type(ref) is ZarrBlock else ref
+    return DeviceDecoded(ref, share) if type(ref) is ZarrBlock else ref
 
 
 class DeviceDecoded(Through):
@@ -64,18 +70,27 @@ class DeviceDecoded(Through):
 
     Everything else is the block's own (``shape``, ``dtype``, ``key()``,
     ``fill_into`` ...): the engine caches it under the block's key, and reads
-    it on the host where :meth:`fill_device` declines.
+    it on the host where :meth:`fill_device` declines.  ``share``
+    (``device-codecs: share``): it also declines where every decode slot of
+    the device is busy (:meth:`declines`), so that the reader decodes it on
+    the host rather than wait.
     """
 
-    __slots__ = ("block",)
+    __slots__ = ("block", "share")
 
-    def __init__(self, block: ZarrBlock):
+    def __init__(self, block: ZarrBlock, share: bool = False):
         self.block = block
+        self.share = share
 
     def __getattr__(self, name):
-        if name == "block":   # not set yet (a copy being made): no recursion
+        if name in ("block", "share"):   # not set yet (a copy being made): no recursion
             raise AttributeError(name)
         return getattr(self.block, name)
+
+    def declines(self, device) -> bool:
+        """Whether :meth:`fill_device` would decline now for want of a free decode slot (``share`` only): asked
+        before the engine allocates the block's device buffers, which a declined block would not use."""
+        return self.share and device.scratch.free_now() == 0
 
     def __repr__(self):
         return f"DeviceDecoded({self.block!r})"
@@ -89,7 +104,8 @@ class DeviceDecoded(Through):
 
         None (nothing done): the block's chunks are not frames of a device
         decoder (another codec, a layout :func:`dgemm.storage.frames.region`
-        does not describe).  Returns when ``out`` holds the block, or, given
+        does not describe), or, with ``share``, every decode slot of the
+        device is busy (nothing read).  Returns when ``out`` holds the block, or, given
         ``pending`` and a decoder that ``defers`` (zstd), once the decode is
         enqueued: ``pending`` then gets ``(event, check)``, ``event`` the
         decode's last command (what reads ``out`` must wait for), ``check()``
@@ -113,7 +129,7 @@ class DeviceDecoded(Through):
         mine = [] if pending is not None else None
         try:
             sent = _decode(device, dec, found, out, queue if queue is not None else device.transfer_queue, events,
-                           mine)
+                           mine, share=self.share)
         except DeviceError:
             raise   # the device's own (out of memory, a failed launch): not the chunk's fault
         except Exception as e:
@@ -163,7 +179,7 @@ def _read_packed(device, found) -> tuple:
     return frames, starts, host
 
 
-def _decode(device, dec, found, out, queue, events, pending=None) -> int:
+def _decode(device, dec, found, out, queue, events, pending=None, share: bool = False) -> int | None:
     """Decode ``found``'s pieces into ``out``: whole-row chunks in place, the others aside then copied.
 
     The decode runs on its slot's queue (:meth:`Device.scratch`, :mod:`dgemm.opencl.scratch`) with
@@ -171,8 +187,14 @@ def _decode(device, dec, found, out, queue, events, pending=None) -> int:
     ``queue`` (where the engine reads ``out`` next) needs nothing from it; or, with ``pending``
     (a decoder that ``defers``), has been enqueued: ``pending`` gets ``(event, check)`` as
     :meth:`DeviceDecoded.fill_device` describes, and the slot is left to the next holder once
-    ``event`` has run.
+    ``event`` has run.  ``share``: None (nothing read) where no slot is free now.
     """
+    if share:   # a free slot now or the host's decoder: read within the slot
+        with device.scratch.slot(wait=False) as held:
+            if held is None:
+                return None
+            data, starts, host = _read_packed(device, found)
+            return _decode_read(device, dec, found, out, events, data, starts, host, pending)
     data, starts, host = _read_packed(device, found)     # (read by every reader thread at once)
     with device.scratch.slot():     # a few decodes at once per device, each with its slot's buffers and queue
         return _decode_read(device, dec, found, out, events, data, starts, host, pending)

@@ -107,7 +107,8 @@ def main():
     p.add_argument("--codec", choices=("lz4", "zstd", "none"), default="lz4", help="A's and B's compressor")
     p.add_argument("--out-codec", choices=("none", "zstd"), default=None,
                    help="C's compressor (default: zstd with zstd inputs, else none)")
-    p.add_argument("--modes", default="off,on", help="the settings timed in turn, comma separated")
+    p.add_argument("--modes", default="off,on", help="the settings timed in turn, comma separated (also encode, "
+                   "share, on-wait)")
     p.add_argument("--gemm-tasks", default="1", help="gemm-tasks values, comma separated: each mode runs with "
                    "each in turn (read on the client, so one cluster serves them all)")
     p.add_argument("--priorities", default="on", help="queue-priority values, comma separated: a cluster each")

@@ -43,7 +43,7 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-MODES = ("auto", "on", "off", "encode")
+MODES = ("auto", "on", "off", "encode", "share")
 
 
 @dataclass(frozen=True)
@@ -120,14 +120,18 @@ def enabled(mode: str, device_type: str, work: str = "decode") -> bool:
 
     ``work`` is ``"decode"`` (the inputs' chunks) or ``"encode"`` (C's).
     ``on`` takes the device path for both on any device, ``encode`` for
-    C's chunks alone (the inputs decoded on the host's cores), ``off`` for
-    neither; ``auto`` takes it only where it was measured faster than the
-    host (:data:`AUTO_ON` for both, :data:`AUTO_ENCODE` for C's chunks).
+    C's chunks alone (the inputs decoded on the host's cores), ``share``
+    for both, the inputs' chunks shared with the host's readers
+    (:func:`shares`), ``off`` for neither; ``auto`` takes it only where it
+    was measured faster than the host (:data:`AUTO_ON` for both,
+    :data:`AUTO_ENCODE` for C's chunks).
 
     >>> enabled("auto", "CPU"), enabled("on", "CPU"), enabled("off", "GPU")
     (False, True, False)
     >>> enabled("encode", "CPU"), enabled("encode", "CPU", "encode")
     (False, True)
+    >>> enabled("share", "GPU"), enabled("share", "GPU", "encode")
+    (True, True)
     """
     if mode not in MODES:
         raise ValueError(f"device-codecs={mode!r} must be one of {', '.join(MODES)}")
@@ -135,4 +139,17 @@ def enabled(mode: str, device_type: str, work: str = "decode") -> bool:
         raise ValueError(f"internal: work={work!r}")
     if mode == "auto":
         return device_type in AUTO_ON or (work == "encode" and device_type in AUTO_ENCODE)
-    return mode == "on" or (mode == "encode" and work == "encode")
+    return mode in ("on", "share") or (mode == "encode" and work == "encode")
+
+
+def shares(mode: str) -> bool:
+    """Whether the ``device-codecs`` setting's ``mode`` shares the inputs' chunks between the device's decoders
+    and the host's readers: a reader that finds every decode slot of the device busy
+    (:meth:`~dgemm.opencl.scratch.Scratch.slot`) decodes its block on the host instead of waiting.
+
+    >>> shares("share"), shares("on"), shares("auto")
+    (True, False, False)
+    """
+    if mode not in MODES:
+        raise ValueError(f"device-codecs={mode!r} must be one of {', '.join(MODES)}")
+    return mode == "share"
