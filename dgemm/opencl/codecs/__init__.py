@@ -109,6 +109,9 @@ def decoder(codec: str, config: dict | None = None) -> Decoder | None:
 # At 43a8855 (reader 5, the encoder's buffers kept, the next product in before the encode), same calls: one H100,
 # 32768², 2.70-3.09 s on against 2.55-2.88 off; two H200s, 49152², 4.21-4.23 on against 3.90-4.02 off, and one
 # of them 6.59-6.92 on against 4.56-4.61 off (on scales 1.60x: the one-GPU run is faster than at 53a28a3).
+# `share` (b60cdf6: a reader finding every decode slot busy decodes on the host): one H100, 32768², 2.35-2.43 s
+# against 2.44-2.62 off and 2.59-2.81 on (5 alternations, results/2026-11-27-nvidia-h100-share-zstd-32768-b60cdf6.json):
+# faster than both there, not yet auto's (two GPUs, Blosc inputs and other hosts not measured).
 AUTO_ON: frozenset = frozenset()
 # Device types where C's chunks alone are encoded on the device under ``auto`` (the inputs decoded on the
 # host): none until measured (bench/NOTES.md, issue 28).
