@@ -2,7 +2,7 @@
 
     python bench/notes/issue-28/device_codecs_onoff.py [OUT.json] [--size 16384] [--chunk 4096]
         [--dtype float32] [--devices gpu] [--store /dev/shm] [--repeats 2] [--codec lz4|zstd]
-        [--out-codec none|zstd] [--slots 2,8] [--modes off,on] [--priorities on,off,inline] [--gemm-tasks 1,2]
+        [--out-codec none|zstd] [--slots 2,8 [--slots-mode share]] [--modes off,on] [--priorities on,off,inline] [--gemm-tasks 1,2]
         [--worker-process device,host] [--rounds 2]
 
 Writes A and B (SIZE x SIZE, a random walk along rows: smooth floats) as Zarr v2 arrays in CHUNK² chunks
@@ -16,7 +16,8 @@ and reports each run's wall time, C's stored bytes and what the workers' counter
 ``device_decoded_bytes``, ``host_decoded_bytes``, ``device_encoded_bytes``, ``host_encoded_bytes``,
 ``bytes_up`` (compressed bytes under on), ``bytes_down`` (the frames under on, with a zstd C),
 ``read_seconds`` (summed over reader threads) and ``download_seconds``.  ``--slots``: then runs with
-device-codecs on and each count of device decodes at once (``dgemm.opencl.scratch.SLOTS``).  ``--modes``: the
+device-codecs ``--slots-mode`` (on by default) and each count of device decodes at once, alternating
+(``dgemm.opencl.scratch.SLOTS``).  ``--modes``: the
 settings timed in turn (``on-wait``: ``on`` with each device decode waited for on the host, the engine's
 ``DEFERRED_DECODES`` off) (``off`` alone for raw chunks); ``--priorities``: the ``queue-priority`` values, a cluster
 each (read when a worker's device opens); ``--worker-process``: a cluster for each value (a process per device, or one
@@ -116,6 +117,7 @@ def main():
                    "each (device: a process per device; host: one for all)")
     p.add_argument("--rounds", type=int, default=1, help="the clusters (priorities x worker-process) this many times "
                    "in turn")
+    p.add_argument("--slots-mode", default="on", help="the device-codecs value the --slots runs take (on, share)")
     p.add_argument("--slots", default=None, help="device decodes at once per device, comma separated: each "
                                                   "count timed with device-codecs on (default: the module's)")
     args = p.parse_args()
@@ -170,7 +172,8 @@ def main():
                 tasks = [int(t) for t in args.gemm_tasks.split(",")]
                 runs = [(m, None, t) for m in args.modes.split(",") for t in tasks] * args.repeats
                 if args.slots:
-                    runs += [("on", int(k), tasks[0]) for k in args.slots.split(",") for _ in range(args.repeats)]
+                    runs += [(args.slots_mode, int(k), tasks[0]) for _ in range(args.repeats)
+                             for k in args.slots.split(",")]
                 for mode, slots, gemm_tasks in runs:
                     client.run(configure, mode)
                     if slots is not None:

@@ -5,7 +5,8 @@
 # Run from the project's root after `source .whl/gpu-env.sh`:
 #     OUT=/some/folder bash bench/notes/issue-28/gpu_session_share.sh one|x2
 # one: one GPU (about 5 minutes on an H100): 32768² float32, zstd in and out, off / on / share 3 times, each
-#      with gemm-tasks 1 and 2 (C's device encode beside the next product's GEMMs), then raw
+#      with gemm-tasks 1 and 2 (C's device encode beside the next product's GEMMs), share with 2, 8 and 16
+#      decode slots (4 by default), then raw
 #      twice (the issue's end-to-end target: within 15 % of raw);
 # x2:  two GPUs of one host (about 7 minutes): 49152², share / on / off on both GPUs, then on one (the issue's
 #      2-GPU target: >= 1.8x one).
@@ -21,7 +22,7 @@ trap 'rm -rf "$inputs"' EXIT
 case "${1:?one or x2}" in
 one)
     python3 $S "$OUT/share-zstd-32768.json" --size 32768 --codec zstd --devices gpu --repeats 3 \
-        --modes off,on,share --gemm-tasks 1,2 --inputs "$inputs/zstd"
+        --modes off,on,share --gemm-tasks 1,2 --slots 2,8,16 --slots-mode share --inputs "$inputs/zstd"
     rm -rf "$inputs/zstd"
     python3 $S "$OUT/raw-32768.json" --size 32768 --codec none --out-codec none --devices gpu --repeats 2 \
         --modes off --inputs "$inputs/raw"
