@@ -336,11 +336,13 @@ SETTINGS = {s.key: s for s in (
             "faster where the host's cores bind and slower where the device does (32768² zstd on one H100, 16 "
             "cores: 2.17-2.26 s against 2.29-2.42 s off; 49152² on two H200s, 32 cores: 3.41-3.46 s against "
             "3.52-3.77, on one of them 4.66-4.68 against 4.21-4.23); `share`: as `on`, but a reader that finds "
-            "every decode slot of its device busy decodes its block on the host's cores instead of waiting, so "
-            "the device's decoders and the host's take the inputs' chunks between them: the fastest of the four "
-            "on one H100 (32768² zstd in and out, 16 cores: 2.35-2.43 s against 2.44-2.62 off and 2.59-2.81 on, "
-            "5 alternations; the device decoded 36-39 % of the bytes), not yet `auto`'s until measured on two "
-            "GPUs and with Blosc. Read where the worker runs; a bad value stops a call before any work."),
+            "every decode slot of its device busy (each slot's last call still in flight; under `share` a block's "
+            "chunks are read from the store within its slot) decodes its block on the host's cores instead of "
+            "waiting, so that the device's decoders and the host's take the inputs' chunks between them: faster "
+            "than both `off` and `on` on one H100 (32768² zstd in and out, 16 cores: 2.35-2.43 s against 2.44-2.62 "
+            "off and 2.59-2.81 on, 5 alternations in one cluster; the device decoded 36-39 % of the bytes; `encode` "
+            "not in those runs), not yet `auto`'s until measured on two GPUs and with Blosc. Read where the worker "
+            "runs; a bad value stops a call before any work."),
     Setting("queue-priority", "DGEMM_QUEUE_PRIORITY", _queue_priority,
             "`on` (the default): the queues whose kernels feed the GEMM kernels (the uploads' padding, "
             "transposes and wgmma preparation, the device decoders') ask the driver for high priority where it "

@@ -38,7 +38,8 @@ _HELD: list = []    # (release event, threads) of the slots held on this worker
 
 
 def hold_slots(dask_worker=None) -> int:
-    """On a worker: threads holding every decode slot of its device (until :func:`free_slots`, or 60 s); how many."""
+    """On a worker: threads holding every decode slot of its device (until :func:`free_slots`, or 10 minutes: a
+    test that fails before it frees them does not leave the worker without slots); how many slots stay free."""
     import threading
 
     from dgemm.worker import device_state
@@ -49,13 +50,13 @@ def hold_slots(dask_worker=None) -> int:
     def hold():
         with scratch.slot():
             ready.wait(60)
-            release.wait(60)
+            release.wait(600)
 
     threads = [threading.Thread(target=hold, daemon=True) for _ in range(scratch._slots)]
     for t in threads:
         t.start()
-    ready.wait(60)
     _HELD.append((release, threads))
+    ready.wait(60)      # (raises where a slot was not taken in time)
     return scratch.free_now()
 
 

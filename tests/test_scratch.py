@@ -167,3 +167,22 @@ def test_a_slot_without_waiting_is_one_free_now_or_none_at_once(any_device):
     for t in both:
         t.join(10)
     assert scratch.free_now() == 2 and scratch.release() >= 1
+
+
+def test_a_slot_whose_last_call_failed_is_handed_on_and_kept(any_device):
+    """A deferred call whose commands failed (its own check reports it) leaves its slot usable: the next holder,
+    waiting or not, gets it, and no slot or place in the room is lost."""
+    import pyopencl as cl
+
+    scratch = Scratch(any_device, slots=2)
+    for wait in (True, False):
+        failed = [cl.UserEvent(any_device.context) for _ in range(2)]
+        for ev in failed:
+            with scratch.slot():
+                scratch.leave_after(ev)
+            ev.set_status(-5)           # (a negative status: the command failed)
+        assert scratch.free_now() == 2
+        for _ in range(2):
+            with scratch.slot(wait=wait) as got:
+                assert got is scratch and scratch.holding()
+        assert scratch.free_now() == 2 and scratch._room._value == 2

@@ -79,12 +79,10 @@ class Scratch:
             self._room.release()
             yield None
             return
-        if last is not None:
-            import pyopencl as cl
-
-            cl.wait_for_events([last])
         self._held.key = key
         try:
+            if last is not None:
+                _wait(last)
             yield self
         finally:
             self._held.key = None
@@ -169,6 +167,17 @@ class Scratch:
         """Bytes held now, all threads together."""
         with self._lock:
             return sum(b.size for b in self._buffers.values())
+
+
+def _wait(event) -> None:
+    """Wait for a slot's last command; one that failed is its own call's to report (that call's deferred check
+    raises it for its block), not the next holder's, whose block is sound: the slot goes on."""
+    import pyopencl as cl
+
+    try:
+        cl.wait_for_events([event])
+    except (cl.Error, RuntimeError):
+        pass
 
 
 def _ran(event) -> bool:

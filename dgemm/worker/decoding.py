@@ -93,7 +93,7 @@ class DeviceDecoded(Through):
         return self.share and device.scratch.free_now() == 0
 
     def __repr__(self):
-        return f"DeviceDecoded({self.block!r})"
+        return f"DeviceDecoded({self.block!r}{', share=True' if self.share else ''})"
 
     def fill_into(self, out):
         return self.block.fill_into(out)

@@ -32,8 +32,9 @@ that raises the same error later.  Nothing here knows Zarr.
 
 The ``device-codecs`` setting (:mod:`dgemm.config`) chooses whether workers use
 this package: ``off`` keeps every chunk on the host, ``on`` sends the frames a
-module decodes to the device, ``auto`` takes the device path where it was measured
-faster (:func:`enabled`: nowhere yet).
+module decodes to the device, ``encode`` encodes C there alone, ``share`` shares the
+inputs' chunks between the device's decoders and the host's readers (:func:`shares`),
+``auto`` takes the device path where it was measured faster (:func:`enabled`: nowhere yet).
 :data:`DECODERS` is the registry: which chunks' compressor each module decodes.
 Nothing is imported at package import: ``import dgemm.opencl.codecs`` needs no pyopencl.
 """
