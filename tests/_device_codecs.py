@@ -38,8 +38,9 @@ _HELD: list = []    # (release event, threads) of the slots held on this worker
 
 
 def hold_slots(dask_worker=None) -> int:
-    """On a worker: threads holding every decode slot of its device (until :func:`free_slots`, or 10 minutes: a
-    test that fails before it frees them does not leave the worker without slots); how many slots stay free."""
+    """On a worker: threads holding every decode slot of its device (until :func:`free_slots`, or 2 minutes: far
+    longer than the tests' small products take, and a test that fails before it frees them, or a reader that waits
+    for them, is not left without slots); how many slots stay free."""
     import threading
 
     from dgemm.worker import device_state
@@ -50,7 +51,7 @@ def hold_slots(dask_worker=None) -> int:
     def hold():
         with scratch.slot():
             ready.wait(60)
-            release.wait(600)
+            release.wait(120)
 
     threads = [threading.Thread(target=hold, daemon=True) for _ in range(scratch._slots)]
     for t in threads:
