@@ -155,11 +155,11 @@ def select_devices(spec: str | None = None, devices: list[DeviceInfo] | None = N
         cpus = [d for d in devices if d.type == "CPU"]
         return gpus or cpus[:1] or devices[:1]
     chosen: list[DeviceInfo] = []
+    first_cpu = next((d for d in devices if d.type == "CPU"), None)
     for item in (s.strip() for s in str(spec).split(",")):
         if not item:
             continue
         low = item.lower()
-        first_cpu = next((d for d in devices if d.type == "CPU"), None)
         if low == "all":
             hits = [d for d in devices if d.type != "CPU" or d is first_cpu]
         elif low == "cpu":
