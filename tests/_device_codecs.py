@@ -37,15 +37,15 @@ def run_counted(client, fn, keys=CODEC_COUNTERS):
 _HELD: list = []    # (release event, threads) of the slots held on this worker
 
 
-def hold_slots(dask_worker=None) -> int:
-    """On a worker: threads holding every decode slot of its device (until :func:`free_slots`, or 2 minutes: far
+def hold_slots(dask_worker=None, device=None) -> int:
+    """On a worker (or for ``device`` in this process): threads holding every decode slot of its device (until :func:`free_slots`, or 2 minutes: far
     longer than the tests' small products take, and a test that fails before it frees them, or a reader that waits
     for them, is not left without slots); how many slots stay free."""
     import threading
 
     from dgemm.worker import device_state
 
-    scratch = device_state().device.scratch
+    scratch = (device or device_state().device).scratch
     release, ready = threading.Event(), threading.Barrier(scratch._slots + 1)
 
     def hold():

@@ -19,7 +19,6 @@ import contextlib
 import itertools
 import os
 import re
-import threading
 import time
 
 import numcodecs
@@ -158,23 +157,11 @@ def test_a_frame_the_device_does_not_decode_is_decoded_on_the_host(any_device, t
 @contextlib.contextmanager
 def every_slot_held(dev):
     """Threads holding every decode slot of ``dev`` (its readers busy decoding, as far as a block can tell) within."""
-    release, ready = threading.Event(), threading.Barrier(dev.scratch._slots + 1)
-
-    def hold():
-        with dev.scratch.slot():
-            ready.wait(30)
-            release.wait(30)
-
-    holders = [threading.Thread(target=hold) for _ in range(dev.scratch._slots)]
-    for t in holders:
-        t.start()
     try:
-        ready.wait(30)
+        assert _device_codecs.hold_slots(device=dev) == 0
         yield
     finally:
-        release.set()
-        for t in holders:
-            t.join(30)
+        _device_codecs.free_slots()
 
 
 def test_share_leaves_a_block_to_the_host_while_every_slot_is_busy(any_device, tmp_path, rng, monkeypatch):
