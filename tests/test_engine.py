@@ -360,6 +360,29 @@ def test_a_result_still_coming_down_is_not_overwritten(device, rng):
     e.release()
 
 
+def test_a_finish_on_another_queue_reads_the_result_after_the_events_it_is_given(device, rng):
+    """``finish``'s ``after``: a finish that reads the result buffer on a queue of its own (as the device encode
+    does) and waits for those events alone finds the whole product there, not the buffer's poison."""
+    import pyopencl as cl
+
+    e = BlockEngine(device, "float32")
+    m, n, k = 96, 80, 3000      # long enough a product that a read ahead of it finds the buffer unwritten
+    a, b = randn(rng, (m, k), "float32"), randn(rng, (k, n), "float32")
+    e.product([(a[:, :8], b[:8])], m, n)       # allocate the buffers, then poison them
+    poison(e)
+    seen = []
+
+    def finish(dense, done, after):
+        seen.append(list(after or ()))
+        out = np.empty((m, n), np.float32)
+        cl.enqueue_copy(device.download_queue, out, dense, wait_for=after).wait()
+        return out, out.nbytes
+    got = e.stream([a], [b], m, n, finish=finish)
+    assert seen and seen[0], "finish was given no events to wait for"
+    check_product(got, a, b, dtype="float32", what="read on another queue after the events given")
+    e.release()
+
+
 def test_a_product_lets_the_next_one_in_before_its_finish_and_its_buffer_waits_for_it(device, rng):
     """With ``finish`` (the device encode of C's chunks), the next product comes in once the unpadding is
     enqueued; a third product, which reuses the first one's result buffer, waits until the first finish has
@@ -379,12 +402,12 @@ def test_a_product_lets_the_next_one_in_before_its_finish_and_its_buffer_waits_f
     def one(i):
         m, n, _ = cases[i]
 
-        def finish(dense, done):
+        def finish(dense, done, after):
             if i == 0:
                 entered.set()
                 assert proceed.wait(60), "the first finish was never let go"
             out = np.empty((m, n), np.float32)
-            cl.enqueue_copy(device.queue, out, dense).wait()
+            cl.enqueue_copy(device.download_queue, out, dense, wait_for=after).wait()   # (on another queue)
             return out, out.nbytes
         a, b = data[i]
         got[i] = e.stream([a], [b], m, n, finish=finish)

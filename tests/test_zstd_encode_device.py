@@ -295,9 +295,9 @@ def test_kept_buffers_are_reused_taken_in_turn_and_given_back(dev, z3):
         before = dev.live_buffers()["buffers"]
         kept, counts = {}, {}
         with poisoned(), dev.encode_scratch.slot():
-            for k, (o, n) in calls.items():     # (the large one's frames down the download queue)
+            for k, (o, n) in calls.items():     # (the large one on the slot's own queue)
                 kept[k] = ze.encode_zstd(dev, buf, o, n, keep=True,
-                                         download_queue=dev.download_queue if k == "large" else None)
+                                         queue=dev.encode_scratch.queue() if k == "large" else None)
                 counts[k] = dev.live_buffers()["buffers"]
         assert counts["small"] > before and counts["large"] >= counts["small"], counts
         assert counts["small again"] == counts["large"], "a smaller call allocated buffers"
@@ -329,3 +329,45 @@ def test_kept_buffers_are_reused_taken_in_turn_and_given_back(dev, z3):
     assert dev.encode_scratch.nbytes() == 0 and dev.live_buffers()["buffers"] < counts["large"]
     with pytest.raises(RuntimeError, match="outside the device's encoder slot"):
         ze.encode_zstd(dev, dev.buffer(16, "test"), [0], [16], keep=True)
+
+
+def test_an_encode_on_another_queue_waits_for_what_writes_its_buffer(dev, z3):
+    """``queue`` and ``wait_for``: the encode runs on a queue of its own, and reads the buffer only after the
+    events given (here a fill on the GEMMs' queue, held back by a user event): until they have run the call
+    does not return, and its frames hold what they wrote, not what the buffer held before."""
+    import threading
+
+    import pyopencl as cl
+    values = np.random.default_rng(13).standard_normal(300_000).astype(np.float32)
+    buf = dev.buffer(values.nbytes, "test regions")
+    gate, opened = cl.UserEvent(dev.context), False
+    got, errors = [], []
+
+    def encode(written):
+        try:
+            with dev.encode_scratch.slot():
+                got.extend(ze.encode_zstd(dev, buf, [0, 4096], [4096, values.nbytes - 4096], keep=True,
+                                          queue=dev.encode_scratch.queue(), wait_for=[written]))
+        except Exception as e:   # noqa: BLE001  (shown by the assertion below)
+            errors.append(e)
+    try:
+        cl.enqueue_copy(dev.queue, buf, values).wait()
+        written = cl.enqueue_fill_buffer(dev.queue, buf, np.float32(1.5), 0, values.nbytes, wait_for=[gate])
+        dev.queue.flush()
+        t = threading.Thread(target=encode, args=(written,), daemon=True)
+        t.start()
+        t.join(0.5)
+        assert t.is_alive() and not got, "the encode returned before what writes its buffer had run"
+        opened = gate.set_status(cl.command_execution_status.COMPLETE) or True
+        t.join(120)
+        assert not t.is_alive() and not errors, errors
+    finally:
+        if not opened:      # (a failed check above: the thread must not wait for ever)
+            gate.set_status(cl.command_execution_status.COMPLETE)
+        dev.queue.finish()
+        buf.release()
+    want = np.full(values.size, 1.5, np.float32).tobytes()
+    for f, o, n in zip(got, [0, 4096], [4096, values.nbytes - 4096]):
+        out = np.empty(n, np.uint8)
+        z3.decode(f, out, "region")
+        assert out.tobytes() == want[o:o + n]

@@ -149,7 +149,7 @@ class Device:
         self._lock = threading.Lock()
         # reader threads' decode buffers and queues (device codecs), given back by trim()
         self.scratch = Scratch(self)
-        # the device encoder's buffers (one set, its calls taking turns: they share the GEMMs' queue anyway),
+        # the device encoder's buffers and queue (one set, its calls taking turns),
         # kept from one C block to the next and given back by trim(): a release waits for the device to idle
         self.encode_scratch = Scratch(self, slots=1)
         # Kernels that could not be built here, and why (the wgmma kernel's PTX route can fail

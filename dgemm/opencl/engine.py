@@ -410,10 +410,12 @@ class BlockEngine:
             uploaded once, and held once on the device.  Every product of
             the run must pass the same value (the cache keys depend on it).
         finish : callable, optional
-            ``finish(buffer, events) -> (result, bytes downloaded)``, called
-            in place of the download with the ``m x n`` result (C order) in
-            a device buffer of the engine's, once the product is enqueued on
-            the device's queue; its ``result`` is the product's (the worker
+            ``finish(buffer, events, after) -> (result, bytes downloaded)``,
+            called in place of the download with the ``m x n`` result (C
+            order) in a device buffer of the engine's, once the product is
+            enqueued on the device's queue: ``after`` lists the events that
+            ``buffer`` holds the result after (a command on another queue
+            waits for them).  Its ``result`` is the product's (the worker
             encodes C's chunks there: :mod:`dgemm.worker.encoding`).  It
             must not keep ``buffer``; ``events`` takes its ``(what, event)``
             (downloads named ``"download"`` count as the product's).  A
@@ -639,8 +641,9 @@ class BlockEngine:
         free = [last] if last is not None else None   # the buffer's last download has read it
         if finish is not None:
             with self.device.failing(f"unpadding the {m}x{n} {self.dtype.name} result"):
-                self._transferred(self.k.unpad(q, _grid(n, m), LOCAL_2D, np.int32(m), np.int32(n), np.int32(np_),
-                                               c_dev, dense, wait_for=free))
+                unpad = self.k.unpad(q, _grid(n, m), LOCAL_2D, np.int32(m), np.int32(n), np.int32(np_), c_dev,
+                                     dense, wait_for=free)
+                self._transferred(unpad)
                 q.flush()
             # The next product may start once the unpadding has read the accumulator (its GEMMs queue behind it
             # on q): with two GEMM tasks a device multiplies the next block while this one's chunks are encoded.
@@ -650,7 +653,7 @@ class BlockEngine:
                 if handoff is not None:
                     handoff()
                 done: list = []
-                result, down = finish(dense, done)
+                result, down = finish(dense, done, [unpad])
             finally:
                 read.set_result(None)    # finish's commands have run (it waits for them)
             self._add(kernel_seconds=sum(_seconds(e) for e in events), flops=flops, bytes_down=down, blocks=1,

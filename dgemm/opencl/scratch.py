@@ -22,8 +22,8 @@ only wait on each other.
 
 The device encoder (``zstd_encode.encode_zstd(keep=True)``) keeps its
 buffers the same way, in a scratch of one slot of its own
-(``Device.encode_scratch``): its calls run on the GEMMs' queue in any case,
-so they take turns, and the device holds one C block's encoder buffers.
+(``Device.encode_scratch``): its calls take turns on the slot's queue, and
+the device holds one C block's encoder buffers.
 """
 from __future__ import annotations
 

@@ -55,8 +55,9 @@ def device_bytes(found: encoded.Chunks) -> int:
 
 
 def finisher(device, found: encoded.Chunks):
-    """The engine's ``finish(buffer, events)``: encode the ``m x n`` C block in ``buffer`` (C order, on
-    ``device``) as ``found``'s chunks; returns ``(EncodedBlock, bytes downloaded)``.
+    """The engine's ``finish(buffer, events, after)``: encode the ``m x n`` C block in ``buffer`` (C order, on
+    ``device``, there once the events ``after`` have run) as ``found``'s chunks; returns
+    ``(EncodedBlock, bytes downloaded)``.
 
     Where the encoder's own buffers (the frames, a scratch copy: up to
     about twice the block) do not fit beside the run's, the block comes down
@@ -65,9 +66,9 @@ def finisher(device, found: encoded.Chunks):
     given back then.
     """
 
-    def finish(buf, events):
+    def finish(buf, events, after=None):
         try:
-            block = encode(device, found, buf, events)
+            block = encode(device, found, buf, events, after)
         except DeviceMemoryError:
             device.encode_scratch.release()     # what it did get goes too: the next block tries afresh
             return download(device, found, buf)
@@ -76,7 +77,8 @@ def finisher(device, found: encoded.Chunks):
 
 
 def download(device, found: encoded.Chunks, buf):
-    """The C block in ``buf`` brought down into page-locked memory: ``(values, bytes)``."""
+    """The C block in ``buf`` brought down into page-locked memory: ``(values, bytes)`` (on the GEMMs' queue, after
+    the product's commands)."""
     import pyopencl as cl
 
     rows, cols = found.rows[1] - found.rows[0], found.cols[1] - found.cols[0]
@@ -86,7 +88,7 @@ def download(device, found: encoded.Chunks, buf):
     return out, out.nbytes
 
 
-def encode(device, found: encoded.Chunks, buf, events: list | None = None) -> encoded.EncodedBlock:
+def encode(device, found: encoded.Chunks, buf, events: list | None = None, after=None) -> encoded.EncodedBlock:
     """The chunks of the block in the device buffer ``buf`` (``rows x cols`` of ``found``, C order) as zstd frames.
 
     All chunks as wide as the block and whole are encoded where they lie;
@@ -96,12 +98,19 @@ def encode(device, found: encoded.Chunks, buf, events: list | None = None) -> en
     device's encoder scratch (:attr:`Device.encode_scratch`), kept for the
     next block and given back by ``Device.trim`` at the run's end; blocks
     encoded at once on one device take turns with them.
+
+    The encode runs on the scratch slot's own queue, after the events
+    ``after`` (the product's unpadding: None, ``buf`` is there already), not
+    on the GEMMs' queue: there its commands would queue behind the next
+    product's GEMMs, and NVIDIA's driver holds each of its uploads and
+    downloads until every command before it has run, so with two GEMM tasks
+    a device this block's encode would wait out the next product.
     """
     with device.encode_scratch.slot():
-        return _encode(device, found, buf, events)
+        return _encode(device, found, buf, events, after)
 
 
-def _encode(device, found: encoded.Chunks, buf, events) -> encoded.EncodedBlock:
+def _encode(device, found: encoded.Chunks, buf, events, after=None) -> encoded.EncodedBlock:
     """:func:`encode` within the slot of the device's encoder scratch."""
     import pyopencl as cl
 
@@ -112,7 +121,7 @@ def _encode(device, found: encoded.Chunks, buf, events) -> encoded.EncodedBlock:
     names = [f"chunk {p.key!r} of {found.array.store_path}" for p in found.pieces]
     bound = sum(frame_bound(n) for _ in found.pieces)
     host = device.host_array((bound,), np.uint8)   # page-locked: the frames come down at bus speed
-    queue = device.queue                            # in order after the GEMM and the unpadding
+    queue = device.encode_scratch.queue()           # in order: the layout copies, then the encode
     if all(found.contiguous(p) for p in found.pieces):
         src, offsets = buf, [p.at[0] * width * itemsize for p in found.pieces]
     else:
@@ -128,12 +137,13 @@ def _encode(device, found: encoded.Chunks, buf, events) -> encoded.EncodedBlock:
                     queue, scratch, buf,
                     src_origin=(p.at[1] * itemsize, p.at[0], 0), dst_origin=(0, i * rows, 0),
                     region=(p.size[1] * itemsize, p.size[0], 1),
-                    src_pitches=(width * itemsize, 0), dst_pitches=(cols * itemsize, 0)))
+                    src_pitches=(width * itemsize, 0), dst_pitches=(cols * itemsize, 0), wait_for=after))
             if events is not None:
                 events.extend(("copy", e) for e in done)
         src, offsets = scratch, [i * n for i in range(len(found.pieces))]
+        after = None    # the copies above ran after it
     frames = encode_zstd(device, src, offsets, [n] * len(found.pieces), names=names, events=events, host=host,
-                         keep=True, download_queue=device.download_queue)
+                         keep=True, queue=queue, wait_for=after)
     sizes = tuple(len(f) for f in frames)
     total = sum(sizes)
     fastpaths.codec("device_encoded_bytes", n * len(found.pieces))

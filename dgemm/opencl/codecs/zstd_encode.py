@@ -279,7 +279,7 @@ def region_tables(hists: np.ndarray) -> list:
 
 def encode_zstd(device, buf, offsets, nbytes, names=None, events: list | None = None, lanes: int | None = None,
                 timings: dict | None = None, host: np.ndarray | None = None, keep: bool = False,
-                download_queue=None) -> list:
+                queue=None, wait_for=None) -> list:
     """Encode regions of a device buffer as zstd frames on the device; returns one frame per region.
 
     Parameters
@@ -309,9 +309,11 @@ def encode_zstd(device, buf, offsets, nbytes, names=None, events: list | None = 
         (``with device.encode_scratch.slot():``), kept for the next call and given back by
         ``Device.trim``, instead of allocating and releasing them: NVIDIA's driver releases a
         buffer only once the device is idle, so a release waits for the kernels running beside it.
-    download_queue : pyopencl.CommandQueue, optional
-        Where the frames come down (after the kernels, by their events); the device's queue, where
-        the kernels run, by default.
+    queue : pyopencl.CommandQueue, optional
+        An in-order queue of the device's where every command of the call runs, the frames' download
+        among them; the device's queue (the GEMMs') by default.
+    wait_for : list of pyopencl.Event, optional
+        What writes ``buf``: the first command that reads it waits for these (another queue's).
 
     Returns
     -------
@@ -346,7 +348,7 @@ def encode_zstd(device, buf, offsets, nbytes, names=None, events: list | None = 
     prog = program(device, lanes)
     layout = Layout(offsets, nbytes)
     nrows, nregions = len(layout.rows), len(offsets)
-    queue = device.queue
+    queue = queue if queue is not None else device.queue
     buffers = []
 
     def record(what, event):
@@ -377,7 +379,8 @@ def encode_zstd(device, buf, offsets, nbytes, names=None, events: list | None = 
                 record("upload", cl.enqueue_fill_buffer(queue, region_hists, np.uint32(0), 0, nregions * 1024))
                 with prog.lock:
                     record("histogram", prog.histogram(queue, (nrows * lanes,), (lanes,), buf, rows, hists,
-                                                       region_hists))
+                                                       region_hists, wait_for=wait_for))
+                wait_for = None     # (what follows on the in-order queue runs after the histograms)
                 counts = np.empty((nregions, 256), np.uint32)
                 record("download", cl.enqueue_copy(queue, counts, region_hists))   # waits
                 t0 = time.perf_counter()
@@ -414,24 +417,22 @@ def encode_zstd(device, buf, offsets, nbytes, names=None, events: list | None = 
             with prog.lock:
                 if len(errors):
                     launched.append(("encode", prog.encode(queue, (len(errors) * lanes,), (lanes,), buf, enc_rows,
-                                                           codes_buf, enc_bits, out, err_buf)))
+                                                           codes_buf, enc_bits, out, err_buf, wait_for=wait_for)))
+                    wait_for = None
                 launched.append(("copy", prog.copy(queue, (len(patch_rows) * lanes,), (lanes,), patches, out,
                                                    patch_buf)))
                 if raw_buf is not None:
-                    launched.append(("copy", prog.copy(queue, (len(raw_rows) * lanes,), (lanes,), buf, out, raw_buf)))
+                    launched.append(("copy", prog.copy(queue, (len(raw_rows) * lanes,), (lanes,), buf, out, raw_buf,
+                                                       wait_for=wait_for)))
             for what, event in launched:
                 record(what, event)
-            # the frames come down on the download queue where one is given, so that the GEMMs queued behind
-            # this encode on the in-order queue run meanwhile; waited for by event, not by the queue's finish
-            # (other products' commands may follow on it)
-            dq = download_queue if download_queue is not None else queue
-            after = [launched[-1][1]] if dq is not queue else None
-            reads = [cl.enqueue_copy(dq, errors, err_buf, is_blocking=False, wait_for=after)] if len(errors) else []
+            # waited for by event, not by the queue's finish: other calls' commands may follow on it
+            reads = [cl.enqueue_copy(queue, errors, err_buf, is_blocking=False)] if len(errors) else []
             into = np.empty(frames.total, np.uint8) if host is None else host.reshape(-1).view(np.uint8)[:frames.total]
-            reads.append(cl.enqueue_copy(dq, into, out, is_blocking=False, wait_for=after))
+            reads.append(cl.enqueue_copy(queue, into, out, is_blocking=False))
             for r in reads:
                 record("download", r)
-            dq.flush()
+            queue.flush()
             cl.wait_for_events(reads)
     finally:
         for b in buffers:
