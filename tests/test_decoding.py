@@ -306,6 +306,131 @@ def test_a_deferred_decode_is_waited_for_on_the_device(any_device, engines, tmp_
     assert not got[k:].any() and not got[:, n:].any()
 
 
+# -- blocks decoded together (zstd): the blocks queued behind busy slots share one call ----------------------------
+def _queued_behind_held_slots(dev, blocks, monkeypatch, bad=()):
+    """Fill each of ``blocks`` (DeviceDecoded, deferred) from a thread of its own while every decode slot is held,
+    let the slots go once all of them have queued, and return per block ``(poisoned host copy of its buffer,
+    pending, error)`` and the decode calls made (each the frames' names); ``bad``: the indices whose check
+    should raise (the others' must not)."""
+    import threading
+
+    import pyopencl as cl
+
+    from dgemm.opencl.codecs import zstd_decode as zd
+    from dgemm.worker import decoding
+
+    calls = []
+    real = zd.decode_zstd
+
+    def counted(device, frames, *args, **kw):
+        calls.append(list(kw.get("names") or []))
+        return real(device, frames, *args, **kw)
+    monkeypatch.setattr(zd, "decode_zstd", counted)
+    outs = [dev.buffer(int(np.prod(b.shape)) * b.dtype.itemsize, "test output") for b in blocks]
+    pendings, errors, threads = [[] for _ in blocks], [None] * len(blocks), []
+
+    def fill(i):
+        try:
+            blocks[i].fill_device(dev, outs[i], dev.transfer_queue, pending=pendings[i])
+        except Exception as e:     # noqa: BLE001  (returned to the test)
+            errors[i] = e
+    try:
+        for o in outs:
+            cl.enqueue_fill_buffer(dev.transfer_queue, o, np.uint8(0x7F), 0, o.size).wait()
+        with every_slot_held(dev):
+            threads += [threading.Thread(target=fill, args=(i,), daemon=True) for i in range(len(blocks))]
+            for t in threads:
+                t.start()
+            queue = decoding._batches(dev)._queue
+            deadline = time.monotonic() + 60
+            while len(queue) < len(blocks) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert len(queue) == len(blocks), f"{len(queue)} of {len(blocks)} blocks queued"
+        for t in threads:
+            t.join(120)
+        got = []
+        for i, (b, o) in enumerate(zip(blocks, outs)):
+            assert errors[i] is None, errors[i]
+            assert len(pendings[i]) == 1, pendings[i]
+            event, check = pendings[i][0]
+            event.wait()
+            if i in bad:
+                with pytest.raises(OSError) as info:
+                    check()
+                errors[i] = info.value
+            else:
+                check()
+            host = np.empty(o.size, np.uint8)
+            cl.enqueue_copy(dev.transfer_queue, host, o, is_blocking=True)
+            got.append(host.view(b.dtype).reshape(b.shape))
+    finally:
+        for t in threads:       # (slots freed: they end) before their buffers go
+            t.join(120)
+        dev.transfer_queue.finish()
+        for o in outs:
+            o.release()
+    return got, errors, calls
+
+
+def test_blocks_queued_behind_busy_slots_share_one_decode_call(any_device, tmp_path, rng, monkeypatch):
+    """zstd blocks whose readers queue while every decode slot is busy are decoded in one call once a slot is free
+    (up to ``BATCH`` blocks), each block's chunks copied into its own buffer: every value right, none left
+    poisoned, and the codec counters as for calls of their own."""
+    from dgemm.worker import decoding
+
+    arr, data = create(tmp_path / "a.zarr", LZ4["v2 zstd"], rng, shape=(80, 512), chunks=(8, 512), dtype="float32")
+    spans = [(0, 16), (16, 40), (40, 48), (48, 80)]       # whole-row chunks: each block's chunks lie in place
+    blocks = [DeviceDecoded(ZarrBlock(arr, r, (0, 512))) for r in spans]
+    assert decoding.BATCH >= len(blocks)
+    before = fastpaths.snapshot()
+    got, _, calls = _queued_behind_held_slots(any_device, blocks, monkeypatch)
+    grew = fastpaths.since(before)
+    for (r0, r1), values in zip(spans, got):
+        np.testing.assert_array_equal(values, data[r0:r1])
+    assert len(calls) == 1 and len(calls[0]) == 10, calls
+    assert grew["device_decoded_bytes"] == data.nbytes and grew["host_decoded_bytes"] == 0, grew
+
+
+def test_a_chunk_a_kernel_refuses_fails_only_its_block_in_a_shared_call(any_device, tmp_path, rng, monkeypatch):
+    """A shared call with one chunk that only the kernels find corrupt: that block's check raises the reader's
+    error naming its chunk; the other blocks of the call are whole and pass."""
+    arr, data = create(tmp_path / "a.zarr", LZ4["v2 zstd"], rng, shape=(48, 512), chunks=(8, 512), dtype="float32")
+    path = os.path.join(str(arr.store_path).removeprefix("file://"), "3.0")
+    with open(path, "rb") as f:
+        good = f.read()
+    with open(path, "wb") as f:
+        f.write(_device_refused_flip(any_device, good))
+    spans = [(0, 16), (16, 32), (32, 48)]       # the second block holds chunk (3, 0)
+    blocks = [DeviceDecoded(ZarrBlock(arr, r, (0, 512))) for r in spans]
+    got, errors, calls = _queued_behind_held_slots(any_device, blocks, monkeypatch, bad={1})
+    assert len(calls) == 1, calls
+    assert "chunk (3, 0) (store key '3.0')" in str(errors[1]), errors[1]
+    for i in (0, 2):
+        r0, r1 = spans[i]
+        np.testing.assert_array_equal(got[i], data[r0:r1])
+
+
+def test_a_shared_call_that_fails_leaves_each_block_to_a_call_of_its_own(any_device, tmp_path, rng, monkeypatch):
+    """Where the shared call itself raises (here: refused for taking several blocks), each block is decoded in a
+    call of its own, so an error names its own chunk, and sound blocks come out right."""
+    from dgemm.opencl.codecs import zstd_decode as zd
+
+    arr, data = create(tmp_path / "a.zarr", LZ4["v3 zstd"], rng, shape=(32, 512), chunks=(8, 512), dtype="float32")
+    real = zd.decode_zstd
+
+    def no_sharing(device, frames, *args, **kw):
+        if isinstance(kw.get("packed"), list) and len(kw["packed"]) > 1:
+            raise zd.ZstdFrameError("refused: a shared call")
+        return real(device, frames, *args, **kw)
+    monkeypatch.setattr(zd, "decode_zstd", no_sharing)
+    spans = [(0, 16), (16, 32)]
+    blocks = [DeviceDecoded(ZarrBlock(arr, r, (0, 512))) for r in spans]
+    got, _, calls = _queued_behind_held_slots(any_device, blocks, monkeypatch)
+    assert len(calls) == 3 and sorted(len(c) for c in calls) == [2, 2, 4], calls     # the shared one, then one each
+    for (r0, r1), values in zip(spans, got):
+        np.testing.assert_array_equal(values, data[r0:r1])
+
+
 # -- on the workers -------------------------------------------------------------------------------------------------
 @pytest.fixture
 def setting(client):

@@ -180,15 +180,15 @@ def _cache_budget(dask_worker=None):
 
 def test_the_panel_cache_leaves_the_decode_slots_and_the_encoder_room(one_worker, tmp_path, rng):
     """device-codecs on: the panel cache's budget is the same product's under off, less what the device's
-    decode slots may hold (SLOTS calls of the largest input block, each its frames, literals, origins and
-    scratch) and what its encoder keeps for C's block (zstd chunks: the frames, tables), so that the cache
+    decode slots may hold (SLOTS calls of BATCH of the largest input block, each its frames, literals, origins
+    and scratch) and what its encoder keeps for C's block (zstd chunks: the frames, tables), so that the cache
     and the codecs never ask the device for more than its share together."""
     import _device_codecs
 
     from dgemm.opencl.scratch import SLOTS
     from dgemm.storage import encoded
     from dgemm.worker import encoding
-    from dgemm.worker.decoding import CALL_BYTES_PER_BYTE
+    from dgemm.worker.decoding import BATCH, CALL_BYTES_PER_BYTE
 
     client = one_worker
     xa, xb = rng.standard_normal((96, 80)).astype("float32"), rng.standard_normal((80, 64)).astype("float32")
@@ -212,7 +212,7 @@ def test_the_panel_cache_leaves_the_decode_slots_and_the_encoder_room(one_worker
     kept = encoding.device_bytes(c)
     assert kept >= c.chunk_nbytes * len(c.pieces)
     assert budgets["off"] > 0
-    assert budgets["off"] - budgets["on"] == int(SLOTS * CALL_BYTES_PER_BYTE * largest) + kept, budgets
+    assert budgets["off"] - budgets["on"] == int(SLOTS * CALL_BYTES_PER_BYTE * BATCH * largest) + kept, budgets
 
 
 def _device_memory_used() -> int | None:

@@ -90,6 +90,10 @@ class Scratch:
                 self._free.append(key)
             self._room.release()
 
+    def slots(self) -> int:
+        """How many threads may hold a slot at once."""
+        return self._slots
+
     def free_now(self) -> int:
         """How many slots :meth:`slot` would give at once with ``wait=False`` (a hint: another thread may take one)."""
         with self._lock:

@@ -21,6 +21,8 @@ frame it left to the host in ``host_decoded_bytes``
 from __future__ import annotations
 
 import functools
+import threading
+import weakref
 
 import numpy as np
 
@@ -43,6 +45,13 @@ def wanted(device, work: str = "decode") -> bool:
 # Huffman tables (8 KiB per 128 KiB block of a frame); the Blosc decoder holds less.
 CALL_BYTES_PER_BYTE = 1 + 1 + 4 + 1 / 8 + 1 + 1 / 16
 
+# Blocks one device decode call takes at most (zstd, whose calls defer): the readers' blocks that queued while
+# every decode slot was busy go in the next call together.  A call's kernels run one after another beside
+# the GEMMs, and a call of one 64 MiB chunk (512 zstd blocks, 2,048 Huffman streams, one lane each) fills a
+# fraction of an H100: the Huffman kernel decodes 28.7 GB/s there, 91 at 4 chunks a call (bench/NOTES.md,
+# issue 28, thirteenth session).  1: each block its own call.
+BATCH = 4
+
 
 def device_bytes(refs) -> int:
     """What the device's decode slots may hold while blocks like ``refs`` are decoded (:mod:`dgemm.opencl.scratch`):
@@ -51,7 +60,7 @@ def device_bytes(refs) -> int:
 
     largest = max((int(np.prod(r.shape)) * np.dtype(r.dtype).itemsize for r in refs if type(r) is DeviceDecoded),
                   default=0)
-    return int(SLOTS * CALL_BYTES_PER_BYTE * largest)
+    return int(SLOTS * CALL_BYTES_PER_BYTE * max(BATCH, 1) * largest)
 
 
 def shared() -> bool:
@@ -196,6 +205,9 @@ def _decode(device, dec, found, out, queue, events, pending=None, share: bool = 
             data, starts, host = _read_packed(device, found)
             return _decode_read(device, dec, found, out, events, data, starts, host, pending)
     data, starts, host = _read_packed(device, found)     # (read by every reader thread at once)
+    plans = _batchable(dec, found, data, starts, pending)
+    if plans is not None:
+        return _batches(device).decode(_Request(dec, found, out, events, pending, data, starts, host, plans))
     with device.scratch.slot():     # a few decodes at once per device, each with its slot's buffers and queue
         return _decode_read(device, dec, found, out, events, data, starts, host, pending)
 
@@ -286,3 +298,153 @@ def _decode_read(device, dec, found, out, events, data, starts, host, pending=No
         pending.append((last, check_all))
     fastpaths.codec("device_decoded_bytes", decoded)
     return sent
+
+
+# -- blocks decoded together: one call for the blocks queued while the slots were busy ------------------------
+def _batchable(dec, found, data, starts, pending) -> list | None:
+    """The plans of ``found``'s frames where its block may share a decode call with others (:data:`BATCH`), or None.
+
+    That is a deferred call (``pending``, a decoder that defers) whose every
+    chunk lies in place in the block (``direct``), was read into the
+    thread's staging and is a frame the device takes, of the chunk's size;
+    anything else goes its own way (:func:`_decode_read`), which also
+    raises a frame's size error as it always has.
+    """
+    if BATCH < 2 or pending is None or not dec.defers:
+        return None
+    plans = []
+    for piece, frame, start in zip(found.pieces, data, starts):
+        if not piece.direct or frame is None or start is None:
+            return None
+        reason, plan = dec.checked(frame, piece.name)
+        if reason is not None or plan is None or getattr(plan, "size", None) != found.chunk_nbytes:
+            return None
+        plans.append(plan)
+    return plans
+
+
+class _Request:
+    """One block's part of a shared decode call: what its reader read, and what it gets back."""
+
+    __slots__ = ("dec", "found", "out", "events", "pending", "frames", "starts", "host", "plans", "taken",
+                 "done", "sent", "check", "last", "alone")
+
+    def __init__(self, dec, found, out, events, pending, frames, starts, host, plans):
+        self.dec, self.found, self.out, self.events, self.pending = dec, found, out, events, pending
+        self.frames, self.starts, self.host, self.plans = frames, starts, host, plans
+        self.taken = False                  # in a call (another thread's, perhaps)
+        self.done = threading.Event()       # the call is enqueued and its uploads have read our staging
+        self.sent = 0
+        self.check = self.last = None
+        self.alone = False                  # the shared call failed: decode this block in a call of its own
+
+
+class _Batches:
+    """A device's queue of blocks waiting for a decode call (group commit).
+
+    A reader queues its block, then leads a call if fewer than the slots'
+    number of leaders are at work, else waits.  A leader takes a slot
+    (:meth:`Scratch.slot`, which waits for the slot's last call), then every
+    block queued by then, up to :data:`BATCH`, its own or not, decodes them
+    in one call and lets their readers go once the call is enqueued.  So a
+    block waits for nothing a call of its own would not have waited for,
+    and the blocks that queue behind busy slots share the next call.
+    """
+
+    def __init__(self, device):
+        self._device = weakref.ref(device)
+        self._cond = threading.Condition()
+        self._queue: list[_Request] = []
+        self._leaders = 0
+
+    def decode(self, req: _Request) -> int:
+        """Decode ``req``'s block (in a call of its own or shared); bytes sent, as :func:`_decode_read` returns."""
+        device = self._device()
+        with self._cond:
+            self._queue.append(req)
+        while True:
+            with self._cond:
+                while not req.taken and self._leaders >= device.scratch.slots():
+                    self._cond.wait()
+                if req.taken:
+                    break
+                self._leaders += 1
+            try:
+                with device.scratch.slot():
+                    with self._cond:
+                        batch, self._queue[:BATCH] = self._queue[:BATCH], []
+                        for r in batch:
+                            r.taken = True
+                    if batch:
+                        _decode_batch(device, batch)
+            finally:
+                with self._cond:
+                    self._leaders -= 1
+                    self._cond.notify_all()
+        req.done.wait()
+        if req.alone:       # (the shared call failed: this block's own call says whose fault it was)
+            with device.scratch.slot():
+                return _decode_read(device, req.dec, req.found, req.out, req.events, req.frames, req.starts,
+                                    req.host, req.pending)
+        fastpaths.codec("device_decoded_bytes", sum(p.size for p in req.plans))
+        req.pending.append((req.last, req.check))
+        return req.sent
+
+
+_BATCHES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_BATCHES_LOCK = threading.Lock()
+
+
+def _batches(device) -> _Batches:
+    with _BATCHES_LOCK:
+        found = _BATCHES.get(device)
+        if found is None:
+            found = _BATCHES[device] = _Batches(device)
+        return found
+
+
+def _decode_batch(device, batch: list) -> None:
+    """Decode the blocks of ``batch`` (requests) in one call, within a slot: into the slot's scratch, then each
+    chunk copied to its place in its block's buffer; every request is let go (``done``) at the end."""
+    import pyopencl as cl
+
+    queue = device.scratch.queue()
+    try:
+        plans = [p for r in batch for p in r.plans]
+        sizes = [p.size for p in plans]
+        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        scratch = device.scratch.buffer("the decoded blocks of a shared call", int(sum(sizes)))
+        own, calls = [], []
+        batch[0].dec.load()(device, [f for r in batch for f in r.frames], scratch, offsets=offsets,
+                            names=[p.name for r in batch for p in r.found.pieces], events=own, queue=queue,
+                            plans=plans, packed=[(r.host, r.starts) for r in batch], keep=True, pending=calls)
+        _, check = calls[0]
+        first = 0
+        for r in batch:
+            n = len(r.plans)
+            copies = [cl.enqueue_copy(queue, r.out, scratch, src_offset=int(offsets[first + k]),
+                                      dst_offset=piece.offset, byte_count=int(sizes[first + k]))
+                      for k, piece in enumerate(r.found.pieces)]
+            r.last = copies[-1]
+            r.check = functools.partial(check, only=range(first, first + n))
+            r.sent = sum(len(f) for f in r.frames)
+            if r.events is not None:
+                r.events.extend(("copy", e) for e in copies)
+            first += n
+        if batch[0].events is not None:     # (the call's uploads and kernels, counted once)
+            batch[0].events.extend(own)
+        last = cl.enqueue_marker(queue)
+        queue.flush()
+        device.scratch.leave_after(last)
+        # the readers' staging is read by the uploads; their next blocks refill it
+        cl.wait_for_events([e for what, e in own if what == "upload"] or [last])
+    except Exception:   # noqa: BLE001  (a frame the call refused, or no room for it: each block alone says)
+        try:
+            queue.finish()  # (what the call did enqueue has run before a block's own call writes its buffer)
+        except Exception:   # noqa: BLE001
+            pass
+        for r in batch:
+            r.alone = True
+    finally:
+        for r in batch:
+            r.done.set()

@@ -172,6 +172,8 @@ class Batch:
     """The frames' rows concatenated, offsets made global: what is uploaded."""
 
     def __init__(self, plans, frames, offsets, packed=None):
+        # packed: where each frame lies in the bytes uploaded (one host array, or several side by side)
+        self.segments, base = _segments(plans, packed) if packed is not None else ([], None)
         defaults = zf.defaults()
         fse_parts = [t for t, _ in defaults]
         default_at = np.cumsum([0] + [len(t) for t in fse_parts])[:3]
@@ -179,8 +181,8 @@ class Batch:
         src_base = tree_base = lit_base = seq_base = block_base = 0
         blocks, streams, trees, frows, srcs, direct = [], [], [], [], [], []
         for i, (p, fr, o) in enumerate(zip(plans, frames, offsets)):
-            if packed is not None:    # the frames already lie in one host buffer: their places there
-                src_base = int(packed[1][i])
+            if packed is not None:    # the frames already lie in page-locked host memory: their places there
+                src_base = base[i]
             b = p.blocks.copy()
             b[:, zf.B_FRAME] = i
             for col in (zf.B_SRC, zf.B_SSRC):
@@ -229,8 +231,7 @@ class Batch:
         self.fse = np.ascontiguousarray(np.concatenate(fse_parts).astype(np.uint32))
         self.frames = np.array(frows, np.int64).reshape(-1, zf.FRAME_COLUMNS)
         if packed is not None:
-            end = max((int(st) + p.csize for p, st in zip(plans, packed[1])), default=0)
-            self.src = packed[0][:end]
+            self.src = self.segments[0][1] if len(self.segments) == 1 else None    # (None: uploaded apart)
         else:
             self.src = np.concatenate(srcs) if srcs else np.zeros(0, np.uint8)
         self.literals, self.nseq = lit_base, seq_base
@@ -241,6 +242,23 @@ class Batch:
         starts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]]) if len(owner) else np.zeros(0, np.int64)
         counts = np.diff(np.r_[starts, len(owner)])
         self.huf_groups = np.ascontiguousarray(np.stack([starts, counts], axis=1).astype(np.int64))
+
+
+def _segments(plans, packed) -> tuple[list, list]:
+    """``(segments, base)``: the host arrays to upload, as ``(offset in the device's copy, bytes)``, 16-byte
+    aligned one after another, and each frame's place in that copy, from ``packed``: ``(host, starts)`` or
+    a list of them, each holding the next frames (:func:`decode_zstd`)."""
+    segments, base, at, i = [], [], 0, 0
+    for host, starts in (packed if isinstance(packed, list) else [packed]):
+        starts = [int(st) for st in starts]
+        end = max((st + plans[i + k].csize for k, st in enumerate(starts)), default=0)
+        segments.append((at, host[:end]))
+        base += [at + st for st in starts]
+        i += len(starts)
+        at = (at + end + 15) & ~15
+    if i != len(plans):
+        raise ValueError(f"packed places {i} frames, the call has {len(plans)}")
+    return segments, base
 
 
 def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None = None,
@@ -270,16 +288,19 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
     plans : sequence, optional
         Each frame's :func:`.zstd_fastplan.plan` where the caller made it already (None entries are
         made here), so that a frame is read on the host once.
-    packed : (numpy.ndarray, sequence of int), optional
+    packed : (numpy.ndarray, sequence of int), or a list of them, optional
         A uint8 host array holding every frame, and where each starts in it: the array is uploaded
         as it is (page-locked memory goes over the bus at its full speed) instead of a copy of the frames.
+        A list: several such arrays (each reader thread's staging), each holding the next frames in
+        order, uploaded side by side.
     keep : bool
         Take the device buffers from this thread's :attr:`Device.scratch` (kept for the thread's
         next call, given back by ``Device.trim``) instead of allocating and releasing them.
     pending : list, optional
         Return once everything is enqueued, without waiting: ``pending`` gets ``(event, check)``,
         ``event`` the call's last command (what reads ``out`` must wait for), ``check()`` waits for
-        the error rows and raises what this call would have raised.  The frames' bytes may be read
+        the error rows and raises what this call would have raised (``check(only=frames)``: the
+        first error of those frames, given by index, alone).  The frames' bytes may be read
         until the call's first upload has run (the ``("upload", event)`` of ``events``).
 
     Raises
@@ -337,7 +358,16 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
     try:
         with device.failing("decoding zstd frames"):
             # padded: the Huffman kernel reads whole aligned words, the last one past the last frame's end
-            src = buffer(batch.src, "zstd frames", pad=16)
+            if batch.src is not None:
+                src = buffer(batch.src, "zstd frames", pad=16)
+            else:       # several host arrays, each into its place
+                at, last = batch.segments[-1]
+                src = take(at + last.nbytes + 16, "zstd frames")
+                for at, host in batch.segments:
+                    if host.nbytes:
+                        event = cl.enqueue_copy(queue, src, host, dst_offset=at, is_blocking=False)
+                        if events is not None:
+                            events.append(("upload", event))
             blocks = buffer(batch.blocks, "zstd block table")
             frames_buf = buffer(batch.frames, "zstd frame table")
             lit = take(batch.literals, "zstd literals")
@@ -384,10 +414,10 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
                 reads = [cl.enqueue_copy(queue, host, dev, is_blocking=False) for host, dev in rows]
                 queue.flush()
 
-                def check():
+                def check(only=None):
                     cl.wait_for_events(reads)
                     _raise_first(plans, batch, tree_info[:ntrees], stream_err[:nstreams], seq_err[:nseqblocks],
-                                 exec_err)
+                                 exec_err, only)
 
                 pending.append((launched[-1][1], check))
                 return [p.size for p in plans]
@@ -462,8 +492,9 @@ def tree_error(code: int, detail: int) -> str:
     return TREE_ERRORS.get(code, "error {d}").format(d=detail)
 
 
-def _raise_first(plans, batch, tree_info, stream_err, seq_err, exec_err) -> None:
-    """The error of the earliest block of the first frame that has one, as a message.
+def _raise_first(plans, batch, tree_info, stream_err, seq_err, exec_err, only=None) -> None:
+    """The error of the earliest block of the first frame that has one, as a message (of the frames ``only``,
+    indices, where given: one caller's frames of a call shared with others).
 
     A block's tree comes before its streams (they read it), so its error wins.
     """
@@ -483,6 +514,9 @@ def _raise_first(plans, batch, tree_info, stream_err, seq_err, exec_err) -> None
         code, block, detail = (int(x) for x in exec_err[f])
         text = EXECUTE_ERRORS.get(code, "error {d}").format(d=detail)
         found.append((int(f), block if block >= 0 else 1 << 40, 1, text))
+    if only is not None:
+        only = set(only)
+        found = [x for x in found if x[0] in only]
     if found:
         f, block, _, text = min(found, key=lambda x: x[:3])
         where = f"block {block}: " if block < 1 << 40 else ""
