@@ -16,7 +16,7 @@ setting (issue 28: with ``on`` the inputs' chunks are decoded on the device); th
 run (uploads, padding, the decoders' kernels: every event the engine meters as a transfer) are recorded too, and
 the GEMMs' gaps split into the time some such command ran (``gaps_covered_s``) and the time the device ran
 nothing of the run's (``gaps_idle_s``: the device waited on the host); ``decoder_s``: the device decoders' commands'
-summed seconds by kind (uploads, trees, huffman, sequences ...), beside the GEMMs.  The modes alternate for ``--rounds``
+summed seconds by kind (uploads, trees, huffman, sequences ...), beside the GEMMs, and ``decoder_n`` their numbers.  The modes alternate for ``--rounds``
 rounds after one untimed warm-up each.  Records ``{"meta", "runs"}`` in OUT.json.
 """
 import argparse
@@ -67,7 +67,16 @@ def run(tasks, threads, scope):
         with ThreadPoolExecutor(threads) as pool:
             list(pool.map(lambda it: _product(gemm_block, *it), enumerate(args)))
     wall = time.perf_counter() - t0
-    return {"wall_s": round(wall, 4), **idle(GEMMS), **covered(GEMMS, OTHERS), "decoder_s": by_kind(LABELLED)}
+    return {"wall_s": round(wall, 4), **idle(GEMMS), **covered(GEMMS, OTHERS), "decoder_s": by_kind(LABELLED),
+            "decoder_n": counts(LABELLED)}
+
+
+def counts(labelled):
+    """The device decoders' commands by kind (a zstd decode call has one ``huffman`` kernel: the calls made)."""
+    out: dict = {}
+    for what, _ in labelled:
+        out[what] = out.get(what, 0) + 1
+    return dict(sorted(out.items()))
 
 
 def by_kind(labelled):
