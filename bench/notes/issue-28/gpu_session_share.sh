@@ -8,8 +8,8 @@
 #      with gemm-tasks 1 and 2 (C's device encode beside the next product's GEMMs), share with 2, 8 and 16
 #      decode slots (4 by default), then raw
 #      twice (the end-to-end target: within 15 % of raw);
-# x2:  two GPUs of one host (about 7 minutes): 49152², share / on / off on both GPUs, then on one (the issue's
-#      2-GPU target: >= 1.8x one).
+# x2:  two GPUs of one host (about 7 minutes): 49152², share / on / off (MODES, comma separated) on both GPUs,
+#      then on one (the 2-GPU target: >= 1.8x one).
 # Prediction: share at or below the faster of off and on (the host's readers and the device's decoders add up:
 # 16 cores decode 11.7 GB/s, four slots beside the GEMMs a few GB/s), C encoded on the device as under on.
 set -u
@@ -30,7 +30,7 @@ one)
 x2)
     for devices in 0,1 0; do
         python3 $S "$OUT/share-zstd-49152-devices${devices/,/}.json" --size 49152 --codec zstd \
-            --devices "$devices" --repeats 2 --modes share,on,off --inputs "$inputs/zstd"
+            --devices "$devices" --repeats 2 --modes "${MODES:-share,on,off}" --inputs "$inputs/zstd"
     done
     ;;
 esac
