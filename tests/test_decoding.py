@@ -92,9 +92,9 @@ def regions(shape, chunk) -> dict:
             "one row of chunks": ((0, c0), (0, shape[1]))}
 
 
-def device_read(dev, block, poison=0x7F, share=False):
-    """``(values or None, bytes sent, {counter: growth})`` of DeviceDecoded(block, share).fill_device into a poisoned
-    buffer."""
+def device_read(dev, block, poison=0x7F, share=False, only=None):
+    """``(values or None, bytes sent, {counter: growth})`` of DeviceDecoded(block, share, only).fill_device into a
+    poisoned buffer."""
     import pyopencl as cl
 
     rows, cols = block.shape
@@ -102,7 +102,7 @@ def device_read(dev, block, poison=0x7F, share=False):
     try:
         cl.enqueue_fill_buffer(dev.transfer_queue, out, np.uint8(poison), 0, out.size).wait()
         before = fastpaths.snapshot()
-        sent = DeviceDecoded(block, share).fill_device(dev, out, dev.transfer_queue)
+        sent = DeviceDecoded(block, share, only).fill_device(dev, out, dev.transfer_queue)
         grew = fastpaths.since(before)
         host = np.empty(out.size, np.uint8)
         cl.enqueue_copy(dev.transfer_queue, host, out, is_blocking=True)
@@ -455,6 +455,57 @@ def inputs(tmp_path, rng, layout, dtype="float32"):
 def decoded_bytes(*arrays) -> int:
     """What decoding every chunk of ``arrays`` once gives: whole chunks, edge chunks at their full size."""
     return sum(a.nchunks * int(np.prod(a.chunks)) * a.dtype.itemsize for a in arrays)
+
+
+def _auto_shares_on(device_type, dask_worker=None):
+    """On a worker: ``auto`` shares on devices of ``device_type`` as on a GPU (None: as built)."""
+    from dgemm.opencl import codecs
+
+    if not hasattr(codecs, "_BUILT_AUTO_SHARE"):
+        codecs._BUILT_AUTO_SHARE = codecs.AUTO_SHARE
+    codecs.AUTO_SHARE = codecs._BUILT_AUTO_SHARE if device_type is None else frozenset({device_type})
+
+
+def test_auto_on_a_gpu_shares_zstd_inputs_encodes_c_and_leaves_blosc_to_the_host(client, setting, tmp_path, rng):
+    """``auto`` where the device type is in AUTO_SHARE (GPUs; here the workers' CPU device stands in for one):
+    zstd inputs are decoded as under ``share`` (on the device, each chunk once), C's zstd chunks are encoded
+    on the device, and Blosc inputs stay on the host's readers; on a CPU device as built, ``auto`` is off."""
+    zstd_a, zstd_b, A, B = inputs(tmp_path / "z", rng, LZ4["v3 zstd"])
+    blosc_a, blosc_b, A2, B2 = inputs(tmp_path / "l", rng, LZ4["v3 shuffle"])
+    setting(None)
+    client.run(_auto_shares_on, "CPU")
+    try:
+        out = str(tmp_path / "c-zstd.zarr")
+        c, grew = run_counted(client, lambda: dgemm.matmul(zstd_a, zstd_b, out=out, client=client, block=64))
+        check_product(np.asarray(c[...]), A, B, dtype="float32", what="auto, zstd")
+        assert grew["device_decoded_bytes"] == decoded_bytes(zstd_a, zstd_b) and grew["host_decoded_bytes"] == 0, grew
+        assert grew["device_encoded_bytes"] > 0 and grew["host_encoded_bytes"] == 0, grew
+        out = str(tmp_path / "c-blosc.zarr")
+        c, grew = run_counted(client, lambda: dgemm.matmul(blosc_a, blosc_b, out=out, client=client, block=64))
+        check_product(np.asarray(c[...]), A2, B2, dtype="float32", what="auto, blosc")
+        assert grew["device_decoded_bytes"] == 0 and grew["host_decoded_bytes"] == decoded_bytes(blosc_a, blosc_b), grew
+    finally:
+        client.run(_auto_shares_on, None)
+    out = str(tmp_path / "c-built.zarr")
+    c, grew = run_counted(client, lambda: dgemm.matmul(zstd_a, zstd_b, out=out, client=client, block=64))
+    assert grew["device_decoded_bytes"] == 0 and grew["device_encoded_bytes"] == 0, grew      # a CPU device: off
+
+
+def test_a_block_of_a_codec_auto_leaves_to_the_host_is_declined(any_device, tmp_path, rng):
+    """``only`` (``auto`` on a GPU: zstd's): a Blosc block is declined before any buffer is allocated, nothing
+    read or written; a zstd block is decoded on the device."""
+    lz4, _ = create(tmp_path / "l.zarr", LZ4["v3 shuffle"], rng, dtype="float32")
+    zst, data = create(tmp_path / "z.zarr", LZ4["v3 zstd"], rng, dtype="float32")
+    only = frozenset({"zstd"})
+    blosc_block = DeviceDecoded(ZarrBlock(lz4, (0, SHAPE[0]), (0, SHAPE[1])), share=True, only=only)
+    assert blosc_block.declines(any_device)
+    got, sent, grew = device_read(any_device, blosc_block.block, share=True, only=only)
+    assert sent is None and not any(grew.values()), (sent, grew)
+    zstd_block = DeviceDecoded(ZarrBlock(zst, (0, SHAPE[0]), (0, SHAPE[1])), share=True, only=only)
+    assert not zstd_block.declines(any_device)
+    got, sent, grew = device_read(any_device, zstd_block.block, share=True, only=only)
+    np.testing.assert_array_equal(got, data)
+    assert grew["device_decoded_bytes"] > 0 and grew["host_decoded_bytes"] == 0, grew
 
 
 @pytest.mark.parametrize("layout", ["v2 shuffle", "v3 shuffle"])

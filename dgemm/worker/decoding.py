@@ -63,15 +63,22 @@ def device_bytes(refs) -> int:
     return int(SLOTS * CALL_BYTES_PER_BYTE * max(BATCH, 1) * largest)
 
 
-def shared() -> bool:
+def shared(device=None) -> bool:
     """Whether this worker's ``device-codecs`` setting (read now) shares the inputs' chunks with the host's readers
-    (``share``: a block whose reader finds every decode slot busy is decoded on the host)."""
-    return codecs.shares(config.get("device-codecs") or "auto")
+    on ``device`` (``share``, or ``auto`` on a GPU: a block whose reader finds every decode slot busy is decoded
+    on the host)."""
+    return codecs.shares(config.get("device-codecs") or "auto", device.info.type if device is not None else None)
 
 
-def through(ref, share: bool = False):
+def only(device) -> frozenset | None:
+    """The inputs' codecs this worker's ``device-codecs`` setting (read now) has ``device`` decode, None for every
+    one it can (:func:`dgemm.opencl.codecs.codecs_of`: ``auto`` on a GPU, zstd's alone)."""
+    return codecs.codecs_of(config.get("device-codecs") or "auto", device.info.type)
+
+
+def through(ref, share: bool = False, only: frozenset | None = None):
     """``ref`` as a :class:`DeviceDecoded` where it is a Zarr input block; anything else as it is."""
-    return DeviceDecoded(ref, share) if type(ref) is ZarrBlock else ref
+    return DeviceDecoded(ref, share, only) if type(ref) is ZarrBlock else ref
 
 
 class DeviceDecoded(Through):
@@ -82,27 +89,34 @@ class DeviceDecoded(Through):
     it on the host where :meth:`fill_device` declines.  ``share``
     (``device-codecs: share``): it also declines where every decode slot of
     the device is busy (:meth:`declines`), so that the reader decodes it on
-    the host rather than wait.
+    the host rather than wait.  ``only``: the codecs (:data:`dgemm.opencl.codecs.DECODERS`' keys) whose chunks
+    the device decodes, None for all (``auto`` on a GPU: zstd's); it declines the others.
     """
 
-    __slots__ = ("block", "share")
+    __slots__ = ("block", "share", "only")
 
-    def __init__(self, block: ZarrBlock, share: bool = False):
+    def __init__(self, block: ZarrBlock, share: bool = False, only: frozenset | None = None):
         self.block = block
         self.share = share
+        self.only = only
 
     def __getattr__(self, name):
-        if name in ("block", "share"):   # not set yet (a copy being made): no recursion
+        if name in ("block", "share", "only"):   # not set yet (a copy being made): no recursion
             raise AttributeError(name)
         return getattr(self.block, name)
 
     def declines(self, device) -> bool:
-        """Whether :meth:`fill_device` would decline now for want of a free decode slot (``share`` only): asked
-        before the engine allocates the block's device buffers, which a declined block would not use."""
+        """Whether :meth:`fill_device` would decline now: a codec not in ``only``, or (``share``) no free decode
+        slot; asked before the engine allocates the block's device buffers, which a declined block would not use."""
+        if self.only is not None:
+            found = frames.region(self.block)
+            if found is None or found.codec not in self.only:
+                return True
         return self.share and device.scratch.free_now() == 0
 
     def __repr__(self):
-        return f"DeviceDecoded({self.block!r}{', share=True' if self.share else ''})"
+        more = (", share=True" if self.share else "") + (f", only={sorted(self.only)}" if self.only is not None else "")
+        return f"DeviceDecoded({self.block!r}{more})"
 
     def fill_into(self, out):
         return self.block.fill_into(out)
@@ -130,7 +144,7 @@ class DeviceDecoded(Through):
             chunk that cannot be read or decoded.
         """
         found = frames.region(self.block)
-        if found is None:
+        if found is None or (self.only is not None and found.codec not in self.only):
             return None
         dec = codecs.decoder(found.codec, found.config)
         if dec is None:

@@ -68,10 +68,10 @@ def _gemm_block(state, a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_
         b_refs = [hostcache.through(shared, scope, r) for r in b_refs]
         ahead = [(hostcache.through(shared, scope, r), side, extent) for r, side, extent in ahead or ()]
     elif decoding.wanted(state.device):   # the device decodes the chunks it can (device-codecs)
-        share = decoding.shared()
-        a_refs = [decoding.through(r, share) for r in a_refs]
-        b_refs = [decoding.through(r, share) for r in b_refs]
-        ahead = [(decoding.through(r, share), side, extent) for r, side, extent in ahead or ()]
+        share, only = decoding.shared(state.device), decoding.only(state.device)
+        a_refs = [decoding.through(r, share, only) for r in a_refs]
+        b_refs = [decoding.through(r, share, only) for r in b_refs]
+        ahead = [(decoding.through(r, share, only), side, extent) for r, side, extent in ahead or ()]
         reserve += decoding.device_bytes(a_refs + b_refs)     # the decode slots' buffers beside the cache
     elif scope is not None and state.siblings():   # other device workers in this process: decode shared blocks once
         board = sharing.board()

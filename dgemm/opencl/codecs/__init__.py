@@ -113,10 +113,19 @@ def decoder(codec: str, config: dict | None = None) -> Decoder | None:
 # `share` (b60cdf6: a reader finding every decode slot busy decodes on the host): one H100, 32768², 2.35-2.43 s
 # against 2.44-2.62 off and 2.59-2.81 on (5 alternations, results/2026-11-27-nvidia-h100-share-zstd-32768-b60cdf6.json):
 # faster than both there, not yet auto's (two GPUs, Blosc inputs and other hosts not measured).
+# Thirteenth session (ef6d104-1caf166: C's encode on its own queue, blocks queued behind busy slots decoded in one
+# call): one H100, 32768² zstd in and out, gemm-tasks 2, same call: share 1.79-1.94 s, on 2.02-2.31, off 2.19-2.62
+# (raw 1.26-1.41); two H200s, 49152²: share 3.38-3.46 s against on 4.11-4.17 (off, another machine, 3.90-4.02),
+# one of them share 5.27-5.34 against on 6.39-6.53 (results/2026-11-27-*-13th-*.json).  So auto shares on GPUs
+# (AUTO_SHARE), for the codecs measured so (AUTO_SHARE_CODECS: Blosc's inputs stay on the host under auto).
 AUTO_ON: frozenset = frozenset()
 # Device types where C's chunks alone are encoded on the device under ``auto`` (the inputs decoded on the
 # host): none until measured (bench/NOTES.md, issue 28).
 AUTO_ENCODE: frozenset = frozenset()
+# Device types where ``auto`` is ``share`` (C's chunks encoded on the device, the inputs' chunks shared between
+# its decoders and the host's readers) for inputs of the codecs AUTO_SHARE_CODECS: on a GPU, zstd's.
+AUTO_SHARE: frozenset = frozenset({"GPU"})
+AUTO_SHARE_CODECS: frozenset = frozenset({"zstd"})
 
 
 def enabled(mode: str, device_type: str, work: str = "decode") -> bool:
@@ -128,10 +137,11 @@ def enabled(mode: str, device_type: str, work: str = "decode") -> bool:
     for both, the inputs' chunks shared with the host's readers
     (:func:`shares`), ``off`` for neither; ``auto`` takes it only where it
     was measured faster than the host (:data:`AUTO_ON` for both,
+    :data:`AUTO_SHARE` as ``share`` for the inputs of :func:`codecs_of`,
     :data:`AUTO_ENCODE` for C's chunks).
 
-    >>> enabled("auto", "CPU"), enabled("on", "CPU"), enabled("off", "GPU")
-    (False, True, False)
+    >>> enabled("auto", "CPU"), enabled("on", "CPU"), enabled("off", "GPU"), enabled("auto", "GPU")
+    (False, True, False, True)
     >>> enabled("encode", "CPU"), enabled("encode", "CPU", "encode")
     (False, True)
     >>> enabled("share", "GPU"), enabled("share", "GPU", "encode")
@@ -142,18 +152,35 @@ def enabled(mode: str, device_type: str, work: str = "decode") -> bool:
     if work not in ("decode", "encode"):
         raise ValueError(f"internal: work={work!r}")
     if mode == "auto":
-        return device_type in AUTO_ON or (work == "encode" and device_type in AUTO_ENCODE)
+        return (device_type in AUTO_ON or device_type in AUTO_SHARE
+                or (work == "encode" and device_type in AUTO_ENCODE))
     return mode in ("on", "share") or (mode == "encode" and work == "encode")
 
 
-def shares(mode: str) -> bool:
+def codecs_of(mode: str, device_type: str) -> frozenset | None:
+    """The inputs' codecs (:data:`DECODERS`' keys) whose chunks the device decodes under ``mode``, None for every
+    one it can: ``auto`` shares only those it was measured faster for (:data:`AUTO_SHARE_CODECS`).
+
+    >>> sorted(codecs_of("auto", "GPU")), codecs_of("on", "GPU"), codecs_of("share", "CPU")
+    (['zstd'], None, None)
+    """
+    if mode == "auto" and device_type not in AUTO_ON and device_type in AUTO_SHARE:
+        return AUTO_SHARE_CODECS
+    return None
+
+
+def shares(mode: str, device_type: str | None = None) -> bool:
     """Whether the ``device-codecs`` setting's ``mode`` shares the inputs' chunks between the device's decoders
     and the host's readers: a reader that finds every decode slot of the device busy
     (:meth:`~dgemm.opencl.scratch.Scratch.slot`) decodes its block on the host instead of waiting.
 
-    >>> shares("share"), shares("on"), shares("auto")
-    (True, False, False)
+    ``auto`` shares on a device of ``device_type`` in :data:`AUTO_SHARE`.
+
+    >>> shares("share"), shares("on"), shares("auto"), shares("auto", "GPU"), shares("auto", "CPU")
+    (True, False, False, True, False)
     """
     if mode not in MODES:
         raise ValueError(f"device-codecs={mode!r} must be one of {', '.join(MODES)}")
+    if mode == "auto":
+        return device_type in AUTO_SHARE and device_type not in AUTO_ON
     return mode == "share"
