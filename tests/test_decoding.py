@@ -484,6 +484,14 @@ def test_auto_on_a_gpu_shares_zstd_inputs_encodes_c_and_leaves_blosc_to_the_host
         c, grew = run_counted(client, lambda: dgemm.matmul(blosc_a, blosc_b, out=out, client=client, block=64))
         check_product(np.asarray(c[...]), A2, B2, dtype="float32", what="auto, blosc")
         assert grew["device_decoded_bytes"] == 0 and grew["host_decoded_bytes"] == decoded_bytes(blosc_a, blosc_b), grew
+        try:    # as under share: with every decode slot busy, the host's readers take the zstd chunks
+            assert set(client.run(_device_codecs.hold_slots).values()) == {0}
+            out = str(tmp_path / "c-held.zarr")
+            c, grew = run_counted(client, lambda: dgemm.matmul(zstd_a, zstd_b, out=out, client=client, block=64))
+        finally:
+            client.run(_device_codecs.free_slots)
+        check_product(np.asarray(c[...]), A, B, dtype="float32", what="auto, zstd, slots busy")
+        assert grew["device_decoded_bytes"] == 0 and grew["host_decoded_bytes"] == decoded_bytes(zstd_a, zstd_b), grew
     finally:
         client.run(_auto_shares_on, None)
     out = str(tmp_path / "c-built.zarr")
