@@ -431,6 +431,78 @@ def test_a_shared_call_that_fails_leaves_each_block_to_a_call_of_its_own(any_dev
         np.testing.assert_array_equal(values, data[r0:r1])
 
 
+def test_share_queues_a_few_blocks_for_the_next_free_slot_and_leaves_the_rest_to_the_host(any_device, tmp_path, rng,
+                                                                                          monkeypatch):
+    """``share`` with every decode slot busy: up to SHARE_QUEUE blocks that may share a call (zstd, chunks in place)
+    queue for the next free slot and go in one call; the block after them is declined at once (nothing read),
+    for the host's readers; a reader whose read fails gives its place in the queue back."""
+    import threading
+
+    from dgemm.worker import decoding
+
+    arr, data = create(tmp_path / "a.zarr", LZ4["v2 zstd"], rng, shape=(96, 512), chunks=(8, 512), dtype="float32")
+    spans = [(16 * i, 16 * (i + 1)) for i in range(6)]
+    blocks = [DeviceDecoded(ZarrBlock(arr, r, (0, 512)), share=True) for r in spans]
+    n = decoding.SHARE_QUEUE
+    assert 1 <= n <= len(blocks) - 2
+    batches = decoding._batches(any_device)
+    real = decoding._read_packed
+
+    def failing(device, found):
+        if found.pieces[0].key == "8.0":        # the fifth block's first chunk: its read fails
+            raise OSError("the store is gone")
+        return real(device, found)
+    monkeypatch.setattr(decoding, "_read_packed", failing)
+    outs = [any_device.buffer(16 * 512 * 4, "test output") for _ in blocks]
+    pendings, errors, sent = [[] for _ in blocks], [None] * len(blocks), [None] * len(blocks)
+
+    def fill(i):
+        try:
+            sent[i] = blocks[i].fill_device(any_device, outs[i], any_device.transfer_queue, pending=pendings[i])
+        except Exception as e:     # noqa: BLE001  (checked below)
+            errors[i] = e
+    threads = [threading.Thread(target=fill, args=(i,), daemon=True) for i in range(n)]
+    try:
+        with every_slot_held(any_device):
+            assert not blocks[0].declines(any_device)
+            for t in threads:
+                t.start()
+            deadline = time.monotonic() + 60
+            while len(batches._queue) < n and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert len(batches._queue) == n, f"{len(batches._queue)} of {n} blocks queued"
+            assert blocks[n].declines(any_device)
+            reads = []
+            monkeypatch.setattr(decoding, "_read_packed", lambda *a: reads.append(1) or failing(*a))
+            assert blocks[n].fill_device(any_device, outs[n], any_device.transfer_queue, pending=[]) is None
+            assert not reads, "a declined block was read"
+        for t in threads:
+            t.join(120)
+        assert not any(errors), errors
+        for i in range(n):
+            (event, check), = pendings[i]
+            event.wait()
+            check()
+            host = np.empty((16, 512), np.float32)
+            cl_copy(any_device, host, outs[i])
+            np.testing.assert_array_equal(host, data[spans[i][0]:spans[i][1]])
+        with pytest.raises(OSError, match="the store is gone"):     # a slot is free now: let in, its read fails
+            blocks[4].fill_device(any_device, outs[4], any_device.transfer_queue, pending=[])
+        assert batches._promised == 0 and not batches._queue, (batches._promised, batches._queue)
+    finally:
+        for t in threads:
+            t.join(120)
+        any_device.transfer_queue.finish()
+        for o in outs:
+            o.release()
+
+
+def cl_copy(dev, host, buf) -> None:
+    import pyopencl as cl
+
+    cl.enqueue_copy(dev.transfer_queue, host, buf, is_blocking=True)
+
+
 # -- on the workers -------------------------------------------------------------------------------------------------
 @pytest.fixture
 def setting(client):
