@@ -51,10 +51,6 @@ CALL_BYTES_PER_BYTE = 1 + 1 + 4 + 1 / 8 + 1 + 1 / 16
 # fraction of an H100: the Huffman kernel decodes 28.7 GB/s there, 91 at 4 chunks a call (bench/NOTES.md,
 # issue 28, thirteenth session).  1: each block its own call.
 BATCH = 4
-# Under ``share``, blocks whose readers find every decode slot busy that may still queue for the next free one,
-# to go in its call (the rest are decoded on the host's cores): the device takes more of the inputs where its
-# calls of several blocks cost it little.  0: a reader that finds every slot busy decodes on the host.
-SHARE_QUEUE = BATCH
 
 
 def device_bytes(refs) -> int:
@@ -111,18 +107,12 @@ class DeviceDecoded(Through):
 
     def declines(self, device) -> bool:
         """Whether :meth:`fill_device` would decline now: a codec not in ``only``, or (``share``) no free decode
-        slot and no room in the queue for the next (:data:`SHARE_QUEUE`); asked before the engine allocates the
-        block's device buffers, which a declined block would not use."""
-        found = None
+        slot; asked before the engine allocates the block's device buffers, which a declined block would not use."""
         if self.only is not None:
             found = frames.region(self.block)
             if found is None or found.codec not in self.only:
                 return True
-        if not self.share or device.scratch.free_now() > 0:
-            return False
-        found = found or frames.region(self.block)
-        dec = codecs.decoder(found.codec, found.config) if found is not None else None
-        return not (dec is not None and _queues(dec, found) and _batches(device).room())
+        return self.share and device.scratch.free_now() == 0
 
     def __repr__(self):
         more = (", share=True" if self.share else "") + (f", only={sorted(self.only)}" if self.only is not None else "")
@@ -220,24 +210,8 @@ def _decode(device, dec, found, out, queue, events, pending=None, share: bool = 
     ``queue`` (where the engine reads ``out`` next) needs nothing from it; or, with ``pending``
     (a decoder that ``defers``), has been enqueued: ``pending`` gets ``(event, check)`` as
     :meth:`DeviceDecoded.fill_device` describes, and the slot is left to the next holder once
-    ``event`` has run.  ``share``: None (nothing read) where no slot is free now and, for a block
-    that may share a call, the queue for the next free slot is full (:data:`SHARE_QUEUE`).
+    ``event`` has run.  ``share``: None (nothing read) where no slot is free now.
     """
-    if share and pending is not None and _queues(dec, found):
-        batches = _batches(device)
-        if not batches.promise(device):
-            return None     # (every slot busy, the queue for the next full: the host's decoder)
-        try:
-            data, starts, host = _read_packed(device, found)
-            plans = _batchable(dec, found, data, starts, pending)
-        except BaseException:
-            batches.unpromise()
-            raise
-        if plans is not None:
-            return batches.decode(_Request(dec, found, out, events, pending, data, starts, host, plans), True)
-        batches.unpromise()
-        with device.scratch.slot():     # (a frame the call cannot take: its block waits for a slot of its own)
-            return _decode_read(device, dec, found, out, events, data, starts, host, pending)
     if share:   # a free slot now or the host's decoder: read within the slot
         with device.scratch.slot(wait=False) as held:
             if held is None:
@@ -341,12 +315,6 @@ def _decode_read(device, dec, found, out, events, data, starts, host, pending=No
 
 
 # -- blocks decoded together: one call for the blocks queued while the slots were busy ------------------------
-def _queues(dec, found) -> bool:
-    """Whether ``found``'s block may queue for a shared call under ``share`` (before its frames are read): a
-    decoder that defers and every chunk in place."""
-    return SHARE_QUEUE > 0 and BATCH > 1 and dec.defers and all(p.direct for p in found.pieces)
-
-
 def _batchable(dec, found, data, starts, pending) -> list | None:
     """The plans of ``found``'s frames where its block may share a decode call with others (:data:`BATCH`), or None.
 
@@ -402,32 +370,12 @@ class _Batches:
         self._cond = threading.Condition()
         self._queue: list[_Request] = []
         self._leaders = 0
-        self._promised = 0      # (share) readers let in with every slot busy, reading their frames still
 
-    def room(self) -> bool:
-        """(``share``) Whether a block whose reader finds every slot busy may still queue for the next free one."""
-        with self._cond:
-            return len(self._queue) + self._promised < SHARE_QUEUE
-
-    def promise(self, device) -> bool:
-        """(``share``) Let a block in (True) where a slot is free now or the queue has room for it (counted as
-        promised until :meth:`decode` queues it, or :meth:`unpromise`); else False: the host decodes it."""
-        with self._cond:
-            if device.scratch.free_now() == 0 and len(self._queue) + self._promised >= SHARE_QUEUE:
-                return False
-            self._promised += 1
-            return True
-
-    def unpromise(self) -> None:
-        with self._cond:
-            self._promised -= 1
-
-    def decode(self, req: _Request, promised: bool = False) -> int:
+    def decode(self, req: _Request) -> int:
         """Decode ``req``'s block (in a call of its own or shared); bytes sent, as :func:`_decode_read` returns."""
         device = self._device()
         with self._cond:
             self._queue.append(req)
-            self._promised -= promised
         while True:
             with self._cond:
                 while not req.taken and self._leaders >= device.scratch.slots():
