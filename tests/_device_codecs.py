@@ -68,3 +68,37 @@ def free_slots(dask_worker=None) -> None:
         release.set()
         for t in threads:
             t.join(30)
+
+
+def behind_a_gate(dev, buf, before, value, fn, what: str):
+    """``fn(written)`` run in a thread of its own, ``written`` a fill of ``buf`` (first holding the array ``before``)
+    with ``value`` on the device's GEMM queue, held back by a user event: ``fn`` must not return before the gate
+    opens (checked half a second on), then must return (its value is returned; its error is raised)."""
+    import threading
+
+    import pyopencl as cl
+
+    gate, opened = cl.UserEvent(dev.context), False
+    got, errors = [], []
+
+    def run(written):
+        try:
+            got.append(fn(written))
+        except Exception as e:   # noqa: BLE001  (shown by the assertion below)
+            errors.append(e)
+    try:
+        cl.enqueue_copy(dev.queue, buf, before).wait()
+        written = cl.enqueue_fill_buffer(dev.queue, buf, value, 0, before.nbytes, wait_for=[gate])
+        dev.queue.flush()
+        t = threading.Thread(target=run, args=(written,), daemon=True)
+        t.start()
+        t.join(0.5)
+        assert t.is_alive() and not got, f"{what} returned before what writes its buffer had run"
+        opened = gate.set_status(cl.command_execution_status.COMPLETE) or True
+        t.join(120)
+        assert not t.is_alive() and not errors, errors
+    finally:
+        if not opened:      # (a failed check above: the thread must not wait for ever)
+            gate.set_status(cl.command_execution_status.COMPLETE)
+        dev.queue.finish()
+    return got[0]

@@ -105,42 +105,20 @@ def test_the_engine_hands_back_the_chunks_encoded(any_device, engines, tmp_path,
 def test_the_encode_waits_for_the_events_its_block_is_written_after(any_device, tmp_path, rng, case):
     """The engine's ``after`` (its unpadding): the encode, on its own queue, reads the C block only once those
     events have run, whether it lays the chunks out first (smaller chunks) or encodes them where they lie."""
-    import threading
-
-    import pyopencl as cl
     from dgemm.worker import encoding
 
     shape, chunks, _ = CASES[case]
     m, n = shape
     out = zarr.create_array(str(tmp_path / "c.zarr"), shape=shape, chunks=chunks, dtype="float32", fill_value=0.5)
     found = encoded.chunks_of(out, (0, m), (0, n))
-    dev = any_device
-    buf = dev.buffer(m * n * 4, "test C block")
-    gate, opened = cl.UserEvent(dev.context), False
-    got, errors = [], []
-
-    def encode(written):
-        try:
-            got.append(encoding.encode(dev, found, buf, [], [written]))
-        except Exception as e:   # noqa: BLE001  (shown by the assertion below)
-            errors.append(e)
+    buf = any_device.buffer(m * n * 4, "test C block")
     try:
-        cl.enqueue_copy(dev.queue, buf, rng.standard_normal((m, n)).astype(np.float32)).wait()
-        written = cl.enqueue_fill_buffer(dev.queue, buf, np.float32(-2.25), 0, m * n * 4, wait_for=[gate])
-        dev.queue.flush()
-        t = threading.Thread(target=encode, args=(written,), daemon=True)
-        t.start()
-        t.join(0.5)
-        assert t.is_alive() and not got, "the encode returned before the block was written"
-        opened = gate.set_status(cl.command_execution_status.COMPLETE) or True
-        t.join(120)
-        assert not t.is_alive() and not errors, errors
+        got = _device_codecs.behind_a_gate(any_device, buf, rng.standard_normal((m, n)).astype(np.float32),
+                                           np.float32(-2.25), lambda written: encoding.encode(
+                                               any_device, found, buf, [], [written]), "the encode")
     finally:
-        if not opened:      # (a failed check above: the thread must not wait for ever)
-            gate.set_status(cl.command_execution_status.COMPLETE)
-        dev.queue.finish()
         buf.release()
-    encoded.write(got[0])
+    encoded.write(got)
     check_frames(out, np.full(shape, -2.25, np.float32), fill=0.5)
 
 

@@ -335,36 +335,18 @@ def test_an_encode_on_another_queue_waits_for_what_writes_its_buffer(dev, z3):
     """``queue`` and ``wait_for``: the encode runs on a queue of its own, and reads the buffer only after the
     events given (here a fill on the GEMMs' queue, held back by a user event): until they have run the call
     does not return, and its frames hold what they wrote, not what the buffer held before."""
-    import threading
+    import _device_codecs
 
-    import pyopencl as cl
     values = np.random.default_rng(13).standard_normal(300_000).astype(np.float32)
     buf = dev.buffer(values.nbytes, "test regions")
-    gate, opened = cl.UserEvent(dev.context), False
-    got, errors = [], []
 
     def encode(written):
-        try:
-            with dev.encode_scratch.slot():
-                got.extend(ze.encode_zstd(dev, buf, [0, 4096], [4096, values.nbytes - 4096], keep=True,
-                                          queue=dev.encode_scratch.queue(), wait_for=[written]))
-        except Exception as e:   # noqa: BLE001  (shown by the assertion below)
-            errors.append(e)
+        with dev.encode_scratch.slot():
+            return ze.encode_zstd(dev, buf, [0, 4096], [4096, values.nbytes - 4096], keep=True,
+                                  queue=dev.encode_scratch.queue(), wait_for=[written])
     try:
-        cl.enqueue_copy(dev.queue, buf, values).wait()
-        written = cl.enqueue_fill_buffer(dev.queue, buf, np.float32(1.5), 0, values.nbytes, wait_for=[gate])
-        dev.queue.flush()
-        t = threading.Thread(target=encode, args=(written,), daemon=True)
-        t.start()
-        t.join(0.5)
-        assert t.is_alive() and not got, "the encode returned before what writes its buffer had run"
-        opened = gate.set_status(cl.command_execution_status.COMPLETE) or True
-        t.join(120)
-        assert not t.is_alive() and not errors, errors
+        got = _device_codecs.behind_a_gate(dev, buf, values, np.float32(1.5), encode, "the encode")
     finally:
-        if not opened:      # (a failed check above: the thread must not wait for ever)
-            gate.set_status(cl.command_execution_status.COMPLETE)
-        dev.queue.finish()
         buf.release()
     want = np.full(values.size, 1.5, np.float32).tobytes()
     for f, o, n in zip(got, [0, 4096], [4096, values.nbytes - 4096]):
