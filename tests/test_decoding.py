@@ -391,6 +391,21 @@ def test_blocks_queued_behind_busy_slots_share_one_decode_call(any_device, tmp_p
     assert grew["device_decoded_bytes"] == data.nbytes and grew["host_decoded_bytes"] == 0, grew
 
 
+def test_a_shared_call_takes_no_more_than_its_bytes_cap(any_device, tmp_path, rng, monkeypatch):
+    """``BATCH_BYTES``: past its first block a call takes no block that would carry it over the cap (here one
+    block's bytes: every block gets a call of its own), and the blocks come out right."""
+    from dgemm.worker import decoding
+
+    arr, data = create(tmp_path / "a.zarr", LZ4["v2 zstd"], rng, shape=(48, 512), chunks=(8, 512), dtype="float32")
+    spans = [(0, 16), (16, 32), (32, 48)]
+    monkeypatch.setattr(decoding, "BATCH_BYTES", 16 * 512 * 4)
+    blocks = [DeviceDecoded(ZarrBlock(arr, r, (0, 512))) for r in spans]
+    got, _, calls = _queued_behind_held_slots(any_device, blocks, monkeypatch)
+    assert sorted(len(c) for c in calls) == [2, 2, 2], calls
+    for (r0, r1), values in zip(spans, got):
+        np.testing.assert_array_equal(values, data[r0:r1])
+
+
 def test_a_chunk_a_kernel_refuses_fails_only_its_block_in_a_shared_call(any_device, tmp_path, rng, monkeypatch):
     """A shared call with one chunk that only the kernels find corrupt: that block's check raises the reader's
     error naming its chunk; the other blocks of the call are whole and pass."""
@@ -497,6 +512,24 @@ def test_auto_on_a_gpu_shares_zstd_inputs_encodes_c_and_leaves_blosc_to_the_host
     out = str(tmp_path / "c-built.zarr")
     c, grew = run_counted(client, lambda: dgemm.matmul(zstd_a, zstd_b, out=out, client=client, block=64))
     assert grew["device_decoded_bytes"] == 0 and grew["device_encoded_bytes"] == 0, grew      # a CPU device: off
+
+
+def test_the_decode_slots_room_counts_shared_calls_only_where_readers_queue(tmp_path, rng):
+    """``device_bytes``: SLOTS calls of BATCH of the largest block under ``on`` (its readers queue for slots),
+    of one block under ``share`` (they never queue), and only the blocks whose codec the device takes."""
+    from dgemm.opencl.scratch import SLOTS
+    from dgemm.worker import decoding
+
+    zst, _ = create(tmp_path / "z.zarr", LZ4["v3 zstd"], rng, shape=(64, 64), chunks=(16, 64), dtype="float32")
+    lz4, _ = create(tmp_path / "l.zarr", LZ4["v3 shuffle"], rng, shape=(128, 64), chunks=(16, 64), dtype="float32")
+    small, large = ZarrBlock(zst, (0, 64), (0, 64)), ZarrBlock(lz4, (0, 128), (0, 64))
+    one = decoding.CALL_BYTES_PER_BYTE * SLOTS
+    assert decoding.device_bytes([DeviceDecoded(small), DeviceDecoded(large)]) == int(one * decoding.BATCH * 128 * 64 * 4)
+    assert decoding.device_bytes([DeviceDecoded(small, True), DeviceDecoded(large, True)]) == int(one * 128 * 64 * 4)
+    zstd_only = frozenset({"zstd"})
+    assert decoding.device_bytes([DeviceDecoded(small, True, zstd_only), DeviceDecoded(large, True, zstd_only)]) \
+        == int(one * 64 * 64 * 4), "a Blosc block that auto leaves to the host counted"
+    assert decoding.device_bytes([small, DeviceDecoded(large, True, zstd_only)]) == 0
 
 
 def test_a_block_of_a_codec_auto_leaves_to_the_host_is_declined(any_device, tmp_path, rng):

@@ -51,16 +51,30 @@ CALL_BYTES_PER_BYTE = 1 + 1 + 4 + 1 / 8 + 1 + 1 / 16
 # fraction of an H100: the Huffman kernel decodes 28.7 GB/s there, 91 at 4 chunks a call (bench/NOTES.md,
 # issue 28, thirteenth session).  1: each block its own call.
 BATCH = 4
+# Decoded bytes a shared call takes at most (past its first block): zstd_decode's execution walks a call's frames
+# one after another once they pass 4 GiB (its origins are 32-bit positions).
+BATCH_BYTES = 1 << 31
 
 
 def device_bytes(refs) -> int:
     """What the device's decode slots may hold while blocks like ``refs`` are decoded (:mod:`dgemm.opencl.scratch`):
-    :data:`~dgemm.opencl.scratch.SLOTS` calls of the largest block; the panel cache leaves it free."""
+    :data:`~dgemm.opencl.scratch.SLOTS` calls of the largest block the device may take, each of :data:`BATCH`
+    blocks where readers wait for slots (not under ``share``: its readers never queue); the panel cache
+    leaves it free."""
     from dgemm.opencl.scratch import SLOTS
 
-    largest = max((int(np.prod(r.shape)) * np.dtype(r.dtype).itemsize for r in refs if type(r) is DeviceDecoded),
-                  default=0)
-    return int(SLOTS * CALL_BYTES_PER_BYTE * max(BATCH, 1) * largest)
+    mine = [r for r in refs if type(r) is DeviceDecoded and _may_take(r)]
+    largest = max((int(np.prod(r.shape)) * np.dtype(r.dtype).itemsize for r in mine), default=0)
+    batch = 1 if all(r.share for r in mine) else max(BATCH, 1)
+    return int(SLOTS * CALL_BYTES_PER_BYTE * batch * largest)
+
+
+def _may_take(ref) -> bool:
+    """Whether the device may decode ``ref``'s chunks (a codec in its ``only``)."""
+    if ref.only is None:
+        return True
+    found = frames.region(ref.block)
+    return found is not None and found.codec in ref.only
 
 
 def shared(device=None) -> bool:
@@ -108,11 +122,7 @@ class DeviceDecoded(Through):
     def declines(self, device) -> bool:
         """Whether :meth:`fill_device` would decline now: a codec not in ``only``, or (``share``) no free decode
         slot; asked before the engine allocates the block's device buffers, which a declined block would not use."""
-        if self.only is not None:
-            found = frames.region(self.block)
-            if found is None or found.codec not in self.only:
-                return True
-        return self.share and device.scratch.free_now() == 0
+        return not _may_take(self) or (self.share and device.scratch.free_now() == 0)
 
     def __repr__(self):
         more = (", share=True" if self.share else "") + (f", only={sorted(self.only)}" if self.only is not None else "")
@@ -326,10 +336,11 @@ def _batchable(dec, found, data, starts, pending) -> list | None:
     """
     if BATCH < 2 or pending is None or not dec.defers:
         return None
+    if not all(piece.direct and frame is not None and start is not None
+               for piece, frame, start in zip(found.pieces, data, starts)):
+        return None     # (before any frame is planned: _decode_read plans them all)
     plans = []
-    for piece, frame, start in zip(found.pieces, data, starts):
-        if not piece.direct or frame is None or start is None:
-            return None
+    for piece, frame in zip(found.pieces, data):
         reason, plan = dec.checked(frame, piece.name)
         if reason is not None or plan is None or getattr(plan, "size", None) != found.chunk_nbytes:
             return None
@@ -376,25 +387,16 @@ class _Batches:
         device = self._device()
         with self._cond:
             self._queue.append(req)
-        while True:
+        try:
+            self._lead_or_wait(device, req)
+        except BaseException:
             with self._cond:
-                while not req.taken and self._leaders >= device.scratch.slots():
-                    self._cond.wait()
-                if req.taken:
-                    break
-                self._leaders += 1
-            try:
-                with device.scratch.slot():
-                    with self._cond:
-                        batch, self._queue[:BATCH] = self._queue[:BATCH], []
-                        for r in batch:
-                            r.taken = True
-                    if batch:
-                        _decode_batch(device, batch)
-            finally:
-                with self._cond:
-                    self._leaders -= 1
-                    self._cond.notify_all()
+                taken = req.taken
+                if not taken:      # nobody will upload from our staging or write our buffer now
+                    self._queue.remove(req)
+            if taken:       # another leader's call writes our buffer: not ours to give back before it is enqueued
+                req.done.wait()
+            raise
         req.done.wait()
         if req.alone:       # (the shared call failed: this block's own call says whose fault it was)
             with device.scratch.slot():
@@ -403,6 +405,44 @@ class _Batches:
         fastpaths.codec("device_decoded_bytes", sum(p.size for p in req.plans))
         req.pending.append((req.last, req.check))
         return req.sent
+
+
+    def _lead_or_wait(self, device, req: _Request) -> None:
+        """Until ``req`` is in a call: lead one (a slot, then what is queued, up to :data:`BATCH` blocks and
+        :data:`BATCH_BYTES`) where fewer leaders than slots are at work, else wait."""
+        while True:
+            with self._cond:
+                while not req.taken and self._leaders >= device.scratch.slots():
+                    self._cond.wait()
+                if req.taken:
+                    return
+                self._leaders += 1
+            try:
+                with device.scratch.slot():
+                    with self._cond:
+                        batch = _take(self._queue)
+                    if batch:
+                        _decode_batch(device, batch)
+            finally:
+                with self._cond:
+                    self._leaders -= 1
+                    self._cond.notify_all()
+
+
+def _take(queue: list) -> list:
+    """The first requests of ``queue`` (taken out and marked): up to :data:`BATCH` blocks, and past the first
+    block no more than :data:`BATCH_BYTES` decoded."""
+    n = total = 0
+    while n < min(BATCH, len(queue)):
+        size = sum(p.size for p in queue[n].plans)
+        if n and total + size > BATCH_BYTES:
+            break
+        total += size
+        n += 1
+    batch, queue[:n] = queue[:n], []
+    for r in batch:
+        r.taken = True
+    return batch
 
 
 _BATCHES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -418,28 +458,35 @@ def _batches(device) -> _Batches:
 
 
 def _decode_batch(device, batch: list) -> None:
-    """Decode the blocks of ``batch`` (requests) in one call, within a slot: into the slot's scratch, then each
-    chunk copied to its place in its block's buffer; every request is let go (``done``) at the end."""
+    """Decode the blocks of ``batch`` (requests) in one call, within a slot: a block alone into its own buffer,
+    several into the slot's scratch, then each chunk copied to its place in its block's buffer; every request
+    is let go (``done``) at the end, to a call of its own (``alone``) where this one failed."""
     import pyopencl as cl
 
-    queue = device.scratch.queue()
+    queue, ok = None, False
     try:
+        queue = device.scratch.queue()
         plans = [p for r in batch for p in r.plans]
         sizes = [p.size for p in plans]
-        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-        scratch = device.scratch.buffer("the decoded blocks of a shared call", int(sum(sizes)))
+        alone = len(batch) == 1     # (its chunks straight into place: nothing to copy)
+        if alone:
+            target, offsets = batch[0].out, [piece.offset for piece in batch[0].found.pieces]
+        else:
+            offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+            target = device.scratch.buffer("the decoded blocks of a shared call", int(sum(sizes)))
         own, calls = [], []
-        batch[0].dec.load()(device, [f for r in batch for f in r.frames], scratch, offsets=offsets,
+        batch[0].dec.load()(device, [f for r in batch for f in r.frames], target, offsets=offsets,
                             names=[p.name for r in batch for p in r.found.pieces], events=own, queue=queue,
                             plans=plans, packed=[(r.host, r.starts) for r in batch], keep=True, pending=calls)
-        _, check = calls[0]
+        done, check = calls[0]
         first = 0
         for r in batch:
             n = len(r.plans)
-            copies = [cl.enqueue_copy(queue, r.out, scratch, src_offset=int(offsets[first + k]),
-                                      dst_offset=piece.offset, byte_count=int(sizes[first + k]))
-                      for k, piece in enumerate(r.found.pieces)]
-            r.last = copies[-1]
+            copies = [] if alone else [
+                cl.enqueue_copy(queue, r.out, target, src_offset=int(offsets[first + k]), dst_offset=piece.offset,
+                                byte_count=int(sizes[first + k]))
+                for k, piece in enumerate(r.found.pieces)]
+            r.last = copies[-1] if copies else done
             r.check = functools.partial(check, only=range(first, first + n))
             r.sent = sum(len(f) for f in r.frames)
             if r.events is not None:
@@ -452,13 +499,14 @@ def _decode_batch(device, batch: list) -> None:
         device.scratch.leave_after(last)
         # the readers' staging is read by the uploads; their next blocks refill it
         cl.wait_for_events([e for what, e in own if what == "upload"] or [last])
+        ok = True
     except Exception:   # noqa: BLE001  (a frame the call refused, or no room for it: each block alone says)
         try:
-            queue.finish()  # (what the call did enqueue has run before a block's own call writes its buffer)
+            if queue is not None:
+                queue.finish()  # (what the call did enqueue has run before a block's own call writes its buffer)
         except Exception:   # noqa: BLE001
             pass
-        for r in batch:
-            r.alone = True
     finally:
         for r in batch:
+            r.alone = not ok
             r.done.set()

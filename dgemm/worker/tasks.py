@@ -67,7 +67,10 @@ def _gemm_block(state, a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_
         a_refs = [hostcache.through(shared, scope, r) for r in a_refs]
         b_refs = [hostcache.through(shared, scope, r) for r in b_refs]
         ahead = [(hostcache.through(shared, scope, r), side, extent) for r, side, extent in ahead or ()]
-    elif decoding.wanted(state.device):   # the device decodes the chunks it can (device-codecs)
+    elif decoding.wanted(state.device) and not (scope is not None and decoding.only(state.device) is not None
+                                                and state.siblings()):
+        # the device decodes the chunks it can (device-codecs; auto, which leaves some codecs to the host, gives
+        # way to a host's device workers decoding their shared blocks once: worker-process host)
         share, only = decoding.shared(state.device), decoding.only(state.device)
         a_refs = [decoding.through(r, share, only) for r in a_refs]
         b_refs = [decoding.through(r, share, only) for r in b_refs]
