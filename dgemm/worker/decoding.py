@@ -406,7 +406,6 @@ class _Batches:
         req.pending.append((req.last, req.check))
         return req.sent
 
-
     def _lead_or_wait(self, device, req: _Request) -> None:
         """Until ``req`` is in a call: lead one (a slot, then what is queued, up to :data:`BATCH` blocks and
         :data:`BATCH_BYTES`) where fewer leaders than slots are at work, else wait."""
