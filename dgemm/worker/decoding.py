@@ -69,12 +69,15 @@ def device_bytes(refs) -> int:
     return int(SLOTS * CALL_BYTES_PER_BYTE * batch * largest)
 
 
-def _may_take(ref) -> bool:
-    """Whether the device may decode ``ref``'s chunks (a codec in its ``only``)."""
+def _may_take(ref, codec: str | None = None) -> bool:
+    """Whether the device may decode ``ref``'s chunks: a codec (``codec``, else the array's compressor, read from
+    its metadata alone: this is asked per block and per product) in its ``only``."""
     if ref.only is None:
         return True
-    found = frames.region(ref.block)
-    return found is not None and found.codec in ref.only
+    if codec is None:
+        found = frames.codec_config(ref.block.array)
+        codec = found[0] if found is not None else None
+    return codec in ref.only
 
 
 def shared(device=None) -> bool:
@@ -154,7 +157,7 @@ class DeviceDecoded(Through):
             chunk that cannot be read or decoded.
         """
         found = frames.region(self.block)
-        if found is None or (self.only is not None and found.codec not in self.only):
+        if found is None or not _may_take(self, found.codec):
             return None
         dec = codecs.decoder(found.codec, found.config)
         if dec is None:
