@@ -34,21 +34,18 @@ def run_counted(client, fn, keys=CODEC_COUNTERS):
     return result, {k: sum(after[w][k] - before[w][k] for w in after) for k in keys}
 
 
-_HELD: list = []    # (release event, threads, device) of the slots held on this worker
+_HELD: list = []    # (release event, threads) of the slots held on this worker
 
 
-def hold_slots(dask_worker=None, device=None, computing: bool = True) -> int:
+def hold_slots(dask_worker=None, device=None) -> int:
     """On a worker (or for ``device`` in this process): threads holding every decode slot of its device (until :func:`free_slots`, or 2 minutes: far
     longer than the tests' small products take, and a test that fails before it frees them, or a reader that waits
-    for them, is not left without slots); how many slots stay free.  ``computing``: the device also counts as
-    running GEMMs until then (:meth:`~dgemm.opencl.device.Device.computing`; ``share`` sends the blocks that find
-    every slot busy to the host only then), whatever its own products enqueue meanwhile."""
+    for them, is not left without slots); how many slots stay free."""
     import threading
 
     from dgemm.worker import device_state
 
-    device = device or device_state().device
-    scratch = device.scratch
+    scratch = (device or device_state().device).scratch
     release, ready = threading.Event(), threading.Barrier(scratch._slots + 1)
 
     def hold():
@@ -59,18 +56,15 @@ def hold_slots(dask_worker=None, device=None, computing: bool = True) -> int:
     threads = [threading.Thread(target=hold, daemon=True) for _ in range(scratch._slots)]
     for t in threads:
         t.start()
-    if computing:
-        device.computing = lambda: True     # (an instance attribute over the method, until free_slots)
-    _HELD.append((release, threads, device))
+    _HELD.append((release, threads))
     ready.wait(60)      # (raises where a slot was not taken in time)
     return scratch.free_now()
 
 
 def free_slots(dask_worker=None) -> None:
-    """On a worker: let go of the slots :func:`hold_slots` took (and of the device's computing)."""
+    """On a worker: let go of the slots :func:`hold_slots` took."""
     while _HELD:
-        release, threads, device = _HELD.pop()
-        device.__dict__.pop("computing", None)
+        release, threads = _HELD.pop()
         release.set()
         for t in threads:
             t.join(30)

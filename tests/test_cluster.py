@@ -19,7 +19,7 @@ from dgemm import config
 from dgemm.cluster import NoDeviceWorkerError, get_client, prepare, tiles_of
 from dgemm.cluster import local as cluster_mod
 from dgemm.cluster.launch import worker_specs
-from dgemm.opencl.readers import reader_share
+from dgemm.opencl.device import reader_share
 from dgemm.opencl.discovery import DeviceInfo
 from dgemm.opencl.params import KernelParams
 from dgemm.worker.plugin import warm_worker

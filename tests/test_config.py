@@ -94,14 +94,14 @@ def test_parsed_values(clean, monkeypatch):
 
 def test_settings_reach_their_readers(clean, monkeypatch, tmp_path):
     """The modules read settings when they act, so a later dask.config.set counts."""
-    from dgemm.opencl import device, discovery, engine, readers
+    from dgemm.opencl import device, discovery, engine
     from dgemm.opencl import database
 
     cpu = discovery.DeviceInfo(0, 0, "P", "cpu0", "v", "CPU", 1, 1, 1, 1, True, None, "")
 
     with dask.config.set({"dgemm.read-threads": 3, "dgemm.pinned-bytes": "1MiB", "dgemm.prefetch": 9,
                           "dgemm.tuning-db": str(tmp_path / "t.json"), "dgemm.devices": "nothing-like-it"}):
-        assert readers.read_threads() == 3 and device.pinned_limit() == 1 << 20
+        assert device.read_threads() == 3 and device.pinned_limit() == 1 << 20
         assert engine.default_prefetch() == 9
         assert database.user_path() == tmp_path / "t.json"
         with pytest.raises(LookupError, match="no OpenCL device matches 'nothing-like-it'"):

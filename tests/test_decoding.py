@@ -155,11 +155,10 @@ def test_a_frame_the_device_does_not_decode_is_decoded_on_the_host(any_device, t
 
 
 @contextlib.contextmanager
-def every_slot_held(dev, computing: bool = True):
-    """Threads holding every decode slot of ``dev`` (its readers busy decoding, as far as a block can tell) within;
-    ``computing``: the device running GEMMs meanwhile, as far as ``share`` can tell (else it has none to run)."""
+def every_slot_held(dev):
+    """Threads holding every decode slot of ``dev`` (its readers busy decoding, as far as a block can tell) within."""
     try:
-        assert _device_codecs.hold_slots(device=dev, computing=computing) == 0
+        assert _device_codecs.hold_slots(device=dev) == 0
         yield
     finally:
         _device_codecs.free_slots()
@@ -308,11 +307,11 @@ def test_a_deferred_decode_is_waited_for_on_the_device(any_device, engines, tmp_
 
 
 # -- blocks decoded together (zstd): the blocks queued behind busy slots share one call ----------------------------
-def _queued_behind_held_slots(dev, blocks, monkeypatch, bad=(), computing=True):
-    """Fill each of ``blocks`` (DeviceDecoded, deferred) from a thread of its own while every decode slot is held
-    (``computing``: as :func:`every_slot_held`), let the slots go once all of them have queued, and return per
-    block ``(poisoned host copy of its buffer, pending, error)`` and the decode calls made (each the frames'
-    names); ``bad``: the indices whose check should raise (the others' must not)."""
+def _queued_behind_held_slots(dev, blocks, monkeypatch, bad=()):
+    """Fill each of ``blocks`` (DeviceDecoded, deferred) from a thread of its own while every decode slot is held,
+    let the slots go once all of them have queued, and return per block ``(poisoned host copy of its buffer,
+    pending, error)`` and the decode calls made (each the frames' names); ``bad``: the indices whose check
+    should raise (the others' must not)."""
     import threading
 
     import pyopencl as cl
@@ -338,7 +337,7 @@ def _queued_behind_held_slots(dev, blocks, monkeypatch, bad=(), computing=True):
     try:
         for o in outs:
             cl.enqueue_fill_buffer(dev.transfer_queue, o, np.uint8(0x7F), 0, o.size).wait()
-        with every_slot_held(dev, computing):
+        with every_slot_held(dev):
             threads += [threading.Thread(target=fill, args=(i,), daemon=True) for i in range(len(blocks))]
             for t in threads:
                 t.start()
@@ -390,55 +389,6 @@ def test_blocks_queued_behind_busy_slots_share_one_decode_call(any_device, tmp_p
         np.testing.assert_array_equal(values, data[r0:r1])
     assert len(calls) == 1 and len(calls[0]) == 10, calls
     assert grew["device_decoded_bytes"] == data.nbytes and grew["host_decoded_bytes"] == 0, grew
-
-
-def test_share_queues_for_the_device_while_it_has_no_gemm_to_run(any_device, tmp_path, rng, monkeypatch):
-    """``share`` with every decode slot busy but no GEMM to run (a run's start): the readers do not decline to the
-    host, they queue as under ``on`` and their blocks go in one call once a slot is free, every value right."""
-    from dgemm.worker import decoding
-
-    arr, data = create(tmp_path / "a.zarr", LZ4["v3 zstd"], rng, shape=(48, 512), chunks=(8, 512), dtype="float32")
-    spans = [(0, 16), (16, 40), (40, 48)]
-    blocks = [DeviceDecoded(ZarrBlock(arr, r, (0, 512)), share=True) for r in spans]
-    with every_slot_held(any_device, computing=False):
-        assert not any(b.declines(any_device) for b in blocks)
-    before = fastpaths.snapshot()
-    got, errors, calls = _queued_behind_held_slots(any_device, blocks, monkeypatch, computing=False)
-    grew = fastpaths.since(before)
-    assert errors == [None] * len(blocks), errors
-    for (r0, r1), values in zip(spans, got):
-        np.testing.assert_array_equal(values, data[r0:r1])
-    assert len(calls) == 1 and len(calls[0]) == 6, calls
-    assert grew["device_decoded_bytes"] == data.nbytes and grew["host_decoded_bytes"] == 0, grew
-    assert decoding._batches(any_device)._queue == []
-
-
-def test_share_asks_whether_the_device_computes_as_each_block_finds_the_slots_busy(any_device, tmp_path, rng):
-    """A real command stands for the GEMM in flight: while it waits (a user event holds it) a share block that finds
-    every slot busy goes to the host; once it has run, the same block waits for the device instead."""
-    import pyopencl as cl
-
-    arr, _ = create(tmp_path / "a.zarr", LZ4["v3 zstd"], rng, dtype="float32")
-    block = DeviceDecoded(ZarrBlock(arr, (0, SHAPE[0]), (0, SHAPE[1])), share=True)
-    gate, opened = cl.UserEvent(any_device.context), False
-    buf = any_device.buffer(64, "test buffer")
-    saved = any_device.last_gemm
-    try:
-        any_device.last_gemm = cl.enqueue_fill_buffer(any_device.queue, buf, np.uint8(1), 0, 64, wait_for=[gate])
-        any_device.queue.flush()
-        with every_slot_held(any_device, computing=False):
-            assert any_device.computing() and block.declines(any_device)
-            got, sent, grew = device_read(any_device, block.block, share=True)
-            assert sent is None and not any(grew.values()), (sent, grew)
-            opened = gate.set_status(cl.command_execution_status.COMPLETE) or True
-            any_device.last_gemm.wait()
-            assert not any_device.computing() and not block.declines(any_device)
-    finally:
-        if not opened:
-            gate.set_status(cl.command_execution_status.COMPLETE)
-        any_device.queue.finish()
-        any_device.last_gemm = saved
-        buf.release()
 
 
 def test_a_shared_call_takes_no_more_than_its_bytes_cap(any_device, tmp_path, rng, monkeypatch):
@@ -564,22 +514,21 @@ def test_auto_on_a_gpu_shares_zstd_inputs_encodes_c_and_leaves_blosc_to_the_host
     assert grew["device_decoded_bytes"] == 0 and grew["device_encoded_bytes"] == 0, grew      # a CPU device: off
 
 
-def test_the_decode_slots_room_counts_shared_calls_of_the_blocks_the_device_may_take(tmp_path, rng):
-    """``device_bytes``: SLOTS calls of BATCH of the largest block, under ``on`` and under ``share`` alike (its
-    readers queue for slots while the device has no GEMM to run), and only the blocks whose codec the device
-    takes."""
+def test_the_decode_slots_room_counts_shared_calls_only_where_readers_queue(tmp_path, rng):
+    """``device_bytes``: SLOTS calls of BATCH of the largest block under ``on`` (its readers queue for slots),
+    of one block under ``share`` (they never queue), and only the blocks whose codec the device takes."""
     from dgemm.opencl.scratch import SLOTS
     from dgemm.worker import decoding
 
     zst, _ = create(tmp_path / "z.zarr", LZ4["v3 zstd"], rng, shape=(64, 64), chunks=(16, 64), dtype="float32")
     lz4, _ = create(tmp_path / "l.zarr", LZ4["v3 shuffle"], rng, shape=(128, 64), chunks=(16, 64), dtype="float32")
     small, large = ZarrBlock(zst, (0, 64), (0, 64)), ZarrBlock(lz4, (0, 128), (0, 64))
-    calls = decoding.CALL_BYTES_PER_BYTE * SLOTS * decoding.BATCH
-    assert decoding.device_bytes([DeviceDecoded(small), DeviceDecoded(large)]) == int(calls * 128 * 64 * 4)
-    assert decoding.device_bytes([DeviceDecoded(small, True), DeviceDecoded(large, True)]) == int(calls * 128 * 64 * 4)
+    one = decoding.CALL_BYTES_PER_BYTE * SLOTS
+    assert decoding.device_bytes([DeviceDecoded(small), DeviceDecoded(large)]) == int(one * decoding.BATCH * 128 * 64 * 4)
+    assert decoding.device_bytes([DeviceDecoded(small, True), DeviceDecoded(large, True)]) == int(one * 128 * 64 * 4)
     zstd_only = frozenset({"zstd"})
     assert decoding.device_bytes([DeviceDecoded(small, True, zstd_only), DeviceDecoded(large, True, zstd_only)]) \
-        == int(calls * 64 * 64 * 4), "a Blosc block that auto leaves to the host counted"
+        == int(one * 64 * 64 * 4), "a Blosc block that auto leaves to the host counted"
     assert decoding.device_bytes([small, DeviceDecoded(large, True, zstd_only)]) == 0
 
 

@@ -275,27 +275,6 @@ def test_release_and_reuse(device, rng):
     e.release()
 
 
-class _Launches(BlockEngine):
-    """Notes each GEMM kernel's event as it is enqueued, and what the device says of its computing then."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.launched = []
-
-    def _launched(self, event, flops):
-        self.launched.append((event, self.device.last_gemm))
-
-
-def test_the_device_computes_until_the_last_gemm_kernel_enqueued_has_run(device, rng):
-    """Each GEMM kernel is the device's last one as it is enqueued (``device-codecs: share`` asks whether it has run:
-    :meth:`Device.computing`); once the product's result is back it has."""
-    e = _Launches(device, "float32")
-    run(e, rng, 40, 24, 56, splits=(20, 40))
-    assert len(e.launched) == 3 and all(event is last for event, last in e.launched), e.launched
-    assert device.last_gemm is e.launched[-1][0] and not device.computing()
-    e.release()
-
-
 class _LockWatch(BlockEngine):
     """Notes, at each transfer command it is told of, whether the engine's lock was held."""
 

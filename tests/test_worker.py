@@ -402,7 +402,7 @@ def each_readers_staging(device) -> list[int]:
 
 
 def test_a_plugin_told_a_dtype_builds_its_kernels_and_pins_the_readers_staging_at_setup(any_device):
-    from dgemm.opencl.readers import read_threads
+    from dgemm.opencl.device import read_threads
     from dgemm.worker.plugin import staging_bytes
 
     w = FakeWorker()

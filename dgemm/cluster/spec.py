@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dgemm import config
-from dgemm.opencl.readers import reader_share
+from dgemm.opencl.device import reader_share
 
 
 @dataclass(frozen=True)

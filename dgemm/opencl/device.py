@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import os
 import threading
 import weakref
 from concurrent.futures import ThreadPoolExecutor
@@ -23,7 +24,6 @@ from dgemm.opencl.database import Choice, lookup
 from dgemm.opencl.discovery import DeviceInfo, cl_device, worker_device
 from dgemm.opencl.panels import PanelCache
 from dgemm.opencl.params import KernelParams
-from dgemm.opencl.readers import COPY_THREADS, read_threads
 from dgemm.opencl.scratch import Scratch
 
 logger = logging.getLogger("dgemm")
@@ -141,7 +141,6 @@ class Device:
         # Set by trim(), cleared when a product starts: while idle, download buffers given back by
         # the arrays that held them are released at once instead of waiting in the free list.
         self.idle = True
-        self.last_gemm = None   # the last GEMM kernel enqueued here (the engine's): see computing()
         # Buffers allocated less buffers released (explicitly or collected), and their bytes:
         # what live_buffers() reports.  Counted by DeviceBuffer, so no gc internals are needed.
         self._live = {"device": 0, "page-locked": 0}
@@ -156,12 +155,6 @@ class Device:
         # Kernels that could not be built here, and why (the wgmma kernel's PTX route can fail
         # with a driver it was not tried on); choice() says so, and the worker's description with it.
         self.failed: dict[KernelParams, str] = {}
-
-    def computing(self) -> bool:
-        """Whether the last GEMM kernel enqueued here has yet to run (a hint for ``device-codecs: share``'s readers:
-        :meth:`dgemm.worker.decoding.DeviceDecoded.declines`)."""
-        last = self.last_gemm
-        return last is not None and last.command_execution_status > 0   # (CL_COMPLETE is 0, errors below it)
 
     def kernel_queue(self, queue):
         """Where a kernel that feeds the GEMM kernels goes, its uploads having been made on ``queue``: the GEMM
@@ -385,6 +378,8 @@ class Device:
         every view of it) is gone, so C blocks downloaded one after another
         reuse a few pinned buffers instead of pinning memory each time.
         """
+        import weakref
+
         dtype = np.dtype(dtype)
         nbytes = int(np.prod(shape)) * dtype.itemsize
         with self._lock:
@@ -671,3 +666,35 @@ class _Lease:
 def pinned_limit() -> int:
     """Bytes of page-locked download buffers a device may hold: the ``pinned-bytes`` setting."""
     return config.get("pinned-bytes")
+
+
+# Raw chunks copied from files at once, per device: beyond 8 the copies contend for the host's memory
+# bandwidth with the uploads (one H100, 32768² float32 in 8192² chunks from /dev/shm: 2.30 s with 8
+# readers, 2.85 s with 16).
+COPY_THREADS = 8
+
+
+def reader_share(cpus: int, devices: int) -> int:
+    """Reader threads per device worker on a host of ``cpus`` cores and ``devices`` device workers: 2 to 32.
+
+    Decoding compressed chunks is CPU work that scales with threads (zstd
+    on a 32-core H200 host: 0.9 GB/s on one, 21 on 32; bench/NOTES.md,
+    "Issue 27"), so a device gets its share of the cores, up to 32 (each
+    thread holds a page-locked staging buffer).  Raw chunks are only
+    copied, by a pool of at most :data:`COPY_THREADS` (:meth:`Device.pool`).
+
+    >>> reader_share(64, 4), reader_share(16, 1), reader_share(2, 2), reader_share(12, 4), reader_share(128, 2)
+    (16, 16, 2, 3, 32)
+    """
+    return max(2, min(32, cpus // max(1, devices)))
+
+
+def read_threads() -> int:
+    """Threads a device reads and uploads with: the ``read-threads`` setting (``DGEMM_READ_THREADS``).
+
+    Unset, this host's :func:`reader_share` for one device; launchers that
+    put several device workers on a host set each one's share.  Reading a
+    Zarr chunk is mostly copying and decoding outside the GIL, so several
+    threads keep the disk (or the page cache) and PCIe busy together.
+    """
+    return config.get("read-threads") or reader_share(os.cpu_count() or 1, 1)

@@ -37,9 +37,8 @@ from concurrent.futures import Future
 import numpy as np
 
 from dgemm import config
-from dgemm.opencl.device import Device, Kernels, device_error, is_opencl_error, raise_plain
+from dgemm.opencl.device import Device, Kernels, device_error, is_opencl_error, raise_plain, read_threads
 from dgemm.opencl.panels import PanelCache
-from dgemm.opencl.readers import read_threads
 from dgemm.opencl.stats import Stats
 from dgemm.opencl.turn import Turn
 from dgemm.sizes import INT32_MAX, roundup
@@ -600,7 +599,8 @@ class BlockEngine:
         if use_c:
             self._stage_into(q, np.ascontiguousarray(c, dtype=self.dtype), False, mp, np_, c_dev)
         beta_k = beta if use_c else 0.0
-        events, flops, checks = [], 0.0, {}     # checks: the deferred decodes' of this product's blocks (each once)
+        events, flops = [], 0.0
+        checks: dict = {}   # the deferred decodes' checks of this product's blocks (each once)
         gsize, lsize = p.launch(mp, np_)
         try:
             while True:
@@ -621,7 +621,6 @@ class BlockEngine:
                                               np.int32(roundup(k, p.TSK)), real(alpha), real(beta_k), at, bt,
                                               c_dev, wait_for=wait))
                     q.flush()
-                self.device.last_gemm = events[-1]   # the device computes until it has run (Device.computing)
                 self._launched(events[-1], 2.0 * m * n * k)
                 flops += 2.0 * m * n * k
                 beta_k = 1.0

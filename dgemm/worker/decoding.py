@@ -59,13 +59,14 @@ BATCH_BYTES = 1 << 31
 def device_bytes(refs) -> int:
     """What the device's decode slots may hold while blocks like ``refs`` are decoded (:mod:`dgemm.opencl.scratch`):
     :data:`~dgemm.opencl.scratch.SLOTS` calls of the largest block the device may take, each of :data:`BATCH`
-    blocks (readers that find the slots busy queue for a shared call: under ``share`` while the device has no
-    GEMM to run); the panel cache leaves it free."""
+    blocks where readers wait for slots (not under ``share``: its readers never queue); the panel cache
+    leaves it free."""
     from dgemm.opencl.scratch import SLOTS
 
     mine = [r for r in refs if type(r) is DeviceDecoded and _may_take(r)]
     largest = max((int(np.prod(r.shape)) * np.dtype(r.dtype).itemsize for r in mine), default=0)
-    return int(SLOTS * CALL_BYTES_PER_BYTE * max(BATCH, 1) * largest)
+    batch = 1 if all(r.share for r in mine) else max(BATCH, 1)
+    return int(SLOTS * CALL_BYTES_PER_BYTE * batch * largest)
 
 
 def _may_take(ref, codec: str | None = None) -> bool:
@@ -81,8 +82,8 @@ def _may_take(ref, codec: str | None = None) -> bool:
 
 def shared(device=None) -> bool:
     """Whether this worker's ``device-codecs`` setting (read now) shares the inputs' chunks with the host's readers
-    on ``device`` (``share``, or ``auto`` on a GPU: a block whose reader finds every decode slot busy while the
-    device computes is decoded on the host)."""
+    on ``device`` (``share``, or ``auto`` on a GPU: a block whose reader finds every decode slot busy is decoded
+    on the host)."""
     return codecs.shares(config.get("device-codecs") or "auto", device.info.type if device is not None else None)
 
 
@@ -104,8 +105,8 @@ class DeviceDecoded(Through):
     ``fill_into`` ...): the engine caches it under the block's key, and reads
     it on the host where :meth:`fill_device` declines.  ``share``
     (``device-codecs: share``): it also declines where every decode slot of
-    the device is busy while the device computes (:meth:`declines`), so that
-    the reader decodes it on the host rather than wait.  ``only``: the codecs (:data:`dgemm.opencl.codecs.DECODERS`' keys) whose chunks
+    the device is busy (:meth:`declines`), so that the reader decodes it on
+    the host rather than wait.  ``only``: the codecs (:data:`dgemm.opencl.codecs.DECODERS`' keys) whose chunks
     the device decodes, None for all (``auto`` on a GPU: zstd's); it declines the others.
     """
 
@@ -123,9 +124,8 @@ class DeviceDecoded(Through):
 
     def declines(self, device) -> bool:
         """Whether :meth:`fill_device` would decline now: a codec not in ``only``, or (``share``) no free decode
-        slot while the device computes (:func:`_to_host`); asked before the engine allocates the block's device
-        buffers, which a declined block would not use."""
-        return not _may_take(self) or (self.share and device.scratch.free_now() == 0 and _to_host(device))
+        slot; asked before the engine allocates the block's device buffers, which a declined block would not use."""
+        return not _may_take(self) or (self.share and device.scratch.free_now() == 0)
 
     def __repr__(self):
         more = (", share=True" if self.share else "") + (f", only={sorted(self.only)}" if self.only is not None else "")
@@ -141,7 +141,7 @@ class DeviceDecoded(Through):
         None (nothing done): the block's chunks are not frames of a device
         decoder (another codec, a layout :func:`dgemm.storage.frames.region`
         does not describe), or, with ``share``, every decode slot of the
-        device is busy and it computes (nothing read).  Returns when ``out`` holds the block, or, given
+        device is busy (nothing read).  Returns when ``out`` holds the block, or, given
         ``pending`` and a decoder that ``defers`` (zstd), once the decode is
         enqueued: ``pending`` then gets ``(event, check)``, ``event`` the
         decode's last command (what reads ``out`` must wait for), ``check()``
@@ -185,20 +185,6 @@ def _checked(block, check) -> None:
         raise unreadable(block, e) from e
 
 
-def _to_host(device) -> bool:
-    """Under ``share``, whether a block that finds every decode slot busy goes to the host's decoders: while the
-    device computes (:meth:`~dgemm.opencl.device.Device.computing`).
-
-    Beside the GEMMs a decode slows both (the more the device decoded
-    there, the slower the run: bench/NOTES.md, issue 28, thirteenth
-    session), and the host's cores are free.  With no GEMM to run (a run's
-    start, whose first product waits for 16 blocks; products waiting for
-    their inputs), the device decodes a block in milliseconds where one
-    host core takes a tenth of a second, and blocks that queue share a call.
-    """
-    return device.computing()
-
-
 def _read_packed(device, found) -> tuple:
     """Read ``found``'s frames into this thread's page-locked staging, one after another.
 
@@ -237,16 +223,14 @@ def _decode(device, dec, found, out, queue, events, pending=None, share: bool = 
     ``queue`` (where the engine reads ``out`` next) needs nothing from it; or, with ``pending``
     (a decoder that ``defers``), has been enqueued: ``pending`` gets ``(event, check)`` as
     :meth:`DeviceDecoded.fill_device` describes, and the slot is left to the next holder once
-    ``event`` has run.  ``share``: None (nothing read) where no slot is free now and the device computes.
+    ``event`` has run.  ``share``: None (nothing read) where no slot is free now.
     """
-    if share:   # a free slot now (read within it), or the host's decoder while the device computes
+    if share:   # a free slot now or the host's decoder: read within the slot
         with device.scratch.slot(wait=False) as held:
-            if held is not None:
-                data, starts, host = _read_packed(device, found)
-                return _decode_read(device, dec, found, out, events, data, starts, host, pending)
-        if _to_host(device):
-            return None
-        # the device has no GEMM to run: the block waits for a decode call, as under on (with others queued)
+            if held is None:
+                return None
+            data, starts, host = _read_packed(device, found)
+            return _decode_read(device, dec, found, out, events, data, starts, host, pending)
     data, starts, host = _read_packed(device, found)     # (read by every reader thread at once)
     plans = _batchable(dec, found, data, starts, pending)
     if plans is not None:

@@ -172,8 +172,7 @@ def codecs_of(mode: str, device_type: str) -> frozenset | None:
 def shares(mode: str, device_type: str | None = None) -> bool:
     """Whether the ``device-codecs`` setting's ``mode`` shares the inputs' chunks between the device's decoders
     and the host's readers: a reader that finds every decode slot of the device busy
-    (:meth:`~dgemm.opencl.scratch.Scratch.slot`) while the device computes decodes its block on the host instead of
-    waiting (:func:`dgemm.worker.decoding._to_host`).
+    (:meth:`~dgemm.opencl.scratch.Scratch.slot`) decodes its block on the host instead of waiting.
 
     ``auto`` shares on a device of ``device_type`` in :data:`AUTO_SHARE`.
 
