@@ -143,18 +143,7 @@ def main():
     rng = np.random.default_rng(0)
     records, devices, failed = [], [], 0
     try:
-        arrays = [reused(args.inputs, name, n, chunk, args.dtype, compressor) for name in ("a", "b")]
-        for k, name in enumerate(("a", "b")):
-            if arrays[k] is not None:
-                continue
-            where = args.inputs or folder
-            os.makedirs(where, exist_ok=True)
-            arr = zarr.create_array(os.path.join(where, f"{name}.zarr"), shape=(n, n), chunks=(chunk, chunk),
-                                    dtype=args.dtype, zarr_format=2, compressors=compressor, overwrite=True)
-            for i in range(0, n, chunk):
-                rows = min(chunk, n - i)
-                arr[i:i + rows] = np.cumsum(rng.standard_normal((rows, n)), axis=1).astype(args.dtype)
-            arrays[k] = arr
+        arrays = make_inputs(args.inputs or folder, n, chunk, args.dtype, compressor, rng)
         out = os.path.join(folder, "c.zarr")
         layouts = [(q, w) for _ in range(args.rounds) for q in args.priorities.split(",")
                    for w in args.worker_process.split(",")]
@@ -210,6 +199,26 @@ def main():
             json.dump({"meta": meta, "runs": records}, f, indent=1)
     if failed:
         raise SystemExit(f"{failed} checked product(s) wrong: see the records' check")
+
+
+def make_inputs(where, n, chunk, dtype, compressor, rng) -> list:
+    """A and B (``n x n``, a random walk along rows) as Zarr v2 arrays in ``where``: those already there where they are
+    the ones this would write (:func:`reused`), else written anew."""
+    import numpy as np
+    import zarr
+
+    arrays = [reused(where, name, n, chunk, dtype, compressor) for name in ("a", "b")]
+    for k, name in enumerate(("a", "b")):
+        if arrays[k] is not None:
+            continue
+        os.makedirs(where, exist_ok=True)
+        arr = zarr.create_array(os.path.join(where, f"{name}.zarr"), shape=(n, n), chunks=(chunk, chunk),
+                                dtype=dtype, zarr_format=2, compressors=compressor, overwrite=True)
+        for i in range(0, n, chunk):
+            rows = min(chunk, n - i)
+            arr[i:i + rows] = np.cumsum(rng.standard_normal((rows, n)), axis=1).astype(dtype)
+        arrays[k] = arr
+    return arrays
 
 
 def reused(folder, name, n, chunk, dtype, compressor):

@@ -1,0 +1,242 @@
+"""Where a product's time goes over a run, in time bins: the readers, the device decodes, the GEMMs, the waits (issue 28).
+
+    python bench/notes/issue-28/timeline.py OUT.json [--size 32768] [--chunk 4096] [--codec zstd|none]
+        [--modes share,off] [--gemm-tasks 1] [--repeats 1] [--bin 0.1] [--inputs FOLDER] [--devices gpu]
+
+Writes A and B as ``device_codecs_onoff.py`` does (C zstd with zstd inputs, else raw), starts a local cluster,
+builds the kernels, then runs the product in each mode with a tracer installed in the worker processes: each
+block read (``BlockEngine._fetch``, on a reader thread: its start and end), each device decode asked for
+(``DeviceDecoded.fill_device``: taken or declined), each product (``BlockEngine._run``), each wait of a
+product for its next inputs (``_waited``) and each GEMM kernel (enqueued, then its device start and end from
+the queue's profiling, placed on the host's clock by its enqueue time).  ``time.perf_counter`` is the
+system's monotonic clock on Linux, one for every process.  Per run it prints and records, for each
+``--bin`` seconds from the call: the reader threads busy on average (all, and those in a device decode),
+the GEMMs' share of the bin, and the products' waiting for inputs; and totals: the reads by path
+(count, thread-seconds, mean), the products' wall and wait.  The question: while the products wait, are
+the readers busy (a rate limit) or idle (nothing asked of them: the read-ahead's window)?
+"""
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from device_codecs_onoff import _commit, configure, make_inputs  # noqa: E402
+
+
+def trace_install(dask_worker=None):
+    """On a worker: wrap the engine's and the decoder's methods to log into ``builtins._dgemm_trace`` (once)."""
+    import builtins
+    import threading
+    import time
+
+    from dgemm.opencl.engine import BlockEngine
+    from dgemm.worker import decoding
+    from dgemm.worker.state import MeteredEngine
+
+    trace = builtins.__dict__.setdefault("_dgemm_trace", {"on": False, "log": [], "installed": False})
+    if trace["installed"]:
+        return
+    trace["installed"] = True
+    log = trace["log"]
+
+    def rec(*item):
+        if trace["on"]:
+            log.append(item)
+
+    fetch = BlockEngine._fetch
+
+    def _fetch(self, ref, transpose, drows, dcols):
+        t0 = time.perf_counter()
+        try:
+            return fetch(self, ref, transpose, drows, dcols)
+        finally:
+            rec("read", threading.get_ident(), t0, time.perf_counter())
+
+    fill = decoding.DeviceDecoded.fill_device
+
+    def fill_device(self, *args, **kw):
+        t0, got = time.perf_counter(), None
+        try:
+            got = fill(self, *args, **kw)
+            return got
+        finally:
+            rec("device", threading.get_ident(), t0, time.perf_counter(), got is not None)
+
+    waited = MeteredEngine._waited
+
+    def _waited(self, start, end):
+        rec("wait", threading.get_ident(), start, end)
+        return waited(self, start, end)
+
+    launched = MeteredEngine._launched
+
+    def _launched(self, event, flops):
+        rec("gemm", time.perf_counter(), event)
+        return launched(self, event, flops)
+
+    run = BlockEngine._run
+
+    def _run(self, *args, **kw):
+        t0 = time.perf_counter()
+        try:
+            return run(self, *args, **kw)
+        finally:
+            rec("product", threading.get_ident(), t0, time.perf_counter())
+
+    BlockEngine._fetch, BlockEngine._run = _fetch, _run
+    decoding.DeviceDecoded.fill_device = fill_device
+    MeteredEngine._waited, MeteredEngine._launched = _waited, _launched
+
+
+def trace_on(dask_worker=None):
+    import builtins
+
+    trace = builtins._dgemm_trace
+    trace["log"].clear()
+    trace["on"] = True
+
+
+def trace_take(dask_worker=None):
+    """On a worker: the log, GEMM events turned into ``("gemm", device start, device end)`` on the host's clock."""
+    import builtins
+
+    trace = builtins._dgemm_trace
+    trace["on"] = False
+    out = []
+    for item in trace["log"]:
+        if item[0] == "gemm":
+            t, event = item[1], item[2]
+            event.wait()
+            p = event.profile
+            out.append(("gemm", t + (p.start - p.queued) * 1e-9, t + (p.end - p.queued) * 1e-9))
+        else:
+            out.append(item)
+    trace["log"].clear()
+    return out
+
+
+def overlap(spans, a, b) -> float:
+    return sum(max(0.0, min(e, b) - max(s, a)) for s, e in spans)
+
+
+def summary(log, t0, wall, width):
+    reads = [(x[2] - t0, x[3] - t0) for x in log if x[0] == "read"]
+    dev = [x for x in log if x[0] == "device"]
+    taken = [(x[2] - t0, x[3] - t0) for x in dev if x[4]]
+    waits = [(x[2] - t0, x[3] - t0) for x in log if x[0] == "wait"]
+    gemms = [(x[1] - t0, x[2] - t0) for x in log if x[0] == "gemm"]
+    products = [(x[2] - t0, x[3] - t0) for x in log if x[0] == "product"]
+    # a read's path: the device where its thread's device decode was taken within it
+    on_device = set()
+    for i, x in enumerate(x for x in log if x[0] == "read"):
+        if any(d[1] == x[1] and d[4] and x[2] <= d[2] <= x[3] for d in dev):
+            on_device.add(i)
+    dev_reads = [r for i, r in enumerate(reads) if i in on_device]
+    host_reads = [r for i, r in enumerate(reads) if i not in on_device]
+    bins = []
+    t = 0.0
+    while t < wall:
+        b = t + width
+        bins.append({"t": round(t, 2), "readers": round(overlap(reads, t, b) / width, 1),
+                     "device_reads": round(overlap(dev_reads, t, b) / width, 1),
+                     "gemm": round(overlap(gemms, t, b) / width, 2),
+                     "waiting": round(overlap(waits, t, b) / width, 2),
+                     "reads_started": sum(1 for s, _ in reads if t <= s < b)})
+        t = b
+
+    def stats(spans):
+        d = [e - s for s, e in spans]
+        return {"n": len(d), "thread_s": round(sum(d), 2), "mean_s": round(sum(d) / len(d), 4) if d else None,
+                "max_s": round(max(d), 4) if d else None}
+    return {"bins": bins, "reads_device": stats(dev_reads), "reads_host": stats(host_reads),
+            "device_declined": sum(1 for x in dev if not x[4]), "device_taken": len(taken),
+            "gemm_s": round(sum(e - s for s, e in gemms), 3), "products": len(products),
+            "product_wall_s": round(sum(e - s for s, e in products), 3), "wait_s": round(sum(e - s for s, e in waits), 3),
+            "first_read_end": round(min((e for _, e in reads), default=0), 3),
+            "first_gemm": round(min((s for s, _ in gemms), default=0), 3),
+            "last_read_end": round(max((e for _, e in reads), default=0), 3),
+            "last_gemm_end": round(max((e for _, e in gemms), default=0), 3)}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("out")
+    p.add_argument("--size", type=int, default=32768)
+    p.add_argument("--chunk", type=int, default=4096)
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--devices", default="gpu")
+    p.add_argument("--store", default="/dev/shm")
+    p.add_argument("--inputs", default=None)
+    p.add_argument("--codec", choices=("zstd", "none"), default="zstd")
+    p.add_argument("--modes", default="share,off")
+    p.add_argument("--gemm-tasks", default="1")
+    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--bin", type=float, default=0.1)
+    args = p.parse_args()
+
+    import dask
+    import numcodecs
+    import numpy as np
+    import zarr
+    from distributed import Client
+
+    import dgemm
+    from dgemm.accuracy import check_sample
+    from dgemm.benchmarks.measure import worker_probe
+    from dgemm.cluster import DeviceCluster
+
+    compressor = numcodecs.Zstd(level=3) if args.codec == "zstd" else None
+    c_codecs = zarr.codecs.ZstdCodec(level=3) if args.codec == "zstd" else None
+    folder = os.path.join(args.store, f"dgemm-timeline-{os.getpid()}")
+    os.makedirs(folder)
+    records, devices = [], []
+    try:
+        arrays = make_inputs(args.inputs or folder, args.size, args.chunk, args.dtype, compressor,
+                             np.random.default_rng(0))
+        out = os.path.join(folder, "c.zarr")
+        with DeviceCluster(args.devices, dashboard_address=":0") as cluster, Client(cluster) as client:
+            client.wait_for_workers(len(cluster.device_ids), timeout=120)
+            devices = sorted(str(v["device"]) for v in client.run(worker_probe).values())
+            client.run(trace_install)
+            for mode in args.modes.split(","):      # kernels built, buffers pinned, before any traced run
+                client.run(configure, mode)
+                dgemm.matmul(*arrays, out=out, client=client, overwrite=True, compressors=c_codecs)
+            runs = [(m, int(t)) for _ in range(args.repeats) for m in args.modes.split(",")
+                    for t in args.gemm_tasks.split(",")]
+            for mode, gemm_tasks in runs:
+                client.run(configure, mode)
+                client.run(trace_on)
+                t0 = time.perf_counter()
+                with dask.config.set({"dgemm.gemm-tasks": gemm_tasks}):
+                    dgemm.matmul(*arrays, out=out, client=client, overwrite=True, compressors=c_codecs)
+                wall = time.perf_counter() - t0
+                logs = client.run(trace_take)
+                for worker, log in logs.items():
+                    s = summary(log, t0, wall, args.bin)
+                    record = {"mode": mode, "gemm_tasks": gemm_tasks, "worker": worker, "wall_s": round(wall, 3),
+                              **{k: v for k, v in s.items() if k != "bins"}, "bins": s["bins"]}
+                    records.append(record)
+                    print(json.dumps({k: v for k, v in record.items() if k != "bins"}), flush=True)
+                    print("   t  readers dev  gemm wait started")
+                    for b in s["bins"]:
+                        print(f"{b['t']:5.2f} {b['readers']:5.1f} {b['device_reads']:4.1f} {b['gemm']:5.2f} "
+                              f"{b['waiting']:4.2f} {b['reads_started']:3d}", flush=True)
+            check = check_sample(arrays[0], arrays[1], zarr.open_array(out, mode="r"), n_rows=3, n_cols=3)
+            records[-1]["check"] = check
+            print(json.dumps({"check": check["passed"]}), flush=True)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    meta = {"what": "the run's timeline in bins: readers busy, device decodes, GEMMs, products' waits",
+            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "cores": os.cpu_count(), "host_cores": os.cpu_count(),
+            "devices": devices, "device": devices[0] if devices else None,
+            "commit": os.environ.get("DGEMM_COMMIT") or _commit(),
+            "command": "python " + " ".join([os.path.relpath(__file__)] + sys.argv[1:])}
+    with open(args.out, "w") as f:
+        json.dump({"meta": meta, "runs": records}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
