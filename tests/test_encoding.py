@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
+import time
 
 import numcodecs
 import numpy as np
@@ -91,7 +92,9 @@ def test_the_engine_hands_back_the_chunks_encoded(any_device, engines, tmp_path,
     assert found is not None
     eng = engines(any_device, dtype)
     before = fastpaths.snapshot()
-    got = eng.stream([A], [B], m, n, finish=encoding.finisher(any_device, found))
+    pending = eng.stream([A], [B], m, n, finish=encoding.finisher(any_device, found))
+    assert isinstance(pending, encoding.PendingBlock) and pending.shape == (m, n), type(pending)
+    got = pending.result()
     grew = fastpaths.since(before)
     assert isinstance(got, encoded.EncodedBlock), type(got)
     assert grew["device_encoded_bytes"] == encoded_bytes(out) and grew["host_encoded_bytes"] == 0, grew
@@ -122,10 +125,14 @@ def test_the_encode_waits_for_the_events_its_block_is_written_after(any_device, 
     check_frames(out, np.full(shape, -2.25, np.float32), fill=0.5)
 
 
-def test_a_block_the_encoder_has_no_room_for_comes_down_as_values(any_device, engines, tmp_path, rng, monkeypatch):
+@pytest.mark.parametrize("where", ["frames", "copy"])
+def test_a_block_the_encoder_has_no_room_for_comes_down_as_values(any_device, engines, tmp_path, rng, monkeypatch,
+                                                                  where):
     """The encoder's buffers do not fit (the device says it is out of memory): the C block comes down as without
     the setting, for its store task to encode on the host, instead of failing the block; what the encoder did
-    get of its kept buffers is given back."""
+    get of its kept buffers is given back.  ``frames``: the frames do not fit beside the block's copy (the
+    encoder thread brings the copy down); ``copy``: the copy itself does not (the product brings the block
+    down from its own buffer)."""
     from dgemm.errors import DeviceMemoryError
     from dgemm.opencl.codecs import zstd_encode
     from dgemm.worker import encoding
@@ -134,18 +141,163 @@ def test_a_block_the_encoder_has_no_room_for_comes_down_as_values(any_device, en
         device.encode_scratch.buffer("zstd stream rows", 4096)      # got, before the frames did not fit
         raise DeviceMemoryError("device 'test': allocating the frames failed; the device is out of memory")
 
-    monkeypatch.setattr(zstd_encode, "encode_zstd", no_room)
+    real = any_device.encode_scratch.buffer
+
+    def no_room_for_the_copy(what, nbytes):
+        if what == "the C block":
+            real("zstd stream rows", 4096)
+            raise DeviceMemoryError("device 'test': allocating the C block's copy failed; out of memory")
+        return real(what, nbytes)
+
+    if where == "frames":
+        monkeypatch.setattr(zstd_encode, "encode_zstd", no_room)
+    else:
+        monkeypatch.setattr(any_device.encode_scratch, "buffer", no_room_for_the_copy)
     m, n = 48, 40
     A, B = rng.standard_normal((m, 20)).astype("float32"), rng.standard_normal((20, n)).astype("float32")
     out = zarr.create_array(str(tmp_path / "c.zarr"), shape=(m, n), chunks=(16, 40), dtype="float32")
     found = encoded.chunks_of(out, (0, m), (0, n))
     before = fastpaths.snapshot()
     got = engines(any_device, "float32").stream([A], [B], m, n, finish=encoding.finisher(any_device, found))
+    if where == "frames":
+        assert isinstance(got, encoding.PendingBlock), type(got)
+        got = got.result()
     grew = fastpaths.since(before)
     assert isinstance(got, np.ndarray) and got.shape == (m, n), type(got)
     check_product(got, A, B, dtype="float32")
     assert grew["device_encoded_bytes"] == 0, grew
     assert any_device.encode_scratch.nbytes() == 0, "the encoder's kept buffers stayed after it had no room"
+
+
+def test_the_product_returns_before_its_block_is_encoded(any_device, engines, tmp_path, rng, monkeypatch):
+    """The encode runs on an encoder thread: the product returns once the thread has copied its block, while the
+    encode is held back; the block comes out right once it goes on.  An encode that fails raises from the
+    pending block's result (what its store task waits for), not from the product."""
+    import threading
+
+    from dgemm.opencl.codecs import zstd_encode
+    from dgemm.worker import encoding
+
+    gate, real = threading.Event(), zstd_encode.encode_zstd
+
+    def held(*args, **kwargs):
+        assert gate.wait(60), "the gate never opened"
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(zstd_encode, "encode_zstd", held)
+    m, n = 48, 40
+    out = zarr.create_array(str(tmp_path / "c.zarr"), shape=(m, n), chunks=(16, 40), dtype="float32")
+    found = encoded.chunks_of(out, (0, m), (0, n))
+    A, B = rng.standard_normal((m, 20)).astype("float32"), rng.standard_normal((20, n)).astype("float32")
+    eng = engines(any_device, "float32")
+    try:
+        pending = eng.stream([A], [B], m, n, finish=encoding.finisher(any_device, found))
+        assert isinstance(pending, encoding.PendingBlock) and not pending._future.done()
+    finally:
+        gate.set()
+    encoded.write(pending.result())
+    check_product(out[...], A, B, dtype="float32")
+
+    def broken(*args, **kwargs):
+        raise zstd_encode.ZstdEncodeError("chunk '0/0': zstd encode of block 0: a test's error")
+
+    monkeypatch.setattr(zstd_encode, "encode_zstd", broken)
+    pending = eng.stream([A], [B], m, n, finish=encoding.finisher(any_device, found))
+    with pytest.raises(zstd_encode.ZstdEncodeError, match="a test's error"):
+        pending.result()
+
+
+def test_a_result_buffer_is_written_again_only_after_the_encoder_copied_it(any_device, engines, tmp_path, rng):
+    """The engine's two result buffers take turns: the third product writes the first one's again.  The first
+    block's copy is held back (its encoder's queue waits for a user event): the third product's result must
+    wait for it, so each of the three blocks' frames holds its own product."""
+    import pyopencl as cl
+
+    from dgemm.worker import encoding
+
+    m, n = 48, 40
+    out = zarr.create_array(str(tmp_path / "c.zarr"), shape=(3 * m, n), chunks=(16, 40), dtype="float32")
+    eng = engines(any_device, "float32")
+    gate, opened = cl.UserEvent(any_device.context), False
+    inputs, pending = [], []
+    try:
+        for i in range(3):
+            found = encoded.chunks_of(out, (i * m, (i + 1) * m), (0, n))
+            real = encoding.finisher(any_device, found)
+
+            def finish(buf, events, after=None, real=real, first=not i):
+                return real(buf, events, (after or []) + [gate] if first else after)
+            A, B = rng.standard_normal((m, 20)).astype("float32"), rng.standard_normal((20, n)).astype("float32")
+            inputs.append((A, B))
+            pending.append(eng.stream([A], [B], m, n, finish=finish))
+        assert not pending[0]._future.done()
+        opened = gate.set_status(cl.command_execution_status.COMPLETE) or True
+        for p in pending:
+            encoded.write(p.result())
+    finally:
+        if not opened:
+            gate.set_status(cl.command_execution_status.COMPLETE)
+        for p in pending:
+            p._future.exception()
+    values = out[...]
+    for i, (A, B) in enumerate(inputs):
+        check_product(values[i * m:(i + 1) * m], A, B, dtype="float32", what=f"block {i}")
+
+
+def test_the_encoders_buffers_go_once_the_blocks_still_encoded_at_a_runs_end_are(any_device, engines, tmp_path, rng,
+                                                                                   monkeypatch):
+    """A run ends (``DeviceState.release``) while a block is still being encoded: ``Device.trim`` leaves that
+    encode's slot alone, and its buffers go once it is done; with nothing in flight there is nothing to wait for."""
+    import threading
+
+    from dgemm.opencl.codecs import zstd_encode
+    from dgemm.worker import encoding
+
+    gate, real = threading.Event(), zstd_encode.encode_zstd
+
+    def held(*args, **kwargs):
+        assert gate.wait(60), "the gate never opened"
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(zstd_encode, "encode_zstd", held)
+    m, n = 48, 40
+    out = zarr.create_array(str(tmp_path / "c.zarr"), shape=(m, n), chunks=(16, 40), dtype="float32")
+    found = encoded.chunks_of(out, (0, m), (0, n))
+    A, B = rng.standard_normal((m, 20)).astype("float32"), rng.standard_normal((20, n)).astype("float32")
+    try:
+        pending = engines(any_device, "float32").stream([A], [B], m, n, finish=encoding.finisher(any_device, found))
+        any_device.trim(keep_pinned=True)
+        assert encoding.release(any_device) is True
+        assert any_device.encode_scratch.nbytes() > 0, "the encode in flight lost its buffers"
+    finally:
+        gate.set()
+    encoded.write(pending.result())
+    check_product(out[...], A, B, dtype="float32")
+    deadline = time.monotonic() + 10
+    while any_device.encode_scratch.nbytes() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert any_device.encode_scratch.nbytes() == 0, "the encoder's buffers stayed after the last encode"
+    assert encoding.release(any_device) is False
+
+
+def test_a_pending_block_pickles_as_its_encoded_block(any_device, engines, tmp_path, rng):
+    """Moved to another worker or spilled, a pending block is its encoded block (waited for), whose frames are
+    the chunks; dask counts it at most the block's values."""
+    import pickle
+    import sys
+
+    from dgemm.worker import encoding
+
+    m, n = 48, 40
+    out = zarr.create_array(str(tmp_path / "c.zarr"), shape=(m, n), chunks=(16, 40), dtype="float32")
+    found = encoded.chunks_of(out, (0, m), (0, n))
+    A, B = rng.standard_normal((m, 20)).astype("float32"), rng.standard_normal((20, n)).astype("float32")
+    pending = engines(any_device, "float32").stream([A], [B], m, n, finish=encoding.finisher(any_device, found))
+    assert m * n * 4 <= sys.getsizeof(pending) <= m * n * 4 + 4096
+    got = pickle.loads(pickle.dumps(pending))
+    assert isinstance(got, encoded.EncodedBlock)
+    encoded.write(got)
+    check_product(out[...], A, B, dtype="float32")
 
 
 def test_chunks_of_leaves_other_outputs_to_the_host(tmp_path):
@@ -322,7 +474,6 @@ def _device_buffers(dask_worker=None):
 
 def test_no_device_buffer_is_left_after_encoded_products(client, setting, tmp_path, rng):
     """The encoder's kept buffers (Device.encode_scratch) and the engine's go at the run's end."""
-    import time
 
     setting("on")
     A, B = inputs(rng, 50, 30, "float32")

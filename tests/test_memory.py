@@ -181,11 +181,12 @@ def _cache_budget(dask_worker=None):
 def test_the_panel_cache_leaves_the_decode_slots_and_the_encoder_room(one_worker, tmp_path, rng):
     """device-codecs on: the panel cache's budget is the same product's under off, less what the device's
     decode slots may hold (SLOTS calls of BATCH of the largest input block, each its frames, literals, origins
-    and scratch) and what its encoder keeps for C's block (zstd chunks: the frames, tables), so that the cache
-    and the codecs never ask the device for more than its share together."""
+    and scratch) and what its encoder keeps for C's blocks (zstd chunks, ENCODE_SLOTS blocks at once: each one's
+    copy, the frames, tables), so that the cache and the codecs never ask the device for more than its share
+    together."""
     import _device_codecs
 
-    from dgemm.opencl.scratch import SLOTS
+    from dgemm.opencl.scratch import ENCODE_SLOTS, SLOTS
     from dgemm.storage import encoded
     from dgemm.worker import encoding
     from dgemm.worker.decoding import BATCH, CALL_BYTES_PER_BYTE
@@ -209,8 +210,8 @@ def test_the_panel_cache_leaves_the_decode_slots_and_the_encoder_room(one_worker
     largest = max(xa.nbytes, xb.nbytes)          # one block each: the arrays are below the CPU's block size
     c = encoded.chunks_of(zarr.open_array(str(tmp_path / "c-on.zarr"), mode="r+"), (0, 96), (0, 64))
     assert c is not None, "C's chunks (zarr's default zstd) are not ones the device encodes"
-    kept = encoding.device_bytes(c)
-    assert kept >= c.chunk_nbytes * len(c.pieces)
+    kept = encoding.device_bytes(c, ENCODE_SLOTS)
+    assert kept >= ENCODE_SLOTS * 2 * c.chunk_nbytes * len(c.pieces)     # (each slot: the block's copy, the frames)
     assert budgets["off"] > 0
     assert budgets["off"] - budgets["on"] == int(SLOTS * CALL_BYTES_PER_BYTE * BATCH * largest) + kept, budgets
 

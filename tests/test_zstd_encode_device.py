@@ -277,10 +277,23 @@ def test_frames_into_a_host_array(dev, z3):
 def test_kept_buffers_are_reused_taken_in_turn_and_given_back(dev, z3):
     """``keep=True`` within the device's encoder slot: the buffers of the first call serve the next (a larger
     call grows them, a smaller one allocates nothing), whatever the last call left in them changes no frame
-    (each frame is the one fresh buffers give), two threads take turns, and ``Device.trim`` gives them back."""
+    (each frame is the one fresh buffers give), two threads take turns (an encoder scratch of one slot here),
+    and ``Device.trim`` gives them back."""
+    from dgemm.opencl.scratch import Scratch
+
+    saved, dev.encode_scratch = dev.encode_scratch, Scratch(dev, slots=1)
+    try:
+        _kept_buffers(dev, z3)
+    finally:
+        dev.encode_scratch.release()
+        dev.encode_scratch = saved
+
+
+def _kept_buffers(dev, z3):
     import threading
 
     import pyopencl as cl
+
     rng = np.random.default_rng(12)
     values = (rng.standard_normal((600, 32)) @ rng.standard_normal((32, 700))).astype(np.float32)
     raw = values.tobytes()

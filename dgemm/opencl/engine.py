@@ -5,25 +5,20 @@ to tile multiples (transposed to the kernel's k-major A layout on the way
 where needed), multiplied and accumulated over k in one device buffer, and
 the padding is cut off before the single download.
 
-Two command queues share the device: uploads (and the padding and transpose
-kernels that follow them) go on the transfer queue, GEMM kernels on the
-compute queue, each kernel waiting only for the events of its own inputs.
-:meth:`BlockEngine.stream` reads and uploads the next blocks in a pool of
-threads while the device multiplies the current ones, and keeps staged
-blocks in the device's :class:`~dgemm.opencl.panels.PanelCache` for the next
-block product that needs them.
+Two command queues share the device: uploads (and the padding and transpose kernels that follow them) go on the
+transfer queue, GEMM kernels on the compute queue, each kernel waiting only for the events of its own inputs.
+:meth:`BlockEngine.stream` reads and uploads the next blocks in a pool of threads while the device multiplies the
+current ones, and keeps staged blocks in the device's :class:`~dgemm.opencl.panels.PanelCache` for the next block
+product that needs them.
 
-The engine knows no storage: a block it is handed is either an array or a
-block that reads itself, which it knows by ``fill_into``.  Such a block has
-``shape`` and ``dtype`` (what it reads as), ``key()`` (hashable: the same
-region of the same array gives the same key), ``copies`` (whether reading
-it only copies file bytes) and ``fill_into(out)``, which fills all of
-``out`` or raises its one read error; it returns True or False where a host
-cache served or decoded the block, None where none was asked.  A block may
-also have ``fill_device`` (:meth:`BlockEngine._decoded`): its chunks then go
-to the device compressed and are decoded there, where it does not decline.  The workers
-hand it :class:`dgemm.storage.ZarrBlock` and
-:class:`dgemm.storage.hostcache.Shared` blocks.
+The engine knows no storage: a block it is handed is either an array or a block that reads itself, which it knows
+by ``fill_into``.  Such a block has ``shape`` and ``dtype`` (what it reads as), ``key()`` (hashable: the same region
+of the same array gives the same key), ``copies`` (whether reading it only copies file bytes) and
+``fill_into(out)``, which fills all of ``out`` or raises its one read error; it returns True or False where a host
+cache served or decoded the block, None where none was asked.  A block may also have ``fill_device``
+(:meth:`BlockEngine._decoded`): its chunks then go to the device compressed and are decoded there, where it does
+not decline.  The workers hand it :class:`dgemm.storage.ZarrBlock` and :class:`dgemm.storage.hostcache.Shared`
+blocks.
 """
 from __future__ import annotations
 
@@ -40,6 +35,7 @@ from dgemm import config
 from dgemm.opencl.device import Device, Kernels, device_error, is_opencl_error, raise_plain, read_threads
 from dgemm.opencl.panels import PanelCache
 from dgemm.opencl.stats import Stats
+from dgemm.opencl.stats import seconds as _seconds
 from dgemm.opencl.turn import Turn
 from dgemm.sizes import INT32_MAX, roundup
 
@@ -101,6 +97,10 @@ class BlockEngine:
     @property
     def cache(self) -> PanelCache:
         return self.device.cache
+
+    def count(self, **amounts) -> None:
+        """Add ``amounts`` to :attr:`stats` (from any thread: what a product's ``finish`` did after it returned)."""
+        self._add(**amounts)
 
     def _add(self, **amounts) -> None:
         with self._count:
@@ -410,16 +410,18 @@ class BlockEngine:
             uploaded once, and held once on the device.  Every product of
             the run must pass the same value (the cache keys depend on it).
         finish : callable, optional
-            ``finish(buffer, events, after) -> (result, bytes downloaded)``,
+            ``finish(buffer, events, after) -> (result, bytes downloaded[, freed])``,
             called in place of the download with the ``m x n`` result (C
             order) in a device buffer of the engine's, once the product is
             enqueued on the device's queue: ``after`` lists the events that
             ``buffer`` holds the result after (a command on another queue
             waits for them).  Its ``result`` is the product's (the worker
             encodes C's chunks there: :mod:`dgemm.worker.encoding`).  It
-            must not keep ``buffer``; ``events`` takes its ``(what, event)``
-            (downloads named ``"download"`` count as the product's).  A
-            product with no GEMM (K == 0) returns its array as without it.
+            must not keep ``buffer`` past its return, or, where it returns
+            ``freed``, past that event (the next product to write ``buffer``
+            waits for it); ``events`` takes its ``(what, event)`` (downloads
+            named ``"download"`` count as the product's).  A product with no
+            GEMM (K == 0) returns its array as without it.
         """
         if prefetch is None:
             prefetch = default_prefetch()
@@ -646,16 +648,18 @@ class BlockEngine:
                 self._transferred(unpad)
                 q.flush()
             # The next product may start once the unpadding has read the accumulator (its GEMMs queue behind it
-            # on q): with two GEMM tasks a device multiplies the next block while this one's chunks are encoded.
-            # Until finish() returns, this result buffer is ours: the product after next waits for the future.
-            read = self._downloads[slot] = Future()
+            # on q). Until finish() returns (and its "freed" has run), this result buffer is ours: the product
+            # after next waits for the future.
+            read, freed = Future(), None
+            self._downloads[slot] = read
             try:
                 if handoff is not None:
                     handoff()
                 done: list = []
-                result, down = finish(dense, done, [unpad])
-            finally:
-                read.set_result(None)    # finish's commands have run (it waits for them)
+                result, down, *freed = finish(dense, done, [unpad])
+            finally:   # finish's commands have run (it waits for them), or will have once its "freed" has
+                read.set_result(freed[0] if freed else None)
+            events[-1].wait()   # (a finish that returns early: the GEMMs' profiling is there once they have run)
             self._add(kernel_seconds=sum(_seconds(e) for e in events), flops=flops, bytes_down=down, blocks=1,
                       download_seconds=sum(_seconds(e) for what, e in done if what == "download"))
             return result
@@ -678,11 +682,6 @@ class BlockEngine:
         self._add(kernel_seconds=sum(_seconds(e) for e in events), flops=flops, bytes_down=out.nbytes, blocks=1,
                   download_seconds=_seconds(down))
         return out
-
-
-def _seconds(event) -> float:
-    """How long a finished command ran on the device (from the queue's profiling)."""
-    return (event.profile.end - event.profile.start) * 1e-9
 
 
 def _reads_itself(ref) -> bool:

@@ -21,9 +21,9 @@ A few calls at once keep the device busy (bench/NOTES.md, issue 28); more
 only wait on each other.
 
 The device encoder (``zstd_encode.encode_zstd(keep=True)``) keeps its
-buffers the same way, in a scratch of one slot of its own
-(``Device.encode_scratch``): its calls take turns on the slot's queue, and
-the device holds one C block's encoder buffers.
+buffers the same way, in a scratch of :data:`ENCODE_SLOTS` slots of its own
+(``Device.encode_scratch``): each slot's calls take turns on its queue, and
+the device holds that many C blocks' encoder buffers.
 """
 from __future__ import annotations
 
@@ -31,6 +31,9 @@ import contextlib
 import threading
 
 SLOTS = 4       # device decodes at once per device (each a slot of buffers and a queue)
+# C blocks encoded at once per device (dgemm.worker.encoding: each on a thread of its own, its slot holding
+# the block's copy and the frames, about twice the block), while the GEMMs go on
+ENCODE_SLOTS = 4
 
 
 class Scratch:

@@ -27,3 +27,8 @@ class Stats:
     blocks: int = 0
     busy_seconds: float = 0.0
     extra: dict = field(default_factory=dict)
+
+
+def seconds(event) -> float:
+    """How long a finished command ran on the device (from the queue's profiling)."""
+    return (event.profile.end - event.profile.start) * 1e-9

@@ -23,9 +23,14 @@ whole size before encoding (an edge chunk's padding too), as
 """
 from __future__ import annotations
 
+import threading
+import weakref
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
 from dgemm.errors import DeviceMemoryError
+from dgemm.opencl.stats import seconds as _seconds
 from dgemm.storage import encoded, fastpaths
 from dgemm.worker import decoding
 
@@ -42,49 +47,188 @@ def target(device, dtype, out) -> encoded.Chunks | None:
     return found
 
 
-def device_bytes(found: encoded.Chunks) -> int:
-    """What the device's encoder scratch (:attr:`Device.encode_scratch`) holds for the block ``found``: the
-    frames at their bound, the chunks laid out side by side where they are not in place, and the tables
-    (a few KiB per 128 KiB block, and a chunk's own), each buffer with the scratch's sixteenth of room; the
-    panel cache leaves it free, as it leaves the decode slots theirs (:func:`dgemm.worker.decoding.device_bytes`)."""
+def device_bytes(found: encoded.Chunks, slots: int = 1) -> int:
+    """What the device's encoder scratch (:attr:`Device.encode_scratch`) holds for blocks like ``found`` in each of
+    its ``slots``: the block's copy, the chunks laid out side by side where they are not in place, the
+    frames at their bound and the tables (a few KiB per 128 KiB block, and a chunk's own), each buffer with
+    the scratch's sixteenth of room; the panel cache leaves it free, as it leaves the decode slots theirs
+    (:func:`dgemm.worker.decoding.device_bytes`)."""
     from dgemm.opencl.codecs.zstd_encode import frame_bound
 
     n, k = found.chunk_nbytes, len(found.pieces)
     laid_out = 0 if all(found.contiguous(p) for p in found.pieces) else k * n
-    return (laid_out + k * frame_bound(n)) * 17 // 16 + k * (n // 16 + (64 << 10))
+    return slots * ((k * n + laid_out + k * frame_bound(n)) * 17 // 16 + k * (n // 16 + (64 << 10)))
 
 
-def finisher(device, found: encoded.Chunks):
-    """The engine's ``finish(buffer, events, after)``: encode the ``m x n`` C block in ``buffer`` (C order, on
-    ``device``, there once the events ``after`` have run) as ``found``'s chunks; returns
-    ``(EncodedBlock, bytes downloaded)``.
+class PendingBlock:
+    """A C block whose chunks the device is encoding (:func:`finisher`): what its GEMM task returns.
 
-    Where the encoder's own buffers (the frames, a scratch copy: up to
-    about twice the block) do not fit beside the run's, the block comes down
-    as it would without the setting, and its store task encodes it on the
+    Its store task waits for :meth:`result` (an
+    :class:`~dgemm.storage.encoded.EncodedBlock`, or the block's values where
+    the encoder had no room), which raises what the encode raised, so the
+    block is never stored or marked done.  Moved to another worker or
+    spilled, it is pickled as that result (waited for first).
+    """
+
+    __slots__ = ("shape", "_future", "_nbytes")
+
+    def __init__(self, shape, future, nbytes: int):
+        self.shape, self._future, self._nbytes = shape, future, nbytes
+
+    def result(self):
+        return self._future.result()
+
+    def __reduce__(self):
+        return _as_it_is, (self.result(),)
+
+    def __sizeof__(self) -> int:   # what dask's memory accounting counts: at most the block's values
+        return self._nbytes + 1024
+
+
+def _as_it_is(value):
+    return value
+
+
+def finisher(device, found: encoded.Chunks, count=None):
+    """The engine's ``finish(buffer, events, after)``: the ``m x n`` C block in ``buffer`` (C order, on ``device``,
+    there once the events ``after`` have run) encoded as ``found``'s chunks by one of the device's encoder
+    threads; returns ``(PendingBlock, 0, copied)`` once the thread has enqueued its copy of the block, which
+    ``buffer`` may be written again after (the event ``copied``).
+
+    So the GEMMs go on while up to :meth:`Scratch.slots <dgemm.opencl.scratch.Scratch.slots>` of the
+    encoder scratch's blocks are encoded (each encode's host round trips wait behind the device's other
+    work: under ``share``, beside the device's decodes, 15-80 ms a 64 MiB block, which one GEMM task
+    waited out 64 times in a 32768² product; bench/NOTES.md, issue 28, fourteenth session).  ``count``
+    (the engine's stats' adder) gets ``bytes_down`` and ``download_seconds`` of each encode once done.
+
+    Where the encoder's own buffers (the block's copy, the frames: about
+    twice the block) do not fit beside the run's, the block comes down as
+    it would without the setting, and its store task encodes it on the
     host: ``(values, bytes downloaded)``; the encoder's kept buffers are
     given back then.
     """
+    from concurrent.futures import Future
+
+    rows, cols = found.rows[1] - found.rows[0], found.cols[1] - found.cols[0]
 
     def finish(buf, events, after=None):
+        copied = Future()
+        job = _encoders(device).submit(_encode_job, device, found, buf, after, copied, count)
         try:
-            block = encode(device, found, buf, events, after)
+            event = copied.result()
         except DeviceMemoryError:
+            job.exception()     # (the job is over: nothing of it reads buf any more)
             device.encode_scratch.release()     # what it did get goes too: the next block tries afresh
             return download(device, found, buf)
-        return block, block.nbytes
+        return PendingBlock((rows, cols), job, rows * cols * found.dtype.itemsize), 0, event
     return finish
 
 
-def download(device, found: encoded.Chunks, buf):
-    """The C block in ``buf`` brought down into page-locked memory: ``(values, bytes)`` (on the GEMMs' queue, after
-    the product's commands)."""
+class _Encoders:
+    """A device's encoder threads (one per slot of its encoder scratch) and the jobs in flight on them."""
+
+    def __init__(self, device):
+        self._device = weakref.ref(device)
+        self._pool = ThreadPoolExecutor(device.encode_scratch.slots(), thread_name_prefix="dgemm-encode")
+        self._lock = threading.Lock()
+        self._running = 0
+        self._release = False   # the run is over: the last job in flight gives the encoder's buffers back
+
+    def submit(self, fn, *args):
+        with self._lock:
+            self._running += 1
+        try:
+            return self._pool.submit(self._job, fn, *args)
+        except BaseException:
+            self._done()
+            raise
+
+    def _job(self, fn, *args):
+        try:
+            return fn(*args)
+        finally:
+            self._done()
+
+    def _done(self) -> None:
+        with self._lock:
+            self._running -= 1
+            last = not self._running and self._release
+            if last:
+                self._release = False
+        device = self._device()
+        if last and device is not None:
+            device.encode_scratch.release()
+
+    def release_after(self) -> bool:
+        """Have the last job in flight give the encoder scratch's buffers back; False where none is in flight
+        (``Device.trim`` gives them back)."""
+        with self._lock:
+            self._release = bool(self._running)
+            return self._release
+
+
+_ENCODERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_ENCODERS_LOCK = threading.Lock()
+
+
+def _encoders(device) -> _Encoders:
+    with _ENCODERS_LOCK:
+        found = _ENCODERS.get(device)
+        if found is None:
+            found = _ENCODERS[device] = _Encoders(device)
+        return found
+
+
+def release(device) -> bool:
+    """At a run's end (``DeviceState.release``): the device's encoder buffers go once its blocks still being
+    encoded are (``Device.trim`` gives back only the slots no encode holds); whether any was."""
+    with _ENCODERS_LOCK:
+        found = _ENCODERS.get(device)
+    return found is not None and found.release_after()
+
+
+def _encode_job(device, found: encoded.Chunks, buf, after, copied, count):
+    """On an encoder thread, within a slot: copy the block out of ``buf`` (``copied`` gets the copy's event, or
+    the error that stopped it), then encode the copy; its :class:`EncodedBlock`, or, where the encoder had no
+    room for its other buffers, the block's values."""
+    import pyopencl as cl
+
+    rows, cols = found.rows[1] - found.rows[0], found.cols[1] - found.cols[0]
+    nbytes = rows * cols * found.dtype.itemsize
+    events: list = []
+    with device.encode_scratch.slot():
+        try:
+            copy = device.encode_scratch.buffer("the C block", nbytes)
+            queue = device.encode_scratch.queue()
+            with device.failing(f"copying the {rows}x{cols} {found.dtype.name} result to encode"):
+                event = cl.enqueue_copy(queue, copy, buf, byte_count=nbytes, wait_for=after)
+                queue.flush()
+        except BaseException as e:
+            copied.set_exception(e)     # (finish brings the block down from buf itself where there is no room)
+            raise
+        events.append(("copy", event))
+        copied.set_result(event)
+        try:
+            block = _encode(device, found, copy, events)     # (after the copy, on the slot's in-order queue)
+            down = block.nbytes
+        except DeviceMemoryError:   # the copy comes down as values, for the store task to encode on the host
+            block, down = download(device, found, copy, queue)
+    if not isinstance(block, encoded.EncodedBlock):
+        device.encode_scratch.release()     # what the encoder got goes too: the next block tries afresh
+    if count is not None:
+        count(bytes_down=down, download_seconds=sum(_seconds(e) for what, e in events if what == "download"))
+    return block
+
+
+def download(device, found: encoded.Chunks, buf, queue=None):
+    """The C block in ``buf`` brought down into page-locked memory: ``(values, bytes)`` (on ``queue``, by default
+    the GEMMs', after the product's commands)."""
     import pyopencl as cl
 
     rows, cols = found.rows[1] - found.rows[0], found.cols[1] - found.cols[0]
     out = device.host_array((rows, cols), found.dtype)
     with device.failing(f"downloading the {rows}x{cols} {found.dtype.name} result ({out.nbytes} bytes)"):
-        cl.enqueue_copy(device.queue, out, buf, is_blocking=True)
+        cl.enqueue_copy(queue if queue is not None else device.queue, out, buf, is_blocking=True)
     return out, out.nbytes
 
 

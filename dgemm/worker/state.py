@@ -28,6 +28,7 @@ from dgemm.opencl.engine import BlockEngine
 from dgemm.sizes import cache_budget
 from dgemm.storage import sharing, zstd
 from dgemm.storage import fastpaths
+from dgemm.worker import encoding
 
 # Block products a worker remembers, and how old the ones it reports may be: the
 # scheduler samples every second, so each product reaches it at least once.
@@ -420,6 +421,7 @@ class DeviceState:
             engines = list(self._engines.values())
         if all([e.release(wait=False) for e in engines]):   # each engine, not only up to the first busy one
             self.device.trim(keep_pinned=not idle)
+            encoding.release(self.device)   # (the blocks still being encoded keep theirs until they are done)
             zstd.release()   # the threads' zstd contexts and buffers (made again for the next run's chunks)
             if idle:
                 if not self.siblings():   # (with others in this process, the end of each run drops its blocks)

@@ -83,12 +83,13 @@ def _gemm_block(state, a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_
         ahead = [(sharing.through(board, scope, r), side, extent) for r, side, extent in ahead or ()]
     found = encoding.target(state.device, engine.dtype, out)
     if found is not None:   # the encoder's kept buffers beside the cache (grown by an earlier block, maybe)
-        reserve += max(encoding.device_bytes(found), state.device.encode_scratch.nbytes())
+        reserve += max(encoding.device_bytes(found, state.device.encode_scratch.slots()),
+                       state.device.encode_scratch.nbytes())
     state.plan_cache(reserve)
     c = read_block(c_ref) if c_ref is not None and beta != 0 else None
     return engine.stream(a_refs, b_refs, m, n, alpha=alpha, beta=beta, c=c, trans_a=trans_a, trans_b=trans_b,
                          scope=scope, ahead=ahead, twin=twin,
-                         finish=None if found is None else encoding.finisher(state.device, found))
+                         finish=None if found is None else encoding.finisher(state.device, found, engine.count))
 
 
 def reduce_blocks(parts):
@@ -155,6 +156,8 @@ def store_block(array, rows, cols, block, drop) -> None:
     """Write one C block: its values (:func:`dgemm.storage.store_block`, its chunks encoded on
     :func:`encode_threads` threads), or its chunks' frames as they are (an
     :class:`~dgemm.storage.encoded.EncodedBlock`: :func:`dgemm.storage.encoded.write`)."""
+    if isinstance(block, encoding.PendingBlock):    # (its chunks being encoded on the device still, maybe)
+        block = block.result()
     if isinstance(block, encoded.EncodedBlock):
         found = block.chunks
         if (found.rows, found.cols) != (tuple(rows), tuple(cols)):

@@ -46,6 +46,14 @@ def trace_install(dask_worker=None):
         if trace["on"]:
             log.append(item)
 
+    def name(ref):      # "a r,c" or "b r,c": the block's array (its path's last letter) and chunk-row/col start
+        try:
+            k = ref.key()
+            rc, cc = ref.array.chunks
+            return f"{str(k[0]).rstrip('/')[-6:-5]} {k[2][0] // rc},{k[3][0] // cc}"
+        except Exception:   # noqa: BLE001
+            return "?"
+
     fetch = BlockEngine._fetch
 
     def _fetch(self, ref, transpose, drows, dcols):
@@ -53,7 +61,19 @@ def trace_install(dask_worker=None):
         try:
             return fetch(self, ref, transpose, drows, dcols)
         finally:
-            rec("read", threading.get_ident(), t0, time.perf_counter())
+            rec("read", threading.get_ident(), t0, time.perf_counter(), name(ref))
+
+    staged = BlockEngine._staged
+
+    def _staged(self, ref, *args):
+        rec("ask", time.perf_counter(), name(ref))
+        return staged(self, ref, *args)
+
+    stream = BlockEngine.stream
+
+    def _stream(self, a_refs, b_refs, *args, **kw):
+        rec("task", time.perf_counter(), name(a_refs[0]) if a_refs else "?", name(b_refs[0]) if b_refs else "?")
+        return stream(self, a_refs, b_refs, *args, **kw)
 
     fill = decoding.DeviceDecoded.fill_device
 
@@ -86,7 +106,7 @@ def trace_install(dask_worker=None):
         finally:
             rec("product", threading.get_ident(), t0, time.perf_counter())
 
-    BlockEngine._fetch, BlockEngine._run = _fetch, _run
+    BlockEngine._fetch, BlockEngine._run, BlockEngine._staged, BlockEngine.stream = _fetch, _run, _staged, _stream
     decoding.DeviceDecoded.fill_device = fill_device
     MeteredEngine._waited, MeteredEngine._launched = _waited, _launched
 
@@ -111,7 +131,7 @@ def trace_take(dask_worker=None):
             t, event = item[1], item[2]
             event.wait()
             p = event.profile
-            out.append(("gemm", t + (p.start - p.queued) * 1e-9, t + (p.end - p.queued) * 1e-9))
+            out.append(("gemm", t + (p.start - p.queued) * 1e-9, t + (p.end - p.queued) * 1e-9, t))
         else:
             out.append(item)
     trace["log"].clear()
@@ -216,10 +236,11 @@ def main():
                 logs = client.run(trace_take)
                 for worker, log in logs.items():
                     s = summary(log, t0, wall, args.bin)
+                    raw = [[x[0]] + [round(v - t0, 4) if isinstance(v, float) else v for v in x[1:]] for x in log]
                     record = {"mode": mode, "gemm_tasks": gemm_tasks, "worker": worker, "wall_s": round(wall, 3),
-                              **{k: v for k, v in s.items() if k != "bins"}, "bins": s["bins"]}
+                              **{k: v for k, v in s.items() if k != "bins"}, "bins": s["bins"], "log": raw}
                     records.append(record)
-                    print(json.dumps({k: v for k, v in record.items() if k != "bins"}), flush=True)
+                    print(json.dumps({k: v for k, v in record.items() if k not in ("bins", "log")}), flush=True)
                     print("   t  readers dev  gemm wait started")
                     for b in s["bins"]:
                         print(f"{b['t']:5.2f} {b['readers']:5.1f} {b['device_reads']:4.1f} {b['gemm']:5.2f} "
