@@ -229,8 +229,11 @@ def _host(address: str) -> str:
 
 
 # Blocks a GEMM task names for its worker to read ahead (the engine reads as many as a quarter of its
-# panel cache holds): enough to keep a host's reader threads busy across the next products.
-READ_AHEAD = 32
+# panel cache holds): enough to keep a host's reader threads busy across the next products.  The window moves
+# only as tasks start, so while the products wait for their inputs (a run's first steps) it must hold more
+# than the readers take at once: at 32, 16 readers decoding zstd ran dry between steps, 8 of them idle for a
+# third of a 32768² run (bench/NOTES.md, issue 28, fourteenth session).
+READ_AHEAD = 64
 
 
 def _read_ahead(mine, refs, plan: Plan, twin: bool = False):
