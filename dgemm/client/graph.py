@@ -21,7 +21,7 @@ references and are read by the worker that needs them.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from distributed.comm import get_address_host
@@ -54,6 +54,9 @@ class Graph:
     layers: dict
     dependencies: dict
     result_name: str          # keys (result_name, i, j) hold the C blocks
+    # The GEMM tasks each worker starts with, first of all (its first gemm-tasks ones): the client asks for
+    # them by name so that the scheduler sends them before the others (dgemm.client.steps._compute)
+    leading: list = field(default_factory=list)
 
     def hlg(self) -> HighLevelGraph:
         return HighLevelGraph(self.layers, self.dependencies)
@@ -131,11 +134,14 @@ def build(plan: Plan, a: Operand, b: Operand, c: Operand | None, *, alpha: float
     refs = _block_refs(plan, order, a_ref, b_ref, workers)
 
     dsk, where, priority = {}, {}, {}
+    leading = max(1, round(1 / gpu_share()))
     for w, mine in enumerate(order):
         ahead = _read_ahead(mine, refs, plan, symmetric)
         for pos, (i, j, s) in enumerate(mine):
             (r0, r1), (c0, c1) = plan.rows[i], plan.cols[j]
             key = (gname, i, j, s) if split else (gname, i, j)
+            if pos < leading:
+                graph.leading.append(key)
             first = s == 0
             dsk[key] = (gemm_block, *refs(i, j, s),
                         c_ref(i, j) if (use_c and first) else None,

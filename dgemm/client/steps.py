@@ -249,7 +249,6 @@ def _compute(req: Request, plan: Plan, token: str, client, workers: dict, output
     goes on (:func:`_cancel`, :meth:`OutputRun.abandon`): nothing of it is
     left running to write into ``out`` after this returns.
     """
-    from dask.delayed import Delayed
 
     address = client.scheduler.address
     with output.held(address, token):
@@ -265,7 +264,7 @@ def _compute(req: Request, plan: Plan, token: str, client, workers: dict, output
                                 originals=output.originals, cache_bytes=_cache_bytes(plan, workers))
             done_key = graph_mod.add_store(g, plan, output.array, req.drop, token, output.markers,
                                            blocks=output.pending, fence=output.fence(), originals=output.originals)
-            future = client.compute(Delayed(done_key, g.hlg()))
+            future = _submit(client, g, done_key)
             if req.progress:   # the share of the flops done, as the dashboard counts it (not of the tasks)
                 from dgemm.client.progress import show_progress
                 show_progress(client, future, token)
@@ -276,6 +275,26 @@ def _compute(req: Request, plan: Plan, token: str, client, workers: dict, output
             raise
         finally:
             hostcache.forget(client, token)   # the run's decoded input blocks leave the hosts' shared memory
+
+
+def _submit(client, g, done_key):
+    """The run's graph sent to the scheduler; the future of its ``done`` task.
+
+    Asked for the done task alone, the scheduler reaches the GEMM tasks
+    through the store tasks' dependencies, a set, and sends them to their
+    workers in no particular order, and a worker starts the first to arrive
+    (often one of its last: its blocks and its read-ahead were read first,
+    0.2-0.3 s before the first product ran on a 32768² run; bench/NOTES.md,
+    issue 28, fourteenth session).  Asked also for each worker's first GEMM
+    tasks (:attr:`Graph.leading`), it sends those first, in priority order;
+    their futures are dropped at once, so nothing holds their results but
+    their store tasks.
+    """
+    from dask.delayed import Delayed
+
+    hlg = g.hlg()
+    futures = client.compute([Delayed(done_key, hlg)] + [Delayed(k, hlg, layer=k[0]) for k in g.leading])
+    return futures[0]
 
 
 def _cancel(client, future) -> None:
