@@ -33,7 +33,7 @@ import threading
 SLOTS = 4       # device decodes at once per device (each a slot of buffers and a queue)
 # C blocks encoded at once per device (dgemm.worker.encoding: each on a thread of its own, its slot holding
 # the block's copy and the frames, about twice the block), while the GEMMs go on
-ENCODE_SLOTS = 8
+ENCODE_SLOTS = 4
 
 
 class Scratch:
