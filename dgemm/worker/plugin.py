@@ -8,7 +8,6 @@ does not wait for them.
 from __future__ import annotations
 
 import logging
-import sys
 import threading
 import time
 import weakref
@@ -30,12 +29,6 @@ from dgemm.worker.state import DeviceState, attach, detach, live_states
 PENDING = frozenset({"waiting", "ready", "constrained", "executing", "long-running", "resumed"})
 # How often (ms) a worker checks whether it has been idle long enough to give its memory back.
 IDLE_CHECK_MS = 1000
-# The interpreter's switch interval in a device worker's process (seconds; Python's default is 0.005): a
-# product's hand-overs between threads (to an encoder thread and back, to the event loop that starts the
-# next task) each wait for the GIL, which 16 reader threads and the encoders take in turn; at 5 ms a turn a
-# product waited 10 ms after its last GEMM and 9 ms before its task started while the inputs were read
-# (bench/NOTES.md, issue 28, fourteenth session).
-SWITCH_INTERVAL = 0.0005
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +78,6 @@ class DgemmPlugin(WorkerPlugin):
         self.state = DeviceState(self.device_spec)
         self.runs = {}
         if self.state.device is not None:
-            sys.setswitchinterval(SWITCH_INTERVAL)
             # What a run's end leaves of each reader's staging buffer: the default block's (bounded:
             # one per reader thread), so that runs one after another do not pin theirs again.
             self.state.device.staging_keep = staging_bytes(self.state.device.info, ["float64"])
