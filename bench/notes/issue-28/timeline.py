@@ -11,8 +11,10 @@ product for its next inputs (``_waited``) and each GEMM kernel (enqueued, then i
 the queue's profiling, placed on the host's clock by its enqueue time).  ``time.perf_counter`` is the
 system's monotonic clock on Linux, one for every process.  Per run it prints and records, for each
 ``--bin`` seconds from the call: the reader threads busy on average (all, and those in a device decode),
-the GEMMs' share of the bin, and the products' waiting for inputs; and totals: the reads by path
-(count, thread-seconds, mean), the products' wall and wait.  The question: while the products wait, are
+the GEMMs' share of the bin, the products' waiting for inputs and the worker's event loop's worst lag (a
+callback asked for every 5 ms from another thread); and totals: the reads by path (count, thread-seconds,
+mean), the device path's phases (the frames read into the staging; the decode call: planned, uploaded and
+enqueued), the products' wall and wait, the loop's lag.  The question: while the products wait, are
 the readers busy (a rate limit) or idle (nothing asked of them: the read-ahead's window)?
 """
 import argparse
@@ -27,7 +29,8 @@ from device_codecs_onoff import _commit, configure, make_inputs  # noqa: E402
 
 
 def trace_install(dask_worker=None):
-    """On a worker: wrap the engine's and the decoder's methods to log into ``builtins._dgemm_trace`` (once)."""
+    """On a worker: wrap the engine's and the decoder's methods to log into ``builtins._dgemm_trace`` (once), and
+    probe its event loop's lag every 5 ms while tracing."""
     import builtins
     import threading
     import time
@@ -106,6 +109,30 @@ def trace_install(dask_worker=None):
         finally:
             rec("product", threading.get_ident(), t0, time.perf_counter())
 
+    def timed(module, fname, what):     # a function's calls on this thread: ``(what, thread, start, end)``
+        real = getattr(module, fname)
+
+        def wrapper(*args, **kw):
+            t0 = time.perf_counter()
+            try:
+                return real(*args, **kw)
+            finally:
+                rec(what, threading.get_ident(), t0, time.perf_counter())
+        setattr(module, fname, wrapper)
+
+    timed(decoding, "_read_packed", "packed")       # the device path: the frames read into the staging
+    timed(decoding, "_decode_read", "decode_call")  # ... planned, uploaded (waited for) and enqueued
+
+    loop = getattr(dask_worker, "loop", None)
+
+    def probe():    # the worker's event loop's lag: how late a callback asked for from another thread runs
+        while True:
+            time.sleep(0.005)
+            if trace["on"] and loop is not None:
+                sent = time.perf_counter()
+                loop.add_callback(lambda sent=sent: rec("lag", sent, time.perf_counter()))
+    threading.Thread(target=probe, daemon=True, name="timeline-probe").start()
+
     BlockEngine._fetch, BlockEngine._run, BlockEngine._staged, BlockEngine.stream = _fetch, _run, _staged, _stream
     decoding.DeviceDecoded.fill_device = fill_device
     MeteredEngine._waited, MeteredEngine._launched = _waited, _launched
@@ -156,11 +183,14 @@ def summary(log, t0, wall, width):
             on_device.add(i)
     dev_reads = [r for i, r in enumerate(reads) if i in on_device]
     host_reads = [r for i, r in enumerate(reads) if i not in on_device]
+    lags = [(x[1] - t0, x[2] - x[1]) for x in log if x[0] == "lag"]
     bins = []
     t = 0.0
     while t < wall:
         b = t + width
-        bins.append({"t": round(t, 2), "readers": round(overlap(reads, t, b) / width, 1),
+        late = [d for s, d in lags if t <= s < b]
+        bins.append({"t": round(t, 2), "loop_lag_ms": round(1e3 * max(late, default=0.0), 1),
+                     "readers": round(overlap(reads, t, b) / width, 1),
                      "device_reads": round(overlap(dev_reads, t, b) / width, 1),
                      "gemm": round(overlap(gemms, t, b) / width, 2),
                      "waiting": round(overlap(waits, t, b) / width, 2),
@@ -171,7 +201,10 @@ def summary(log, t0, wall, width):
         d = [e - s for s, e in spans]
         return {"n": len(d), "thread_s": round(sum(d), 2), "mean_s": round(sum(d) / len(d), 4) if d else None,
                 "max_s": round(max(d), 4) if d else None}
-    return {"bins": bins, "reads_device": stats(dev_reads), "reads_host": stats(host_reads),
+    phases = {what: stats([(x[2] - t0, x[3] - t0) for x in log if x[0] == what]) for what in ("packed", "decode_call")}
+    return {"bins": bins, "reads_device": stats(dev_reads), "reads_host": stats(host_reads), **phases,
+            "loop_lag_ms": {"n": len(lags), "mean": round(1e3 * sum(d for _, d in lags) / len(lags), 2) if lags else None,
+                            "max": round(1e3 * max((d for _, d in lags), default=0.0), 1)},
             "device_declined": sum(1 for x in dev if not x[4]), "device_taken": len(taken),
             "gemm_s": round(sum(e - s for s, e in gemms), 3), "products": len(products),
             "product_wall_s": round(sum(e - s for s, e in products), 3), "wait_s": round(sum(e - s for s, e in waits), 3),
@@ -241,10 +274,10 @@ def main():
                               **{k: v for k, v in s.items() if k != "bins"}, "bins": s["bins"], "log": raw}
                     records.append(record)
                     print(json.dumps({k: v for k, v in record.items() if k not in ("bins", "log")}), flush=True)
-                    print("   t  readers dev  gemm wait started")
+                    print("   t  readers dev  gemm wait started lag_ms")
                     for b in s["bins"]:
                         print(f"{b['t']:5.2f} {b['readers']:5.1f} {b['device_reads']:4.1f} {b['gemm']:5.2f} "
-                              f"{b['waiting']:4.2f} {b['reads_started']:3d}", flush=True)
+                              f"{b['waiting']:4.2f} {b['reads_started']:3d} {b['loop_lag_ms']:6.1f}", flush=True)
             check = check_sample(arrays[0], arrays[1], zarr.open_array(out, mode="r"), n_rows=3, n_cols=3)
             records[-1]["check"] = check
             print(json.dumps({"check": check["passed"]}), flush=True)
