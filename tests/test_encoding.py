@@ -169,14 +169,12 @@ def test_a_block_the_encoder_has_no_room_for_comes_down_as_values(any_device, en
     assert any_device.encode_scratch.nbytes() == 0, "the encoder's kept buffers stayed after it had no room"
 
 
-def test_the_product_returns_before_its_block_is_encoded(any_device, engines, tmp_path, rng, monkeypatch):
-    """The encode runs on an encoder thread: the product returns once the thread has copied its block, while the
-    encode is held back; the block comes out right once it goes on.  An encode that fails raises from the
-    pending block's result (what its store task waits for), not from the product."""
+def _held_encode(monkeypatch, tmp_path, rng):
+    """The device encoder held back until the returned gate (a threading.Event) is set, and a one-block product
+    to encode: ``(gate, m, n, out, found, A, B)``."""
     import threading
 
     from dgemm.opencl.codecs import zstd_encode
-    from dgemm.worker import encoding
 
     gate, real = threading.Event(), zstd_encode.encode_zstd
 
@@ -189,6 +187,17 @@ def test_the_product_returns_before_its_block_is_encoded(any_device, engines, tm
     out = zarr.create_array(str(tmp_path / "c.zarr"), shape=(m, n), chunks=(16, 40), dtype="float32")
     found = encoded.chunks_of(out, (0, m), (0, n))
     A, B = rng.standard_normal((m, 20)).astype("float32"), rng.standard_normal((20, n)).astype("float32")
+    return gate, m, n, out, found, A, B
+
+
+def test_the_product_returns_before_its_block_is_encoded(any_device, engines, tmp_path, rng, monkeypatch):
+    """The encode runs on an encoder thread: the product returns once the thread has copied its block, while the
+    encode is held back; the block comes out right once it goes on.  An encode that fails raises from the
+    pending block's result (what its store task waits for), not from the product."""
+    from dgemm.opencl.codecs import zstd_encode
+    from dgemm.worker import encoding
+
+    gate, m, n, out, found, A, B = _held_encode(monkeypatch, tmp_path, rng)
     eng = engines(any_device, "float32")
     try:
         pending = eng.stream([A], [B], m, n, finish=encoding.finisher(any_device, found))
@@ -248,22 +257,9 @@ def test_the_encoders_buffers_go_once_the_blocks_still_encoded_at_a_runs_end_are
                                                                                    monkeypatch):
     """A run ends (``DeviceState.release``) while a block is still being encoded: ``Device.trim`` leaves that
     encode's slot alone, and its buffers go once it is done; with nothing in flight there is nothing to wait for."""
-    import threading
-
-    from dgemm.opencl.codecs import zstd_encode
     from dgemm.worker import encoding
 
-    gate, real = threading.Event(), zstd_encode.encode_zstd
-
-    def held(*args, **kwargs):
-        assert gate.wait(60), "the gate never opened"
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(zstd_encode, "encode_zstd", held)
-    m, n = 48, 40
-    out = zarr.create_array(str(tmp_path / "c.zarr"), shape=(m, n), chunks=(16, 40), dtype="float32")
-    found = encoded.chunks_of(out, (0, m), (0, n))
-    A, B = rng.standard_normal((m, 20)).astype("float32"), rng.standard_normal((20, n)).astype("float32")
+    gate, m, n, out, found, A, B = _held_encode(monkeypatch, tmp_path, rng)
     try:
         pending = engines(any_device, "float32").stream([A], [B], m, n, finish=encoding.finisher(any_device, found))
         any_device.trim(keep_pinned=True)

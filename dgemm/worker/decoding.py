@@ -31,6 +31,7 @@ from dgemm.opencl import codecs
 from dgemm.opencl.device import DeviceError
 from dgemm.storage import ZarrBlock, fastpaths, frames, unreadable
 from dgemm.storage.blocks import Through
+from dgemm.worker.perdevice import PerDevice
 
 
 def wanted(device, work: str = "decode") -> bool:
@@ -447,16 +448,7 @@ def _take(queue: list) -> list:
     return batch
 
 
-_BATCHES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-_BATCHES_LOCK = threading.Lock()
-
-
-def _batches(device) -> _Batches:
-    with _BATCHES_LOCK:
-        found = _BATCHES.get(device)
-        if found is None:
-            found = _BATCHES[device] = _Batches(device)
-        return found
+_batches = PerDevice(_Batches)     # a device's queue of blocks waiting for a decode call
 
 
 def _decode_batch(device, batch: list) -> None:

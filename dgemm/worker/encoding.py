@@ -33,6 +33,7 @@ from dgemm.errors import DeviceMemoryError
 from dgemm.opencl.stats import seconds as _seconds
 from dgemm.storage import encoded, fastpaths
 from dgemm.worker import decoding
+from dgemm.worker.perdevice import PerDevice
 
 
 def target(device, dtype, out) -> encoded.Chunks | None:
@@ -167,23 +168,13 @@ class _Encoders:
             return self._release
 
 
-_ENCODERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-_ENCODERS_LOCK = threading.Lock()
-
-
-def _encoders(device) -> _Encoders:
-    with _ENCODERS_LOCK:
-        found = _ENCODERS.get(device)
-        if found is None:
-            found = _ENCODERS[device] = _Encoders(device)
-        return found
+_encoders = PerDevice(_Encoders)
 
 
 def release(device) -> bool:
     """At a run's end (``DeviceState.release``): the device's encoder buffers go once its blocks still being
     encoded are (``Device.trim`` gives back only the slots no encode holds); whether any was."""
-    with _ENCODERS_LOCK:
-        found = _ENCODERS.get(device)
+    found = _encoders.get(device)
     return found is not None and found.release_after()
 
 

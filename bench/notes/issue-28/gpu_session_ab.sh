@@ -4,6 +4,7 @@
 #   here:   bash bench/notes/issue-28/gpu_session_ab.sh prepare v0=52c1b94 v2=HEAD   (git archive into .ab/, ignored)
 #   device: run with carry [".whl", ".ab"], after `source .whl/gpu-env.sh`:
 #           OUT=/some/folder SIZE=32768 DEVICES=gpu MODES=on,off ROUNDS=2 bash bench/notes/issue-28/gpu_session_ab.sh run
+#           (`raw`: raw chunks in and out beside them, gemm-tasks 1 and 2, REPEATS runs each)
 # Each version's package is imported from .ab/NAME, put before the rest of PYTHONPATH (gpu-env.sh's, which has the
 # checkout's root), and the script that times them is this checkout's device_codecs_onoff.py.  The twelfth session's records:
 # results/2026-11-27-nvidia-h100-ab-kept-handover-32768-43a8855.json, ...-h200-x2-ab-kept-handover-49152-538a02f.json.
@@ -37,5 +38,18 @@ for line in sys.stdin:
     print('$v', '$round', r['mode'], r['gemm_tasks_setting'], r['wall_s'], r['per_worker']['busy_seconds'], flush=True)"
         done < .ab/versions
     done
+    ;;
+raw)    # raw chunks in and out beside the A/B, on the same machine: SIZE², gemm-tasks 1 and 2, REPEATS runs each
+    : "${OUT:?set OUT to the folder for the records}"
+    mkdir -p "$OUT"
+    inputs=$(mktemp -d /dev/shm/dgemm-raw-XXXX)
+    trap 'rm -rf "$inputs"' EXIT
+    python3 bench/notes/issue-28/device_codecs_onoff.py "$OUT/raw-${SIZE:-32768}.json" --size "${SIZE:-32768}" \
+        --codec none --out-codec none --devices "${DEVICES:-gpu}" --repeats "${REPEATS:-2}" --modes off \
+        --gemm-tasks 1,2 --inputs "$inputs/raw" | grep '^{"mode"' | python3 -c "
+import json, sys
+for line in sys.stdin:
+    r = json.loads(line)
+    print('raw', r['gemm_tasks_setting'], r['wall_s'], r['per_worker']['busy_seconds'], flush=True)"
     ;;
 esac

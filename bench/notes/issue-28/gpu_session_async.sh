@@ -11,14 +11,7 @@ set -u
 mkdir -p "$OUT"
 cd "$(dirname "$0")/../../.."     # the project's root, wherever this is run from
 MODES=share GEMM_TASKS=1,2 ROUNDS=${ROUNDS:-1} SIZE=32768 bash bench/notes/issue-28/gpu_session_ab.sh run
-inputs=$(mktemp -d /dev/shm/dgemm-async-inputs-XXXX)
-trap 'rm -rf "$inputs"' EXIT
-python3 bench/notes/issue-28/device_codecs_onoff.py "$OUT/raw-32768.json" --size 32768 --codec none --out-codec none \
-    --devices gpu --repeats 2 --modes off --gemm-tasks 1,2 --inputs "$inputs/raw" | grep '^{"mode"' | python3 -c "
-import json, sys
-for line in sys.stdin:
-    r = json.loads(line)
-    print('raw', r['gemm_tasks_setting'], r['wall_s'], r['per_worker']['busy_seconds'], flush=True)"
+REPEATS=2 SIZE=32768 bash bench/notes/issue-28/gpu_session_ab.sh raw
 last=$(tail -1 .ab/versions | cut -d' ' -f1)
 PYTHONPATH=$PWD/.ab/$last${PYTHONPATH:+:$PYTHONPATH} python3 bench/notes/issue-28/timeline.py "$OUT/timeline-$last.json" \
     --size 32768 --codec zstd --modes share --gemm-tasks 1 2>&1 | grep '^{"mode"'

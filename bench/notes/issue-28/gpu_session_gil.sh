@@ -19,9 +19,4 @@ while read -r v sha; do
         "$OUT/timeline-$v.json" --size 32768 --codec zstd --modes share --gemm-tasks 1 --inputs "$inputs/zstd" 2>&1 \
         | grep '^{"mode"'
 done < .ab/versions
-python3 bench/notes/issue-28/device_codecs_onoff.py "$OUT/raw-32768.json" --size 32768 --codec none --out-codec none \
-    --devices gpu --repeats 2 --modes off --gemm-tasks 1,2 --inputs "$inputs/raw" | grep '^{"mode"' | python3 -c "
-import json, sys
-for line in sys.stdin:
-    r = json.loads(line)
-    print('raw', r['gemm_tasks_setting'], r['wall_s'], r['per_worker']['busy_seconds'], flush=True)"
+REPEATS=2 SIZE=32768 bash bench/notes/issue-28/gpu_session_ab.sh raw

@@ -11,11 +11,4 @@ set -u
 mkdir -p "$OUT"
 cd "$(dirname "$0")/../../.."     # the project's root, wherever this is run from
 MODES=share GEMM_TASKS=1,2 ROUNDS=2 SIZE=32768 bash bench/notes/issue-28/gpu_session_ab.sh run
-inputs=$(mktemp -d /dev/shm/dgemm-idle-inputs-XXXX)
-trap 'rm -rf "$inputs"' EXIT
-python3 bench/notes/issue-28/device_codecs_onoff.py "$OUT/raw-32768.json" --size 32768 --codec none --out-codec none \
-    --devices gpu --repeats 3 --modes off --gemm-tasks 1,2 --inputs "$inputs/raw" | grep '^{"mode"' | python3 -c "
-import json, sys
-for line in sys.stdin:
-    r = json.loads(line)
-    print('raw', r['gemm_tasks_setting'], r['wall_s'], r['per_worker']['busy_seconds'], flush=True)"
+REPEATS=3 SIZE=32768 bash bench/notes/issue-28/gpu_session_ab.sh raw
