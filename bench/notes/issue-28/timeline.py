@@ -24,8 +24,7 @@ import shutil
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from device_codecs_onoff import _commit, configure, make_inputs  # noqa: E402
+from device_codecs_onoff import _commit, configure, make_inputs  # (beside this script: its folder is on the path)
 
 
 def trace_install(dask_worker=None):
