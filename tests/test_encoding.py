@@ -504,3 +504,26 @@ def test_a_vector_output_is_encoded_on_the_host(client, setting, tmp_path, rng):
     c, grew = run_counted(client, lambda: dgemm.matmul(M, v, out=str(tmp_path / "c.zarr"), client=client, block=32))
     check_product(c[...][:, None], M, v[:, None], dtype="float64")
     assert grew["device_encoded_bytes"] == 0 and grew["host_encoded_bytes"] == encoded_bytes(c), grew
+
+
+def test_a_devices_encoder_threads_end_with_it():
+    """The encoder threads (dgemm.worker.encoding) of a device that is gone are shut down, not left idle."""
+    import gc
+
+    from dgemm.worker import encoding
+
+    class _Scratch:
+        def slots(self):
+            return 2
+
+    class _Device:
+        pass
+
+    device = _Device()
+    device.encode_scratch = _Scratch()
+    pool = encoding._encoders(device)._pool
+    assert pool.submit(lambda: 3).result() == 3
+    del device
+    gc.collect()
+    with pytest.raises(RuntimeError, match="shutdown"):
+        pool.submit(lambda: 3)

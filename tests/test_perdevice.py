@@ -37,3 +37,4 @@ def test_threads_asking_at_once_share_one_object():
     for t in threads:
         t.join(10)
     assert len(got) == 8 and len({id(g) for g in got}) == 1
+

@@ -249,7 +249,6 @@ def _compute(req: Request, plan: Plan, token: str, client, workers: dict, output
     goes on (:func:`_cancel`, :meth:`OutputRun.abandon`): nothing of it is
     left running to write into ``out`` after this returns.
     """
-
     address = client.scheduler.address
     with output.held(address, token):
         future = None

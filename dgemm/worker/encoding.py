@@ -131,6 +131,7 @@ class _Encoders:
     def __init__(self, device):
         self._device = weakref.ref(device)
         self._pool = ThreadPoolExecutor(device.encode_scratch.slots(), thread_name_prefix="dgemm-encode")
+        weakref.finalize(device, self._pool.shutdown, wait=False)     # (its threads end with the device)
         self._lock = threading.Lock()
         self._running = 0
         self._release = False   # the run is over: the last job in flight gives the encoder's buffers back
