@@ -108,6 +108,36 @@ def trace_install(dask_worker=None):
         finally:
             rec("product", threading.get_ident(), t0, time.perf_counter())
 
+    local = threading.local()
+    decoded = BlockEngine._decoded
+
+    def _decoded(self, *args, **kw):    # a block the device decodes: its commands are the decode's
+        local.decoding = True
+        try:
+            return decoded(self, *args, **kw)
+        finally:
+            local.decoding = False
+
+    transferred = MeteredEngine._transferred
+
+    def _transferred(self, event):     # every upload, decode command, unpadding and download the engine counts
+        if event is not None:
+            rec("cmd", threading.get_ident(), time.perf_counter(), event,
+                "decode" if getattr(local, "decoding", False) else "engine")
+        return transferred(self, event)
+
+    from dgemm.worker import encoding
+    encode = encoding._encode
+
+    def _encode(device, found, buf, events, after=None):  # C's device encode: its commands (copies, kernels, downloads)
+        t0, mark = time.perf_counter(), len(events) if events is not None else 0
+        try:
+            return encode(device, found, buf, events, after)
+        finally:
+            rec("encode", threading.get_ident(), t0, time.perf_counter())
+            for what, event in (events or [])[max(0, mark - 1):]:   # (the block's copy, just before, too)
+                rec("cmd", threading.get_ident(), time.perf_counter(), event, "encode " + what)
+
     def timed(module, fname, what):     # a function's calls on this thread: ``(what, thread, start, end)``
         real = getattr(module, fname)
 
@@ -121,6 +151,7 @@ def trace_install(dask_worker=None):
 
     timed(decoding, "_read_packed", "packed")       # the device path: the frames read into the staging
     timed(decoding, "_decode_read", "decode_call")  # ... planned, uploaded (waited for) and enqueued
+    timed(encoding, "_encode_job", "encode_job")    # an encoder thread's job: its slot's wait, the copy, the encode
 
     loop = getattr(dask_worker, "loop", None)
 
@@ -135,6 +166,7 @@ def trace_install(dask_worker=None):
     BlockEngine._fetch, BlockEngine._run, BlockEngine._staged, BlockEngine.stream = _fetch, _run, _staged, _stream
     decoding.DeviceDecoded.fill_device = fill_device
     MeteredEngine._waited, MeteredEngine._launched = _waited, _launched
+    MeteredEngine._transferred, encoding._encode, BlockEngine._decoded = _transferred, _encode, _decoded
 
 
 def trace_on(dask_worker=None):
@@ -149,17 +181,40 @@ def trace_take(dask_worker=None):
     """On a worker: the log, GEMM events turned into ``("gemm", device start, device end)`` on the host's clock."""
     import builtins
 
+    import statistics
+    import threading
+
+    import pyopencl as cl
+
     trace = builtins._dgemm_trace
     trace["on"] = False
-    out = []
+    out, offsets = [], []
+    names = {t.ident: t.name.rstrip("0123456789_-") for t in threading.enumerate()}
     for item in trace["log"]:
         if item[0] == "gemm":
             t, event = item[1], item[2]
             event.wait()
             p = event.profile
+            offsets.append(t - p.queued * 1e-9)     # the device's profiling clock onto the host's (launched at t)
             out.append(("gemm", t + (p.start - p.queued) * 1e-9, t + (p.end - p.queued) * 1e-9, t))
-        else:
+        elif item[0] != "cmd":
             out.append(item)
+    offset = statistics.median(offsets) if offsets else None
+    kinds = {cl.command_type.NDRANGE_KERNEL: "kernel", cl.command_type.WRITE_BUFFER: "upload",
+             cl.command_type.READ_BUFFER: "download", cl.command_type.COPY_BUFFER: "copy",
+             cl.command_type.COPY_BUFFER_RECT: "copy", cl.command_type.FILL_BUFFER: "fill",
+             cl.command_type.MARKER: "marker"}
+    for item in trace["log"]:   # ("cmd", thread's kind, by whom, command, queued, started, ended: the host's clock)
+        if item[0] != "cmd" or offset is None:
+            continue
+        _, thread, t, event, by = item
+        try:
+            event.wait()
+            p = event.profile
+            out.append(("cmd", names.get(thread, "?"), by, kinds.get(event.command_type, str(event.command_type)),
+                        offset + p.queued * 1e-9, offset + p.start * 1e-9, offset + p.end * 1e-9))
+        except Exception:   # noqa: BLE001  (a queue without profiling: left out)
+            pass
     trace["log"].clear()
     return out
 
@@ -183,25 +238,42 @@ def summary(log, t0, wall, width):
     dev_reads = [r for i, r in enumerate(reads) if i in on_device]
     host_reads = [r for i, r in enumerate(reads) if i not in on_device]
     lags = [(x[1] - t0, x[2] - x[1]) for x in log if x[0] == "lag"]
+    cmds = [x for x in log if x[0] == "cmd"]   # ("cmd", thread, by, kind, queued, start, end)
+
+    def group(x):       # what a device command was for
+        by = x[2].split()[0]
+        return by if by in ("decode", "encode") else ("upload" if x[3] == "upload" else "engine other")
+    groups = sorted({group(x) for x in cmds})
     bins = []
     t = 0.0
     while t < wall:
         b = t + width
         late = [d for s, d in lags if t <= s < b]
+        device = {g: round(overlap([(x[5] - t0, x[6] - t0) for x in cmds if group(x) == g], t, b) / width, 2)
+                  for g in groups}
         bins.append({"t": round(t, 2), "loop_lag_ms": round(1e3 * max(late, default=0.0), 1),
                      "readers": round(overlap(reads, t, b) / width, 1),
                      "device_reads": round(overlap(dev_reads, t, b) / width, 1),
                      "gemm": round(overlap(gemms, t, b) / width, 2),
                      "waiting": round(overlap(waits, t, b) / width, 2),
-                     "reads_started": sum(1 for s, _ in reads if t <= s < b)})
+                     "reads_started": sum(1 for s, _ in reads if t <= s < b), "device": device})
         t = b
 
     def stats(spans):
         d = [e - s for s, e in spans]
         return {"n": len(d), "thread_s": round(sum(d), 2), "mean_s": round(sum(d) / len(d), 4) if d else None,
                 "max_s": round(max(d), 4) if d else None}
-    phases = {what: stats([(x[2] - t0, x[3] - t0) for x in log if x[0] == what]) for what in ("packed", "decode_call")}
+    phases = {what: stats([(x[2] - t0, x[3] - t0) for x in log if x[0] == what])
+              for what in ("packed", "decode_call", "encode_job", "encode")}
+    commands = {}   # per thread, purpose and kind: how long its commands waited on the device, and ran
+    for key in sorted({(x[1], x[2], x[3]) for x in cmds}):
+        xs = [x for x in cmds if (x[1], x[2], x[3]) == key]
+        commands[" ".join(key)] = {"n": len(xs), "waited_ms": round(1e3 * sum(x[5] - x[4] for x in xs) / len(xs), 2),
+                                   "max_waited_ms": round(1e3 * max(x[5] - x[4] for x in xs), 2),
+                                   "ran_ms": round(1e3 * sum(x[6] - x[5] for x in xs) / len(xs), 3),
+                                   "device_s": round(sum(x[6] - x[5] for x in xs), 4)}
     return {"bins": bins, "reads_device": stats(dev_reads), "reads_host": stats(host_reads), **phases,
+            "commands": commands,
             "loop_lag_ms": {"n": len(lags), "mean": round(1e3 * sum(d for _, d in lags) / len(lags), 2) if lags else None,
                             "max": round(1e3 * max((d for _, d in lags), default=0.0), 1)},
             "device_declined": sum(1 for x in dev if not x[4]), "device_taken": len(taken),
@@ -273,10 +345,11 @@ def main():
                               **{k: v for k, v in s.items() if k != "bins"}, "bins": s["bins"], "log": raw}
                     records.append(record)
                     print(json.dumps({k: v for k, v in record.items() if k not in ("bins", "log")}), flush=True)
-                    print("   t  readers dev  gemm wait started lag_ms")
+                    print("   t  readers dev  gemm wait started lag_ms  device busy by purpose")
                     for b in s["bins"]:
                         print(f"{b['t']:5.2f} {b['readers']:5.1f} {b['device_reads']:4.1f} {b['gemm']:5.2f} "
-                              f"{b['waiting']:4.2f} {b['reads_started']:3d} {b['loop_lag_ms']:6.1f}", flush=True)
+                              f"{b['waiting']:4.2f} {b['reads_started']:3d} {b['loop_lag_ms']:6.1f}  {b['device']}",
+                              flush=True)
             check = check_sample(arrays[0], arrays[1], zarr.open_array(out, mode="r"), n_rows=3, n_cols=3)
             records[-1]["check"] = check
             print(json.dumps({"check": check["passed"]}), flush=True)
