@@ -19,7 +19,7 @@ import numpy as np
 from dgemm import config
 from dgemm.dtypes import SUPPORTED
 from dgemm.errors import DeviceError, DeviceMemoryError
-from dgemm.opencl import sources
+from dgemm.opencl import nogil, sources
 from dgemm.opencl.database import Choice, lookup
 from dgemm.opencl.discovery import DeviceInfo, cl_device, worker_device
 from dgemm.opencl.panels import PanelCache
@@ -574,9 +574,12 @@ def _buffer_class():
 
             def release(self):
                 gone = self.__dict__.pop("_dgemm_gone", None)
-                super().release()
-                if gone is not None:
-                    gone()   # a weakref.finalize: counts down once, and not again when collected
+                if gone is None:    # released already: pyopencl says so
+                    super().release()
+                    return
+                # NVIDIA's driver may wait in it (for the device to run what came before): without Python's lock
+                nogil.release(self, super().release)
+                gone()   # a weakref.finalize: counts down once, and not again when collected
         _BUFFER_CLASS = DeviceBuffer
     return _BUFFER_CLASS
 

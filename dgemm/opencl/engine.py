@@ -32,6 +32,7 @@ from concurrent.futures import Future
 import numpy as np
 
 from dgemm import config
+from dgemm.opencl import nogil
 from dgemm.opencl.device import Device, Kernels, device_error, is_opencl_error, raise_plain, read_threads
 from dgemm.opencl.panels import PanelCache
 from dgemm.opencl.stats import Stats
@@ -622,7 +623,7 @@ class BlockEngine:
                     events.append(self.k.gemm(q, gsize, lsize, np.int32(mp), np.int32(np_),
                                               np.int32(roundup(k, p.TSK)), real(alpha), real(beta_k), at, bt,
                                               c_dev, wait_for=wait))
-                    q.flush()
+                    nogil.flush(q)
                 self._launched(events[-1], 2.0 * m * n * k)
                 flops += 2.0 * m * n * k
                 beta_k = 1.0

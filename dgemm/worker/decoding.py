@@ -27,7 +27,7 @@ import weakref
 import numpy as np
 
 from dgemm import config
-from dgemm.opencl import codecs
+from dgemm.opencl import codecs, nogil
 from dgemm.opencl.device import DeviceError
 from dgemm.storage import ZarrBlock, fastpaths, frames, unreadable
 from dgemm.storage.blocks import Through
@@ -312,8 +312,8 @@ def _decode_read(device, dec, found, out, events, data, starts, host, pending=No
     if events is not None:
         events.extend(own)
     if calls is not None and own:
-        last = cl.enqueue_marker(queue)     # (the slot's queue is in order: after all of this call's commands)
-        queue.flush()
+        last = nogil.enqueue_marker(queue)  # (the slot's queue is in order: after all of this call's commands)
+        nogil.flush(queue)
         device.scratch.leave_after(last)
         # the thread's staging is read by this call's uploads; its next block refills it
         cl.wait_for_events([e for what, e in own if what == "upload"] or [last])
@@ -488,8 +488,8 @@ def _decode_batch(device, batch: list) -> None:
             first += n
         if batch[0].events is not None:     # (the call's uploads and kernels, counted once)
             batch[0].events.extend(own)
-        last = cl.enqueue_marker(queue)
-        queue.flush()
+        last = nogil.enqueue_marker(queue)
+        nogil.flush(queue)
         device.scratch.leave_after(last)
         # the readers' staging is read by the uploads; their next blocks refill it
         cl.wait_for_events([e for what, e in own if what == "upload"] or [last])

@@ -24,6 +24,7 @@ from dgemm.dtypes import PRECISIONS
 from dgemm.names import COUNTERS, EXTRA, GEMM, TASK_SECONDS, WORKER_PLUGIN
 from dgemm.opencl.device import Device, DeviceError
 from dgemm.opencl.discovery import select_devices
+from dgemm.opencl import nogil
 from dgemm.opencl.engine import BlockEngine
 from dgemm.sizes import cache_budget
 from dgemm.storage import sharing, zstd
@@ -182,8 +183,8 @@ class MeteredEngine(BlockEngine):
         q = self.device.queue
         before = time.perf_counter()
         try:
-            ev = cl.enqueue_marker(q)
-            q.flush()
+            ev = nogil.enqueue_marker(q)     # (the driver may wait in it: without Python's lock)
+            nogil.flush(q)
         except Exception:   # no calibration is better than a failed product
             return None
         return ev, before, time.perf_counter()

@@ -1,0 +1,123 @@
+"""OpenCL calls made with Python's lock released, where the driver may wait inside them.
+
+pyopencl holds Python's lock (the GIL) through most OpenCL calls: only
+blocking transfers, waits and builds let it go.  NVIDIA's driver waits
+inside some of the others: a buffer's release until the device has run
+what came before (as CUDA's ``cuMemFree`` does), a marker behind another
+thread's transfer.  Every other Python thread of the worker stops
+meanwhile: the GEMM loop, the readers, the encoders, the event loop.
+Under ``device-codecs: share`` py-spy found a worker's lock held 0.8 s in
+``enqueue_marker`` and 0.2 s in buffers' releases over two 32768² runs
+(bench/NOTES.md, issue 28, fifteenth session).
+
+ctypes lets the lock go around a foreign call, so these calls go to the
+OpenCL library directly, on the handles pyopencl holds: an ICD loader's
+objects carry their driver's dispatch table, so any loader in the process
+serves them, and the one pyopencl loaded is preferred.  Where no OpenCL
+library can be loaded (or it lacks an entry point), pyopencl's own calls
+are made, as before.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import threading
+
+_lib = None
+_tried = False
+_lock = threading.Lock()
+
+
+def library():
+    """The OpenCL library (ctypes) these calls go through, or None where none can be loaded."""
+    global _lib, _tried
+    if not _tried:
+        with _lock:
+            if not _tried:
+                _lib = _load()
+                _tried = True
+    return _lib
+
+
+def _candidates() -> list:
+    """The OpenCL loaders this process has mapped (pyopencl's, bundled with its wheel or the system's), then the system's."""
+    names = []
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.split()[-1] if line.strip() else ""
+                if "libOpenCL" in path and path.startswith("/") and path not in names:
+                    names.append(path)
+    except OSError:     # (not Linux)
+        pass
+    names += [n for n in ("libOpenCL.so.1", ctypes.util.find_library("OpenCL")) if n and n not in names]
+    return names
+
+
+def _load():
+    handle, count = ctypes.c_void_p, ctypes.c_uint32
+    for name in _candidates():
+        try:
+            lib = ctypes.CDLL(name)
+            for fn, args in (("clRetainMemObject", [handle]), ("clReleaseMemObject", [handle]),
+                             ("clFlush", [handle]),
+                             ("clEnqueueMarkerWithWaitList", [handle, count, handle, ctypes.POINTER(handle)])):
+                f = getattr(lib, fn)
+                f.argtypes, f.restype = args, ctypes.c_int32
+        except (OSError, AttributeError):
+            continue
+        return lib
+    return None
+
+
+def _check(code: int, what: str) -> None:
+    if code:
+        import pyopencl as cl
+
+        raise cl.RuntimeError(f"{what} failed: OpenCL error {code}")
+
+
+def release(buffer, release_held) -> None:
+    """Release ``buffer`` (a pyopencl memory object, not released yet) with ``release_held`` (pyopencl's
+    ``release`` of it), the driver's own release made without Python's lock.
+
+    The buffer's handle is retained first, so pyopencl's release only counts
+    it down; the last reference goes in the foreign call.  (pyopencl keeps a
+    released object's handle, so the caller knows it is live: retaining a
+    released handle would touch freed memory.)  A buffer that
+    wraps a host array (``USE_HOST_PTR``) is released by pyopencl alone: it
+    keeps that array alive until the driver lets the buffer go.
+    """
+    lib = library()
+    ptr = None
+    if lib is not None and getattr(buffer, "hostbuf", None) is None:
+        ptr = buffer.int_ptr
+        if ptr and lib.clRetainMemObject(ptr) != 0:
+            ptr = None
+    try:
+        release_held()
+    finally:
+        if ptr:
+            _check(lib.clReleaseMemObject(ptr), "clReleaseMemObject")
+
+
+def enqueue_marker(queue):
+    """A marker on ``queue`` after every command enqueued on it so far (``pyopencl.enqueue_marker``); its event."""
+    import pyopencl as cl
+
+    lib = library()
+    if lib is None:
+        return cl.enqueue_marker(queue)
+    event = ctypes.c_void_p()
+    _check(lib.clEnqueueMarkerWithWaitList(queue.int_ptr, 0, None, ctypes.byref(event)),
+           "clEnqueueMarkerWithWaitList")
+    return cl.Event.from_int_ptr(event.value, retain=False)
+
+
+def flush(queue) -> None:
+    """``queue.flush()``."""
+    lib = library()
+    if lib is None:
+        queue.flush()
+        return
+    _check(lib.clFlush(queue.int_ptr), "clFlush")
