@@ -171,7 +171,7 @@ class BlockEngine:
         if not transpose and (rows, cols) == (drows, dcols):
             if host.size:
                 with self.device.failing(f"uploading a {size}"):
-                    self._transferred(_uploaded(q, out, host))
+                    self._transferred(cl.enqueue_copy(q, out, host, is_blocking=True))
             self._add(bytes_up=host.nbytes, upload_seconds=time.perf_counter() - t0)
             return ev
         # Its own staging buffer, so concurrent uploads never share one.  Released as soon as the
@@ -181,7 +181,7 @@ class BlockEngine:
         try:
             with self.device.failing(f"uploading a {size}"):
                 if host.size:
-                    self._transferred(_uploaded(q, raw, host))
+                    self._transferred(cl.enqueue_copy(q, raw, host, is_blocking=True))
             ev = self._pad(q, raw, rows, cols, transpose, drows, dcols, out)
         finally:
             raw.release()
@@ -683,21 +683,6 @@ class BlockEngine:
         self._add(kernel_seconds=sum(_seconds(e) for e in events), flops=flops, bytes_down=out.nbytes, blocks=1,
                   download_seconds=_seconds(down))
         return out
-
-
-def _uploaded(queue, buf, host):
-    """``host`` copied into ``buf`` on ``queue``, waited for; the copy's event.
-
-    Enqueued without blocking, then waited for by event: NVIDIA's driver
-    holds the queue through a blocking copy, and every other thread's
-    command on it (a kernel's launch, with Python's lock held) waits until
-    the copy is done.
-    """
-    import pyopencl as cl
-
-    event = cl.enqueue_copy(queue, buf, host, is_blocking=False)
-    event.wait()
-    return event
 
 
 def _reads_itself(ref) -> bool:

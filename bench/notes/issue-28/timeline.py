@@ -135,8 +135,15 @@ def trace_install(dask_worker=None):
             return encode(device, found, buf, events, after)
         finally:
             rec("encode", threading.get_ident(), t0, time.perf_counter())
-            for what, event in (events or [])[max(0, mark - 1):]:   # (the block's copy, just before, too)
-                rec("cmd", threading.get_ident(), time.perf_counter(), event, "encode " + what)
+            # (the block's copy, just before, too) read now, all of them run: an event kept would keep its host
+            # array, and the encoder's page-locked download buffers would be pinned afresh for every block
+            for what, event in (events or [])[max(0, mark - 1):]:
+                try:
+                    event.wait()
+                    p = event.profile
+                    rec("cmdp", threading.get_ident(), "encode " + what, event.command_type, p.queued, p.start, p.end)
+                except Exception:   # noqa: BLE001
+                    pass
 
     def timed(module, fname, what):     # a function's calls on this thread: ``(what, thread, start, end)``
         real = getattr(module, fname)
@@ -197,7 +204,7 @@ def trace_take(dask_worker=None):
             p = event.profile
             offsets.append(t - p.queued * 1e-9)     # the device's profiling clock onto the host's (launched at t)
             out.append(("gemm", t + (p.start - p.queued) * 1e-9, t + (p.end - p.queued) * 1e-9, t))
-        elif item[0] != "cmd":
+        elif item[0] not in ("cmd", "cmdp"):
             out.append(item)
     offset = statistics.median(offsets) if offsets else None
     kinds = {cl.command_type.NDRANGE_KERNEL: "kernel", cl.command_type.WRITE_BUFFER: "upload",
@@ -205,6 +212,9 @@ def trace_take(dask_worker=None):
              cl.command_type.COPY_BUFFER_RECT: "copy", cl.command_type.FILL_BUFFER: "fill",
              cl.command_type.MARKER: "marker"}
     for item in trace["log"]:   # ("cmd", thread's kind, by whom, command, queued, started, ended: the host's clock)
+        if item[0] == "cmdp" and offset is not None:    # read already: (thread, by, command type, device times)
+            _, thread, by, kind, *times = item
+            out.append(("cmd", names.get(thread, "?"), by, kinds.get(kind, str(kind)), *(offset + t * 1e-9 for t in times)))
         if item[0] != "cmd" or offset is None:
             continue
         _, thread, t, event, by = item

@@ -378,15 +378,11 @@ def encode_zstd(device, buf, offsets, nbytes, names=None, events: list | None = 
                 region_hists = take(nregions * 1024, "zstd region histograms")
                 record("upload", cl.enqueue_fill_buffer(queue, region_hists, np.uint32(0), 0, nregions * 1024))
                 with prog.lock:
-                    histograms = prog.histogram(queue, (nrows * lanes,), (lanes,), buf, rows, hists, region_hists,
-                                                wait_for=wait_for)
-                record("histogram", histograms)
+                    record("histogram", prog.histogram(queue, (nrows * lanes,), (lanes,), buf, rows, hists,
+                                                       region_hists, wait_for=wait_for))
                 wait_for = None     # (what follows on the in-order queue runs after the histograms)
                 counts = np.empty((nregions, 256), np.uint32)
-                # The kernel waited for first (Python's lock let go), then read: a read into ordinary memory that
-                # has to wait for kernels waits inside the driver with the lock held, and every thread with it.
-                cl.wait_for_events([histograms])
-                record("download", cl.enqueue_copy(queue, counts, region_hists))
+                record("download", cl.enqueue_copy(queue, counts, region_hists))   # waits
                 t0 = time.perf_counter()
                 tables = region_tables(counts)
                 if timings is not None:
@@ -399,10 +395,9 @@ def encode_zstd(device, buf, offsets, nbytes, names=None, events: list | None = 
                 bits_buf = take(nrows * 12, "zstd stream sizes")
                 width = -(-nrows // 64) * 64
                 with prog.lock:
-                    sized = prog.stream_bits(queue, (width,), None, hists, rows, codes_buf, bits_buf, np.uint32(nrows))
-                record("stream_bits", sized)
+                    record("stream_bits", prog.stream_bits(queue, (width,), None, hists, rows, codes_buf, bits_buf,
+                                                           np.uint32(nrows)))
                 stream_bits = np.empty((nrows, 3), np.uint32)
-                cl.wait_for_events([sized])     # (as for the histograms)
                 record("download", cl.enqueue_copy(queue, stream_bits, bits_buf))
             t0 = time.perf_counter()
             frames = Frames(layout, stream_bits, tables)
