@@ -575,21 +575,17 @@ def _buffer_class():
             def release(self):
                 gone = self.__dict__.pop("_dgemm_gone", None)
                 if gone is None:    # released already: pyopencl says so
-                    super().release()
-                    return
-                # NVIDIA's driver may wait in it (for the device to run what came before): without Python's lock
-                nogil.release(self, super().release)
+                    return super().release()
+                nogil.release(self, super().release)    # (NVIDIA's driver may wait in it: without Python's lock)
                 gone()   # a weakref.finalize: counts down once, and not again when collected
         _BUFFER_CLASS = DeviceBuffer
     return _BUFFER_CLASS
 
 
 def _release_entry(entry) -> None:
-    """Release the device buffer of a panel cache entry no product uses any more (once its upload is done).
-
-    Explicitly, not by dropping the last reference: a buffer in a
-    reference cycle would hold device memory until the collector runs.
-    """
+    """Release the device buffer of a panel cache entry no product uses any more (once its upload is done);
+    explicitly, not by dropping the last reference: a buffer in a reference cycle would hold device memory
+    until the collector runs."""
     def release(future):
         if not future.cancelled() and future.exception() is None:
             future.result()[0].release()

@@ -1,0 +1,145 @@
+"""dgemm.opencl.nogil: releases, markers and flushes through the OpenCL library itself (Python's lock let go).
+
+On this host's PoCL, through the loader pyopencl loaded.  A spy around the
+library checks which calls went through it, and OpenCL's own reference
+count that the foreign release is the buffer's last: pyopencl's release
+before it only counted down.  (That ctypes lets Python's lock go around a
+foreign call is ctypes' contract; no driver here waits long enough inside
+a release to show it.)
+"""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+
+pyopencl = pytest.importorskip("pyopencl")
+
+from dgemm.opencl import nogil  # noqa: E402
+
+CL_MEM_REFERENCE_COUNT = 0x1105
+
+
+@pytest.fixture(scope="module")
+def dev(any_device):
+    return any_device
+
+
+def _refcount(ptr: int) -> int:
+    """OpenCL's count of references to the memory object ``ptr`` (through the real library, never a spy)."""
+    lib = nogil._load()
+    f = lib.clGetMemObjectInfo
+    f.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p]
+    count = ctypes.c_uint32()
+    assert f(ptr, CL_MEM_REFERENCE_COUNT, ctypes.sizeof(count), ctypes.byref(count), None) == 0
+    return count.value
+
+
+class _Spy:
+    """The library with its calls noted: ``(name, handle, the handle's reference count just before)``."""
+
+    def __init__(self, lib, fail: dict | None = None):
+        self._lib, self.calls, self._fail = lib, [], fail or {}
+
+    def __getattr__(self, name):
+        real = getattr(self._lib, name)
+
+        def call(*args):
+            before = _refcount(args[0]) if name.endswith("MemObject") else None
+            self.calls.append((name, args[0], before))
+            if name in self._fail:
+                return self._fail[name]
+            return real(*args)
+        return call
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    lib = nogil.library()
+    if lib is None:
+        pytest.fail("no OpenCL library loaded by ctypes here, though pyopencl runs: nogil would fall back everywhere")
+    s = _Spy(lib)
+    monkeypatch.setattr(nogil, "_lib", s)
+    return s
+
+
+def test_the_library_is_the_loader_pyopencl_loaded(dev):
+    mapped = [p for p in nogil._candidates() if p.startswith("/")]
+    assert nogil.library() is not None
+    if mapped:     # (Linux): the process's own loader comes first
+        assert nogil.library()._name == mapped[0]
+
+
+def test_a_device_buffer_goes_in_the_foreign_release_its_last_reference(dev, spy):
+    before = dev.live_buffers()
+    buf = dev.buffer(1 << 20, "a test buffer")
+    ptr = buf.int_ptr
+    assert dev.live_buffers()["buffers"] == before["buffers"] + 1
+    buf.release()
+    assert [c[:2] for c in spy.calls] == [("clRetainMemObject", ptr), ("clReleaseMemObject", ptr)]
+    assert spy.calls[0][2] == 1, "the buffer had other references before the release"
+    assert spy.calls[1][2] == 1, "pyopencl's release did not count down first: the foreign one was not the last"
+    assert dev.live_buffers() == before
+    with pytest.raises(pyopencl.LogicError):    # released twice: pyopencl says so, nothing touches freed memory
+        buf.release()
+    assert len(spy.calls) == 2
+
+
+def test_a_release_that_fails_gives_back_the_reference_it_took(dev, spy):
+    buf = pyopencl.Buffer(dev.context, pyopencl.mem_flags.READ_WRITE, 4096)
+    ptr = buf.int_ptr
+
+    def refused():
+        raise RuntimeError("the held release failed")
+    with pytest.raises(RuntimeError, match="held release failed"):
+        nogil.release(buf, refused)
+    assert _refcount(ptr) == 1
+    buf.release()
+
+
+def test_a_buffer_over_a_host_array_is_released_by_pyopencl_alone(dev, spy):
+    host = np.arange(1024, dtype=np.float32)
+    buf = pyopencl.Buffer(dev.context, pyopencl.mem_flags.READ_WRITE | pyopencl.mem_flags.USE_HOST_PTR, hostbuf=host)
+    nogil.release(buf, buf.release)
+    assert spy.calls == []
+
+
+def test_a_marker_runs_after_what_came_before_and_has_profiling(dev, spy):
+    q = dev.queue
+    host = np.random.default_rng(0).standard_normal(1 << 18).astype(np.float32)
+    buf = dev.buffer(host.nbytes, "a marked buffer")
+    try:
+        copy = pyopencl.enqueue_copy(q, buf, host, is_blocking=False)
+        marker = nogil.enqueue_marker(q)
+        nogil.flush(q)
+        assert [c[0] for c in spy.calls] == ["clEnqueueMarkerWithWaitList", "clFlush"]
+        assert isinstance(marker, pyopencl.Event)
+        assert marker.command_type == pyopencl.command_type.MARKER
+        marker.wait()
+        assert copy.command_execution_status == pyopencl.command_execution_status.COMPLETE
+        assert marker.profile.queued > 0 and marker.profile.end >= copy.profile.end
+        back = np.full_like(host, np.nan)
+        pyopencl.enqueue_copy(q, back, buf, is_blocking=True)
+        np.testing.assert_array_equal(back, host)
+    finally:
+        buf.release()
+
+
+def test_an_opencl_error_is_raised_as_pyopencls(dev, monkeypatch):
+    monkeypatch.setattr(nogil, "_lib", _Spy(nogil.library(), fail={"clFlush": -36}))
+    with pytest.raises(pyopencl.RuntimeError, match=r"clFlush failed: OpenCL error -36"):
+        nogil.flush(dev.queue)
+
+
+def test_without_a_library_pyopencl_makes_the_calls(dev, monkeypatch):
+    monkeypatch.setattr(nogil, "_lib", None)
+    monkeypatch.setattr(nogil, "_tried", True)
+    before = dev.live_buffers()
+    buf = dev.buffer(4096, "a buffer released by pyopencl")
+    buf.release()
+    assert dev.live_buffers() == before
+    marker = nogil.enqueue_marker(dev.queue)
+    nogil.flush(dev.queue)
+    marker.wait()
+    assert marker.command_execution_status == pyopencl.command_execution_status.COMPLETE
