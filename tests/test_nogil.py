@@ -10,6 +10,7 @@ a release to show it.)
 from __future__ import annotations
 
 import ctypes
+import time
 
 import numpy as np
 import pytest
@@ -143,3 +144,49 @@ def test_without_a_library_pyopencl_makes_the_calls(dev, monkeypatch):
     nogil.flush(dev.queue)
     marker.wait()
     assert marker.command_execution_status == pyopencl.command_execution_status.COMPLETE
+
+
+_SCALE = """
+__kernel void scale(__global const float *x, __global float *y, const float a, const uint n) {
+    const uint i = get_global_id(0);
+    if (i < n) y[i] = a * x[i];
+}
+"""
+
+
+def test_a_kernel_launched_without_the_lock_computes_what_pyopencls_launch_does(dev, spy):
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(1000).astype(np.float32)
+    q = dev.queue
+    kernel = nogil.Kernel(pyopencl.Kernel(pyopencl.Program(dev.context, _SCALE).build(), "scale"))
+    src = pyopencl.Buffer(dev.context, pyopencl.mem_flags.READ_WRITE, x.nbytes)
+    dst = pyopencl.Buffer(dev.context, pyopencl.mem_flags.READ_WRITE, x.nbytes)
+    try:
+        up = pyopencl.enqueue_copy(q, src, x, is_blocking=False)
+        pyopencl.enqueue_fill_buffer(q, dst, np.float32(np.nan), 0, x.nbytes).wait()     # poisoned
+        ev = kernel(q, (1024,), (64,), src, dst, np.float32(-2.5), np.uint32(x.size), wait_for=[up])
+        assert [c[0] for c in spy.calls] == ["clEnqueueNDRangeKernel"]
+        assert isinstance(ev, pyopencl.Event) and ev.command_type == pyopencl.command_type.NDRANGE_KERNEL
+        ev.wait()
+        got = np.empty_like(x)
+        pyopencl.enqueue_copy(q, got, dst, is_blocking=True)
+        np.testing.assert_array_equal(got, np.float32(-2.5) * x)
+        # no local size (the driver picks it), and pyopencl's own launch where it is given what it alone knows
+        kernel(q, (x.size,), None, src, dst, np.float32(3.0), np.uint32(x.size)).wait()
+        kernel(q, (x.size,), None, src, dst, np.float32(0.5), np.uint32(x.size), global_offset=(0,)).wait()
+        assert [c[0] for c in spy.calls] == ["clEnqueueNDRangeKernel"] * 2
+        pyopencl.enqueue_copy(q, got, dst, is_blocking=True)
+        np.testing.assert_array_equal(got, np.float32(0.5) * x)
+        assert kernel.function_name == "scale"      # (anything else is the kernel's)
+        gate = pyopencl.UserEvent(dev.context)     # the launch waits for what it is given to wait for
+        held = kernel(q, (x.size,), None, src, dst, np.float32(4.0), np.uint32(x.size), wait_for=[gate])
+        nogil.flush(q)
+        time.sleep(0.2)
+        assert held.command_execution_status != pyopencl.command_execution_status.COMPLETE
+        gate.set_status(pyopencl.command_execution_status.COMPLETE)
+        held.wait()
+        pyopencl.enqueue_copy(q, got, dst, is_blocking=True)
+        np.testing.assert_array_equal(got, np.float32(4.0) * x)
+    finally:
+        src.release()
+        dst.release()

@@ -61,7 +61,9 @@ def _load():
             lib = ctypes.CDLL(name)
             for fn, args in (("clRetainMemObject", [handle]), ("clReleaseMemObject", [handle]),
                              ("clFlush", [handle]),
-                             ("clEnqueueMarkerWithWaitList", [handle, count, handle, ctypes.POINTER(handle)])):
+                             ("clEnqueueMarkerWithWaitList", [handle, count, handle, ctypes.POINTER(handle)]),
+                             ("clEnqueueNDRangeKernel", [handle, handle, count, handle, handle, handle, count, handle,
+                                                         ctypes.POINTER(handle)])):
                 f = getattr(lib, fn)
                 f.argtypes, f.restype = args, ctypes.c_int32
         except (OSError, AttributeError):
@@ -121,3 +123,45 @@ def flush(queue) -> None:
         queue.flush()
         return
     _check(lib.clFlush(queue.int_ptr), "clFlush")
+
+
+def enqueue_kernel(queue, kernel, global_size, local_size, args, wait_for=None):
+    """``kernel(queue, global_size, local_size, *args, wait_for=wait_for)`` (pyopencl's launch), its event; the
+    arguments set with Python's lock held, the launch made without it.
+
+    As with pyopencl's own launch, the caller keeps two threads from
+    launching one kernel object at once (its arguments are the kernel's).
+    """
+    import pyopencl as cl
+
+    lib = library()
+    if lib is None:
+        return kernel(queue, global_size, local_size, *args, wait_for=wait_for)
+    kernel.set_args(*args)
+    dim = len(global_size)
+    sizes = (ctypes.c_size_t * dim)(*global_size)
+    local = (ctypes.c_size_t * dim)(*local_size) if local_size is not None else None
+    waits = [e.int_ptr for e in (wait_for or ()) if e is not None]
+    wait_list = (ctypes.c_void_p * len(waits))(*waits) if waits else None
+    event = ctypes.c_void_p()
+    _check(lib.clEnqueueNDRangeKernel(queue.int_ptr, kernel.int_ptr, dim, None, ctypes.cast(sizes, ctypes.c_void_p),
+                                      ctypes.cast(local, ctypes.c_void_p) if local is not None else None,
+                                      len(waits), ctypes.cast(wait_list, ctypes.c_void_p) if waits else None,
+                                      ctypes.byref(event)), "clEnqueueNDRangeKernel")
+    return cl.Event.from_int_ptr(event.value, retain=False)
+
+
+class Kernel:
+    """A pyopencl kernel whose launches (``kernel(queue, global_size, local_size, *args, wait_for=None)``) go through
+    :func:`enqueue_kernel`; anything else is the kernel's."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+
+    def __call__(self, queue, global_size, local_size, *args, wait_for=None, **kw):
+        if kw:      # (an offset, pyopencl's flags: its own launch)
+            return self.kernel(queue, global_size, local_size, *args, wait_for=wait_for, **kw)
+        return enqueue_kernel(queue, self.kernel, global_size, local_size, args, wait_for)
+
+    def __getattr__(self, name):
+        return getattr(self.kernel, name)
