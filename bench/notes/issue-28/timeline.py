@@ -159,6 +159,31 @@ def trace_install(dask_worker=None):
     timed(decoding, "_read_packed", "packed")       # the device path: the frames read into the staging
     timed(decoding, "_decode_read", "decode_call")  # ... planned, uploaded (waited for) and enqueued
     timed(encoding, "_encode_job", "encode_job")    # an encoder thread's job: its slot's wait, the copy, the encode
+    from dgemm.opencl.codecs import _programs, zstd_decode
+    timed(zstd_decode, "checked", "plan")           # the device path: a frame read on the host (its plan)
+    timed(zstd_decode, "decode_zstd", "decode_enqueue")   # ... its uploads and kernels enqueued (the rest: waits)
+
+    class TimedLock:    # a codec program's launch lock: ("lock", thread, program, asked, got, let go)
+        def __init__(self, lock, what):
+            self.lock, self.what, self.local = lock, what, threading.local()
+
+        def __enter__(self):
+            asked = time.perf_counter()
+            self.lock.acquire()
+            self.local.times = (asked, time.perf_counter())
+
+        def __exit__(self, *exc):
+            self.lock.release()
+            rec("lock", threading.get_ident(), self.what, *self.local.times, time.perf_counter())
+
+    program = _programs.program
+
+    def timed_program(device, source, *args, **kw):
+        built = program(device, source, *args, **kw)
+        if not isinstance(built.lock, TimedLock):
+            built.lock = TimedLock(built.lock, source)
+        return built
+    _programs.program = timed_program
 
     loop = getattr(dask_worker, "loop", None)
 
@@ -274,7 +299,13 @@ def summary(log, t0, wall, width):
         return {"n": len(d), "thread_s": round(sum(d), 2), "mean_s": round(sum(d) / len(d), 4) if d else None,
                 "max_s": round(max(d), 4) if d else None}
     phases = {what: stats([(x[2] - t0, x[3] - t0) for x in log if x[0] == what])
-              for what in ("packed", "decode_call", "encode_job", "encode")}
+              for what in ("packed", "decode_call", "plan", "decode_enqueue", "encode_job", "encode")}
+    locks = {}      # per codec program: its launch lock's waits and holds
+    for what in sorted({x[2] for x in log if x[0] == "lock"}):
+        xs = [x for x in log if x[0] == "lock" and x[2] == what]
+        locks[what] = {"n": len(xs), "wait_ms": round(1e3 * sum(x[4] - x[3] for x in xs) / len(xs), 2),
+                       "max_wait_ms": round(1e3 * max(x[4] - x[3] for x in xs), 2),
+                       "hold_ms": round(1e3 * sum(x[5] - x[4] for x in xs) / len(xs), 2)}
     commands = {}   # per thread, purpose and kind: how long its commands waited on the device, and ran
     for key in sorted({(x[1], x[2], x[3]) for x in cmds}):
         xs = [x for x in cmds if (x[1], x[2], x[3]) == key]
@@ -283,7 +314,7 @@ def summary(log, t0, wall, width):
                                    "ran_ms": round(1e3 * sum(x[6] - x[5] for x in xs) / len(xs), 3),
                                    "device_s": round(sum(x[6] - x[5] for x in xs), 4)}
     return {"bins": bins, "reads_device": stats(dev_reads), "reads_host": stats(host_reads), **phases,
-            "commands": commands,
+            "commands": commands, "launch_locks": locks,
             "loop_lag_ms": {"n": len(lags), "mean": round(1e3 * sum(d for _, d in lags) / len(lags), 2) if lags else None,
                             "max": round(1e3 * max((d for _, d in lags), default=0.0), 1)},
             "device_declined": sum(1 for x in dev if not x[4]), "device_taken": len(taken),
