@@ -133,6 +133,19 @@ def test_an_opencl_error_is_raised_as_pyopencls(dev, monkeypatch):
         nogil.flush(dev.queue)
 
 
+def test_an_allocation_failure_in_a_foreign_call_is_the_devices_memory_error(dev, monkeypatch):
+    from dgemm.errors import DeviceMemoryError
+    from dgemm.opencl.device import device_error
+
+    monkeypatch.setattr(nogil, "_lib", _Spy(nogil.library(), fail={"clEnqueueMarkerWithWaitList": -4}))
+    with pytest.raises(pyopencl.RuntimeError, match="MEM_OBJECT_ALLOCATION_FAILURE") as info:
+        nogil.enqueue_marker(dev.queue)
+    assert isinstance(device_error("a device", "marking the queue", info.value), DeviceMemoryError)
+    monkeypatch.setattr(nogil, "_lib", _Spy(nogil.library(), fail={"clFlush": -99999}))
+    with pytest.raises(pyopencl.RuntimeError, match=r"clFlush failed: OpenCL error -99999$"):
+        nogil.flush(dev.queue)
+
+
 def test_without_a_library_pyopencl_makes_the_calls(dev, monkeypatch):
     monkeypatch.setattr(nogil, "_lib", None)
     monkeypatch.setattr(nogil, "_tried", True)

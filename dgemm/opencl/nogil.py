@@ -73,10 +73,16 @@ def _load():
 
 
 def _check(code: int, what: str) -> None:
+    """Raise pyopencl's error for a failed call, its status named as pyopencl names it (so that
+    :func:`dgemm.opencl.device.device_error` tells an allocation failure from the rest)."""
     if code:
         import pyopencl as cl
 
-        raise cl.RuntimeError(f"{what} failed: OpenCL error {code}")
+        try:
+            name = f" ({cl.status_code.to_string(code)})"
+        except ValueError:      # (a code pyopencl does not know)
+            name = ""
+        raise cl.RuntimeError(f"{what} failed: OpenCL error {code}{name}")
 
 
 def release(buffer, release_held) -> None:
