@@ -155,8 +155,6 @@ class BlockEngine:
         is copied straight into place (None: the copy is finished); others go
         through a staging buffer and the padding or transposing kernel.
         """
-        import pyopencl as cl
-
         if host.dtype != self.dtype or not host.flags.c_contiguous:
             # the copy below sends raw bytes: a big-endian (or other) block would reach the kernels as garbage
             raise TypeError(f"internal: a {host.dtype} block (C-contiguous: {host.flags.c_contiguous}) reached "
@@ -171,7 +169,7 @@ class BlockEngine:
         if not transpose and (rows, cols) == (drows, dcols):
             if host.size:
                 with self.device.failing(f"uploading a {size}"):
-                    self._transferred(cl.enqueue_copy(q, out, host, is_blocking=True))
+                    self._transferred(nogil.copied(q, out, host))
             self._add(bytes_up=host.nbytes, upload_seconds=time.perf_counter() - t0)
             return ev
         # Its own staging buffer, so concurrent uploads never share one.  Released as soon as the
@@ -181,7 +179,7 @@ class BlockEngine:
         try:
             with self.device.failing(f"uploading a {size}"):
                 if host.size:
-                    self._transferred(cl.enqueue_copy(q, raw, host, is_blocking=True))
+                    self._transferred(nogil.copied(q, raw, host))
             ev = self._pad(q, raw, rows, cols, transpose, drows, dcols, out)
         finally:
             raw.release()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import threading
+import time
 
 _lib = None
 _tried = False
@@ -61,6 +62,7 @@ def _load():
             lib = ctypes.CDLL(name)
             for fn, args in (("clRetainMemObject", [handle]), ("clReleaseMemObject", [handle]),
                              ("clFlush", [handle]),
+                             ("clGetEventInfo", [handle, count, ctypes.c_size_t, handle, handle]),
                              ("clEnqueueMarkerWithWaitList", [handle, count, handle, ctypes.POINTER(handle)]),
                              ("clEnqueueNDRangeKernel", [handle, handle, count, handle, handle, handle, count, handle,
                                                          ctypes.POINTER(handle)])):
@@ -155,6 +157,58 @@ def enqueue_kernel(queue, kernel, global_size, local_size, args, wait_for=None):
                                       len(waits), ctypes.cast(wait_list, ctypes.c_void_p) if waits else None,
                                       ctypes.byref(event)), "clEnqueueNDRangeKernel")
     return cl.Event.from_int_ptr(event.value, retain=False)
+
+
+_QUEUE, _EXECUTION_STATUS = 0x11D0, 0x11D3     # CL_EVENT_COMMAND_QUEUE, CL_EVENT_COMMAND_EXECUTION_STATUS
+
+
+def wait(events, first: float = 5e-5, longest: float = 5e-4) -> None:
+    """Wait for ``events`` (one or several pyopencl events) by polling their status between sleeps.
+
+    Neither a blocking transfer nor ``clWaitForEvents``: NVIDIA's driver
+    holds its own lock through a blocking transfer, and every other thread's
+    OpenCL call waits for it (bench/notes/issue-28/driver_waits.py); and a
+    waiting thread may spin on a core that the host's decoders need.  The
+    status is read without Python's lock, first after ``first`` seconds, the
+    sleeps doubling up to ``longest``.  A failed command raises pyopencl's
+    error, from its own wait.
+    """
+    if not isinstance(events, (list, tuple)):
+        events = [events]
+    lib = library()
+    if lib is None:
+        import pyopencl as cl
+
+        cl.wait_for_events([e for e in events if e is not None])
+        return
+    status, queue, pause = ctypes.c_int32(), ctypes.c_void_p(), first
+    for event in events:
+        if event is None:
+            continue
+        # its queue flushed first, as clWaitForEvents does: a command never submitted never completes
+        _check(lib.clGetEventInfo(event.int_ptr, _QUEUE, ctypes.sizeof(queue), ctypes.byref(queue), None),
+               "clGetEventInfo")
+        if queue.value:     # (a user event has none)
+            _check(lib.clFlush(queue.value), "clFlush")
+        while True:
+            _check(lib.clGetEventInfo(event.int_ptr, _EXECUTION_STATUS, 4, ctypes.byref(status), None),
+                   "clGetEventInfo")
+            if status.value <= 0:
+                break
+            time.sleep(pause)
+            pause = min(2 * pause, longest)
+        if status.value < 0:
+            event.wait()    # (raises pyopencl's error for the failed command)
+
+
+def copied(queue, dest, src, **kw):
+    """``pyopencl.enqueue_copy(queue, dest, src, **kw)``, finished: enqueued without blocking and
+    waited for by :func:`wait` (a blocking copy holds the driver's lock throughout); its event."""
+    import pyopencl as cl
+
+    event = cl.enqueue_copy(queue, dest, src, is_blocking=False, **kw)
+    wait(event)
+    return event
 
 
 class Kernel:
