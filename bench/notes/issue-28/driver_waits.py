@@ -84,7 +84,9 @@ def main():
     def uploader(i, stop, blocking, done):
         n = 0
         while not stop.is_set():
-            if blocking:
+            if blocking == "polled":
+                nogil.copied(q_transfer, targets[i], sources[i][1])
+            elif blocking:
                 cl.enqueue_copy(q_transfer, targets[i], sources[i][1], is_blocking=True)
             else:
                 cl.enqueue_copy(q_transfer, targets[i], sources[i][1], is_blocking=False).wait()
@@ -145,6 +147,7 @@ def main():
     loads = []
     for load, blocking, keep_busy in (("alone", None, False), ("device busy", None, True),
                                       ("uploads blocking", True, False), ("uploads by event", False, False),
+                                      ("uploads polled (nogil.copied)", "polled", False),
                                       ("device busy, uploads blocking", True, True)):
         stop, done, probed = threading.Event(), [], {}
         threads = [threading.Thread(target=uploader, args=(i, stop, blocking, done), daemon=True)
@@ -154,25 +157,49 @@ def main():
         threads.append(threading.Thread(target=probe, args=(stop, probed), daemon=True))
         for t in threads:
             t.start()
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         record = {"load": load, "calls": {name: timed(fn, args.seconds / len(calls)) for name, fn in calls.items()}}
         q_kernel.finish()
         stop.set()
         for t in threads:
             t.join(30)
         wall = time.perf_counter() - t0
+        record["process_cores"] = round((time.process_time() - cpu0) / wall, 2)   # (a spinning wait shows here)
         record["probe"] = probed
         record["uploads"] = sum(done)
         record["upload_gb_s"] = round(sum(done) * nbytes / wall / 1e9, 2)
         loads.append(record)
         print(json.dumps(record), flush=True)
+    # How a thread waits for a command that takes a while: its own CPU time against the wall's, per way of waiting.
+    waits = {}
+    for how in ("clWaitForEvents", "nogil.wait", "blocking read behind it"):
+        cpu, wall, n = 0.0, 0.0, 0
+        small = np.empty(1, np.float32)
+        while wall < max(args.seconds / 2, 0.2):
+            ev = None
+            for _ in range(20):     # a chain of about 20 busy launches (a GEMM's time)
+                ev = spin(q_busy, (args.busy_items,), None, spun, np.int32(args.busy_iters))
+            q_busy.flush()
+            c0, w0 = time.thread_time(), time.perf_counter()
+            if how == "clWaitForEvents":
+                ev.wait()
+            elif how == "nogil.wait":
+                nogil.wait(ev)
+            else:
+                cl.enqueue_copy(q_busy, small, spun, is_blocking=True)
+            cpu += time.thread_time() - c0
+            wall += time.perf_counter() - w0
+            n += 1
+        q_busy.finish()
+        waits[how] = {"n": n, "wall_ms_each": round(1e3 * wall / n, 2), "cpu_per_wall": round(cpu / wall, 3)}
+    print(json.dumps({"waits": waits}), flush=True)
     meta = {"what": "OpenCL calls' times from one thread, alone and while other threads copy blocks to the device "
                     "(blocking on one shared queue; by event): through pyopencl (Python's lock held) and nogil",
             "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "device": dev.name, "cores": os.cpu_count(),
             "host_cores": os.cpu_count(), "commit": os.environ.get("DGEMM_COMMIT", "unknown"),
             "command": "python " + " ".join([os.path.relpath(__file__)] + sys.argv[1:])}
     with open(args.out, "w") as f:
-        json.dump({"meta": meta, "loads": loads}, f, indent=1)
+        json.dump({"meta": meta, "loads": loads, "waits": waits}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 # A/B of dgemm versions in one device call, each in clusters of its own, alternating, on the same inputs: what a
 # change did end to end, apart from the machine (across machines `off` moves by 0.2-0.6 s at 32768²).
 #   here:   bash bench/notes/issue-28/gpu_session_ab.sh prepare v0=52c1b94 v2=HEAD   (git archive into .ab/, ignored)
+#           (v3=HEAD,DGEMM_READ_THREADS=24: that version runs with these variables set, comma-separated)
 #   device: run with carry [".whl", ".ab"], after `source .whl/gpu-env.sh`:
 #           OUT=/some/folder SIZE=32768 DEVICES=gpu MODES=on,off ROUNDS=2 bash bench/notes/issue-28/gpu_session_ab.sh run
 #           (`raw`: raw chunks in and out beside them, gemm-tasks 1 and 2, REPEATS runs each)
@@ -15,8 +16,11 @@ prepare)
     shift
     rm -rf .ab
     for spec in "$@"; do
-        mkdir -p ".ab/${spec%%=*}" && git archive "${spec#*=}" dgemm | tar -x -C ".ab/${spec%%=*}"
-        echo "${spec%%=*} $(git rev-parse --short "${spec#*=}")" >> .ab/versions
+        v=${spec%%=*} rest=${spec#*=}
+        sha=${rest%%,*}
+        mkdir -p ".ab/$v" && git archive "$sha" dgemm | tar -x -C ".ab/$v"
+        if [ "$rest" != "$sha" ]; then echo "${rest#*,}" | tr , '\n' > ".ab/$v.env"; fi
+        echo "$v $(git rev-parse --short "$sha")" >> .ab/versions
     done
     cat .ab/versions
     ;;
@@ -28,7 +32,8 @@ run)
     for round in $(seq "${ROUNDS:-2}"); do
         while read -r v sha; do
             (cd bench && PYTHONPATH=$PWD/../.ab/$v${PYTHONPATH:+:$PYTHONPATH} python3 -c "import dgemm; print('$v', dgemm.__file__)")
-            PYTHONPATH=$PWD/.ab/$v${PYTHONPATH:+:$PYTHONPATH} DGEMM_COMMIT=$sha python3 bench/notes/issue-28/device_codecs_onoff.py \
+            env $(cat ".ab/$v.env" 2>/dev/null) PYTHONPATH=$PWD/.ab/$v${PYTHONPATH:+:$PYTHONPATH} DGEMM_COMMIT=$sha \
+                python3 bench/notes/issue-28/device_codecs_onoff.py \
                 "$OUT/ab-$v-r$round.json" --size "${SIZE:-32768}" --codec zstd --devices "${DEVICES:-gpu}" --repeats 2 \
                 --modes "${MODES:-on,off}" --gemm-tasks "${GEMM_TASKS:-1}" --inputs "$inputs/zstd" 2>&1 \
                 | grep '^{"mode"' | python3 -c "
