@@ -308,7 +308,7 @@ def _decode_read(device, dec, found, out, events, data, starts, host, pending=No
                     src_pitches=(chunk_cols * itemsize, 0), dst_pitches=(width * itemsize, 0)))
             own.extend(("copy", e) for e in done)
             if calls is None:
-                nogil.wait(done)
+                cl.wait_for_events(done)
     if events is not None:
         events.extend(own)
     if calls is not None and own:
@@ -316,7 +316,7 @@ def _decode_read(device, dec, found, out, events, data, starts, host, pending=No
         nogil.flush(queue)
         device.scratch.leave_after(last)
         # the thread's staging is read by this call's uploads; its next block refills it
-        nogil.wait([e for what, e in own if what == "upload"] or [last])
+        cl.wait_for_events([e for what, e in own if what == "upload"] or [last])
         checks = [check for _, check in calls]
 
         def check_all():
@@ -492,7 +492,7 @@ def _decode_batch(device, batch: list) -> None:
         nogil.flush(queue)
         device.scratch.leave_after(last)
         # the readers' staging is read by the uploads; their next blocks refill it
-        nogil.wait([e for what, e in own if what == "upload"] or [last])
+        cl.wait_for_events([e for what, e in own if what == "upload"] or [last])
         ok = True
     except Exception:   # noqa: BLE001  (a frame the call refused, or no room for it: each block alone says)
         try:

@@ -62,7 +62,6 @@ import types
 
 import numpy as np
 
-from dgemm.opencl import nogil
 from dgemm.opencl.codecs import _programs
 from dgemm.opencl.codecs import zstd_fastplan
 from dgemm.opencl.codecs import zstd_frames as zf
@@ -416,7 +415,7 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
                 queue.flush()
 
                 def check(only=None):
-                    nogil.wait(reads)
+                    cl.wait_for_events(reads)
                     _raise_first(plans, batch, tree_info[:ntrees], stream_err[:nstreams], seq_err[:nseqblocks],
                                  exec_err, only)
 
@@ -426,7 +425,7 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
             # error rows: a read into ordinary memory that has to wait for kernels blocks inside the
             # driver with Python's lock held, and every other reader thread of the worker waits with it.
             # (The queue is in order; a finish would also wait for other threads' commands on a shared queue.)
-            nogil.wait(launched[-1][1])
+            cl.wait_for_events([launched[-1][1]])
             for host, dev in rows:
                 cl.enqueue_copy(queue, host, dev, is_blocking=True)
     finally:

@@ -39,7 +39,6 @@ import time
 import numpy as np
 
 from dgemm.errors import DgemmError
-from dgemm.opencl import nogil
 from dgemm.opencl.codecs import _programs, huffman
 
 MAGIC = b"\x28\xb5\x2f\xfd"
@@ -379,10 +378,8 @@ def encode_zstd(device, buf, offsets, nbytes, names=None, events: list | None = 
                 region_hists = take(nregions * 1024, "zstd region histograms")
                 record("upload", cl.enqueue_fill_buffer(queue, region_hists, np.uint32(0), 0, nregions * 1024))
                 with prog.lock:
-                    hist = prog.histogram(queue, (nrows * lanes,), (lanes,), buf, rows, hists, region_hists,
-                                          wait_for=wait_for)
-                record("histogram", hist)
-                nogil.wait(hist)    # (a read that waits for kernels holds the driver's lock meanwhile)
+                    record("histogram", prog.histogram(queue, (nrows * lanes,), (lanes,), buf, rows, hists,
+                                                       region_hists, wait_for=wait_for))
                 wait_for = None     # (what follows on the in-order queue runs after the histograms)
                 counts = np.empty((nregions, 256), np.uint32)
                 record("download", cl.enqueue_copy(queue, counts, region_hists))   # waits
@@ -398,9 +395,8 @@ def encode_zstd(device, buf, offsets, nbytes, names=None, events: list | None = 
                 bits_buf = take(nrows * 12, "zstd stream sizes")
                 width = -(-nrows // 64) * 64
                 with prog.lock:
-                    sized = prog.stream_bits(queue, (width,), None, hists, rows, codes_buf, bits_buf, np.uint32(nrows))
-                record("stream_bits", sized)
-                nogil.wait(sized)
+                    record("stream_bits", prog.stream_bits(queue, (width,), None, hists, rows, codes_buf, bits_buf,
+                                                           np.uint32(nrows)))
                 stream_bits = np.empty((nrows, 3), np.uint32)
                 record("download", cl.enqueue_copy(queue, stream_bits, bits_buf))
             t0 = time.perf_counter()
@@ -436,7 +432,8 @@ def encode_zstd(device, buf, offsets, nbytes, names=None, events: list | None = 
             reads.append(cl.enqueue_copy(queue, into, out, is_blocking=False))
             for r in reads:
                 record("download", r)
-            nogil.wait(reads)
+            queue.flush()
+            cl.wait_for_events(reads)
     finally:
         for b in buffers:
             b.release()
