@@ -13,5 +13,5 @@ set -u
 : "${OUT:?set OUT to the folder for the records}"
 mkdir -p "$OUT"
 cd "$(dirname "$0")/../../.."     # the project's root, wherever this is run from
-OUT=$OUT/devices01 DEVICES=0,1 MODES=share GEMM_TASKS=1 ROUNDS=2 SIZE=49152 bash bench/notes/issue-28/gpu_session_ab.sh run
+OUT=$OUT/devices01 DEVICES=0,1 MODES=share GEMM_TASKS=1 ROUNDS=${ROUNDS01:-2} SIZE=49152 bash bench/notes/issue-28/gpu_session_ab.sh run
 OUT=$OUT/devices0 DEVICES=0 MODES=share GEMM_TASKS=1 ROUNDS=1 SIZE=49152 bash bench/notes/issue-28/gpu_session_ab.sh run
