@@ -203,3 +203,59 @@ def test_a_kernel_launched_without_the_lock_computes_what_pyopencls_launch_does(
     finally:
         src.release()
         dst.release()
+
+
+def test_a_copy_has_run_when_copied_returns_its_queue_flushed_first(dev, spy):
+    q = dev.transfer_queue
+    host = np.random.default_rng(3).standard_normal(1 << 20).astype(np.float32)
+    buf = dev.buffer(host.nbytes, "a copied buffer")
+    try:
+        pyopencl.enqueue_fill_buffer(q, buf, np.float32(np.nan), 0, host.nbytes).wait()     # poisoned
+        ev = nogil.copied(q, buf, host)
+        assert ev.command_execution_status == pyopencl.command_execution_status.COMPLETE
+        assert ev.command_type == pyopencl.command_type.WRITE_BUFFER
+        names = [c[0] for c in spy.calls]
+        assert names[:2] == ["clGetEventInfo", "clFlush"], "the queue is not flushed before the status is polled"
+        assert spy.calls[1][1] == q.int_ptr and set(names[2:]) == {"clGetEventInfo"}
+        back = np.empty_like(host)
+        pyopencl.enqueue_copy(q, back, buf, is_blocking=True)
+        np.testing.assert_array_equal(back, host)
+    finally:
+        buf.release()
+
+
+def test_a_wait_returns_once_the_command_it_waits_for_has_run(dev, spy):
+    import threading
+
+    gate = pyopencl.UserEvent(dev.context)
+    marker = pyopencl.enqueue_marker(dev.queue, wait_for=[gate])
+    opened = threading.Timer(0.3, gate.set_status, (pyopencl.command_execution_status.COMPLETE,))
+    t0 = time.perf_counter()
+    opened.start()
+    nogil.wait([None, marker])      # (None entries, as in a list of optional events, are passed over)
+    assert time.perf_counter() - t0 >= 0.29
+    assert marker.command_execution_status == pyopencl.command_execution_status.COMPLETE
+    assert len(spy.calls) > 3, "the status was read only once or twice over a 0.3 s wait"
+    nogil.wait(marker)      # (one event, already complete: one status read and a flush)
+
+
+def test_a_failed_command_raises_pyopencls_error(dev, spy):
+    import threading
+
+    gate = pyopencl.UserEvent(dev.context)
+    threading.Timer(0.1, gate.set_status, (-5,)).start()     # (a negative status: the command failed)
+    with pytest.raises(pyopencl.Error):
+        nogil.wait(gate)
+
+
+def test_without_a_library_a_wait_is_pyopencls(dev, monkeypatch):
+    monkeypatch.setattr(nogil, "_lib", None)
+    monkeypatch.setattr(nogil, "_tried", True)
+    host = np.arange(4096, dtype=np.float32)
+    buf = dev.buffer(host.nbytes, "a buffer copied by pyopencl")
+    try:
+        ev = nogil.copied(dev.transfer_queue, buf, host)
+        assert ev.command_execution_status == pyopencl.command_execution_status.COMPLETE
+        nogil.wait([ev, None])
+    finally:
+        buf.release()
