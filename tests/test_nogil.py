@@ -244,7 +244,7 @@ def test_a_failed_command_raises_pyopencls_error(dev, spy):
 
     gate = pyopencl.UserEvent(dev.context)
     threading.Timer(0.1, gate.set_status, (-5,)).start()     # (a negative status: the command failed)
-    with pytest.raises(pyopencl.Error):
+    with pytest.raises(pyopencl.RuntimeError, match=r"a command waited for failed: OpenCL error -5"):
         nogil.wait(gate)
 
 
