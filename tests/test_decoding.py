@@ -16,6 +16,7 @@ setting refused before any work.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import os
 import re
@@ -183,6 +184,27 @@ def test_share_leaves_a_block_to_the_host_while_every_slot_is_busy(any_device, t
     got, sent, grew = device_read(any_device, block, share=True)
     np.testing.assert_array_equal(got, data)
     assert grew["device_decoded_bytes"] > 0 and grew["host_decoded_bytes"] == 0 and reads, grew
+
+
+def test_share_leaves_a_block_other_workers_of_the_host_read_to_the_device(any_device, tmp_path, rng):
+    """Under ``share``, a block that other device workers of the host also read (``host_shared``) waits for this
+    device's slots, as under ``on``: the host's cores would decode it once for each worker; a block this worker
+    alone reads is left to the host while every slot is busy, and anything but a Zarr block passes as it is."""
+    from dgemm.worker import decoding
+
+    arr, data = create(tmp_path / "a.zarr", LZ4["v3 zstd"], rng, dtype="float32")
+    mine = ZarrBlock(arr, (0, SHAPE[0]), (0, SHAPE[1]))
+    theirs = dataclasses.replace(mine, host_shared=True, host_readers=2)
+    with every_slot_held(any_device):
+        assert decoding.through(mine, share=True).declines(any_device)
+        assert not decoding.through(theirs, share=True).declines(any_device)
+    assert decoding.through(theirs, share=True).share is False and decoding.through(mine, share=True).share is True
+    assert decoding.through(theirs, share=False, only=frozenset({"zstd"})).only == frozenset({"zstd"})
+    got, sent, grew = device_read(any_device, theirs, share=False)
+    np.testing.assert_array_equal(got, data)
+    assert grew["device_decoded_bytes"] > 0 and grew["host_decoded_bytes"] == 0, grew
+    plain = np.zeros((2, 2))
+    assert decoding.through(plain, share=True) is plain
 
 
 @pytest.mark.parametrize("trans_a", [False, True], ids=["a", "a-transposed"])

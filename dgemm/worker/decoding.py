@@ -95,8 +95,19 @@ def only(device) -> frozenset | None:
 
 
 def through(ref, share: bool = False, only: frozenset | None = None):
-    """``ref`` as a :class:`DeviceDecoded` where it is a Zarr input block; anything else as it is."""
-    return DeviceDecoded(ref, share, only) if type(ref) is ZarrBlock else ref
+    """``ref`` as a :class:`DeviceDecoded` where it is a Zarr input block; anything else as it is.
+
+    Under ``share``, a block that other device workers of this host read too
+    (``host_shared``: the placement marks it) waits for this device's decode
+    slots rather than go to the host's readers: each of those workers has its
+    own device to decode it on, but the host's cores, which they share, would
+    decode it once for each of them (two GPUs of a host, 49152² zstd: 29 GB
+    decoded on the host and the devices for 19.3 GB of inputs; bench/NOTES.md,
+    issue 28, fifteenth session).
+    """
+    if type(ref) is not ZarrBlock:
+        return ref
+    return DeviceDecoded(ref, share and not ref.host_shared, only)
 
 
 class DeviceDecoded(Through):
