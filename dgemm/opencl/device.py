@@ -421,7 +421,8 @@ class Device:
         with self._lock:
             if copy not in self._pools:
                 n = min(read_threads(), COPY_THREADS) if copy else read_threads()
-                self._pools[copy] = ThreadPoolExecutor(n, thread_name_prefix="dgemm-copy" if copy else "dgemm-read")
+                self._pools[copy] = ThreadPoolExecutor(n, thread_name_prefix="dgemm-copy" if copy else "dgemm-read",
+                                                       initializer=_lower_priority, initargs=(_nice() + 5,))
             return self._pools[copy]
 
     def choice(self, dtype, precision: str | None = None) -> Choice:
@@ -697,3 +698,18 @@ def read_threads() -> int:
     threads keep the disk (or the page cache) and PCIe busy together.
     """
     return config.get("read-threads") or reader_share(os.cpu_count() or 1, 1)
+
+
+def _nice() -> int:
+    try:
+        return os.getpriority(os.PRIO_PROCESS, 0)
+    except (OSError, AttributeError):
+        return 0
+
+
+def _lower_priority(nice: int) -> None:
+    """(experiment) Readers decode on every core: below the threads that keep the device fed."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
+    except (OSError, AttributeError):
+        pass
