@@ -207,7 +207,7 @@ def copied(queue, dest, src, **kw):
     import pyopencl as cl
 
     event = cl.enqueue_copy(queue, dest, src, is_blocking=False, **kw)
-    wait(event)
+    event.wait()    # (variant: clWaitForEvents)
     return event
 
 
