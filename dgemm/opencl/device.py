@@ -85,20 +85,21 @@ class Kernels:
         self.parts = params.parts
         self.gemm_program = gemm_program or program
         if gemm_program is None:
-            self.gemm = program.gemm
+            self.gemm = nogil.Kernel(program.gemm)
         else:
             import pyopencl as cl
 
-            self.prepare = cl.Kernel(gemm_program, "split_tf32" if self.parts == 2 else "round_tf32")
+            self.prepare = nogil.Kernel(cl.Kernel(gemm_program, "split_tf32" if self.parts == 2 else "round_tf32"))
 
-            kernel = cl.Kernel(gemm_program, "gemm_wgmma")
+            kernel = nogil.Kernel(cl.Kernel(gemm_program, "gemm_wgmma"))
 
             def gemm(queue, gsize, lsize, *args, **kw):
                 return kernel(queue, gsize, lsize, *args, None, **kw)   # no probe buffer
             self.gemm = gemm
-        self.pad_zeros = program.pad_zeros
-        self.unpad = program.unpad
-        self.transpose_pad = program.transpose_pad
+        # launched without Python's lock (NVIDIA's driver may wait in a launch); by one thread at a time:
+        # the engine's launch lock, the product's turn
+        self.pad_zeros, self.unpad, self.transpose_pad = (nogil.Kernel(k) for k in (
+            program.pad_zeros, program.unpad, program.transpose_pad))
         self.transpose_tile = 16
 
 

@@ -21,14 +21,14 @@ class Built:
     def __init__(self, device, source: str, defines: tuple, kernels: tuple, attrs: dict):
         import pyopencl as cl
 
-        from dgemm.opencl import sources
+        from dgemm.opencl import nogil, sources
 
         flags = [f"-D{name}={value}" for name, value in defines]
         with device.failing(f"building {source} ({' '.join(f[2:] for f in flags)})"):
             self.program = cl.Program(device.context, sources.codec_source(source)).build(
                 options=flags + ["-I", str(sources.kernel_dir())])
         for attr, name in kernels:
-            setattr(self, attr, cl.Kernel(self.program, name))
+            setattr(self, attr, nogil.Kernel(cl.Kernel(self.program, name)))   # (launched under ``lock``)
         for attr, value in attrs.items():
             setattr(self, attr, value)
         self.defines = dict(defines)
