@@ -14,7 +14,8 @@ system's monotonic clock on Linux, one for every process.  Per run it prints and
 the GEMMs' share of the bin, the products' waiting for inputs and the worker's event loop's worst lag (a
 callback asked for every 5 ms from another thread); and totals: the reads by path (count, thread-seconds,
 mean), the device path's phases (the frames read into the staging; the decode call: planned, uploaded and
-enqueued), the products' wall and wait, the loop's lag.  The question: while the products wait, are
+enqueued), the products' wall and wait, the loop's lag; and each thread group's time from the kernel's scheduler
+(``/proc/self/task/*/schedstat``: on a CPU, waiting on a run queue for one, and so blocked the rest).  The question: while the products wait, are
 the readers busy (a rate limit) or idle (nothing asked of them: the read-ahead's window)?
 """
 import argparse
@@ -201,11 +202,36 @@ def trace_install(dask_worker=None):
     MeteredEngine._transferred, encoding._encode, BlockEngine._decoded = _transferred, _encode, _decoded
 
 
+def schedstat() -> dict:
+    """This process's threads from the kernel's scheduler: ``{tid: (name, on-CPU ns, runnable-waiting ns, slices)}``.
+
+    The name is the Python thread's (its digits stripped) or, for a thread Python did not start (the driver's),
+    ``native <comm>``.  Waiting on a run queue means a core was wanted and none was free; a thread neither on
+    a CPU nor on a run queue was blocked (on Python's lock, a mutex, a sleep, the device)."""
+    import threading
+
+    names = {t.native_id: t.name.rstrip("0123456789_-") for t in threading.enumerate()}
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                run, wait, slices = (int(x) for x in f.read().split()[:3])
+            name = names.get(int(tid))
+            if name is None:
+                with open(f"/proc/self/task/{tid}/comm") as f:
+                    name = "native " + f.read().strip().rstrip("0123456789_-")
+        except (OSError, ValueError):
+            continue
+        out[int(tid)] = (name, run, wait, slices)
+    return out
+
+
 def trace_on(dask_worker=None):
     import builtins
 
     trace = builtins._dgemm_trace
     trace["log"].clear()
+    trace["sched"] = schedstat()
     trace["on"] = True
 
 
@@ -251,6 +277,17 @@ def trace_take(dask_worker=None):
         except Exception:   # noqa: BLE001  (a queue without profiling: left out)
             pass
     trace["log"].clear()
+    before, groups = trace.get("sched", {}), {}
+    for tid, (name, run, wait, slices) in schedstat().items():
+        _, run0, wait0, slices0 = before.get(tid, (name, 0, 0, 0))   # (a thread started meanwhile: from 0)
+        g = groups.setdefault(name, {"threads": 0, "cpu_s": 0.0, "runqueue_s": 0.0, "slices": 0})
+        g["threads"] += 1
+        g["cpu_s"] += (run - run0) * 1e-9
+        g["runqueue_s"] += (wait - wait0) * 1e-9
+        g["slices"] += slices - slices0
+    for g in groups.values():
+        g["cpu_s"], g["runqueue_s"] = round(g["cpu_s"], 3), round(g["runqueue_s"], 3)
+    out.append(("sched", groups))
     return out
 
 
@@ -380,10 +417,13 @@ def main():
                 wall = time.perf_counter() - t0
                 logs = client.run(trace_take)
                 for worker, log in logs.items():
+                    sched = next((x[1] for x in log if x[0] == "sched"), {})
+                    log = [x for x in log if x[0] != "sched"]
                     s = summary(log, t0, wall, args.bin)
                     raw = [[x[0]] + [round(v - t0, 4) if isinstance(v, float) else v for v in x[1:]] for x in log]
                     record = {"mode": mode, "gemm_tasks": gemm_tasks, "worker": worker, "wall_s": round(wall, 3),
-                              **{k: v for k, v in s.items() if k != "bins"}, "bins": s["bins"], "log": raw}
+                              **{k: v for k, v in s.items() if k != "bins"}, "sched": sched, "bins": s["bins"],
+                              "log": raw}
                     records.append(record)
                     print(json.dumps({k: v for k, v in record.items() if k not in ("bins", "log")}), flush=True)
                     print("   t  readers dev  gemm wait started lag_ms  device busy by purpose")
