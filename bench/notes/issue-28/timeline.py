@@ -15,8 +15,11 @@ the GEMMs' share of the bin, the products' waiting for inputs and the worker's e
 callback asked for every 5 ms from another thread); and totals: the reads by path (count, thread-seconds,
 mean), the device path's phases (the frames read into the staging; the decode call: planned, uploaded and
 enqueued), the products' wall and wait, the loop's lag; and each thread group's time from the kernel's scheduler
-(``/proc/self/task/*/schedstat``: on a CPU, waiting on a run queue for one, and so blocked the rest).  The question: while the products wait, are
-the readers busy (a rate limit) or idle (nothing asked of them: the read-ahead's window)?
+(``/proc/self/task/*/schedstat``: on a CPU, waiting on a run queue for one, and so blocked the rest), and
+how long a thread waits to take Python's lock back after a foreign call (``gil_wait_ms``, every 5 ms).
+The question: while the products wait, are the readers busy (a rate limit) or idle (nothing asked of them: the
+read-ahead's window)?  And are the threads that feed the device short of cores (run-queue waits) or of Python's
+lock (blocked, and ``gil_wait_ms`` long)?
 """
 import argparse
 import json
@@ -188,9 +191,17 @@ def trace_install(dask_worker=None):
 
     loop = getattr(dask_worker, "loop", None)
 
+    import ctypes
+
+    getpid = ctypes.CDLL(None).getpid     # (ctypes lets Python's lock go around it: the time is taking it back)
+
     def probe():    # the worker's event loop's lag: how late a callback asked for from another thread runs
         while True:
             time.sleep(0.005)
+            if trace["on"]:     # and how long a thread waits to take Python's lock back after a foreign call
+                t = time.perf_counter()
+                getpid()
+                rec("gil", t, time.perf_counter())
             if trace["on"] and loop is not None:
                 sent = time.perf_counter()
                 loop.add_callback(lambda sent=sent: rec("lag", sent, time.perf_counter()))
@@ -310,6 +321,7 @@ def summary(log, t0, wall, width):
     dev_reads = [r for i, r in enumerate(reads) if i in on_device]
     host_reads = [r for i, r in enumerate(reads) if i not in on_device]
     lags = [(x[1] - t0, x[2] - x[1]) for x in log if x[0] == "lag"]
+    gil = sorted(x[2] - x[1] for x in log if x[0] == "gil")
     cmds = [x for x in log if x[0] == "cmd"]   # ("cmd", thread, by, kind, queued, start, end)
 
     def group(x):       # what a device command was for
@@ -354,6 +366,9 @@ def summary(log, t0, wall, width):
             "commands": commands, "launch_locks": locks,
             "loop_lag_ms": {"n": len(lags), "mean": round(1e3 * sum(d for _, d in lags) / len(lags), 2) if lags else None,
                             "max": round(1e3 * max((d for _, d in lags), default=0.0), 1)},
+            "gil_wait_ms": {"n": len(gil), "mean": round(1e3 * sum(gil) / len(gil), 3) if gil else None,
+                            "p90": round(1e3 * gil[int(0.9 * (len(gil) - 1))], 3) if gil else None,
+                            "max": round(1e3 * max(gil, default=0.0), 2)},
             "device_declined": sum(1 for x in dev if not x[4]), "device_taken": len(taken),
             "gemm_s": round(sum(e - s for s, e in gemms), 3), "products": len(products),
             "product_wall_s": round(sum(e - s for s, e in products), 3), "wait_s": round(sum(e - s for s, e in waits), 3),
