@@ -784,6 +784,8 @@ def test_a_product_asked_of_the_wgmma_kernel_where_it_cannot_run_is_right(any_de
     dev = Device(any_device.info)
     wg = KernelParams(MMA=7, TSM=128, TSN=128, TSK=32, WARPSM=2, WARPSN=1, STAGES=5, GROUPM=8)
     engine = BlockEngine(dev, np.float32, wg)
+    if engine.params.k_major and wg not in dev.failed:     # (DGEMM_TEST_ANY_DEVICE=gpu on a Hopper GPU)
+        pytest.skip(f"{dev.info.name} runs the wgmma kernel: nothing stands in for it")
     assert not engine.params.k_major and wg in dev.failed
     a, b = randn(rng, (70, 45), np.float32), randn(rng, (45, 33), np.float32)
     check_product(engine.product([(a, b)], 70, 33), a, b, dtype="float32")
