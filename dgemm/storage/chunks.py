@@ -359,6 +359,50 @@ class _Source:
                                           for k, r in requests))
         return iter([None if g is None else g.as_numpy_array() for g in sync(gather())])
 
+    def fetch_packed(self, keys: list, host: np.ndarray, align: int = 16):
+        """Each key's stored bytes packed into ``host`` (uint8), one after another, each start ``align``-aligned:
+        an iterator of ``(bytes-like, start in host)``; ``(None, None)`` for a key with nothing stored, and a
+        start of None for bytes past the room left (a copy of their own).
+
+        Local files are read straight into ``host`` (page-locked staging, say), with no copy between; other
+        stores' bytes, which arrive in buffers of their own, are copied in.
+        """
+        pos = 0
+
+        def place(n: int):
+            nonlocal pos
+            if pos + n > host.nbytes:
+                return None
+            start, pos = pos, (pos + n + align - 1) // align * align
+            return start
+
+        if self.root is None:
+            for data in self.fetch([(k, None) for k in keys]):
+                if data is None:
+                    yield None, None
+                    continue
+                view = np.frombuffer(memoryview(data).cast("B"), np.uint8)
+                start = place(view.nbytes)
+                if start is None:
+                    yield bytes(view), None
+                    continue
+                host[start:start + view.nbytes] = view
+                yield host[start:start + view.nbytes], start
+            return
+        for key in keys:
+            opened = self._open(key)
+            if opened is None:
+                yield None, None
+                continue
+            fd, size = opened
+            try:
+                start = place(size)
+                out = np.empty(size, np.uint8) if start is None else host[start:start + size]
+                _pread_into(fd, out, 0, key)
+            finally:
+                os.close(fd)
+            yield out, start
+
     def _open(self, key: str) -> tuple[int, int] | None:
         """``(descriptor, size)`` of ``key``'s file, or None when it is missing."""
         try:

@@ -64,15 +64,17 @@ class Frames:
         """Bytes one chunk decodes to (an edge chunk too)."""
         return self.chunk[0] * self.chunk[1] * self.dtype.itemsize
 
-    def fetch(self):
-        """Each piece's stored bytes in turn, None for a chunk never written: an item may be valid only
-        until the next (local files are read into one scratch buffer), so the caller copies it.
+    def fetch_into(self, host, align: int = 16):
+        """Each piece's stored bytes packed into ``host`` (uint8), one after another, each start
+        ``align``-aligned: an iterator of ``(bytes-like, start)``, ``(None, None)`` for a chunk never
+        written, a start of None for bytes past the room left (a copy of their own).  Local files are
+        read straight into ``host``.
 
         Checks first that this process sees the array's store
         (:func:`dgemm.storage.chunks.visible`); read errors are the store's.
         """
         chunks.visible(self.array)
-        return chunks._Source(self.array).fetch([(p.key, None) for p in self.pieces])
+        return chunks._Source(self.array).fetch_packed([p.key for p in self.pieces], host, align)
 
     def bound(self) -> int:
         """The pieces' decoded bytes: room for their frames where they compress (the reader's staging

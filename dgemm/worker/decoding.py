@@ -193,26 +193,16 @@ def _read_packed(device, found) -> tuple:
     ``host``, or bytes of its own for one past the room :meth:`Frames.bound`
     leaves, or None for a chunk never written), where each packed frame starts
     in ``host`` (None for the others), and ``host`` itself.  Page-locked bytes
-    go over the bus at its full speed, and each frame is copied once, from the
-    store's read into the staging.
+    go over the bus at its full speed; a local file is read straight into the
+    staging, other stores' bytes copied in once.
     """
     host = device.staging(found.bound())
-    frames, starts, pos = [], [], 0
-    for data in found.fetch():
-        if data is None:
-            frames.append(None)
-            starts.append(None)
-            continue
-        view = np.frombuffer(memoryview(data).cast("B"), np.uint8)
-        n = view.nbytes
-        if pos + n > host.nbytes:        # beyond the codec's worst case: its own copy, decoded apart
-            frames.append(bytes(view))
-            starts.append(None)
-            continue
-        host[pos:pos + n] = view
-        frames.append(host[pos:pos + n])
-        starts.append(pos)
-        pos = (pos + n + 15) & ~15       # each frame 16-byte aligned: the kernels' wide reads start aligned
+    frames, starts = [], []
+    # (beyond the codec's worst case, a frame is its own copy, decoded apart); each frame 16-byte aligned:
+    # the kernels' wide reads start aligned
+    for data, start in found.fetch_into(host, align=16):
+        frames.append(data)
+        starts.append(start)
     return frames, starts, host
 
 
