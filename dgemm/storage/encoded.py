@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from dgemm.storage import chunks, fastpaths
+from dgemm.storage import chunks, fastpaths, source
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,7 @@ def chunks_of(array, rows: tuple[int, int], cols: tuple[int, int], drop: tuple =
         return None
     from dgemm.storage import remote
 
-    if chunks._Source(array).root is None and not remote.handles(array.store):
+    if source.Source(array).root is None and not remote.handles(array.store):
         return None
     shape = tuple(int(n) for n in array.shape)
     rows, cols = (int(rows[0]), int(rows[1])), (int(cols[0]), int(cols[1]))
@@ -155,7 +155,7 @@ def write(block: EncodedBlock) -> None:
     if len(block.sizes) != len(found.pieces):
         raise ValueError(f"internal: {len(block.sizes)} frames for {len(found.pieces)} chunks")
     chunks.visible(array)
-    src = chunks._Source(array)
+    src = source.Source(array)
     itemsize = found.dtype.itemsize
     frames = block.frames()
     if src.root is not None:

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from dgemm.storage import chunks
+from dgemm.storage import chunks, source
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ class Frames:
         (:func:`dgemm.storage.chunks.visible`); read errors are the store's.
         """
         chunks.visible(self.array)
-        return chunks._Source(self.array).fetch_packed([p.key for p in self.pieces], host, align)
+        return source.Source(self.array).fetch_packed([p.key for p in self.pieces], host, align)
 
     def bound(self) -> int:
         """The pieces' decoded bytes: room for their frames where they compress (the reader's staging
