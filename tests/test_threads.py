@@ -21,7 +21,7 @@ import pytest
 import zarr
 from zarr.codecs import BloscCodec, ZstdCodec
 
-from dgemm.storage import chunks, fastpaths, store_block, threads, zstd
+from dgemm.storage import chunks, fastpaths, source, store_block, threads, zstd
 from test_encoding import chunk_files
 
 LAYOUTS = {
@@ -151,7 +151,7 @@ def test_helpers_keep_no_memory_after_the_run(tmp_path, rng):
     store_block(arr, (0, 70), (0, 70), rng.standard_normal((70, 70)).astype("float32"), threads=4)
     assert any(t.name.startswith("dgemm-encode") for t in threading.enumerate())
     # probes on the helper threads: none holds a scratch chunk
-    probes = [threads.pool().submit(lambda: (threading.get_ident(), getattr(chunks._LOCAL, "chunk", None)))
+    probes = [threads.pool().submit(lambda: (threading.get_ident(), getattr(source._LOCAL, "chunk", None)))
               for _ in range(32)]
     assert all(chunk is None for _, chunk in (p.result() for p in probes))
 
