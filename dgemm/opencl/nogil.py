@@ -167,8 +167,9 @@ def wait(events, first: float = 5e-5, longest: float = 5e-4) -> None:
 
     Neither a blocking transfer nor ``clWaitForEvents``: NVIDIA's driver
     holds its own lock through a blocking transfer, and every other thread's
-    OpenCL call waits for it (bench/notes/issue-28/driver_waits.py); and a
-    waiting thread may spin on a core that the host's decoders need.  The
+    OpenCL call waits for it; and its ``clWaitForEvents`` spins a core for
+    as long as it waits, a core the host's decoders need (both measured on
+    an H200 by bench/notes/issue-28/driver_waits.py, bench/NOTES.md).  The
     status is read without Python's lock, first after ``first`` seconds, the
     sleeps doubling up to ``longest``.  A failed command raises pyopencl's
     error, its status named.
