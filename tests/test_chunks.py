@@ -532,4 +532,3 @@ def test_many_threads_reading_one_array_on_s3(s3, rng):
         assert took is True
         assert np.array_equal(out, data[block.rows[0]:block.rows[1], block.cols[0]:block.cols[1]]), \
             f"rows {block.rows} cols {block.cols} wrong when read among threads"
-

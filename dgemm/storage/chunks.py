@@ -30,8 +30,7 @@ import numpy as np
 
 from dgemm.storage import fastpaths
 from dgemm.storage import threads as threads_mod
-from dgemm.storage.source import Source as _Source
-from dgemm.storage.source import scratch as _scratch
+from dgemm.storage.source import Source, scratch
 
 # numcodecs codecs that decode straight into a caller's buffer (``decode(buf, out=...)``) in C, without the GIL.
 _INTO = {"zstd", "blosc", "lz4"}
@@ -84,7 +83,7 @@ class Unsupported(Exception):
 def copies(array) -> bool:
     """Whether reading ``array`` is only copying file bytes (raw chunks, local): no decoding, little CPU."""
     try:
-        return not layout(array).steps and _Source(array).root is not None
+        return not layout(array).steps and Source(array).root is not None
     except Unsupported:
         return False
 
@@ -361,7 +360,7 @@ def read_into(block, out: np.ndarray) -> bool:
         region = (slice(*(block.cols if block.expand == 0 else block.rows)),)
     if len(region) != arr.ndim:
         return _declined("read_zarr", out)
-    _read_region(_Source(arr), lay, tuple(arr.shape), region, out.reshape([s.stop - s.start for s in region]))
+    _read_region(Source(arr), lay, tuple(arr.shape), region, out.reshape([s.stop - s.start for s in region]))
     return True
 
 
@@ -371,7 +370,7 @@ def _declined(path: str, data) -> bool:
     return False
 
 
-def _read_region(src: _Source, lay: Layout, shape, region, out: np.ndarray) -> None:
+def _read_region(src: Source, lay: Layout, shape, region, out: np.ndarray) -> None:
     # every stored chunk (inner chunk, for shards) the region touches, grouped by the store key holding it
     per_key: dict = {}
     ranges = [range(s.start // c, -(-s.stop // c)) for s, c in zip(region, lay.chunk)]
@@ -437,8 +436,8 @@ def _place(lay: Layout, shape, region, out: np.ndarray, idx, data, what: str) ->
             dest.view(lay.dtype).byteswap(inplace=True)   # swap in place: the bytes were stored big-endian
         fastpaths.record("read_decoded_into" if got is target else "read_copied", dest.nbytes)
         return
-    scratch = _scratch("chunk", nbytes)
-    got = _decode(lay.steps, data, scratch, what)
+    aside = scratch("chunk", nbytes)
+    got = _decode(lay.steps, data, aside, what)
     chunk = np.frombuffer(got, dtype=lay.dtype).reshape(lay.chunk)
     np.copyto(dest, chunk[inside])
     fastpaths.record("read_copied", dest.nbytes)
@@ -462,7 +461,7 @@ def _decode(steps, data, target: np.ndarray, what: str):
     return got
 
 
-def _read_raw_local(src: _Source, lay: Layout, shape, region, out, per_key) -> None:
+def _read_raw_local(src: Source, lay: Layout, shape, region, out, per_key) -> None:
     """Raw chunks in local files: whole ones read straight into ``out``, others through scratch."""
     for outer, idxs in per_key.items():
         idx = idxs[0]
@@ -502,7 +501,7 @@ def write_region(array, region: tuple[slice, ...], data: np.ndarray, threads: in
         return _declined("write_zarr", data)
     from dgemm.storage import remote
 
-    src = _Source(array)
+    src = Source(array)
     if lay.shard is not None or getattr(array, "read_only", True) \
             or not all(getattr(step, "encodes", False) for step in lay.steps) \
             or (src.root is None and not remote.handles(array.store)):
@@ -526,7 +525,7 @@ def write_region(array, region: tuple[slice, ...], data: np.ndarray, threads: in
             buf = part.reshape(-1).view(np.uint8)
         else:
             nbytes = int(np.prod(lay.chunk)) * lay.dtype.itemsize    # a helper keeps no scratch (for ever)
-            chunk = (np.empty(nbytes, np.uint8) if helper else _scratch("chunk", nbytes)).view(lay.dtype).reshape(lay.chunk)
+            chunk = (np.empty(nbytes, np.uint8) if helper else scratch("chunk", nbytes)).view(lay.dtype).reshape(lay.chunk)
             chunk[...] = lay.fill      # what zarr stores beyond the array's edge
             chunk[inside] = part
             buf = chunk.reshape(-1).view(np.uint8)
