@@ -117,6 +117,8 @@ def main():
                    "each (device: a process per device; host: one for all)")
     p.add_argument("--rounds", type=int, default=1, help="the clusters (priorities x worker-process) this many times "
                    "in turn")
+    p.add_argument("--blocks", default="auto", help="block values, comma separated (auto: dgemm's choice; 8192; "
+                   "8192x8192x4096 for M, N and K): each mode runs with each in turn")
     p.add_argument("--slots-mode", default="on", help="the device-codecs value the --slots runs take (on, share)")
     p.add_argument("--slots", default=None, help="device decodes at once per device, comma separated: each "
                                                   "count timed with device-codecs on (default: the module's)")
@@ -159,25 +161,27 @@ def main():
                     client.run(configure, mode)
                     dgemm.matmul(*arrays, out=out, client=client, overwrite=True, compressors=c_codecs)
                 tasks = [int(t) for t in args.gemm_tasks.split(",")]
-                runs = [(m, None, t) for m in args.modes.split(",") for t in tasks] * args.repeats
+                blocks = [_block(b) for b in args.blocks.split(",")]
+                runs = [(m, None, t, b) for m in args.modes.split(",") for t in tasks for b in blocks] * args.repeats
                 if args.slots:
-                    runs += [(args.slots_mode, int(k), tasks[0]) for _ in range(args.repeats)
+                    runs += [(args.slots_mode, int(k), tasks[0], blocks[0]) for _ in range(args.repeats)
                              for k in args.slots.split(",")]
-                for mode, slots, gemm_tasks in runs:
+                for mode, slots, gemm_tasks, block in runs:
                     client.run(configure, mode)
                     if slots is not None:
                         client.run(set_slots, slots)
                     before = client.run(counters)
                     t0, tt = time.perf_counter(), time.time()
                     with get_task_stream(client) as ts, dask.config.set({"dgemm.gemm-tasks": gemm_tasks}):
-                        dgemm.matmul(*arrays, out=out, client=client, overwrite=True, compressors=c_codecs)
+                        dgemm.matmul(*arrays, out=out, client=client, overwrite=True, compressors=c_codecs,
+                                     block=block)
                     wall = time.perf_counter() - t0
                     after = client.run(counters)
                     grew = {k: sum(after[w][k] - before[w][k] for w in after) for k in COUNTERS}
                     # each device's share (issue 27: each GPU's busy time within 10 % of the other's)
                     per_worker = {k: sorted(round(after[w][k] - before[w][k], 3) for w in after)
                                   for k in ("busy_seconds", "busy_kernel_seconds", "kernel_seconds", "bytes_up")}
-                    record = {"mode": mode, "queue_priority": priority, "worker_process": process, "slots": slots, "gemm_tasks_setting": gemm_tasks, "size": n, "chunk": chunk, "dtype": args.dtype, "devices": args.devices,
+                    record = {"mode": mode, "queue_priority": priority, "worker_process": process, "slots": slots, "gemm_tasks_setting": gemm_tasks, "block": block, "size": n, "chunk": chunk, "dtype": args.dtype, "devices": args.devices,
                               "codec": args.codec, "out_codec": out_codec, "wall_s": round(wall, 3),
                               "c_stored_bytes": stored_bytes(out), **grew, **phases(ts.data, tt),
                               "per_worker": per_worker}
@@ -199,6 +203,14 @@ def main():
             json.dump({"meta": meta, "runs": records}, f, indent=1)
     if failed:
         raise SystemExit(f"{failed} checked product(s) wrong: see the records' check")
+
+
+def _block(text: str):
+    """``--blocks``' one value as ``dgemm.matmul``'s ``block``: None (auto), an int, or (M, N, K)."""
+    if text == "auto":
+        return None
+    sizes = tuple(int(x) for x in text.split("x"))
+    return sizes[0] if len(sizes) == 1 else sizes
 
 
 def make_inputs(where, n, chunk, dtype, compressor, rng) -> list:

@@ -28,7 +28,7 @@ import shutil
 import sys
 import time
 
-from device_codecs_onoff import _commit, configure, make_inputs  # (beside this script: its folder is on the path)
+from device_codecs_onoff import _block, _commit, configure, make_inputs  # (beside this script: its folder is on the path)
 
 
 def trace_install(dask_worker=None):
@@ -391,6 +391,7 @@ def main():
     p.add_argument("--modes", default="share,off")
     p.add_argument("--gemm-tasks", default="1")
     p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--block", default="auto", help="dgemm.matmul's block: auto, 8192 or 8192x8192x4096 (M, N, K)")
     p.add_argument("--bin", type=float, default=0.1)
     args = p.parse_args()
 
@@ -428,7 +429,8 @@ def main():
                 client.run(trace_on)
                 t0 = time.perf_counter()
                 with dask.config.set({"dgemm.gemm-tasks": gemm_tasks}):
-                    dgemm.matmul(*arrays, out=out, client=client, overwrite=True, compressors=c_codecs)
+                    dgemm.matmul(*arrays, out=out, client=client, overwrite=True, compressors=c_codecs,
+                                 block=_block(args.block))
                 wall = time.perf_counter() - t0
                 logs = client.run(trace_take)
                 for worker, log in logs.items():
@@ -436,7 +438,7 @@ def main():
                     log = [x for x in log if x[0] != "sched"]
                     s = summary(log, t0, wall, args.bin)
                     raw = [[x[0]] + [round(v - t0, 4) if isinstance(v, float) else v for v in x[1:]] for x in log]
-                    record = {"mode": mode, "gemm_tasks": gemm_tasks, "worker": worker, "wall_s": round(wall, 3),
+                    record = {"mode": mode, "gemm_tasks": gemm_tasks, "block": args.block, "worker": worker, "wall_s": round(wall, 3),
                               **{k: v for k, v in s.items() if k != "bins"}, "sched": sched, "bins": s["bins"],
                               "log": raw}
                     records.append(record)
