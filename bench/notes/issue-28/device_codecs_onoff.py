@@ -119,6 +119,8 @@ def main():
                    "in turn")
     p.add_argument("--blocks", default="auto", help="block values, comma separated (auto: dgemm's choice; 8192; "
                    "8192x8192x4096 for M, N and K): each mode runs with each in turn")
+    p.add_argument("--no-warmup", action="store_true", help="time each cluster's first product too (a script's first "
+                   "call on a started cluster: the first run of each cluster is recorded with first: true)")
     p.add_argument("--slots-mode", default="on", help="the device-codecs value the --slots runs take (on, share)")
     p.add_argument("--slots", default=None, help="device decodes at once per device, comma separated: each "
                                                   "count timed with device-codecs on (default: the module's)")
@@ -157,9 +159,10 @@ def main():
             with DeviceCluster(args.devices, dashboard_address=":0") as cluster, Client(cluster) as client:
                 client.wait_for_workers(len(cluster.device_ids), timeout=120)
                 devices = sorted(str(v["device"]) for v in client.run(worker_probe).values())
-                for mode in ("on", "off"):   # the GEMM kernels and lz4.cl built before any timed run
+                for mode in () if args.no_warmup else ("on", "off"):   # kernels and codecs built before any timed run
                     client.run(configure, mode)
                     dgemm.matmul(*arrays, out=out, client=client, overwrite=True, compressors=c_codecs)
+                first = args.no_warmup
                 tasks = [int(t) for t in args.gemm_tasks.split(",")]
                 blocks = [_block(b) for b in args.blocks.split(",")]
                 runs = [(m, None, t, b) for m in args.modes.split(",") for t in tasks for b in blocks] * args.repeats
@@ -181,12 +184,13 @@ def main():
                     # each device's share (issue 27: each GPU's busy time within 10 % of the other's)
                     per_worker = {k: sorted(round(after[w][k] - before[w][k], 3) for w in after)
                                   for k in ("busy_seconds", "busy_kernel_seconds", "kernel_seconds", "bytes_up")}
-                    record = {"mode": mode, "queue_priority": priority, "worker_process": process, "slots": slots, "gemm_tasks_setting": gemm_tasks, "block": block, "size": n, "chunk": chunk, "dtype": args.dtype, "devices": args.devices,
+                    record = {"mode": mode, "queue_priority": priority, "worker_process": process, "slots": slots, "gemm_tasks_setting": gemm_tasks, "block": block, "first": first, "size": n, "chunk": chunk, "dtype": args.dtype, "devices": args.devices,
                               "codec": args.codec, "out_codec": out_codec, "wall_s": round(wall, 3),
                               "c_stored_bytes": stored_bytes(out), **grew, **phases(ts.data, tt),
                               "per_worker": per_worker}
                     print(json.dumps(record), flush=True)
                     records.append(record)
+                    first = False
                 # each cluster's last C against numpy's float64 where sampled rows and columns cross (the
                 # first and last of each and one between: three chunk rows of A and three chunk columns of B read)
                 check = check_sample(arrays[0], arrays[1], zarr.open_array(out, mode="r"), n_rows=3, n_cols=3)
