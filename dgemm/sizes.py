@@ -32,17 +32,37 @@ def cache_budget(memory: int, reserve: int, device_type: str | None = None) -> i
     return max(0, int(share - reserve))
 
 
-def default_target(device_types) -> int:
+# The block asked for on a GPU when the user gives none: M, N and K.  Each block product costs its worker's host
+# about 15 ms besides its GEMMs (its reads ahead asked, its kernels launched, its result handed to the store),
+# and 45 while the inputs are still being decoded beside it; a 4096-cube product's GEMMs take 11 ms on an H200,
+# so the device idled between products: 32768^2 zstd in and out took 2.24-2.37 s with 4096-cube blocks and
+# 1.47-1.66 with these (raw 1.24-1.36 either way; bench/NOTES.md, issue 28, seventeenth session).  K stays at
+# 4096: an input block (8192 x 4096) is what a reader thread stages and a device decode call holds.
+GPU_TARGET = (8192, 8192, 4096)
+
+
+def default_target(device_types) -> int | tuple[int, int, int]:
     """The block size asked for when the user gives none, by the types of the devices that will run it.
 
     ``device_types`` are OpenCL device types (``"CPU"``, ``"GPU"``, ...):
-    1024 when every device is a CPU, else 4096 (also when none is known).
+    1024 when every device is a CPU, else :data:`GPU_TARGET` along M, N
+    and K (also when none is known).
 
     >>> default_target(["CPU", "CPU"]), default_target(["CPU", "GPU"]), default_target([])
-    (1024, 4096, 4096)
+    (1024, (8192, 8192, 4096), (8192, 8192, 4096))
     """
     types = list(device_types)
-    return 1024 if types and all(t == "CPU" for t in types) else 4096
+    return 1024 if types and all(t == "CPU" for t in types) else GPU_TARGET
+
+
+def input_block_elements(target) -> int:
+    """Elements of the largest input block a ``target`` (an int, or M, N and K) asks for: M x K of A, K x N of B.
+
+    >>> input_block_elements(1024), input_block_elements((8192, 8192, 4096))
+    (1048576, 33554432)
+    """
+    m, n, k = (target,) * 3 if isinstance(target, int) else target
+    return max(m, n) * k
 
 
 def working_set(bm: int, bn: int, bk: int, tiles: tuple[int, int, int], itemsize: int) -> tuple[int, int]:

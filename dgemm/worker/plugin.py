@@ -260,15 +260,15 @@ def staging_bytes(info, dtypes) -> int:
     a larger block grows it when it comes.
 
     >>> from types import SimpleNamespace as NS
-    >>> staging_bytes(NS(type="GPU"), ["float32"]) == 4096 * 4096 * 4, staging_bytes(NS(type="CPU"), ["float64"])
+    >>> staging_bytes(NS(type="GPU"), ["float32"]) == 8192 * 4096 * 4, staging_bytes(NS(type="CPU"), ["float64"])
     (True, 8388608)
     """
     import numpy as np
 
-    from dgemm.sizes import default_target
+    from dgemm.sizes import default_target, input_block_elements
 
-    side = default_target([info.type])
-    return side * side * max([np.dtype(d).itemsize for d in dtypes] or [4])
+    elements = input_block_elements(default_target([info.type]))
+    return elements * max([np.dtype(d).itemsize for d in dtypes] or [4])
 
 
 class Warmer:
