@@ -63,11 +63,11 @@ def trace_install(dask_worker=None):
     fetch = BlockEngine._fetch
 
     def _fetch(self, ref, transpose, drows, dcols):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         try:
             return fetch(self, ref, transpose, drows, dcols)
         finally:
-            rec("read", threading.get_ident(), t0, time.perf_counter(), name(ref))
+            rec("read", threading.get_ident(), t0, time.perf_counter(), name(ref), time.thread_time() - c0)
 
     staged = BlockEngine._staged
 
@@ -153,11 +153,11 @@ def trace_install(dask_worker=None):
         real = getattr(module, fname)
 
         def wrapper(*args, **kw):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             try:
                 return real(*args, **kw)
-            finally:
-                rec(what, threading.get_ident(), t0, time.perf_counter())
+            finally:   # and the thread's CPU time in it: on a CPU (slow there), or blocked (Python's lock, a wait)
+                rec(what, threading.get_ident(), t0, time.perf_counter(), time.thread_time() - c0)
         setattr(module, fname, wrapper)
 
     timed(decoding, "_read_packed", "packed")       # the device path: the frames read into the staging
@@ -320,6 +320,9 @@ def summary(log, t0, wall, width):
             on_device.add(i)
     dev_reads = [r for i, r in enumerate(reads) if i in on_device]
     host_reads = [r for i, r in enumerate(reads) if i not in on_device]
+    read_cpu = [x[5] if len(x) > 5 else 0.0 for x in log if x[0] == "read"]
+    dev_cpu = [c for i, c in enumerate(read_cpu) if i in on_device]
+    host_cpu = [c for i, c in enumerate(read_cpu) if i not in on_device]
     lags = [(x[1] - t0, x[2] - x[1]) for x in log if x[0] == "lag"]
     gil = sorted(x[2] - x[1] for x in log if x[0] == "gil")
     cmds = [x for x in log if x[0] == "cmd"]   # ("cmd", thread, by, kind, queued, start, end)
@@ -343,11 +346,15 @@ def summary(log, t0, wall, width):
                      "reads_started": sum(1 for s, _ in reads if t <= s < b), "device": device})
         t = b
 
-    def stats(spans):
+    def stats(spans, cpu=None):
         d = [e - s for s, e in spans]
-        return {"n": len(d), "thread_s": round(sum(d), 2), "mean_s": round(sum(d) / len(d), 4) if d else None,
-                "max_s": round(max(d), 4) if d else None}
-    phases = {what: stats([(x[2] - t0, x[3] - t0) for x in log if x[0] == what])
+        out = {"n": len(d), "thread_s": round(sum(d), 2), "mean_s": round(sum(d) / len(d), 4) if d else None,
+               "max_s": round(max(d), 4) if d else None}
+        if cpu:     # the threads' CPU time within: the rest they were blocked
+            out["cpu_s"] = round(sum(cpu), 3)
+        return out
+    phases = {what: stats([(x[2] - t0, x[3] - t0) for x in log if x[0] == what],
+                          [x[4] for x in log if x[0] == what and len(x) > 4])
               for what in ("packed", "decode_call", "plan", "decode_enqueue", "encode_job", "encode")}
     locks = {}      # per codec program: its launch lock's waits and holds
     for what in sorted({x[2] for x in log if x[0] == "lock"}):
@@ -362,7 +369,7 @@ def summary(log, t0, wall, width):
                                    "max_waited_ms": round(1e3 * max(x[5] - x[4] for x in xs), 2),
                                    "ran_ms": round(1e3 * sum(x[6] - x[5] for x in xs) / len(xs), 3),
                                    "device_s": round(sum(x[6] - x[5] for x in xs), 4)}
-    return {"bins": bins, "reads_device": stats(dev_reads), "reads_host": stats(host_reads), **phases,
+    return {"bins": bins, "reads_device": stats(dev_reads, dev_cpu), "reads_host": stats(host_reads, host_cpu), **phases,
             "commands": commands, "launch_locks": locks,
             "loop_lag_ms": {"n": len(lags), "mean": round(1e3 * sum(d for _, d in lags) / len(lags), 2) if lags else None,
                             "max": round(1e3 * max((d for _, d in lags), default=0.0), 1)},
