@@ -353,6 +353,12 @@ SETTINGS = {s.key: s for s in (
             "decode's kernels with its uploads), in order between two GEMMs, instead of each waiting for a "
             "GEMM on a queue of their own (not yet measured on a GPU). Read where the worker runs, when its "
             "device opens."),
+    Setting("switch-interval", "DGEMM_SWITCH_INTERVAL", _seconds,
+            "Python's switch interval in a device worker's process (`sys.setswitchinterval`, seconds): how long "
+            "a thread that runs Python holds the interpreter's lock while another waits for it. Every step of "
+            "a device decode, an encode or a product that calls out (numpy, OpenCL) gives the lock up and "
+            "waits for it again behind the worker's other threads, up to one interval a time. Unset: Python's "
+            "own (5 ms). Read when the worker's device opens."),
     Setting("pinned-bytes", "DGEMM_PINNED_BYTES", _bytes,
             "Page-locked memory a device may hold for downloaded C blocks (beyond it: ordinary memory)."),
     Setting("tuning-db", "DGEMM_TUNING_DB", _text,

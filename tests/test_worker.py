@@ -99,6 +99,28 @@ def test_plugin_gives_a_working_device_the_gpu_resource(any_device):
     assert plugin.state._engines == {}
 
 
+def test_plugin_sets_the_switch_interval_setting_in_its_process(any_device):
+    import sys
+
+    import dask
+
+    before = sys.getswitchinterval()
+    w = FakeWorker()
+    plugin = DgemmPlugin(any_device.info.id)
+    try:
+        with dask.config.set({"dgemm.switch-interval": "0.7ms"}):
+            asyncio.run(plugin.setup(w))
+        assert sys.getswitchinterval() == pytest.approx(0.0007)
+        plugin.teardown(w)
+        sys.setswitchinterval(before)
+        plugin = DgemmPlugin(any_device.info.id)
+        asyncio.run(plugin.setup(w))    # unset: Python's own, as it was
+        assert sys.getswitchinterval() == pytest.approx(before)
+    finally:
+        plugin.teardown(w)
+        sys.setswitchinterval(before)
+
+
 def test_plugin_takes_back_a_declared_gpu_without_a_device():
     w = FakeWorker(gpu=1)
     plugin = DgemmPlugin("nonexistent-device")

@@ -8,6 +8,7 @@ does not wait for them.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 import weakref
@@ -16,7 +17,7 @@ from distributed.core import Status
 from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.protocol.pickle import dumps
 
-from dgemm import metrics
+from dgemm import config, metrics
 from dgemm.dtypes import check_dtype
 from dgemm.names import DASHBOARD_PLUGIN, GEMM, WORKER_METRIC, WORKER_PLUGIN
 from dgemm.scheduler.dashboard import DgemmDashboard
@@ -78,6 +79,9 @@ class DgemmPlugin(WorkerPlugin):
         self.state = DeviceState(self.device_spec)
         self.runs = {}
         if self.state.device is not None:
+            interval = config.get("switch-interval")
+            if interval is not None:    # process-wide: every device worker of a process reads the same setting
+                sys.setswitchinterval(interval)
             # What a run's end leaves of each reader's staging buffer: the default block's (bounded:
             # one per reader thread), so that runs one after another do not pin theirs again.
             self.state.device.staging_keep = staging_bytes(self.state.device.info, ["float64"])
