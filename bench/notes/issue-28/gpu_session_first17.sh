@@ -1,0 +1,30 @@
+#!/bin/bash
+# One device call on one GPU (seventeenth session, about 4 minutes): a script's first product on a fresh cluster at
+# the GPU blocks' new default (`auto`) against 4096 (the old default), alternating: raw chunks twice each, then zstd
+# in and out once each (gpu_session_final17.sh found the first raw product 5.5 s at HEAD, where the sixteenth
+# session's first had been 2.9 s at 4096 on another machine).  Run from the project's root with carry [".whl"],
+# after `source .whl/gpu-env.sh`:
+#     OUT=/some/folder bash bench/notes/issue-28/gpu_session_first17.sh
+set -u
+: "${OUT:?set OUT to the folder for the records}"
+mkdir -p "$OUT"
+cd "$(dirname "$0")/../../.."     # the project's root, wherever this is run from
+inputs=$(mktemp -d /dev/shm/dgemm-first-XXXX)
+trap 'rm -rf "$inputs"' EXIT
+S=bench/notes/issue-28/device_codecs_onoff.py
+GEO="--size ${SIZE:-32768} --chunk ${CHUNK:-4096} --devices ${DEVICES:-gpu}"
+summary() {
+    grep '^{"mode"' | python3 -c "
+import json, sys
+for line in sys.stdin:
+    r = json.loads(line)
+    print('$1', r['mode'], r.get('block'), 'first' if r.get('first') else '', r['wall_s'], 'first_gemm',
+          r.get('first_gemm_start'), 'read_s', round(r.get('read_seconds', 0), 1), flush=True)"
+}
+for what in raw raw zstd; do
+    for b in auto 4096; do
+        if [ $what = raw ]; then codec="--codec none --out-codec none --modes off"; else codec="--codec zstd --modes share"; fi
+        timeout 60 python3 $S "$OUT/first-$what-$b-$RANDOM.json" $GEO $codec --repeats 1 --no-warmup --blocks "$b" \
+            --inputs "$inputs/$what" 2>&1 | summary "first-$what"
+    done
+done
