@@ -41,7 +41,7 @@ def random(ctx, path, shape, chunks, dtype, seed, overwrite, storage_options):
 @click.argument("a")
 @click.argument("b")
 @click.option("--block", type=BlockParam(), default=None,
-              help="Preferred block size N, or M,N,K (default: 1024 on CPU devices, 4096 otherwise).")
+              help="Preferred block size N, or M,N,K (default: 1024 on CPU devices, 8192,8192,4096 otherwise).")
 @click.option("--dtype", type=click.Choice(DTYPES), default=None,
               help="Plan for this dtype (default: the inputs' common dtype).")
 @click.option("--workers", type=click.IntRange(min=1), default=None,
