@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dgemm.client.plan import block_size, bounds, make_plan
+from dgemm.sizes import working_set
 
 
 def assert_partition(pieces, extent):
@@ -261,3 +262,32 @@ def test_huge_plans_are_made_and_estimated_without_listing_blocks():
 def test_empty_product_has_no_placement():
     p = make_plan(0, 10, 10, "float32", (32, 32, 16), n_workers=2)
     assert p.explain_estimate(2) == "placement: no GEMM tasks (C is empty)"
+
+
+def test_a_gpu_plan_by_default_multiplies_8192_wide_blocks_over_4096_deep_steps():
+    """The GPU default (sizes.GPU_TARGET): 4096-cube products left the device idle between them (bench/NOTES.md,
+    issue 28, seventeenth session); chunks of 4096 are grouped two by two along M and N, never cut along K."""
+    from dgemm.sizes import default_target
+
+    gpu = default_target(["GPU"])
+    for chunk, shape in ((4096, (8192, 8192, 4096)), (8192, (8192, 8192, 8192)), (2048, (8192, 8192, 4096))):
+        p = make_plan(32768, 32768, 32768, "float32", (128, 128, 32), a_chunks=(chunk, chunk), b_chunks=(chunk, chunk),
+                      target=gpu, n_workers=2, device_memory=80 << 30)
+        assert p.block_shape == shape, (chunk, p.block_shape)
+    # a small device's memory still shrinks them
+    small = make_plan(32768, 32768, 32768, "float32", (128, 128, 32), a_chunks=(4096, 4096),
+                      b_chunks=(4096, 4096), target=gpu, n_workers=1, device_memory=1 << 30)
+    assert small.block_shape[0] * small.block_shape[1] < 8192 * 8192
+    assert default_target(["CPU"]) == 1024
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("target", [4096, (8192, 8192, 4096)])
+def test_blocks_that_whole_chunks_would_not_let_fit_cut_the_chunks(target):
+    """A device too small for one chunk-sized block product (a low device-memory-limit): the plan cuts the chunks
+    (each block sharing one then reads it again) instead of halving a target the chunks hold up forever."""
+    p = make_plan(32768, 32768, 32768, "float32", (128, 128, 32), a_chunks=(4096, 4096), b_chunks=(4096, 4096),
+                  target=target, n_workers=1, device_memory=256 << 20)
+    assert min(p.block_shape) < 4096 and "shrunk" in p.note
+    total, _ = working_set(*p.block_shape, (128, 128, 32), 4)
+    assert total <= 0.8 * (256 << 20)

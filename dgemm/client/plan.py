@@ -383,15 +383,18 @@ def make_plan(m: int, n: int, k: int, dtype, tiles: tuple[int, int, int], *,
     ka, kb = a_chunks[1], b_chunks[0]
     shrunk = []
     slack = 1 if exact else 2
+    cut: set = set()    # axes whose blocks may cut chunks: following them no longer fits the device
 
     def sizes():
         if out_chunks is not None:
             bm, bn = out_chunks
         else:
-            bm = block_size(m, targets[0], tm, a_chunks[0], slack)
-            bn = block_size(n, targets[1], tn, b_chunks[1], slack)
+            bm = block_size(m, targets[0], tm, None if 0 in cut else a_chunks[0], slack)
+            bn = block_size(n, targets[1], tn, None if 1 in cut else b_chunks[1], slack)
         gk = targets[2]
-        if ka and kb:
+        if 2 in cut:
+            kchunk = None
+        elif ka and kb:
             kchunk = math.lcm(ka, kb) if math.lcm(ka, kb) <= slack * max(gk, tk) else max(ka, kb)
         else:
             kchunk = ka or kb
@@ -421,6 +424,8 @@ def make_plan(m: int, n: int, k: int, dtype, tiles: tuple[int, int, int], *,
         if not shrunk:
             shrunk.append(why)
         targets[d] = max(units[d], cur[d] // 2)
+        if sizes()[d] == cur[d]:    # whole chunks hold it at this size: cut them rather than loop forever
+            cut.add(d)
     bm, bn, bk = cur
     rows, cols, ks = bounds(m, bm), bounds(n, bn), bounds(k, bk)
     nk = ks.count
