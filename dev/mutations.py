@@ -1130,6 +1130,9 @@ MUTATIONS = [
     Mutation("slot-failed-call-raises", "dgemm/opencl/scratch.py", "    except (cl.Error, RuntimeError):\n        pass\n", "    except ZeroDivisionError:\n        pass\n", ("tests/test_scratch.py", "-k", "last_call_failed"), "a slot whose last call failed raises at its next holder and is lost (the room shrinks)"),
     Mutation("slot-nowait-takes-one-in-flight", "dgemm/opencl/scratch.py", "                key = next((k for k in self._free if _ran(self._busy.get(k))), None)", "                key = next(iter(self._free), None)", ("tests/test_scratch.py", "-k", "without_waiting"), "slot(wait=False) takes a slot whose last call is still in flight (and waits for it)"),
     Mutation("slot-nowait-leaks-room", "dgemm/opencl/scratch.py", "        if key is None:     # (not waiting) every free slot's last call still in flight\n            self._room.release()\n", "        if key is None:     # (not waiting) every free slot's last call still in flight\n", ("tests/test_scratch.py", "-k", "without_waiting"), "a refused slot(wait=False) keeps its place in the room: the slots run out"),
+    Mutation("gpu-target-4096", "dgemm/sizes.py", "GPU_TARGET = (8192, 8192, 4096)", "GPU_TARGET = 4096", ("tests/test_plan.py", "-k", "by_default"), "GPU products back to 4096-cube blocks, whose GEMMs are shorter than their host work"),
+    Mutation("plan-never-cuts-chunks", "dgemm/client/plan.py", "            cut.add(d)\n", "            pass\n", ("tests/test_plan.py", "-k", "cut_the_chunks"), "a plan that only fits by cutting chunks halves its target forever"),
+    Mutation("switch-interval-ignored", "dgemm/worker/plugin.py", "                sys.setswitchinterval(interval)\n", "                pass\n", ("tests/test_worker.py", "-k", "switch_interval"), "the switch-interval setting is read and not applied"),
 ]
 
 # -- the copy ----------------------------------------------------------------------------
