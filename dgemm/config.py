@@ -358,7 +358,8 @@ SETTINGS = {s.key: s for s in (
             "a thread that runs Python holds the interpreter's lock while another waits for it. Every step of "
             "a device decode, an encode or a product that calls out (numpy, OpenCL) gives the lock up and "
             "waits for it again behind the worker's other threads, up to one interval a time. Unset: Python's "
-            "own (5 ms). Read when the worker's device opens."),
+            "own (5 ms): 0.5 and 0.2 ms measured no faster (one H200, 32768² zstd in and out, share and on, "
+            "an A/B in one call; bench/NOTES.md, issue 28, seventeenth session). Read when the worker's device opens."),
     Setting("pinned-bytes", "DGEMM_PINNED_BYTES", _bytes,
             "Page-locked memory a device may hold for downloaded C blocks (beyond it: ordinary memory)."),
     Setting("tuning-db", "DGEMM_TUNING_DB", _text,
