@@ -37,8 +37,8 @@ def cache_budget(memory: int, reserve: int, device_type: str | None = None) -> i
 # and 45 while the inputs are still being decoded beside it; a 4096-cube product's GEMMs take 11 ms on an H200,
 # so the device idled between products: 32768^2 zstd in and out took 2.24-2.37 s with 4096-cube blocks and
 # 1.47-1.81 with these, across machines (raw 1.24-1.37 either way; bench/NOTES.md, issue 28, seventeenth
-# session).  K stays at
-# 4096: an input block (8192 x 4096) is what a reader thread stages and a device decode call holds.
+# session).  K stays at 4096: an input block (8192 x 4096) is what a reader thread stages and a device decode
+# call holds.
 GPU_TARGET = (8192, 8192, 4096)
 
 
