@@ -64,7 +64,8 @@ def matmul(a, b, out=None, *, client=None, overwrite: bool = False, resume: bool
         shrunk where the devices' memory needs it).  Blocks beyond 32-bit
         indexing (more than 2**31 - 1 elements) are refused.  Unset: 8192
         along M and N and 4096 along K on GPUs
-        (:data:`dgemm.sizes.GPU_TARGET`), 1024 on CPU devices.
+        (:data:`dgemm.sizes.GPU_TARGET`), 4096 on GPUs with less than
+        24 GiB a worker, 1024 on CPU devices.
     devices : str, optional
         Devices for a local cluster started by this call (``DGEMM_DEVICES``).
     progress : bool

@@ -42,18 +42,30 @@ def cache_budget(memory: int, reserve: int, device_type: str | None = None) -> i
 GPU_TARGET = (8192, 8192, 4096)
 
 
-def default_target(device_types) -> int | tuple[int, int, int]:
+# Below this much memory per worker a GPU keeps 4096-cube blocks: what a worker holds beside a product's working
+# set grows with the block (its decode slots, the page-locked staging NVIDIA's driver backs with device memory,
+# the panel cache's entries), and 8192-wide blocks were measured on 80 and 141 GB devices only.
+LARGE_BLOCKS_MEMORY = 24 << 30
+
+
+def default_target(device_types, memory: int | None = None) -> int | tuple[int, int, int]:
     """The block size asked for when the user gives none, by the types of the devices that will run it.
 
     ``device_types`` are OpenCL device types (``"CPU"``, ``"GPU"``, ...):
     1024 when every device is a CPU, else :data:`GPU_TARGET` along M, N
-    and K (also when none is known).
+    and K (also when none is known), or 4096 where ``memory`` (bytes per
+    worker of the smallest device, when known) is below
+    :data:`LARGE_BLOCKS_MEMORY`.
 
     >>> default_target(["CPU", "CPU"]), default_target(["CPU", "GPU"]), default_target([])
     (1024, (8192, 8192, 4096), (8192, 8192, 4096))
+    >>> default_target(["GPU"], memory=80 << 30), default_target(["GPU"], memory=16 << 30)
+    ((8192, 8192, 4096), 4096)
     """
     types = list(device_types)
-    return 1024 if types and all(t == "CPU" for t in types) else GPU_TARGET
+    if types and all(t == "CPU" for t in types):
+        return 1024
+    return 4096 if memory is not None and memory < LARGE_BLOCKS_MEMORY else GPU_TARGET
 
 
 def input_block_elements(target) -> int:

@@ -288,7 +288,7 @@ def plan_floor(usable: dict, a_path, b_path, dtype, measured: dict | None = None
         (k, m), a_chunks = A.shape, tuple(reversed(A.chunks))
     tiles = tiles_of(usable, dtype)
     memory, max_alloc = device_limits(usable)
-    target = default_target(d["device"].type for d in usable.values())
+    target = default_target((d["device"].type for d in usable.values()), memory)
     p = make_plan(m, n, k, dtype, tiles, a_chunks=a_chunks, b_chunks=B.chunks, target=target,
                   n_workers=len(usable), device_memory=memory, max_alloc=max_alloc)
     cache = None if memory is None else max(0.0, MEMORY_FRACTION * memory - 2 * p.device_bytes())

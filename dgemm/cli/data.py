@@ -41,7 +41,7 @@ def random(ctx, path, shape, chunks, dtype, seed, overwrite, storage_options):
 @click.argument("a")
 @click.argument("b")
 @click.option("--block", type=BlockParam(), default=None,
-              help="Preferred block size N, or M,N,K (default: 1024 on CPU devices, 8192,8192,4096 otherwise).")
+              help="Preferred block size N, or M,N,K (default: 1024 on CPU devices, 4096 on GPUs under 24 GiB, 8192,8192,4096 otherwise).")
 @click.option("--dtype", type=click.Choice(DTYPES), default=None,
               help="Plan for this dtype (default: the inputs' common dtype).")
 @click.option("--workers", type=click.IntRange(min=1), default=None,
@@ -107,7 +107,8 @@ def plan(ctx, a, b, block, dtype, workers, hosts, cores, read_gbps, write_gbps, 
             raise ValueError(f"shapes do not match: a has shape {A.stored_shape} and b has shape "
                              f"{B.stored_shape}; the contracted dimensions differ ({k} != {kb})")
         dt = check_dtype(dtype or np.result_type(A.dtype, B.dtype), "the result")
-        target = block if block is not None else default_target(d.type for d in selection)
+        target = block if block is not None else default_target((d.type for d in selection),
+                                                                min((d.global_mem for d in selection), default=None))
         tiles, memory, rate = KernelParams().tiles, None, None
         if selection:
             choice = lookup(selection[0], dt.name)

@@ -76,8 +76,8 @@ def _finished(req: Request):
 def _plan(req: Request, workers: dict) -> Plan:
     """Cut the product into blocks for these workers' kernels and memory."""
     tiles = tiles_of(workers, req.dtype, req.precision)
-    target = req.block or default_target(d["device"].type for d in workers.values())
     memory, max_alloc = device_limits(workers)
+    target = req.block or default_target((d["device"].type for d in workers.values()), memory)
     plan = _fitted(req, target, tiles, lambda fixed: make_plan(
         req.m, req.n, req.k, req.dtype, tiles, a_chunks=req.a.chunks, b_chunks=req.b.chunks, out_chunks=fixed,
         target=target, n_workers=len(workers), device_memory=memory, max_alloc=max_alloc,

@@ -23,7 +23,7 @@ from dgemm.names import DASHBOARD_PLUGIN, GEMM, WORKER_METRIC, WORKER_PLUGIN
 from dgemm.scheduler.dashboard import DgemmDashboard
 from dgemm.storage import sharing
 from dgemm.worker import siblings
-from dgemm.worker.state import DeviceState, attach, detach, live_states
+from dgemm.worker.state import DeviceState, attach, detach, device_memory, live_states
 
 # The task states in which a GEMM task is still to run (or running) on this worker; in any other
 # (memory, error, released, forgotten...) it holds nothing on the device.
@@ -266,12 +266,15 @@ def staging_bytes(info, dtypes) -> int:
     >>> from types import SimpleNamespace as NS
     >>> staging_bytes(NS(type="GPU"), ["float32"]) == 8192 * 4096 * 4, staging_bytes(NS(type="CPU"), ["float64"])
     (True, 8388608)
+    >>> staging_bytes(NS(type="GPU", global_mem=16 << 30), ["float32"]) == 4096 * 4096 * 4   # a smaller GPU
+    True
     """
     import numpy as np
 
     from dgemm.sizes import default_target, input_block_elements
 
-    elements = input_block_elements(default_target([info.type]))
+    memory = device_memory(info) if getattr(info, "global_mem", None) is not None else None
+    elements = input_block_elements(default_target([info.type], memory))
     return elements * max([np.dtype(d).itemsize for d in dtypes] or [4])
 
 
