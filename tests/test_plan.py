@@ -279,6 +279,8 @@ def test_a_gpu_plan_by_default_multiplies_8192_wide_blocks_over_4096_deep_steps(
                       b_chunks=(4096, 4096), target=gpu, n_workers=1, device_memory=1 << 30)
     assert small.block_shape[0] * small.block_shape[1] < 8192 * 8192
     assert default_target(["CPU"]) == 1024
+    # a GPU with less than 24 GiB a worker keeps 4096-cube blocks (what a worker holds beside them grows too)
+    assert default_target(["GPU"], memory=16 << 30) == 4096 and default_target(["GPU"], memory=80 << 30) == gpu
 
 
 @pytest.mark.timeout(30)
