@@ -107,12 +107,11 @@ def plan(ctx, a, b, block, dtype, workers, hosts, cores, read_gbps, write_gbps, 
             raise ValueError(f"shapes do not match: a has shape {A.stored_shape} and b has shape "
                              f"{B.stored_shape}; the contracted dimensions differ ({k} != {kb})")
         dt = check_dtype(dtype or np.result_type(A.dtype, B.dtype), "the result")
-        target = block if block is not None else default_target((d.type for d in selection),
-                                                                min((d.global_mem for d in selection), default=None))
         tiles, memory, rate = KernelParams().tiles, None, None
         if selection:
             choice = lookup(selection[0], dt.name)
             tiles, memory, rate = choice.params.tiles, selection[0].global_mem, choice.tflops
+        target = block if block is not None else default_target((d.type for d in selection), memory)
         n_workers = workers or max(len(selection), 1)
         p = make_plan(m, n, k, dt, tiles, a_chunks=A.chunks, b_chunks=B.chunks, target=target,
                       n_workers=n_workers, device_memory=memory, exact=block is not None)
