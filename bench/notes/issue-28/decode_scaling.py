@@ -1,0 +1,76 @@
+"""How the host's zstd decode of a 64 MiB float32 chunk scales with threads on this machine (issue 28).
+
+    python bench/notes/issue-28/decode_scaling.py OUT.json [--threads 1,4,8,16] [--seconds 2]
+
+Under ``device-codecs: share`` a host decode took 127 ms of CPU per 64 MiB chunk against 61 ms alone (seventeenth
+session): this says how much of that a machine's threads cost each other with nothing else running.  Each thread
+decodes the same Zarr-default frame (numcodecs' zstd level 3 of normal float32) into a buffer of its own, through
+dgemm's libzstd path (:mod:`dgemm.storage.zstd`), for ``--seconds``; writes each count's GB/s in all and per thread,
+with CPU seconds per chunk, and libzstd's version.
+"""
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+
+import numpy as np
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("out")
+    p.add_argument("--threads", default="1,4,8,16")
+    p.add_argument("--seconds", type=float, default=2.0)
+    args = p.parse_args()
+
+    import numcodecs
+
+    from dgemm.storage import zstd
+
+    lib = zstd.library()
+    codec = zstd.codec(3, False)
+    chunk = np.random.default_rng(0).standard_normal(4096 * 4096).astype(np.float32)
+    frame = np.frombuffer(numcodecs.Zstd(level=3).encode(chunk), np.uint8)
+    rows = []
+    for n in [int(t) for t in args.threads.split(",")]:
+        counts, cpu = [0] * n, [0.0] * n
+        start = threading.Barrier(n + 1)
+
+        def work(i):
+            out = np.empty_like(chunk)
+            codec.decode(frame, out, "warm")
+            start.wait()
+            c0, end = time.thread_time(), time.perf_counter() + args.seconds
+            while time.perf_counter() < end:
+                codec.decode(frame, out, "chunk")
+                counts[i] += 1
+            cpu[i] = time.thread_time() - c0
+            if not np.array_equal(out, chunk):
+                raise SystemExit("decoded bytes differ")
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(n)]
+        for t in threads:
+            t.start()
+        start.wait()
+        t0 = time.perf_counter()
+        for t in threads:
+            t.join()
+        wall = time.perf_counter() - t0
+        done = sum(counts)
+        rows.append({"threads": n, "chunks": done, "gb_s": round(done * chunk.nbytes / wall / 1e9, 2),
+                     "gb_s_per_thread": round(done * chunk.nbytes / wall / 1e9 / n, 3),
+                     "cpu_ms_per_chunk": round(1e3 * sum(cpu) / max(done, 1), 1)})
+        print(json.dumps(rows[-1]), flush=True)
+    record = {"meta": {"what": __doc__.splitlines()[0], "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                       "host_cores": os.cpu_count(), "libzstd": int(lib.ZSTD_versionNumber()) if lib else None,
+                       "ratio": round(chunk.nbytes / frame.nbytes, 4), "commit": os.environ.get("DGEMM_COMMIT"),
+                       "command": " ".join([os.path.basename(sys.executable)] + sys.argv)},
+              "rows": rows}
+    with open(args.out, "w") as f:
+        json.dump(record, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,36 @@
+#!/bin/bash
+# One device call on one GPU (eighteenth session, about 4 minutes): where a reader thread's time goes under share
+# and on at the default block, blocked waits included.  gpu_session_slots18.sh found that a block the device
+# decodes costs a reader about as long as a host decode (0.2-0.3 s, 60 ms of it on a CPU), so that moving blocks to
+# the device (8 or 12 decode slots) left the reads as long.  First the host's zstd decode by thread count alone
+# (decode_scaling.py), then 32768² zstd in and out under `py-spy record --idle --native` (every thread's stack,
+# waiting or not, native frames too: Python's lock, the driver's, dgemm's own), share three runs, then on three
+# runs, each in a cluster of its own.  Run from the project's root with carry [".whl"], after
+# `source .whl/gpu-env.sh`:
+#     OUT=/some/folder bash bench/notes/issue-28/gpu_session_spy18.sh
+set -u
+: "${OUT:?set OUT to the folder for the records}"
+mkdir -p "$OUT"
+cd "$(dirname "$0")/../../.."     # the project's root, wherever this is run from
+spy=$(python3 -c 'import os; print(os.path.join(os.path.dirname(os.path.dirname(__import__("pyopencl").__file__)), "bin", "py-spy"))')
+timeout 60 python3 bench/notes/issue-28/decode_scaling.py "$OUT/decode-scaling.json" --threads 1,4,8,16
+inputs=$(mktemp -d /dev/shm/dgemm-spy18-XXXX)
+trap 'rm -rf "$inputs"' EXIT
+S=bench/notes/issue-28/device_codecs_onoff.py
+GEO="--size ${SIZE:-32768} --chunk ${CHUNK:-4096} --devices ${DEVICES:-gpu}"
+summary() {
+    grep '^{"mode"' | python3 -c "
+import json, sys
+for line in sys.stdin:
+    r = json.loads(line)
+    print('$1', r['mode'], r['wall_s'], 'read_s', round(r.get('read_seconds', 0), 1), 'dev', r.get('device_decoded_bytes'),
+          'host', r.get('host_decoded_bytes'), flush=True)"
+}
+timeout 100 python3 $S "$OUT/plain.json" $GEO --codec zstd --repeats 1 --modes share --inputs "$inputs/zstd" 2>&1 \
+    | summary plain
+for mode in share on; do
+    timeout 150 "$spy" record --idle --native --nonblocking --threads --subprocesses -r 50 -f raw -o "$OUT/spy-$mode.txt" \
+        -- python3 $S "$OUT/spy-$mode.json" $GEO --codec zstd --repeats 3 --modes $mode --inputs "$inputs/zstd" 2>&1 \
+        | summary "spy-$mode"
+done
+ls -la "$OUT"
