@@ -33,4 +33,4 @@ for mode in share on; do
         -- python3 $S "$OUT/spy-$mode.json" $GEO --codec zstd --repeats 3 --modes $mode --inputs "$inputs/zstd" 2>&1 \
         | summary "spy-$mode"
 done
-ls -la "$OUT"
+gzip -f "$OUT"/spy-*.txt; ls -la "$OUT"
