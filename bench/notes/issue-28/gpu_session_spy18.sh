@@ -13,7 +13,7 @@ set -u
 mkdir -p "$OUT"
 cd "$(dirname "$0")/../../.."     # the project's root, wherever this is run from
 spy=$(python3 -c 'import os; print(os.path.join(os.path.dirname(os.path.dirname(__import__("pyopencl").__file__)), "bin", "py-spy"))')
-timeout 60 python3 bench/notes/issue-28/decode_scaling.py "$OUT/decode-scaling.json" --threads 1,4,8,16
+[ -n "${SKIP_SCALING:-}" ] || timeout 60 python3 bench/notes/issue-28/decode_scaling.py "$OUT/decode-scaling.json" --threads 1,4,8,16
 inputs=$(mktemp -d /dev/shm/dgemm-spy18-XXXX)
 trap 'rm -rf "$inputs"' EXIT
 S=bench/notes/issue-28/device_codecs_onoff.py
@@ -28,9 +28,10 @@ for line in sys.stdin:
 }
 timeout 100 python3 $S "$OUT/plain.json" $GEO --codec zstd --repeats 1 --modes share --inputs "$inputs/zstd" 2>&1 \
     | summary plain
+# (--native pauses the process for each sample: py-spy cannot unwind native stacks without; 25 a second)
 for mode in share on; do
-    timeout 150 "$spy" record --idle --native --nonblocking --threads --subprocesses -r 50 -f raw -o "$OUT/spy-$mode.txt" \
+    timeout 150 "$spy" record --idle --native --threads --subprocesses -r 25 -f raw -o "$OUT/spy-$mode.txt" \
         -- python3 $S "$OUT/spy-$mode.json" $GEO --codec zstd --repeats 3 --modes $mode --inputs "$inputs/zstd" 2>&1 \
-        | summary "spy-$mode"
+        | tee "$OUT/spy-$mode.log" | summary "spy-$mode"
 done
 gzip -f "$OUT"/spy-*.txt; ls -la "$OUT"
