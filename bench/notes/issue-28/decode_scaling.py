@@ -6,7 +6,10 @@ Under ``device-codecs: share`` a host decode took 127 ms of CPU per 64 MiB chunk
 session): this says how much of that a machine's threads cost each other with nothing else running.  Each thread
 decodes the same Zarr-default frame (numcodecs' zstd level 3 of normal float32) into a buffer of its own, through
 dgemm's libzstd path (:mod:`dgemm.storage.zstd`), for ``--seconds``; writes each count's GB/s in all and per thread,
-with CPU seconds per chunk, and libzstd's version.
+with CPU seconds per chunk, and libzstd's version.  ``--into pinned`` decodes into page-locked memory as a worker's
+readers do (an ``ALLOC_HOST_PTR`` buffer of the first OpenCL device, mapped, as ``Device.staging``), and times
+one thread's plain copies into and out of such a buffer against ordinary memory (write-combined memory would read
+back slowly, and a zstd decode reads its output back for every match).
 """
 import argparse
 import json
@@ -23,6 +26,7 @@ def main():
     p.add_argument("out")
     p.add_argument("--threads", default="1,4,8,16")
     p.add_argument("--seconds", type=float, default=2.0)
+    p.add_argument("--into", default="numpy", help="numpy, pinned or both (comma separated)")
     args = p.parse_args()
 
     import numcodecs
@@ -33,13 +37,38 @@ def main():
     codec = zstd.codec(3, False)
     chunk = np.random.default_rng(0).standard_normal(4096 * 4096).astype(np.float32)
     frame = np.frombuffer(numcodecs.Zstd(level=3).encode(chunk), np.uint8)
-    rows = []
-    for n in [int(t) for t in args.threads.split(",")]:
+    rows, copies = [], {}
+    pinned = None
+    if "pinned" in args.into:
+        import pyopencl as cl
+
+        dev = next((d for pf in cl.get_platforms() for d in pf.get_devices() if d.type & cl.device_type.GPU), None) \
+            or cl.get_platforms()[0].get_devices()[0]
+        ctx = cl.Context([dev])
+        queue = cl.CommandQueue(ctx)
+        kept = []
+
+        def pinned(nbytes):
+            buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.ALLOC_HOST_PTR, nbytes)
+            host, _ = cl.enqueue_map_buffer(queue, buf, cl.map_flags.READ | cl.map_flags.WRITE, 0, (nbytes,),
+                                            np.uint8, is_blocking=True)
+            kept.append((buf, host))
+            return host
+
+        plain = np.empty(chunk.nbytes, np.uint8)
+        pin = pinned(chunk.nbytes)
+        src = chunk.view(np.uint8)
+        for name, dst, frm in (("write ordinary", plain, src), ("write pinned", pin, src),
+                               ("read ordinary", plain.copy(), plain), ("read pinned", plain, pin)):
+            best = min(_timed(np.copyto, dst, frm) for _ in range(5))
+            copies[name] = round(chunk.nbytes / best / 1e9, 2)
+        print(json.dumps({"copy_gb_s": copies}), flush=True)
+    for into, n in [(i, int(t)) for i in args.into.split(",") for t in args.threads.split(",")]:
         counts, cpu = [0] * n, [0.0] * n
         start = threading.Barrier(n + 1)
 
-        def work(i):
-            out = np.empty_like(chunk)
+        def work(i, into=into):
+            out = np.empty_like(chunk) if into == "numpy" else pinned(chunk.nbytes).view(chunk.dtype)
             codec.decode(frame, out, "warm")
             start.wait()
             c0, end = time.thread_time(), time.perf_counter() + args.seconds
@@ -59,7 +88,7 @@ def main():
             t.join()
         wall = time.perf_counter() - t0
         done = sum(counts)
-        rows.append({"threads": n, "chunks": done, "gb_s": round(done * chunk.nbytes / wall / 1e9, 2),
+        rows.append({"into": into, "threads": n, "chunks": done, "gb_s": round(done * chunk.nbytes / wall / 1e9, 2),
                      "gb_s_per_thread": round(done * chunk.nbytes / wall / 1e9 / n, 3),
                      "cpu_ms_per_chunk": round(1e3 * sum(cpu) / max(done, 1), 1)})
         print(json.dumps(rows[-1]), flush=True)
@@ -67,9 +96,15 @@ def main():
                        "host_cores": os.cpu_count(), "libzstd": int(lib.ZSTD_versionNumber()) if lib else None,
                        "ratio": round(chunk.nbytes / frame.nbytes, 4), "commit": os.environ.get("DGEMM_COMMIT"),
                        "command": " ".join([os.path.basename(sys.executable)] + sys.argv)},
-              "rows": rows}
+              "copy_gb_s": copies, "rows": rows}
     with open(args.out, "w") as f:
         json.dump(record, f, indent=1)
+
+
+def _timed(fn, *args) -> float:
+    t = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - t
 
 
 if __name__ == "__main__":
