@@ -9,7 +9,9 @@ dgemm's libzstd path (:mod:`dgemm.storage.zstd`), for ``--seconds``; writes each
 with CPU seconds per chunk, and libzstd's version.  ``--into pinned`` decodes into page-locked memory as a worker's
 readers do (an ``ALLOC_HOST_PTR`` buffer of the first OpenCL device, mapped, as ``Device.staging``), and times
 one thread's plain copies into and out of such a buffer against ordinary memory (write-combined memory would read
-back slowly, and a zstd decode reads its output back for every match).
+back slowly, and a zstd decode reads its output back for every match).  ``--dma``: each count also with the
+device copying page-locked host memory to itself back to back meanwhile (as a worker's uploads do, about 50 GB/s on
+an H100), its rate written beside.
 """
 import argparse
 import json
@@ -27,6 +29,7 @@ def main():
     p.add_argument("--threads", default="1,4,8,16")
     p.add_argument("--seconds", type=float, default=2.0)
     p.add_argument("--into", default="numpy", help="numpy, pinned or both (comma separated)")
+    p.add_argument("--dma", action="store_true", help="each count also beside host-to-device copies")
     args = p.parse_args()
 
     import numcodecs
@@ -39,7 +42,7 @@ def main():
     frame = np.frombuffer(numcodecs.Zstd(level=3).encode(chunk), np.uint8)
     rows, copies = [], {}
     pinned = None
-    if "pinned" in args.into:
+    if "pinned" in args.into or args.dma:
         import pyopencl as cl
 
         dev = next((d for pf in cl.get_platforms() for d in pf.get_devices() if d.type & cl.device_type.GPU), None) \
@@ -63,7 +66,8 @@ def main():
             best = min(_timed(np.copyto, dst, frm) for _ in range(5))
             copies[name] = round(chunk.nbytes / best / 1e9, 2)
         print(json.dumps({"copy_gb_s": copies}), flush=True)
-    for into, n in [(i, int(t)) for i in args.into.split(",") for t in args.threads.split(",")]:
+    for into, n, dma in [(i, int(t), d) for i in args.into.split(",") for t in args.threads.split(",")
+                         for d in ((False, True) if args.dma else (False,))]:
         counts, cpu = [0] * n, [0.0] * n
         start = threading.Barrier(n + 1)
 
@@ -82,13 +86,27 @@ def main():
         threads = [threading.Thread(target=work, args=(i,)) for i in range(n)]
         for t in threads:
             t.start()
+        copied, stop = [0], threading.Event()
+
+        def uploads():
+            src, dst = pinned(256 << 20), cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 256 << 20)
+            while not stop.is_set():
+                cl.enqueue_copy(queue, dst, src, is_blocking=False).wait()
+                copied[0] += 256 << 20
+
+        mover = threading.Thread(target=uploads) if dma else None
+        if mover is not None:
+            mover.start()
         start.wait()
         t0 = time.perf_counter()
         for t in threads:
             t.join()
         wall = time.perf_counter() - t0
+        stop.set()
+        if mover is not None:
+            mover.join()
         done = sum(counts)
-        rows.append({"into": into, "threads": n, "chunks": done, "gb_s": round(done * chunk.nbytes / wall / 1e9, 2),
+        rows.append({"into": into, "threads": n, "dma_gb_s": round(copied[0] / wall / 1e9, 1) if dma else None, "chunks": done, "gb_s": round(done * chunk.nbytes / wall / 1e9, 2),
                      "gb_s_per_thread": round(done * chunk.nbytes / wall / 1e9 / n, 3),
                      "cpu_ms_per_chunk": round(1e3 * sum(cpu) / max(done, 1), 1)})
         print(json.dumps(rows[-1]), flush=True)
