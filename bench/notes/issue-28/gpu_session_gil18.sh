@@ -8,15 +8,8 @@
 # then raw in and out (off), each a cluster of its own.  The share of samples against 200 a second is the lock's
 # load.  Run from the project's root with carry [".whl"], after `source .whl/gpu-env.sh`:
 #     OUT=/some/folder bash bench/notes/issue-28/gpu_session_gil18.sh
-set -u
-: "${OUT:?set OUT to the folder for the records}"
-mkdir -p "$OUT"
-cd "$(dirname "$0")/../../.."     # the project's root, wherever this is run from
+. "$(dirname "$0")/session_common.sh" gil18
 spy=$(python3 -c 'import os; print(os.path.join(os.path.dirname(os.path.dirname(__import__("pyopencl").__file__)), "bin", "py-spy"))')
-inputs=$(mktemp -d /dev/shm/dgemm-gil18-XXXX)
-trap 'rm -rf "$inputs"' EXIT
-S=bench/notes/issue-28/device_codecs_onoff.py
-GEO="--size ${SIZE:-32768} --chunk ${CHUNK:-4096} --devices ${DEVICES:-gpu}"
 for what in share on raw; do
     if [ $what = raw ]; then args="--codec none --out-codec none --modes off"; else args="--codec zstd --modes $what"; fi
     log="$OUT/gil-$what.log"

@@ -4,34 +4,15 @@
 # and out: share with 4, 8 and 12 decode slots (each count a fresh scratch, alternating), on with 4, 8 and 16, and raw
 # beside them, two rounds.  Run from the project's root with carry [".whl"], after `source .whl/gpu-env.sh`:
 #     OUT=/some/folder bash bench/notes/issue-28/gpu_session_slots18.sh
-set -u
-: "${OUT:?set OUT to the folder for the records}"
-mkdir -p "$OUT"
-cd "$(dirname "$0")/../../.."     # the project's root, wherever this is run from
+. "$(dirname "$0")/session_common.sh" slots
 lscpu > "$OUT/lscpu.txt" 2>&1; grep -i "^CPU(s)\|Thread(s) per core\|Core(s) per\|Socket\|Model name\|NUMA node(s)\|MHz" "$OUT/lscpu.txt"
 python3 -c "import dgemm, pyopencl, distributed, zarr, numcodecs" # the machine's first imports, before any timing
 OUT=$OUT bash bench/notes/issue-28/gpu_session_first17.sh
-inputs=$(mktemp -d /dev/shm/dgemm-slots-XXXX)
-trap 'rm -rf "$inputs"' EXIT
-S=bench/notes/issue-28/device_codecs_onoff.py
-GEO="--size ${SIZE:-32768} --chunk ${CHUNK:-4096} --devices ${DEVICES:-gpu}"
-summary() {
-    grep '^{"mode"\|"check"' | python3 -c "
-import json, sys
-for line in sys.stdin:
-    r = json.loads(line)
-    if 'mode' not in r:
-        c = r['check']; print('$1', 'check', c.get('passed') if isinstance(c, dict) else c, flush=True); continue
-    print('$1', r['mode'], 'slots', r.get('slots'), 'tasks', r.get('gemm_tasks_setting'), r['wall_s'],
-          'first_gemm', r.get('first_gemm_start'), 'last_gemm', r.get('last_gemm_stop'), 'read_s',
-          round(r.get('read_seconds', 0), 1), 'dev', r.get('device_decoded_bytes'), 'host', r.get('host_decoded_bytes'),
-          flush=True)"
-}
 for round in 1 2; do
     timeout 150 python3 $S "$OUT/share-slots-r$round.json" $GEO --codec zstd --repeats 2 --modes share \
-        --slots 4,8,12 --slots-mode share --inputs "$inputs/zstd" 2>&1 | summary "share-r$round"
+        --slots 4,8,12 --slots-mode share --inputs "$inputs/zstd" 2>&1 | summary "share-r$round" mode slots gemm_tasks_setting wall_s first_gemm_start last_gemm_stop read_seconds device_decoded_bytes host_decoded_bytes
     timeout 80 python3 $S "$OUT/raw-r$round.json" $GEO --codec none --out-codec none --repeats 2 --modes off \
-        --inputs "$inputs/raw" 2>&1 | summary "raw-r$round"
+        --inputs "$inputs/raw" 2>&1 | summary "raw-r$round" mode slots gemm_tasks_setting wall_s first_gemm_start last_gemm_stop read_seconds device_decoded_bytes host_decoded_bytes
 done
 timeout 120 python3 $S "$OUT/on-slots.json" $GEO --codec zstd --repeats 1 --modes share --slots 4,8,16 \
-    --slots-mode on --inputs "$inputs/zstd" 2>&1 | summary "on"
+    --slots-mode on --inputs "$inputs/zstd" 2>&1 | summary "on" mode slots gemm_tasks_setting wall_s first_gemm_start last_gemm_stop read_seconds device_decoded_bytes host_decoded_bytes

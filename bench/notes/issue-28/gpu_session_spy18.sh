@@ -8,30 +8,15 @@
 # runs, each in a cluster of its own.  Run from the project's root with carry [".whl"], after
 # `source .whl/gpu-env.sh`:
 #     OUT=/some/folder bash bench/notes/issue-28/gpu_session_spy18.sh
-set -u
-: "${OUT:?set OUT to the folder for the records}"
-mkdir -p "$OUT"
-cd "$(dirname "$0")/../../.."     # the project's root, wherever this is run from
+. "$(dirname "$0")/session_common.sh" spy18
 spy=$(python3 -c 'import os; print(os.path.join(os.path.dirname(os.path.dirname(__import__("pyopencl").__file__)), "bin", "py-spy"))')
 [ -n "${SKIP_SCALING:-}" ] || timeout 60 python3 bench/notes/issue-28/decode_scaling.py "$OUT/decode-scaling.json" --threads 1,4,8,16
-inputs=$(mktemp -d /dev/shm/dgemm-spy18-XXXX)
-trap 'rm -rf "$inputs"' EXIT
-S=bench/notes/issue-28/device_codecs_onoff.py
-GEO="--size ${SIZE:-32768} --chunk ${CHUNK:-4096} --devices ${DEVICES:-gpu}"
-summary() {
-    grep '^{"mode"' | python3 -c "
-import json, sys
-for line in sys.stdin:
-    r = json.loads(line)
-    print('$1', r['mode'], r['wall_s'], 'read_s', round(r.get('read_seconds', 0), 1), 'dev', r.get('device_decoded_bytes'),
-          'host', r.get('host_decoded_bytes'), flush=True)"
-}
 timeout 100 python3 $S "$OUT/plain.json" $GEO --codec zstd --repeats 1 --modes share --inputs "$inputs/zstd" 2>&1 \
-    | summary plain
+    | summary plain mode wall_s read_seconds device_decoded_bytes host_decoded_bytes
 # (--native pauses the process for each sample: py-spy cannot unwind native stacks without; 25 a second)
 for mode in share on; do
     timeout 150 "$spy" record --idle --native --threads --subprocesses -r 25 -f raw -o "$OUT/spy-$mode.txt" \
         -- python3 $S "$OUT/spy-$mode.json" $GEO --codec zstd --repeats 3 --modes $mode --inputs "$inputs/zstd" 2>&1 \
-        | tee "$OUT/spy-$mode.log" | summary "spy-$mode"
+        | tee "$OUT/spy-$mode.log" | summary "spy-$mode" mode wall_s read_seconds device_decoded_bytes host_decoded_bytes
 done
 gzip -f "$OUT"/spy-*.txt; ls -la "$OUT"

@@ -1,0 +1,32 @@
+# Sourced by the eighteenth session's gpu_session_*18.sh scripts (`. "$(dirname "$0")/session_common.sh" NAME`):
+# checks OUT, goes to the project's root, makes a folder for the inputs in /dev/shm (removed on exit), sets S (the
+# end-to-end script, device_codecs_onoff.py) and GEO (its --size, --chunk and --devices from SIZE, CHUNK and
+# DEVICES), and defines `summary LABEL FIELD...`, which prints each run's record line that device_codecs_onoff.py
+# writes as LABEL and the fields named (a float rounded to 3 places), and each cluster's float64 check.
+set -u
+: "${OUT:?set OUT to the folder for the records}"
+mkdir -p "$OUT"
+cd "$(dirname "${BASH_SOURCE[0]}")/../../.."     # the project's root, wherever the script is run from
+inputs=$(mktemp -d "/dev/shm/dgemm-${1:-session}-XXXX")
+trap 'rm -rf "$inputs"' EXIT
+S=bench/notes/issue-28/device_codecs_onoff.py
+GEO="--size ${SIZE:-32768} --chunk ${CHUNK:-4096} --devices ${DEVICES:-gpu}"
+
+summary() {
+    local label=$1
+    shift
+    grep '^{"mode"\|"check"' | python3 -c "
+import json, sys
+label, fields = sys.argv[1], sys.argv[2:]
+for line in sys.stdin:
+    r = json.loads(line)
+    if 'mode' not in r:
+        c = r['check']
+        print(label, r.get('queue_priority', ''), 'check', c.get('passed') if isinstance(c, dict) else c, flush=True)
+        continue
+    out = []
+    for f in fields:
+        v = r.get(f)
+        out += [f, round(v, 3) if isinstance(v, float) else v]
+    print(label, *out, flush=True)" "$label" "$@"
+}
