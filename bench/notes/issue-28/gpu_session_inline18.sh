@@ -13,3 +13,4 @@ timeout 300 python3 $S "$OUT/inline-zstd.json" $GEO --codec zstd --repeats 2 --m
     --rounds 2 --inputs "$inputs/zstd" 2>&1 | summary zstd queue_priority mode wall_s busy_seconds busy_other_seconds busy_transfer_seconds busy_read_seconds device_decoded_bytes
 timeout 150 python3 $S "$OUT/inline-raw.json" $GEO --codec none --out-codec none --repeats 2 --modes off \
     --inputs "$inputs/raw" 2>&1 | summary raw queue_priority mode wall_s busy_seconds busy_other_seconds busy_transfer_seconds busy_read_seconds device_decoded_bytes
+ls -la "$OUT"     # what the call leaves for the records

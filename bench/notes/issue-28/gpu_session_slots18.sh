@@ -16,3 +16,4 @@ for round in 1 2; do
 done
 timeout 120 python3 $S "$OUT/on-slots.json" $GEO --codec zstd --repeats 1 --modes share --slots 4,8,16 \
     --slots-mode on --inputs "$inputs/zstd" 2>&1 | summary "on" mode slots gemm_tasks_setting wall_s first_gemm_start last_gemm_stop read_seconds device_decoded_bytes host_decoded_bytes
+ls -la "$OUT"     # what the call leaves for the records
