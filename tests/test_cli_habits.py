@@ -158,7 +158,10 @@ def test_random_writes_float32_by_default_and_says_its_size_as_dask_does(tmp_pat
     assert z.dtype == np.float32 and z.shape == (300, 200)
     assert f"300 x 200 float32, chunks 128 x 128, {format_bytes(300 * 200 * 4)} in " in r.output
     x = z[...]
-    assert np.all(x != 0) and abs(float(x.mean())) < 0.05 and abs(float(x.std()) - 1) < 0.05
+    # every element written: a chunk left unwritten reads as 16,384 zeros, while numpy's float32 normals are
+    # exactly 0 about once in 7 million draws (27 in 2e8 measured): asking for no zero at all failed about one
+    # run in 120 of these 60,000 elements, so a few are allowed
+    assert np.count_nonzero(x == 0) <= 3 and abs(float(x.mean())) < 0.05 and abs(float(x.std()) - 1) < 0.05
 
 
 def test_random_writes_to_s3_through_storage_options(s3):
