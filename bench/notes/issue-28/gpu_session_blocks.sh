@@ -6,31 +6,19 @@
 # timelines (timeline.py: schedstat, gil_wait_ms) of share and off at auto and share at 8192x8192x4096, and raw.
 # Run from the project's root with carry [".whl"], after `source .whl/gpu-env.sh`:
 #     OUT=/some/folder bash bench/notes/issue-28/gpu_session_blocks.sh
-set -u
-: "${OUT:?set OUT to the folder for the records}"
-mkdir -p "$OUT"
-cd "$(dirname "$0")/../../.."     # the project's root, wherever this is run from
-inputs=$(mktemp -d /dev/shm/dgemm-blocks-XXXX)
-trap 'rm -rf "$inputs"' EXIT
-S=bench/notes/issue-28/device_codecs_onoff.py
+. "$(dirname "$0")/session_common.sh" blocks
+# what summary prints of each run
+FIELDS="mode block gemm_tasks_setting gemm_tasks wall_s"
 T=bench/notes/issue-28/timeline.py
 BLOCKS=${BLOCKS:-auto,8192x8192x4096,8192}
-summary() {
-    grep '^{"mode"\|"check"' | python3 -c "
-import json, sys
-for line in sys.stdin:
-    r = json.loads(line)
-    if 'check' in r and 'mode' not in r:
-        c = r['check']; print('$1', 'check', c.get('passed') if isinstance(c, dict) else c, flush=True); continue
-    print('$1', r['mode'], r.get('block'), r.get('gemm_tasks_setting', r.get('gemm_tasks')), r['wall_s'], flush=True)"
-}
 timeout 240 python3 $S "$OUT/blocks-zstd.json" --size ${SIZE:-32768} --chunk ${CHUNK:-4096} --codec zstd --devices ${DEVICES:-gpu} --repeats 2 --modes share \
-    --blocks "$BLOCKS" --inputs "$inputs/zstd" 2>&1 | summary zstd
+    --blocks "$BLOCKS" --inputs "$inputs/zstd" 2>&1 | summary zstd $FIELDS
 timeout 150 python3 $S "$OUT/blocks-raw.json" --size ${SIZE:-32768} --chunk ${CHUNK:-4096} --codec none --out-codec none --devices ${DEVICES:-gpu} --repeats 2 \
-    --modes off --blocks "$BLOCKS" --inputs "$inputs/raw" 2>&1 | summary raw
+    --modes off --blocks "$BLOCKS" --inputs "$inputs/raw" 2>&1 | summary raw $FIELDS
 timeout 90 python3 $T "$OUT/timeline-zstd-auto.json" --size ${SIZE:-32768} --chunk ${CHUNK:-4096} --devices ${DEVICES:-gpu} --codec zstd --modes share,off \
-    --inputs "$inputs/zstd" 2>&1 | summary timeline-zstd
+    --inputs "$inputs/zstd" 2>&1 | summary timeline-zstd $FIELDS
 timeout 60 python3 $T "$OUT/timeline-zstd-8192x8192x4096.json" --size ${SIZE:-32768} --chunk ${CHUNK:-4096} --devices ${DEVICES:-gpu} --codec zstd --modes share \
-    --block 8192x8192x4096 --inputs "$inputs/zstd" 2>&1 | summary timeline-zstd
+    --block 8192x8192x4096 --inputs "$inputs/zstd" 2>&1 | summary timeline-zstd $FIELDS
 timeout 60 python3 $T "$OUT/timeline-raw-auto.json" --size ${SIZE:-32768} --chunk ${CHUNK:-4096} --devices ${DEVICES:-gpu} --codec none --modes off \
-    --inputs "$inputs/raw" 2>&1 | summary timeline-raw
+    --inputs "$inputs/raw" 2>&1 | summary timeline-raw $FIELDS
+ls -la "$OUT"     # what the call leaves for the records

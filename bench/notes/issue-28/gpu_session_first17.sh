@@ -6,26 +6,14 @@
 # after `source .whl/gpu-env.sh`:
 #     OUT=/some/folder bash bench/notes/issue-28/gpu_session_first17.sh
 # (Each run's limit was 60 s until the eighteenth session, where two of six runs hit it and left no figure: 120 now.)
-set -u
-: "${OUT:?set OUT to the folder for the records}"
-mkdir -p "$OUT"
-cd "$(dirname "$0")/../../.."     # the project's root, wherever this is run from
-inputs=$(mktemp -d /dev/shm/dgemm-first-XXXX)
-trap 'rm -rf "$inputs"' EXIT
-S=bench/notes/issue-28/device_codecs_onoff.py
-GEO="--size ${SIZE:-32768} --chunk ${CHUNK:-4096} --devices ${DEVICES:-gpu}"
-summary() {
-    grep '^{"mode"' | python3 -c "
-import json, sys
-for line in sys.stdin:
-    r = json.loads(line)
-    print('$1', r['mode'], r.get('block'), 'first' if r.get('first') else '', r['wall_s'], 'first_gemm',
-          r.get('first_gemm_start'), 'read_s', round(r.get('read_seconds', 0), 1), flush=True)"
-}
+. "$(dirname "$0")/session_common.sh" first
+# what summary prints of each run
+FIELDS="mode block first wall_s first_gemm_start read_seconds"
 for what in raw raw zstd; do
     for b in auto 4096; do
         if [ $what = raw ]; then codec="--codec none --out-codec none --modes off"; else codec="--codec zstd --modes share"; fi
         timeout 120 python3 $S "$OUT/first-$what-$b-$RANDOM.json" $GEO $codec --repeats 1 --no-warmup --blocks "$b" \
-            --inputs "$inputs/$what" 2>&1 | summary "first-$what"
+            --inputs "$inputs/$what" 2>&1 | summary "first-$what" $FIELDS
     done
 done
+ls -la "$OUT"     # what the call leaves for the records

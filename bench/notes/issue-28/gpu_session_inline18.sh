@@ -9,8 +9,10 @@
 # Run from the project's root with carry [".whl"], after `source .whl/gpu-env.sh`:
 #     OUT=/some/folder bash bench/notes/issue-28/gpu_session_inline18.sh
 . "$(dirname "$0")/session_common.sh" inline18
+# what summary prints of each run
+FIELDS="queue_priority mode wall_s busy_seconds busy_other_seconds busy_transfer_seconds busy_read_seconds device_decoded_bytes"
 timeout 300 python3 $S "$OUT/inline-zstd.json" $GEO --codec zstd --repeats 2 --modes share,on --priorities on,inline \
-    --rounds 2 --inputs "$inputs/zstd" 2>&1 | summary zstd queue_priority mode wall_s busy_seconds busy_other_seconds busy_transfer_seconds busy_read_seconds device_decoded_bytes
+    --rounds 2 --inputs "$inputs/zstd" 2>&1 | summary zstd $FIELDS
 timeout 150 python3 $S "$OUT/inline-raw.json" $GEO --codec none --out-codec none --repeats 2 --modes off \
-    --inputs "$inputs/raw" 2>&1 | summary raw queue_priority mode wall_s busy_seconds busy_other_seconds busy_transfer_seconds busy_read_seconds device_decoded_bytes
+    --inputs "$inputs/raw" 2>&1 | summary raw $FIELDS
 ls -la "$OUT"     # what the call leaves for the records

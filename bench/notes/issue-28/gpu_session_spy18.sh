@@ -9,14 +9,16 @@
 # `source .whl/gpu-env.sh`:
 #     OUT=/some/folder bash bench/notes/issue-28/gpu_session_spy18.sh
 . "$(dirname "$0")/session_common.sh" spy18
+# what summary prints of each run
+FIELDS="mode wall_s read_seconds device_decoded_bytes host_decoded_bytes"
 spy=$(python3 -c 'import os; print(os.path.join(os.path.dirname(os.path.dirname(__import__("pyopencl").__file__)), "bin", "py-spy"))')
 [ -n "${SKIP_SCALING:-}" ] || timeout 60 python3 bench/notes/issue-28/decode_scaling.py "$OUT/decode-scaling.json" --threads 1,4,8,16
 timeout 100 python3 $S "$OUT/plain.json" $GEO --codec zstd --repeats 1 --modes share --inputs "$inputs/zstd" 2>&1 \
-    | summary plain mode wall_s read_seconds device_decoded_bytes host_decoded_bytes
+    | summary plain $FIELDS
 # (--native pauses the process for each sample: py-spy cannot unwind native stacks without; 25 a second)
 for mode in share on; do
     timeout 150 "$spy" record --idle --native --threads --subprocesses -r 25 -f raw -o "$OUT/spy-$mode.txt" \
         -- python3 $S "$OUT/spy-$mode.json" $GEO --codec zstd --repeats 3 --modes $mode --inputs "$inputs/zstd" 2>&1 \
-        | tee "$OUT/spy-$mode.log" | summary "spy-$mode" mode wall_s read_seconds device_decoded_bytes host_decoded_bytes
+        | tee "$OUT/spy-$mode.log" | summary "spy-$mode" $FIELDS
 done
 gzip -f "$OUT"/spy-*.txt; ls -la "$OUT"

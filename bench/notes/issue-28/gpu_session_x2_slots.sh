@@ -5,24 +5,14 @@
 # alternating; then on device 0 alone: share and share with 8.  Run from the project's root with carry [".whl"],
 # kind nvidia-h200-x2 (or -h100-x2), after `source .whl/gpu-env.sh`:
 #     OUT=/some/folder bash bench/notes/issue-28/gpu_session_x2_slots.sh
-set -u
-: "${OUT:?set OUT to the folder for the records}"
-mkdir -p "$OUT"
-cd "$(dirname "$0")/../../.."     # the project's root, wherever this is run from
-inputs=$(mktemp -d /dev/shm/dgemm-x2-slots-XXXX)
-trap 'rm -rf "$inputs"' EXIT
-S=bench/notes/issue-28/device_codecs_onoff.py
+. "$(dirname "$0")/session_common.sh" x2-slots
+# what summary prints of each run
+FIELDS="mode slots wall_s per_worker.busy_seconds device_decoded_bytes host_decoded_bytes"
 for devices in 0,1 0; do
     modes=share,on
     [ "$devices" = 0 ] && modes=share
     timeout 290 python3 $S "$OUT/x2-slots-devices${devices/,/}.json" --size ${SIZE:-49152} --chunk ${CHUNK:-4096} \
         --devices "$devices" --codec zstd --repeats 2 --modes "$modes" --slots 8 --slots-mode share \
-        --inputs "$inputs/zstd" 2>&1 | grep '^{"mode"\|"check"' | python3 -c "
-import json, sys
-for line in sys.stdin:
-    r = json.loads(line)
-    if 'mode' not in r:
-        print('$devices', 'check', r['check'].get('passed'), flush=True); continue
-    print('$devices', r['mode'], 'slots', r.get('slots'), r['wall_s'], 'busy', r['per_worker']['busy_seconds'],
-          'dev', r.get('device_decoded_bytes'), 'host', r.get('host_decoded_bytes'), flush=True)"
+        --inputs "$inputs/zstd" 2>&1 | summary "$devices" $FIELDS
 done
+ls -la "$OUT"     # what the call leaves for the records

@@ -1,8 +1,9 @@
-# Sourced by the eighteenth session's gpu_session_*18.sh scripts (`. "$(dirname "$0")/session_common.sh" NAME`):
+# Sourced by issue 28's session scripts from the seventeenth session on (`. "$(dirname "$0")/session_common.sh" NAME`):
 # checks OUT, goes to the project's root, makes a folder for the inputs in /dev/shm (removed on exit), sets S (the
 # end-to-end script, device_codecs_onoff.py) and GEO (its --size, --chunk and --devices from SIZE, CHUNK and
 # DEVICES), and defines `summary LABEL FIELD...`, which prints each run's record line that device_codecs_onoff.py
-# writes as LABEL and the fields named (a float rounded to 3 places), and each cluster's float64 check.
+# writes as LABEL and the fields named (a float rounded to 3 places; `a.b` is field b of field a), and each
+# cluster's float64 check.
 set -u
 : "${OUT:?set OUT to the folder for the records}"
 mkdir -p "$OUT"
@@ -26,7 +27,9 @@ for line in sys.stdin:
         continue
     out = []
     for f in fields:
-        v = r.get(f)
+        v = r
+        for part in f.split('.'):
+            v = v.get(part) if isinstance(v, dict) else None
         out += [f, round(v, 3) if isinstance(v, float) else v]
     print(label, *out, flush=True)" "$label" "$@"
 }
