@@ -14,6 +14,7 @@ device copying page-locked host memory to itself back to back meanwhile (as a wo
 an H100), its rate written beside.
 """
 import argparse
+import functools
 import json
 import os
 import sys
@@ -49,17 +50,22 @@ def main():
             or cl.get_platforms()[0].get_devices()[0]
         ctx = cl.Context([dev])
         queue = cl.CommandQueue(ctx)
-        kept = []
+        kept = {}   # each use's page-locked buffer, allocated once (a thread's output, the copies' source)
 
-        def pinned(nbytes):
-            buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.ALLOC_HOST_PTR, nbytes)
-            host, _ = cl.enqueue_map_buffer(queue, buf, cl.map_flags.READ | cl.map_flags.WRITE, 0, (nbytes,),
-                                            np.uint8, is_blocking=True)
-            kept.append((buf, host))
-            return host
+        def pinned(nbytes, use):
+            if use not in kept:
+                buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.ALLOC_HOST_PTR, nbytes)
+                host, _ = cl.enqueue_map_buffer(queue, buf, cl.map_flags.READ | cl.map_flags.WRITE, 0, (nbytes,),
+                                                np.uint8, is_blocking=True)
+                kept[use] = (buf, host)
+            return kept[use][1][:nbytes]
+
+        @functools.cache
+        def device_target():
+            return cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 256 << 20)
 
         plain = np.empty(chunk.nbytes, np.uint8)
-        pin = pinned(chunk.nbytes)
+        pin = pinned(chunk.nbytes, "copies")
         src = chunk.view(np.uint8)
         for name, dst, frm in (("write ordinary", plain, src), ("write pinned", pin, src),
                                ("read ordinary", plain.copy(), plain), ("read pinned", plain, pin)):
@@ -72,7 +78,7 @@ def main():
         start = threading.Barrier(n + 1)
 
         def work(i, into=into):
-            out = np.empty_like(chunk) if into == "numpy" else pinned(chunk.nbytes).view(chunk.dtype)
+            out = np.empty_like(chunk) if into == "numpy" else pinned(chunk.nbytes, i).view(chunk.dtype)
             codec.decode(frame, out, "warm")
             start.wait()
             c0, end = time.thread_time(), time.perf_counter() + args.seconds
@@ -89,7 +95,7 @@ def main():
         copied, stop = [0], threading.Event()
 
         def uploads():
-            src, dst = pinned(256 << 20), cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 256 << 20)
+            src, dst = pinned(256 << 20, "dma"), device_target()
             while not stop.is_set():
                 cl.enqueue_copy(queue, dst, src, is_blocking=False).wait()
                 copied[0] += 256 << 20
