@@ -286,10 +286,11 @@ SETTINGS = {s.key: s for s in (
             "Seconds between renewals of the lease a run holds on its `out` while it computes; a lease not "
             "renewed for 3 intervals is stale (its writer died) and another run may take the output over."),
     Setting("read-threads", "DGEMM_READ_THREADS", _positive_int,
-            "Threads per device worker that read and upload blocks. Unset: the host's cores shared among "
-            "its device workers, 2 to 32 (raw chunks are copied by at most 8 of them at once). More than the "
-            "cores was slower where measured: 24 on an H200 host's 16 cores took 18 % longer for a 32768² zstd "
-            "product under `device-codecs: share` (bench/NOTES.md, issue 28)."),
+            "Threads per device worker that read and upload blocks. Unset: three quarters of the host's cores "
+            "shared among its device workers, 2 to 32 (raw chunks are copied by at most 8 of them at once), the "
+            "rest left to the worker's other threads. On an H200 host's 16 cores, a 32768² zstd product under "
+            "`device-codecs: share` took 8 % less with 12 than with 16, and 18 % more with 24 (bench/NOTES.md, "
+            "issue 28)."),
     Setting("prefetch", "DGEMM_PREFETCH", _positive_int,
             "k steps a block product reads ahead of the device. Unset: one per reader thread, at least 4."),
     Setting("gemm-tasks", "DGEMM_GEMM_TASKS", _gemm_tasks,
