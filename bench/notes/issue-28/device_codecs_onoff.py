@@ -43,19 +43,31 @@ COUNTERS = ("device_decoded_bytes", "host_decoded_bytes", "device_encoded_bytes"
 
 def phases(stream, t0) -> dict:
     """Where the run's wall time went by its tasks (distributed's task stream, seconds from the call):
-    the first GEMM task's start (the fill), the last GEMM's stop, the last store's stop (the drain) and
-    the GEMM tasks' summed time."""
-    spans = {}
+    the first GEMM task's start (the fill), the last GEMM's stop, the last store's stop (the drain), the
+    GEMM tasks' summed time, and the gaps on each worker between its GEMM tasks (summed and the longest)."""
+    spans, by_worker = {}, {}
     for x in stream:
         comp = [s for s in x["startstops"] if s["action"] == "compute"]
         if comp:
             prefix = "gemm" if "dgemm-gemm-" in str(x["key"]) else "store" if "dgemm-store-" in str(x["key"]) else "other"
-            spans.setdefault(prefix, []).append((min(s["start"] for s in comp) - t0, max(s["stop"] for s in comp) - t0))
+            span = (min(s["start"] for s in comp) - t0, max(s["stop"] for s in comp) - t0)
+            spans.setdefault(prefix, []).append(span)
+            if prefix == "gemm":
+                by_worker.setdefault(x.get("worker"), []).append(span)
     gemm, store = spans.get("gemm", []), spans.get("store", [])
+    # a worker's time between one GEMM task's stop and its next one's start, where none of its GEMM tasks ran
+    gaps = []
+    for spans_ in by_worker.values():
+        spans_.sort()
+        end = spans_[0][1]
+        for s, e in spans_[1:]:
+            gaps.append(max(0.0, s - end))
+            end = max(end, e)
     return {"first_gemm_start": round(min(s for s, _ in gemm), 3) if gemm else None,
             "last_gemm_stop": round(max(e for _, e in gemm), 3) if gemm else None,
             "last_store_stop": round(max(e for _, e in store), 3) if store else None,
             "gemm_task_seconds": round(sum(e - s for s, e in gemm), 3), "gemm_tasks": len(gemm),
+            "gemm_gap_seconds": round(sum(gaps), 3), "gemm_gap_longest": round(max(gaps, default=0.0), 3),
             "store_task_seconds": round(sum(e - s for s, e in store), 3)}
 
 
