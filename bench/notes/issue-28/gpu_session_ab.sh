@@ -22,6 +22,7 @@ prepare)
         if [ "$rest" != "$sha" ]; then echo "${rest#*,}" | tr , '\n' > ".ab/$v.env"; fi
         echo "$v $(git rev-parse --short "$sha")" >> .ab/versions
     done
+    git rev-parse --short HEAD > .ab/checkout     # what `raw` runs (the device's copy of .git may be stale)
     cat .ab/versions
     ;;
 run)
@@ -49,7 +50,8 @@ raw)    # raw chunks in and out beside the A/B, on the same machine: SIZE², gem
     mkdir -p "$OUT"
     inputs=$(mktemp -d /dev/shm/dgemm-raw-XXXX)
     trap 'rm -rf "$inputs"' EXIT
-    python3 bench/notes/issue-28/device_codecs_onoff.py "$OUT/raw-${SIZE:-32768}.json" --size "${SIZE:-32768}" \
+    DGEMM_COMMIT=$(cat .ab/checkout 2>/dev/null) \
+        python3 bench/notes/issue-28/device_codecs_onoff.py "$OUT/raw-${SIZE:-32768}.json" --size "${SIZE:-32768}" \
         --codec none --out-codec none --devices "${DEVICES:-gpu}" --repeats "${REPEATS:-2}" --modes off \
         --gemm-tasks 1,2 --inputs "$inputs/raw" | grep '^{"mode"' | python3 -c "
 import json, sys
