@@ -679,10 +679,10 @@ def reader_share(cpus: int, devices: int) -> int:
     Decoding compressed chunks is CPU work that scales with threads, so a
     device gets its share of the cores, up to 32 (each thread holds a
     page-locked staging buffer), less a quarter: the worker's other threads
-    (GEMM loop, C's encoders, event loop) need cores meanwhile, and a reader
-    descheduled while it holds Python's lock stops them all.  One H200, 16
-    cores, 32768² zstd: 12 readers 8 % faster than 16 in two calls of three,
-    never slower (bench/NOTES.md, issue 28, nineteenth session).  Raw
+    (GEMM loop, C's encoders, event loop) need cores meanwhile, and stall
+    every product when they wait for one.  One H200, 16 cores, 32768² zstd:
+    12 readers 2-17 % faster than 16 in three calls of four, never slower
+    (bench/NOTES.md, issue 28, nineteenth session).  Raw
     chunks are only copied, by at most :data:`COPY_THREADS` (:meth:`Device.pool`).
 
     >>> reader_share(64, 4), reader_share(16, 1), reader_share(2, 2), reader_share(12, 4), reader_share(128, 2)
