@@ -1,0 +1,205 @@
+"""What a device zstd decode costs the GEMM kernels running beside it, per decoded byte (issue 28).
+
+    python bench/notes/issue-28/beside_gemm.py OUT.json [--seconds 2] [--threads 1,4]
+        [--variants 1,8] [--priority high,normal] [--gemm 8192,8192,4096] [--size 64] [--frames 2]
+
+The end-to-end runs say the device's decode kernels slow the GEMMs by about what they save the host's
+readers (bench/NOTES.md, issue 28, eighteenth and nineteenth sessions), and that they decode at 17-27 GB/s
+beside the GEMMs against 63-91 alone.  What the GEMMs lose is what matters, not how fast the decode goes:
+a kernel whose work-groups sit on every multiprocessor for long, at a few busy lanes each, keeps the GEMM's
+work-groups (which need most of a multiprocessor's local memory) off all of them for that long.
+
+For each Huffman layout (``--variants``: zstd_decode.cl's ZSTD_HUF_BLOCKS, blocks a work-group decodes; 1 is
+the default), queue priority and count of decoding threads, three phases of ``--seconds`` each, on one device:
+
+* ``gemm``: the engine's GEMM kernel (the tuning database's float32 choice, M x N x K of ``--gemm``, as a
+  product's k step) launched back to back on the GEMM queue, alone: its rate;
+* ``decode``: THREADS threads, as share's readers do (frames in page-locked staging, plans made, the
+  thread's buffers kept, its own feeding queue, FRAMES 64 MiB float32 frames of Zarr's default zstd a
+  call, waited for), alone: decoded GB/s;
+* ``both``: the two at once.
+
+``gemm_lost_s_per_gb``: the GEMMs' time lost per decoded GB, (1 - both's GEMM rate / alone's) over
+both's decoded GB/s; ``alone_s_per_gb``: 1 / the decode's rate alone (what it would cost if it took the
+device's time and nothing more).  Every variant's first call is checked against libzstd's bytes, and the
+GEMM's result against numpy (KernelBench's sampled check).  Prints each row and writes one JSON record.
+"""
+import argparse
+import json
+import os
+import threading
+import time
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("out", help="the JSON record to write")
+    p.add_argument("--seconds", type=float, default=2.0, help="each phase's length (default 2)")
+    p.add_argument("--threads", default="1,4", help="decoding threads, comma separated (default 1,4)")
+    p.add_argument("--variants", default="1,8", help="ZSTD_HUF_BLOCKS values (default 1,8)")
+    p.add_argument("--priority", default="high,normal", help="the decode queues' priority: high (the default "
+                                                            "where the driver offers it), normal")
+    p.add_argument("--gemm", default="8192,8192,4096", help="M,N,K of each GEMM launch")
+    p.add_argument("--size", type=float, default=64, help="chunk size in MiB (default 64)")
+    p.add_argument("--frames", type=int, default=2, help="frames a decode call (default 2: a default block)")
+    p.add_argument("--device", default=None, help="an OpenCL device as DGEMM_DEVICES names one")
+    args = p.parse_args()
+
+    import numpy as np
+    import pyopencl as cl
+    from numcodecs import Zstd
+
+    from dgemm.opencl.codecs import zstd_decode as zd
+    from dgemm.opencl.codecs import zstd_fastplan
+    from dgemm.opencl.device import Device
+    from dgemm.opencl.discovery import select_devices
+    from dgemm.provenance import command_line, git_commit, utc_now
+    from dgemm.tuning.timing import KernelBench
+
+    device = Device(select_devices(args.device)[0])
+    m, n, k = (int(x) for x in args.gemm.split(","))
+    choice = device.choice(np.float32)
+    bench = KernelBench(device, np.float32, m, n, k)
+    checked = bench.run(choice.params, reps=2)
+    if not checked.ok:
+        raise SystemExit(f"the GEMM kernel's result is wrong (relative error {checked.rel_err})")
+    kern = device.kernels(np.float32, choice.params)
+    (at, bp, c), (mp, np_, kp) = next(iter(bench._cache.values()))
+    gsize, lsize = kern.params.launch(mp, np_)
+    flops = 2.0 * m * n * k
+
+    def gemms(stop, got):
+        """GEMMs back to back on the GEMM queue (two in flight) until ``stop``; ``got`` gets their profiled spans."""
+        q, evs = device.queue, []
+        while not stop.is_set():
+            evs.append(kern.gemm(q, gsize, lsize, np.int32(mp), np.int32(np_), np.int32(kp),
+                                 np.float32(1.0), np.float32(0.0), at, bp, c))
+            if len(evs) > 1:
+                evs[-2].wait()
+        q.finish()
+        got.extend((e.profile.start * 1e-9, e.profile.end * 1e-9) for e in evs)
+
+    rng = np.random.default_rng(1)
+    count = int(args.size * 2**20) // 4
+    chunks = [rng.standard_normal(count, dtype=np.float32) for _ in range(args.frames)]
+    codec = Zstd(level=3)
+    frames = [codec.encode(x) for x in chunks]
+    want = b"".join(x.tobytes() for x in chunks)
+    total = len(want)
+
+    def decoder(stop, queue, out, got, check=False):
+        """Decode calls of the frames, waited for each, until ``stop``; ``got`` gets (calls, seconds)."""
+        with device.reading():
+            host = device.staging(sum(len(f) + 16 for f in frames))
+            starts, pos = [], 0
+            for f in frames:
+                host[pos:pos + len(f)] = np.frombuffer(f, np.uint8)
+                starts.append(pos)
+                pos = (pos + len(f) + 15) & ~15
+            views = [host[st:st + len(f)] for st, f in zip(starts, frames)]
+            calls, t0, kinds = 0, time.perf_counter(), {}
+            while True:
+                plans = [zstd_fastplan.plan(v) for v in views]
+                evs = []
+                zd.decode_zstd(device, views, out, queue=queue, plans=plans, packed=(host, starts), keep=True,
+                               events=evs)
+                calls += 1
+                for what, e in evs:
+                    kinds[what] = kinds.get(what, 0.0) + (e.profile.end - e.profile.start) * 1e-9
+                if check:
+                    back = np.empty(total, np.uint8)
+                    cl.enqueue_copy(queue, back, out).wait()
+                    if back.tobytes() != want:
+                        raise SystemExit("the device's decode differs from libzstd's")
+                    return
+                if stop.is_set():
+                    break
+            got.append((calls, time.perf_counter() - t0, kinds))
+
+    def phase(nthreads, with_gemm, with_decode, queues, outs):
+        stop, spans, done, errors = threading.Event(), [], [], []
+
+        def guarded(fn, *a):
+            try:
+                fn(*a)
+            except BaseException as e:     # noqa: BLE001  (reported after the phase)
+                errors.append(e)
+                stop.set()
+        threads = []
+        if with_gemm:
+            threads.append(threading.Thread(target=guarded, args=(gemms, stop, spans)))
+        if with_decode:
+            threads += [threading.Thread(target=guarded, args=(decoder, stop, queues[i], outs[i], done))
+                        for i in range(nthreads)]
+        for t in threads:
+            t.start()
+        time.sleep(args.seconds)
+        stop.set()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+        row = {}
+        if with_gemm:
+            spans.sort()
+            steady = spans[1:] or spans        # (the first may wait for the queue's start)
+            window = steady[-1][1] - steady[0][0]
+            row["gemm_tflops"] = round(len(steady) * flops / window / 1e12, 4)
+            row["gemms"] = len(steady)
+        if with_decode:
+            calls = sum(c for c, _, _ in done)
+            row["decode_gbps"] = round(calls * total / max(s for _, s, _ in done) / 1e9, 3)
+            row["calls"] = calls
+            kinds = {}
+            for _, _, mine in done:
+                for what, s in mine.items():
+                    kinds[what] = kinds.get(what, 0.0) + s
+            # each kind's profiled time a call (start to end: beside the GEMMs, what it waited counts too)
+            row["ms_a_call"] = {what: round(s / calls * 1e3, 3) for what, s in sorted(kinds.items())}
+        return row
+
+    offered = device.priority       # (high-priority queues, where the driver offers them)
+    variants = [int(x) for x in args.variants.split(",")]
+    priorities = args.priority.split(",")
+    counts = [int(x) for x in args.threads.split(",")]
+    outs = [device.buffer(total, "decoded frames") for _ in range(max(counts))]
+    rows, alone = [], phase(0, True, False, [], [])
+    print("gemm alone", json.dumps(alone), flush=True)
+    for blocks in variants:
+        zd.HUF_BLOCKS = blocks
+        for priority in priorities:
+            device.priority = offered and priority == "high"
+            queues = [device.feeding_queue() for _ in range(max(counts))]
+            decoder(None, queues[0], outs[0], [], check=True)       # builds the program; checked
+            for nthreads in counts:
+                solo = phase(nthreads, False, True, queues, outs)
+                gemm = phase(0, True, False, [], [])
+                both = phase(nthreads, True, True, queues, outs)
+                lost = 1 - both["gemm_tflops"] / gemm["gemm_tflops"]
+                row = {"huf_blocks": blocks, "priority": priority, "queue_priority_used": bool(device.priority),
+                       "threads": nthreads, "decode_alone": solo, "gemm_alone": gemm, "both": both,
+                       "gemm_lost_fraction": round(lost, 4),
+                       "gemm_lost_s_per_gb": round(lost / both["decode_gbps"], 5) if both["decode_gbps"] else None,
+                       "alone_s_per_gb": round(1 / solo["decode_gbps"], 5) if solo["decode_gbps"] else None}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+            for q in queues:
+                q.finish()
+            device.trim()
+    info = device.info
+    record = {"meta": {"what": "what a device zstd decode costs the GEMMs beside it, per decoded GB",
+                       "device": info.name, "cores": os.cpu_count(), "date": utc_now(),
+                       "commit": git_commit()[0], "command": command_line(),
+                       "gemm": {"m": m, "n": n, "k": k, "params": choice.params.as_dict(),
+                                "checked_rel_err": checked.rel_err},
+                       "frames_a_call": args.frames, "chunk_mib": args.size, "ratio": round(
+                           sum(len(f) for f in frames) / total, 4), "seconds": args.seconds},
+              "gemm_first": alone, "rows": rows}
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(record, f, indent=1)
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+#!/bin/bash
+# Prepared for the twentieth session (one device call on one GPU, about 8 minutes).  Here, first:
+#     bash bench/notes/issue-28/gpu_session_ab.sh prepare v0=main v1=755c8a3,DGEMM_X_HUF_BLOCKS=8 \
+#         v2=755c8a3,DGEMM_X_HUF_BLOCKS=8,DGEMM_X_SLOTS=8
+# (755c8a3 is the local branch x-huf-blocks: zstd_decode's ZSTD_HUF_BLOCKS and the decode slots from the
+# environment, an experiment never merged).  Then on the device, with carry [".whl", ".ab"], after
+# `source .whl/gpu-env.sh`:
+#     OUT=/some/folder bash bench/notes/issue-28/gpu_session_beside20.sh
+# 1. beside_gemm.py: what the device decode costs the GEMMs beside it per decoded GB, by Huffman layout
+#    (blocks a work-group 1, 4, 8), queue priority and decoding threads (1 and 4: the decode slots);
+# 2. the three versions under share, two rounds of a cluster each, alternating (32768² zstd in and out);
+# 3. raw chunks in and out on the same machine.
+# Records: beside.json, raw-32768.json and ab.tar (the six A/B records).
+set -u
+: "${OUT:?set OUT to the folder for the records}"
+cd "$(dirname "$0")/../../.."     # the project's root, wherever this is run from
+[ -f .ab/versions ] || { echo "prepare .ab first (see the header)"; exit 2; }
+nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
+DGEMM_COMMIT=$(cat .ab/checkout) timeout 200 python3 bench/notes/issue-28/beside_gemm.py "$OUT/beside.json" \
+    --seconds 1.2 --variants 1,4,8 --threads 1,4 --priority high,normal 2>&1 | grep -v '^{"huf' | tail -3
+python3 -c "
+import json
+for r in json.load(open('$OUT/beside.json'))['rows']:
+    print('beside', r['huf_blocks'], r['priority'], r['threads'], 'decode alone', r['decode_alone']['decode_gbps'],
+          'beside', r['both']['decode_gbps'], 'gemm', r['gemm_alone']['gemm_tflops'], '->', r['both']['gemm_tflops'],
+          'lost s/GB', r['gemm_lost_s_per_gb'], 'alone s/GB', r['alone_s_per_gb'],
+          'huffman ms', r['decode_alone']['ms_a_call'].get('huffman'), '->', r['both']['ms_a_call'].get('huffman'))"
+OUT=$OUT MODES=share ROUNDS=2 bash bench/notes/issue-28/gpu_session_ab.sh run 2>&1 | grep -v '__init__'
+OUT=$OUT REPEATS=2 bash bench/notes/issue-28/gpu_session_ab.sh raw 2>&1 | grep '^raw'
+(cd "$OUT" && tar -cf ab.tar ab-*.json && rm -f ab-*.json)
+ls -la "$OUT"
