@@ -186,3 +186,55 @@ def test_a_slot_whose_last_call_failed_is_handed_on_and_kept(any_device):
             with scratch.slot(wait=wait) as got:
                 assert got is scratch and scratch.holding()
         assert scratch.free_now() == 2 and scratch._room._value == 2
+
+
+def test_idle_slots_are_taken_without_waiting_only_while_the_device_runs_no_gemm(any_device):
+    """``idle_slots``: more slots for ``slot(wait=False)`` (share's readers) while the device's last GEMM kernel
+    (``Device.last_gemm``, set by the engine) has run, none while one is queued or running; ``slot()`` (waiting)
+    never takes one; their buffers go back with the others'."""
+    import pyopencl as cl
+
+    scratch = Scratch(any_device, slots=1, idle_slots=2)
+    gemm = cl.UserEvent(any_device.context)
+    saved = getattr(any_device, "last_gemm", None)
+    held = threading.Barrier(4)
+    got = []
+
+    def hold():
+        with scratch.slot(wait=False) as mine:
+            got.append(mine)
+            if mine is not None:
+                scratch.buffer("frames", 100)
+            held.wait(10)
+            held.wait(10)
+
+    try:
+        any_device.last_gemm = None                 # no GEMM yet (a run's fill)
+        assert scratch.free_now() == 3
+        three = [threading.Thread(target=hold) for _ in range(3)]
+        for t in three:
+            t.start()
+        held.wait(10)
+        assert got == [scratch] * 3, "three readers at once: the slot and both idle ones"
+        with scratch.slot(wait=False) as none:
+            assert none is None
+        held.wait(10)
+        for t in three:
+            t.join(10)
+        assert scratch.nbytes() == 3 * (100 + (100 >> 4))
+        any_device.last_gemm = gemm                 # a GEMM queued or running: the ordinary slot alone
+        assert scratch.free_now() == 1
+        with scratch.slot(wait=False) as mine:
+            assert mine is scratch
+            other = []
+            t = threading.Thread(target=lambda: other.append(scratch.free_now()))
+            t.start()
+            t.join(10)
+            assert other == [0], "an idle slot offered beside a running GEMM"
+        gemm.set_status(cl.command_execution_status.COMPLETE)
+        assert scratch.free_now() == 3              # the GEMM has run
+        assert scratch.release() == 3 and scratch.nbytes() == 0
+    finally:
+        any_device.last_gemm = saved
+        if gemm.command_execution_status != cl.command_execution_status.COMPLETE:
+            gemm.set_status(cl.command_execution_status.COMPLETE)
