@@ -38,36 +38,26 @@ _HELD: list = []    # (release event, threads) of the slots held on this worker
 
 
 def hold_slots(dask_worker=None, device=None) -> int:
-    """On a worker (or for ``device`` in this process): threads holding every decode slot of its device, the idle
-    ones too (until :func:`free_slots`, or 2 minutes: far longer than the tests' small products take, and a test
-    that fails before it frees them, or a reader that waits for them, is not left without slots); how many slots
-    stay free."""
+    """On a worker (or for ``device`` in this process): threads holding every decode slot of its device (until :func:`free_slots`, or 2 minutes: far
+    longer than the tests' small products take, and a test that fails before it frees them, or a reader that waits
+    for them, is not left without slots); how many slots stay free."""
     import threading
 
     from dgemm.worker import device_state
 
     scratch = (device or device_state().device).scratch
-    release = threading.Event()
+    release, ready = threading.Event(), threading.Barrier(scratch._slots + 1)
 
-    def hold(ready, wait):
-        with scratch.slot(wait=wait) as got:
-            if got is None:     # (an idle slot refused: the device ran a GEMM; free_now says so)
-                ready.abort()
-                return
+    def hold():
+        with scratch.slot():
             ready.wait(60)
             release.wait(120)
 
-    threads = []
-    for count, wait in ((scratch._slots, True), (scratch._idle_slots, False)):     # (the idle ones once the others are held)
-        ready = threading.Barrier(count + 1)
-        threads += [threading.Thread(target=hold, args=(ready, wait), daemon=True) for _ in range(count)]
-        for t in threads[-count:] if count else ():
-            t.start()
-        _HELD.append((release, threads[-count:] if count else []))
-        try:
-            ready.wait(60)      # (raises where a slot was not taken in time)
-        except threading.BrokenBarrierError:
-            break
+    threads = [threading.Thread(target=hold, daemon=True) for _ in range(scratch._slots)]
+    for t in threads:
+        t.start()
+    _HELD.append((release, threads))
+    ready.wait(60)      # (raises where a slot was not taken in time)
     return scratch.free_now()
 
 
