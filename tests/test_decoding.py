@@ -516,9 +516,8 @@ def test_auto_on_a_gpu_shares_zstd_inputs_encodes_c_and_leaves_blosc_to_the_host
 
 def test_the_decode_slots_room_counts_shared_calls_only_where_readers_queue(tmp_path, rng):
     """``device_bytes``: SLOTS calls of BATCH of the largest block under ``on`` (its readers queue for slots),
-    of one block under ``share`` (they never queue) in the idle slots too, and only the blocks whose codec the
-    device takes."""
-    from dgemm.opencl.scratch import IDLE_SLOTS, SLOTS
+    of one block under ``share`` (they never queue), and only the blocks whose codec the device takes."""
+    from dgemm.opencl.scratch import SLOTS
     from dgemm.worker import decoding
 
     zst, _ = create(tmp_path / "z.zarr", LZ4["v3 zstd"], rng, shape=(64, 64), chunks=(16, 64), dtype="float32")
@@ -526,12 +525,10 @@ def test_the_decode_slots_room_counts_shared_calls_only_where_readers_queue(tmp_
     small, large = ZarrBlock(zst, (0, 64), (0, 64)), ZarrBlock(lz4, (0, 128), (0, 64))
     one = decoding.CALL_BYTES_PER_BYTE * SLOTS
     assert decoding.device_bytes([DeviceDecoded(small), DeviceDecoded(large)]) == int(one * decoding.BATCH * 128 * 64 * 4)
-    shared = decoding.CALL_BYTES_PER_BYTE * (SLOTS + IDLE_SLOTS)
-    assert IDLE_SLOTS > 0
-    assert decoding.device_bytes([DeviceDecoded(small, True), DeviceDecoded(large, True)]) == int(shared * 128 * 64 * 4)
+    assert decoding.device_bytes([DeviceDecoded(small, True), DeviceDecoded(large, True)]) == int(one * 128 * 64 * 4)
     zstd_only = frozenset({"zstd"})
     assert decoding.device_bytes([DeviceDecoded(small, True, zstd_only), DeviceDecoded(large, True, zstd_only)]) \
-        == int(shared * 64 * 64 * 4), "a Blosc block that auto leaves to the host counted"
+        == int(one * 64 * 64 * 4), "a Blosc block that auto leaves to the host counted"
     assert decoding.device_bytes([small, DeviceDecoded(large, True, zstd_only)]) == 0
 
 

@@ -24,7 +24,7 @@ from dgemm.opencl.database import Choice, lookup
 from dgemm.opencl.discovery import DeviceInfo, cl_device, worker_device
 from dgemm.opencl.panels import PanelCache
 from dgemm.opencl.params import KernelParams
-from dgemm.opencl.scratch import ENCODE_SLOTS, IDLE_SLOTS, Scratch
+from dgemm.opencl.scratch import ENCODE_SLOTS, Scratch
 
 logger = logging.getLogger("dgemm")
 # cl_khr_priority_hints (cl_ext.h): a queue property and its high value
@@ -148,7 +148,7 @@ class Device:
         self._kernels: dict = {}
         self._lock = threading.Lock()
         # reader threads' decode buffers and queues (device codecs), given back by trim()
-        self.scratch = Scratch(self, idle_slots=IDLE_SLOTS)
+        self.scratch = Scratch(self)
         # the device encoder's buffers and queues (a set per C block encoded at once),
         # kept from one C block to the next and given back by trim(): a release waits for the device to idle
         self.encode_scratch = Scratch(self, slots=ENCODE_SLOTS)

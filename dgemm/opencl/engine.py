@@ -623,7 +623,6 @@ class BlockEngine:
                                               c_dev, wait_for=wait))
                     nogil.flush(q)
                 self._launched(events[-1], 2.0 * m * n * k)
-                self.device.last_gemm = events[-1]     # (the decode slots a device running no GEMM adds)
                 flops += 2.0 * m * n * k
                 beta_k = 1.0
         finally:

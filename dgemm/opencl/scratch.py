@@ -31,10 +31,6 @@ import contextlib
 import threading
 
 SLOTS = 4       # device decodes at once per device (each a slot of buffers and a queue)
-# more slots a reader may take without waiting while the device runs no GEMM (the first products' fill, a
-# product waiting for its inputs): decodes then take nothing from the GEMMs (bench/NOTES.md, issue 28,
-# twentieth session: beside them, a decoded GB costs the GEMMs 12-22 ms)
-IDLE_SLOTS = 4
 # C blocks encoded at once per device (dgemm.worker.encoding: each on a thread of its own, its slot holding
 # the block's copy and the frames, about twice the block), while the GEMMs go on
 ENCODE_SLOTS = 4
@@ -43,17 +39,14 @@ ENCODE_SLOTS = 4
 class Scratch:
     """Per-thread device buffers (by name, grow-only) and queues of one :class:`~dgemm.opencl.device.Device`."""
 
-    def __init__(self, device, slots: int = SLOTS, idle_slots: int = 0):
+    def __init__(self, device, slots: int = SLOTS):
         self._device = device
         self._lock = threading.Lock()
         self._buffers: dict[tuple[int, str], object] = {}
         self._queues: dict[int, object] = {}
-        self._slots, self._idle_slots = slots, idle_slots
+        self._slots = slots
         self._free = list(range(-slots, 0))     # slot keys: negative, never a thread's id
         self._room = threading.Semaphore(slots)
-        # (slot(wait=False)'s alone, while the device's last GEMM kernel has run: Device.last_gemm)
-        self._idle_free = list(range(-slots - idle_slots, -slots))
-        self._idle_room = threading.Semaphore(idle_slots)
         self._held = threading.local()           # the slot this thread holds now, if any
         self._busy: dict[int, object] = {}       # a slot's last command, where a call left without waiting
 
@@ -73,24 +66,22 @@ class Scratch:
         ``wait=False``: take a slot only where one is free now, its last
         call's commands run; else the block gets None at once and holds
         nothing (``device-codecs: share``: the reader decodes on the host).
-        While the device runs no GEMM kernel, one of the ``idle_slots`` may
-        be taken too.
         """
-        if wait:
-            self._room.acquire()
-            with self._lock:
+        if not self._room.acquire(blocking=wait):
+            yield None
+            return
+        with self._lock:
+            if wait:
                 key = self._free.pop(0)     # the slot left longest ago: its commands the likeliest done
-                last = self._busy.pop(key, None)
-            room, free = self._room, self._free
-        else:
-            key = last = None
-            for room, free in self._pools():
-                key, last = self._take_now(room, free)
+            else:
+                key = next((k for k in self._free if _ran(self._busy.get(k))), None)
                 if key is not None:
-                    break
-            if key is None:     # every free slot's last call still in flight
-                yield None
-                return
+                    self._free.remove(key)
+            last = self._busy.pop(key, None) if key is not None else None
+        if key is None:     # (not waiting) every free slot's last call still in flight
+            self._room.release()
+            yield None
+            return
         self._held.key = key
         try:
             if last is not None:
@@ -99,28 +90,8 @@ class Scratch:
         finally:
             self._held.key = None
             with self._lock:
-                free.append(key)
-            room.release()
-
-    def _pools(self) -> list:
-        """The slots ``slot(wait=False)`` may take now: the ordinary ones, then the idle ones while the device's
-        last GEMM kernel (``Device.last_gemm``, set by the engine) has run."""
-        pools = [(self._room, self._free)]
-        if self._idle_slots and _ran(getattr(self._device, "last_gemm", None)):
-            pools.append((self._idle_room, self._idle_free))
-        return pools
-
-    def _take_now(self, room, free) -> tuple:
-        """``(key, its last command)`` of a slot of ``free`` whose last call has run, taken; (None, None) if none."""
-        if not room.acquire(blocking=False):
-            return None, None
-        with self._lock:
-            key = next((k for k in free if _ran(self._busy.get(k))), None)
-            if key is not None:
-                free.remove(key)
-                return key, self._busy.pop(key, None)
-        room.release()
-        return None, None
+                self._free.append(key)
+            self._room.release()
 
     def slots(self) -> int:
         """How many threads may hold a slot at once."""
@@ -128,9 +99,8 @@ class Scratch:
 
     def free_now(self) -> int:
         """How many slots :meth:`slot` would give at once with ``wait=False`` (a hint: another thread may take one)."""
-        pools = self._pools()
         with self._lock:
-            return sum(1 for _, free in pools for k in free if _ran(self._busy.get(k)))
+            return sum(1 for k in self._free if _ran(self._busy.get(k)))
 
     def holding(self) -> bool:
         """Whether this thread holds one of the slots now (:meth:`slot`)."""
@@ -191,7 +161,7 @@ class Scratch:
         """Release the buffers of every thread not in ``busy`` (thread ids) and of every slot not held now;
         returns how many."""
         with self._lock:
-            held = set(range(-self._slots - self._idle_slots, 0)) - set(self._free) - set(self._idle_free)
+            held = set(range(-self._slots, 0)) - set(self._free)
             gone = [k for k in self._buffers if k[0] not in busy and k[0] not in held]
             bufs = [self._buffers.pop(k) for k in gone]
             for key in set(self._busy) - held:      # (OpenCL frees the buffers once those commands ran)

@@ -60,14 +60,14 @@ BATCH_BYTES = 1 << 31
 def device_bytes(refs) -> int:
     """What the device's decode slots may hold while blocks like ``refs`` are decoded (:mod:`dgemm.opencl.scratch`):
     :data:`~dgemm.opencl.scratch.SLOTS` calls of the largest block the device may take, each of :data:`BATCH`
-    blocks where readers wait for slots; under ``share`` (its readers never queue) a block a call, in the
-    idle slots too (:data:`~dgemm.opencl.scratch.IDLE_SLOTS`). The panel cache leaves it free."""
-    from dgemm.opencl.scratch import IDLE_SLOTS, SLOTS
+    blocks where readers wait for slots (not under ``share``: its readers never queue); the panel cache
+    leaves it free."""
+    from dgemm.opencl.scratch import SLOTS
 
     mine = [r for r in refs if type(r) is DeviceDecoded and _may_take(r)]
     largest = max((int(np.prod(r.shape)) * np.dtype(r.dtype).itemsize for r in mine), default=0)
-    calls = SLOTS + IDLE_SLOTS if all(r.share for r in mine) else SLOTS * max(BATCH, 1)
-    return int(calls * CALL_BYTES_PER_BYTE * largest)
+    batch = 1 if all(r.share for r in mine) else max(BATCH, 1)
+    return int(SLOTS * CALL_BYTES_PER_BYTE * batch * largest)
 
 
 def _may_take(ref, codec: str | None = None) -> bool:
