@@ -42,6 +42,8 @@ def main():
     p.add_argument("--gemm", default="8192,8192,4096", help="M,N,K of each GEMM launch")
     p.add_argument("--size", type=float, default=64, help="chunk size in MiB (default 64)")
     p.add_argument("--frames", type=int, default=2, help="frames a decode call (default 2: a default block)")
+    p.add_argument("--host-threads", default="0", help="threads decoding the same frames with libzstd on the host "
+                                                       "meanwhile, as share's other readers do (default 0)")
     p.add_argument("--device", default=None, help="an OpenCL device as DGEMM_DEVICES names one")
     args = p.parse_args()
 
@@ -101,12 +103,16 @@ def main():
                 starts.append(pos)
                 pos = (pos + len(f) + 15) & ~15
             views = [host[st:st + len(f)] for st, f in zip(starts, frames)]
-            calls, t0, kinds = 0, time.perf_counter(), {}
+            calls, t0, kinds = 0, time.perf_counter(), {"plan (host)": 0.0, "call (host)": 0.0}
             while True:
+                t1 = time.perf_counter()
                 plans = [zstd_fastplan.plan(v) for v in views]
+                t2 = time.perf_counter()
                 evs = []
                 zd.decode_zstd(device, views, out, queue=queue, plans=plans, packed=(host, starts), keep=True,
                                events=evs)
+                kinds["plan (host)"] += t2 - t1
+                kinds["call (host)"] += time.perf_counter() - t2
                 calls += 1
                 for what, e in evs:
                     try:
@@ -123,8 +129,20 @@ def main():
                     break
             got.append((calls, time.perf_counter() - t0, kinds))
 
-    def phase(nthreads, with_gemm, with_decode, queues, outs):
-        stop, spans, done, errors = threading.Event(), [], [], []
+    from dgemm.storage import zstd as host_zstd
+
+    def hoster(stop, got):
+        """libzstd decoding the frames on the host (as share's host-decoded blocks are) until ``stop``."""
+        lib, into = host_zstd.codec(3, False), np.empty(count, np.float32)
+        n, t0 = 0, time.perf_counter()
+        while not stop.is_set():
+            for f in frames:
+                lib.decode(f, into, "a frame")
+                n += 1
+        got.append((n * into.nbytes, time.perf_counter() - t0))
+
+    def phase(nthreads, with_gemm, with_decode, queues, outs, hosts=0):
+        stop, spans, done, errors, hosted = threading.Event(), [], [], [], []
 
         def guarded(fn, *a):
             try:
@@ -138,6 +156,7 @@ def main():
         if with_decode:
             threads += [threading.Thread(target=guarded, args=(decoder, stop, queues[i], outs[i], done))
                         for i in range(nthreads)]
+        threads += [threading.Thread(target=guarded, args=(hoster, stop, hosted)) for _ in range(hosts)]
         for t in threads:
             t.start()
         time.sleep(args.seconds)
@@ -147,6 +166,8 @@ def main():
         if errors:
             raise errors[0]
         row = {}
+        if hosts:
+            row["host_gbps"] = round(sum(b for b, _ in hosted) / max(t for _, t in hosted) / 1e9, 3)
         if with_gemm:
             count, seconds = spans[0]
             row["gemm_tflops"] = round(count * flops / seconds / 1e12, 4)
@@ -167,22 +188,26 @@ def main():
     variants = [int(x) for x in args.variants.split(",")]
     priorities = args.priority.split(",")
     counts = [int(x) for x in args.threads.split(",")]
+    host_counts = [int(x) for x in args.host_threads.split(",")]
     outs = [device.buffer(total, "decoded frames") for _ in range(max(counts))]
     rows, alone = [], phase(0, True, False, [], [])
     print("gemm alone", json.dumps(alone), flush=True)
+    hosts_alone = {h: phase(0, False, False, [], [], hosts=h) for h in host_counts if h}
+    print("host decode alone", json.dumps(hosts_alone), flush=True)
     for blocks in variants:
         zd.HUF_BLOCKS = blocks
         for priority in priorities:
             device.priority = offered and priority == "high"
             queues = [device.feeding_queue() for _ in range(max(counts))]
             decoder(None, queues[0], outs[0], [], check=True)       # builds the program; checked
-            for nthreads in counts:
-                solo = phase(nthreads, False, True, queues, outs)
+            for nthreads, hosts in ((t, h) for t in counts for h in host_counts):
+                solo = phase(nthreads, False, True, queues, outs, hosts)
                 gemm = phase(0, True, False, [], [])
-                both = phase(nthreads, True, True, queues, outs)
+                both = phase(nthreads, True, True, queues, outs, hosts)
                 lost = 1 - both["gemm_tflops"] / gemm["gemm_tflops"]
                 row = {"huf_blocks": blocks, "priority": priority, "queue_priority_used": bool(device.priority),
-                       "threads": nthreads, "decode_alone": solo, "gemm_alone": gemm, "both": both,
+                       "threads": nthreads, "host_threads": hosts, "decode_alone": solo, "gemm_alone": gemm,
+                       "both": both,
                        "gemm_lost_fraction": round(lost, 4),
                        "gemm_lost_s_per_gb": round(lost / both["decode_gbps"], 5) if both["decode_gbps"] else None,
                        "alone_s_per_gb": round(1 / solo["decode_gbps"], 5) if solo["decode_gbps"] else None}
@@ -199,7 +224,7 @@ def main():
                                 "checked_rel_err": checked.rel_err},
                        "frames_a_call": args.frames, "chunk_mib": args.size, "ratio": round(
                            sum(len(f) for f in frames) / total, 4), "seconds": args.seconds},
-              "gemm_first": alone, "rows": rows}
+              "gemm_first": alone, "host_decode_alone": hosts_alone, "rows": rows}
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(record, f, indent=1)
