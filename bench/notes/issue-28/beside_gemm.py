@@ -1,6 +1,6 @@
 """What a device zstd decode costs the GEMM kernels running beside it, per decoded byte (issue 28).
 
-    python bench/notes/issue-28/beside_gemm.py OUT.json [--seconds 2] [--threads 1,4]
+    python bench/notes/issue-28/beside_gemm.py OUT.json [--seconds 2] [--threads 1,4] [--host-threads 0]
         [--variants 1,8] [--priority high,normal] [--gemm 8192,8192,4096] [--size 64] [--frames 2]
 
 The end-to-end runs say the device's decode kernels slow the GEMMs by about what they save the host's
@@ -18,6 +18,10 @@ the default), queue priority and count of decoding threads, three phases of ``--
   thread's buffers kept, its own feeding queue, FRAMES 64 MiB float32 frames of Zarr's default zstd a
   call, waited for), alone: decoded GB/s;
 * ``both``: the two at once.
+
+``--host-threads``: threads decoding the same frames with libzstd on the host during the decode phases (share's
+other readers), their rate in ``host_gbps``; each row's ``ms_a_call`` has the host's part of a call too (``plan
+(host)``: the frames' plans, ``call (host)``: ``decode_zstd`` until its commands have run).
 
 ``gemm_lost_s_per_gb``: the GEMMs' time lost per decoded GB, (1 - both's GEMM rate / alone's) over
 both's decoded GB/s; ``alone_s_per_gb``: 1 / the decode's rate alone (what it would cost if it took the
