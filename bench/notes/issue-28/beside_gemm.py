@@ -61,6 +61,7 @@ def main():
     from dgemm.opencl.discovery import select_devices
     from dgemm.provenance import command_line, git_commit, utc_now
     from dgemm.tuning.timing import KernelBench
+    from zstd_decode import pack_staging      # (this folder's: run as a script, it is on the path)
 
     device = Device(select_devices(args.device)[0])
     m, n, k = (int(x) for x in args.gemm.split(","))
@@ -100,13 +101,7 @@ def main():
     def decoder(stop, queue, out, got, check=False):
         """Decode calls of the frames, waited for each, until ``stop``; ``got`` gets (calls, seconds)."""
         with device.reading():
-            host = device.staging(sum(len(f) + 16 for f in frames))
-            starts, pos = [], 0
-            for f in frames:
-                host[pos:pos + len(f)] = np.frombuffer(f, np.uint8)
-                starts.append(pos)
-                pos = (pos + len(f) + 15) & ~15
-            views = [host[st:st + len(f)] for st, f in zip(starts, frames)]
+            host, starts, views = pack_staging(device, frames)
             calls, t0, kinds = 0, time.perf_counter(), {"plan (host)": 0.0, "call (host)": 0.0}
             while True:
                 t1 = time.perf_counter()

@@ -5,7 +5,8 @@
 #           (v3=HEAD,DGEMM_READ_THREADS=24: that version runs with these variables set, comma-separated)
 #   device: run with carry [".whl", ".ab"], after `source .whl/gpu-env.sh`:
 #           OUT=/some/folder SIZE=32768 DEVICES=gpu MODES=on,off ROUNDS=2 bash bench/notes/issue-28/gpu_session_ab.sh run
-#           (`raw`: raw chunks in and out beside them, gemm-tasks 1 and 2, REPEATS runs each)
+#           (`raw`: raw chunks in and out beside them, gemm-tasks 1 and 2, REPEATS runs each; `session`: `run`
+#           under share, three rounds, then `raw`, the A/B records tarred into ab.tar)
 # Each version's package is imported from .ab/NAME, put before the rest of PYTHONPATH (gpu-env.sh's, which has the
 # checkout's root), and the script that times them is this checkout's device_codecs_onoff.py.  The twelfth session's records:
 # results/2026-11-27-nvidia-h100-ab-kept-handover-32768-43a8855.json, ...-h200-x2-ab-kept-handover-49152-538a02f.json.
@@ -58,5 +59,13 @@ import json, sys
 for line in sys.stdin:
     r = json.loads(line)
     print('raw', r['gemm_tasks_setting'], r['wall_s'], r['per_worker']['busy_seconds'], flush=True)"
+    ;;
+session)    # what the twentieth session's A/B calls ran: `run` (MODES=share, ROUNDS=3 unless set), `raw` (REPEATS=2),
+            # then the A/B records tarred into ab.tar (a call brings back 8 files at most)
+    : "${OUT:?set OUT to the folder for the records}"
+    OUT=$OUT MODES=${MODES:-share} ROUNDS=${ROUNDS:-3} bash bench/notes/issue-28/gpu_session_ab.sh run 2>&1 | grep -v '__init__'
+    OUT=$OUT REPEATS=${REPEATS:-2} bash bench/notes/issue-28/gpu_session_ab.sh raw 2>&1 | grep '^raw'
+    (cd "$OUT" && tar -cf ab.tar ab-*.json && rm -f ab-*.json)
+    ls -la "$OUT"
     ;;
 esac

@@ -15,7 +15,4 @@ set -u
 : "${OUT:?set OUT to the folder for the records}"
 cd "$(dirname "$0")/../../.."     # the project's root, wherever this is run from
 [ -f .ab/versions ] || { echo "prepare .ab first (see the header)"; exit 2; }
-OUT=$OUT MODES=share ROUNDS=3 bash bench/notes/issue-28/gpu_session_ab.sh run 2>&1 | grep -v '__init__'
-OUT=$OUT REPEATS=2 bash bench/notes/issue-28/gpu_session_ab.sh raw 2>&1 | grep '^raw'
-(cd "$OUT" && tar -cf ab.tar ab-*.json && rm -f ab-*.json)
-ls -la "$OUT"
+OUT="$OUT" bash bench/notes/issue-28/gpu_session_ab.sh session
