@@ -42,7 +42,8 @@ def main():
     p.add_argument("--threads", default="1,4", help="decoding threads, comma separated (default 1,4)")
     p.add_argument("--variants", default="1,8", help="ZSTD_HUF_BLOCKS values (default 1,8)")
     p.add_argument("--priority", default="high,normal", help="the decode queues' priority: high (the default "
-                                                            "where the driver offers it), normal")
+                                                            "where the driver offers it; NVIDIA's offers none, "
+                                                            "so both are ordinary queues there), normal")
     p.add_argument("--gemm", default="8192,8192,4096", help="M,N,K of each GEMM launch")
     p.add_argument("--size", type=float, default=64, help="chunk size in MiB (default 64)")
     p.add_argument("--frames", type=int, default=2, help="frames a decode call (default 2: a default block)")
