@@ -25,7 +25,4 @@ for r in json.load(open('$OUT/beside.json'))['rows']:
           'beside', r['both']['decode_gbps'], 'gemm', r['gemm_alone']['gemm_tflops'], '->', r['both']['gemm_tflops'],
           'lost s/GB', r['gemm_lost_s_per_gb'], 'alone s/GB', r['alone_s_per_gb'],
           'huffman ms', r['decode_alone']['ms_a_call'].get('huffman'), '->', r['both']['ms_a_call'].get('huffman'))"
-OUT=$OUT MODES=share ROUNDS=2 bash bench/notes/issue-28/gpu_session_ab.sh run 2>&1 | grep -v '__init__'
-OUT=$OUT REPEATS=2 bash bench/notes/issue-28/gpu_session_ab.sh raw 2>&1 | grep '^raw'
-(cd "$OUT" && tar -cf ab.tar ab-*.json && rm -f ab-*.json)
-ls -la "$OUT"
+ROUNDS=2 OUT="$OUT" bash bench/notes/issue-28/gpu_session_ab.sh session

@@ -10,8 +10,7 @@
 # got shorter).  Records: ab.tar (the nine A/B records), raw-32768.json, timeline20-zstd.json.
 . "$(dirname "$0")/session_common.sh" idle20
 [ -f .ab/versions ] || { echo "prepare .ab first (see the header)"; exit 2; }
-OUT=$OUT MODES=share ROUNDS=3 bash bench/notes/issue-28/gpu_session_ab.sh run 2>&1 | grep -v '__init__'
-OUT=$OUT REPEATS=2 bash bench/notes/issue-28/gpu_session_ab.sh raw 2>&1 | grep '^raw'
+OUT="$OUT" bash bench/notes/issue-28/gpu_session_ab.sh session
 TFIELDS="mode wall_s gemm_s wait_s first_gemm last_read_end last_gemm_end device_taken device_declined"
 DGEMM_COMMIT=$(cat .ab/checkout) timeout 150 python3 bench/notes/issue-28/timeline.py "$OUT/timeline20-zstd.json" \
     $GEO --codec zstd --modes share --repeats 2 --inputs "$inputs/zstd" 2>&1 | summary tl-zstd $TFIELDS
@@ -19,5 +18,4 @@ python3 -c "
 import json
 for r in json.load(open('$OUT/timeline20-zstd.json'))['runs']:
     print('run', r['wall_s'], ' '.join('%.1f:%.2f/%.1f' % (b['t'], b['gemm'], b['device_reads']) for b in r['bins'][:8]))"
-(cd "$OUT" && tar -cf ab.tar ab-*.json && rm -f ab-*.json)
 ls -la "$OUT"
