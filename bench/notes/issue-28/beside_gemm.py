@@ -100,7 +100,8 @@ def main():
     total = len(want)
 
     def decoder(stop, queue, out, got, check=False):
-        """Decode calls of the frames, waited for each, until ``stop``; ``got`` gets (calls, seconds, each kind's time summed)."""
+        """Decode calls of the frames, waited for each, until ``stop``; ``got`` gets (calls, seconds, each kind's
+        time summed)."""
         with device.reading():
             host, starts, views = pack_staging(device, frames)
             calls, t0, kinds = 0, time.perf_counter(), {"plan (host)": 0.0, "call (host)": 0.0}
