@@ -623,15 +623,21 @@ def test_a_refused_tree_is_the_frames_error(dev, libzstd, rng):
     assert reference(libzstd, bytes(frame)) is None
 
 
-def huffman_block(rng, log: int, nlit: int, last: int):
+def huffman_block(rng, log: int, nlit: int, last: int, uniform: bool = False, tamper=None):
     """A compressed block of Huffman literals only (no sequences) whose code is ``log`` bits at most and at
-    least (skewed counts, cut to ``log``), in one stream (under 1024 literals) or four; and its literals."""
+    least (skewed counts, cut to ``log``), in one stream (under 1024 literals) or four; and its literals.
+
+    ``uniform``: every code ``log`` bits long (``2**log`` symbols, ``log`` 7 or less), a code that never
+    resynchronizes; ``tamper``: a function of the last stream's (value, bits) fields giving the fields written.
+    """
     from dgemm.opencl.codecs import huffman
 
-    nsym = int(rng.integers(log + 2, min(120, 1 << log)))   # direct 4-bit weights: at most 128 are written
+    # direct 4-bit weights: at most 128 are written
+    nsym = 1 << log if uniform else int(rng.integers(log + 2, min(120, 1 << log)))
     counts = np.zeros(256, np.int64)
     syms = rng.choice(128, nsym, replace=False)     # symbols below 128: the weights' direct form
-    counts[syms] = (2.0 ** np.minimum(np.arange(nsym), 40)).astype(np.int64)[rng.permutation(nsym)] + 1
+    counts[syms] = 1 if uniform else \
+        (2.0 ** np.minimum(np.arange(nsym), 40)).astype(np.int64)[rng.permutation(nsym)] + 1
     lengths = huffman.code_lengths(counts, max_bits=log)
     assert lengths.max() == log
     present = np.flatnonzero(lengths)
@@ -643,11 +649,12 @@ def huffman_block(rng, log: int, nlit: int, last: int):
     w, _ = huffman.weights(lengths)
     explicit = [int(x) for x in w[:int(np.flatnonzero(w)[-1])]] + [0]
     tree = bytes([127 + len(explicit) - 1]) + bytes(a << 4 | b for a, b in zip(explicit[0::2], explicit[1::2]))
+    tamper = tamper or (lambda f: f)
     if nlit < 1024:
-        body, fmt, bits = bitstream(fields), 0, 10
+        body, fmt, bits = bitstream(tamper(fields)), 0, 10
     else:
         seg = (nlit + 3) // 4
-        parts = [bitstream(fields[k * seg:(k + 1) * seg]) for k in range(4)]
+        parts = [bitstream(fields[k * seg:(k + 1) * seg] if k < 3 else tamper(fields[3 * seg:])) for k in range(4)]
         body = b"".join(len(x).to_bytes(2, "little") for x in parts[:3]) + b"".join(parts)
         fmt, bits = (1, 10) if nlit < 1024 and len(tree) + len(body) < 1024 else (2, 14)
     csize = len(tree) + len(body)
@@ -705,6 +712,47 @@ def test_the_other_huffman_readers_decode_like_libzstd(dev, libzstd, rng, monkey
         for g in mutations(base, rng, 25):
             compare(dev, libzstd, g, counts, lanes=4)
     assert counts.get("refused", 0) > 10, counts
+
+
+@pytest.mark.parametrize("split", (1, 3, 8, 32))
+def test_streams_split_among_work_items_decode_as_one_work_item_does(dev, libzstd, rng, monkeypatch, split):
+    """Reader 6 (each stream split among ``split`` work-items, which resynchronize) decodes what reader 5 (a
+    stream a work-item) decodes and refuses what it refuses, with its message: codes that resynchronize within
+    a few symbols, and fixed-length codes, which never do (every part re-read, a round each, where a part's
+    length is no multiple of the code's); whole streams, and streams whose last symbols are cut or followed by
+    a few bits (out of bits or bits left, where the stream's last part reads on from another start)."""
+    cases = []
+    for log, uniform in ((4, True), (5, True), (7, True), (6, False), (11, False)):
+        for nlit in (1100, 4099, int(rng.integers(5000, 9000))):
+            bits = log if uniform else 1
+            cut = int(rng.integers(1, bits)) if bits > 1 else 0
+            for tamper in (None,                                        # whole
+                           lambda f: f + [(0, int(rng.integers(1, 3)))],    # bits left
+                           lambda f: f + [f[-1]],                       # a literal more
+                           lambda f: f[:-1],                            # a literal less
+                           lambda f, c=cut: f[:-1] + [(f[-1][0] >> (f[-1][1] - c), c)] if c else f[:-1]):
+                block, raw = huffman_block(rng, log, nlit, 1, uniform=uniform, tamper=tamper)
+                cases.append((frame_of([block], len(raw)), raw, tamper is None))
+    results = {}
+    for reader, spl in ((5, 1), (6, split)):
+        monkeypatch.setattr(zd, "HUF_READER", reader)
+        monkeypatch.setattr(zd, "HUF_SPLIT", spl)
+        got = []
+        for frame, raw, whole in cases:
+            try:
+                got.append(device_decode(dev, [frame], 4))
+            except zd.ZstdFrameError as e:
+                got.append(str(e))
+        results[reader] = got
+    assert results[6] == results[5]
+    refused = 0
+    for (frame, raw, whole), got in zip(cases, results[6]):
+        if whole:
+            assert got == raw and reference(libzstd, frame) == raw
+        else:
+            assert isinstance(got, str) and any(t in got for t in zd.STRICT), got
+            refused += 1
+    assert refused == 4 * len(cases) // 5
 
 
 # -- sequence execution: blocks at once, the matches that wait for earlier blocks after (issue 28) --------------

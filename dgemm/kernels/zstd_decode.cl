@@ -524,8 +524,8 @@ void zstd_huf_trees(global const uchar* src, global const long* trees, global us
 #error "ZSTD_HUF_AHEAD must be 1 or 2"
 #endif
 
-#if ZSTD_HUF_READER == 5
-// ---- reader 5 ----
+#if ZSTD_HUF_READER == 5 || ZSTD_HUF_READER == 6
+// ---- readers 5 and 6 (6: reader 5's bit reader, each stream split among work-items; below) ----
 // The profiler (bench/notes/issue-28/gpu_session_huffman_source.sh, per-instruction stall samples) showed
 // where reader 1's symbols wait: its refill, a branch after every symbol, picks the window's next word from
 // a quad in more branches; and when a quad runs out the compiler loads the next one into spare registers and
@@ -557,12 +557,17 @@ typedef struct {
 #endif
 } huf_t;
 
-HUF_INLINE void huf_open(huf_t* h, global const uchar* src, const long s0, const int n) {
+// The bits of a stream of n bytes at s0 (the end mark's position): where its first symbol starts.
+HUF_INLINE int huf_start(global const uchar* src, const long s0, const int n) {
+    const uchar last = src[s0 + n - 1];       // not 0: the host checked
+    return 8 * (n - 1) + (31 - clz((uint)last));
+}
+
+// The reader at bit pos (pos bits not yet read, 1 or more) of the stream at s0.
+HUF_INLINE void huf_open_at(huf_t* h, global const uchar* src, const long s0, const int pos) {
     const int qb = (int)(s0 >> 4);
     h->wp = (global const uint*)((global const uint4*)src + qb);
     h->wmin = -4 * qb;
-    const uchar last = src[s0 + n - 1];       // not 0: the host checked
-    const int pos = 8 * (n - 1) + (31 - clz((uint)last));
     h->r = pos + (int)(s0 & 15) * 8;
     h->off = h->r - pos;
     const int hi = (h->r - 1) >> 5;
@@ -573,6 +578,10 @@ HUF_INLINE void huf_open(huf_t* h, global const uchar* src, const long s0, const
 #if ZSTD_HUF_AHEAD == 2
     h->fresh2 = h->wp[max(h->wi - 1, h->wmin)];
 #endif
+}
+
+HUF_INLINE void huf_open(huf_t* h, global const uchar* src, const long s0, const int n) {
+    huf_open_at(h, src, s0, huf_start(src, s0, n));
 }
 
 // After a checked symbol: 12 bits or more in the window again.
@@ -667,6 +676,7 @@ HUF_INLINE int huf_finish(huf_t* h, local const ushort* table, const int log, gl
     return h->r - h->off != 0 ? E_LEFTOVER : 0;
 }
 
+#if ZSTD_HUF_READER == 5
 // Work-group g decodes blocks g * ZSTD_HUF_BLOCKS ... (the host pads groups with empty rows to a whole
 // number of work-groups); work-item l decodes streams (l % HUF_PER_BLOCK) * ZSTD_HUF_ILP ... of block
 // l / HUF_PER_BLOCK, its ILP streams in step while all hold 48 bits or more, then one by one.
@@ -746,6 +756,146 @@ void zstd_huf_streams(global const uchar* src, global const long* streams, globa
         err[first + j] = huf_finish(&h[0], table, log, (row[5] ? out : lit) + row[2], 0, row[3]);
     }
 }
+#else   // ZSTD_HUF_READER == 6
+// ---- reader 6: a stream split among work-items (self-synchronizing decode) ----
+// Reader 5 decodes a stream on one work-item: 32 Ki symbols of a 128 KiB block one after another, each a
+// table lookup's latency, while a block's work-group holds its place on the device (beside the GEMMs, the
+// place a GEMM work-group would have taken).  A Huffman code is a prefix code, and a decode started at any
+// bit (not only at a symbol's start) falls onto the true symbol starts within a few symbols: on Zarr's float
+// chunks 10 on average, 99 % within 55 (bench/notes/issue-28/huffman_sync.py).  So ZSTD_HUF_SPLIT work-items
+// share a stream, each from a bit of its own (Weissenberger and Schmidt, "Massively Parallel Huffman
+// Decoding on GPUs", ICPP 2018):
+//   1. each counts the symbols that start in its part of the stream, from its part's first bit, and where
+//      it leaves the part (its exit: the first symbol start at or below the next part's first bit);
+//   2. each re-reads its part from the exit of the part before (a true symbol start once that part is
+//      settled), in step with its first read, until the two meet (a common position: from there on they are
+//      the same read) and corrects its count; where they do not meet in its part, its count and exit are
+//      the new read's, and the part after it re-reads in the next round (rounds end when no exit moved: at
+//      most one a part, as part 0 starts where the stream does);
+//   3. each decodes its part's symbols from its true start into its place (the counts before it).
+// The error is the serial read's: fewer symbols than the stream's literals before the stream's bits run
+// out (a code reaching below its start) is an overread; more, or bits left, is leftover.  Every read is
+// reader 5's, bounded the same way; every write is below the stream's literal count.
+#ifndef ZSTD_HUF_SPLIT
+#define ZSTD_HUF_SPLIT 8    // work-items a stream (ZSTD_HUF_LANES = 4 * ZSTD_HUF_SPLIT: a block's 4 streams)
+#endif
+#if ZSTD_HUF_LANES != 4 * ZSTD_HUF_SPLIT || ZSTD_HUF_BLOCKS != 1 || ZSTD_HUF_ILP != 1
+#error "reader 6: ZSTD_HUF_LANES = 4 * ZSTD_HUF_SPLIT, one block a work-group, ILP 1"
+#endif
+#define HUF_PART_MIN 64     // a part's fewest bits: a symbol (12 bits or fewer) never crosses a whole part
+
+HUF_INLINE int huf_pos(const huf_t* h) { return h->r - h->off; }
+
+// Where a read that counted down to stop ended, as one number: its position (stop or below, never below 0)
+// or, where a code reached below the stream's start (only in the last part), -1 less its position.
+HUF_INLINE int huf_stuck(const huf_t* h) { return -1 - huf_pos(h); }
+
+// Count the symbols that start above bit stop, from h's position; h ends at the first start at or below
+// stop, or stuck (*end < 0).  Four symbols need no check while 48 bits or more lie above stop.
+HUF_INLINE int huf_count(huf_t* h, local const ushort* table, const int log, const uint mask, const int stop,
+                         int* end) {
+    int n = 0;
+    for (; huf_pos(h) - stop >= 48; n += 4) {
+        uchar a, b, c, d;
+        HUF_FOUR(h, a, b, c, d);
+    }
+    while (huf_pos(h) > stop) {
+        if (huf_checked(h, table, log, mask) < 0) { *end = huf_stuck(h); return n; }
+        n++;
+    }
+    *end = huf_pos(h);
+    return n;
+}
+
+// One checked step of a re-read: its new key (its position, or where it stuck: huf_stuck).
+HUF_INLINE int huf_step(huf_t* h, local const ushort* table, const int log, const uint mask) {
+    if (huf_checked(h, table, log, mask) < 0) return huf_stuck(h);
+    return huf_pos(h);
+}
+
+kernel __attribute__((reqd_work_group_size(ZSTD_HUF_LANES, 1, 1)))
+void zstd_huf_streams(global const uchar* src, global const long* streams, global const long* groups,
+                      global const ushort* huf, global const int* trees, global uchar* lit, global uchar* out,
+                      global int* err) {
+    local ushort table[HUF_SLOT];
+    local int count[ZSTD_HUF_LANES], exit_at[ZSTD_HUF_LANES], from[ZSTD_HUF_LANES];
+    local int moved;
+    const int lid = get_local_id(0);
+    const long first = groups[2 * get_group_id(0)], nstreams = groups[2 * get_group_id(0) + 1];
+    const long tree = nstreams > 0 ? streams[first * STREAM_COLUMNS + 4] : 0;   // a block's streams share it
+    const int log = nstreams > 0 ? trees[tree * TREE_INFO] : 0;
+    const bool usable = log > 0 && log <= 12;      // zstd_huf_trees writes 0 (refused) or 1..12
+    const int size = usable ? 1 << log : 0;
+    for (int k = lid; k < size; k += ZSTD_HUF_LANES) table[k] = huf[tree * HUF_SLOT + k];
+    const int s = lid / ZSTD_HUF_SPLIT, part = lid % ZSTD_HUF_SPLIT;
+    const bool mine = usable && s < nstreams;
+    global const long* row = streams + (first + min((long)s, max(nstreams - 1, 0L))) * STREAM_COLUMNS;
+    const long s0 = row[0];
+    const int start = mine ? huf_start(src, s0, (int)row[1]) : 0;
+    // parts of HUF_PART_MIN bits or more: part k reads the symbols starting in (top(k + 1), top(k)]
+    const int parts = clamp(start / HUF_PART_MIN, 1, ZSTD_HUF_SPLIT), step = start / parts;
+    const int top = start - part * step, stop = part + 1 < parts ? top - step : 0;
+    const bool active = mine && part < parts;
+    const uint mask = (1u << log) - 1;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    huf_t h;
+    if (active) {           // 1: counted from the part's first bit
+        int end;
+        huf_open_at(&h, src, s0, top);
+        count[lid] = huf_count(&h, table, log, mask, stop, &end);
+        exit_at[lid] = end;
+        from[lid] = top;
+    }
+    for (;;) {              // 2: rounds of re-reads from the exit before, until no exit moves
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const int at = active && part > 0 ? exit_at[lid - 1] : 0;
+        if (lid == 0) moved = 0;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (active && part > 0 && at != from[lid]) {
+            huf_t b;                           // the read that gave count, in step with the new one (h)
+            huf_open_at(&h, src, s0, at);
+            huf_open_at(&b, src, s0, from[lid]);
+            // the read further from the stream's start steps, until they meet or the new one has left the part
+            // (a read that stuck never meets the other, which is below it: mb counts no stuck step)
+            int ka = at, kb = from[lid], ma = 0, mb = 0;
+            while (ka != kb && ka > stop) {
+                if (ka > kb) { ka = huf_step(&h, table, log, mask); ma += ka >= 0; }   // (stuck: no symbol)
+                else { kb = huf_step(&b, table, log, mask); mb++; }
+            }
+            if (ka == kb) {
+                count[lid] += ma - mb;         // the same read from the meeting on
+            } else {                           // no meeting: the new read is the part's, to its end
+                count[lid] = ma;
+                if (ka != exit_at[lid]) moved = 1;
+                exit_at[lid] = ka;
+            }
+            from[lid] = at;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (!moved) break;
+    }
+    if (!active) {          // a refused tree decodes nothing: its error is the block's
+        if (!usable && part == 0 && s < nstreams) err[first + s] = 0;
+        return;
+    }
+    long before = 0, total = 0;                // 3: each part's symbols into place
+    for (int k = 0; k < parts; k++) {
+        const int c = count[s * ZSTD_HUF_SPLIT + k];
+        before += k < part ? c : 0;
+        total += c;
+    }
+    const long dlen = row[3];
+    global uchar* o = (row[5] ? out : lit) + row[2];
+    if (before < dlen) {
+        huf_open_at(&h, src, s0, from[lid]);
+        huf_finish(&h, table, log, o + before, 0, min((long)count[lid], dlen - before));
+    }
+    if (part == 0) {
+        const int end = exit_at[s * ZSTD_HUF_SPLIT + parts - 1];
+        err[first + s] = total < dlen ? E_OVERREAD : total == dlen && end == 0 ? 0 : E_LEFTOVER;
+    }
+}
+#endif  // ZSTD_HUF_READER == 5, else 6
 #else
 
 #if ZSTD_HUF_READER == 0
@@ -850,7 +1000,7 @@ void zstd_huf_streams(global const uchar* src, global const long* streams, globa
     // frame's: they go there, not to the literals (zstd_copy_blocks leaves the block alone)
     if (lane < count) err[first + lane] = usable ? huf_stream(src, row, log, table, row[5] ? out : lit) : 0;
 }
-#endif  // ZSTD_HUF_READER == 5
+#endif  // ZSTD_HUF_READER == 5 or 6
 
 kernel void zstd_sequences(global const uchar* src, global const long* blocks, global const long* which,
                            global const uint2* fse, global uint4* seqs, global int* err, uint count) {

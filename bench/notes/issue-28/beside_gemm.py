@@ -9,8 +9,9 @@ beside the GEMMs against 63-91 alone.  What the GEMMs lose is what matters, not 
 a kernel whose work-groups sit on every multiprocessor for long, at a few busy lanes each, keeps the GEMM's
 work-groups (which need most of a multiprocessor's local memory) off all of them for that long.
 
-For each Huffman layout (``--variants``: zstd_decode.cl's ZSTD_HUF_BLOCKS, blocks a work-group decodes; 1 is
-the default), queue priority and count of decoding threads, three phases of ``--seconds`` each, on one device:
+For each Huffman layout (``--variants``: N, reader 5 with ZSTD_HUF_BLOCKS N, blocks a work-group decodes; sN,
+reader 6 with ZSTD_HUF_SPLIT N, work-items a stream), queue priority and count of decoding threads, three
+phases of ``--seconds`` each, on one device:
 
 * ``gemm``: the engine's GEMM kernel (the tuning database's float32 choice, M x N x K of ``--gemm``, as a
   product's k step) launched back to back on the GEMM queue, alone: its rate;
@@ -40,7 +41,8 @@ def main():
     p.add_argument("out", help="the JSON record to write")
     p.add_argument("--seconds", type=float, default=2.0, help="each phase's length (default 2)")
     p.add_argument("--threads", default="1,4", help="decoding threads, comma separated (default 1,4)")
-    p.add_argument("--variants", default="1,8", help="ZSTD_HUF_BLOCKS values (default 1,8)")
+    p.add_argument("--variants", default="1,s8", help="Huffman layouts: N, reader 5 with ZSTD_HUF_BLOCKS N; sN, "
+                                                       "reader 6 with ZSTD_HUF_SPLIT N (default 1,s8)")
     p.add_argument("--priority", default="high,normal", help="the decode queues' priority: high (the default "
                                                             "where the driver offers it; NVIDIA's offers none, "
                                                             "so both are ordinary queues there), normal")
@@ -186,7 +188,7 @@ def main():
         return row
 
     offered = device.priority       # (high-priority queues, where the driver offers them)
-    variants = [int(x) for x in args.variants.split(",")]
+    variants = [(6, 1, int(x[1:])) if x.startswith("s") else (5, int(x), 1) for x in args.variants.split(",")]
     priorities = args.priority.split(",")
     counts = [int(x) for x in args.threads.split(",")]
     host_counts = [int(x) for x in args.host_threads.split(",")]
@@ -195,8 +197,8 @@ def main():
     print("gemm alone", json.dumps(alone), flush=True)
     hosts_alone = {h: phase(0, False, False, [], [], hosts=h) for h in host_counts if h}
     print("host decode alone", json.dumps(hosts_alone), flush=True)
-    for blocks in variants:
-        zd.HUF_BLOCKS = blocks
+    for reader, blocks, split in variants:
+        zd.HUF_READER, zd.HUF_BLOCKS, zd.HUF_SPLIT = reader, blocks, split
         for priority in priorities:
             device.priority = offered and priority == "high"
             queues = [device.feeding_queue() for _ in range(max(counts))]
@@ -206,7 +208,8 @@ def main():
                 gemm = phase(0, True, False, [], [])
                 both = phase(nthreads, True, True, queues, outs, hosts)
                 lost = 1 - both["gemm_tflops"] / gemm["gemm_tflops"]
-                row = {"huf_blocks": blocks, "priority": priority, "queue_priority_used": bool(device.priority),
+                row = {"huf_reader": reader, "huf_blocks": blocks, "huf_split": split, "priority": priority,
+                       "queue_priority_used": bool(device.priority),
                        "threads": nthreads, "host_threads": hosts, "decode_alone": solo, "gemm_alone": gemm,
                        "both": both,
                        "gemm_lost_fraction": round(lost, 4),

@@ -78,7 +78,8 @@ def main():
     p.add_argument("--huf-variants", default=None,
                    help="Huffman kernels to time, READER:LANES[:LOCAL[:FAST[:ILP[:BLOCKS[:AHEAD]]]]],... (zstd_decode.cl's "
                         "ZSTD_HUF_READER, ZSTD_HUF_LANES, 0 lanes: the default, ZSTD_HUF_LOCAL, ZSTD_HUF_FAST, and "
-                        "reader 5's ZSTD_HUF_ILP, ZSTD_HUF_BLOCKS and ZSTD_HUF_AHEAD); staged threads for the first only")
+                        "reader 5's ZSTD_HUF_ILP, ZSTD_HUF_BLOCKS and ZSTD_HUF_AHEAD; reader 6's LANES: 4 x "
+                        "ZSTD_HUF_SPLIT, its work-items a stream); staged threads for the first only")
     p.add_argument("--device", default=None, help="an OpenCL device as DGEMM_DEVICES names one (default: "
                                                   "the first GPU, else the first CPU device)")
     args = p.parse_args()

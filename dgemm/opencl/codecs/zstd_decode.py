@@ -141,7 +141,8 @@ def default_lanes(device) -> int:
 # symbols where no check can fail), and reader 5's ZSTD_HUF_ILP (streams a work-item decodes in step) and
 # ZSTD_HUF_BLOCKS (blocks a work-group decodes) and ZSTD_HUF_AHEAD (words loaded ahead): what program()
 # builds (the decode bench sweeps them)
-HUF_READER = 5
+HUF_READER = 6
+HUF_SPLIT = 8       # reader 6: work-items a stream (ZSTD_HUF_SPLIT)
 HUF_LANES = None
 HUF_LOCAL = 1
 HUF_FAST = 1
@@ -152,20 +153,23 @@ HUF_AHEAD = 1
 
 def program(device, lanes: int):
     """``zstd_decode.cl`` built for ``device`` with ``ZSTD_LANES=lanes``, once per (device, lanes)."""
-    huf = 4 if lanes < 32 else 32        # lanes per block's Huffman streams, and per tree
+    huf = 4 if lanes < 32 else 32        # lanes per tree, and per block's Huffman streams (readers 0-5)
     # reader 5's blocks a work-group: one on a CPU device, where PoCL 3's compiler crashes on more
     blocks = HUF_BLOCKS if HUF_READER == 5 and device.info.type != "CPU" else 1
+    split = (HUF_LANES // 4 if HUF_LANES else HUF_SPLIT) if HUF_READER == 6 else 1
+    hlanes = 4 * split if HUF_READER == 6 else HUF_LANES or huf
     return _programs.program(device, "zstd_decode.cl",
-                             (("ZSTD_LANES", lanes), ("ZSTD_HUF_LANES", HUF_LANES or huf), ("ZSTD_TREE_LANES", huf),
+                             (("ZSTD_LANES", lanes), ("ZSTD_HUF_LANES", hlanes), ("ZSTD_TREE_LANES", huf),
                               ("ZSTD_HUF_READER", HUF_READER), ("ZSTD_HUF_LOCAL", HUF_LOCAL),
-                              ("ZSTD_HUF_FAST", HUF_FAST), ("ZSTD_HUF_ILP", HUF_ILP),
-                              ("ZSTD_HUF_BLOCKS", blocks), ("ZSTD_HUF_AHEAD", HUF_AHEAD)),
+                              ("ZSTD_HUF_FAST", HUF_FAST), ("ZSTD_HUF_ILP", HUF_ILP if HUF_READER == 5 else 1),
+                              ("ZSTD_HUF_BLOCKS", blocks), ("ZSTD_HUF_AHEAD", HUF_AHEAD),
+                              ("ZSTD_HUF_SPLIT", split)),
                              (("trees", "zstd_huf_trees"), ("streams", "zstd_huf_streams"),
                               ("sequences", "zstd_sequences"), ("execute", "zstd_execute"),
                               ("copy", "zstd_copy_blocks"), ("block_scan", "zstd_block_scan"),
                               ("frame_scan", "zstd_frame_scan"), ("blocks", "zstd_blocks"),
                               ("jump", "zstd_origin_jump"), ("gather", "zstd_origin_gather")),
-                             huf_lanes=HUF_LANES or huf, tree_lanes=huf, huf_blocks=blocks)
+                             huf_lanes=hlanes, tree_lanes=huf, huf_blocks=blocks)
 
 
 class Batch:
