@@ -551,9 +551,17 @@ typedef struct {
     int r, lo, off;           // r - off: the bits not yet read (pos); the window acc holds bits [lo, lo + 64)
     int wi;                   // the word the window takes next, already loaded into fresh
     ulong acc;
+#if ZSTD_HUF_READER == 6
+    // Reader 6's 32 work-items a warp read 32 places: a 16-byte load is a quarter of the memory
+    // transactions of four word loads (what bound it with word loads issued every two symbols).
+    global const uint4* qp;   // quad 0 (the one holding the stream's first byte); qmin: src's first
+    int qmin;
+    uint4 cur, nxt;           // the quad holding word wi, and the one below it (loaded one quad ahead)
+#else
     uint fresh;
 #if ZSTD_HUF_AHEAD == 2
     uint fresh2;              // word wi - 1
+#endif
 #endif
 } huf_t;
 
@@ -574,11 +582,33 @@ HUF_INLINE void huf_open_at(huf_t* h, global const uchar* src, const long s0, co
     h->lo = (hi - 1) * 32;                    // 33 to 64 bits in the window
     h->acc = ((ulong)h->wp[max(hi, h->wmin)] << 32) | h->wp[max(hi - 1, h->wmin)];
     h->wi = hi - 2;
+#if ZSTD_HUF_READER == 6
+    h->qp = (global const uint4*)src + qb;
+    h->qmin = -qb;
+    h->cur = h->qp[max(h->wi >> 2, h->qmin)];
+    h->nxt = h->qp[max((h->wi >> 2) - 1, h->qmin)];
+#else
     h->fresh = h->wp[max(h->wi, h->wmin)];
 #if ZSTD_HUF_AHEAD == 2
     h->fresh2 = h->wp[max(h->wi - 1, h->wmin)];
 #endif
+#endif
 }
+
+#if ZSTD_HUF_READER == 6
+// The window takes word wi (from the current quad); the next quad is loaded as this one runs out.
+HUF_INLINE void huf_shift(huf_t* h) {
+    const int k = h->wi & 3;
+    const uint w = k == 3 ? h->cur.w : k == 2 ? h->cur.z : k == 1 ? h->cur.y : h->cur.x;
+    h->acc = (h->acc << 32) | w;
+    h->lo -= 32;
+    h->wi--;
+    if (k == 0) {
+        h->cur = h->nxt;
+        h->nxt = h->qp[max((h->wi >> 2) - 1, h->qmin)];
+    }
+}
+#endif
 
 HUF_INLINE void huf_open(huf_t* h, global const uchar* src, const long s0, const int n) {
     huf_open_at(h, src, s0, huf_start(src, s0, n));
@@ -586,6 +616,9 @@ HUF_INLINE void huf_open(huf_t* h, global const uchar* src, const long s0, const
 
 // After a checked symbol: 12 bits or more in the window again.
 HUF_INLINE void huf_refill(huf_t* h) {
+#if ZSTD_HUF_READER == 6
+    if (h->r - 12 < h->lo) huf_shift(h);
+#else
     if (h->r - 12 < h->lo) {
         h->acc = (h->acc << 32) | h->fresh;
         h->lo -= 32;
@@ -597,10 +630,14 @@ HUF_INLINE void huf_refill(huf_t* h) {
         h->fresh = h->wp[max(h->wi, h->wmin)];
 #endif
     }
+#endif
 }
 
 // After two unchecked symbols: 24 bits or more in the window again.
 HUF_INLINE void huf_take(huf_t* h) {
+#if ZSTD_HUF_READER == 6
+    if (h->r - h->lo < 24) huf_shift(h);
+#else
     const bool need = h->r - h->lo < 24;
     h->acc = need ? (h->acc << 32) | h->fresh : h->acc;
     h->lo -= need ? 32 : 0;
@@ -610,6 +647,7 @@ HUF_INLINE void huf_take(huf_t* h) {
     h->fresh2 = h->wp[max(h->wi - 1, h->wmin)];
 #else
     h->fresh = h->wp[max(h->wi, h->wmin)];
+#endif
 #endif
 }
 
@@ -807,6 +845,27 @@ HUF_INLINE int huf_count(huf_t* h, local const ushort* table, const int log, con
     return n;
 }
 
+// m symbols of the read's true path into o: one by one until o is 16-byte aligned, then 16 at a time (a
+// 16-byte store: a warp's 32 work-items write 32 places, a quarter of the transactions of 4-byte stores),
+// the rest as reader 5 stores them.
+HUF_INLINE void huf_place(huf_t* h, local const ushort* table, const int log, const uint mask, global uchar* o,
+                          const long m) {
+    long i = min(m, (long)((16 - ((ulong)o & 15)) & 15));
+    for (long k = 0; k < i; k++) o[k] = (uchar)huf_checked(h, table, log, mask);
+    huf_take(h);            // 24 bits or more in the window, as the unchecked pairs need (a checked symbol: 12)
+    for (; i + 16 <= m && huf_pos(h) >= 192; i += 16) {     // 16 codes of 12 bits or fewer: no check
+        uint w[4];
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            uchar a, b, c, d;
+            HUF_FOUR(h, a, b, c, d);
+            w[q] = (uint)a | (uint)b << 8 | (uint)c << 16 | (uint)d << 24;
+        }
+        *(global uint4*)(o + i) = (uint4)(w[0], w[1], w[2], w[3]);
+    }
+    huf_finish(h, table, log, o + i, 0, m - i);
+}
+
 // One checked step of a re-read: its new key (its position, or where it stuck: huf_stuck).
 HUF_INLINE int huf_step(huf_t* h, local const ushort* table, const int log, const uint mask) {
     if (huf_checked(h, table, log, mask) < 0) return huf_stuck(h);
@@ -888,7 +947,7 @@ void zstd_huf_streams(global const uchar* src, global const long* streams, globa
     global uchar* o = (row[5] ? out : lit) + row[2];
     if (before < dlen) {
         huf_open_at(&h, src, s0, from[lid]);
-        huf_finish(&h, table, log, o + before, 0, min((long)count[lid], dlen - before));
+        huf_place(&h, table, log, mask, o + before, min((long)count[lid], dlen - before));
     }
     if (part == 0) {
         const int end = exit_at[s * ZSTD_HUF_SPLIT + parts - 1];
