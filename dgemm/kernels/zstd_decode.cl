@@ -815,7 +815,7 @@ void zstd_huf_streams(global const uchar* src, global const long* streams, globa
 // out (a code reaching below its start) is an overread; more, or bits left, is leftover.  Every read is
 // reader 5's, bounded the same way; every write is below the stream's literal count.
 #ifndef ZSTD_HUF_SPLIT
-#define ZSTD_HUF_SPLIT 8    // work-items a stream (ZSTD_HUF_LANES = 4 * ZSTD_HUF_SPLIT: a block's 4 streams)
+#define ZSTD_HUF_SPLIT 16   // work-items a stream (ZSTD_HUF_LANES = 4 * ZSTD_HUF_SPLIT: a block's 4 streams)
 #endif
 #if ZSTD_HUF_LANES != 4 * ZSTD_HUF_SPLIT || ZSTD_HUF_BLOCKS != 1 || ZSTD_HUF_ILP != 1
 #error "reader 6: ZSTD_HUF_LANES = 4 * ZSTD_HUF_SPLIT, one block a work-group, ILP 1"

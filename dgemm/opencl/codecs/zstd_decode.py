@@ -142,7 +142,7 @@ def default_lanes(device) -> int:
 # ZSTD_HUF_BLOCKS (blocks a work-group decodes) and ZSTD_HUF_AHEAD (words loaded ahead): what program()
 # builds (the decode bench sweeps them)
 HUF_READER = 6
-HUF_SPLIT = 8       # reader 6: work-items a stream (ZSTD_HUF_SPLIT)
+HUF_SPLIT = 16      # reader 6: work-items a stream (ZSTD_HUF_SPLIT)
 HUF_LANES = None
 HUF_LOCAL = 1
 HUF_FAST = 1
