@@ -3,10 +3,11 @@
 // Kernels, run in this order on one queue:
 //   zstd_huf_trees:   one work-group per Huffman tree description decodes its weights and fills its
 //                     lookup table (the host only finds where each description is);
-//   zstd_huf_streams: one work-item per Huffman literal stream (all streams of all blocks of all
-//                     frames at once, a work-group per block sharing its table in local memory)
-//                     decodes its literals into the literal buffer, or into the output for a block
-//                     whose literals are its output at a place the host knows;
+//   zstd_huf_streams: every Huffman literal stream of every block of every frame at once, a
+//                     work-group per block sharing its table in local memory, each stream split
+//                     among ZSTD_HUF_SPLIT work-items (reader 6), decodes its literals into the
+//                     literal buffer, or into the output for a block whose literals are its output
+//                     at a place the host knows;
 //   zstd_sequences:   one work-item per compressed block with sequences decodes its FSE bitstream
 //                     into (literal length, match length, offset code) rows;
 //   zstd_copy_blocks: one work-group per block whose output position the host knows (raw, RLE and
@@ -508,7 +509,8 @@ void zstd_huf_trees(global const uchar* src, global const long* trees, global us
 #endif
 
 #ifndef ZSTD_HUF_READER
-#define ZSTD_HUF_READER 5   // 5: words loaded one refill ahead, refills of selects every two symbols (below);
+#define ZSTD_HUF_READER 6   // 6: reader 5's, each stream split among work-items (below); 5: words loaded one
+                            // refill ahead, refills of selects every two symbols (below);
 #endif                      // 1: aligned quads, double-buffered, literals stored 4 at a time; 2: reader 1,
                             // literals stored one by one; 0: 8 bytes (vload8) at each refill, one by one
 #ifndef ZSTD_HUF_ILP
@@ -800,9 +802,9 @@ void zstd_huf_streams(global const uchar* src, global const long* streams, globa
 // table lookup's latency, while a block's work-group holds its place on the device (beside the GEMMs, the
 // place a GEMM work-group would have taken).  A Huffman code is a prefix code, and a decode started at any
 // bit (not only at a symbol's start) falls onto the true symbol starts within a few symbols: on Zarr's float
-// chunks 10 on average, 99 % within 55 (bench/notes/issue-28/huffman_sync.py).  So ZSTD_HUF_SPLIT work-items
-// share a stream, each from a bit of its own (Weissenberger and Schmidt, "Massively Parallel Huffman
-// Decoding on GPUs", ICPP 2018):
+// chunks 9 on average, 99 % within 38-51, at most 97 (bench/notes/issue-28/huffman_sync.py).  So
+// ZSTD_HUF_SPLIT work-items share a stream, each from a bit of its own (Weissenberger and Schmidt,
+// "Massively Parallel Huffman Decoding on GPUs", ICPP 2018):
 //   1. each counts the symbols that start in its part of the stream, from its part's first bit, and where
 //      it leaves the part (its exit: the first symbol start at or below the next part's first bit);
 //   2. each re-reads its part from the exit of the part before (a true symbol start once that part is
@@ -811,6 +813,11 @@ void zstd_huf_streams(global const uchar* src, global const long* streams, globa
 //      the new read's, and the part after it re-reads in the next round (rounds end when no exit moved: at
 //      most one a part, as part 0 starts where the stream does);
 //   3. each decodes its part's symbols from its true start into its place (the counts before it).
+// Loads and stores are 16 bytes wide (huf_shift, huf_place): with word loads issued every two symbols and
+// byte stores, a warp's 32 places bound the kernel (57-66 GB/s, slower than reader 5).  H200, Zarr-default
+// level 3, 4 chunks of 64 MiB a call: Huffman 91 GB/s (reader 5) -> 188 at 16 work-items a stream (126 at
+// 8, 182 at 32), all decode kernels 64 -> 100; beside the GEMMs, the GEMMs' time lost per decoded GB 13-20 ms
+// -> 9-14 (bench/NOTES.md, issue 28, twenty-first session).
 // The error is the serial read's: fewer symbols than the stream's literals before the stream's bits run
 // out (a code reaching below its start) is an overread; more, or bits left, is leftover.  Every read is
 // reader 5's, bounded the same way; every write is below the stream's literal count.
@@ -829,15 +836,18 @@ HUF_INLINE int huf_pos(const huf_t* h) { return h->r - h->off; }
 HUF_INLINE int huf_stuck(const huf_t* h) { return -1 - huf_pos(h); }
 
 // Count the symbols that start above bit stop, from h's position; h ends at the first start at or below
-// stop, or stuck (*end < 0).  Four symbols need no check while 48 bits or more lie above stop.
+// stop, or stuck (*end < 0).  Four symbols need no check while 48 bits or more lie above stop.  A code
+// takes a bit or more, so no read counts more symbols than bits (a bound that only a table with codes of
+// no bits, which zstd_huf_trees never makes, would reach: the loops end whatever the table holds).
 HUF_INLINE int huf_count(huf_t* h, local const ushort* table, const int log, const uint mask, const int stop,
                          int* end) {
+    const int most = huf_pos(h) - stop;
     int n = 0;
-    for (; huf_pos(h) - stop >= 48; n += 4) {
+    for (; huf_pos(h) - stop >= 48 && n < most; n += 4) {
         uchar a, b, c, d;
         HUF_FOUR(h, a, b, c, d);
     }
-    while (huf_pos(h) > stop) {
+    while (huf_pos(h) > stop && n < most) {
         if (huf_checked(h, table, log, mask) < 0) { *end = huf_stuck(h); return n; }
         n++;
     }
@@ -917,7 +927,8 @@ void zstd_huf_streams(global const uchar* src, global const long* streams, globa
             // the read further from the stream's start steps, until they meet or the new one has left the part
             // (a read that stuck never meets the other, which is below it: mb counts no stuck step)
             int ka = at, kb = from[lid], ma = 0, mb = 0;
-            while (ka != kb && ka > stop) {
+            const int most = 2 * (max(at, from[lid]) - stop) + 24;     // (huf_count's bound, both reads)
+            while (ka != kb && ka > stop && ma + mb < most) {
                 if (ka > kb) { ka = huf_step(&h, table, log, mask); ma += ka >= 0; }   // (stuck: no symbol)
                 else { kb = huf_step(&b, table, log, mask); mb++; }
             }

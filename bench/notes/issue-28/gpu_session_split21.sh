@@ -12,7 +12,7 @@
 # 2. beside_gemm.py: what the decode costs the GEMMs beside it per decoded GB, reader 5 and reader 6 at 8, 16, 32;
 # 3. the three versions under share, two rounds of a cluster each, alternating (32768² zstd in and out), then raw
 #    chunks in and out on the same machine.
-# Records: decode/ (zstd_decode.py's), beside.json, raw-32768.json and ab.tar (the six A/B records).
+# Records: decode.json (zstd_decode.py's), beside.json, raw-32768.json and ab.tar (the six A/B records).
 set -u
 : "${OUT:?set OUT to the folder for the records}"
 cd "$(dirname "$0")/../../.."     # the project's root, wherever this is run from
@@ -21,6 +21,7 @@ nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
 export DGEMM_COMMIT=$(cat .ab/checkout 2>/dev/null || git rev-parse --short HEAD)
 timeout 150 python3 bench/notes/issue-28/zstd_decode.py --out "$OUT/decode" --chunks 4 --levels 3,1 --repeats 5 \
     --threads 1 --huf-variants 5:0:1:1:1:1:1,6:16,6:32,6:64,6:128 > /dev/null 2>&1
+for f in "$OUT"/decode/*.json; do cp "$f" "$OUT/decode.json"; done     # (a name with '+' does not come back)
 python3 -c "
 import glob, json
 for f in glob.glob('$OUT/decode/*.json'):

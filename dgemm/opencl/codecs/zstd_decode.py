@@ -11,11 +11,16 @@ frames with compact tables; kernels of ``dgemm/kernels/zstd_decode.cl`` do the r
    per tree; a refused description's error code becomes the message the host
    would have given (:data:`TREE_ERRORS`);
 1. ``zstd_huf_streams``: every Huffman literal stream of every block of every
-   frame at once, one work-item each, into a literal buffer (a work-group per
-   block holds the block's lookup table in local memory: a symbol's time is
-   a table lookup's latency), or, for a block of the prefix below whose
-   literals are its output (most blocks of float chunks), straight into the
-   output;
+   frame at once, into a literal buffer (a work-group per block holds the
+   block's lookup table in local memory: a symbol's time is a table lookup's
+   latency), or, for a block of the prefix below whose literals are its output
+   (most blocks of float chunks), straight into the output.  Each stream is
+   split among :data:`HUF_SPLIT` work-items: each counts the symbols starting
+   in its part from the part's first bit, the parts re-read from the true
+   symbol starts until they meet their first reads (a Huffman code
+   resynchronizes within a few symbols), and each decodes its symbols into
+   place (``zstd_decode.cl``'s reader 6: twice the symbol work of one
+   work-item a stream, at 16 times its parallelism);
 2. ``zstd_sequences``: every compressed block's FSE sequence bitstream, one
    work-item per block (sequential within a block, blocks in parallel), into
    rows of (literal length, match length, offset code);
@@ -142,7 +147,10 @@ def default_lanes(device) -> int:
 # ZSTD_HUF_BLOCKS (blocks a work-group decodes) and ZSTD_HUF_AHEAD (words loaded ahead): what program()
 # builds (the decode bench sweeps them)
 HUF_READER = 6
-HUF_SPLIT = 16      # reader 6: work-items a stream (ZSTD_HUF_SPLIT)
+# reader 6's work-items a stream (ZSTD_HUF_SPLIT; ZSTD_HUF_LANES is 4 times it, or HUF_LANES where set): 16 was
+# the fastest alone on an H200 (188 GB/s against 182 at 32 and 126 at 8), and 16 and 32 took the GEMMs beside
+# them as little time (9-14 ms a decoded GB)
+HUF_SPLIT = 16
 HUF_LANES = None
 HUF_LOCAL = 1
 HUF_FAST = 1
