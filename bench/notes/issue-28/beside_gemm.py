@@ -52,7 +52,11 @@ def main():
     p.add_argument("--host-threads", default="0", help="threads decoding the same frames with libzstd on the host "
                                                        "meanwhile, as share's other readers do (default 0)")
     p.add_argument("--device", default=None, help="an OpenCL device as DGEMM_DEVICES names one")
+    p.add_argument("--summary", action="store_true", help="print a line a row of the record OUT.json, run nothing")
     args = p.parse_args()
+    if args.summary:
+        summary(args.out)
+        return
 
     import numpy as np
     import pyopencl as cl
@@ -234,6 +238,18 @@ def main():
         json.dump(record, f, indent=1)
         f.write("\n")
 
+
+def summary(path: str) -> None:
+    """A line a row of a record: its Huffman layout, priority and threads, the decode's and the GEMMs' rates alone
+    and beside each other, the GEMMs' time lost a decoded GB, and the Huffman kernel's time a call."""
+    with open(path) as f:
+        rows = json.load(f)["rows"]
+    for r in rows:
+        print("beside", "reader", r.get("huf_reader", 5), "blocks", r["huf_blocks"], "split", r.get("huf_split", 1),
+              r["priority"], "threads", r["threads"], "decode alone", r["decode_alone"]["decode_gbps"],
+              "beside", r["both"]["decode_gbps"], "gemm", r["gemm_alone"]["gemm_tflops"], "->",
+              r["both"]["gemm_tflops"], "lost s/GB", r["gemm_lost_s_per_gb"], "alone s/GB", r["alone_s_per_gb"],
+              "huffman ms", r["decode_alone"]["ms_a_call"].get("huffman"), "->", r["both"]["ms_a_call"].get("huffman"))
 
 if __name__ == "__main__":
     main()

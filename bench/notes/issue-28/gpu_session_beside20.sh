@@ -18,11 +18,5 @@ cd "$(dirname "$0")/../../.."     # the project's root, wherever this is run fro
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
 DGEMM_COMMIT=$(cat .ab/checkout) timeout 200 python3 bench/notes/issue-28/beside_gemm.py "$OUT/beside.json" \
     --seconds 1.2 --variants 1,4,8 --threads 1,4 --priority high,normal 2>&1 | grep -v '^{"huf' | tail -3
-python3 -c "
-import json
-for r in json.load(open('$OUT/beside.json'))['rows']:
-    print('beside', r['huf_blocks'], r['priority'], r['threads'], 'decode alone', r['decode_alone']['decode_gbps'],
-          'beside', r['both']['decode_gbps'], 'gemm', r['gemm_alone']['gemm_tflops'], '->', r['both']['gemm_tflops'],
-          'lost s/GB', r['gemm_lost_s_per_gb'], 'alone s/GB', r['alone_s_per_gb'],
-          'huffman ms', r['decode_alone']['ms_a_call'].get('huffman'), '->', r['both']['ms_a_call'].get('huffman'))"
+python3 bench/notes/issue-28/beside_gemm.py "$OUT/beside.json" --summary
 ROUNDS=2 OUT="$OUT" bash bench/notes/issue-28/gpu_session_ab.sh session

@@ -64,6 +64,7 @@ def main():
     import numpy as np
     from numcodecs import Zstd
 
+    from dgemm.benchmarks.records import write_json
     from dgemm.provenance import command_line, git_commit, utc_now
 
     rng = np.random.default_rng(1)
@@ -85,10 +86,7 @@ def main():
                        "device": "host (no device)", "cores": os.cpu_count(), "date": utc_now(),
                        "commit": git_commit()[0], "command": command_line()},
               "rows": rows}
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(record, f, indent=1)
-        f.write("\n")
+    write_json(args.out, record)
 
 
 if __name__ == "__main__":
