@@ -623,12 +623,14 @@ def test_a_refused_tree_is_the_frames_error(dev, libzstd, rng):
     assert reference(libzstd, bytes(frame)) is None
 
 
-def huffman_block(rng, log: int, nlit: int, last: int, uniform: bool = False, tamper=None):
+def huffman_block(rng, log: int, nlit: int, last: int, uniform: bool = False, tamper=None, four: bool = False,
+                  which: int = 3):
     """A compressed block of Huffman literals only (no sequences) whose code is ``log`` bits at most and at
-    least (skewed counts, cut to ``log``), in one stream (under 1024 literals) or four; and its literals.
+    least (skewed counts, cut to ``log``), in one stream (under 1024 literals, unless ``four``) or four; and its
+    literals.
 
     ``uniform``: every code ``log`` bits long (``2**log`` symbols, ``log`` 7 or less), a code that never
-    resynchronizes; ``tamper``: a function of the last stream's (value, bits) fields giving the fields written.
+    resynchronizes; ``tamper``: a function of stream ``which``'s (value, bits) fields giving the fields written.
     """
     from dgemm.opencl.codecs import huffman
 
@@ -650,11 +652,12 @@ def huffman_block(rng, log: int, nlit: int, last: int, uniform: bool = False, ta
     explicit = [int(x) for x in w[:int(np.flatnonzero(w)[-1])]] + [0]
     tree = bytes([127 + len(explicit) - 1]) + bytes(a << 4 | b for a, b in zip(explicit[0::2], explicit[1::2]))
     tamper = tamper or (lambda f: f)
-    if nlit < 1024:
+    if nlit < 1024 and not four:
         body, fmt, bits = bitstream(tamper(fields)), 0, 10
     else:
         seg = (nlit + 3) // 4
-        parts = [bitstream(fields[k * seg:(k + 1) * seg] if k < 3 else tamper(fields[3 * seg:])) for k in range(4)]
+        parts = [fields[k * seg:(k + 1) * seg] if k < 3 else fields[3 * seg:] for k in range(4)]
+        parts = [bitstream(tamper(f) if k == which else f) for k, f in enumerate(parts)]
         body = b"".join(len(x).to_bytes(2, "little") for x in parts[:3]) + b"".join(parts)
         fmt, bits = (1, 10) if nlit < 1024 and len(tree) + len(body) < 1024 else (2, 14)
     csize = len(tree) + len(body)
@@ -724,15 +727,19 @@ def test_streams_split_among_work_items_decode_as_one_work_item_does(dev, libzst
     a few bits (out of bits or bits left, where the stream's last part reads on from another start)."""
     cases = []
     for log, uniform in ((4, True), (5, True), (7, True), (6, False), (11, False)):
-        for nlit in (1100, 4099, int(rng.integers(5000, 9000))):
+        # 9 literals: a last stream of none, its end mark alone; 160 at 4 bits: streams of 2 parts
+        for nlit in (9, 160, 1100, 4099, int(rng.integers(5000, 9000))):
             bits = log if uniform else 1
             cut = int(rng.integers(1, bits)) if bits > 1 else 0
+            which = int(rng.integers(0, 4)) if nlit > 9 else 3       # (the stream changed)
             for tamper in (None,                                        # whole
                            lambda f: f + [(0, int(rng.integers(1, 3)))],    # bits left
-                           lambda f: f + [f[-1]],                       # a literal more
-                           lambda f: f[:-1],                            # a literal less
-                           lambda f, c=cut: f[:-1] + [(f[-1][0] >> (f[-1][1] - c), c)] if c else f[:-1]):
-                block, raw = huffman_block(rng, log, nlit, 1, uniform=uniform, tamper=tamper)
+                           lambda f: f + [f[-1] if f else (0, 1)],      # a literal more
+                           lambda f: f[:-1] if f else [(0, 1)],         # a literal less
+                           lambda f, c=cut: (f[:-1] + [(f[-1][0] >> (f[-1][1] - c), c)] if c else f[:-1]) if f
+                           else [(0, 1)]):
+                block, raw = huffman_block(rng, log, nlit, 1, uniform=uniform, tamper=tamper, four=True,
+                                           which=which)
                 cases.append((frame_of([block], len(raw)), raw, tamper is None))
     results = {}
     for reader, spl in ((5, 1), (6, split)):

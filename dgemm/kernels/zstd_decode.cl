@@ -573,7 +573,7 @@ HUF_INLINE int huf_start(global const uchar* src, const long s0, const int n) {
     return 8 * (n - 1) + (31 - clz((uint)last));
 }
 
-// The reader at bit pos (pos bits not yet read, 1 or more) of the stream at s0.
+// The reader at bit pos (pos bits not yet read; 0 only where a stream holds its end mark alone) of the stream at s0.
 HUF_INLINE void huf_open_at(huf_t* h, global const uchar* src, const long s0, const int pos) {
     const int qb = (int)(s0 >> 4);
     h->wp = (global const uint*)((global const uint4*)src + qb);
@@ -936,7 +936,7 @@ void zstd_huf_streams(global const uchar* src, global const long* streams, globa
                 count[lid] += ma - mb;         // the same read from the meeting on
             } else {                           // no meeting: the new read is the part's, to its end
                 count[lid] = ma;
-                if (ka != exit_at[lid]) moved = 1;
+                if (ka != exit_at[lid]) atomic_or(&moved, 1);     // (several parts may say so at once)
                 exit_at[lid] = ka;
             }
             from[lid] = at;
