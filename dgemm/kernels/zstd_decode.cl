@@ -554,10 +554,9 @@ typedef struct {
     int wi;                   // the word the window takes next, already loaded into fresh
     ulong acc;
 #if ZSTD_HUF_READER == 6
-    // Reader 6's 32 work-items a warp read 32 places: a 16-byte load is a quarter of the memory
-    // transactions of four word loads (what bound it with word loads issued every two symbols).
-    global const uint4* qp;   // quad 0 (the one holding the stream's first byte); qmin: src's first
-    int qmin;
+    // Reader 6's 32 work-items a warp read 32 places: a 16-byte load (quad wi >> 2 of wp, no lower than
+    // src's first, wmin >> 2) is a quarter of the memory transactions of four word loads (what bound it
+    // with word loads issued every two symbols).
     uint4 cur, nxt;           // the quad holding word wi, and the one below it (loaded one quad ahead)
 #else
     uint fresh;
@@ -573,6 +572,13 @@ HUF_INLINE int huf_start(global const uchar* src, const long s0, const int n) {
     return 8 * (n - 1) + (31 - clz((uint)last));
 }
 
+#if ZSTD_HUF_READER == 6
+// Quad q of the stream's words (word 4q to 4q + 3), no lower than src's first.
+HUF_INLINE uint4 huf_quad(const huf_t* h, const int q) {
+    return ((global const uint4*)h->wp)[max(q, h->wmin >> 2)];
+}
+#endif
+
 // The reader at bit pos (pos bits not yet read; 0 only where a stream holds its end mark alone) of the stream at s0.
 HUF_INLINE void huf_open_at(huf_t* h, global const uchar* src, const long s0, const int pos) {
     const int qb = (int)(s0 >> 4);
@@ -585,10 +591,8 @@ HUF_INLINE void huf_open_at(huf_t* h, global const uchar* src, const long s0, co
     h->acc = ((ulong)h->wp[max(hi, h->wmin)] << 32) | h->wp[max(hi - 1, h->wmin)];
     h->wi = hi - 2;
 #if ZSTD_HUF_READER == 6
-    h->qp = (global const uint4*)src + qb;
-    h->qmin = -qb;
-    h->cur = h->qp[max(h->wi >> 2, h->qmin)];
-    h->nxt = h->qp[max((h->wi >> 2) - 1, h->qmin)];
+    h->cur = huf_quad(h, h->wi >> 2);
+    h->nxt = huf_quad(h, (h->wi >> 2) - 1);
 #else
     h->fresh = h->wp[max(h->wi, h->wmin)];
 #if ZSTD_HUF_AHEAD == 2
@@ -607,7 +611,7 @@ HUF_INLINE void huf_shift(huf_t* h) {
     h->wi--;
     if (k == 0) {
         h->cur = h->nxt;
-        h->nxt = h->qp[max((h->wi >> 2) - 1, h->qmin)];
+        h->nxt = huf_quad(h, (h->wi >> 2) - 1);
     }
 }
 #endif
