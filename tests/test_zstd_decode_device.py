@@ -268,6 +268,38 @@ def mutations(frame: bytes, rng, count: int):
         yield bytes(g)
 
 
+def test_a_call_enqueues_every_upload_before_its_first_kernel(dev, rng):
+    """A reader waits for its call's uploads before it reads its next block into the same staging; an upload
+    enqueued behind a kernel would hold it there until the kernel had run (beside the GEMMs, a GEMM launch or
+    more each). Shown by the profiling times of one in-order queue: every upload ends before any kernel starts,
+    for a call with Huffman streams, sequences, blocks copied at once and blocks executed."""
+    import pyopencl as cl
+
+    raw = [data("normal", 300_000, rng), data("text", 200_000, rng), data("random", 150_000, rng)]
+    frames = [Zstd(level=3).encode(r) for r in raw]
+    batch = zd.Batch([zf.plan(f) for f in frames], frames, [0, 0, 0])
+    assert len(batch.streams) and len(batch.with_seqs) and len(batch.prefix)   # every upload the call has
+    size = sum(len(r) for r in raw)
+    out = dev.buffer(size, "test output")
+    try:
+        pending, events = [], []
+        with dev.reading(), dev.scratch.slot():
+            zd.decode_zstd(dev, frames, out, keep=True, pending=pending, events=events,
+                           queue=dev.scratch.queue())
+            event, check = pending[0]
+            dev.scratch.leave_after(event)
+        check()
+        got = np.empty(size, np.uint8)
+        cl.enqueue_copy(dev.queue, got, out, wait_for=[event]).wait()
+        assert got.tobytes() == b"".join(raw)
+        uploads = [e for what, e in events if what == "upload"]
+        kernels = [e for what, e in events if what != "upload"]
+        assert len(uploads) >= 8 and len(kernels) >= 6
+        assert max(e.profile.end for e in uploads) <= min(e.profile.start for e in kernels)
+    finally:
+        out.release()
+
+
 def test_corrupt_frames_are_refused_or_decoded_as_libzstd_does(dev, libzstd, rng):
     """40 corrupt versions of each frame of the corpus; ``DGEMM_FUZZ_ROUNDS`` of them for a longer search."""
     counts: dict = {}

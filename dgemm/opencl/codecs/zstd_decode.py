@@ -345,6 +345,11 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
     batch = Batch(plans, frames, offsets, packed)
     queue = queue if queue is not None else device.queue
     buffers = []
+    # Every upload of the call is enqueued before its first kernel. A reader waits for its call's uploads
+    # (they read its staging), and on an in-order queue an upload behind a kernel would hold it until that
+    # kernel had run, beside the GEMMs a GEMM launch or more each. Their events are kept to the end: deleting
+    # pyopencl's event of a copy from host memory waits for the copy with Python's lock held.
+    uploads = []
 
     def take(nbytes, what):
         if keep:
@@ -353,12 +358,14 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
         buffers.append(buf)
         return buf
 
-    def buffer(host, what, upload=True, pad=0):
+    def upload(buf, host, at=0):
+        if host.nbytes:
+            uploads.append(cl.enqueue_copy(queue, buf, host, dst_offset=at, is_blocking=False))
+
+    def buffer(host, what, send=True, pad=0):
         buf = take(host.nbytes + pad, what)
-        if upload and host.nbytes:
-            event = cl.enqueue_copy(queue, buf, host, is_blocking=False)
-            if events is not None:
-                events.append(("upload", event))
+        if send:
+            upload(buf, host)
         return buf
 
     nstreams, nseqblocks, nframes = len(batch.streams), len(batch.with_seqs), len(plans)
@@ -367,6 +374,12 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
     stream_err = np.zeros(max(nstreams, 1), np.int32)
     seq_err = np.zeros(max(nseqblocks, 1), np.int32)
     exec_err = np.zeros((nframes, 3), np.int64)
+    hb, hl = prog.huf_blocks, prog.huf_lanes
+    wgs = -(-len(batch.huf_groups) // hb)      # empty rows fill the last work-group
+    group_rows = batch.huf_groups
+    if len(group_rows) < wgs * hb:
+        group_rows = np.concatenate([group_rows, np.zeros((wgs * hb - len(group_rows), 2), np.int64)])
+    rest, fstate, span, serial = _execute_tables(batch.blocks, batch.frames)
     try:
         with device.failing("decoding zstd frames"):
             # padded: the Huffman kernel reads whole aligned words, the last one past the last frame's end
@@ -376,48 +389,45 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
                 at, last = batch.segments[-1]
                 src = take(at + last.nbytes + 16, "zstd frames")
                 for at, host in batch.segments:
-                    if host.nbytes:
-                        event = cl.enqueue_copy(queue, src, host, dst_offset=at, is_blocking=False)
-                        if events is not None:
-                            events.append(("upload", event))
+                    upload(src, host, at)
             blocks = buffer(batch.blocks, "zstd block table")
             frames_buf = buffer(batch.frames, "zstd frame table")
+            if nstreams:      # streams name trees: a block with Huffman literals has one or repeats one
+                trees = buffer(batch.trees, "zstd Huffman tree descriptions")
+                streams = buffer(batch.streams, "zstd literal streams")
+                groups = buffer(group_rows, "zstd Huffman blocks")
+            if nseqblocks:
+                which = buffer(batch.with_seqs, "zstd blocks with sequences")
+                fse = buffer(batch.fse, "zstd FSE tables")
+            if len(batch.prefix):
+                prefix = buffer(batch.prefix, "zstd blocks copied at once")
+            fstate_buf = buffer(fstate, "zstd frame state")
+            rest_buf = buffer(rest, "zstd blocks after the copied prefix") if len(rest) else None
             lit = take(batch.literals, "zstd literals")
             seqs = take(batch.nseq * 16, "zstd sequences")
-            err_e = buffer(exec_err, "zstd errors", upload=False)
+            err_e = buffer(exec_err, "zstd errors", send=False)
             launched = []
             with prog.lock:
-                if nstreams:      # streams name trees: a block with Huffman literals has one or repeats one
-                    trees = buffer(batch.trees, "zstd Huffman tree descriptions")
+                if nstreams:
                     huf = take(ntrees * HUF_SLOT * 2, "zstd Huffman tables")
-                    info = buffer(tree_info, "zstd Huffman tree logs and errors", upload=False)
+                    info = buffer(tree_info, "zstd Huffman tree logs and errors", send=False)
                     tl = prog.tree_lanes
                     launched.append(("trees", prog.trees(queue, (ntrees * tl,), (tl,), src, trees, huf, info)))
-                    streams = buffer(batch.streams, "zstd literal streams")
-                    err_s = buffer(stream_err, "zstd stream errors", upload=False)
-                    hb, hl = prog.huf_blocks, prog.huf_lanes
-                    wgs = -(-len(batch.huf_groups) // hb)      # empty rows fill the last work-group
-                    group_rows = batch.huf_groups
-                    if len(group_rows) < wgs * hb:      # (kept by the batch while the upload runs)
-                        group_rows = batch.huf_padded = np.concatenate(
-                            [group_rows, np.zeros((wgs * hb - len(group_rows), 2), np.int64)])
-                    groups = buffer(group_rows, "zstd Huffman blocks")
+                    err_s = buffer(stream_err, "zstd stream errors", send=False)
                     launched.append(("huffman", prog.streams(
                         queue, (wgs * hl,), (hl,), src, streams, groups, huf, info, lit, out, err_s)))
                 if nseqblocks:
-                    which = buffer(batch.with_seqs, "zstd blocks with sequences")
-                    fse = buffer(batch.fse, "zstd FSE tables")
-                    err_q = buffer(seq_err, "zstd sequence errors", upload=False)
+                    err_q = buffer(seq_err, "zstd sequence errors", send=False)
                     launched.append(("sequences", prog.sequences(
                         queue, (_round(nseqblocks, 64),), None, src, blocks, which, fse, seqs, err_q,
                         np.uint32(nseqblocks))))
                 if len(batch.prefix):
-                    prefix = buffer(batch.prefix, "zstd blocks copied at once")
                     launched.append(("copy", prog.copy(
                         queue, (len(batch.prefix) * lanes,), (lanes,), src, blocks, prefix, frames_buf, lit, out)))
-                launched += _execute(prog, queue, lanes, batch.blocks, batch.frames, buffer,
-                                     src, blocks, frames_buf, lit, seqs, out, err_e)
+                launched += _execute(prog, queue, lanes, len(batch.blocks), len(rest), nframes, span, serial, take,
+                                     src, blocks, frames_buf, lit, seqs, out, err_e, rest_buf, fstate_buf)
             if events is not None:
+                events.extend(("upload", e) for e in uploads)
                 events.extend(launched)
             rows = [(tree_info, info), (stream_err, err_s)] if nstreams else []
             rows += [(seq_err, err_q)] if nseqblocks else []
@@ -425,9 +435,10 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
             if pending is not None:     # the error rows come back behind the kernels; checked later
                 reads = [cl.enqueue_copy(queue, host, dev, is_blocking=False) for host, dev in rows]
                 queue.flush()
+                kept = uploads + reads      # (their host arrays live while these events do)
 
                 def check(only=None):
-                    cl.wait_for_events(reads)
+                    cl.wait_for_events(kept)
                     _raise_first(plans, batch, tree_info[:ntrees], stream_err[:nstreams], seq_err[:nseqblocks],
                                  exec_err, only)
 
@@ -437,9 +448,13 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
             # error rows: a read into ordinary memory that has to wait for kernels blocks inside the
             # driver with Python's lock held, and every other reader thread of the worker waits with it.
             # (The queue is in order; a finish would also wait for other threads' commands on a shared queue.)
-            cl.wait_for_events([launched[-1][1]])
+            cl.wait_for_events([launched[-1][1]] + uploads)
             for host, dev in rows:
                 cl.enqueue_copy(queue, host, dev, is_blocking=True)
+    except BaseException:
+        if uploads:     # (not left to the events' deletion, which would wait holding Python's lock)
+            cl.wait_for_events(uploads)
+        raise
     finally:
         for buf in buffers:
             buf.release()   # (deferred: OpenCL frees each once the commands using it have run)
@@ -447,45 +462,48 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
     return [p.size for p in plans]
 
 
-def _execute(prog, queue, lanes, block_rows, frame_rows, buffer, src, blocks, frames_buf, lit, seqs,
-             out, err) -> list:
-    """Enqueue the sequence execution (``zstd_decode.cl``'s notes): block scan, frame scan, blocks, origins, frames.
-
-    ``buffer(host, what, upload=True)`` makes (and uploads, and releases later) a device buffer; the other
-    buffers are ``decode_zstd``'s.  Returns the ``(what, event)`` pairs.
-    """
-    import pyopencl as cl
-
+def _execute_tables(block_rows, frame_rows) -> tuple:
+    """The sequence execution's host tables (``zstd_decode.cl``'s notes): ``(rest, fstate, span, serial)``, the
+    blocks after the copied prefix (the last first), each frame's state row, the origins' bytes and whether the
+    frames walk in order."""
     # the blocks after the copied prefix, the last first: the groups of zstd_blocks may run in any order, and
     # on a device that runs them in order (PoCL) a block that reads an earlier one too soon then reads bytes
     # not written yet, which the tests see
     rest = np.ascontiguousarray(np.nonzero(block_rows[:, zf.B_PRE] < 0)[0][::-1].astype(np.int64))
-    state = buffer(np.zeros((max(len(block_rows), 1), STATE_COLUMNS), np.int64), "zstd block state",
-                   upload=False)
-    nframes = len(frame_rows)
     sizes = -(-frame_rows[:, zf.F_SIZE] // 32) * 32          # each frame's bytes from a word of its own
     total = max(int(sizes.sum()), 32)
-    fstate = np.zeros((nframes, FSTATE_COLUMNS), np.int64)
+    fstate = np.zeros((len(frame_rows), FSTATE_COLUMNS), np.int64)
     fstate[:, FS_ORG] = np.cumsum(sizes) - sizes
     serial = total > 1 << 32                    # origins are uint32 positions: the frames walk in order then
     fstate[:, FS_SERIAL] = serial
-    fstate = buffer(fstate, "zstd frame state")
-    span = 32 if serial else total
+    return rest, fstate, (32 if serial else total), serial
+
+
+def _execute(prog, queue, lanes, nblocks, nrest, nframes, span, serial, take, src, blocks, frames_buf, lit, seqs,
+             out, err, which, fstate) -> list:
+    """Enqueue the sequence execution (``zstd_decode.cl``'s notes): block scan, frame scan, blocks, origins, frames.
+
+    ``take(nbytes, what)`` gives a device buffer (released later); ``which`` and ``fstate`` hold
+    :func:`_execute_tables`' ``rest`` and ``fstate``, uploaded; the other buffers are ``decode_zstd``'s.
+    Returns the ``(what, event)`` pairs.
+    """
+    import pyopencl as cl
+
+    state = take(STATE_COLUMNS * 8 * max(nblocks, 1), "zstd block state")     # (a row per block of the call)
     # an origin (uint32) and a bit per decoded byte, used only where a match waits for earlier blocks
-    org = buffer(types.SimpleNamespace(nbytes=4 * span), "zstd origins", upload=False)
-    wait = buffer(types.SimpleNamespace(nbytes=span // 8), "zstd waiting bytes", upload=False)
+    org = take(4 * span, "zstd origins")
+    wait = take(span // 8, "zstd waiting bytes")
     words = np.uint64(span // 32)
     launched = [("origins", cl.enqueue_fill_buffer(queue, wait, np.uint32(0), 0, span // 8))]
-    if len(rest):
-        which = buffer(rest, "zstd blocks after the copied prefix")
-        launched.append(("block_scan", prog.block_scan(queue, (_round(len(rest), 64),), None, blocks, which, seqs,
-                                                       state, np.uint32(len(rest)))))
+    if nrest:
+        launched.append(("block_scan", prog.block_scan(queue, (_round(nrest, 64),), None, blocks, which, seqs,
+                                                       state, np.uint32(nrest))))
     launched.append(("frame_scan", prog.frame_scan(queue, (nframes * lanes,), (lanes,), blocks, frames_buf,
                                                    state, fstate)))
-    if len(rest):
-        launched.append(("blocks", prog.blocks(queue, (len(rest) * lanes,), (lanes,), src, blocks, which,
+    if nrest:
+        launched.append(("blocks", prog.blocks(queue, (nrest * lanes,), (lanes,), src, blocks, which,
                                                frames_buf, lit, seqs, state, fstate, org, wait, out)))
-    if len(rest) and not serial:
+    if nrest and not serial:
         grid = (_round(int(words), 256),)
         launched.append(("origins", prog.jump(queue, grid, None, wait, org, words)))    # chains followed to their ends
         launched.append(("origins", prog.gather(queue, grid, None, wait, org, frames_buf, fstate, out, words,
