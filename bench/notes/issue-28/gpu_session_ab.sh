@@ -7,6 +7,7 @@
 #           OUT=/some/folder SIZE=32768 DEVICES=gpu MODES=on,off ROUNDS=2 bash bench/notes/issue-28/gpu_session_ab.sh run
 #           (`raw`: raw chunks in and out beside them, gemm-tasks 1 and 2, REPEATS runs each; `session`: `run`
 #           under share, three rounds, then `raw`, the A/B records tarred into ab.tar)
+# Rounds alternate the versions' order (ABBA), so that a drift over the call (runs slowing one after another) cancels.
 # Each version's package is imported from .ab/NAME, put before the rest of PYTHONPATH (gpu-env.sh's, which has the
 # checkout's root), and the script that times them is this checkout's device_codecs_onoff.py.  The twelfth session's records:
 # results/2026-11-27-nvidia-h100-ab-kept-handover-32768-43a8855.json, ...-h200-x2-ab-kept-handover-49152-538a02f.json.
@@ -43,7 +44,7 @@ import json, sys
 for line in sys.stdin:
     r = json.loads(line)
     print('$v', '$round', r['mode'], r['gemm_tasks_setting'], r['wall_s'], r['per_worker']['busy_seconds'], flush=True)"
-        done < .ab/versions
+        done < <(if [ $((round % 2)) = 0 ]; then tac .ab/versions; else cat .ab/versions; fi)  # ABBA: drift cancels
     done
     ;;
 raw)    # raw chunks in and out beside the A/B, on the same machine: SIZE², gemm-tasks 1 and 2, REPEATS runs each
