@@ -1788,3 +1788,176 @@ void zstd_execute(global const long* blocks, global const long* frames, global c
         err[3 * f + 2] = detail;
     }
 }
+
+// ---- The plan on the device: zstd_fastplan's rows, made here --------------------------------------------
+// A work-group a frame.  Its first lane walks the block headers (each says where the next one is); the lanes
+// then read each compressed block's literal section at once; the first lane runs through the blocks in order
+// (literal offsets, tree rows, prefix positions); the lanes write the stream rows.  The rows are exactly
+// zstd_fastplan's (tests compare them frame by frame), offsets relative to the frame; a block whose sequence
+// section is more than its one 0 byte gets B_NSEQ -1 and B_SSRC the section's start, for the host to read
+// (zstd_frames._sequences).  Where zstd_fastplan would give up (it reads the frame block by block then, with
+// its errors) the frame's status is 1 and its rows are not to be read.
+// Frame rows in (PLAN_COLUMNS): where the frame starts in src, its size, its header's size, its checksum flag,
+// its first block slot, its slots (the most blocks it may have); out (PLAN_OUT): status, blocks, trees,
+// literals.
+#define PLAN_COLUMNS 6
+#define PLAN_OUT 4
+#define PLAN_SCRATCH 3      // per block slot: a tree of its own (1), libzstd's x2 choice for it, its tree row
+#ifndef ZSTD_PLAN_LANES
+#define ZSTD_PLAN_LANES 64
+#endif
+#define TREE_COLUMNS_ 3
+#define LIMIT_PLACED_ 1
+constant short PLAN_ALGO[16][4] = {
+    {0, 0, 1, 1}, {0, 0, 1, 1}, {150, 216, 381, 119}, {170, 205, 514, 112}, {177, 199, 539, 110},
+    {197, 194, 644, 107}, {221, 192, 735, 107}, {256, 189, 881, 106}, {359, 188, 1167, 109},
+    {582, 187, 1570, 114}, {688, 187, 1712, 122}, {825, 186, 1965, 136}, {976, 185, 2131, 150},
+    {1180, 186, 2070, 175}, {1377, 185, 1731, 202}, {1412, 185, 1695, 202}};
+
+kernel __attribute__((reqd_work_group_size(ZSTD_PLAN_LANES, 1, 1)))
+void zstd_plan(global const uchar* src, global const long* frames, global long* fout, global long* blocks,
+               global long* streams, global long* trees, global long* scratch) {
+    local int nb, ok;
+    const int lane = get_local_id(0);
+    const long f = get_group_id(0);
+    global const long* fr = frames + f * PLAN_COLUMNS;
+    const long s0 = fr[0], end = fr[0] + fr[1], base = fr[4], most = fr[5];
+    global long* bl = blocks + base * BLOCK_COLUMNS;
+    if (lane == 0) {            // the one serial part
+        long pos = s0 + fr[2];
+        int n = 0, good = 1;
+        for (;;) {
+            if (n >= most || end - pos < 3) { good = 0; break; }
+            const uint h = src[pos] | (uint)src[pos + 1] << 8 | (uint)src[pos + 2] << 16;
+            const uint btype = (h >> 1) & 3;
+            if (btype == 3) { good = 0; break; }
+            pos += 3;
+            const long csize = btype == RLE ? 1 : h >> 3;
+            if (csize > end - pos) { good = 0; break; }
+            global long* row = bl + n * BLOCK_COLUMNS;
+            for (int c = 0; c < BLOCK_COLUMNS; c++) row[c] = 0;
+            row[B_TYPE] = btype;
+            row[B_SRC] = pos - s0;
+            row[B_SIZE] = h >> 3;
+            row[B_INDEX] = n;
+            n++;
+            pos += csize;
+            if (h & 1) break;
+        }
+        nb = n;
+        ok = good && pos + (fr[3] ? 4 : 0) == end;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
+    const int count = ok ? nb : 0;
+    for (int b = lane; b < count; b += ZSTD_PLAN_LANES) {     // each compressed block's literal section
+        global long* row = bl + b * BLOCK_COLUMNS;
+        global long* sc = scratch + (base + b) * PLAN_SCRATCH;
+        if (row[B_TYPE] != 2) { sc[0] = 0; continue; }
+        const long p = s0 + row[B_SRC], bs = row[B_SIZE];
+        int bad = bs > BLOCK_MAX || bs < 5;
+        const uint b0 = bad ? 0 : src[p];
+        const uint ltype = b0 & 3, lhl = (b0 >> 2) & 3;
+        bad |= ltype < 2 || lhl == 0;       // raw, RLE or single-stream literals
+        const uint lhc = bad ? 0 : src[p] | (uint)src[p + 1] << 8 | (uint)src[p + 2] << 16 | (uint)src[p + 3] << 24;
+        const long lh = lhl == 1 ? 3 : lhl == 2 ? 4 : 5;
+        const long lit = lhl == 1 ? (lhc >> 4) & 0x3FF : lhl == 2 ? (lhc >> 4) & 0x3FFF : (lhc >> 4) & 0x3FFFF;
+        const long clit = lhl == 1 ? (lhc >> 14) & 0x3FF : lhl == 2 ? (long)(lhc >> 18)
+                        : (long)(lhc >> 22) + (bad ? 0 : (long)src[p + 4] << 10);
+        bad |= lit > BLOCK_MAX || lit < 6 || clit + lh > bs || clit == 0;
+        const long at = p + lh, stop = at + clit;
+        const int fresh = ltype == 2;
+        const uint head = bad ? 0 : src[at];
+        const long used = head >= 128 ? (head - 127 + 1) / 2 + 1 : head + 1;
+        bad |= fresh && used >= clit;
+        const long first = at + (fresh ? used : 0);
+        bad |= stop - first < 10;
+        long len[4] = {0, 0, 0, 0};
+        if (!bad) {
+            len[0] = src[first] | (long)src[first + 1] << 8;
+            len[1] = src[first + 2] | (long)src[first + 3] << 8;
+            len[2] = src[first + 4] | (long)src[first + 5] << 8;
+            len[3] = stop - first - (len[0] + len[1] + len[2] + 6);
+        }
+        const long seg = (lit + 3) / 4;
+        bad |= len[3] < 0 || 3 * seg > lit;
+        long from = first + 6;
+        for (int k = 0; k < 4; k++) {
+            bad |= len[k] < 1 || (!bad && src[from + len[k] - 1] == 0);
+            global long* s = streams + (4 * (base + b) + k) * STREAM_COLUMNS;
+            s[0] = from - s0;
+            s[1] = len[k];
+            s[2] = seg * k;                     // (the block's literal offset added below)
+            s[3] = k < 3 ? seg : lit - 3 * seg;
+            s[5] = 0;
+            s[7] = b;
+            from += len[k];
+        }
+        // libzstd's choice of Huffman decoder, made where each tree is read (zstd_fastplan's x2)
+        const int q = clit >= lit ? 15 : (int)(clit * 16 / max(lit, 1L));
+        const long d256 = lit >> 8;
+        const long t0 = PLAN_ALGO[q][0] + PLAN_ALGO[q][1] * d256, t1 = PLAN_ALGO[q][2] + PLAN_ALGO[q][3] * d256;
+        sc[0] = fresh;
+        sc[1] = (t1 + (t1 >> 5)) < t0;
+        row[B_LITKIND] = LIT_HUF;
+        row[B_LITLEN] = lit;
+        row[B_LIMIT] = LIMIT_PLACED_;
+        // the sequences section: most blocks hold none (one byte, 0, ending the block)
+        const long seq = stop;
+        if (!bad && (seq + 1 != p + bs || src[min(seq, end - 1)] != 0)) {
+            row[B_NSEQ] = -1;
+            row[B_SSRC] = seq - s0;
+        }
+        row[B_SLEN] = at - s0;          // (the tree's place, read below; the host's rows have 0 here)
+        row[B_LOGS] = used;
+        if (bad) ok = 0;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
+    if (lane == 0 && ok) {      // in order: literal offsets, tree rows, prefix positions
+        long lits = 0, pre = 0, tree = -1;
+        int known = 1, any = 0;
+        for (int b = 0; b < nb; b++) {
+            global long* row = bl + b * BLOCK_COLUMNS;
+            global long* sc = scratch + (base + b) * PLAN_SCRATCH;
+            const int comp = row[B_TYPE] == 2;
+            if (comp) {
+                if (!any && !sc[0]) { ok = 0; break; }     // treeless literals with no tree before them
+                any = 1;
+                if (sc[0]) {
+                    tree++;
+                    global long* t = trees + (base + tree) * TREE_COLUMNS_;
+                    t[0] = row[B_SLEN];
+                    t[1] = row[B_LOGS];
+                    t[2] = b;
+                }
+                sc[2] = tree;
+                row[B_LITOFF] = lits;
+                lits += row[B_LITLEN];
+                row[B_SLEN] = 0;
+                row[B_LOGS] = 0;
+            }
+            known &= !comp || row[B_NSEQ] == 0;
+            row[B_PRE] = known ? pre : -1;
+            pre += comp ? row[B_LITLEN] : row[B_SIZE];
+        }
+        fout[f * PLAN_OUT + 2] = tree + 1;
+        fout[f * PLAN_OUT + 3] = lits;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
+    for (int b = lane; b < count && ok; b += ZSTD_PLAN_LANES) {   // each stream's literal offset and tree
+        global const long* row = bl + b * BLOCK_COLUMNS;
+        if (row[B_TYPE] != 2) continue;
+        const long tree = scratch[(base + b) * PLAN_SCRATCH + 2];
+        const long owner = trees[(base + tree) * TREE_COLUMNS_ + 2];
+        const long x2 = scratch[(base + owner) * PLAN_SCRATCH + 1];
+        for (int k = 0; k < 4; k++) {
+            global long* s = streams + (4 * (base + b) + k) * STREAM_COLUMNS;
+            s[2] += row[B_LITOFF];
+            s[4] = tree;
+            s[6] = x2;
+        }
+    }
+    if (lane == 0) {
+        fout[f * PLAN_OUT] = ok ? 0 : 1;
+        fout[f * PLAN_OUT + 1] = nb;
+    }
+}

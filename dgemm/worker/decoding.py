@@ -28,6 +28,7 @@ import numpy as np
 
 from dgemm import config
 from dgemm.opencl import codecs, nogil
+from dgemm.opencl.codecs.zstd_frames import ZstdUnsupported
 from dgemm.opencl.device import DeviceError
 from dgemm.storage import ZarrBlock, fastpaths, frames, unreadable
 from dgemm.storage.blocks import Through
@@ -231,7 +232,20 @@ def _decode(device, dec, found, out, queue, events, pending=None, share: bool = 
 
 
 def _decode_read(device, dec, found, out, events, data, starts, host, pending=None) -> int:
-    """:func:`_decode` once the frames are read, within a slot of the device's scratch."""
+    """:func:`_decode` once the frames are read, within a slot of the device's scratch.
+
+    The frames' headers alone are read here where the decoder plans them on the device; one that only the
+    host decodes, which the call finds from its blocks, makes it raise before it writes anything, and the
+    block is read again with every frame planned here.
+    """
+    try:
+        return _decode_planned(device, dec, found, out, events, data, starts, host, pending, light=True)
+    except ZstdUnsupported:
+        return _decode_planned(device, dec, found, out, events, data, starts, host, pending, light=False)
+
+
+def _decode_planned(device, dec, found, out, events, data, starts, host, pending, light: bool) -> int:
+    """:func:`_decode_read` with the frames checked by ``dec.checked(..., light)``."""
     import pyopencl as cl
 
     calls = [] if pending is not None and dec.defers else None   # each decode call's (last command, check)
@@ -246,7 +260,7 @@ def _decode_read(device, dec, found, out, events, data, starts, host, pending=No
         if frame is None:
             aside.append((piece, None, None, None, "fill"))
             continue
-        reason, plan = dec.checked(frame, piece.name)
+        reason, plan = dec.checked(frame, piece.name, light)
         if reason is not None:
             aside.append((piece, found.decode_on_host(frame, piece.name), None, None, "host"))
         elif piece.direct:
@@ -335,7 +349,7 @@ def _batchable(dec, found, data, starts, pending) -> list | None:
         return None     # (before any frame is planned: _decode_read plans them all)
     plans = []
     for piece, frame in zip(found.pieces, data):
-        reason, plan = dec.checked(frame, piece.name)
+        reason, plan = dec.checked(frame, piece.name, light=True)
         if reason is not None or plan is None or getattr(plan, "size", None) != found.chunk_nbytes:
             return None
         plans.append(plan)

@@ -65,9 +65,17 @@ class Decoder:
         """The module's ``unsupported_reason``: None where the device decodes this frame."""
         return importlib.import_module(self.module).unsupported_reason(frame, name)
 
-    def checked(self, frame, name: str = "frame") -> tuple:
-        """The module's ``checked``: ``(unsupported_reason, plan or None)``, the plan for the decode's ``plans``."""
-        return importlib.import_module(self.module).checked(frame, name)
+    def checked(self, frame, name: str = "frame", light: bool = False) -> tuple:
+        """The module's ``checked``: ``(unsupported_reason, plan or None)``, the plan for the decode's ``plans``.
+
+        ``light``: where the module plans frames on the device (its ``headed``), the frame's header alone is
+        read here; a frame that only the host decodes may then be found by the decode call, which raises
+        the module's ``ZstdUnsupported`` before it writes anything, and the caller asks again without ``light``.
+        """
+        module = importlib.import_module(self.module)
+        if light and hasattr(module, "headed"):
+            return module.headed(frame, name)
+        return module.checked(frame, name)
 
 
 # A chunk's compressor (numcodecs' codec id) -> its device decoder.  The configuration says which

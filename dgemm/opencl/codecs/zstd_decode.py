@@ -68,7 +68,7 @@ import types
 import numpy as np
 
 from dgemm.opencl.codecs import _programs
-from dgemm.opencl.codecs import zstd_fastplan
+from dgemm.opencl.codecs import zstd_devplan, zstd_fastplan
 from dgemm.opencl.codecs import zstd_frames as zf
 from dgemm.opencl.codecs.zstd_frames import ZstdFrameError, ZstdUnsupported
 
@@ -131,6 +131,31 @@ def checked(frame, name: str = "frame") -> tuple:
     return _programs.checked(zstd_fastplan.plan, ZstdUnsupported, ZstdFrameError, frame, name)
 
 
+# Frames planned on the device (zstd_devplan: zstd_plan's rows, the sequence sections read on the host), their
+# headers alone read by the worker's readers (headed).  A 32768² product under `on` took 1.58 s with every plan
+# kept from run to run against 1.81 planned in the readers (one H200, 16 cores; bench/NOTES.md, issue 28,
+# twenty-second session).
+DEVICE_PLAN = True
+
+
+def headed(frame, name: str = "frame") -> tuple:
+    """``(unsupported_reason, head)``: :func:`checked`'s answer from the frame's header alone, its plan left to the
+    device (a :class:`.zstd_devplan.FrameHead` for :func:`decode_zstd`'s ``plans``), where :data:`DEVICE_PLAN`.
+
+    A frame whose header is corrupt gets ``(None, None)`` (the decode call plans it on the host and raises
+    its error); one left to the host by what only its blocks tell (bytes after it that could be a frame)
+    makes :func:`decode_zstd` raise :class:`ZstdUnsupported` before it enqueues a kernel.
+    """
+    if not DEVICE_PLAN:
+        return checked(frame, name)
+    try:
+        return None, zstd_devplan.head(frame, name)
+    except ZstdUnsupported as e:
+        return str(e), None
+    except ZstdFrameError:
+        return None, None
+
+
 def supported(frame) -> bool:
     """Whether :func:`decode_zstd` decodes this frame (else the host decoder must)."""
     return unsupported_reason(frame) is None
@@ -166,8 +191,10 @@ def program(device, lanes: int):
     blocks = HUF_BLOCKS if HUF_READER == 5 and device.info.type != "CPU" else 1
     split = (HUF_LANES // 4 if HUF_LANES else HUF_SPLIT) if HUF_READER == 6 else 1
     hlanes = 4 * split if HUF_READER == 6 else HUF_LANES or huf
+    plan = 1 if lanes < 32 else 64      # zstd_plan's lanes a frame (its blocks' literal sections)
     return _programs.program(device, "zstd_decode.cl",
                              (("ZSTD_LANES", lanes), ("ZSTD_HUF_LANES", hlanes), ("ZSTD_TREE_LANES", huf),
+                              ("ZSTD_PLAN_LANES", plan),
                               ("ZSTD_HUF_READER", HUF_READER), ("ZSTD_HUF_LOCAL", HUF_LOCAL),
                               ("ZSTD_HUF_FAST", HUF_FAST), ("ZSTD_HUF_ILP", HUF_ILP if HUF_READER == 5 else 1),
                               ("ZSTD_HUF_BLOCKS", blocks), ("ZSTD_HUF_AHEAD", HUF_AHEAD),
@@ -176,22 +203,24 @@ def program(device, lanes: int):
                               ("sequences", "zstd_sequences"), ("execute", "zstd_execute"),
                               ("copy", "zstd_copy_blocks"), ("block_scan", "zstd_block_scan"),
                               ("frame_scan", "zstd_frame_scan"), ("blocks", "zstd_blocks"),
-                              ("jump", "zstd_origin_jump"), ("gather", "zstd_origin_gather")),
-                             huf_lanes=hlanes, tree_lanes=huf, huf_blocks=blocks)
+                              ("jump", "zstd_origin_jump"), ("gather", "zstd_origin_gather"),
+                              ("plan", "zstd_plan")),
+                             huf_lanes=hlanes, tree_lanes=huf, huf_blocks=blocks, plan_lanes=plan)
 
 
 class Batch:
     """The frames' rows concatenated, offsets made global: what is uploaded."""
 
     def __init__(self, plans, frames, offsets, packed=None):
-        # packed: where each frame lies in the bytes uploaded (one host array, or several side by side)
-        self.segments, base = _segments(plans, packed) if packed is not None else ([], None)
+        # packed: where each frame lies in the bytes uploaded (one host array, or several side by side); else
+        # the frames one after another
+        base = _segments([p.csize for p in plans], packed)[1] if packed is not None else None
         defaults = zf.defaults()
         fse_parts = [t for t, _ in defaults]
         default_at = np.cumsum([0] + [len(t) for t in fse_parts])[:3]
         fse_base = int(sum(len(t) for t in fse_parts))
         src_base = tree_base = lit_base = seq_base = block_base = 0
-        blocks, streams, trees, frows, srcs, direct = [], [], [], [], [], []
+        blocks, streams, trees, frows, direct = [], [], [], [], []
         for i, (p, fr, o) in enumerate(zip(plans, frames, offsets)):
             if packed is not None:    # the frames already lie in page-locked host memory: their places there
                 src_base = base[i]
@@ -230,7 +259,6 @@ class Batch:
             trees.append(t)
             fse_parts.append(p.fse)
             if packed is None:
-                srcs.append(np.frombuffer(memoryview(fr).cast("B")[:p.csize], np.uint8))
                 src_base += p.csize
             tree_base += len(t)
             fse_base += len(p.fse)
@@ -242,10 +270,6 @@ class Batch:
         self.trees = np.ascontiguousarray(np.concatenate(trees))
         self.fse = np.ascontiguousarray(np.concatenate(fse_parts).astype(np.uint32))
         self.frames = np.array(frows, np.int64).reshape(-1, zf.FRAME_COLUMNS)
-        if packed is not None:
-            self.src = self.segments[0][1] if len(self.segments) == 1 else None    # (None: uploaded apart)
-        else:
-            self.src = np.concatenate(srcs) if srcs else np.zeros(0, np.uint8)
         self.literals, self.nseq = lit_base, seq_base
         self.with_seqs = np.nonzero(self.blocks[:, zf.B_NSEQ] > 0)[0].astype(np.int64)
         self.direct = np.concatenate(direct)
@@ -256,21 +280,34 @@ class Batch:
         self.huf_groups = np.ascontiguousarray(np.stack([starts, counts], axis=1).astype(np.int64))
 
 
-def _segments(plans, packed) -> tuple[list, list]:
+def _segments(csizes, packed) -> tuple[list, list]:
     """``(segments, base)``: the host arrays to upload, as ``(offset in the device's copy, bytes)``, 16-byte
     aligned one after another, and each frame's place in that copy, from ``packed``: ``(host, starts)`` or
-    a list of them, each holding the next frames (:func:`decode_zstd`)."""
+    a list of them, each holding the next frames (:func:`decode_zstd`); ``csizes``: each frame's bytes."""
     segments, base, at, i = [], [], 0, 0
     for host, starts in (packed if isinstance(packed, list) else [packed]):
         starts = [int(st) for st in starts]
-        end = max((st + plans[i + k].csize for k, st in enumerate(starts)), default=0)
+        end = max((st + csizes[i + k] for k, st in enumerate(starts)), default=0)
         segments.append((at, host[:end]))
         base += [at + st for st in starts]
         i += len(starts)
         at = (at + end + 15) & ~15
-    if i != len(plans):
-        raise ValueError(f"packed places {i} frames, the call has {len(plans)}")
+    if i != len(csizes):
+        raise ValueError(f"packed places {i} frames, the call has {len(csizes)}")
     return segments, base
+
+
+def _packed(frames) -> tuple:
+    """``(host, starts)``: the frames copied one after another, each 16-byte aligned (what a reader's staging holds)."""
+    starts, at = [], 0
+    for f in frames:
+        starts.append(at)
+        at = (at + len(memoryview(f).cast("B")) + 15) & ~15
+    host = np.zeros(at, np.uint8)
+    for st, f in zip(starts, frames):
+        view = memoryview(f).cast("B")
+        host[st:st + len(view)] = np.frombuffer(view, np.uint8)
+    return host, starts
 
 
 def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None = None,
@@ -333,6 +370,9 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
              for f, n, p in zip(frames, names, plans if plans is not None else [None] * len(frames))]
     if not plans:
         return []
+    heads = [i for i, p in enumerate(plans) if isinstance(p, zstd_devplan.FrameHead)]
+    if heads and packed is None:        # (planned on the device: the frames are uploaded first, as packed are)
+        packed = _packed(frames)
     if offsets is None:
         offsets = np.concatenate([[0], np.cumsum([p.size for p in plans])[:-1]]).astype(np.int64)
     offsets = [int(o) for o in offsets]
@@ -342,7 +382,6 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
                                  f"{out.size}-byte output buffer")
     lanes = lanes or default_lanes(device)
     prog = program(device, lanes)
-    batch = Batch(plans, frames, offsets, packed)
     queue = queue if queue is not None else device.queue
     buffers = []
     # Every upload of the call is enqueued before its first kernel. A reader waits for its call's uploads
@@ -368,28 +407,37 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
             upload(buf, host)
         return buf
 
-    nstreams, nseqblocks, nframes = len(batch.streams), len(batch.with_seqs), len(plans)
-    ntrees = len(batch.trees)
-    tree_info = np.zeros((max(ntrees, 1), TREE_INFO), np.int32)
-    stream_err = np.zeros(max(nstreams, 1), np.int32)
-    seq_err = np.zeros(max(nseqblocks, 1), np.int32)
-    exec_err = np.zeros((nframes, 3), np.int64)
-    hb, hl = prog.huf_blocks, prog.huf_lanes
-    wgs = -(-len(batch.huf_groups) // hb)      # empty rows fill the last work-group
-    group_rows = batch.huf_groups
-    if len(group_rows) < wgs * hb:
-        group_rows = np.concatenate([group_rows, np.zeros((wgs * hb - len(group_rows), 2), np.int64)])
-    rest, fstate, span, serial = _execute_tables(batch.blocks, batch.frames)
     try:
         with device.failing("decoding zstd frames"):
             # padded: the Huffman kernel reads whole aligned words, the last one past the last frame's end
-            if batch.src is not None:
-                src = buffer(batch.src, "zstd frames", pad=16)
-            else:       # several host arrays, each into its place
-                at, last = batch.segments[-1]
+            if packed is None:
+                src_host = np.concatenate([np.frombuffer(memoryview(f).cast("B")[:p.csize], np.uint8)
+                                           for f, p in zip(frames, plans)])
+                src = buffer(src_host, "zstd frames", pad=16)
+            else:       # each host array into its place
+                segments, base = _segments([p.csize for p in plans], packed)
+                at, last = segments[-1]
                 src = take(at + last.nbytes + 16, "zstd frames")
-                for at, host in batch.segments:
+                for at, host in segments:
                     upload(src, host, at)
+            if heads:
+                done = zstd_devplan.plan(prog, queue, src, [frames[i] for i in heads], [base[i] for i in heads],
+                                         [names[i] for i in heads], take, cl.wait_for_events)
+                for i, p in zip(heads, done):       # (where the kernel gave up, the host plans: its errors)
+                    plans[i] = p if p is not None else zstd_fastplan.plan(frames[i], names[i])
+            batch = Batch(plans, frames, offsets, packed)
+            nstreams, nseqblocks, nframes = len(batch.streams), len(batch.with_seqs), len(plans)
+            ntrees = len(batch.trees)
+            tree_info = np.zeros((max(ntrees, 1), TREE_INFO), np.int32)
+            stream_err = np.zeros(max(nstreams, 1), np.int32)
+            seq_err = np.zeros(max(nseqblocks, 1), np.int32)
+            exec_err = np.zeros((nframes, 3), np.int64)
+            hb, hl = prog.huf_blocks, prog.huf_lanes
+            wgs = -(-len(batch.huf_groups) // hb)      # empty rows fill the last work-group
+            group_rows = batch.huf_groups
+            if len(group_rows) < wgs * hb:
+                group_rows = np.concatenate([group_rows, np.zeros((wgs * hb - len(group_rows), 2), np.int64)])
+            rest, fstate, span, serial = _execute_tables(batch.blocks, batch.frames)
             blocks = buffer(batch.blocks, "zstd block table")
             frames_buf = buffer(batch.frames, "zstd frame table")
             if nstreams:      # streams name trees: a block with Huffman literals has one or repeats one

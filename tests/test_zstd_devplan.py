@@ -1,0 +1,188 @@
+"""zstd frames planned on the device (dgemm.opencl.codecs.zstd_devplan, ``zstd_plan``) against the host's fast plan.
+
+The fast plan (:mod:`dgemm.opencl.codecs.zstd_fastplan`) is itself checked row
+for row against the block-by-block reader (tests/test_zstd_fastplan.py).  Here
+the kernel's rows must be the fast plan's, frame for frame, and where the fast
+plan gives up (the block-by-block reader then reads the frame, with its
+errors) the kernel must give up too: the same corpus (numcodecs ``Zstd`` at
+levels -5 to 19, with and without checksum) and damaged frames from it.  Then
+``decode_zstd`` with heads in place of plans, and a worker's block whose frame
+only the host decodes (found from its blocks alone).
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+numcodecs = pytest.importorskip("numcodecs")
+pytest.importorskip("pyopencl")
+from numcodecs import Zstd  # noqa: E402
+
+from dgemm.opencl.codecs import zstd_decode as zd  # noqa: E402
+from dgemm.opencl.codecs import zstd_devplan as dp  # noqa: E402
+from dgemm.opencl.codecs import zstd_fastplan as fp  # noqa: E402
+from dgemm.opencl.codecs import zstd_frames as zf  # noqa: E402
+
+from test_zstd_fastplan import _corpus, _same  # noqa: E402
+
+
+def _fast(frame):
+    data = memoryview(frame).cast("B")
+    hsize, size, checksum = zf.header(data)
+    return fp._fast(data, hsize, size, checksum, "f")
+
+
+def device_plans(dev, frames, calls: int = 1):
+    """Each frame's plan by ``zstd_plan`` (None where it gives up), ``calls`` calls of the frames in turn."""
+    import pyopencl as cl
+
+    out = []
+    step = -(-len(frames) // calls)
+    for part in (frames[k:k + step] for k in range(0, len(frames), step)):
+        host, starts = zd._packed(part)
+        bufs = []
+
+        def take(nbytes, what):
+            bufs.append(dev.buffer(max(nbytes, 1), what))
+            return bufs[-1]
+
+        src = take(host.nbytes + 16, "test frames")
+        try:
+            cl.enqueue_copy(dev.queue, src, host).wait()
+            prog = zd.program(dev, zd.default_lanes(dev))
+            out += dp.plan(prog, dev.queue, src, part, starts, ["f"] * len(part), take, cl.wait_for_events)
+        finally:
+            for b in bufs:
+                b.release()
+    return out
+
+
+def test_device_plans_are_the_fast_plans(any_device, rng):
+    corpus = _corpus(rng)
+    got = device_plans(any_device, list(corpus.values()), calls=4)
+    planned = []
+    for (key, frame), dev in zip(corpus.items(), got):
+        fast = _fast(frame)
+        if dev is None and fast is not None:      # (level 19's block splitter: many small blocks)
+            assert len(fast.blocks) > dp.slots(dp.head(frame)), key
+            continue
+        assert (dev is None) == (fast is None), key
+        if dev is not None:
+            _same(dev, fast)
+            planned.append(key)
+    # Zarr's default (level 3) float32 chunks, with their few blocks of sequences, and raw blocks of bytes
+    assert {("normal", 3, False), ("walk", 3, False), ("product", 3, False), ("mixed", 3, False),
+            ("bytes", 3, False), ("normal", 19, True)} <= set(planned), planned
+
+
+def test_the_kernel_gives_up_where_the_fast_plan_does(any_device, rng):
+    """Bytes flipped in block headers, literals headers, jump tables and sequence sections; truncations."""
+    frames = [f for (name, level, checksum), f in _corpus(rng).items()
+              if level in (1, 3) and name in ("normal", "walk", "ints", "mixed") and not checksum]
+    damaged = []
+    for frame in frames:
+        data = np.frombuffer(frame, np.uint8)
+        hsize = zf.header(frame)[0]
+        spots = list(range(hsize, min(len(data), hsize + 24))) + list(rng.integers(hsize, len(data), 12))
+        for at in spots:
+            for flip in (0x01, 0x80, 0xFF):
+                bad = data.copy()
+                bad[at] ^= flip
+                damaged.append(bad.tobytes())
+        damaged += [frame[:-cut] for cut in (1, 2, 3, 7, len(data) // 2)]
+    got = device_plans(any_device, damaged, calls=8)
+    refused = planned = 0
+    for frame, dev in zip(damaged, got):
+        try:
+            fast = _fast(frame)
+        except (zf.ZstdFrameError, zf.ZstdUnsupported):
+            assert dev is None      # (the header refused: the host gives its error)
+            continue
+        if dev is None and fast is not None:
+            assert len(fast.blocks) > dp.slots(dp.head(frame))
+            continue
+        if dev is None:
+            refused += 1
+        else:
+            _same(dev, fast)
+            planned += 1
+    assert refused > 50 and planned > 50, (refused, planned)
+
+
+def test_a_frame_of_more_blocks_than_its_rows_is_planned_on_the_host(any_device, rng, monkeypatch):
+    frame = Zstd(level=3).encode(rng.standard_normal(1 << 18, dtype=np.float32))
+    assert device_plans(any_device, [frame])[0] is not None
+    monkeypatch.setattr(dp, "slots", lambda head: 2)
+    assert device_plans(any_device, [frame])[0] is None
+    want = Zstd().decode(frame)
+    assert _decode(any_device, [frame], heads=True) == want       # (through the host's plan)
+
+
+def _decode(dev, frames, heads: bool, names=None):
+    """``decode_zstd`` of ``frames`` into a poisoned buffer, with heads (planned on the device) or without."""
+    import pyopencl as cl
+
+    names = names or [f"chunk/{i}" for i in range(len(frames))]
+    plans = [dp.head(f, n) for f, n in zip(frames, names)] if heads else None
+    size = sum(zf.header(f)[1] for f in frames)
+    out = dev.buffer(size + 64, "test output")
+    try:
+        cl.enqueue_fill_buffer(dev.queue, out, np.uint8(0x5A), 0, out.size).wait()
+        zd.decode_zstd(dev, frames, out, names=names, plans=plans)
+        got = np.empty(out.size, np.uint8)
+        cl.enqueue_copy(dev.queue, got, out).wait()
+    finally:
+        out.release()
+    assert (got[size:] == 0x5A).all(), "written past the frames' output"
+    return got[:size].tobytes()
+
+
+def test_a_call_with_heads_decodes_and_refuses_as_with_host_plans(any_device, rng):
+    frames = [Zstd(level=level).encode(rng.standard_normal(n, dtype=np.float32))
+              for level, n in ((3, 300_000), (1, 70_000), (19, 200_000), (-1, 5_000))]
+    frames.append(Zstd(level=3).encode(bytes(rng.choice(np.frombuffer(b"acgt ,.\n", np.uint8), 400_000))))
+    assert _decode(any_device, frames, heads=True) == b"".join(Zstd().decode(f) for f in frames)
+    checked = 0
+    for k in range(60):         # damaged frames: the same error, or the same bytes, both ways
+        bad = bytearray(frames[k % len(frames)])
+        hsize = zf.header(bytes(bad))[0]
+        # (every other one in the first block's headers and tables, where most damage is found)
+        at = int(rng.integers(hsize, min(hsize + 48, len(bad)) if k % 2 else len(bad)))
+        bad[at] ^= int(rng.integers(1, 256))
+        outcome = []
+        for heads in (True, False):
+            try:
+                outcome.append(_decode(any_device, [frames[1], bytes(bad)], heads=heads))
+            except (zf.ZstdFrameError, zf.ZstdUnsupported) as e:
+                outcome.append((type(e), str(e)))
+        assert outcome[0] == outcome[1], (k, at)
+        checked += isinstance(outcome[0], tuple)
+    assert checked > 15, checked
+
+
+def test_headed_reads_the_header_alone(rng):
+    frame = Zstd(level=3).encode(rng.standard_normal(1000, dtype=np.float32))
+    reason, head = zd.headed(frame, "c/0")
+    assert reason is None and head == dp.FrameHead("c/0", 4000, len(frame))
+    assert zd.headed(frame[:3], "c/1") == (None, None)                       # corrupt: the call raises
+    assert zd.headed(b"\x50\x2a\x4d\x18" + bytes(8), "c/2")[0] is not None   # a skippable frame: the host's
+
+
+def test_a_frame_only_the_host_decodes_is_found_by_the_call_and_read_on_the_host(any_device, tmp_path, rng):
+    """A chunk's frame followed by a skippable frame: libzstd decodes it, the device path leaves it to the
+    host, and only its blocks tell (the header does not)."""
+    from test_decoding import LZ4, create, device_read
+
+    from dgemm.storage import ZarrBlock
+
+    arr, data = create(tmp_path / "a.zarr", LZ4["v2 zstd"], rng, dtype="float32")
+    path = os.path.join(str(arr.store_path).removeprefix("file://"), "1.0")
+    with open(path, "ab") as f:
+        f.write((0x184D2A50).to_bytes(4, "little") + (4).to_bytes(4, "little") + b"skip")
+    np.testing.assert_array_equal(arr[8:16, 0:16], data[8:16, 0:16])     # (zarr reads it)
+    got, _, grew = device_read(any_device, ZarrBlock(arr, (0, 24), (0, 16)))
+    np.testing.assert_array_equal(got, data[:24, :16])
+    part = 8 * 16 * 4
+    assert grew["host_decoded_bytes"] == part and grew["device_decoded_bytes"] == 2 * part, grew
