@@ -186,3 +186,34 @@ def test_a_frame_only_the_host_decodes_is_found_by_the_call_and_read_on_the_host
     np.testing.assert_array_equal(got, data[:24, :16])
     part = 8 * 16 * 4
     assert grew["host_decoded_bytes"] == part and grew["device_decoded_bytes"] == 2 * part, grew
+
+
+def _no_host_plans(monkeypatch):
+    def refused(frame, name="frame"):
+        raise AssertionError(f"{name} planned on the host")
+
+    monkeypatch.setattr(fp, "plan", refused)
+
+
+def test_a_workers_blocks_of_zarr_chunks_are_planned_on_the_device(any_device, tmp_path, rng, monkeypatch):
+    """Zarr's default zstd chunks of float32, through a reader's block (its frames' headers read on the host, the
+    rest on the device) and through a shared call of blocks queued behind busy slots: no frame planned on the
+    host, every value right."""
+    from test_decoding import _queued_behind_held_slots, create, device_read
+    from zarr.codecs import ZstdCodec
+
+    from dgemm.storage import ZarrBlock
+    from dgemm.worker.decoding import DeviceDecoded
+
+    arr, data = create(tmp_path / "a.zarr", {"compressors": ZstdCodec(level=3)}, rng, shape=(80, 4096),
+                       chunks=(16, 4096), dtype="float32")
+    _no_host_plans(monkeypatch)
+    got, _, grew = device_read(any_device, ZarrBlock(arr, (0, 48), (0, 4096)))
+    np.testing.assert_array_equal(got, data[:48])
+    assert grew["device_decoded_bytes"] == data[:48].nbytes and grew["host_decoded_bytes"] == 0, grew
+    spans = [(0, 32), (32, 48), (48, 80)]
+    blocks = [DeviceDecoded(ZarrBlock(arr, r, (0, 4096))) for r in spans]
+    got, errors, calls = _queued_behind_held_slots(any_device, blocks, monkeypatch)
+    assert len(calls) == 1, calls
+    for (r0, r1), values in zip(spans, got):
+        np.testing.assert_array_equal(values, data[r0:r1])
