@@ -84,6 +84,7 @@ TE = "tests/test_encoding.py"
 T27S = "tests/test_e2e_shapes.py"
 TB = "tests/test_blosc_device.py"
 TZ = "tests/test_zstd_decode_device.py"
+TDP = "tests/test_zstd_devplan.py"
 
 MUTATIONS = [
     # -- the kernels ----------------------------------------------------------------
@@ -896,6 +897,14 @@ MUTATIONS = [
     Mutation("zstd-split-one-round", "dgemm/kernels/zstd_decode.cl", "if (ka != exit_at[lid]) atomic_or(&moved, 1);", "moved = 0;", (TZ, "-k", "split_among"), "reader 6: a part whose exit moved is not followed by a round that re-reads the next part"),
     Mutation("zstd-split-error-at-stuck", "dgemm/kernels/zstd_decode.cl", "total == dlen && end == 0 ? 0", "total == dlen ? 0", (TZ, "-k", "split_among"), "reader 6: a stream whose last code reaches below its start is taken"),
     Mutation("zstd-split-place-window", "dgemm/kernels/zstd_decode.cl", "    huf_take(h);            // 24 bits or more", "    // 24 bits or more", (TZ, "-k", "every_level"), "reader 6: unchecked pairs start with 12 bits in the window"),
+    Mutation("zstd-plan-no-sequences", "dgemm/kernels/zstd_decode.cl", "if (!bad && (seq + 1 != p + bs || src[min(seq, end - 1)] != 0)) {", "if (0) {", (TDP, "-k", "fast_plans"), "zstd_plan: a block's sequences section is not marked for the host to read"),
+    Mutation("zstd-plan-end-mark", "dgemm/kernels/zstd_decode.cl", "bad |= len[k] < 1 || (!bad && src[from + len[k] - 1] == 0);", "bad |= len[k] < 1;", (TDP, "-k", "end_mark"), "zstd_plan: a stream whose last byte (its end mark) is 0 is planned"),
+    Mutation("zstd-plan-x2-own", "dgemm/kernels/zstd_decode.cl", "const long x2 = scratch[(base + owner) * PLAN_SCRATCH + 1];", "const long x2 = scratch[(base + b) * PLAN_SCRATCH + 1];", (TDP, "-k", "fast_plans"), "zstd_plan: a treeless block's streams take libzstd's decoder choice from their own sizes, not their tree's block"),
+    Mutation("zstd-plan-frame-end", "dgemm/kernels/zstd_decode.cl", "ok = good && pos + (fr[3] ? 4 : 0) == end;", "ok = good;", (TDP, "-k", "only_the_host or gives_up"), "zstd_plan: bytes after the frame's last block (another frame) go unnoticed"),
+    Mutation("zstd-plan-first-treeless", "dgemm/kernels/zstd_decode.cl", "if (!any && !sc[0]) { ok = 0; break; }", "any = 1;", (TDP, "-k", "gives_up"), "zstd_plan: a frame whose first compressed block repeats a tree it does not have is planned"),
+    Mutation("zstd-devplan-sequence-marks", "dgemm/opencl/codecs/zstd_devplan.py", "row[zf.B_NSEQ] = row[zf.B_SSRC] = 0", "pass", (TDP, "-k", "fast_plans"), "zstd_devplan: the kernel's marks on a block with sequences stay where the host reads none"),
+    Mutation("zstd-devplan-raw-block-streams", "dgemm/opencl/codecs/zstd_devplan.py", "    if not compressed.all():", "    if False:", (TDP, "-k", "fast_plans"), "zstd_devplan: raw and RLE blocks keep stream rows"),
+    Mutation("zstd-devplan-no-fallback", "dgemm/worker/decoding.py", "    except ZstdUnsupported:\n        return _decode_planned", "    except KeyError:\n        return _decode_planned", (TDP, "-k", "only_the_host"), "a frame only the host decodes, found by the device-planned call, fails its block"),
     Mutation("zstd-split-quad-stays", "dgemm/kernels/zstd_decode.cl", "    if (k == 0) {\n        h->cur = h->nxt;", "    if (k == 4) {\n        h->cur = h->nxt;", (TZ, "-k", "every_level"), "reader 6: the window keeps taking words from a used quad"),
     Mutation("zstd-split-tree-stride", "dgemm/kernels/zstd_decode.cl", "nstreams > 0 ? trees[tree * TREE_INFO] : 0;", "nstreams > 0 ? trees[tree] : 0;", (TZ, "-k", "round_trips"), "reader 6: streams read another tree's log"),
     Mutation("zstd-split-direct-one-off", "dgemm/kernels/zstd_decode.cl", "global uchar* o = (row[5] ? out : lit) + row[2];", "global uchar* o = (row[5] ? out + 1 : lit) + row[2];", (TZ, "-k", "every_level"), "reader 6: a prefix block's Huffman literals land a byte past their place in the output"),

@@ -111,6 +111,22 @@ def test_the_kernel_gives_up_where_the_fast_plan_does(any_device, rng):
     assert refused > 50 and planned > 50, (refused, planned)
 
 
+def test_streams_of_no_bytes_or_without_an_end_mark_are_left_to_the_host(any_device, rng):
+    """As the fast plan leaves them (tests/test_zstd_fastplan.py): the block-by-block reader then refuses them."""
+    frame = Zstd(level=3).encode(rng.standard_normal(1 << 18, dtype=np.float32))
+    plan = _fast(frame)
+    damaged = []
+    for row in plan.streams[:8]:
+        bad = bytearray(frame)
+        bad[row[zf.S_SRC] + row[zf.S_LEN] - 1] = 0            # the stream's last byte holds its end mark
+        damaged.append(bytes(bad))
+    jump = plan.streams[0, zf.S_SRC] - 6                        # the first block's jump table
+    bad = bytearray(frame)
+    bad[jump + 2:jump + 4] = (0).to_bytes(2, "little")           # stream 2 of no bytes
+    damaged.append(bytes(bad))
+    assert device_plans(any_device, [frame] + damaged)[1:] == [None] * len(damaged)
+
+
 def test_a_frame_of_more_blocks_than_its_rows_is_planned_on_the_host(any_device, rng, monkeypatch):
     frame = Zstd(level=3).encode(rng.standard_normal(1 << 18, dtype=np.float32))
     assert device_plans(any_device, [frame])[0] is not None
