@@ -123,8 +123,7 @@ def _frame_plan(data, name, size, checksum, blocks, streams, trees, literals):
         for b in with_seqs:         # in order: a table may repeat the one before it
             row = blocks[b].tolist()
             at, end = row[zf.B_SSRC], row[zf.B_SRC] + row[zf.B_SIZE]
-            row[zf.B_NSEQ] = row[zf.B_SSRC] = 0
-            try:
+            try:        # (it writes B_NSEQ and B_SSRC over the kernel's marks: a section it takes has sequences)
                 zf._sequences(f, row, at, end, int(b))
             except (zf.ZstdFrameError, zf.ZstdUnsupported, IndexError):
                 return None
