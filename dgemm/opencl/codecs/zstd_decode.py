@@ -209,75 +209,80 @@ def program(device, lanes: int):
 
 
 class Batch:
-    """The frames' rows concatenated, offsets made global: what is uploaded."""
+    """The frames' rows concatenated, offsets made global: what is uploaded.
+
+    A few numpy operations over all the call's rows at once, not per frame: the call is made where
+    every reader of a worker plans and enqueues at once, and Python's lock, which each operation holds,
+    is what they wait for (bench/NOTES.md, issue 28, twenty-second session).
+    """
 
     def __init__(self, plans, frames, offsets, packed=None):
-        # packed: where each frame lies in the bytes uploaded (one host array, or several side by side); else
-        # the frames one after another
-        base = _segments([p.csize for p in plans], packed)[1] if packed is not None else None
-        defaults = zf.defaults()
-        fse_parts = [t for t, _ in defaults]
-        default_at = np.cumsum([0] + [len(t) for t in fse_parts])[:3]
-        fse_base = int(sum(len(t) for t in fse_parts))
-        src_base = tree_base = lit_base = seq_base = block_base = 0
-        blocks, streams, trees, frows, direct = [], [], [], [], []
-        for i, (p, fr, o) in enumerate(zip(plans, frames, offsets)):
-            if packed is not None:    # the frames already lie in page-locked host memory: their places there
-                src_base = base[i]
-            b = p.blocks.copy()
-            b[:, zf.B_FRAME] = i
-            for col in (zf.B_SRC, zf.B_SSRC):
-                b[:, col] += src_base
-            b[:, zf.B_LITOFF] += np.where(b[:, zf.B_LITKIND] == zf.LIT_HUF, lit_base,
-                                          np.where(b[:, zf.B_LITKIND] == zf.LIT_SRC, src_base, 0))
-            b[:, zf.B_SEQ] += seq_base
-            for col, k in ((zf.B_LL, 0), (zf.B_OF, 1), (zf.B_ML, 2)):
-                b[:, col] = np.where(b[:, col] < 0, default_at[k], b[:, col] + fse_base)
-            s = p.streams.copy()
-            s[:, zf.S_SRC] += src_base
-            s[:, zf.S_DST] += lit_base
-            # Huffman literals of a prefix block (no sequences: its output is its literals) that fits the
-            # frame's output go straight there; zstd_copy_blocks would copy them there unchanged
-            to_out = ((p.blocks[:, zf.B_PRE] >= 0) & (p.blocks[:, zf.B_TYPE] == 2)
-                      & (p.blocks[:, zf.B_LITKIND] == zf.LIT_HUF)
-                      & (p.blocks[:, zf.B_LITLEN] <= p.size - p.blocks[:, zf.B_PRE]))
-            if len(s):
-                mine = to_out[p.streams[:, zf.S_BLOCK]]
-                own = p.blocks[p.streams[:, zf.S_BLOCK]]
-                s[mine, zf.S_OUT] = 1
-                s[mine, zf.S_DST] = (o + own[mine, zf.B_PRE] + p.streams[mine, zf.S_DST]
-                                     - own[mine, zf.B_LITOFF])
-            direct.append(to_out)
-            s[:, zf.S_TABLE] += tree_base
-            s[:, zf.S_BLOCK] += block_base
-            t = p.trees.copy()
-            t[:, zf.T_SRC] += src_base
-            t[:, zf.T_BLOCK] += block_base
-            frows.append((o, p.size, block_base, len(b), p.checksum is not None, p.checksum or 0))
-            blocks.append(b)
-            streams.append(s)
-            trees.append(t)
-            fse_parts.append(p.fse)
-            if packed is None:
-                src_base += p.csize
-            tree_base += len(t)
-            fse_base += len(p.fse)
-            lit_base += p.literals
-            seq_base += p.nseq
-            block_base += len(b)
-        self.blocks = np.ascontiguousarray(np.concatenate(blocks))
-        self.streams = np.ascontiguousarray(np.concatenate(streams))
-        self.trees = np.ascontiguousarray(np.concatenate(trees))
-        self.fse = np.ascontiguousarray(np.concatenate(fse_parts).astype(np.uint32))
-        self.frames = np.array(frows, np.int64).reshape(-1, zf.FRAME_COLUMNS)
-        self.literals, self.nseq = lit_base, seq_base
-        self.with_seqs = np.nonzero(self.blocks[:, zf.B_NSEQ] > 0)[0].astype(np.int64)
-        self.direct = np.concatenate(direct)
-        self.prefix = np.nonzero((self.blocks[:, zf.B_PRE] >= 0) & ~self.direct)[0].astype(np.int64)
-        owner = self.streams[:, zf.S_BLOCK]
+        nf = len(plans)
+        count, before = _lengths, _before
+        nb, ns, nt = (count([getattr(p, k) for p in plans]) for k in ("blocks", "streams", "trees"))
+        # where each frame lies in the bytes uploaded: packed, its place there (one host array, or several side by
+        # side); else the frames one after another
+        csizes = [p.csize for p in plans]
+        src = (np.array(_segments(csizes, packed)[1], np.int64) if packed is not None
+               else before(np.array(csizes, np.int64)))
+        lit = before(np.array([p.literals for p in plans], np.int64))
+        seq = before(np.array([p.nseq for p in plans], np.int64))
+        defaults = [t for t, _ in zf.defaults()]
+        default_at = np.cumsum([0] + [len(t) for t in defaults])[:3]
+        fse = int(sum(len(t) for t in defaults)) + before(count([p.fse for p in plans]))
+        block_base, tree_base = before(nb), before(nt)
+        size, out = np.array([p.size for p in plans], np.int64), np.array(offsets, np.int64)
+
+        local = np.concatenate([p.blocks for p in plans])      # (as planned: offsets within each frame)
+        fb = np.repeat(np.arange(nf), nb)
+        b = local.copy()
+        b[:, zf.B_FRAME] = fb
+        b[:, zf.B_SRC] += src[fb]
+        b[:, zf.B_SSRC] += src[fb]
+        kind = local[:, zf.B_LITKIND]
+        b[:, zf.B_LITOFF] += np.where(kind == zf.LIT_HUF, lit[fb], np.where(kind == zf.LIT_SRC, src[fb], 0))
+        b[:, zf.B_SEQ] += seq[fb]
+        for col, k in ((zf.B_LL, 0), (zf.B_OF, 1), (zf.B_ML, 2)):
+            b[:, col] = np.where(local[:, col] < 0, default_at[k], local[:, col] + fse[fb])
+        # Huffman literals of a prefix block (no sequences: its output is its literals) that fits the frame's
+        # output go straight there; zstd_copy_blocks would copy them there unchanged
+        pre = local[:, zf.B_PRE]
+        self.direct = ((pre >= 0) & (local[:, zf.B_TYPE] == 2) & (kind == zf.LIT_HUF)
+                       & (local[:, zf.B_LITLEN] <= size[fb] - pre))
+        s = np.concatenate([p.streams for p in plans])
+        fs = np.repeat(np.arange(nf), ns)
+        g = s[:, zf.S_BLOCK] + block_base[fs]                   # each stream's block among the call's
+        mine = self.direct[g]
+        dst = s[:, zf.S_DST]
+        s[:, zf.S_DST] = np.where(mine, out[fs] + pre[g] + dst - local[g, zf.B_LITOFF], dst + lit[fs])
+        s[:, zf.S_OUT] = mine
+        s[:, zf.S_SRC] += src[fs]
+        s[:, zf.S_TABLE] += tree_base[fs]
+        s[:, zf.S_BLOCK] = g
+        t = np.concatenate([p.trees for p in plans])
+        ft = np.repeat(np.arange(nf), nt)
+        t[:, zf.T_SRC] += src[ft]
+        t[:, zf.T_BLOCK] += block_base[ft]
+        self.blocks, self.streams, self.trees = b, np.ascontiguousarray(s), np.ascontiguousarray(t)
+        self.fse = np.ascontiguousarray(np.concatenate(defaults + [p.fse for p in plans]).astype(np.uint32))
+        self.frames = np.stack([out, size, block_base, nb, np.array([p.checksum is not None for p in plans]),
+                                np.array([p.checksum or 0 for p in plans], np.int64)], axis=1).astype(np.int64)
+        self.literals, self.nseq = int(lit[-1] + plans[-1].literals), int(seq[-1] + plans[-1].nseq)
+        self.with_seqs = np.flatnonzero(self.blocks[:, zf.B_NSEQ] > 0).astype(np.int64)
+        self.prefix = np.flatnonzero((pre >= 0) & ~self.direct).astype(np.int64)
+        owner = g
         starts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]]) if len(owner) else np.zeros(0, np.int64)
         counts = np.diff(np.r_[starts, len(owner)])
         self.huf_groups = np.ascontiguousarray(np.stack([starts, counts], axis=1).astype(np.int64))
+
+
+def _lengths(rows) -> np.ndarray:
+    return np.array([len(r) for r in rows], np.int64)
+
+
+def _before(sizes) -> np.ndarray:
+    """Exclusive sums: where each of ``sizes`` starts, one after another from 0."""
+    return np.cumsum(sizes) - sizes
 
 
 def _segments(csizes, packed) -> tuple[list, list]:
