@@ -43,9 +43,10 @@ def wanted(device, work: str = "decode") -> bool:
 
 # Device bytes one decode call holds, per byte of the block it decodes (zstd_decode.decode_zstd's buffers):
 # the compressed frames (at most the block), the literals (the block), the execute stage's origins and
-# waiting bits (4 bytes and a bit per byte), the scratch of chunks placed aside (the block) and the
-# Huffman tables (8 KiB per 128 KiB block of a frame); the Blosc decoder holds less.
-CALL_BYTES_PER_BYTE = 1 + 1 + 4 + 1 / 8 + 1 + 1 / 16
+# waiting bits (4 bytes and a bit per byte), the scratch of chunks placed aside (the block), the
+# Huffman tables (8 KiB per 128 KiB block of a frame) and the plan's rows (zstd_devplan: two rows of 448
+# bytes per 128 KiB block); the Blosc decoder holds less.
+CALL_BYTES_PER_BYTE = 1 + 1 + 4 + 1 / 8 + 1 + 1 / 16 + 1 / 128
 
 # Blocks one device decode call takes at most (zstd, whose calls defer): the readers' blocks that queued while
 # every decode slot was busy go in the next call together.  A call's kernels run one after another beside

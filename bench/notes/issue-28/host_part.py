@@ -12,7 +12,8 @@ their own time on an idle host would say.  This times each piece on the device m
   staging (where a reader's frames are) and from ordinary memory (whether staging is slow to read);
 * ``batch``: ``Batch`` of FRAMES frames (a call of ``on``'s four blocks of two chunks);
 * ``enqueue``: ``decode_zstd`` with its plans given, until its commands are enqueued (``pending``), then
-  waited for apart.
+  waited for apart; ``enqueue (device plan)``: the same given the frames' heads (``zstd_devplan``: the call
+  plans them on the device first, and waits for that, without Python's lock).
 
 Each from one thread alone and from THREADS threads at once (each with its own staging and queue, all
 planning or building at the same time, as a worker's readers do): per operation, the mean wall time and the
@@ -40,7 +41,7 @@ def main():
 
     from dgemm.benchmarks.records import write_json
     from dgemm.opencl.codecs import zstd_decode as zd
-    from dgemm.opencl.codecs import zstd_fastplan
+    from dgemm.opencl.codecs import zstd_devplan, zstd_fastplan
     from dgemm.opencl.device import Device
     from dgemm.opencl.discovery import select_devices
     from dgemm.provenance import command_line, git_commit, utc_now
@@ -65,16 +66,17 @@ def main():
     def op_batch(state):
         zd.Batch(state["plans"], state["views"], state["offsets"], (state["host"], state["starts"]))
 
-    def op_enqueue(state):
+    def op_enqueue(state, heads=False):
         pending = []
         t = time.perf_counter(), time.thread_time()
-        zd.decode_zstd(device, state["views"], state["out"], queue=state["queue"], plans=state["plans"],
+        plans = [zstd_devplan.head(v) for v in state["views"]] if heads else state["plans"]
+        zd.decode_zstd(device, state["views"], state["out"], queue=state["queue"], plans=plans,
                        packed=(state["host"], state["starts"]), keep=True, pending=pending)
         state["enqueue"] = (time.perf_counter() - t[0], time.thread_time() - t[1])
         pending[0][1]()
 
     ops = {"plan (staging)": op_plan_staging, "plan (memory)": op_plan_memory, "batch": op_batch,
-           "enqueue": op_enqueue}
+           "enqueue": op_enqueue, "enqueue (device plan)": lambda state: op_enqueue(state, heads=True)}
 
     def worker(name, stop, start, got, check):
         with device.reading():
@@ -96,7 +98,7 @@ def main():
                 ops[name](state)
                 wall += time.perf_counter() - t0
                 cpu += time.thread_time() - c0
-                if name == "enqueue":
+                if name.startswith("enqueue"):
                     ewall += state["enqueue"][0]
                     ecpu += state["enqueue"][1]
                 n += 1
@@ -121,7 +123,7 @@ def main():
             row = {"op": name, "threads": nthreads, "ops": int(n),
                    "wall_ms": 1e3 * sum(g[1] for g in got) / max(n, 1),
                    "cpu_ms": 1e3 * sum(g[2] for g in got) / max(n, 1)}
-            if name == "enqueue":
+            if name.startswith("enqueue"):
                 row["enqueue_wall_ms"] = 1e3 * sum(g[3] for g in got) / max(n, 1)
                 row["enqueue_cpu_ms"] = 1e3 * sum(g[4] for g in got) / max(n, 1)
                 row["decoded_gbps"] = n * nbytes / args.seconds / 1e9
