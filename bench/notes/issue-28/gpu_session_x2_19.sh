@@ -16,9 +16,5 @@ for devices in 0,1 0; do
         --devices "$devices" --codec zstd --repeats 2 --modes share --gemm-tasks $tasks \
         --inputs "$inputs/zstd" 2>&1 | summary "share $devices" $FIELDS
 done
-for devices in 0,1 0; do
-    timeout 200 python3 $S "$OUT/x2-raw-devices${devices/,/}.json" --size "$SIZE" --chunk ${CHUNK:-4096} \
-        --devices "$devices" --codec none --out-codec none --repeats 2 --modes off \
-        --inputs "$inputs/raw" 2>&1 | summary "raw $devices" $FIELDS
-done
+raw_scaling $FIELDS
 ls -la "$OUT"     # what the call leaves for the records

@@ -3,7 +3,8 @@
 # end-to-end script, device_codecs_onoff.py) and GEO (its --size, --chunk and --devices from SIZE, CHUNK and
 # DEVICES), and defines `summary LABEL FIELD...`, which prints each run's record line that device_codecs_onoff.py
 # writes as LABEL and the fields named (a float rounded to 3 places; `a.b` is field b of field a), and each
-# cluster's float64 check.
+# cluster's float64 check; and `raw_scaling FIELD...`, raw chunks in and out at SIZE on devices 0,1 then 0 (two runs
+# each: the raw peer's own scaling, beside a 2-GPU call's zstd runs).
 set -u
 : "${OUT:?set OUT to the folder for the records}"
 mkdir -p "$OUT"
@@ -32,4 +33,13 @@ for line in sys.stdin:
             v = v.get(part) if isinstance(v, dict) else None
         out += [f, round(v, 3) if isinstance(v, float) else v]
     print(label, *out, flush=True)" "$label" "$@"
+}
+
+raw_scaling() {
+    local devices
+    for devices in 0,1 0; do
+        timeout 200 python3 $S "$OUT/x2-raw-devices${devices/,/}.json" --size "$SIZE" --chunk ${CHUNK:-4096} \
+            --devices "$devices" --codec none --out-codec none --repeats 2 --modes off \
+            --inputs "$inputs/raw" 2>&1 | summary "raw $devices" "$@"
+    done
 }
