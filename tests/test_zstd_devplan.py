@@ -233,3 +233,79 @@ def test_a_workers_blocks_of_zarr_chunks_are_planned_on_the_device(any_device, t
     assert len(calls) == 1, calls
     for (r0, r1), values in zip(spans, got):
         np.testing.assert_array_equal(values, data[r0:r1])
+
+
+def _blocks(frame):
+    """``(header bytes, [[last, type, size, payload]...], bytes after the last block)`` of a frame."""
+    data = bytes(frame)
+    pos = hsize = zf.header(data)[0]
+    out = []
+    while True:
+        h = int.from_bytes(data[pos:pos + 3], "little")
+        kind = (h >> 1) & 3
+        n = 1 if kind == zf.RLE else h >> 3
+        out.append([h & 1, kind, h >> 3, data[pos + 3:pos + 3 + n]])
+        pos += 3 + n
+        if h & 1:
+            return data[:hsize], out, data[pos:]
+
+
+def _frame(head, blocks, tail=b""):
+    return head + b"".join((last | kind << 1 | size << 3).to_bytes(3, "little") + payload
+                           for last, kind, size, payload in blocks) + tail
+
+
+def test_a_sequence_section_of_no_sequences_continues_the_prefix(any_device, rng):
+    """A sequences section whose count is written in two bytes, 0x80 0x00: no sequences, as the host's reader
+    reads it; the blocks after it still have their output places (as the fast plan gives them)."""
+    head, blocks, tail = _blocks(Zstd(level=3).encode(rng.standard_normal(1 << 18, dtype=np.float32)))
+    assert blocks[2][3][-1] == 0                          # (its section: one byte, 0)
+    blocks[2][3] = blocks[2][3][:-1] + bytes([0x80, 0x00, 0x00, 0x01])
+    blocks[2][2] += 3
+    frame = _frame(head, blocks, tail)
+    fast = _fast(frame)
+    assert fast is not None and (fast.blocks[3:, zf.B_PRE] > 0).all()
+    _same(device_plans(any_device, [frame])[0], fast)
+
+
+def test_errors_of_several_frames_come_in_the_frames_order(any_device, rng):
+    """The first frame corrupt in its blocks (planned on the device, then on the host), the second in its
+    header (planned on the host at once): the first frame's error, as with every frame planned on the host."""
+    first = bytearray(Zstd(level=3).encode(rng.standard_normal(50_000, dtype=np.float32)))
+    first[zf.header(bytes(first))[0]] ^= 0x06            # its first block's type: 3 (reserved)
+    second = bytearray(Zstd(level=3).encode(rng.standard_normal(50_000, dtype=np.float32)))
+    second[4] |= 0x08                                      # the frame header's reserved bit
+    frames, names = [bytes(first), bytes(second)], ["chunk/0", "chunk/1"]
+    out = any_device.buffer(400_000, "test output")
+    try:
+        raised = []
+        for check in (zd.checked, zd.headed):     # the readers' before, and now
+            plans = [check(f, n)[1] for f, n in zip(frames, names)]
+            with pytest.raises(zf.ZstdFrameError) as info:
+                zd.decode_zstd(any_device, frames, out, names=names, plans=plans)
+            raised.append(str(info.value))
+    finally:
+        out.release()
+    assert raised[0] == raised[1] and raised[0].startswith("zstd frame chunk/0: "), raised
+
+
+def test_a_block_sent_back_decodes_each_chunk_on_the_host_once(any_device, tmp_path, rng):
+    """One chunk whose header leaves it to the host (no content size) and one whose blocks do (a skippable
+    frame after it): the block goes back to host plans once, and each chunk is counted once."""
+    from test_decoding import LZ4, create, device_read
+
+    from dgemm.storage import ZarrBlock
+
+    arr, data = create(tmp_path / "a.zarr", LZ4["v2 zstd"], rng, dtype="float32")
+    root = str(arr.store_path).removeprefix("file://")
+    with open(os.path.join(root, "0.0"), "rb") as f:
+        head, blocks, tail = _blocks(f.read())
+    with open(os.path.join(root, "0.0"), "wb") as f:    # (a single-segment header of no content size)
+        f.write(_frame(zf.MAGIC.to_bytes(4, "little") + bytes([0x00, 0x00]), blocks, tail))
+    with open(os.path.join(root, "1.0"), "ab") as f:
+        f.write((0x184D2A50).to_bytes(4, "little") + (4).to_bytes(4, "little") + b"skip")
+    np.testing.assert_array_equal(arr[0:16, 0:16], data[0:16, 0:16])     # (zarr reads both)
+    got, _, grew = device_read(any_device, ZarrBlock(arr, (0, 24), (0, 16)))
+    np.testing.assert_array_equal(got, data[:24, :16])
+    part = 8 * 16 * 4
+    assert grew["host_decoded_bytes"] == 2 * part and grew["device_decoded_bytes"] == part, grew

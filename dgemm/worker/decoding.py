@@ -262,8 +262,8 @@ def _decode_planned(device, dec, found, out, events, data, starts, host, pending
             aside.append((piece, None, None, None, "fill"))
             continue
         reason, plan = dec.checked(frame, piece.name, light)
-        if reason is not None:
-            aside.append((piece, found.decode_on_host(frame, piece.name), None, None, "host"))
+        if reason is not None:      # (decoded below, after the device's calls: one may send the block back)
+            aside.append((piece, frame, None, None, "host"))
         elif piece.direct:
             direct.append((piece, frame, plan, start))
         else:
@@ -301,6 +301,7 @@ def _decode_planned(device, dec, found, out, events, data, starts, host, pending
                     fill = np.asarray(found.fill, found.dtype).reshape(1)
                     done.append(cl.enqueue_fill_buffer(queue, scratch, fill, i * n, n))
                 elif how == "host":
+                    what = found.decode_on_host(what, piece.name)
                     cl.enqueue_copy(queue, scratch, what, dst_offset=i * n, is_blocking=True)
                     sent += what.nbytes
             for i, (piece, _, _, _, _) in enumerate(aside):

@@ -371,8 +371,7 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
     import pyopencl as cl
 
     names = list(names) if names is not None else [f"frame {i}" for i in range(len(frames))]
-    plans = [p if p is not None else zstd_fastplan.plan(f, n)
-             for f, n, p in zip(frames, names, plans if plans is not None else [None] * len(frames))]
+    plans = _host_plans(frames, names, list(plans) if plans is not None else [None] * len(frames))
     if not plans:
         return []
     heads = [i for i, p in enumerate(plans) if isinstance(p, zstd_devplan.FrameHead)]
@@ -513,6 +512,22 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
             buf.release()   # (deferred: OpenCL frees each once the commands using it have run)
     _raise_first(plans, batch, tree_info[:ntrees], stream_err[:nstreams], seq_err[:nseqblocks], exec_err)
     return [p.size for p in plans]
+
+
+def _host_plans(frames, names, plans) -> list:
+    """``plans`` with its None entries planned on the host; where a frame's plan raises, the first error in the
+    frames' order is raised, as planning every frame on the host in turn would (the heads before it, left to
+    the device, are planned on the host then)."""
+    for i, p in enumerate(plans):
+        if p is None:
+            try:
+                plans[i] = zstd_fastplan.plan(frames[i], names[i])
+            except (ZstdFrameError, ZstdUnsupported):
+                for k in range(i):
+                    if isinstance(plans[k], zstd_devplan.FrameHead):
+                        zstd_fastplan.plan(frames[k], names[k])
+                raise
+    return plans
 
 
 def _execute_tables(block_rows, frame_rows) -> tuple:

@@ -128,6 +128,7 @@ def _frame_plan(data, name, size, checksum, blocks, streams, trees, literals):
             except (zf.ZstdFrameError, zf.ZstdUnsupported, IndexError):
                 return None
             blocks[b] = row
+        zf._prefix_positions(blocks)    # (a section of no sequences, "0x80 0x00", continues the prefix)
         nseq = f.nseq
         if f.fse:
             fse = np.concatenate(f.fse)
