@@ -1,7 +1,8 @@
 #!/bin/bash
 # Prepared for the session after the twenty-second (one device call on two GPUs of one host, about 8 minutes on two
-# H200s): with the frames planned on the device (616372f), `on` was faster than `share` on one H200 in three calls
-# of three (32768²: 1.52-1.69 s against 1.68-1.77), so `auto` could be `on` for zstd's inputs; what the 2-GPU case
+# H200s): with the frames planned on the device (616372f), `on` was faster than `share` on one H200 in both calls
+# that timed them (32768², means: 1.585 and 1.69 s against 1.68 and 1.77), so `auto` could be `on` for zstd's
+# inputs; what the 2-GPU case
 # says decides it (the thirteenth session, with the plans on the host, had share far ahead there: 3.4 s against
 # 4.1).  49152² zstd in and out, gemm-tasks 1, share and on alternating on devices 0,1 (two runs each), then on
 # device 0 alone; raw chunks in and out on 0,1 and on 0 (the raw peer's own scaling).  Run from the project's root

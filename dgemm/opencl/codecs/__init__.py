@@ -127,9 +127,9 @@ def decoder(codec: str, config: dict | None = None) -> Decoder | None:
 # one of them share 5.27-5.34 against on 6.39-6.53 (results/2026-11-27-*-13th-*.json).  So auto shares on GPUs
 # (AUTO_SHARE), for the codecs measured so (AUTO_SHARE_CODECS: Blosc's inputs stay on the host under auto).
 # Twenty-second session (616372f: frames planned on the device, the readers reading headers alone): one H200,
-# 32768² zstd, on 1.52-1.69 s against share 1.68-1.77 in three calls of three (results/2026-11-27-nvidia-h200-
-# {callcache22,devplan22,slots22}-*).  auto stays share until two GPUs are measured (gpu_session_x2_22.sh): with
-# the plans on the host, share was far ahead there.
+# 32768² zstd, means of four runs, on 1.585 and 1.69 s against share 1.68 and 1.77 in two calls (results/2026-11-27-
+# nvidia-h200-{devplan22,slots22}-*; with the plans kept instead, 1.52 against 1.73).  auto stays share until two
+# GPUs are measured (gpu_session_x2_22.sh): with the plans on the host, share was far ahead there.
 AUTO_ON: frozenset = frozenset()
 # Device types where C's chunks alone are encoded on the device under ``auto`` (the inputs decoded on the
 # host): none until measured (bench/NOTES.md, issue 28).
