@@ -277,7 +277,7 @@ def test_a_call_enqueues_every_upload_before_its_first_kernel(dev, rng):
 
     raw = [data("normal", 300_000, rng), data("text", 200_000, rng), data("random", 150_000, rng)]
     frames = [Zstd(level=3).encode(r) for r in raw]
-    batch = zd.Batch([zf.plan(f) for f in frames], frames, [0, 0, 0])
+    batch = zd.Batch([zf.plan(f) for f in frames], [0, 0, 0])
     assert len(batch.streams) and len(batch.with_seqs) and len(batch.prefix)   # every upload the call has
     size = sum(len(r) for r in raw)
     out = dev.buffer(size, "test output")

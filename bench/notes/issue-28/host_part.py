@@ -64,7 +64,7 @@ def main():
         state["i"] += 1
 
     def op_batch(state):
-        zd.Batch(state["plans"], state["views"], state["offsets"], (state["host"], state["starts"]))
+        zd.Batch(state["plans"], state["offsets"], state["starts"])
 
     def op_enqueue(state, heads=False):
         pending = []

@@ -57,8 +57,9 @@ def main():
     frames = [codec.encode(rng.standard_normal(n, dtype=np.float32)) for _ in range(args.chunks)]
     plans = [zstd_fastplan.plan(f) for f in frames]
     offsets = np.concatenate([[0], np.cumsum([pl.size for pl in plans])[:-1]]).astype(np.int64)
-    batch = zd.Batch(plans, frames, offsets)
-    descs = [bytes(batch.src[a:a + k]) for a, k in batch.trees[:, :2]]
+    batch = zd.Batch(plans, offsets)
+    whole = np.frombuffer(b"".join(frames), np.uint8)     # (the frames one after another, as the batch places them)
+    descs = [bytes(whole[a:a + k]) for a, k in batch.trees[:, :2]]
     tables = zd.huffman_tables(device, descs)
     if any(isinstance(t, str) for t in tables):
         raise SystemExit("a tree was refused")
@@ -67,8 +68,8 @@ def main():
     for k, (table, log) in enumerate(tables):
         huf[k, :1 << log] = table[:1 << log]
         info[k, 0] = log
-    src = np.zeros(batch.src.nbytes + 16, np.uint8)
-    src[:batch.src.nbytes] = batch.src
+    src = np.zeros(whole.nbytes + 16, np.uint8)
+    src[:whole.nbytes] = whole
     ngroups, nstreams, nlit = len(batch.huf_groups), len(batch.streams), int(batch.literals)
     nout = int(sum(pl.size for pl in plans))     # prefix blocks' literals go straight to the output
     host = {"src": src, "streams": batch.streams, "groups": batch.huf_groups, "huf": huf, "info": info}

@@ -216,15 +216,13 @@ class Batch:
     is what they wait for (bench/NOTES.md, issue 28, twenty-second session).
     """
 
-    def __init__(self, plans, frames, offsets, packed=None):
+    def __init__(self, plans, offsets, src=None):
+        # src: where each frame starts in the bytes uploaded (None: the frames one after another from 0)
         nf = len(plans)
         count, before = _lengths, _before
         nb, ns, nt = (count([getattr(p, k) for p in plans]) for k in ("blocks", "streams", "trees"))
-        # where each frame lies in the bytes uploaded: packed, its place there (one host array, or several side by
-        # side); else the frames one after another
-        csizes = [p.csize for p in plans]
-        src = (np.array(_segments(csizes, packed)[1], np.int64) if packed is not None
-               else before(np.array(csizes, np.int64)))
+        src = (np.array(src, np.int64) if src is not None
+               else before(np.array([p.csize for p in plans], np.int64)))
         lit = before(np.array([p.literals for p in plans], np.int64))
         seq = before(np.array([p.nseq for p in plans], np.int64))
         defaults = [t for t, _ in zf.defaults()]
@@ -429,7 +427,7 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
                                          [names[i] for i in heads], take, cl.wait_for_events)
                 for i, p in zip(heads, done):       # (where the kernel gave up, the host plans: its errors)
                     plans[i] = p if p is not None else zstd_fastplan.plan(frames[i], names[i])
-            batch = Batch(plans, frames, offsets, packed)
+            batch = Batch(plans, offsets, base if packed is not None else None)
             nstreams, nseqblocks, nframes = len(batch.streams), len(batch.with_seqs), len(plans)
             ntrees = len(batch.trees)
             tree_info = np.zeros((max(ntrees, 1), TREE_INFO), np.int32)
