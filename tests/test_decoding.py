@@ -476,13 +476,13 @@ def _auto_shares_on(device_type, dask_worker=None):
     """On a worker: ``auto`` shares on devices of ``device_type`` as on a GPU (None: as built)."""
     from dgemm.opencl import codecs
 
-    if not hasattr(codecs, "_BUILT_AUTO_SHARE"):
-        codecs._BUILT_AUTO_SHARE = codecs.AUTO_SHARE
-    codecs.AUTO_SHARE = codecs._BUILT_AUTO_SHARE if device_type is None else frozenset({device_type})
+    if not hasattr(codecs, "_BUILT_AUTO"):
+        codecs._BUILT_AUTO = dict(codecs.AUTO)
+    codecs.AUTO = dict(codecs._BUILT_AUTO) if device_type is None else {device_type: "share"}
 
 
 def test_auto_on_a_gpu_shares_zstd_inputs_encodes_c_and_leaves_blosc_to_the_host(client, setting, tmp_path, rng):
-    """``auto`` where the device type is in AUTO_SHARE (GPUs; here the workers' CPU device stands in for one):
+    """``auto`` where AUTO shares on the device type (GPUs; here the workers' CPU device stands in for one):
     zstd inputs are decoded as under ``share`` (on the device, each chunk once), C's zstd chunks are encoded
     on the device, and Blosc inputs stay on the host's readers; on a CPU device as built, ``auto`` is off."""
     zstd_a, zstd_b, A, B = inputs(tmp_path / "z", rng, LZ4["v3 zstd"])
@@ -530,6 +530,20 @@ def test_the_decode_slots_room_counts_shared_calls_only_where_readers_queue(tmp_
     assert decoding.device_bytes([DeviceDecoded(small, True, zstd_only), DeviceDecoded(large, True, zstd_only)]) \
         == int(one * 64 * 64 * 4), "a Blosc block that auto leaves to the host counted"
     assert decoding.device_bytes([small, DeviceDecoded(large, True, zstd_only)]) == 0
+
+
+def test_auto_where_it_is_on_waits_for_the_device_for_its_codecs_alone(any_device, monkeypatch):
+    """A device type that ``AUTO`` maps to ``on``: its readers wait for a decode slot (no sharing with the host),
+    for AUTO_CODECS' chunks alone, and C's chunks are encoded on it; unmapped types stay off."""
+    from dgemm.opencl import codecs
+    from dgemm.worker import decoding
+
+    monkeypatch.delenv("DGEMM_DEVICE_CODECS", raising=False)
+    monkeypatch.setattr(codecs, "AUTO", {any_device.info.type: "on"})
+    assert decoding.wanted(any_device) and decoding.wanted(any_device, "encode")
+    assert not decoding.shared(any_device) and decoding.only(any_device) == codecs.AUTO_CODECS == {"zstd"}
+    monkeypatch.setattr(codecs, "AUTO", {})
+    assert not decoding.wanted(any_device) and not decoding.wanted(any_device, "encode")
 
 
 def test_a_block_of_a_codec_auto_leaves_to_the_host_is_declined(any_device, tmp_path, rng):

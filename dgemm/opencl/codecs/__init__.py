@@ -125,19 +125,19 @@ def decoder(codec: str, config: dict | None = None) -> Decoder | None:
 # call): one H100, 32768² zstd in and out, gemm-tasks 2, same call: share 1.79-1.94 s, on 2.02-2.31, off 2.19-2.62
 # (raw 1.26-1.41); two H200s, 49152²: share 3.38-3.46 s against on 4.11-4.17 (off, another machine, 3.90-4.02),
 # one of them share 5.27-5.34 against on 6.39-6.53 (results/2026-11-27-*-13th-*.json).  So auto shares on GPUs
-# (AUTO_SHARE), for the codecs measured so (AUTO_SHARE_CODECS: Blosc's inputs stay on the host under auto).
+# (AUTO), for the codecs measured so (AUTO_CODECS: Blosc's inputs stay on the host under auto).
 # Twenty-second session (616372f: frames planned on the device, the readers reading headers alone): one H200,
 # 32768² zstd, means of four runs, on 1.585 and 1.69 s against share 1.68 and 1.77 in two calls (results/2026-11-27-
 # nvidia-h200-{devplan22,slots22}-*; with the plans kept instead, 1.52 against 1.73).  auto stays share until two
 # GPUs are measured (gpu_session_x2_22.sh): with the plans on the host, share was far ahead there.
-AUTO_ON: frozenset = frozenset()
+# Device types where ``auto`` takes the device path for the inputs of the codecs AUTO_CODECS (their other
+# codecs decoded on the host) and for C's chunks, and which way: "share" (a reader that finds every decode slot
+# of its device busy decodes on the host) or "on" (it waits for one).  On a GPU, zstd's, shared.
+AUTO: dict = {"GPU": "share"}
+AUTO_CODECS: frozenset = frozenset({"zstd"})
 # Device types where C's chunks alone are encoded on the device under ``auto`` (the inputs decoded on the
 # host): none until measured (bench/NOTES.md, issue 28).
 AUTO_ENCODE: frozenset = frozenset()
-# Device types where ``auto`` is ``share`` (C's chunks encoded on the device, the inputs' chunks shared between
-# its decoders and the host's readers) for inputs of the codecs AUTO_SHARE_CODECS: on a GPU, zstd's.
-AUTO_SHARE: frozenset = frozenset({"GPU"})
-AUTO_SHARE_CODECS: frozenset = frozenset({"zstd"})
 
 
 def enabled(mode: str, device_type: str, work: str = "decode") -> bool:
@@ -148,9 +148,9 @@ def enabled(mode: str, device_type: str, work: str = "decode") -> bool:
     C's chunks alone (the inputs decoded on the host's cores), ``share``
     for both, the inputs' chunks shared with the host's readers
     (:func:`shares`), ``off`` for neither; ``auto`` takes it only where it
-    was measured faster than the host (:data:`AUTO_ON` for both,
-    :data:`AUTO_SHARE` as ``share`` for the inputs of :func:`codecs_of`,
-    :data:`AUTO_ENCODE` for C's chunks).
+    was measured faster than the host (:data:`AUTO`, as ``share`` or ``on``
+    for the inputs of :func:`codecs_of` and for C's chunks; :data:`AUTO_ENCODE`
+    for C's chunks alone).
 
     >>> enabled("auto", "CPU"), enabled("on", "CPU"), enabled("off", "GPU"), enabled("auto", "GPU")
     (False, True, False, True)
@@ -164,20 +164,19 @@ def enabled(mode: str, device_type: str, work: str = "decode") -> bool:
     if work not in ("decode", "encode"):
         raise ValueError(f"internal: work={work!r}")
     if mode == "auto":
-        return (device_type in AUTO_ON or device_type in AUTO_SHARE
-                or (work == "encode" and device_type in AUTO_ENCODE))
+        return device_type in AUTO or (work == "encode" and device_type in AUTO_ENCODE)
     return mode in ("on", "share") or (mode == "encode" and work == "encode")
 
 
 def codecs_of(mode: str, device_type: str) -> frozenset | None:
     """The inputs' codecs (:data:`DECODERS`' keys) whose chunks the device decodes under ``mode``, None for every
-    one it can: ``auto`` shares only those it was measured faster for (:data:`AUTO_SHARE_CODECS`).
+    one it can: ``auto`` takes only those it was measured faster for (:data:`AUTO_CODECS`).
 
     >>> sorted(codecs_of("auto", "GPU")), codecs_of("on", "GPU"), codecs_of("share", "CPU")
     (['zstd'], None, None)
     """
-    if mode == "auto" and device_type not in AUTO_ON and device_type in AUTO_SHARE:
-        return AUTO_SHARE_CODECS
+    if mode == "auto" and device_type in AUTO:
+        return AUTO_CODECS
     return None
 
 
@@ -186,7 +185,7 @@ def shares(mode: str, device_type: str | None = None) -> bool:
     and the host's readers: a reader that finds every decode slot of the device busy
     (:meth:`~dgemm.opencl.scratch.Scratch.slot`) decodes its block on the host instead of waiting.
 
-    ``auto`` shares on a device of ``device_type`` in :data:`AUTO_SHARE`.
+    ``auto`` shares on a device of ``device_type`` that :data:`AUTO` maps to ``"share"``.
 
     >>> shares("share"), shares("on"), shares("auto"), shares("auto", "GPU"), shares("auto", "CPU")
     (True, False, False, True, False)
@@ -194,5 +193,5 @@ def shares(mode: str, device_type: str | None = None) -> bool:
     if mode not in MODES:
         raise ValueError(f"device-codecs={mode!r} must be one of {', '.join(MODES)}")
     if mode == "auto":
-        return device_type in AUTO_SHARE and device_type not in AUTO_ON
+        return AUTO.get(device_type) == "share"
     return mode == "share"
