@@ -26,7 +26,7 @@ with each ``gemm-tasks`` value in turn.  Each run also records the task stream's
 the last GEMM's and the last store's stops: the fill and the drain), the busy split and each worker's busy time; each
 cluster's last C is checked against numpy's float64 where sampled rows and columns cross (the script fails, after
 writing its records, if one is wrong).  Prints one JSON line per run and writes them all to OUT.json if given, as
-``{"meta": {date, cores, devices, commit, command}, "runs": [...]}``.  This is what ``auto`` (dgemm.opencl.codecs.AUTO_ON) should follow.
+``{"meta": {date, cores, devices, commit, command}, "runs": [...]}``.  This is what ``auto`` (dgemm.opencl.codecs.AUTO) should follow.
 """
 import argparse
 import json

@@ -3,7 +3,7 @@
 # 1. gemm-tasks 2 on GPUs: 32768² zstd in and out under `auto` (share on a GPU), gemm-tasks 1 and 2 alternating,
 #    4 times, then raw chunks the same way (share was faster with 2 in every call since 249a8ea; raw was mixed);
 # 2. Blosc-LZ4 inputs (Zarr v2's default) under share, against off and on, zstd C: whether `auto` should share
-#    Blosc inputs too (dgemm.opencl.codecs.AUTO_SHARE_CODECS), 3 times.
+#    Blosc inputs too (dgemm.opencl.codecs.AUTO_CODECS, then AUTO_SHARE_CODECS), 3 times.
 # Run from the project's root after `source .whl/gpu-env.sh`:
 #     OUT=/some/folder bash bench/notes/issue-28/gpu_session_defaults.sh
 set -u
