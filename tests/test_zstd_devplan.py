@@ -34,6 +34,13 @@ def _fast(frame):
     return fp._fast(data, hsize, size, checksum, "f")
 
 
+def _head(frame):
+    try:
+        return dp.head(frame, "f")
+    except (zf.ZstdFrameError, zf.ZstdUnsupported):
+        return None
+
+
 def device_plans(dev, frames, calls: int = 1):
     """Each frame's plan by ``zstd_plan`` (None where it gives up), ``calls`` calls of the frames in turn."""
     import pyopencl as cl
@@ -52,7 +59,12 @@ def device_plans(dev, frames, calls: int = 1):
         try:
             cl.enqueue_copy(dev.queue, src, host).wait()
             prog = zd.program(dev, zd.default_lanes(dev))
-            out += dp.plan(prog, dev.queue, src, part, starts, ["f"] * len(part), take, cl.wait_for_events)
+            heads = [_head(f) for f in part]       # (a frame whose header is refused: the host's, None here)
+            mine = [k for k, h in enumerate(heads) if h is not None]
+            got = dp.plan(prog, dev.queue, src, [part[k] for k in mine], [starts[k] for k in mine],
+                          [heads[k] for k in mine], take, cl.wait_for_events)
+            planned = dict(zip(mine, got))
+            out += [planned.get(k) for k in range(len(part))]
         finally:
             for b in bufs:
                 b.release()
@@ -181,7 +193,7 @@ def test_a_call_with_heads_decodes_and_refuses_as_with_host_plans(any_device, rn
 def test_headed_reads_the_header_alone(rng):
     frame = Zstd(level=3).encode(rng.standard_normal(1000, dtype=np.float32))
     reason, head = zd.headed(frame, "c/0")
-    assert reason is None and head == dp.FrameHead("c/0", 4000, len(frame))
+    assert reason is None and head == dp.FrameHead("c/0", 4000, len(frame), zf.header(frame)[0], False)
     assert zd.headed(frame[:3], "c/1") == (None, None)                       # corrupt: the call raises
     assert zd.headed(b"\x50\x2a\x4d\x18" + bytes(8), "c/2")[0] is not None   # a skippable frame: the host's
 

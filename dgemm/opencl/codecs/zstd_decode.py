@@ -63,8 +63,6 @@ this path refuses them, as libzstd 1.5.6 does for sequences.
 """
 from __future__ import annotations
 
-import types
-
 import numpy as np
 
 from dgemm.opencl.codecs import _programs
@@ -131,23 +129,16 @@ def checked(frame, name: str = "frame") -> tuple:
     return _programs.checked(zstd_fastplan.plan, ZstdUnsupported, ZstdFrameError, frame, name)
 
 
-# Frames planned on the device (zstd_devplan: zstd_plan's rows, the sequence sections read on the host), their
-# headers alone read by the worker's readers (headed).  A 32768² product under `on` took 1.58 s with every plan
-# kept from run to run against 1.81 planned in the readers (one H200, 16 cores; bench/NOTES.md, issue 28,
-# twenty-second session).
-DEVICE_PLAN = True
-
-
 def headed(frame, name: str = "frame") -> tuple:
     """``(unsupported_reason, head)``: :func:`checked`'s answer from the frame's header alone, its plan left to the
-    device (a :class:`.zstd_devplan.FrameHead` for :func:`decode_zstd`'s ``plans``), where :data:`DEVICE_PLAN`.
+    device (a :class:`.zstd_devplan.FrameHead` for :func:`decode_zstd`'s ``plans``).
 
-    A frame whose header is corrupt gets ``(None, None)`` (the decode call plans it on the host and raises
-    its error); one left to the host by what only its blocks tell (bytes after it that could be a frame)
-    makes :func:`decode_zstd` raise :class:`ZstdUnsupported` before it enqueues a kernel.
+    What the worker's readers ask: planned in the readers, a 32768² product under ``on`` took 1.81 s against
+    1.58 with every plan kept from run to run (one H200, 16 cores; bench/NOTES.md, issue 28, twenty-second
+    session).  A frame whose header is corrupt gets ``(None, None)`` (the decode call plans it on the host and
+    raises its error); one left to the host by what only its blocks tell (bytes after it that could be a
+    frame) makes :func:`decode_zstd` raise :class:`ZstdUnsupported` before it enqueues a kernel.
     """
-    if not DEVICE_PLAN:
-        return checked(frame, name)
     try:
         return None, zstd_devplan.head(frame, name)
     except ZstdUnsupported as e:
@@ -373,7 +364,7 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
     if not plans:
         return []
     heads = [i for i, p in enumerate(plans) if isinstance(p, zstd_devplan.FrameHead)]
-    if heads and packed is None:        # (planned on the device: the frames are uploaded first, as packed are)
+    if packed is None:      # (one host array to upload, the frames aligned as a reader's staging holds them)
         packed = _packed(frames)
     if offsets is None:
         offsets = np.concatenate([[0], np.cumsum([p.size for p in plans])[:-1]]).astype(np.int64)
@@ -412,22 +403,17 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
     try:
         with device.failing("decoding zstd frames"):
             # padded: the Huffman kernel reads whole aligned words, the last one past the last frame's end
-            if packed is None:
-                src_host = np.concatenate([np.frombuffer(memoryview(f).cast("B")[:p.csize], np.uint8)
-                                           for f, p in zip(frames, plans)])
-                src = buffer(src_host, "zstd frames", pad=16)
-            else:       # each host array into its place
-                segments, base = _segments([p.csize for p in plans], packed)
-                at, last = segments[-1]
-                src = take(at + last.nbytes + 16, "zstd frames")
-                for at, host in segments:
-                    upload(src, host, at)
+            segments, base = _segments([p.csize for p in plans], packed)     # (each host array into its place)
+            at, last = segments[-1]
+            src = take(at + last.nbytes + 16, "zstd frames")
+            for at, host in segments:
+                upload(src, host, at)
             if heads:
                 done = zstd_devplan.plan(prog, queue, src, [frames[i] for i in heads], [base[i] for i in heads],
-                                         [names[i] for i in heads], take, cl.wait_for_events)
+                                         [plans[i] for i in heads], take, cl.wait_for_events)
                 for i, p in zip(heads, done):       # (where the kernel gave up, the host plans: its errors)
                     plans[i] = p if p is not None else zstd_fastplan.plan(frames[i], names[i])
-            batch = Batch(plans, offsets, base if packed is not None else None)
+            batch = Batch(plans, offsets, base)
             nstreams, nseqblocks, nframes = len(batch.streams), len(batch.with_seqs), len(plans)
             ntrees = len(batch.trees)
             tree_info = np.zeros((max(ntrees, 1), TREE_INFO), np.int32)

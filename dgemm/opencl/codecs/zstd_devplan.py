@@ -36,15 +36,17 @@ class FrameHead:
     """What a frame's header says, in place of its plan: the decode call plans the frame on the device."""
 
     name: str
-    size: int       # the content size
-    csize: int      # the frame's bytes
+    size: int           # the content size
+    csize: int          # the frame's bytes
+    hsize: int = 0      # the header's bytes
+    checksum: bool = False
 
 
 def head(frame, name: str = "frame") -> FrameHead:
     """The frame's :class:`FrameHead`; raises what :func:`.zstd_frames.header` raises (the host plan's first errors)."""
     data = memoryview(frame).cast("B")
-    _, size, _ = zf.header(data, name)
-    return FrameHead(name, size, len(data))
+    hsize, size, checksum = zf.header(data, name)
+    return FrameHead(name, size, len(data), hsize, bool(checksum))
 
 
 def slots(head: FrameHead) -> int:
@@ -54,32 +56,27 @@ def slots(head: FrameHead) -> int:
     return int(min(head.csize // 4 + 1, 2 * -(-head.size // zf.BLOCK_MAX) + 2))
 
 
-def plan(prog, queue, src, frames, starts, names, take, wait) -> list:
-    """Plan ``frames`` (each at ``starts`` in the device buffer ``src``, uploaded) with ``zstd_plan``.
+def plan(prog, queue, src, frames, starts, heads, take, wait) -> list:
+    """Plan ``frames`` (each at ``starts`` in the device buffer ``src``, uploaded; ``heads`` their
+    :class:`FrameHead`) with ``zstd_plan``.
 
     ``take(nbytes, what)`` gives device buffers; ``wait(events)`` waits for
     commands without Python's lock.  Returns per frame its
     :class:`~.zstd_frames.FramePlan`, or None where the host must plan it
-    (its header or any of the fast plan's checks failing, a sequence
-    section the host's reader refuses).
+    (any of the fast plan's checks failing, a sequence section the host's
+    reader refuses, more blocks than :func:`slots`).
     """
     import pyopencl as cl
 
-    rows, heads = [], []
+    rows, at = [], []
     base = 0
-    for frame, start, name in zip(frames, starts, names):
-        data = memoryview(frame).cast("B")
-        try:
-            hsize, size, checksum = zf.header(data, name)
-        except (zf.ZstdFrameError, zf.ZstdUnsupported):
-            heads.append(None)
-            continue
-        most = slots(FrameHead(name, size, len(data)))
-        heads.append((data, size, checksum, base))
-        rows.append((start, len(data), hsize, int(checksum), base, most))
+    for start, h in zip(starts, heads):
+        most = slots(h)
+        at.append(base)
+        rows.append((start, h.csize, h.hsize, int(h.checksum), base, most))
         base += most
     if not rows:
-        return [None] * len(frames)
+        return []
     table = np.array(rows, np.int64)
     out = np.empty((len(rows), PLAN_OUT), np.int64)
     blocks = np.empty((base, zf.BLOCK_COLUMNS), np.int64)
@@ -95,17 +92,12 @@ def plan(prog, queue, src, frames, starts, names, take, wait) -> list:
     wait([up, done])        # (then the reads wait for nothing, holding Python's lock for no longer than a copy)
     for host, dev in zip((out, blocks, streams, trees), bufs[1:5]):
         cl.enqueue_copy(queue, host, dev, is_blocking=True)
-    plans, k = [], 0
-    for frame, name, got in zip(frames, names, heads):
-        if got is None:
-            plans.append(None)
-            continue
+    plans = []
+    for k, (frame, h, first) in enumerate(zip(frames, heads, at)):
         status, nb, ntrees, literals = (int(x) for x in out[k])
-        k += 1
-        data, size, checksum, at = got
-        plans.append(None if status else _frame_plan(data, name, size, checksum, blocks[at:at + nb],
-                                                       streams[4 * at:4 * (at + nb)], trees[at:at + ntrees],
-                                                       literals))
+        plans.append(None if status else _frame_plan(memoryview(frame).cast("B"), h.name, h.size, h.checksum,
+                                                       blocks[first:first + nb], streams[4 * first:4 * (first + nb)],
+                                                       trees[first:first + ntrees], literals))
     return plans
 
 
