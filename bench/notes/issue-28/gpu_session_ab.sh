@@ -47,7 +47,7 @@ for line in sys.stdin:
         done < <(if [ $((round % 2)) = 0 ]; then tac .ab/versions; else cat .ab/versions; fi)  # ABBA: drift cancels
     done
     ;;
-raw)    # raw chunks in and out beside the A/B, on the same machine: SIZE², gemm-tasks 1 and 2, REPEATS runs each
+raw)    # raw chunks in and out beside the A/B, on the same machine: SIZE², gemm-tasks RAW_TASKS (1,2), REPEATS runs each
     : "${OUT:?set OUT to the folder for the records}"
     mkdir -p "$OUT"
     inputs=$(mktemp -d /dev/shm/dgemm-raw-XXXX)
@@ -55,7 +55,7 @@ raw)    # raw chunks in and out beside the A/B, on the same machine: SIZE², gem
     DGEMM_COMMIT=$(cat .ab/checkout 2>/dev/null) \
         python3 bench/notes/issue-28/device_codecs_onoff.py "$OUT/raw-${SIZE:-32768}.json" --size "${SIZE:-32768}" \
         --codec none --out-codec none --devices "${DEVICES:-gpu}" --repeats "${REPEATS:-2}" --modes off \
-        --gemm-tasks 1,2 --inputs "$inputs/raw" | grep '^{"mode"' | python3 -c "
+        --gemm-tasks "${RAW_TASKS:-1,2}" --inputs "$inputs/raw" | grep '^{"mode"' | python3 -c "
 import json, sys
 for line in sys.stdin:
     r = json.loads(line)
