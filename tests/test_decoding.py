@@ -523,13 +523,68 @@ def test_the_decode_slots_room_counts_shared_calls_only_where_readers_queue(tmp_
     zst, _ = create(tmp_path / "z.zarr", LZ4["v3 zstd"], rng, shape=(64, 64), chunks=(16, 64), dtype="float32")
     lz4, _ = create(tmp_path / "l.zarr", LZ4["v3 shuffle"], rng, shape=(128, 64), chunks=(16, 64), dtype="float32")
     small, large = ZarrBlock(zst, (0, 64), (0, 64)), ZarrBlock(lz4, (0, 128), (0, 64))
-    one = decoding.CALL_BYTES_PER_BYTE * SLOTS
-    assert decoding.device_bytes([DeviceDecoded(small), DeviceDecoded(large)]) == int(one * decoding.BATCH * 128 * 64 * 4)
-    assert decoding.device_bytes([DeviceDecoded(small, True), DeviceDecoded(large, True)]) == int(one * 128 * 64 * 4)
+    per_chunk = decoding.CALL_BYTES_PER_BYTE * 16 * 64 * 4 + decoding.CALL_BYTES_PER_BLOCK      # (one zstd block)
+    assert decoding.call_bytes(small) == int(4 * per_chunk) and decoding.call_bytes(large) == int(8 * per_chunk)
+    one = SLOTS * decoding.call_bytes(large)
+    assert decoding.device_bytes([DeviceDecoded(small), DeviceDecoded(large)]) == one * decoding.BATCH
+    assert decoding.device_bytes([DeviceDecoded(small, True), DeviceDecoded(large, True)]) == one
     zstd_only = frozenset({"zstd"})
     assert decoding.device_bytes([DeviceDecoded(small, True, zstd_only), DeviceDecoded(large, True, zstd_only)]) \
-        == int(one * 64 * 64 * 4), "a Blosc block that auto leaves to the host counted"
+        == SLOTS * decoding.call_bytes(small), "a Blosc block that auto leaves to the host counted"
     assert decoding.device_bytes([small, DeviceDecoded(large, True, zstd_only)]) == 0
+
+
+def test_a_block_counts_the_whole_chunks_it_touches(tmp_path, rng):
+    """``call_bytes``: a block off the chunk grid decodes every chunk it touches whole (its edge chunks
+    too), so it counts them all; a chunk of more than one zstd block (128 KiB of content) counts each."""
+    from dgemm.worker import decoding
+
+    arr, _ = create(tmp_path / "z.zarr", LZ4["v3 zstd"], rng, shape=(64, 64), chunks=(16, 32), dtype="float32")
+    chunk = decoding.CALL_BYTES_PER_BYTE * 16 * 32 * 4 + decoding.CALL_BYTES_PER_BLOCK
+    assert decoding.call_bytes(ZarrBlock(arr, (0, 32), (0, 32))) == int(2 * chunk)
+    assert decoding.call_bytes(ZarrBlock(arr, (8, 40), (16, 48))) == int(6 * chunk)     # 3 x 2 chunks, cut
+    big = zarr.create_array(str(tmp_path / "big.zarr"), shape=(256, 512), chunks=(256, 512), dtype="float32")
+    whole = 256 * 512 * 4        # 512 KiB: four zstd blocks
+    assert decoding.call_bytes(ZarrBlock(big, (0, 10), (0, 10))) == \
+        int(decoding.CALL_BYTES_PER_BYTE * whole + 4 * decoding.CALL_BYTES_PER_BLOCK)
+
+
+CALL_CHUNKS = {"256 B": (1, 64), "4 KiB": (16, 64), "64 KiB": (16, 1024), "256 KiB": (64, 1024), "1 MiB": (256, 1024)}
+CALL_VALUES = {
+    "normal": lambda rng, shape: rng.standard_normal(shape).astype("float32"),
+    # (rounded: many short matches, so many sequences; the most bytes a byte of all that was measured)
+    "rounded": lambda rng, shape: np.round(rng.standard_normal(shape), 1).astype("float32"),
+}
+
+
+@pytest.mark.parametrize("chunk", list(CALL_CHUNKS))
+@pytest.mark.parametrize("values", list(CALL_VALUES))
+@pytest.mark.parametrize("level", [1, 19])
+def test_a_decode_call_holds_no_more_than_the_worker_reserves_for_it(any_device, tmp_path, rng, chunk, values,
+                                                                      level):
+    """What the panel cache leaves the decode slots is :func:`call_bytes` a call: after a block's decode (on
+    the grid and off it; in a slot a reader waits for, and in one ``share`` takes), the device's decode
+    scratch holds no more than that, and the block is the array's.  Small chunks hold tables per chunk."""
+    from dgemm.worker import decoding
+
+    rows, cols = CALL_CHUNKS[chunk]
+    height = min(max(4 * rows, 64), 256)
+    shape = (height + rows, 2048)
+    arr = zarr.create_array(str(tmp_path / "a.zarr"), shape=shape, chunks=(rows, cols), dtype="float32",
+                            compressors=ZstdCodec(level=level))
+    data = CALL_VALUES[values](rng, shape)
+    arr[...] = data
+    scratch = any_device.scratch
+    for where in (((0, height), (0, 2048)), ((rows // 2, rows // 2 + height), (cols // 2, cols // 2 + 1024))):
+        block = ZarrBlock(arr, *where)
+        for share in (False, True):
+            scratch.release()
+            assert scratch.nbytes() == 0
+            got, sent, grew = device_read(any_device, block, share=share)
+            assert sent is not None and grew["host_decoded_bytes"] == 0, (where, share, grew)
+            np.testing.assert_array_equal(got, data[slice(*where[0]), slice(*where[1])])
+            assert 0 < scratch.nbytes() <= decoding.call_bytes(block), (where, share, scratch.nbytes())
+    scratch.release()
 
 
 def test_auto_where_it_is_on_waits_for_the_device_for_its_codecs_alone(any_device, monkeypatch):

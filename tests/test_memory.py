@@ -180,16 +180,17 @@ def _cache_budget(dask_worker=None):
 
 def test_the_panel_cache_leaves_the_decode_slots_and_the_encoder_room(one_worker, tmp_path, rng):
     """device-codecs on: the panel cache's budget is the same product's under off, less what the device's
-    decode slots may hold (SLOTS calls of BATCH of the largest input block, each its frames, literals, origins
-    and scratch) and what its encoder keeps for C's blocks (zstd chunks, ENCODE_SLOTS blocks at once: each one's
-    copy, the frames, tables), so that the cache and the codecs never ask the device for more than its share
-    together."""
+    decode slots may hold (SLOTS calls of BATCH of the largest input block, each the whole chunks it decodes:
+    frames, literals, origins, scratch, and each chunk's tables) and what its encoder keeps for C's blocks (zstd
+    chunks, ENCODE_SLOTS blocks at once: each one's copy, the frames, tables), so that the cache and the codecs
+    never ask the device for more than its share together."""
     import _device_codecs
 
     from dgemm.opencl.scratch import ENCODE_SLOTS, SLOTS
     from dgemm.storage import encoded
     from dgemm.worker import encoding
-    from dgemm.worker.decoding import BATCH, CALL_BYTES_PER_BYTE
+    from dgemm.storage import ZarrBlock
+    from dgemm.worker.decoding import BATCH, call_bytes
 
     client = one_worker
     xa, xb = rng.standard_normal((96, 80)).astype("float32"), rng.standard_normal((80, 64)).astype("float32")
@@ -207,13 +208,15 @@ def test_the_panel_cache_leaves_the_decode_slots_and_the_encoder_room(one_worker
             (budgets[mode],) = client.run(_cache_budget).values()
     finally:
         next(set_codecs, None)
-    largest = max(xa.nbytes, xb.nbytes)          # one block each: the arrays are below the CPU's block size
+    # one block each: the arrays are below the CPU's block size
+    za, zb = zarr.open_array(a, mode="r"), zarr.open_array(b, mode="r")
+    largest = max(call_bytes(ZarrBlock(za, (0, 96), (0, 80))), call_bytes(ZarrBlock(zb, (0, 80), (0, 64))))
     c = encoded.chunks_of(zarr.open_array(str(tmp_path / "c-on.zarr"), mode="r+"), (0, 96), (0, 64))
     assert c is not None, "C's chunks (zarr's default zstd) are not ones the device encodes"
     kept = encoding.device_bytes(c, ENCODE_SLOTS)
     assert kept >= ENCODE_SLOTS * 2 * c.chunk_nbytes * len(c.pieces)     # (each slot: the block's copy, the frames)
     assert budgets["off"] > 0
-    assert budgets["off"] - budgets["on"] == int(SLOTS * CALL_BYTES_PER_BYTE * BATCH * largest) + kept, budgets
+    assert budgets["off"] - budgets["on"] == SLOTS * BATCH * largest + kept, budgets
 
 
 def _device_memory_used() -> int | None:

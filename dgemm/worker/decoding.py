@@ -28,7 +28,7 @@ import numpy as np
 
 from dgemm import config
 from dgemm.opencl import codecs, nogil
-from dgemm.opencl.codecs.zstd_frames import ZstdUnsupported
+from dgemm.opencl.codecs.zstd_frames import BLOCK_MAX, ZstdUnsupported
 from dgemm.opencl.device import DeviceError
 from dgemm.storage import ZarrBlock, fastpaths, frames, unreadable
 from dgemm.storage.blocks import Through
@@ -41,12 +41,18 @@ def wanted(device, work: str = "decode") -> bool:
     return device is not None and codecs.enabled(config.get("device-codecs") or "auto", device.info.type, work)
 
 
-# Device bytes one decode call holds, per byte of the block it decodes (zstd_decode.decode_zstd's buffers):
-# the compressed frames (at most the block), the literals (the block), the execute stage's origins and
-# waiting bits (4 bytes and a bit per byte), the scratch of chunks placed aside (the block), the
-# Huffman tables (8 KiB per 128 KiB block of a frame) and the plan's rows (zstd_devplan: two rows of 448
-# bytes per 128 KiB block); the Blosc decoder holds less.
-CALL_BYTES_PER_BYTE = 1 + 1 + 4 + 1 / 8 + 1 + 1 / 16 + 1 / 128
+# Device bytes one decode call holds (zstd_decode.decode_zstd's buffers, each with the scratch's 1/16 of room; the
+# Blosc decoder holds less), per byte of the chunks it decodes, whole (a block's edge chunks count whole): the
+# compressed frames, the literals, the sequences, the execute stage's origins and waiting bits (4 bytes and a bit
+# per byte), the scratch of chunks placed aside; and per zstd block of them (128 KiB of content, so at least
+# one a chunk, however small): its Huffman table (8 KiB), FSE tables, its plan's and the call's rows.  Fitted:
+# tests/test_decoding.py decodes blocks of 256-byte to 1 MiB chunks (float32 drawn normal, rounded to a
+# decimal, small integers, random walks; zstd levels 1, 3 and 19; blocks on and off the chunk grid) and checks
+# each call's bytes against these.  The most it measured per byte of the chunks: 8.04 with 1 MiB chunks
+# (rounded values: their sequences), 8.53 with 64 KiB, 12.4 with 4 KiB, 55 with 256 bytes (a Huffman
+# table and FSE tables a chunk): small chunks cost the device's memory as they cost the host's time.
+CALL_BYTES_PER_BYTE = 8.3
+CALL_BYTES_PER_BLOCK = 32 << 10
 
 # Blocks one device decode call takes at most (zstd, whose calls defer): the readers' blocks that queued while
 # every decode slot was busy go in the next call together.  A call's kernels run one after another beside
@@ -61,15 +67,28 @@ BATCH_BYTES = 1 << 31
 
 def device_bytes(refs) -> int:
     """What the device's decode slots may hold while blocks like ``refs`` are decoded (:mod:`dgemm.opencl.scratch`):
-    :data:`~dgemm.opencl.scratch.SLOTS` calls of the largest block the device may take, each of :data:`BATCH`
-    blocks where readers wait for slots (not under ``share``: its readers never queue); the panel cache
-    leaves it free."""
+    :data:`~dgemm.opencl.scratch.SLOTS` calls of the largest block the device may take (:func:`call_bytes`), each
+    of :data:`BATCH` blocks where readers wait for slots (not under ``share``: its readers never queue); the
+    panel cache leaves it free."""
     from dgemm.opencl.scratch import SLOTS
 
     mine = [r for r in refs if type(r) is DeviceDecoded and _may_take(r)]
-    largest = max((int(np.prod(r.shape)) * np.dtype(r.dtype).itemsize for r in mine), default=0)
+    largest = max((call_bytes(r.block) for r in mine), default=0)
     batch = 1 if all(r.share for r in mine) else max(BATCH, 1)
-    return int(SLOTS * CALL_BYTES_PER_BYTE * batch * largest)
+    return int(SLOTS * batch * largest)
+
+
+def call_bytes(block) -> int:
+    """Device bytes one decode call of ``block`` (a :class:`~dgemm.storage.ZarrBlock`) may hold: its chunks'
+    decoded bytes, whole, and their zstd blocks (see :data:`CALL_BYTES_PER_BYTE`); 0 for a block the device
+    never decodes (of a 1-D array: :func:`dgemm.storage.frames.region`)."""
+    if block.expand is not None or len(block.array.chunks) != 2:
+        return 0
+    (r0, r1), (c0, c1) = block.rows, block.cols
+    rows, cols = (int(n) for n in block.array.chunks)
+    chunks = (-(-r1 // rows) - r0 // rows) * (-(-c1 // cols) - c0 // cols)
+    chunk = rows * cols * block.dtype.itemsize
+    return int(chunks * (CALL_BYTES_PER_BYTE * chunk + max(1, -(-chunk // BLOCK_MAX)) * CALL_BYTES_PER_BLOCK))
 
 
 def _may_take(ref, codec: str | None = None) -> bool:
