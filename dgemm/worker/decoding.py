@@ -28,7 +28,7 @@ import numpy as np
 
 from dgemm import config
 from dgemm.opencl import codecs, nogil
-from dgemm.opencl.codecs.zstd_frames import BLOCK_MAX, ZstdUnsupported
+from dgemm.opencl.codecs.zstd_frames import BLOCK_MAX
 from dgemm.opencl.device import DeviceError
 from dgemm.storage import ZarrBlock, fastpaths, frames, unreadable
 from dgemm.storage.blocks import Through
@@ -260,7 +260,7 @@ def _decode_read(device, dec, found, out, events, data, starts, host, pending=No
     """
     try:
         return _decode_planned(device, dec, found, out, events, data, starts, host, pending, light=True)
-    except ZstdUnsupported:
+    except dec.refused_light():
         return _decode_planned(device, dec, found, out, events, data, starts, host, pending, light=False)
 
 

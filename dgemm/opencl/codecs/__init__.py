@@ -70,12 +70,17 @@ class Decoder:
 
         ``light``: where the module plans frames on the device (its ``headed``), the frame's header alone is
         read here; a frame that only the host decodes may then be found by the decode call, which raises
-        the module's ``ZstdUnsupported`` before it writes anything, and the caller asks again without ``light``.
+        one of :meth:`refused_light` before it writes anything, and the caller asks again without ``light``.
         """
         module = importlib.import_module(self.module)
         if light and hasattr(module, "headed"):
             return module.headed(frame, name)
         return module.checked(frame, name)
+
+    def refused_light(self) -> tuple:
+        """What a decode of frames checked with ``light`` raises where one of them needs the host's plan after all
+        (the module's ``LIGHT_REFUSED``; none where it reads no frame lightly): the caller asks again without."""
+        return getattr(importlib.import_module(self.module), "LIGHT_REFUSED", ())
 
 
 # A chunk's compressor (numcodecs' codec id) -> its device decoder.  The configuration says which

@@ -129,6 +129,11 @@ def checked(frame, name: str = "frame") -> tuple:
     return _programs.checked(zstd_fastplan.plan, ZstdUnsupported, ZstdFrameError, frame, name)
 
 
+# What decode_zstd raises where a frame given its head alone (headed) needs the host's plan: the caller asks again
+# with every frame checked (codecs.Decoder.refused_light).
+LIGHT_REFUSED = (ZstdUnsupported,)
+
+
 def headed(frame, name: str = "frame") -> tuple:
     """``(unsupported_reason, head)``: :func:`checked`'s answer from the frame's header alone, its plan left to the
     device (a :class:`.zstd_devplan.FrameHead` for :func:`decode_zstd`'s ``plans``).
