@@ -47,10 +47,12 @@ def wanted(device, work: str = "decode") -> bool:
 # per byte), the scratch of chunks placed aside; and per zstd block of them (128 KiB of content, so at least
 # one a chunk, however small): its Huffman table (8 KiB), FSE tables, its plan's and the call's rows.  Fitted:
 # tests/test_decoding.py decodes blocks of 256-byte to 1 MiB chunks (float32 drawn normal, rounded to a
-# decimal, small integers, random walks; zstd levels 1, 3 and 19; blocks on and off the chunk grid) and checks
-# each call's bytes against these.  The most it measured per byte of the chunks: 8.04 with 1 MiB chunks
-# (rounded values: their sequences), 8.53 with 64 KiB, 12.4 with 4 KiB, 55 with 256 bytes (a Huffman
-# table and FSE tables a chunk): small chunks cost the device's memory as they cost the host's time.
+# decimal, a random walk; zstd levels 1 and 19; blocks on and off the chunk grid) and checks each call's bytes
+# against these.  The most measured per byte of the chunks: 8.04 with 1 MiB chunks of rounded values (their
+# sequences), 8.53 with 64 KiB, 12.4 with 4 KiB, 55 with 256 bytes (a Huffman table and FSE tables a chunk:
+# small chunks cost the device's memory as they cost the host's time).  Level 19 cuts a random walk into
+# blocks of 8 KiB, each with its own tables: 9.2-10.4 bytes a byte, beyond these; :func:`reserve` then
+# follows what the slots hold.
 CALL_BYTES_PER_BYTE = 8.3
 CALL_BYTES_PER_BLOCK = 32 << 10
 
@@ -76,6 +78,12 @@ def device_bytes(refs) -> int:
     largest = max((call_bytes(r.block) for r in mine), default=0)
     batch = 1 if all(r.share for r in mine) else max(BATCH, 1)
     return int(SLOTS * batch * largest)
+
+
+def reserve(device, refs) -> int:
+    """What the panel cache leaves the decode slots of ``device`` for blocks like ``refs``: :func:`device_bytes`, or
+    what the slots hold already where an earlier block (data the model was not fitted on) grew them more."""
+    return max(device_bytes(refs), device.scratch.nbytes())
 
 
 def call_bytes(block) -> int:

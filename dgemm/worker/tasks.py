@@ -75,7 +75,7 @@ def _gemm_block(state, a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_
         a_refs = [decoding.through(r, share, only) for r in a_refs]
         b_refs = [decoding.through(r, share, only) for r in b_refs]
         ahead = [(decoding.through(r, share, only), side, extent) for r, side, extent in ahead or ()]
-        reserve += decoding.device_bytes(a_refs + b_refs)     # the decode slots' buffers beside the cache
+        reserve += decoding.reserve(state.device, a_refs + b_refs)     # the decode slots' buffers beside the cache
     elif scope is not None and state.siblings():   # other device workers in this process: decode shared blocks once
         board = sharing.board()
         a_refs = [sharing.through(board, scope, r) for r in a_refs]
