@@ -282,7 +282,7 @@ MUTATIONS = [
              ("tests/test_e2e_shapes.py::test_gram_record_names_the_op_and_every_product_is_x_transpose_x",),
              "the e2e bench plans a Gram's floor as A @ B of X and X"),
     Mutation("decode-slots-not-reserved", "dgemm/worker/tasks.py",
-             "        reserve += decoding.device_bytes(a_refs + b_refs)",
+             "        reserve += decoding.reserve(state.device, a_refs + b_refs)",
              "        reserve += 0",
              ("tests/test_memory.py::test_the_panel_cache_leaves_the_decode_slots_and_the_encoder_room",),
              "the panel cache takes the device memory the decode slots need under device-codecs on"),
