@@ -29,6 +29,7 @@ from numcodecs import Zstd  # noqa: E402
 
 from dgemm.opencl.codecs import zstd_decode as zd  # noqa: E402
 from dgemm.opencl.codecs import zstd_entropy as ent  # noqa: E402
+from dgemm.opencl.codecs import zstd_devplan as zdp  # noqa: E402
 from dgemm.opencl.codecs import zstd_frames as zf  # noqa: E402
 
 POISON = 0xA5
@@ -234,7 +235,7 @@ def compare(dev, libzstd, frame: bytes, counts: dict, lanes=1) -> None:
         assert got == want, f"the device decodes {frame.hex()} to other bytes than libzstd"
     else:
         assert any(s in got for s in zd.STRICT), f"libzstd decodes {frame.hex()}, the device says: {got}"
-        kind = "refused, libzstd 1.5.4 decodes (a bitstream that does not end where it should)"
+        kind = "refused, libzstd 1.5.4 decodes (a bitstream that does not end where it should, or what 1.5.6 refuses)"
     counts[kind] = counts.get(kind, 0) + 1
 
 
@@ -497,6 +498,37 @@ def test_crafted_frames_are_decoded_or_refused_as_libzstd_does(dev, libzstd, lan
         compare(dev, libzstd, frame, counts, lanes)
     print(counts)
     assert counts.get("decoded", 0) > 30 and counts.get("refused", 0) > 100
+
+
+# zstd's doc/decompressor_permissive.md: frames RFC 8878 forbids that libzstd up to 1.5.5 decoded and later
+# versions refuse (as zarr's own reader, numcodecs, does).  Its example of an offset of 0 (a sequence of no
+# literals asking for repeat offset 1 less 1, while that is 1), given a content size (single segment) so that
+# the device takes it: 18 bytes of zeros by libzstd 1.5.4.
+OFFSET_ZERO = bytes.fromhex("28b52ffd2012" + "450000" + "080002002f430bae")
+MODES_AT = 6 + 3 + 3        # (header, block header, literals header and its one literal, sequence count)
+
+
+@pytest.mark.parametrize("lanes", LANES)
+def test_frames_that_libzstd_up_to_1_5_5_took_are_refused_as_zarrs_reader_refuses_them(dev, libzstd, lanes):
+    """An offset of 0 and the sequence modes' reserved bits set: the device refuses them, planned on the host or
+    on the device, with the frame's error, where zarr's numcodecs refuses them too (libzstd 1.5.4, the system's,
+    still takes them: STRICT lists these messages for the corpora's comparisons)."""
+    reserved = bytearray(OFFSET_ZERO)
+    assert reserved[MODES_AT] == 0     # (predefined tables for all three)
+    reserved[MODES_AT] |= 3
+    cases = {"offset is 0": OFFSET_ZERO, "reserved bits": bytes(reserved)}
+    for message, frame in cases.items():
+        with pytest.raises(Exception, match="(?i)corrupt"):
+            Zstd().decode(frame)            # zarr's reader
+        for heads in (False, True):
+            plans = [zdp.head(frame, "chunk/0")] if heads else None
+            with pytest.raises(zd.ZstdFrameError, match=rf"^zstd frame chunk/0: block 0: .*{message}"):
+                out = dev.buffer(64, "test output")
+                try:
+                    zd.decode_zstd(dev, [frame], out, names=["chunk/0"], plans=plans, lanes=lanes)
+                finally:
+                    out.release()
+    assert reference(libzstd, OFFSET_ZERO) in (None, bytes(18))   # (1.5.4 makes zeros of it; 1.5.6 on refuse it)
 
 
 def test_forged_table_descriptions_match_libzstd(dev, libzstd, rng):

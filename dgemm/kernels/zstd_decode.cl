@@ -68,6 +68,7 @@
 #define E_LAST_PAST 17
 #define E_SIZE 18
 #define E_CHECKSUM 19
+#define E_ZERO_OFFSET 20     // repeat offset 1 less 1 (after no literals) is 0
 
 // A backward bitstream (RFC 8878 4.1): bits are read from the end of the stream towards its start.
 // acc holds the stream's bits [top - 64, top), bytes before the stream's start read as 0.
@@ -1508,8 +1509,7 @@ int block_check(global const long* row, long size, long pos, global const long* 
             if (s.z) { off = rep1; rep1 = rep0; rep0 = off; } else off = rep0;
         } else {
             uint idx = s.z;
-            uint t = idx == 3 ? rep0 - 1 : idx == 1 ? rep1 : rep2;
-            t += t == 0;
+            const uint t = idx == 3 ? rep0 - 1 : idx == 1 ? rep1 : rep2;     // (0 is refused below)
             if (idx != 1) rep2 = rep1;
             rep1 = rep0;
             rep0 = t;
@@ -1518,7 +1518,9 @@ int block_check(global const long* row, long size, long pos, global const long* 
         if (ll + ml > limit - bpos) { *detail = i; return E_SEQ_PAST; }
         if (ll > litlen - lused) { *detail = i; return E_LIT_PAST; }
         if ((long)off > pos + bpos + ll) { *detail = i; return E_OFFSET; }
-        if (off == 0) { *detail = i; return E_OFFSET; }      // (never from the rules above; no endless copy)
+        // RFC 8878 forbids an offset of 0; libzstd up to 1.5.5 took it as 1, later ones (and zarr's numcodecs)
+        // refuse the frame (zstd's doc/decompressor_permissive.md), and so does this decoder
+        if (off == 0) { *detail = i; return E_ZERO_OFFSET; }
         // byte k of the match is byte k % off of the off bytes before it (block_matches): those are what it reads
         const long d = bpos + ll;
         const uint waits = dep_any(dep, d - (long)off, d - (long)off + min((long)off, ml));

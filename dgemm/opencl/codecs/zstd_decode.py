@@ -59,7 +59,11 @@ not end where their last symbol or sequence does (RFC 8878 requires that they
 do): libzstd 1.5.4 decodes some of those (its 4-stream Huffman fast path does
 not check where a stream ends; it reads the last sequence's state updates and
 then takes a stream read past its start), to bytes of its own choosing, and
-this path refuses them, as libzstd 1.5.6 does for sequences.
+this path refuses them, as libzstd 1.5.6 does for sequences.  Nor for two
+things RFC 8878 forbids that libzstd up to 1.5.5 took and later versions refuse
+(zstd's doc/decompressor_permissive.md), as zarr's own reader (numcodecs) does:
+an offset of 0 (repeat offset 1 less 1, where that is 1; taken as 1) and the
+sequence modes' reserved bits (ignored).  This path refuses both.
 """
 from __future__ import annotations
 
@@ -87,6 +91,7 @@ EXECUTE_ERRORS = {
     17: "the last {d} literals run past the block's output bound",
     18: "the frame decodes to {d} bytes, not its content size",
     19: "the checksum of the decoded content does not match the frame's",
+    20: "sequence {d}'s offset is 0 (repeat offset 1 less 1, after no literals)",
 }
 # zstd_huf_trees' codes: zstd_entropy.huffman_tree's Corrupt messages ({d}: the kernel's detail)
 TREE_ERRORS = {
@@ -109,9 +114,11 @@ TREE_INFO = 4       # zstd_huf_trees' output per tree: log (0: refused), error c
 STATE_COLUMNS = 11  # zstd_decode.cl's per-block state of the sequence execution (ST_...)
 FSTATE_COLUMNS = 7  # and per frame (FS_...)
 FS_ORG, FS_SERIAL = 5, 6    # where a frame's bytes start in the origins (a multiple of 32); no origins
-# the messages of bitstreams libzstd 1.5.4 may take (see the module's notes; its 4-stream Huffman fast path
-# also takes a stream whose last byte, which holds the end mark, is 0)
-STRICT = ("runs out of bits", "has bits left", "no end mark")
+# the messages of frames libzstd 1.5.4 may take: bitstreams (see the module's notes; its 4-stream Huffman fast
+# path also takes a stream whose last byte, which holds the end mark, is 0), and what libzstd up to 1.5.5
+# took and later ones refuse, as zarr's numcodecs does (zstd's doc/decompressor_permissive.md): an offset
+# of 0, taken as 1, and the sequence modes' reserved bits, ignored
+STRICT = ("runs out of bits", "has bits left", "no end mark", "offset is 0", "reserved bits")
 
 
 def unsupported_reason(frame, name: str = "frame") -> str | None:

@@ -26,7 +26,9 @@ numcodecs and dgemm's ``storage.zstd`` use) accepts or refuses it, decoded to
 the same bytes where accepted; where libzstd's result on a corrupt frame is
 bytes of its own internal buffers the device path raises instead (a compressed
 block whose output would reach past the place libzstd keeps the block's
-literals: :data:`LIMIT_SPLIT`).  Left to the host (:class:`ZstdUnsupported`):
+literals: :data:`LIMIT_SPLIT`), and where it takes what RFC 8878 forbids and
+libzstd 1.5.6 on refuse (the sequence modes' reserved bits set, an offset of
+0: see :mod:`.zstd_decode`).  Left to the host (:class:`ZstdUnsupported`):
 skippable and legacy-format frames, frames without a content size, and
 bytes after the frame that could start another frame.
 """
@@ -432,6 +434,8 @@ def _sequences(f: _Frame, row, p: int, end: int, index: int) -> None:
     if p >= end:
         raise f.bad(index, "its sequence compression modes run past the block")
     modes = data[p]
+    if modes & 3:       # (libzstd up to 1.5.5 ignored them; later ones refuse, as zarr's numcodecs does)
+        raise f.bad(index, "its sequence compression modes byte has its reserved bits set")
     p += 1
     tables = []
     previous = f.seq_tables
