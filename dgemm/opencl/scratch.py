@@ -16,7 +16,7 @@ device's shared transfer queue before it.
 A worker's reader threads (16 to 32) decode on the device through
 :meth:`Scratch.slot`: at most :data:`SLOTS` at once, each in a slot whose
 buffers and queue it borrows, so that the device holds the buffers of a few
-calls (a 256 MiB block of 64 MiB chunks takes about 2.1 GiB:
+calls (a 256 MiB block of 64 MiB chunks takes about 3 GiB:
 ``dgemm.worker.decoding.call_bytes``), not of every reader thread.
 A few calls at once keep the device busy (bench/NOTES.md, issue 28); more
 only wait on each other.

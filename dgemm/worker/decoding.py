@@ -43,18 +43,20 @@ def wanted(device, work: str = "decode") -> bool:
 
 # Device bytes one decode call holds (zstd_decode.decode_zstd's buffers, each with the scratch's 1/16 of room; the
 # Blosc decoder holds less), per byte of the chunks it decodes, whole (a block's edge chunks count whole): the
-# compressed frames, the literals, the sequences, the execute stage's origins and waiting bits (4 bytes and a bit
-# per byte), the scratch of chunks placed aside; and per zstd block of them (128 KiB of content, so at least
-# one a chunk, however small): its Huffman table (8 KiB), FSE tables, its plan's and the call's rows.  Fitted:
-# tests/test_decoding.py decodes blocks of 256-byte to 1 MiB chunks (float32 drawn normal, rounded to a
-# decimal, a random walk; zstd levels 1 and 19; blocks on and off the chunk grid) and checks each call's bytes
-# against these.  The most measured per byte of the chunks: 8.04 with 1 MiB chunks of rounded values (their
-# sequences), 8.53 with 64 KiB, 12.4 with 4 KiB, 55 with 256 bytes (a Huffman table and FSE tables a chunk:
-# small chunks cost the device's memory as they cost the host's time).  Level 19 cuts a random walk into
-# blocks of 8 KiB, each with its own tables: 9.2-10.4 bytes a byte, beyond these; :func:`reserve` then
+# compressed frames, the literals or the sequences (16 bytes each, a match of 3 bytes or more), the execute
+# stage's origins and waiting bits (4 bytes and a bit per byte), the scratch of chunks placed aside; and per zstd
+# block of them (128 KiB of content, so at least one a chunk, however small): its Huffman table (8 KiB), FSE
+# tables, its plan's and the call's rows.  A slot keeps each buffer at the largest any of its calls asked for, so
+# a slot that decoded normal values, then values rounded to 2 decimals (few literals, many sequences), holds
+# both at their largest.  Fitted: tests/test_decoding.py decodes blocks of 256-byte to 1 MiB chunks (float32
+# drawn normal, rounded to 1 and 2 decimals, a random walk; zstd levels 0 (Zarr's default, 3), 1 and 19; on and
+# off the chunk grid; mixed in one slot) and checks the slots' bytes against these.  The most measured per byte
+# of the chunks, past 20 KiB a zstd block: 11.2 (mixed, 256 KiB chunks), 10.2 for one call (2 decimals); every
+# buffer at its bound would be 13-14 (sequences of 3-byte matches, which float arrays hardly have).  Level 19
+# cuts a random walk into blocks of 8 KiB, each with its own tables, beyond these: :func:`reserve` then
 # follows what the slots hold.
-CALL_BYTES_PER_BYTE = 8.3
-CALL_BYTES_PER_BLOCK = 32 << 10
+CALL_BYTES_PER_BYTE = 12.0
+CALL_BYTES_PER_BLOCK = 20 << 10
 
 # Blocks one device decode call takes at most (zstd, whose calls defer): the readers' blocks that queued while
 # every decode slot was busy go in the next call together.  A call's kernels run one after another beside
@@ -88,8 +90,9 @@ def reserve(device, refs) -> int:
 
 def call_bytes(block) -> int:
     """Device bytes one decode call of ``block`` (a :class:`~dgemm.storage.ZarrBlock`) may hold: its chunks'
-    decoded bytes, whole, and their zstd blocks (see :data:`CALL_BYTES_PER_BYTE`); 0 for a block the device
-    never decodes (of a 1-D array: :func:`dgemm.storage.frames.region`)."""
+    decoded bytes, whole, and their zstd blocks (see :data:`CALL_BYTES_PER_BYTE`); 0 for a block of a 1-D
+    array, which the device never decodes (:func:`dgemm.storage.frames.region`).  Other blocks the device leaves
+    to the host (sharded, big-endian, Fortran-order arrays) count as if it decoded them."""
     if block.expand is not None or len(block.array.chunks) != 2:
         return 0
     (r0, r1), (c0, c1) = block.rows, block.cols
