@@ -133,8 +133,10 @@ def decoder(codec: str, config: dict | None = None) -> Decoder | None:
 # (AUTO), for the codecs measured so (AUTO_CODECS: Blosc's inputs stay on the host under auto).
 # Twenty-second session (616372f: frames planned on the device, the readers reading headers alone): one H200,
 # 32768² zstd, means of four runs, on 1.585 and 1.69 s against share 1.68 and 1.77 in two calls (results/2026-11-27-
-# nvidia-h200-{devplan22,slots22}-*; with the plans kept instead, 1.52 against 1.73).  auto stays share until two
-# GPUs are measured (gpu_session_x2_22.sh): with the plans on the host, share was far ahead there.
+# nvidia-h200-{devplan22,slots22}-*; with the plans kept instead, 1.52 against 1.73).  Twenty-third session
+# (bdfdbd3, 70d2b1f): two H200s of one 32-core host, 49152², on 3.00 s against share 3.11 on both GPUs and 4.34
+# against 4.04 on one of them; one H200 of 16 cores, on 4.06 against share 4.01 (49152²) and 1.56 against 1.61
+# (32768²) (results/2026-11-28-nvidia-h200*).  No setting wins everywhere, so auto stays share.
 # Device types where ``auto`` takes the device path for the inputs of the codecs AUTO_CODECS (their other
 # codecs decoded on the host) and for C's chunks, and which way: "share" (a reader that finds every decode slot
 # of its device busy decodes on the host) or "on" (it waits for one).  On a GPU, zstd's, shared.
