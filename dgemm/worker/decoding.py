@@ -49,8 +49,8 @@ def wanted(device, work: str = "decode") -> bool:
 # tables, its plan's and the call's rows.  A slot keeps each buffer at the largest any of its calls asked for, so
 # a slot that decoded normal values, then values rounded to 2 decimals (few literals, many sequences), holds
 # both at their largest.  Fitted: tests/test_decoding.py decodes blocks of 256-byte to 1 MiB chunks (float32
-# drawn normal, rounded to 1 and 2 decimals, a random walk; zstd levels 0 (Zarr's default, 3), 1 and 19; on and
-# off the chunk grid; mixed in one slot) and checks the slots' bytes against these.  The most measured per byte
+# drawn normal, rounded to 1 and 2 decimals, a random walk; zstd levels 0 (Zarr's default, 3) and 19, by hand 1
+# and 5 too; on and off the chunk grid; mixed in one slot) and checks the slots' bytes against these.  The most measured per byte
 # of the chunks, past 20 KiB a zstd block: 11.2 (mixed, 256 KiB chunks), 10.2 for one call (2 decimals); every
 # buffer at its bound would be 13-14 (sequences of 3-byte matches, which float arrays hardly have).  Level 19
 # cuts a random walk into blocks of 8 KiB, each with its own tables (9.2-10.4 bytes a byte, within these);
