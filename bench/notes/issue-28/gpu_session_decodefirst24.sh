@@ -9,6 +9,8 @@
 #     OUT=/some/folder bash bench/notes/issue-28/gpu_session_decodefirst24.sh
 # It runs the A/B (32768² zstd in and out under on and share, two rounds in ABBA order, raw three times), then the
 # timeline of v1 under on (its GEMMs' share of each 0.1 s bin against the twenty-third session's 0.3-0.6).
+# On two GPUs (kind nvidia-h200-x2): SIZE=49152 DEVICES=0,1 (the A/B and raw at that size on both; the timeline
+# stays 32768² on the first GPU).
 set -u
 : "${OUT:?set OUT to the folder for the records}"
 cd "$(dirname "$0")/../../.."
