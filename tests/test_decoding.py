@@ -532,6 +532,10 @@ def test_the_decode_slots_room_counts_shared_calls_only_where_readers_queue(tmp_
     assert decoding.device_bytes([DeviceDecoded(small, True, zstd_only), DeviceDecoded(large, True, zstd_only)]) \
         == SLOTS * decoding.call_bytes(small), "a Blosc block that auto leaves to the host counted"
     assert decoding.device_bytes([small, DeviceDecoded(large, True, zstd_only)]) == 0
+    for layout in ("v3 raw", "v3 zstd with checksum", "v3 blosc-lz4 sharded"):     # (read on the host under on too)
+        other, _ = create(tmp_path / f"{layout}.zarr", OTHERS[layout], rng, shape=(128, 64), chunks=(16, 32),
+                          dtype="float32")
+        assert decoding.device_bytes([DeviceDecoded(ZarrBlock(other, (0, 128), (0, 64)))]) == 0, layout
 
 
 def test_a_block_counts_the_whole_chunks_it_touches(tmp_path, rng):

@@ -76,7 +76,7 @@ def device_bytes(refs) -> int:
     panel cache leaves it free."""
     from dgemm.opencl.scratch import SLOTS
 
-    mine = [r for r in refs if type(r) is DeviceDecoded and _may_take(r)]
+    mine = [r for r in refs if type(r) is DeviceDecoded and _may_take(r) and _decodable(r.block)]
     largest = max((call_bytes(r.block) for r in mine), default=0)
     batch = 1 if all(r.share for r in mine) else max(BATCH, 1)
     return int(SLOTS * batch * largest)
@@ -91,8 +91,7 @@ def reserve(device, refs) -> int:
 def call_bytes(block) -> int:
     """Device bytes one decode call of ``block`` (a :class:`~dgemm.storage.ZarrBlock`) may hold: its chunks'
     decoded bytes, whole, and their zstd blocks (see :data:`CALL_BYTES_PER_BYTE`); 0 for a block of a 1-D
-    array, which the device never decodes (:func:`dgemm.storage.frames.region`).  Other blocks the device leaves
-    to the host (sharded, big-endian, Fortran-order arrays) count as if it decoded them."""
+    array, which the device never decodes (:func:`dgemm.storage.frames.region`)."""
     if block.expand is not None or len(block.array.chunks) != 2:
         return 0
     (r0, r1), (c0, c1) = block.rows, block.cols
@@ -100,6 +99,14 @@ def call_bytes(block) -> int:
     chunks = (-(-r1 // rows) - r0 // rows) * (-(-c1 // cols) - c0 // cols)
     chunk = rows * cols * block.dtype.itemsize
     return int(chunks * (CALL_BYTES_PER_BYTE * chunk + max(1, -(-chunk // BLOCK_MAX)) * CALL_BYTES_PER_BLOCK))
+
+
+def _decodable(block) -> bool:
+    """Whether a device decoder takes the chunks of ``block``'s array (its one compressor and its configuration,
+    from the metadata): blocks of uncompressed, sharded or otherwise compressed arrays are read on the host, and
+    the decode slots need no room for them."""
+    found = frames.codec_config(block.array)
+    return found is not None and codecs.decoder(*found) is not None
 
 
 def _may_take(ref, codec: str | None = None) -> bool:
