@@ -1,7 +1,7 @@
 """What a device zstd decode costs the GEMM kernels running beside it, per decoded byte (issue 28).
 
     python bench/notes/issue-28/beside_gemm.py OUT.json [--seconds 2] [--threads 1,4] [--host-threads 0]
-        [--variants 1,8] [--priority high,normal] [--gemm 8192,8192,4096] [--size 64] [--frames 2]
+        [--variants 1,8] [--priority high,normal] [--try-priority] [--gemm 8192,8192,4096] [--size 64] [--frames 2]
 
 The end-to-end runs say the device's decode kernels slow the GEMMs by about what they save the host's
 readers (bench/NOTES.md, issue 28, eighteenth and nineteenth sessions), and that they decode at 17-27 GB/s
@@ -46,6 +46,9 @@ def main():
     p.add_argument("--priority", default="high,normal", help="the decode queues' priority: high (the default "
                                                             "where the driver offers it; NVIDIA's offers none, "
                                                             "so both are ordinary queues there), normal")
+    p.add_argument("--try-priority", action="store_true", help="ask for high-priority decode queues even where the "
+                                                                 "driver lists no cl_khr_priority_hints (whether "
+                                                                 "it refuses, ignores or honours the property)")
     p.add_argument("--gemm", default="8192,8192,4096", help="M,N,K of each GEMM launch")
     p.add_argument("--size", type=float, default=64, help="chunk size in MiB (default 64)")
     p.add_argument("--frames", type=int, default=2, help="frames a decode call (default 2: a default block)")
@@ -191,7 +194,7 @@ def main():
             row["ms_a_call"] = {what: round(s / calls * 1e3, 3) for what, s in sorted(kinds.items())}
         return row
 
-    offered = device.priority       # (high-priority queues, where the driver offers them)
+    offered = device.priority or args.try_priority      # (high-priority queues, where the driver offers them)
     variants = [(6, 1, int(x[1:])) if x.startswith("s") else (5, int(x), 1) for x in args.variants.split(",")]
     priorities = args.priority.split(",")
     counts = [int(x) for x in args.threads.split(",")]
@@ -228,6 +231,8 @@ def main():
     record = {"meta": {"what": "what a device zstd decode costs the GEMMs beside it, per decoded GB",
                        "device": info.name, "cores": os.cpu_count(), "date": utc_now(),
                        "commit": git_commit()[0], "command": command_line(),
+                       "driver": device.cl_device.driver_version, "priority_hints_listed": "cl_khr_priority_hints"
+                       in (device.cl_device.extensions or "").split(), "priority_tried": args.try_priority,
                        "gemm": {"m": m, "n": n, "k": k, "params": choice.params.as_dict(),
                                 "checked_rel_err": checked.rel_err},
                        "frames_a_call": args.frames, "chunk_mib": args.size, "ratio": round(
