@@ -406,6 +406,30 @@ def test_a_shared_call_takes_no_more_than_its_bytes_cap(any_device, tmp_path, rn
         np.testing.assert_array_equal(values, data[r0:r1])
 
 
+def test_a_shared_call_holds_no_more_than_its_part_of_the_devices_memory(any_device, tmp_path, rng, monkeypatch):
+    """``call_cap``: on a device whose memory share leaves each slot two blocks' calls and a half, four blocks queued
+    behind busy slots go in two calls of two (not one of four), the reserve counts the cap's bytes, and the
+    blocks come out right."""
+    from dgemm.opencl.scratch import SLOTS
+    from dgemm.worker import decoding
+
+    arr, data = create(tmp_path / "a.zarr", LZ4["v2 zstd"], rng, shape=(64, 512), chunks=(8, 512), dtype="float32")
+    spans = [(0, 16), (16, 32), (32, 48), (48, 64)]
+    blocks = [DeviceDecoded(ZarrBlock(arr, r, (0, 512))) for r in spans]
+    one = decoding.call_bytes(blocks[0].block)
+    share = int(2.5 * one * SLOTS / decoding.SLOTS_SHARE)
+    assert 2 * one <= decoding.call_cap(share) < 3 * one and decoding.BATCH >= len(blocks)
+    monkeypatch.setattr(decoding._batches(any_device), "cap", None)     # (set back after the test)
+    any_device.scratch.release()
+    assert decoding.reserve(any_device, blocks, share) == SLOTS * decoding.call_cap(share)
+    assert decoding.reserve(any_device, blocks) == SLOTS * decoding.BATCH * one     # (no share: no cap)
+    decoding.reserve(any_device, blocks, share)
+    got, _, calls = _queued_behind_held_slots(any_device, blocks, monkeypatch)
+    assert sorted(len(c) for c in calls) == [4, 4], calls
+    for (r0, r1), values in zip(spans, got):
+        np.testing.assert_array_equal(values, data[r0:r1])
+
+
 def test_a_chunk_a_kernel_refuses_fails_only_its_block_in_a_shared_call(any_device, tmp_path, rng, monkeypatch):
     """A shared call with one chunk that only the kernels find corrupt: that block's check raises the reader's
     error naming its chunk; the other blocks of the call are whole and pass."""
@@ -528,6 +552,15 @@ def test_the_decode_slots_room_counts_shared_calls_only_where_readers_queue(tmp_
     one = SLOTS * decoding.call_bytes(large)
     assert decoding.device_bytes([DeviceDecoded(small), DeviceDecoded(large)]) == one * decoding.BATCH
     assert decoding.device_bytes([DeviceDecoded(small, True), DeviceDecoded(large, True)]) == one
+    # a device whose memory share caps the calls: the cap's bytes, never less than a call of the largest block alone
+    largest = decoding.call_bytes(large)
+    for calls, per_call in ((1.5, None), (0.5, largest), (decoding.BATCH + 1, decoding.BATCH * largest)):
+        share = int(calls * largest * SLOTS / decoding.SLOTS_SHARE)    # (each slot's part: `calls` of the largest)
+        cap = decoding.call_cap(share)
+        assert abs(cap - calls * largest) <= 1, (cap, calls)
+        held = decoding.device_bytes([DeviceDecoded(small), DeviceDecoded(large)], share)
+        assert held == SLOTS * (cap if per_call is None else per_call), calls
+        assert decoding.device_bytes([DeviceDecoded(small, True), DeviceDecoded(large, True)], share) == one
     zstd_only = frozenset({"zstd"})
     assert decoding.device_bytes([DeviceDecoded(small, True, zstd_only), DeviceDecoded(large, True, zstd_only)]) \
         == SLOTS * decoding.call_bytes(small), "a Blosc block that auto leaves to the host counted"

@@ -219,6 +219,67 @@ def test_the_panel_cache_leaves_the_decode_slots_and_the_encoder_room(one_worker
     assert budgets["off"] - budgets["on"] == SLOTS * BATCH * largest + kept, budgets
 
 
+def _limit_device_memory(value, dask_worker=None):
+    """On a worker: its ``device-memory-limit`` (bytes; None: unset); its device's type."""
+    import dask
+
+    dask.config.set({"dgemm.device-memory-limit": value})
+    return dask_worker.plugins["dgemm"].state.device.info.type
+
+
+def _decode_cap(dask_worker=None):
+    """On a worker: the cap its device's shared decode calls keep to, and the device's memory share."""
+    from dgemm.worker import decoding
+
+    state = dask_worker.plugins["dgemm"].state
+    return decoding._batches(state.device).cap, state.memory_share()
+
+
+def test_the_decode_slots_keep_to_their_part_of_a_small_devices_memory(one_worker, tmp_path, rng):
+    """device-codecs on, on a device (``device-memory-limit``) whose memory share leaves each decode slot a call of
+    one and a half of the largest input block: the panel cache leaves the slots that cap's bytes, not BATCH
+    blocks' (which took from the cache what the inputs' panels needed: bench/NOTES.md, issue 28, twenty-fourth
+    session), the worker's shared calls keep to it, and the products are right."""
+    import _device_codecs
+
+    from dgemm.opencl.scratch import ENCODE_SLOTS, SLOTS
+    from dgemm.sizes import cache_budget
+    from dgemm.storage import ZarrBlock, encoded
+    from dgemm.worker import encoding
+    from dgemm.worker.decoding import BATCH, SLOTS_SHARE, call_bytes, call_cap
+
+    client = one_worker
+    xa, xb = rng.standard_normal((96, 80)).astype("float32"), rng.standard_normal((80, 64)).astype("float32")
+    a, b = _zarr(tmp_path / "a.zarr", xa, (32, 32)), _zarr(tmp_path / "b.zarr", xb, (32, 32))
+    za, zb = zarr.open_array(a, mode="r"), zarr.open_array(b, mode="r")
+    largest = max(call_bytes(ZarrBlock(za, (0, 96), (0, 80))), call_bytes(ZarrBlock(zb, (0, 80), (0, 64))))
+    (kind,) = client.run(_limit_device_memory, None).values()
+    want = int(1.5 * largest * SLOTS / SLOTS_SHARE)     # the share whose cap is 1.5 of the largest block's call
+    memory = -(-want * (1 << 20) // cache_budget(1 << 20, 0, kind))
+    set_codecs = _device_codecs.setting(client)
+    configure = next(set_codecs)
+    budgets = {}
+    try:
+        client.run(_limit_device_memory, memory)
+        for mode in ("off", "on"):
+            configure(mode)
+            out = str(tmp_path / f"c-{mode}.zarr")
+            dgemm.matmul(a, b, out=out, client=client)
+            check = zarr.open_array(out, mode="r")[...]
+            np.testing.assert_allclose(check, xa.astype(np.float64) @ xb, rtol=1e-4, atol=1e-4)
+            (budgets[mode],) = client.run(_cache_budget).values()
+        (got,) = client.run(_decode_cap).values()
+    finally:
+        next(set_codecs, None)
+        client.run(_limit_device_memory, None)
+    cap, share = got
+    assert cap == call_cap(share) and largest < cap < BATCH * largest, (cap, share, largest)
+    c = encoded.chunks_of(zarr.open_array(str(tmp_path / "c-on.zarr"), mode="r+"), (0, 96), (0, 64))
+    kept = encoding.device_bytes(c, ENCODE_SLOTS)
+    assert budgets["off"] > 0 and budgets["on"] > 0, budgets
+    assert budgets["off"] - budgets["on"] == SLOTS * cap + kept, budgets
+
+
 def _device_memory_used() -> int | None:
     """Bytes of GPU memory in use on the first NVIDIA GPU (nvidia-smi), None where it cannot tell."""
     import shutil

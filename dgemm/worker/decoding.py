@@ -67,25 +67,46 @@ BATCH = 4
 # Decoded bytes a shared call takes at most (past its first block): zstd_decode's execution walks a call's frames
 # one after another once they pass 4 GiB (its origins are 32-bit positions).
 BATCH_BYTES = 1 << 31
+# The part of a device's memory share (what the panel cache and a product's own buffers divide:
+# dgemm.sizes.cache_budget) that the decode slots' shared calls may hold together: past it a call takes fewer
+# blocks.  The panel cache needs the rest: at 49152² float32 on an 80 GB H100, four calls of four 8192 x 4096
+# blocks (24.3 GiB) left it 34 GiB against the 36 both inputs take (3xTF32 keeps two halves of a block), so
+# blocks were read and decoded 2.25 times over and `on` ran 5.9 s against share's 4.2 (bench/NOTES.md, issue 28,
+# twenty-fourth session).  A quarter leaves calls of two such blocks there, and of four on a 141 GB H200.
+SLOTS_SHARE = 0.25
 
 
-def device_bytes(refs) -> int:
+def call_cap(share: int) -> int:
+    """Device bytes one shared decode call may hold (:func:`call_bytes` over its blocks, the first taken whatever
+    it holds) on a device whose memory share is ``share`` bytes: :data:`SLOTS_SHARE` of it over the slots."""
+    from dgemm.opencl.scratch import SLOTS
+
+    return int(SLOTS_SHARE * share / SLOTS)
+
+
+def device_bytes(refs, share: int | None = None) -> int:
     """What the device's decode slots may hold while blocks like ``refs`` are decoded (:mod:`dgemm.opencl.scratch`):
     :data:`~dgemm.opencl.scratch.SLOTS` calls of the largest block the device may take (:func:`call_bytes`), each
-    of :data:`BATCH` blocks where readers wait for slots (not under ``share``: its readers never queue); the
-    panel cache leaves it free."""
+    of up to :data:`BATCH` blocks where readers wait for slots (not under ``share``: its readers never queue), as
+    far as :func:`call_cap` lets them on a device of memory share ``share`` (None: no cap); the panel cache leaves
+    it free."""
     from dgemm.opencl.scratch import SLOTS
 
     mine = [r for r in refs if type(r) is DeviceDecoded and _may_take(r) and _decodable(r.block)]
     largest = max((call_bytes(r.block) for r in mine), default=0)
-    batch = 1 if all(r.share for r in mine) else max(BATCH, 1)
-    return int(SLOTS * batch * largest)
+    if all(r.share for r in mine):
+        return int(SLOTS * largest)
+    # (not floored to whole blocks of the largest: a call of smaller blocks may fill its cap)
+    per_call = BATCH * largest if share is None else max(largest, min(BATCH * largest, call_cap(share)))
+    return int(SLOTS * per_call)
 
 
-def reserve(device, refs) -> int:
-    """What the panel cache leaves the decode slots of ``device`` for blocks like ``refs``: :func:`device_bytes`, or
-    what the slots hold already where an earlier block (data the model was not fitted on) grew them more."""
-    return max(device_bytes(refs), device.scratch.nbytes())
+def reserve(device, refs, share: int | None = None) -> int:
+    """What the panel cache leaves the decode slots of ``device`` for blocks like ``refs`` (:func:`device_bytes`, or
+    what the slots hold already where an earlier block, of data the model was not fitted on, grew them more), the
+    device's memory share being ``share`` bytes; and the cap its shared calls keep to from now (:func:`call_cap`)."""
+    _batches(device).cap = None if share is None else call_cap(share)
+    return max(device_bytes(refs, share), device.scratch.nbytes())
 
 
 def call_bytes(block) -> int:
@@ -97,8 +118,12 @@ def call_bytes(block) -> int:
     (r0, r1), (c0, c1) = block.rows, block.cols
     rows, cols = (int(n) for n in block.array.chunks)
     chunks = (-(-r1 // rows) - r0 // rows) * (-(-c1 // cols) - c0 // cols)
-    chunk = rows * cols * block.dtype.itemsize
-    return int(chunks * (CALL_BYTES_PER_BYTE * chunk + max(1, -(-chunk // BLOCK_MAX)) * CALL_BYTES_PER_BLOCK))
+    return chunks * _chunk_call_bytes(rows * cols * block.dtype.itemsize)
+
+
+def _chunk_call_bytes(chunk: int) -> int:
+    """Device bytes a decode call holds for one whole chunk of ``chunk`` decoded bytes (:func:`call_bytes`)."""
+    return int(CALL_BYTES_PER_BYTE * chunk + max(1, -(-chunk // BLOCK_MAX)) * CALL_BYTES_PER_BLOCK)
 
 
 def _decodable(block) -> bool:
@@ -428,6 +453,7 @@ class _Batches:
         self._cond = threading.Condition()
         self._queue: list[_Request] = []
         self._leaders = 0
+        self.cap: int | None = None     # device bytes a call may hold past its first block (reserve sets it)
 
     def decode(self, req: _Request) -> int:
         """Decode ``req``'s block (in a call of its own or shared); bytes sent, as :func:`_decode_read` returns."""
@@ -466,7 +492,7 @@ class _Batches:
             try:
                 with device.scratch.slot():
                     with self._cond:
-                        batch = _take(self._queue)
+                        batch = _take(self._queue, self.cap)
                     if batch:
                         _decode_batch(device, batch)
             finally:
@@ -475,15 +501,18 @@ class _Batches:
                     self._cond.notify_all()
 
 
-def _take(queue: list) -> list:
+def _take(queue: list, cap: int | None = None) -> list:
     """The first requests of ``queue`` (taken out and marked): up to :data:`BATCH` blocks, and past the first
-    block no more than :data:`BATCH_BYTES` decoded."""
-    n = total = 0
+    block no more than :data:`BATCH_BYTES` decoded, nor ``cap`` bytes held on the device (:func:`call_bytes`:
+    a request's chunks lie whole in its block)."""
+    n = total = held = 0
     while n < min(BATCH, len(queue)):
         size = sum(p.size for p in queue[n].plans)
-        if n and total + size > BATCH_BYTES:
+        holds = len(queue[n].plans) * _chunk_call_bytes(queue[n].found.chunk_nbytes)
+        if n and (total + size > BATCH_BYTES or (cap is not None and held + holds > cap)):
             break
         total += size
+        held += holds
         n += 1
     batch, queue[:n] = queue[:n], []
     for r in batch:

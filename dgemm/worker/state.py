@@ -476,6 +476,12 @@ class DeviceState:
         live = [s for _, s in live_states()]
         return self not in live or live[0] is self
 
+    def memory_share(self) -> int:
+        """Device bytes a run may hold here (the panel cache and what a product holds beside it):
+        :func:`~dgemm.sizes.cache_budget` with nothing reserved."""
+        info = self.device.info
+        return cache_budget(device_memory(info), 0, info.type)
+
     def plan_cache(self, reserve: int) -> int:
         """Give the panel cache the device memory a run leaves: its share less ``reserve`` bytes.
 
