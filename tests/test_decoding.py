@@ -406,28 +406,72 @@ def test_a_shared_call_takes_no_more_than_its_bytes_cap(any_device, tmp_path, rn
         np.testing.assert_array_equal(values, data[r0:r1])
 
 
-def test_a_shared_call_holds_no_more_than_its_part_of_the_devices_memory(any_device, tmp_path, rng, monkeypatch):
-    """``call_cap``: on a device whose memory share leaves each slot two blocks' calls and a half, four blocks queued
-    behind busy slots go in two calls of two (not one of four), the reserve counts the cap's bytes, and the
-    blocks come out right."""
+@pytest.mark.parametrize("spans, cap_blocks, want", [
+    ([(0, 16), (16, 32), (32, 48), (48, 64)], 2.5, [4, 4]),                 # two blocks a call, not four
+    ([(0, 16), (16, 24), (24, 32), (32, 48), (48, 64)], 2.5, None),         # mixed: 2, 1, 1, 2, 2 chunks
+    ([(0, 16), (16, 32), (32, 48)], 0.5, [2, 2, 2]),                        # a cap below one block: each alone
+])
+def test_a_shared_call_holds_no_more_than_its_part_of_the_devices_memory(any_device, tmp_path, rng, monkeypatch,
+                                                                        spans, cap_blocks, want):
+    """``limit_calls``: on a device whose memory share leaves each slot ``cap_blocks`` blocks' calls (blocks of two
+    chunks), the blocks queued behind busy slots go in calls that keep to the cap in queue order (a first block
+    whatever it holds), the reserve counts the cap's bytes, the slots hold no more, and the blocks come out right."""
     from dgemm.opencl.scratch import SLOTS
     from dgemm.worker import decoding
 
     arr, data = create(tmp_path / "a.zarr", LZ4["v2 zstd"], rng, shape=(64, 512), chunks=(8, 512), dtype="float32")
-    spans = [(0, 16), (16, 32), (32, 48), (48, 64)]
     blocks = [DeviceDecoded(ZarrBlock(arr, r, (0, 512))) for r in spans]
-    one = decoding.call_bytes(blocks[0].block)
-    share = int(2.5 * one * SLOTS / decoding.SLOTS_SHARE)
-    assert 2 * one <= decoding.call_cap(share) < 3 * one and decoding.BATCH >= len(blocks)
+    two = decoding.call_bytes(ZarrBlock(arr, (0, 16), (0, 512)))
+    share = int(cap_blocks * two * SLOTS / decoding.SLOTS_SHARE)
+    cap = decoding.call_cap(share)
+    assert abs(cap - cap_blocks * two) <= 1 and decoding.BATCH >= 4
+    assert decoding.reserve(any_device, blocks, share) >= SLOTS * min(cap, decoding.BATCH * two)
     monkeypatch.setattr(decoding._batches(any_device), "cap", None)     # (set back after the test)
     any_device.scratch.release()
-    assert decoding.reserve(any_device, blocks, share) == SLOTS * decoding.call_cap(share)
-    assert decoding.reserve(any_device, blocks) == SLOTS * decoding.BATCH * one     # (no share: no cap)
-    decoding.reserve(any_device, blocks, share)
+    decoding.limit_calls(any_device, share)
+    queued, take = [], decoding._take
+
+    def watched(queue, cap=None):       # the chunks of each block in the order the readers queued them
+        queued.append([len(r.plans) for r in queue])
+        return take(queue, cap)
+    monkeypatch.setattr(decoding, "_take", watched)
     got, _, calls = _queued_behind_held_slots(any_device, blocks, monkeypatch)
-    assert sorted(len(c) for c in calls) == [4, 4], calls
+    if want is None:    # greedy in queue order: a block joins while the call's chunks keep within the cap
+        chunk, order, want = two // 2, queued[0], []
+        while order:
+            n = 1
+            while n < min(decoding.BATCH, len(order)) and sum(order[:n + 1]) * chunk <= cap:
+                n += 1
+            want.append(sum(order[:n]))
+            order = order[n:]
+        assert len(want) < len(spans) and max(want) > 2, want    # (the case shares calls, of more than a block)
+    assert len(queued[0]) == len(spans) and sorted(len(c) for c in calls) == sorted(want), (calls, queued)
+    assert any_device.scratch.nbytes() <= decoding.device_bytes(blocks, share) == SLOTS * max(two, cap)
     for (r0, r1), values in zip(spans, got):
         np.testing.assert_array_equal(values, data[r0:r1])
+
+
+def test_a_call_takes_its_first_block_whatever_the_cap_and_keeps_to_it_after():
+    """``_take`` (no device): queued blocks of 2, 1, 4 and 1 chunks under a cap of three chunks' bytes give calls
+    of 2+1, then 4 (over the cap alone: taken, or its reader would wait for ever), then 1; each request marked."""
+    from types import SimpleNamespace as NS
+
+    from dgemm.worker import decoding
+
+    chunk = 1 << 20
+    per = decoding._chunk_call_bytes(chunk)
+
+    def req(n):
+        return NS(plans=[NS(size=chunk)] * n, found=NS(chunk_nbytes=chunk), taken=False)
+    queue = [req(n) for n in (2, 1, 4, 1)]
+    calls = []
+    while queue:
+        batch = decoding._take(queue, 3 * per)
+        assert batch and all(r.taken for r in batch)
+        calls.append([len(r.plans) for r in batch])
+    assert calls == [[2, 1], [4], [1]], calls
+    queue = [req(n) for n in (2, 1, 4, 1)]
+    assert [len(r.plans) for r in decoding._take(queue, None)] == [2, 1, 4, 1][:decoding.BATCH]
 
 
 def test_a_chunk_a_kernel_refuses_fails_only_its_block_in_a_shared_call(any_device, tmp_path, rng, monkeypatch):
@@ -539,8 +583,9 @@ def test_auto_on_a_gpu_shares_zstd_inputs_encodes_c_and_leaves_blosc_to_the_host
 
 
 def test_the_decode_slots_room_counts_shared_calls_only_where_readers_queue(tmp_path, rng):
-    """``device_bytes``: SLOTS calls of BATCH of the largest block under ``on`` (its readers queue for slots),
-    of one block under ``share`` (they never queue), and only the blocks whose codec the device takes."""
+    """``device_bytes``: SLOTS calls, each of BATCH blocks where they share calls (under ``on``, whose readers queue
+    for slots, a decoder that defers: zstd), of the largest block alone otherwise (``share``, whose readers never
+    queue; Blosc, whose calls take one block), and only the blocks whose codec the device takes."""
     from dgemm.opencl.scratch import SLOTS
     from dgemm.worker import decoding
 
@@ -548,19 +593,23 @@ def test_the_decode_slots_room_counts_shared_calls_only_where_readers_queue(tmp_
     lz4, _ = create(tmp_path / "l.zarr", LZ4["v3 shuffle"], rng, shape=(128, 64), chunks=(16, 64), dtype="float32")
     small, large = ZarrBlock(zst, (0, 64), (0, 64)), ZarrBlock(lz4, (0, 128), (0, 64))
     per_chunk = decoding.CALL_BYTES_PER_BYTE * 16 * 64 * 4 + decoding.CALL_BYTES_PER_BLOCK      # (one zstd block)
-    assert decoding.call_bytes(small) == int(4 * per_chunk) and decoding.call_bytes(large) == int(8 * per_chunk)
-    one = SLOTS * decoding.call_bytes(large)
-    assert decoding.device_bytes([DeviceDecoded(small), DeviceDecoded(large)]) == one * decoding.BATCH
+    zstd_call, blosc_call = decoding.call_bytes(small), decoding.call_bytes(large)
+    assert zstd_call == int(4 * per_chunk) and blosc_call == int(8 * per_chunk)
+    assert decoding.BATCH * zstd_call > blosc_call
+    assert decoding.device_bytes([DeviceDecoded(small), DeviceDecoded(large)]) == SLOTS * decoding.BATCH * zstd_call
+    assert decoding.device_bytes([DeviceDecoded(large)]) == SLOTS * blosc_call, "Blosc's calls counted as shared"
+    one = SLOTS * blosc_call
     assert decoding.device_bytes([DeviceDecoded(small, True), DeviceDecoded(large, True)]) == one
     # a device whose memory share caps the calls: the cap's bytes, never less than a call of the largest block alone
-    largest = decoding.call_bytes(large)
-    for calls, per_call in ((1.5, None), (0.5, largest), (decoding.BATCH + 1, decoding.BATCH * largest)):
-        share = int(calls * largest * SLOTS / decoding.SLOTS_SHARE)    # (each slot's part: `calls` of the largest)
+    for calls, per_call in ((1.5, None), (0.5, zstd_call), (decoding.BATCH + 1, decoding.BATCH * zstd_call)):
+        share = int(calls * zstd_call * SLOTS / decoding.SLOTS_SHARE)    # (each slot's part: `calls` zstd blocks)
         cap = decoding.call_cap(share)
-        assert abs(cap - calls * largest) <= 1, (cap, calls)
-        held = decoding.device_bytes([DeviceDecoded(small), DeviceDecoded(large)], share)
+        assert abs(cap - calls * zstd_call) <= 1, (cap, calls)
+        held = decoding.device_bytes([DeviceDecoded(small)], share)
         assert held == SLOTS * (cap if per_call is None else per_call), calls
         assert decoding.device_bytes([DeviceDecoded(small, True), DeviceDecoded(large, True)], share) == one
+        assert decoding.device_bytes([DeviceDecoded(small), DeviceDecoded(large)], share) == SLOTS * max(
+            blosc_call, cap if per_call is None else per_call), calls
     zstd_only = frozenset({"zstd"})
     assert decoding.device_bytes([DeviceDecoded(small, True, zstd_only), DeviceDecoded(large, True, zstd_only)]) \
         == SLOTS * decoding.call_bytes(small), "a Blosc block that auto leaves to the host counted"
@@ -667,14 +716,14 @@ def test_the_reserve_follows_what_the_decode_slots_hold(any_device, tmp_path, rn
     scratch = any_device.scratch
     scratch.release()
     model = decoding.device_bytes(refs)
-    assert model > 0 and decoding.reserve(any_device, refs) == model
+    assert model > 0 and decoding.reserve(any_device, refs, None) == model
     try:
         with scratch.slot():
             scratch.buffer("test: grown by an earlier block", 3 * model)
-        assert scratch.nbytes() > model and decoding.reserve(any_device, refs) == scratch.nbytes()
+        assert scratch.nbytes() > model and decoding.reserve(any_device, refs, None) == scratch.nbytes()
     finally:
         scratch.release()
-    assert decoding.reserve(any_device, refs) == model
+    assert decoding.reserve(any_device, refs, None) == model
 
 
 def test_every_decoder_that_reads_frames_lightly_says_what_sends_them_back():

@@ -86,27 +86,31 @@ def call_cap(share: int) -> int:
 
 def device_bytes(refs, share: int | None = None) -> int:
     """What the device's decode slots may hold while blocks like ``refs`` are decoded (:mod:`dgemm.opencl.scratch`):
-    :data:`~dgemm.opencl.scratch.SLOTS` calls of the largest block the device may take (:func:`call_bytes`), each
-    of up to :data:`BATCH` blocks where readers wait for slots (not under ``share``: its readers never queue), as
-    far as :func:`call_cap` lets them on a device of memory share ``share`` (None: no cap); the panel cache leaves
-    it free."""
+    :data:`~dgemm.opencl.scratch.SLOTS` calls, each of the largest block the device may take (:func:`call_bytes`)
+    or, where readers wait for slots (not under ``share``: its readers never queue) and the decoder defers (zstd;
+    Blosc's calls take one block), of up to :data:`BATCH` blocks, as far as :func:`call_cap` lets them on a device
+    of memory share ``share`` (None: no cap); the panel cache leaves it free."""
     from dgemm.opencl.scratch import SLOTS
 
     mine = [r for r in refs if type(r) is DeviceDecoded and _may_take(r) and _decodable(r.block)]
     largest = max((call_bytes(r.block) for r in mine), default=0)
-    if all(r.share for r in mine):
-        return int(SLOTS * largest)
-    # (not floored to whole blocks of the largest: a call of smaller blocks may fill its cap)
-    per_call = BATCH * largest if share is None else max(largest, min(BATCH * largest, call_cap(share)))
-    return int(SLOTS * per_call)
+    shared = max((call_bytes(r.block) for r in mine if not r.share and _defers(r.block)), default=0)
+    # (not floored to whole blocks: a call of smaller blocks, a product's edge blocks, may fill its cap)
+    batch = BATCH * shared if share is None else min(BATCH * shared, call_cap(share))
+    return int(SLOTS * max(largest, batch))
 
 
-def reserve(device, refs, share: int | None = None) -> int:
-    """What the panel cache leaves the decode slots of ``device`` for blocks like ``refs`` (:func:`device_bytes`, or
-    what the slots hold already where an earlier block, of data the model was not fitted on, grew them more), the
-    device's memory share being ``share`` bytes; and the cap its shared calls keep to from now (:func:`call_cap`)."""
-    _batches(device).cap = None if share is None else call_cap(share)
+def reserve(device, refs, share: int | None) -> int:
+    """What the panel cache leaves the decode slots of ``device`` for blocks like ``refs``, the device's memory
+    share being ``share`` bytes (None: its calls uncapped): :func:`device_bytes`, or what the slots hold already
+    where an earlier block (of data the model was not fitted on) grew them more."""
     return max(device_bytes(refs, share), device.scratch.nbytes())
+
+
+def limit_calls(device, share: int) -> None:
+    """Have the shared decode calls of ``device``, whose memory share is ``share`` bytes, keep to
+    :func:`call_cap` from now (what :func:`reserve` counts with the same ``share``)."""
+    _batches(device).cap = call_cap(share)
 
 
 def call_bytes(block) -> int:
@@ -132,6 +136,14 @@ def _decodable(block) -> bool:
     the decode slots need no room for them."""
     found = frames.codec_config(block.array)
     return found is not None and codecs.decoder(*found) is not None
+
+
+def _defers(block) -> bool:
+    """Whether the device decoder of ``block``'s chunks defers its calls, so that blocks queued behind busy slots
+    share one (:class:`_Batches`)."""
+    found = frames.codec_config(block.array)
+    dec = codecs.decoder(*found) if found is not None else None
+    return dec is not None and dec.defers
 
 
 def _may_take(ref, codec: str | None = None) -> bool:
@@ -453,7 +465,7 @@ class _Batches:
         self._cond = threading.Condition()
         self._queue: list[_Request] = []
         self._leaders = 0
-        self.cap: int | None = None     # device bytes a call may hold past its first block (reserve sets it)
+        self.cap: int | None = None     # device bytes a call of several blocks may hold (limit_calls sets it)
 
     def decode(self, req: _Request) -> int:
         """Decode ``req``'s block (in a call of its own or shared); bytes sent, as :func:`_decode_read` returns."""

@@ -76,7 +76,9 @@ def _gemm_block(state, a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_
         b_refs = [decoding.through(r, share, only) for r in b_refs]
         ahead = [(decoding.through(r, share, only), side, extent) for r, side, extent in ahead or ()]
         # the decode slots' buffers beside the cache, within their part of the device's memory
-        reserve += decoding.reserve(state.device, a_refs + b_refs, state.memory_share())
+        memory = state.memory_share()
+        decoding.limit_calls(state.device, memory)
+        reserve += decoding.reserve(state.device, a_refs + b_refs, memory)
     elif scope is not None and state.siblings():   # other device workers in this process: decode shared blocks once
         board = sharing.board()
         a_refs = [sharing.through(board, scope, r) for r in a_refs]
