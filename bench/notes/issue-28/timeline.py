@@ -162,6 +162,11 @@ def trace_install(dask_worker=None):
 
     timed(decoding, "_read_packed", "packed")       # the device path: the frames read into the staging
     timed(decoding, "_decode_read", "decode_call")  # ... planned, uploaded (waited for) and enqueued
+    # under on, a block that shares a call: its frames planned from their headers, then its wait for a leader
+    # (or its own lead: a slot, then the call), then the shared call itself (on the leader's thread)
+    timed(decoding, "_batchable", "batchable")
+    timed(decoding._Batches, "_lead_or_wait", "lead_or_wait")
+    timed(decoding, "_decode_batch", "batch_call")
     timed(encoding, "_encode_job", "encode_job")    # an encoder thread's job: its slot's wait, the copy, the encode
     from dgemm.opencl.codecs import _programs, zstd_decode
     timed(zstd_decode, "checked", "plan")           # the device path: a frame read on the host (its plan)
@@ -355,7 +360,8 @@ def summary(log, t0, wall, width):
         return out
     phases = {what: stats([(x[2] - t0, x[3] - t0) for x in log if x[0] == what],
                           [x[4] for x in log if x[0] == what and len(x) > 4])
-              for what in ("packed", "decode_call", "plan", "decode_enqueue", "encode_job", "encode")}
+              for what in ("packed", "decode_call", "batchable", "lead_or_wait", "batch_call", "plan", "decode_enqueue",
+                           "encode_job", "encode")}
     locks = {}      # per codec program: its launch lock's waits and holds
     for what in sorted({x[2] for x in log if x[0] == "lock"}):
         xs = [x for x in log if x[0] == "lock" and x[2] == what]
