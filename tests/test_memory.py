@@ -178,14 +178,32 @@ def _cache_budget(dask_worker=None):
     return dask_worker.plugins["dgemm"].state.device.cache.budget
 
 
+def _budgets_off_and_on(client, tmp_path, a, b, want) -> dict:
+    """The worker's panel-cache budget after the product of Zarr paths ``a`` and ``b`` (float64 ``want``) under
+    device-codecs off, then on; each C checked."""
+    import _device_codecs
+
+    set_codecs = _device_codecs.setting(client)
+    configure = next(set_codecs)
+    budgets = {}
+    try:
+        for mode in ("off", "on"):
+            configure(mode)
+            out = str(tmp_path / f"c-{mode}.zarr")
+            dgemm.matmul(a, b, out=out, client=client)
+            np.testing.assert_allclose(zarr.open_array(out, mode="r")[...], want, rtol=1e-4, atol=1e-4)
+            (budgets[mode],) = client.run(_cache_budget).values()
+    finally:
+        next(set_codecs, None)
+    return budgets
+
+
 def test_the_panel_cache_leaves_the_decode_slots_and_the_encoder_room(one_worker, tmp_path, rng):
     """device-codecs on: the panel cache's budget is the same product's under off, less what the device's
     decode slots may hold (SLOTS calls of BATCH of the largest input block, each the whole chunks it decodes:
     frames, literals, origins, scratch, and each chunk's tables) and what its encoder keeps for C's blocks (zstd
     chunks, ENCODE_SLOTS blocks at once: each one's copy, the frames, tables), so that the cache and the codecs
     never ask the device for more than its share together."""
-    import _device_codecs
-
     from dgemm.opencl.scratch import ENCODE_SLOTS, SLOTS
     from dgemm.storage import encoded
     from dgemm.worker import encoding
@@ -195,19 +213,7 @@ def test_the_panel_cache_leaves_the_decode_slots_and_the_encoder_room(one_worker
     client = one_worker
     xa, xb = rng.standard_normal((96, 80)).astype("float32"), rng.standard_normal((80, 64)).astype("float32")
     a, b = _zarr(tmp_path / "a.zarr", xa, (32, 32)), _zarr(tmp_path / "b.zarr", xb, (32, 32))
-    set_codecs = _device_codecs.setting(client)
-    configure = next(set_codecs)
-    budgets = {}
-    try:
-        for mode in ("off", "on"):
-            configure(mode)
-            out = str(tmp_path / f"c-{mode}.zarr")
-            dgemm.matmul(a, b, out=out, client=client)
-            check = zarr.open_array(out, mode="r")[...]
-            np.testing.assert_allclose(check, xa.astype(np.float64) @ xb, rtol=1e-4, atol=1e-4)
-            (budgets[mode],) = client.run(_cache_budget).values()
-    finally:
-        next(set_codecs, None)
+    budgets = _budgets_off_and_on(client, tmp_path, a, b, xa @ xb.astype(np.float64))
     # one block each: the arrays are below the CPU's block size
     za, zb = zarr.open_array(a, mode="r"), zarr.open_array(b, mode="r")
     largest = max(call_bytes(ZarrBlock(za, (0, 96), (0, 80))), call_bytes(ZarrBlock(zb, (0, 80), (0, 64))))
@@ -243,8 +249,6 @@ def test_the_decode_slots_keep_to_their_part_of_a_small_devices_memory(one_worke
     tests/test_decoding.py), and the products are right."""
     import os
 
-    import _device_codecs
-
     if os.environ.get("DGEMM_DEVICE_MEMORY_LIMIT"):
         pytest.skip("DGEMM_DEVICE_MEMORY_LIMIT is set: it overrides the limit this test gives the worker")
 
@@ -262,21 +266,11 @@ def test_the_decode_slots_keep_to_their_part_of_a_small_devices_memory(one_worke
     (kind,) = client.run(_limit_device_memory, None).values()
     want = int(1.5 * largest * SLOTS / SLOTS_SHARE)     # the share whose cap is 1.5 of the largest block's call
     memory = -(-want * (1 << 20) // cache_budget(1 << 20, 0, kind))
-    set_codecs = _device_codecs.setting(client)
-    configure = next(set_codecs)
-    budgets = {}
     try:
         client.run(_limit_device_memory, memory)
-        for mode in ("off", "on"):
-            configure(mode)
-            out = str(tmp_path / f"c-{mode}.zarr")
-            dgemm.matmul(a, b, out=out, client=client)
-            check = zarr.open_array(out, mode="r")[...]
-            np.testing.assert_allclose(check, xa.astype(np.float64) @ xb, rtol=1e-4, atol=1e-4)
-            (budgets[mode],) = client.run(_cache_budget).values()
+        budgets = _budgets_off_and_on(client, tmp_path, a, b, xa @ xb.astype(np.float64))
         (got,) = client.run(_decode_cap).values()
     finally:
-        next(set_codecs, None)
         client.run(_limit_device_memory, None)
     cap, share = got
     assert cap == call_cap(share) and largest < cap < BATCH * largest, (cap, share, largest)
