@@ -180,8 +180,14 @@ def _cache_budget(dask_worker=None):
 
 def _budgets_off_and_on(client, tmp_path, a, b, want) -> dict:
     """The worker's panel-cache budget after the product of Zarr paths ``a`` and ``b`` (float64 ``want``) under
-    device-codecs off, then on; each C checked."""
+    device-codecs off, then on; each C checked.  The client's plan counts the same cache, less its margin
+    (:func:`dgemm.client.steps._cache_bytes`, with what the worker's description says of its codecs): checked
+    for each mode, so that the growing-rectangle order sees the cache the worker has."""
     import _device_codecs
+
+    from dgemm.client import steps
+    from dgemm.client.request import Request
+    from dgemm.cluster import prepare
 
     set_codecs = _device_codecs.setting(client)
     configure = next(set_codecs)
@@ -190,9 +196,14 @@ def _budgets_off_and_on(client, tmp_path, a, b, want) -> dict:
         for mode in ("off", "on"):
             configure(mode)
             out = str(tmp_path / f"c-{mode}.zarr")
+            req = Request.check("matmul", a, b, out=out, client=client)
+            workers = prepare(client, req.dtype)
+            plan = steps._plan(req, workers)
             dgemm.matmul(a, b, out=out, client=client)
             np.testing.assert_allclose(zarr.open_array(out, mode="r")[...], want, rtol=1e-4, atol=1e-4)
             (budgets[mode],) = client.run(_cache_budget).values()
+            seen = steps._cache_bytes(plan, workers, req, zarr.open_array(out, mode="r+"))
+            assert seen == pytest.approx(0.9 * budgets[mode], abs=1), (mode, seen, budgets[mode])
     finally:
         next(set_codecs, None)
     return budgets

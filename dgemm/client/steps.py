@@ -18,6 +18,7 @@ import numpy as np
 
 from dgemm.client import graph as graph_mod
 from dgemm.client import prestart
+from dgemm.client.codecs_room import codecs_bytes
 from dgemm.client.plan import Plan, block_size, check_graph_size, make_plan
 from dgemm.client.request import Request
 from dgemm.cluster import check_worker_access, device_limits, get_client, prepare, tiles_of
@@ -233,13 +234,17 @@ def _open_output(req: Request, plan: Plan) -> OutputRun:
                           reads_c=reads_c)
 
 
-def _cache_bytes(plan: Plan, workers: dict) -> float | None:
-    """The panel cache of the smallest worker's device (a margin off, for the padding), None where unknown."""
+def _cache_bytes(plan: Plan, workers: dict, req: Request | None = None, out=None) -> float | None:
+    """The panel cache of the smallest worker's device (a margin off, for the padding), less what the workers'
+    device codecs keep beside it for ``req``'s blocks into the Zarr array ``out`` (:mod:`dgemm.client.codecs_room`),
+    None where unknown."""
     memory, _ = device_limits(workers)
     if memory is None:
         return None
     kind = "CPU" if any(d["device"].type == "CPU" for d in workers.values()) else None
-    return 0.9 * cache_budget(memory, plan.device_bytes(), kind)
+    held = 0 if req is None else max((codecs_bytes(plan, req.a, req.b, out, req.drop, d.get("codecs"))
+                                      for d in workers.values()), default=0)
+    return 0.9 * cache_budget(memory, plan.device_bytes() + held, kind)
 
 
 def _compute(req: Request, plan: Plan, token: str, client, workers: dict, output: OutputRun) -> None:
@@ -260,7 +265,8 @@ def _compute(req: Request, plan: Plan, token: str, client, workers: dict, output
             where = sorted(workers) if len(workers) > 1 and placement.ensure(client) else None
             g = graph_mod.build(plan, req.a, req.b, req.c, alpha=req.alpha, beta=req.beta, token=token,
                                 blocks=output.pending, precision=req.precision, workers=where,
-                                originals=output.originals, cache_bytes=_cache_bytes(plan, workers))
+                                originals=output.originals,
+                                cache_bytes=_cache_bytes(plan, workers, req, output.array))
             done_key = graph_mod.add_store(g, plan, output.array, req.drop, token, output.markers,
                                            blocks=output.pending, fence=output.fence(), originals=output.originals)
             future = _submit(client, g, done_key)

@@ -15,6 +15,7 @@ from dgemm.names import WORKER_PLUGIN
 from dgemm.opencl.params import KernelParams, lcm_tiles
 from dgemm.worker import DgemmPlugin, describe_worker
 from dgemm.worker.plugin import warm_worker
+from dgemm.worker.tasks import codecs_for_plan
 from dgemm.worker.state import device_memory
 
 
@@ -24,7 +25,8 @@ def describe_for_plan(dask_worker=None) -> dict | None:
     Adds ``memory`` (bytes dgemm may assume the device has: its global
     memory, capped by the worker's ``device-memory-limit`` setting,
     ``DGEMM_DEVICE_MEMORY_LIMIT``), ``max_alloc`` (the largest single
-    buffer) and ``host`` (to tell which workers share a device).
+    buffer), ``host`` (to tell which workers share a device) and ``codecs``
+    (:func:`dgemm.worker.tasks.codecs_for_plan`: the device memory its codecs keep).
     """
     d = describe_worker(dask_worker)
     if d is None or not d.get("ok"):
@@ -40,7 +42,9 @@ def describe_for_plan(dask_worker=None) -> dict | None:
     except Exception:
         pass
     import socket
-    return {**d, "memory": memory, "memory_limit": limit, "max_alloc": max_alloc, "host": socket.gethostname()}
+    plugin = dask_worker.plugins.get(WORKER_PLUGIN)
+    return {**d, "memory": memory, "memory_limit": limit, "max_alloc": max_alloc, "host": socket.gethostname(),
+            "codecs": codecs_for_plan(plugin.state) if plugin is not None else None}
 
 
 def device_limits(workers: dict) -> tuple[int | None, int | None]:

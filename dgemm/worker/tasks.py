@@ -58,6 +58,28 @@ def gemm_block(a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_b, dtype
         raise_plain(device_error(name, f"a {m}x{n} {dtype} block product", e))
 
 
+def decodes_on_device(state, scope) -> bool:
+    """Whether a product of the run ``scope`` on this worker, its inputs not shared through the host cache, has the
+    device decode the chunks it takes: the ``device-codecs`` setting says so, and ``auto``, which leaves some
+    codecs to the host, gives way to a host's device workers decoding their shared blocks once
+    (``worker-process: host``)."""
+    return decoding.wanted(state.device) and not (scope is not None and decoding.only(state.device) is not None
+                                                  and state.siblings())
+
+
+def codecs_for_plan(state) -> dict | None:
+    """What a client's plan needs to know of this worker's codecs on its device (the settings read now, as a run's
+    products read them) to count the device memory they keep beside the panel cache: ``decode`` (the device
+    decodes the inputs' chunks), ``share`` and ``only`` (:class:`~dgemm.worker.decoding.DeviceDecoded`'s),
+    ``encode`` (C's chunks encoded there) and ``memory`` (the device's memory share); None without a device."""
+    if state.device is None:
+        return None
+    only = decoding.only(state.device)
+    return {"decode": hostcache.settings() is None and decodes_on_device(state, scope="plan"),
+            "share": decoding.shared(state.device), "only": None if only is None else sorted(only),
+            "encode": decoding.wanted(state.device, "encode"), "memory": state.memory_share()}
+
+
 def _gemm_block(state, a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_b, dtype, precision, scope, reserve,
                 ahead, twin=False, out=None):
     engine = state.engine(dtype, precision)
@@ -67,10 +89,7 @@ def _gemm_block(state, a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_
         a_refs = [hostcache.through(shared, scope, r) for r in a_refs]
         b_refs = [hostcache.through(shared, scope, r) for r in b_refs]
         ahead = [(hostcache.through(shared, scope, r), side, extent) for r, side, extent in ahead or ()]
-    elif decoding.wanted(state.device) and not (scope is not None and decoding.only(state.device) is not None
-                                                and state.siblings()):
-        # the device decodes the chunks it can (device-codecs; auto, which leaves some codecs to the host, gives
-        # way to a host's device workers decoding their shared blocks once: worker-process host)
+    elif decodes_on_device(state, scope):
         share, only = decoding.shared(state.device), decoding.only(state.device)
         a_refs = [decoding.through(r, share, only) for r in a_refs]
         b_refs = [decoding.through(r, share, only) for r in b_refs]
