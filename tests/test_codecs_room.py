@@ -28,22 +28,41 @@ def _plan(m, n, k, block):
     return make_plan(m, n, k, "float32", (1, 1, 1), a_chunks=(block, block), b_chunks=(block, block), target=block)
 
 
-def test_the_inputs_first_blocks_count_as_the_worker_counts_them(tmp_path, rng):
-    """Zarr zstd inputs cut with edge blocks: the decode slots' room of the first (largest) blocks, as
-    ``decoding.device_bytes`` counts it with the worker's flags and memory share; nothing where the worker's
-    device decodes no input, or says nothing (an older worker)."""
+def _worst(op, rows, cols) -> int:
+    """The most any block of ``op`` holds in a decode call, every block counted."""
+    ref = op.block_refs(rows, cols)[0]
+    return max(decoding.call_bytes(ref(i, j)) for i in range(len(rows)) for j in range(len(cols)))
+
+
+def test_the_inputs_largest_blocks_count_as_the_worker_counts_them(tmp_path, rng):
+    """Zarr zstd inputs, A's blocks and B's of other sizes, edge blocks: the decode slots' room of the larger of
+    the two operands' largest blocks, as ``decoding.device_bytes`` counts it with the worker's flags and memory
+    share; nothing where the worker's device decodes no input, or says nothing (an older worker)."""
     a = Operand(_array(tmp_path / "a.zarr", (100, 70), (32, 32), ZstdCodec(), rng), "a")
-    b = Operand(_array(tmp_path / "b.zarr", (70, 50), (32, 32), ZstdCodec(), rng), "b")
+    b = Operand(_array(tmp_path / "b.zarr", (70, 50), (16, 16), ZstdCodec(), rng), "b")
     plan = _plan(100, 50, 70, 64)
     assert plan.rows[0] == (0, 64) and plan.rows[-1][1] - plan.rows[-1][0] < 64      # (an edge block)
-    full = max(decoding.call_bytes(ZarrBlock(a.zarr, (0, 64), (0, 64))),
-               decoding.call_bytes(ZarrBlock(b.zarr, (0, 64), (0, 64))))
+    worst_a, worst_b = _worst(a, plan.rows, plan.ks), _worst(b, plan.ks, plan.cols)
+    assert worst_a != worst_b
+    full = max(worst_a, worst_b)
     assert codecs_bytes(plan, a, b, None, (), ON) == SLOTS * decoding.BATCH * full
     share = int(1.5 * full * SLOTS / decoding.SLOTS_SHARE)
     assert codecs_bytes(plan, a, b, None, (), {**ON, "memory": share}) == SLOTS * decoding.call_cap(share)
     assert codecs_bytes(plan, a, b, None, (), {**ON, "share": True}) == SLOTS * full
     assert codecs_bytes(plan, a, b, None, (), {**ON, "decode": False}) == 0
     assert codecs_bytes(plan, a, b, None, (), None) == 0 and codecs_bytes(plan, a, b, None, (), {}) == 0
+
+
+def test_blocks_that_cut_the_chunks_count_the_most_chunks_one_touches(tmp_path, rng):
+    """A's k chunks (40) not a divisor of the blocks' k (64): a later k block starts inside a chunk and touches
+    one more than the first; that one counts."""
+    a = Operand(_array(tmp_path / "a.zarr", (64, 192), (64, 40), ZstdCodec(), rng), "a")
+    b = Operand(_array(tmp_path / "b.zarr", (192, 64), (64, 64), ZstdCodec(), rng), "b")
+    plan = _plan(64, 64, 192, 64)
+    worst = _worst(a, plan.rows, plan.ks)
+    first = decoding.call_bytes(a.block_refs(plan.rows, plan.ks)[0](0, 0))
+    assert worst > first and worst > _worst(b, plan.ks, plan.cols), (worst, first)
+    assert codecs_bytes(plan, a, b, None, (), {**ON, "share": True}) == SLOTS * worst
 
 
 def test_inputs_the_device_does_not_take_count_nothing(tmp_path, rng):
@@ -71,3 +90,21 @@ def test_an_output_encoded_on_the_device_counts_the_encoders_slots(tmp_path, rng
     other = zarr.open_array(_array(tmp_path / "d.zarr", (64, 64), (32, 32), BloscCodec(cname="lz4"), rng),
                             mode="r+")
     assert codecs_bytes(plan, a, a, other, (), enc) == 0
+
+
+def test_c_reduced_or_mirrored_counts_no_encoder(tmp_path, rng):
+    """Where the GEMM tasks do not feed the stores (a k split's partial blocks are reduced; a Gram product's
+    lower blocks are mirrored), the worker never encodes C on the device: nothing counted for it."""
+    x = _array(tmp_path / "x.zarr", (64, 64), (32, 32), None, rng)
+    out = zarr.open_array(_array(tmp_path / "c.zarr", (64, 64), (32, 32), ZstdCodec(), rng), mode="r+")
+    enc = {**ON, "decode": False, "encode": True}
+    wide = Operand(_array(tmp_path / "w.zarr", (64, 256), (32, 32), None, rng), "a")
+    tall = Operand(_array(tmp_path / "t.zarr", (256, 64), (32, 32), None, rng), "b")
+    split = make_plan(64, 64, 256, "float32", (1, 1, 1), target=64, n_workers=4)
+    assert len(split.segments) > 1
+    assert codecs_bytes(split, wide, tall, out, (), enc) == 0
+    a, xt = Operand(x, "b"), Operand(x, "a")
+    xt.transpose()
+    gram = _plan(64, 64, 64, 32)
+    assert codecs_bytes(gram, xt, a, out, (), enc, beta=0.0) == 0
+    assert codecs_bytes(gram, xt, a, out, (), enc, beta=1.0) > 0      # (C added in: not assumed symmetric)

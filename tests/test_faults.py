@@ -534,6 +534,31 @@ def test_describe_for_plan_reads_the_limit_in_the_worker(monkeypatch):
     assert not d["ok"] and "DGEMM_DEVICE_MEMORY_LIMIT='-5' is not a size" in d["error"]
 
 
+def test_describe_for_plan_refuses_a_bad_host_cache_setting_in_its_own_words(monkeypatch):
+    """The worker's codec paths (``codecs``) read the host cache's settings: a bad one makes the worker unusable
+    with the setting's message, as the device memory limit's does, not a worker that does not answer."""
+    from types import SimpleNamespace as NS
+
+    from dgemm.cluster import describe_for_plan
+    from dgemm.names import WORKER_PLUGIN
+    from dgemm.opencl.discovery import DeviceInfo
+
+    info = DeviceInfo(0, 0, "P", "d", "v", "GPU", 2**30, 65536, 1024, 1, True, None, "")
+    state = NS(device=NS(info=info), siblings=lambda: False, memory_share=lambda: 2**29)
+
+    class W:
+        plugins: dict = {WORKER_PLUGIN: NS(state=state)}
+    monkeypatch.setattr("dgemm.cluster.readiness.describe_worker",
+                        lambda w: {"ok": True, "device": info, "params": {}, "stats": {}, "resources": {}})
+    monkeypatch.delenv("DGEMM_DEVICE_MEMORY_LIMIT", raising=False)
+    monkeypatch.delenv("DGEMM_HOST_CACHE", raising=False)
+    d = describe_for_plan(W())
+    assert d["ok"] and d["codecs"]["memory"] == 2**29 and d["codecs"]["share"], d
+    monkeypatch.setenv("DGEMM_HOST_CACHE", "relative/folder")
+    d = describe_for_plan(W())
+    assert not d["ok"] and "DGEMM_HOST_CACHE" in d["error"], d
+
+
 def test_prepare_does_not_register_the_plugin_twice():
     """Workers still starting (after a restart) are waited for, not re-registered: that would tear
     down every worker's device under the tasks of runs in flight."""

@@ -242,7 +242,7 @@ def _cache_bytes(plan: Plan, workers: dict, req: Request | None = None, out=None
     if memory is None:
         return None
     kind = "CPU" if any(d["device"].type == "CPU" for d in workers.values()) else None
-    held = 0 if req is None else max((codecs_bytes(plan, req.a, req.b, out, req.drop, d.get("codecs"))
+    held = 0 if req is None else max((codecs_bytes(plan, req.a, req.b, out, req.drop, d.get("codecs"), req.beta)
                                       for d in workers.values()), default=0)
     return 0.9 * cache_budget(memory, plan.device_bytes() + held, kind)
 

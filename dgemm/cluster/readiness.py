@@ -31,9 +31,11 @@ def describe_for_plan(dask_worker=None) -> dict | None:
     d = describe_worker(dask_worker)
     if d is None or not d.get("ok"):
         return d
+    plugin = dask_worker.plugins.get(WORKER_PLUGIN)
     try:
         limit, memory = config.get("device-memory-limit"), device_memory(d["device"])
         config.get("device-codecs")   # read by the GEMM tasks: a bad value stops the call here, before any work
+        codecs = codecs_for_plan(plugin.state) if plugin is not None else None     # (the host cache's settings)
     except ValueError as e:
         return {**d, "ok": False, "error": str(e)}
     max_alloc = None
@@ -42,9 +44,8 @@ def describe_for_plan(dask_worker=None) -> dict | None:
     except Exception:
         pass
     import socket
-    plugin = dask_worker.plugins.get(WORKER_PLUGIN)
     return {**d, "memory": memory, "memory_limit": limit, "max_alloc": max_alloc, "host": socket.gethostname(),
-            "codecs": codecs_for_plan(plugin.state) if plugin is not None else None}
+            "codecs": codecs}
 
 
 def device_limits(workers: dict) -> tuple[int | None, int | None]:
