@@ -92,9 +92,10 @@ def device_bytes(refs, share: int | None = None) -> int:
     of memory share ``share`` (None: no cap); the panel cache leaves it free."""
     from dgemm.opencl.scratch import SLOTS
 
-    mine = [r for r in refs if type(r) is DeviceDecoded and _may_take(r) and _decodable(r.block)]
-    largest = max((call_bytes(r.block) for r in mine), default=0)
-    shared = max((call_bytes(r.block) for r in mine if not r.share and _defers(r.block)), default=0)
+    mine = [(r, dec) for r in refs if type(r) is DeviceDecoded and _may_take(r) and (dec := _decoder(r.block))]
+    largest = max((call_bytes(r.block) for r, _ in mine), default=0)
+    # (blocks share calls where their readers queue for slots and the decoder defers: zstd's, not Blosc's)
+    shared = max((call_bytes(r.block) for r, dec in mine if not r.share and dec.defers), default=0)
     # (not floored to whole blocks: a call of smaller blocks, a product's edge blocks, may fill its cap)
     batch = BATCH * shared if share is None else min(BATCH * shared, call_cap(share))
     return int(SLOTS * max(largest, batch))
@@ -130,20 +131,12 @@ def _chunk_call_bytes(chunk: int) -> int:
     return int(CALL_BYTES_PER_BYTE * chunk + max(1, -(-chunk // BLOCK_MAX)) * CALL_BYTES_PER_BLOCK)
 
 
-def _decodable(block) -> bool:
-    """Whether a device decoder takes the chunks of ``block``'s array (its one compressor and its configuration,
-    from the metadata): blocks of uncompressed, sharded or otherwise compressed arrays are read on the host, and
-    the decode slots need no room for them."""
+def _decoder(block):
+    """The device decoder that takes the chunks of ``block``'s array (its one compressor and its configuration,
+    from the metadata), or None: blocks of uncompressed, sharded or otherwise compressed arrays are read on the
+    host, and the decode slots need no room for them."""
     found = frames.codec_config(block.array)
-    return found is not None and codecs.decoder(*found) is not None
-
-
-def _defers(block) -> bool:
-    """Whether the device decoder of ``block``'s chunks defers its calls, so that blocks queued behind busy slots
-    share one (:class:`_Batches`)."""
-    found = frames.codec_config(block.array)
-    dec = codecs.decoder(*found) if found is not None else None
-    return dec is not None and dec.defers
+    return codecs.decoder(*found) if found is not None else None
 
 
 def _may_take(ref, codec: str | None = None) -> bool:
