@@ -31,7 +31,7 @@ import dgemm
 import _device_codecs
 from _check import check_product
 from dgemm.names import CODEC_COUNTERS
-from dgemm.storage import ZarrBlock, fastpaths
+from dgemm.storage import ZarrBlock, fastpaths, frames
 from dgemm.worker.decoding import DeviceDecoded
 
 LZ4 = {
@@ -390,6 +390,32 @@ def test_blocks_queued_behind_busy_slots_share_one_decode_call(any_device, tmp_p
     assert len(calls) == 1 and len(calls[0]) == 10, calls
     assert grew["device_decoded_bytes"] == data.nbytes and grew["host_decoded_bytes"] == 0, grew
 
+
+@pytest.mark.parametrize("count", [1, 4])
+def test_blocks_whose_chunks_are_copied_into_place_share_a_call_too(any_device, tmp_path, rng, monkeypatch, count):
+    """Blocks whose chunks do not lie in place (chunks side by side, a block off the chunk grid), of two arrays
+    whose chunks have rows of other lengths, queued behind busy slots: one call for all of them, each chunk's rows
+    and columns copied from the call's scratch to their place, every value right and none left poisoned.  A
+    block alone in its call goes through the scratch too."""
+    from dgemm.worker import decoding
+
+    # (chunks of 4 and 12.5 KiB, whose frames of normal values compress: a frame past its room is read aside, and
+    # a block with one goes its own way)
+    one, x = create(tmp_path / "x.zarr", LZ4["v2 zstd"], rng, shape=(96, 320), chunks=(16, 64), dtype="float32")
+    two, y = create(tmp_path / "y.zarr", LZ4["v2 zstd"], rng, shape=(40, 600), chunks=(8, 200), dtype="float64")
+    spans = [(one, x, (0, 32), (0, 192)),       # whole chunks, side by side: rows of a chunk are not the block's
+             (two, y, (5, 29), (37, 451)),      # off the grid in both directions: parts of chunks
+             (one, x, (7, 96), (13, 320)),
+             (two, y, (0, 40), (0, 600))][:count]
+    assert count == 1 or {a is one for a, *_ in spans} == {True, False}
+    blocks = [DeviceDecoded(ZarrBlock(a, r, c)) for a, _, r, c in spans]
+    assert decoding.BATCH >= len(blocks)
+    assert not all(p.direct for b in blocks for p in frames.region(b.block).pieces)
+    got, errors, calls = _queued_behind_held_slots(any_device, blocks, monkeypatch)
+    assert errors == [None] * count
+    for (_, data, (r0, r1), (c0, c1)), values in zip(spans, got):
+        np.testing.assert_array_equal(values, data[r0:r1, c0:c1])
+    assert len(calls) == 1, calls
 
 def test_a_shared_call_takes_no_more_than_its_bytes_cap(any_device, tmp_path, rng, monkeypatch):
     """``BATCH_BYTES``: past its first block a call takes no block that would carry it over the cap (here one

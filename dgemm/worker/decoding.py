@@ -320,7 +320,6 @@ def _decode_planned(device, dec, found, out, events, data, starts, host, pending
     own: list = []      # this call's commands (the uploads from the thread's staging among them)
 
     n, itemsize = found.chunk_nbytes, found.dtype.itemsize
-    width, (chunk_rows, chunk_cols) = found.shape[1], found.chunk
     queue = device.scratch.queue()
     # (piece, frame, plan, start) decoded into out; (piece, frame, plan, start, how) into scratch
     direct, aside = [], []
@@ -371,14 +370,8 @@ def _decode_planned(device, dec, found, out, events, data, starts, host, pending
                     what = found.decode_on_host(what, piece.name)
                     cl.enqueue_copy(queue, scratch, what, dst_offset=i * n, is_blocking=True)
                     sent += what.nbytes
-            for i, (piece, _, _, _, _) in enumerate(aside):
-                # the chunk's rows and columns the block takes, into their place in the block
-                done.append(cl.enqueue_copy(
-                    queue, out, scratch,
-                    src_origin=(piece.inside[1] * itemsize, i * chunk_rows + piece.inside[0], 0),
-                    dst_origin=(piece.at[1] * itemsize, piece.at[0], 0),
-                    region=(piece.size[1] * itemsize, piece.size[0], 1),
-                    src_pitches=(chunk_cols * itemsize, 0), dst_pitches=(width * itemsize, 0)))
+            # the chunks' rows and columns the block takes, into their place in the block
+            done += [_placed(queue, found, piece, out, scratch, i * n) for i, (piece, *_) in enumerate(aside)]
             own.extend(("copy", e) for e in done)
             if calls is None:
                 cl.wait_for_events(done)
@@ -406,15 +399,16 @@ def _batchable(dec, found, data, starts, pending) -> list | None:
     """The plans of ``found``'s frames where its block may share a decode call with others (:data:`BATCH`), or None.
 
     That is a deferred call (``pending``, a decoder that defers) whose every
-    chunk lies in place in the block (``direct``), was read into the
-    thread's staging and is a frame the device takes, of the chunk's size;
-    anything else goes its own way (:func:`_decode_read`), which also
-    raises a frame's size error as it always has.
+    chunk was read into the thread's staging and is a frame the device
+    takes, of the chunk's size, whether it lies in place in the block
+    (``direct``) or is copied there, rows and columns, from the call's
+    scratch; anything else (a chunk never written, one left to the host)
+    goes its own way (:func:`_decode_read`), which also raises a frame's size
+    error as it always has.
     """
     if BATCH < 2 or pending is None or not dec.defers:
         return None
-    if not all(piece.direct and frame is not None and start is not None
-               for piece, frame, start in zip(found.pieces, data, starts)):
+    if not all(frame is not None and start is not None for frame, start in zip(data, starts)):
         return None     # (before any frame is planned: _decode_read plans them all)
     plans = []
     for piece, frame in zip(found.pieces, data):
@@ -529,9 +523,10 @@ _batches = PerDevice(_Batches)     # a device's queue of blocks waiting for a de
 
 
 def _decode_batch(device, batch: list) -> None:
-    """Decode the blocks of ``batch`` (requests) in one call, within a slot: a block alone into its own buffer,
-    several into the slot's scratch, then each chunk copied to its place in its block's buffer; every request
-    is let go (``done``) at the end, to a call of its own (``alone``) where this one failed."""
+    """Decode the blocks of ``batch`` (requests) in one call, within a slot: a block alone whose chunks lie in
+    place into its own buffer, anything else into the slot's scratch, then each chunk copied to its place in its
+    block's buffer (:func:`_placed`); every request is let go (``done``) at the end, to a call of its own
+    (``alone``) where this one failed."""
     import pyopencl as cl
 
     queue, ok = None, False
@@ -539,12 +534,18 @@ def _decode_batch(device, batch: list) -> None:
         queue = device.scratch.queue()
         plans = [p for r in batch for p in r.plans]
         sizes = [p.size for p in plans]
-        alone = len(batch) == 1     # (its chunks straight into place: nothing to copy)
+        # (a block alone whose chunks all lie in place: straight into its buffer, nothing to copy)
+        alone = len(batch) == 1 and all(piece.direct for piece in batch[0].found.pieces)
         if alone:
             target, offsets = batch[0].out, [piece.offset for piece in batch[0].found.pieces]
         else:
-            offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-            target = device.scratch.buffer("the decoded blocks of a shared call", int(sum(sizes)))
+            offsets, end = [], 0
+            for r in batch:     # (each chunk starting on a row of its own: its rows are copied from there)
+                pitch = r.found.chunk[1] * r.found.dtype.itemsize
+                for p in r.plans:
+                    offsets.append(-(-end // pitch) * pitch)
+                    end = offsets[-1] + p.size
+            target = device.scratch.buffer("the decoded blocks of a shared call", end)
         own, calls = [], []
         batch[0].dec.load()(device, [f for r in batch for f in r.frames], target, offsets=offsets,
                             names=[p.name for r in batch for p in r.found.pieces], events=own, queue=queue,
@@ -553,10 +554,8 @@ def _decode_batch(device, batch: list) -> None:
         first = 0
         for r in batch:
             n = len(r.plans)
-            copies = [] if alone else [
-                cl.enqueue_copy(queue, r.out, target, src_offset=int(offsets[first + k]), dst_offset=piece.offset,
-                                byte_count=int(sizes[first + k]))
-                for k, piece in enumerate(r.found.pieces)]
+            copies = [] if alone else [_placed(queue, r.found, piece, r.out, target, int(offsets[first + k]))
+                                       for k, piece in enumerate(r.found.pieces)]
             r.last = copies[-1] if copies else done
             r.check = functools.partial(check, only=range(first, first + n))
             r.sent = sum(len(f) for f in r.frames)
@@ -581,3 +580,21 @@ def _decode_batch(device, batch: list) -> None:
         for r in batch:
             r.alone = not ok
             r.done.set()
+
+
+def _placed(queue, found, piece, out, scratch, at: int):
+    """Copy ``piece``'s part of its decoded chunk (whole, at byte ``at`` of ``scratch``: a multiple of the chunk's
+    row) to its place in ``out``, the block of ``found``: in one run where the chunk is whole rows of the block
+    (``direct``), else row by row."""
+    import pyopencl as cl
+
+    if piece.direct:
+        return cl.enqueue_copy(queue, out, scratch, src_offset=at, dst_offset=piece.offset,
+                               byte_count=found.chunk_nbytes)
+    itemsize, width, chunk_cols = found.dtype.itemsize, found.shape[1], found.chunk[1]
+    first = at // (chunk_cols * itemsize)       # (the chunk starts on a row of its own)
+    return cl.enqueue_copy(queue, out, scratch,
+                           src_origin=(piece.inside[1] * itemsize, first + piece.inside[0], 0),
+                           dst_origin=(piece.at[1] * itemsize, piece.at[0], 0),
+                           region=(piece.size[1] * itemsize, piece.size[0], 1),
+                           src_pitches=(chunk_cols * itemsize, 0), dst_pitches=(width * itemsize, 0))

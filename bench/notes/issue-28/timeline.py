@@ -166,11 +166,26 @@ def trace_install(dask_worker=None):
     # (or its own lead: a slot, then the call), then the shared call itself (on the leader's thread)
     timed(decoding, "_batchable", "batchable")
     timed(decoding._Batches, "_lead_or_wait", "lead_or_wait")
-    timed(decoding, "_decode_batch", "batch_call")
     timed(encoding, "_encode_job", "encode_job")    # an encoder thread's job: its slot's wait, the copy, the encode
-    from dgemm.opencl.codecs import _programs, zstd_decode
+    from dgemm.opencl import scratch
+    from dgemm.opencl.codecs import _programs, zstd_decode, zstd_devplan
     timed(zstd_decode, "checked", "plan")           # the device path: a frame read on the host (its plan)
     timed(zstd_decode, "decode_zstd", "decode_enqueue")   # ... its uploads and kernels enqueued (the rest: waits)
+    # within a call (decode_enqueue): the frames planned on the device (uploaded, the plan kernel run and read
+    # back: a round trip), their rows read into plans on the host, the call's tables, its execute stage launched
+    timed(zstd_devplan, "plan", "devplan")
+    timed(zstd_devplan, "_frame_plan", "frame_plan")
+    timed(zstd_decode, "Batch", "call_tables")
+    timed(zstd_decode, "_execute_tables", "exec_tables")
+    timed(zstd_decode, "_execute", "execute_launch")
+    timed(scratch, "_wait", "slot_last")            # a slot's holder waiting for the slot's last call to have run
+    batch_call = decoding._decode_batch
+
+    def _decode_batch(device, batch):   # how many blocks, and chunks, each shared call took
+        rec("batch_size", threading.get_ident(), time.perf_counter(), len(batch), sum(len(r.plans) for r in batch))
+        return batch_call(device, batch)
+    decoding._decode_batch = _decode_batch
+    timed(decoding, "_decode_batch", "batch_call")
 
     class TimedLock:    # a codec program's launch lock: ("lock", thread, program, asked, got, let go)
         def __init__(self, lock, what):
@@ -361,7 +376,10 @@ def summary(log, t0, wall, width):
     phases = {what: stats([(x[2] - t0, x[3] - t0) for x in log if x[0] == what],
                           [x[4] for x in log if x[0] == what and len(x) > 4])
               for what in ("packed", "decode_call", "batchable", "lead_or_wait", "batch_call", "plan", "decode_enqueue",
+                           "devplan", "frame_plan", "call_tables", "exec_tables", "execute_launch", "slot_last",
                            "encode_job", "encode")}
+    sizes = [x for x in log if x[0] == "batch_size"]    # ("batch_size", thread, t, blocks, chunks)
+    phases["batch_sizes"] = {"calls": len(sizes), "blocks": sum(x[3] for x in sizes), "chunks": sum(x[4] for x in sizes)}
     locks = {}      # per codec program: its launch lock's waits and holds
     for what in sorted({x[2] for x in log if x[0] == "lock"}):
         xs = [x for x in log if x[0] == "lock" and x[2] == what]
