@@ -1,0 +1,16 @@
+#!/bin/bash
+# The twenty-fifth session's third call (one H100, about 8 minutes): gpu_session_25b.sh's A/B (main before against
+# blocks whose chunks are copied into place sharing decode calls) on an H100, where issue 28's targets are set:
+# `on` at 32768² (ABBA, two runs a cluster), then at 49152² (ABBA), each with raw chunks in and out beside (two runs,
+# gemm-tasks 1).  Each size's records go to a folder of their own.  Prepare here as gpu_session_25b.sh says, then
+# run from the project's root with carry [".whl", ".ab"], after `source .whl/gpu-env.sh`:
+#     OUT=/some/folder bash bench/notes/issue-28/gpu_session_25c.sh
+set -u
+: "${OUT:?set OUT to the folder for the records}"
+here=$(dirname "$0")
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+for size in ${SIZES:-32768 49152}; do
+    echo "== $size"
+    OUT=$OUT/s$size SIZE=$size MODES=on ROUNDS=2 REPEATS=2 RAW_TASKS=1 bash "$here/gpu_session_ab.sh" session \
+        | grep -v '^total\|^d\|^-'
+done
