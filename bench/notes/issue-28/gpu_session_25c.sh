@@ -10,7 +10,7 @@ set -u
 here=$(dirname "$0")
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 for size in ${SIZES:-32768 49152}; do
-    echo "== $size"
+    echo "== $size"; mkdir -p "$OUT/s$size"
     OUT=$OUT/s$size SIZE=$size MODES=on ROUNDS=2 REPEATS=2 RAW_TASKS=1 bash "$here/gpu_session_ab.sh" session \
         | grep -v '^total\|^d\|^-'
 done
