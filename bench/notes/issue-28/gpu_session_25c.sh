@@ -8,6 +8,7 @@
 set -u
 : "${OUT:?set OUT to the folder for the records}"
 here=$(dirname "$0")
+mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 for size in ${SIZES:-32768 49152}; do
     echo "== $size"; mkdir -p "$OUT/s$size"
