@@ -5,6 +5,7 @@
 # gemm-tasks 1).  Each size's records go to a folder of their own.  Prepare here as gpu_session_25b.sh says, then
 # run from the project's root with carry [".whl", ".ab"], after `source .whl/gpu-env.sh`:
 #     OUT=/some/folder bash bench/notes/issue-28/gpu_session_25c.sh
+# (SIZES=49152 ROUNDS=1 with .ab prepared with v1 alone: the fourth call, raw at 49152² beside v1 on one machine)
 set -u
 : "${OUT:?set OUT to the folder for the records}"
 here=$(dirname "$0")
@@ -12,6 +13,6 @@ mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 for size in ${SIZES:-32768 49152}; do
     echo "== $size"; mkdir -p "$OUT/s$size"
-    OUT=$OUT/s$size SIZE=$size MODES=on ROUNDS=2 REPEATS=2 RAW_TASKS=1 bash "$here/gpu_session_ab.sh" session \
+    OUT=$OUT/s$size SIZE=$size MODES=on ROUNDS=${ROUNDS:-2} REPEATS=2 RAW_TASKS=1 bash "$here/gpu_session_ab.sh" session \
         | grep -v '^total\|^d\|^-'
 done
