@@ -399,14 +399,15 @@ def test_blocks_whose_chunks_are_copied_into_place_share_a_call_too(any_device, 
     block alone in its call goes through the scratch too."""
     from dgemm.worker import decoding
 
-    # (chunks of 4 and 12.5 KiB, whose frames of normal values compress: a frame past its room is read aside, and
-    # a block with one goes its own way)
-    one, x = create(tmp_path / "x.zarr", LZ4["v2 zstd"], rng, shape=(96, 320), chunks=(16, 64), dtype="float32")
-    two, y = create(tmp_path / "y.zarr", LZ4["v2 zstd"], rng, shape=(40, 600), chunks=(8, 200), dtype="float64")
-    spans = [(one, x, (0, 32), (0, 192)),       # whole chunks, side by side: rows of a chunk are not the block's
-             (two, y, (5, 29), (37, 451)),      # off the grid in both directions: parts of chunks
-             (one, x, (7, 96), (13, 320)),
-             (two, y, (0, 40), (0, 600))][:count]
+    # Chunks of 3,200 and 8,320 bytes, whose frames of normal values compress (a frame past its room is read aside,
+    # and a block with one goes its own way).  Rows of 200 and 1,040 bytes: in whatever order the blocks queue,
+    # a chunk placed right after the other array's chunks would start within a row.
+    one, x = create(tmp_path / "x.zarr", LZ4["v2 zstd"], rng, shape=(96, 300), chunks=(16, 50), dtype="float32")
+    two, y = create(tmp_path / "y.zarr", LZ4["v2 zstd"], rng, shape=(40, 390), chunks=(8, 130), dtype="float64")
+    spans = [(one, x, (0, 32), (0, 150)),       # whole chunks, side by side: rows of a chunk are not the block's
+             (two, y, (5, 29), (37, 351)),      # off the grid in both directions: parts of chunks
+             (one, x, (7, 96), (13, 300)),
+             (two, y, (0, 40), (0, 390))][:count]
     assert count == 1 or {a is one for a, *_ in spans} == {True, False}
     blocks = [DeviceDecoded(ZarrBlock(a, r, c)) for a, _, r, c in spans]
     assert decoding.BATCH >= len(blocks)
