@@ -1,5 +1,6 @@
 #!/bin/bash
-# The twenty-fifth session's third call (one H100, about 8 minutes): gpu_session_25b.sh's A/B (main before against
+# The twenty-fifth session's third call (one H100; 32768² took about 5 minutes, 49152² about 5 more without its raw runs,
+# which the 10-minute limit cut: SIZES=49152 ROUNDS=1 fits): gpu_session_25b.sh's A/B (main before against
 # blocks whose chunks are copied into place sharing decode calls) on an H100, where issue 28's targets are set:
 # `on` at 32768² (ABBA, two runs a cluster), then at 49152² (ABBA), each with raw chunks in and out beside (two runs,
 # gemm-tasks 1).  Each size's records go to a folder of their own.  Prepare here as gpu_session_25b.sh says, then
