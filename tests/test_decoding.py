@@ -307,7 +307,7 @@ def test_a_deferred_decode_is_waited_for_on_the_device(any_device, engines, tmp_
 
 
 # -- blocks decoded together (zstd): the blocks queued behind busy slots share one call ----------------------------
-def _queued_behind_held_slots(dev, blocks, monkeypatch, bad=()):
+def _queued_behind_held_slots(dev, blocks, monkeypatch, bad=(), wait: float = 60):
     """Fill each of ``blocks`` (DeviceDecoded, deferred) from a thread of its own while every decode slot is held,
     let the slots go once all of them have queued, and return per block ``(poisoned host copy of its buffer,
     pending, error)`` and the decode calls made (each the frames' names); ``bad``: the indices whose check
@@ -342,7 +342,7 @@ def _queued_behind_held_slots(dev, blocks, monkeypatch, bad=()):
             for t in threads:
                 t.start()
             queue = decoding._batches(dev)._queue
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + wait
             while len(queue) < len(blocks) and time.monotonic() < deadline:
                 time.sleep(0.01)
             assert len(queue) == len(blocks), f"{len(queue)} of {len(blocks)} blocks queued"
@@ -391,32 +391,76 @@ def test_blocks_queued_behind_busy_slots_share_one_decode_call(any_device, tmp_p
     assert grew["device_decoded_bytes"] == data.nbytes and grew["host_decoded_bytes"] == 0, grew
 
 
-@pytest.mark.parametrize("count", [1, 4])
-def test_blocks_whose_chunks_are_copied_into_place_share_a_call_too(any_device, tmp_path, rng, monkeypatch, count):
-    """Blocks whose chunks do not lie in place (chunks side by side, a block off the chunk grid), of two arrays
-    whose chunks have rows of other lengths, queued behind busy slots: one call for all of them, each chunk's rows
-    and columns copied from the call's scratch to their place, every value right and none left poisoned.  A
-    block alone in its call goes through the scratch too."""
-    from dgemm.worker import decoding
-
-    # Chunks of 3,200 and 8,320 bytes, whose frames of normal values compress (a frame past its room is read aside,
-    # and a block with one goes its own way).  Rows of 200 and 1,040 bytes: in whatever order the blocks queue,
-    # a chunk placed right after the other array's chunks would start within a row.
+def _copied_into_place(tmp_path, rng, which: str) -> list:
+    """Blocks whose chunks do not all lie in place, as ``(array, its values, rows, cols)``: ``one``, a block of
+    chunks side by side; ``four``, blocks of two arrays whose chunk rows have other lengths; ``edges``, blocks
+    that mix chunks in place and chunks copied, and take the clipped edge chunks of an array."""
+    # Chunks of 3,200, 8,320 and 4,096 bytes, whose frames of normal values compress (a frame past its room is
+    # read aside, and a block with one goes its own way).  Rows of 200 and 1,040 bytes: in whatever order the
+    # blocks of `four` queue, a chunk placed right after the other array's chunks would start within a row.
     one, x = create(tmp_path / "x.zarr", LZ4["v2 zstd"], rng, shape=(96, 300), chunks=(16, 50), dtype="float32")
     two, y = create(tmp_path / "y.zarr", LZ4["v2 zstd"], rng, shape=(40, 390), chunks=(8, 130), dtype="float64")
-    spans = [(one, x, (0, 32), (0, 150)),       # whole chunks, side by side: rows of a chunk are not the block's
-             (two, y, (5, 29), (37, 351)),      # off the grid in both directions: parts of chunks
-             (one, x, (7, 96), (13, 300)),
-             (two, y, (0, 40), (0, 390))][:count]
-    assert count == 1 or {a is one for a, *_ in spans} == {True, False}
+    spans = {"one": [(one, x, (0, 32), (0, 150))],     # whole chunks, side by side: a chunk's rows are not the block's
+             "four": [(one, x, (0, 32), (0, 150)),
+                      (two, y, (5, 29), (37, 351)),     # off the grid in both directions: parts of chunks
+                      (one, x, (7, 96), (13, 300)),
+                      (two, y, (0, 40), (0, 390))]}
+    if which == "edges":    # one chunk as wide as the array: whole chunks in place between cut ones; rows 80-90 clipped
+        three, z = create(tmp_path / "z.zarr", LZ4["v2 zstd"], rng, shape=(90, 64), chunks=(16, 64), dtype="float32")
+        spans["edges"] = [(three, z, (3, 40), (0, 64)), (three, z, (60, 90), (0, 64)), (two, y, (33, 40), (0, 390)),
+                          (one, x, (90, 96), (290, 300))]
+    return spans[which]
+
+
+@pytest.mark.parametrize("which", ["one", "four", "edges"])
+def test_blocks_whose_chunks_are_copied_into_place_share_a_call_too(any_device, tmp_path, rng, monkeypatch, which):
+    """Blocks whose chunks do not all lie in place (chunks side by side, a block off the chunk grid, clipped edge
+    chunks), of arrays whose chunks have rows of other lengths, queued behind busy slots: one call for all of them,
+    each chunk's rows and columns copied from the call's scratch to their place, every value right and none left
+    poisoned; no block goes its own way (a block alone in its call goes through the scratch too)."""
+    from dgemm.worker import decoding
+
+    spans = _copied_into_place(tmp_path, rng, which)
     blocks = [DeviceDecoded(ZarrBlock(a, r, c)) for a, _, r, c in spans]
     assert decoding.BATCH >= len(blocks)
-    assert not all(p.direct for b in blocks for p in frames.region(b.block).pieces)
-    got, errors, calls = _queued_behind_held_slots(any_device, blocks, monkeypatch)
-    assert errors == [None] * count
+    pieces = [p for b in blocks for p in frames.region(b.block).pieces]
+    assert not all(p.direct for p in pieces) and (which != "edges" or any(p.direct for p in pieces))
+
+    def own_way(*args, **kw):
+        raise AssertionError("a block was decoded in a call of its own")
+    monkeypatch.setattr(decoding, "_decode_read", own_way)
+    got, errors, calls = _queued_behind_held_slots(any_device, blocks, monkeypatch, wait=20)
+    assert errors == [None] * len(blocks)
     for (_, data, (r0, r1), (c0, c1)), values in zip(spans, got):
         np.testing.assert_array_equal(values, data[r0:r1, c0:c1])
     assert len(calls) == 1, calls
+
+
+def test_a_shared_call_that_fails_for_no_fault_of_its_data_says_so(any_device, tmp_path, rng, monkeypatch, caplog):
+    """A shared call that fails with an error neither of the data nor of the device's memory (here its first copy
+    into place) leaves each block to a call of its own, whose values are right, and logs a warning with the
+    error: a fault of this code or the driver's is not hidden behind the fallback."""
+    from dgemm.worker import decoding
+
+    spans = _copied_into_place(tmp_path, rng, "four")
+    blocks = [DeviceDecoded(ZarrBlock(a, r, c)) for a, _, r, c in spans]
+    placed, failed = decoding._placed, []
+
+    def once(*args, **kw):
+        if not failed:
+            failed.append(True)
+            raise AttributeError("a stand-in for a fault")
+        return placed(*args, **kw)
+    monkeypatch.setattr(decoding, "_placed", once)
+    with caplog.at_level("WARNING", logger="dgemm.worker.decoding"):
+        got, errors, calls = _queued_behind_held_slots(any_device, blocks, monkeypatch)
+    assert errors == [None] * len(blocks) and failed
+    for (_, data, (r0, r1), (c0, c1)), values in zip(spans, got):
+        np.testing.assert_array_equal(values, data[r0:r1, c0:c1])
+    assert len(calls) == 1 + len(blocks), calls
+    said = [r for r in caplog.records if "shared decode call" in r.getMessage()]
+    assert len(said) == 1 and "AttributeError: a stand-in for a fault" in said[0].getMessage(), caplog.text
+
 
 def test_a_shared_call_takes_no_more_than_its_bytes_cap(any_device, tmp_path, rng, monkeypatch):
     """``BATCH_BYTES``: past its first block a call takes no block that would carry it over the cap (here one

@@ -21,18 +21,22 @@ frame it left to the host in ``host_decoded_bytes``
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 import weakref
 
 import numpy as np
 
 from dgemm import config
+from dgemm.errors import DgemmError
 from dgemm.opencl import codecs, nogil
 from dgemm.opencl.codecs.zstd_frames import BLOCK_MAX
 from dgemm.opencl.device import DeviceError
 from dgemm.storage import ZarrBlock, fastpaths, frames, unreadable
 from dgemm.storage.blocks import Through
 from dgemm.worker.perdevice import PerDevice
+
+log = logging.getLogger(__name__)
 
 
 def wanted(device, work: str = "decode") -> bool:
@@ -503,7 +507,7 @@ class _Batches:
 def _take(queue: list, cap: int | None = None) -> list:
     """The first requests of ``queue`` (taken out and marked): up to :data:`BATCH` blocks, and past the first
     block no more than :data:`BATCH_BYTES` decoded, nor ``cap`` bytes held on the device (:func:`call_bytes`:
-    a request's chunks lie whole in its block)."""
+    every chunk a request's block touches, whole)."""
     n = total = held = 0
     while n < min(BATCH, len(queue)):
         size = sum(p.size for p in queue[n].plans)
@@ -570,7 +574,10 @@ def _decode_batch(device, batch: list) -> None:
         # the readers' staging is read by the uploads; their next blocks refill it
         cl.wait_for_events([e for what, e in own if what == "upload"] or [last])
         ok = True
-    except Exception:   # noqa: BLE001  (a frame the call refused, or no room for it: each block alone says)
+    except Exception as e:   # noqa: BLE001  (a frame the call refused, or no room for it: each block alone says)
+        if not isinstance(e, DgemmError):   # (neither the data's nor the device's memory: a fault to see, not hide)
+            log.warning("a shared decode call of %d blocks failed (%s: %s); each block is decoded in a call of its "
+                        "own", len(batch), type(e).__name__, e, exc_info=True)
         try:
             if queue is not None:
                 queue.finish()  # (what the call did enqueue has run before a block's own call writes its buffer)
@@ -592,7 +599,9 @@ def _placed(queue, found, piece, out, scratch, at: int):
         return cl.enqueue_copy(queue, out, scratch, src_offset=at, dst_offset=piece.offset,
                                byte_count=found.chunk_nbytes)
     itemsize, width, chunk_cols = found.dtype.itemsize, found.shape[1], found.chunk[1]
-    first = at // (chunk_cols * itemsize)       # (the chunk starts on a row of its own)
+    first, within = divmod(at, chunk_cols * itemsize)
+    if within:
+        raise ValueError(f"{piece.name}: decoded at byte {at} of the scratch, within a row of {chunk_cols} values")
     return cl.enqueue_copy(queue, out, scratch,
                            src_origin=(piece.inside[1] * itemsize, first + piece.inside[0], 0),
                            dst_origin=(piece.at[1] * itemsize, piece.at[0], 0),
