@@ -181,11 +181,15 @@ def _cache_budget(dask_worker=None):
 def _budgets_off_and_on(client, tmp_path, a, b, want) -> dict:
     """The worker's panel-cache budget after the product of Zarr paths ``a`` and ``b`` (float64 ``want``) under
     device-codecs off, then on; each C checked.  The client's plan counts the same cache, less its margin
-    (:func:`dgemm.client.steps._cache_bytes`, with what the worker's description says of its codecs): checked
-    for each mode, so that the growing-rectangle order sees the cache the worker has."""
+    (:func:`dgemm.client.codecs_room.panel_cache_bytes`, with what the worker's description says of its codecs): checked
+    for each mode, so that the growing-rectangle order sees the cache the worker has; and so does the floor
+    ``dgemm bench e2e`` records beside the run (:func:`dgemm.benchmarks.floor.plan_floor`), which counts the
+    encoder's room only where C is there to read."""
     import _device_codecs
 
+    from dgemm.benchmarks.floor import plan_floor
     from dgemm.client import steps
+    from dgemm.client.codecs_room import panel_cache_bytes
     from dgemm.client.request import Request
     from dgemm.cluster import prepare
 
@@ -202,8 +206,13 @@ def _budgets_off_and_on(client, tmp_path, a, b, want) -> dict:
             dgemm.matmul(a, b, out=out, client=client)
             np.testing.assert_allclose(zarr.open_array(out, mode="r")[...], want, rtol=1e-4, atol=1e-4)
             (budgets[mode],) = client.run(_cache_budget).values()
-            seen = steps._cache_bytes(plan, workers, req, zarr.open_array(out, mode="r+"))
+            c = zarr.open_array(out, mode="r+")
+            seen = panel_cache_bytes(plan, workers, req.a, req.b, c, req.drop, req.beta)
             assert seen == pytest.approx(0.9 * budgets[mode], abs=1), (mode, seen, budgets[mode])
+            floor = plan_floor(workers, a, b, req.dtype.name, out=c)
+            assert floor["block"][:2] == list(plan.block_shape[:2])
+            assert floor["cache_bytes"] == pytest.approx(0.9 * budgets[mode], abs=1), (mode, floor, budgets[mode])
+            assert plan_floor(workers, a, b, req.dtype.name)["cache_bytes"] >= floor["cache_bytes"]
     finally:
         next(set_codecs, None)
     return budgets

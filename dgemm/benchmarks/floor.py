@@ -236,7 +236,7 @@ def floor_of(p, n_workers: int, cache, how: dict, db_tflops: float | None, measu
 
 def plan_floor(usable: dict, a_path, b_path, dtype, measured: dict | None = None,
                storage_options: dict | None = None, out_compressors="auto", shared_decode: bool = False,
-               gram: bool = False) -> dict:
+               gram: bool = False, out=None) -> dict:
     """``dgemm plan``'s predicted floor for this product on these workers (:func:`dgemm.client.estimate.estimate`).
 
     Parameters
@@ -263,6 +263,9 @@ def plan_floor(usable: dict, a_path, b_path, dtype, measured: dict | None = None
         A Gram product X^T X: ``a_path`` and ``b_path`` are both X, read
         once for both operands, and one triangle of C is computed
         (:func:`dgemm.client.estimate.estimate`'s ``gram``).
+    out : zarr.Array, optional
+        C, where it is there to read: the room its device encoder keeps is
+        counted out of the device's panel cache too.
 
     Returns
     -------
@@ -270,28 +273,33 @@ def plan_floor(usable: dict, a_path, b_path, dtype, measured: dict | None = None
         The plan's blocks, tasks and text; ``defaults``, the floor with
         ``dgemm plan``'s default rates (the store unbounded, as the page
         cache; PCIe 20 GB/s; the codecs' per-core rates) and the tuning database's
-        kernel rate; ``measured``, the floor with the run's rates.  The
-        device cache is what ``dgemm plan`` assumes.
+        kernel rate; ``measured``, the floor with the run's rates.
+        ``cache_bytes``, the device's panel cache, is what :func:`dgemm.matmul`
+        counts for these workers (:func:`dgemm.client.codecs_room.panel_cache_bytes`):
+        what a block product holds and what the workers' device codecs
+        keep beside it (their decode calls; the encoder's buffers where
+        ``out`` is given) are not the cache's.
     """
     from dgemm.benchmarks.inputs import describe_zarr
+    from dgemm.client.codecs_room import panel_cache_bytes
     from dgemm.client.estimate import codec_of
     from dgemm.client.plan import make_plan
     from dgemm.cluster import device_limits, tiles_of
     from dgemm.opencl.database import lookup
-    from dgemm.sizes import MEMORY_FRACTION, default_target
+    from dgemm.sizes import default_target
     from dgemm.storage import Operand
 
     A, B = Operand(os.fspath(a_path), "a", storage_options), Operand(os.fspath(b_path), "b", storage_options)
+    if gram:        # A is X transposed: X's rows are K
+        A.transpose()
     (m, k), (_, n) = A.shape, B.shape
     a_chunks = A.chunks
-    if gram:        # A is X transposed: X's rows are K
-        (k, m), a_chunks = A.shape, tuple(reversed(A.chunks))
     tiles = tiles_of(usable, dtype)
     memory, max_alloc = device_limits(usable)
     target = default_target((d["device"].type for d in usable.values()), memory)
     p = make_plan(m, n, k, dtype, tiles, a_chunks=a_chunks, b_chunks=B.chunks, target=target,
                   n_workers=len(usable), device_memory=memory, max_alloc=max_alloc)
-    cache = None if memory is None else max(0.0, MEMORY_FRACTION * memory - 2 * p.device_bytes())
+    cache = panel_cache_bytes(p, usable, A, B, out)
     first = next(iter(usable.values()))["device"]
     db = lookup(first, dtype).tflops
     codecs = [codec_of(describe_zarr(x, storage_options)["compressors"]) for x in (a_path, b_path)]

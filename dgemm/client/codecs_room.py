@@ -17,9 +17,26 @@ from __future__ import annotations
 import numpy as np
 
 from dgemm.client.graph import mirrored
+from dgemm.cluster import device_limits
 from dgemm.opencl.scratch import ENCODE_SLOTS
+from dgemm.sizes import cache_budget
 from dgemm.storage import encoded
 from dgemm.worker import decoding, encoding
+
+
+def panel_cache_bytes(plan, workers: dict, a=None, b=None, out=None, drop=(), beta: float = 0.0) -> float | None:
+    """The panel cache of the smallest of ``workers``' devices (their descriptions: :func:`dgemm.cluster.prepare`)
+    while they run ``plan``'s blocks of ``a`` and ``b`` into the Zarr array ``out``, as the client counts it: the
+    device's memory share less a block product's buffers and what the workers' codecs keep beside them
+    (:func:`codecs_bytes`; none counted where ``a`` is None, none for the encoder where ``out`` is), a margin off
+    for the padding; None where the devices' memory is unknown."""
+    memory, _ = device_limits(workers)
+    if memory is None:
+        return None
+    kind = "CPU" if any(d["device"].type == "CPU" for d in workers.values()) else None
+    held = 0 if a is None else max((codecs_bytes(plan, a, b, out, drop, d.get("codecs"), beta)
+                                    for d in workers.values()), default=0)
+    return 0.9 * cache_budget(memory, plan.device_bytes() + held, kind)
 
 
 def codecs_bytes(plan, a, b, out, drop, codecs: dict | None, beta: float = 0.0) -> int:

@@ -18,13 +18,13 @@ import numpy as np
 
 from dgemm.client import graph as graph_mod
 from dgemm.client import prestart
-from dgemm.client.codecs_room import codecs_bytes
+from dgemm.client.codecs_room import panel_cache_bytes
 from dgemm.client.plan import Plan, block_size, check_graph_size, make_plan
 from dgemm.client.request import Request
 from dgemm.cluster import check_worker_access, device_limits, get_client, prepare, tiles_of
 from dgemm.errors import PlanError
 from dgemm.scheduler import placement
-from dgemm.sizes import cache_budget, default_target
+from dgemm.sizes import default_target
 from dgemm.storage import hostcache
 from dgemm.storage.layout import default_chunks
 from dgemm.storage.output_run import OutputRun, already_complete, write_empty
@@ -234,19 +234,6 @@ def _open_output(req: Request, plan: Plan) -> OutputRun:
                           reads_c=reads_c)
 
 
-def _cache_bytes(plan: Plan, workers: dict, req: Request | None = None, out=None) -> float | None:
-    """The panel cache of the smallest worker's device (a margin off, for the padding), less what the workers'
-    device codecs keep beside it for ``req``'s blocks into the Zarr array ``out`` (:mod:`dgemm.client.codecs_room`),
-    None where unknown."""
-    memory, _ = device_limits(workers)
-    if memory is None:
-        return None
-    kind = "CPU" if any(d["device"].type == "CPU" for d in workers.values()) else None
-    held = 0 if req is None else max((codecs_bytes(plan, req.a, req.b, out, req.drop, d.get("codecs"), req.beta)
-                                      for d in workers.values()), default=0)
-    return 0.9 * cache_budget(memory, plan.device_bytes() + held, kind)
-
-
 def _compute(req: Request, plan: Plan, token: str, client, workers: dict, output: OutputRun) -> None:
     """Compute and store the output's pending blocks on the cluster, each marked once stored, holding its lease.
 
@@ -266,7 +253,8 @@ def _compute(req: Request, plan: Plan, token: str, client, workers: dict, output
             g = graph_mod.build(plan, req.a, req.b, req.c, alpha=req.alpha, beta=req.beta, token=token,
                                 blocks=output.pending, precision=req.precision, workers=where,
                                 originals=output.originals,
-                                cache_bytes=_cache_bytes(plan, workers, req, output.array))
+                                cache_bytes=panel_cache_bytes(plan, workers, req.a, req.b, output.array, req.drop,
+                                                              req.beta))
             done_key = graph_mod.add_store(g, plan, output.array, req.drop, token, output.markers,
                                            blocks=output.pending, fence=output.fence(), originals=output.originals)
             future = _submit(client, g, done_key)
