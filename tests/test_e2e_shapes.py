@@ -85,7 +85,7 @@ def test_gram_record_names_the_op_and_every_product_is_x_transpose_x(runner, tmp
     np.testing.assert_array_equal(c, c.T)                                     # one triangle, mirrored
     # dgemm plan's floor beside the time, planned as the Gram it is: X decoded once for both operands
     fl = d["floor"]
-    assert fl["how"]["gram"] and fl["measured"]["floor_seconds"] > 0
+    assert fl["how"]["gram"] and fl["measured"]["floor_seconds"] > 0 and fl["same_blocks_as_run"] is True
     assert fl["measured"]["bytes_decoded"] == pytest.approx(512 * 96 * 4, rel=0.25), fl["measured"]
 
     p = rec["peers"]
