@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from dgemm.benchmarks.floor import measured_rates
+from dgemm.benchmarks.floor import _operands, measured_rates
 
 HOST = {"read_gbps": {"1": 1.0, "4": 3.0}, "reader_gbps": {"1": 2.0, "4": 6.0},
         "read_cold_gbps": {"1": 0.5}, "reader_cold_gbps": {"1": 0.7, "4": 0.9},
@@ -34,3 +34,21 @@ def test_s3_takes_the_servers_raw_rates_and_leaves_out_what_was_not_measured():
                         "object_store": {"get": {"best_gbps": 4.5}, "put": {"best_gbps": None}}})
     assert r["rates"] == {"read": 4.5e9, "pcie": 12e9}       # no PUT rate, no kernel: the plan's defaults stand
     assert set(r["source"]) == {"read", "pcie"} and r["source"]["pcie"] == "upload, pageable"
+
+
+def test_a_gram_floor_reads_x_transposed_as_a_and_x_as_b(tmp_path, rng):
+    """The floor of X^T X plans with A = X transposed and B = X, as dgemm.matmul reads them: the plan's M and K, and
+    the codecs' count (a Gram product, whose mirrored C blocks are never encoded), need both."""
+    import numcodecs
+    import zarr
+
+    from dgemm.client.request import is_gram
+
+    x = zarr.create_array(str(tmp_path / "x.zarr"), shape=(200, 70), chunks=(48, 16), dtype="float32",
+                          zarr_format=2, compressors=numcodecs.Zstd(level=3))
+    x[...] = rng.standard_normal((200, 70)).astype("float32")
+    a, b = _operands(tmp_path / "x.zarr", tmp_path / "x.zarr", gram=True)
+    assert (a.shape, a.chunks, b.shape, b.chunks) == ((70, 200), (16, 48), (200, 70), (48, 16))
+    assert is_gram(a, b, 0.0)
+    a, b = _operands(tmp_path / "x.zarr", tmp_path / "x.zarr")
+    assert a.shape == b.shape == (200, 70) and not is_gram(a, b, 0.0)

@@ -212,7 +212,13 @@ def _budgets_off_and_on(client, tmp_path, a, b, want) -> dict:
             floor = plan_floor(workers, a, b, req.dtype.name, out=c)
             assert floor["block"][:2] == list(plan.block_shape[:2])
             assert floor["cache_bytes"] == pytest.approx(0.9 * budgets[mode], abs=1), (mode, floor, budgets[mode])
-            assert plan_floor(workers, a, b, req.dtype.name)["cache_bytes"] >= floor["cache_bytes"]
+            assert floor["encoder_counted"]
+            bare = plan_floor(workers, a, b, req.dtype.name)        # (as the benchmark's: C gone)
+            assert not bare["encoder_counted"]
+            assert bare["cache_bytes"] == pytest.approx(
+                panel_cache_bytes(plan, workers, req.a, req.b, None, req.drop, req.beta), abs=1)
+            if mode == "off":       # (nothing of the codecs on the device: C's absence changes nothing)
+                assert bare["cache_bytes"] == pytest.approx(floor["cache_bytes"], abs=1)
     finally:
         next(set_codecs, None)
     return budgets

@@ -264,8 +264,9 @@ def plan_floor(usable: dict, a_path, b_path, dtype, measured: dict | None = None
         once for both operands, and one triangle of C is computed
         (:func:`dgemm.client.estimate.estimate`'s ``gram``).
     out : zarr.Array, optional
-        C, where it is there to read: the room its device encoder keeps is
-        counted out of the device's panel cache too.
+        C, opened writable (as :func:`dgemm.matmul` opens its output; a
+        read-only array is never encoded): the room the workers' device
+        encoders keep for its chunks is counted out of the panel cache too.
 
     Returns
     -------
@@ -278,7 +279,9 @@ def plan_floor(usable: dict, a_path, b_path, dtype, measured: dict | None = None
         counts for these workers (:func:`dgemm.client.codecs_room.panel_cache_bytes`):
         what a block product holds and what the workers' device codecs
         keep beside it (their decode calls; the encoder's buffers where
-        ``out`` is given) are not the cache's.
+        ``out`` is given: ``encoder_counted``) are not the cache's.  The
+        ``dgemm plan`` command, which has no workers to ask, estimates the
+        cache more roughly (its codecs not counted).
     """
     from dgemm.benchmarks.inputs import describe_zarr
     from dgemm.client.codecs_room import panel_cache_bytes
@@ -287,11 +290,8 @@ def plan_floor(usable: dict, a_path, b_path, dtype, measured: dict | None = None
     from dgemm.cluster import device_limits, tiles_of
     from dgemm.opencl.database import lookup
     from dgemm.sizes import default_target
-    from dgemm.storage import Operand
 
-    A, B = Operand(os.fspath(a_path), "a", storage_options), Operand(os.fspath(b_path), "b", storage_options)
-    if gram:        # A is X transposed: X's rows are K
-        A.transpose()
+    A, B = _operands(a_path, b_path, storage_options, gram)
     (m, k), (_, n) = A.shape, B.shape
     a_chunks = A.chunks
     tiles = tiles_of(usable, dtype)
@@ -307,11 +307,23 @@ def plan_floor(usable: dict, a_path, b_path, dtype, measured: dict | None = None
     how = {"codecs": tuple(codecs), "hosts": len({d.get("host") for d in usable.values()}),
            "shared_decode": shared_decode, "device_is_host": str(getattr(first, "type", "")).upper() == "CPU",
            "chunks": (a_chunks, B.chunks), "gram": gram}
-    out = {"block": list(p.block_shape), "tasks": p.n_tasks, "workers": len(usable), "cache_bytes": cache,
+    found = {"block": list(p.block_shape), "tasks": p.n_tasks, "workers": len(usable), "cache_bytes": cache,
+             "encoder_counted": out is not None,
            "plan": p.explain(), "kernel_tflops_database": db,
            "how": {**how, "codecs": [c.name for c in codecs]}}
-    out.update(floor_of(p, len(usable), cache, how, db, measured))
-    return out
+    found.update(floor_of(p, len(usable), cache, how, db, measured))
+    return found
+
+
+def _operands(a_path, b_path, storage_options: dict | None = None, gram: bool = False) -> tuple:
+    """The product's operands as :func:`dgemm.matmul` reads them: for a Gram product X^T X (``a_path`` and
+    ``b_path`` both X), A is X transposed (its rows are K), which the plan and the codecs' count both need."""
+    from dgemm.storage import Operand
+
+    A, B = Operand(os.fspath(a_path), "a", storage_options), Operand(os.fspath(b_path), "b", storage_options)
+    if gram:
+        A.transpose()
+    return A, B
 
 
 def add_floor(record: dict, usable: dict, ins: dict, storage_options, log) -> None:
@@ -321,6 +333,10 @@ def add_floor(record: dict, usable: dict, ins: dict, storage_options, log) -> No
     (``same_blocks_as_run``) and, for each set of rates, the measured time
     over it (``measured_over_floor``).  A run whose workers decoded through
     the host cache (its counters say so) is planned with shared decodes.
+    The run's C is gone by now (the benchmark removes it), so the room the
+    workers' device encoders kept for it is not counted out of the panel
+    cache (``encoder_counted`` false): about 2 GiB of buffers at 8192²
+    float32 C blocks, where C is zstd and the devices encode it.
     """
     d = record.get("dgemm") or {}
     total = (d.get("counters") or {}).get("total") or {}
