@@ -323,7 +323,7 @@ def _decode_planned(device, dec, found, out, events, data, starts, host, pending
     calls = [] if pending is not None and dec.defers else None   # each decode call's (last command, check)
     own: list = []      # this call's commands (the uploads from the thread's staging among them)
 
-    n, itemsize = found.chunk_nbytes, found.dtype.itemsize
+    n = found.chunk_nbytes
     queue = device.scratch.queue()
     # (piece, frame, plan, start) decoded into out; (piece, frame, plan, start, how) into scratch
     direct, aside = [], []
