@@ -179,6 +179,32 @@ def trace_install(dask_worker=None):
     timed(zstd_decode, "_execute_tables", "exec_tables")
     timed(zstd_decode, "_execute", "execute_launch")
     timed(scratch, "_wait", "slot_last")            # a slot's holder waiting for the slot's last call to have run
+    # the rest of a call: its frames' plans made on the host, its buffers taken from the slot (grown where a call
+    # needs more), and its copies (each a driver call: the tables' uploads, the device plan's blocking reads)
+    timed(zstd_decode, "_host_plans", "host_plans")
+    timed(scratch.Scratch, "buffer", "scratch_take")
+    import pyopencl
+    copy, inside = pyopencl.enqueue_copy, threading.local()
+
+    def enqueue_copy(*args, **kw):
+        if not getattr(inside, "call", False):
+            return copy(*args, **kw)
+        t0, c0 = time.perf_counter(), time.thread_time()
+        try:
+            return copy(*args, **kw)
+        finally:
+            rec("call_copy_blocking" if kw.get("is_blocking", True) else "call_copy", threading.get_ident(), t0,
+                time.perf_counter(), time.thread_time() - c0)
+    pyopencl.enqueue_copy = enqueue_copy
+    enqueue = zstd_decode.decode_zstd
+
+    def decode_zstd(*args, **kw):   # (its copies are the call's)
+        inside.call = True
+        try:
+            return enqueue(*args, **kw)
+        finally:
+            inside.call = False
+    zstd_decode.decode_zstd = decode_zstd
     batch_call = decoding._decode_batch
 
     def _decode_batch(device, batch):   # how many blocks, and chunks, each shared call took
@@ -377,6 +403,7 @@ def summary(log, t0, wall, width):
                           [x[4] for x in log if x[0] == what and len(x) > 4])
               for what in ("packed", "decode_call", "batchable", "lead_or_wait", "batch_call", "plan", "decode_enqueue",
                            "devplan", "frame_plan", "call_tables", "exec_tables", "execute_launch", "slot_last",
+                           "host_plans", "scratch_take", "call_copy", "call_copy_blocking",
                            "encode_job", "encode")}
     sizes = [x for x in log if x[0] == "batch_size"]    # ("batch_size", thread, t, blocks, chunks)
     phases["batch_sizes"] = {"calls": len(sizes), "blocks": sum(x[3] for x in sizes), "chunks": sum(x[4] for x in sizes)}
