@@ -13,9 +13,10 @@ timeout 200 python3 $T "$OUT/timeline-on-32768.json" --size 32768 --chunk 4096 -
 python3 - "$OUT/timeline-on-32768.json" <<'PY'
 import json, sys
 for r in json.load(open(sys.argv[1]))["runs"]:
-    print(r["mode"], r["wall_s"], {k: r.get(k) for k in ("decode_enqueue", "devplan", "frame_plan", "call_tables",
-                                                         "host_plans", "scratch_take", "call_copy",
-                                                         "call_copy_blocking", "execute_launch", "launch_locks",
-                                                         "batch_sizes")})
+    print(r["mode"], r["wall_s"], {k: r.get(k) for k in ("reads_device", "packed", "lead_or_wait", "batch_call",
+                                                         "decode_call", "decode_enqueue", "devplan", "frame_plan",
+                                                         "call_tables", "host_plans", "scratch_take", "call_copy",
+                                                         "call_copy_blocking", "execute_launch", "slot_last",
+                                                         "launch_locks", "batch_sizes")})
 PY
 ls -la "$OUT"
