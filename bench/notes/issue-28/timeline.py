@@ -183,6 +183,10 @@ def trace_install(dask_worker=None):
     # needs more), and its copies (each a driver call: the tables' uploads, the device plan's blocking reads)
     timed(zstd_decode, "_host_plans", "host_plans")
     timed(scratch.Scratch, "buffer", "scratch_take")
+    # of which new device buffers (a slot's first of a name in a run, or one grown) and the old ones released
+    from dgemm.opencl import device as device_module, nogil
+    timed(device_module.Device, "buffer", "alloc")
+    timed(nogil, "release", "release")
     import pyopencl
     copy, inside = pyopencl.enqueue_copy, threading.local()
 
@@ -403,7 +407,7 @@ def summary(log, t0, wall, width):
                           [x[4] for x in log if x[0] == what and len(x) > 4])
               for what in ("packed", "decode_call", "batchable", "lead_or_wait", "batch_call", "plan", "decode_enqueue",
                            "devplan", "frame_plan", "call_tables", "exec_tables", "execute_launch", "slot_last",
-                           "host_plans", "scratch_take", "call_copy", "call_copy_blocking",
+                           "host_plans", "scratch_take", "alloc", "release", "call_copy", "call_copy_blocking",
                            "encode_job", "encode")}
     sizes = [x for x in log if x[0] == "batch_size"]    # ("batch_size", thread, t, blocks, chunks)
     phases["batch_sizes"] = {"calls": len(sizes), "blocks": sum(x[3] for x in sizes), "chunks": sum(x[4] for x in sizes)}
