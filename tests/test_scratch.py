@@ -186,3 +186,128 @@ def test_a_slot_whose_last_call_failed_is_handed_on_and_kept(any_device):
             with scratch.slot(wait=wait) as got:
                 assert got is scratch and scratch.holding()
         assert scratch.free_now() == 2 and scratch._room._value == 2
+
+
+def _filled(device, buf, value: int):
+    import numpy as np
+    import pyopencl as cl
+
+    cl.enqueue_fill_buffer(device.queue, buf, np.uint8(value), 0, buf.size).wait()
+
+
+def _bytes(device, buf):
+    import numpy as np
+    import pyopencl as cl
+
+    host = np.empty(buf.size, np.uint8)
+    cl.enqueue_copy(device.queue, host, buf, is_blocking=True)
+    return host
+
+
+def test_a_slots_buffers_are_carved_from_one_allocation(any_device):
+    """With ``arena_bytes`` set, a slot's holder gets each buffer as a part of one allocation: apart from each
+    other (each written, none overwritten), aligned, and carved again from the start by the slot's next holder;
+    ``nbytes`` counts the arena once, and ``release`` gives it back."""
+    from dgemm.opencl.scratch import _alignment
+
+    scratch = Scratch(any_device, slots=1)
+    scratch.arena_bytes = 1 << 20
+    before = any_device.live_buffers()["buffers"]
+    sizes = {"frames": 100_000, "tables": 7, "literals": 300_001, "errors": 64}
+    for holder in range(2):
+        with scratch.slot():
+            bufs = {what: scratch.buffer(what, n) for what, n in sizes.items()}
+            assert scratch.buffer("tables", 5) is bufs["tables"]
+            assert any_device.live_buffers()["buffers"] == before + 1, "more than the arena was allocated"
+            starts = sorted((b.offset, b.offset + b.size) for b in bufs.values())
+            assert all(s % _alignment(any_device) == 0 for s, _ in starts)
+            assert all(end <= nxt for (_, end), (nxt, _) in zip(starts, starts[1:])), starts
+            assert starts[-1][1] <= 1 << 20
+            if holder:
+                assert sorted(b.offset for b in bufs.values()) == first, "not carved from the start again"
+            first = sorted(b.offset for b in bufs.values())
+            for k, (what, buf) in enumerate(bufs.items()):
+                assert buf.size >= sizes[what]
+                _filled(any_device, buf, k + 1)
+            for k, buf in enumerate(bufs.values()):
+                assert (_bytes(any_device, buf) == k + 1).all()
+        assert scratch.nbytes() == 1 << 20
+    assert scratch.release() == 1 and scratch.nbytes() == 0 and scratch.arena_bytes == 0
+    assert any_device.live_buffers()["buffers"] == before
+
+
+def test_a_call_the_arena_cannot_hold_takes_buffers_of_its_own(any_device):
+    """Past the arena's room a buffer is allocated on its own, as without an arena; what was carved stays intact."""
+    scratch = Scratch(any_device, slots=1)
+    scratch.arena_bytes = 4096
+    before = any_device.live_buffers()["buffers"]
+    with scratch.slot():
+        carved = scratch.buffer("a", 3000)
+        own = scratch.buffer("b", 3000)
+        assert own.size >= 3000 and own.offset == 0 and own.int_ptr != carved.int_ptr
+        assert any_device.live_buffers()["buffers"] == before + 2
+        huge = scratch.buffer("c", 10_000)      # more than the arena: no arena made for it either
+        _filled(any_device, carved, 7)
+        _filled(any_device, own, 8)
+        _filled(any_device, huge, 9)
+        assert (_bytes(any_device, carved) == 7).all() and (_bytes(any_device, own) == 8).all()
+    assert scratch.nbytes() == 4096 + own.size + huge.size
+    assert scratch.release() == 3 and any_device.live_buffers()["buffers"] == before
+
+
+def test_an_arena_smaller_than_asked_now_is_given_back_for_a_larger_one(any_device):
+    """A product's later block asking more of a slot (``arena_bytes`` raised): the slot's next holder gets an
+    arena of the new size, the old one given back."""
+    scratch = Scratch(any_device, slots=1)
+    scratch.arena_bytes = 2048
+    before = any_device.live_buffers()["buffers"]
+    with scratch.slot():
+        scratch.buffer("a", 1000)
+    scratch.arena_bytes = 1 << 16
+    with scratch.slot():
+        big = scratch.buffer("a", 50_000)
+        assert big.offset == 0 and any_device.live_buffers()["buffers"] == before + 1
+    assert scratch.nbytes() == 1 << 16
+    scratch.release()
+    assert any_device.live_buffers()["buffers"] == before
+
+
+def test_a_carved_buffer_is_poisoned_for_each_holder(any_device):
+    """Under the tests' poison each holder's buffers start as NaN bytes, not as the last holder left them: a
+    kernel that leaves part of its output unwritten is caught."""
+    from dgemm.opencl.device import POISON_BYTE, poisoned
+
+    scratch = Scratch(any_device, slots=1)
+    scratch.arena_bytes = 1 << 16
+    with poisoned():
+        with scratch.slot():
+            _filled(any_device, scratch.buffer("out", 5000), 3)
+        with scratch.slot():
+            assert (_bytes(any_device, scratch.buffer("out", 5000)) == POISON_BYTE).all()
+    scratch.release()
+
+
+def test_a_whole_buffer_is_never_carved(any_device):
+    """``whole``: a buffer of its own within a slot that has an arena (rows and columns copied to or from a
+    sub-buffer crash PoCL 3.0 and 3.1), so a rectangular copy from it runs."""
+    import numpy as np
+    import pyopencl as cl
+
+    scratch = Scratch(any_device, slots=1)
+    scratch.arena_bytes = 1 << 20
+    before = any_device.live_buffers()["buffers"]
+    src = np.arange(64 * 64, dtype=np.float32)
+    with scratch.slot():
+        carved = scratch.buffer("tables", 100)
+        whole = scratch.buffer("rows", src.nbytes, whole=True)
+        assert whole.offset == 0 and whole.int_ptr != carved.int_ptr
+        assert any_device.live_buffers()["buffers"] == before + 2
+        cl.enqueue_copy(any_device.queue, whole, src, is_blocking=True)
+        out = cl.Buffer(any_device.context, cl.mem_flags.READ_WRITE, 32 * 32 * 4)
+        cl.enqueue_copy(any_device.queue, out, whole, src_origin=(8 * 4, 3, 0), dst_origin=(0, 0, 0),
+                        region=(32 * 4, 32, 1), src_pitches=(64 * 4, 0), dst_pitches=(32 * 4, 0))
+        host = np.empty((32, 32), np.float32)
+        cl.enqueue_copy(any_device.queue, host, out, is_blocking=True)
+        out.release()
+        assert (host == src.reshape(64, 64)[3:35, 8:40]).all()
+    assert scratch.release() == 2 and any_device.live_buffers()["buffers"] == before

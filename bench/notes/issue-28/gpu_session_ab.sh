@@ -35,8 +35,9 @@ run)
     for round in $(seq "${ROUNDS:-2}"); do
         while read -r v sha; do
             (cd bench && PYTHONPATH=$PWD/../.ab/$v${PYTHONPATH:+:$PYTHONPATH} python3 -c "import dgemm; print('$v', dgemm.__file__)")
+            # (CLUSTER_TIMEOUT: a version that hangs costs that, not the call; the twenty-sixth session's v2 hung 8 minutes)
             env $(cat ".ab/$v.env" 2>/dev/null) PYTHONPATH=$PWD/.ab/$v${PYTHONPATH:+:$PYTHONPATH} DGEMM_COMMIT=$sha \
-                python3 bench/notes/issue-28/device_codecs_onoff.py \
+                timeout "${CLUSTER_TIMEOUT:-300}" python3 bench/notes/issue-28/device_codecs_onoff.py \
                 "$OUT/ab-$v-r$round.json" --size "${SIZE:-32768}" --codec zstd --devices "${DEVICES:-gpu}" --repeats 2 \
                 --modes "${MODES:-on,off}" --gemm-tasks "${GEMM_TASKS:-1}" --inputs "$inputs/zstd" 2>&1 \
                 | grep '^{"mode"' | python3 -c "
