@@ -372,7 +372,7 @@ def _queued_behind_held_slots(dev, blocks, monkeypatch, bad=(), wait: float = 60
     return got, errors, calls
 
 
-def test_blocks_queued_behind_busy_slots_share_one_decode_call(any_device, tmp_path, rng, monkeypatch, arena):
+def test_blocks_queued_behind_busy_slots_share_one_decode_call(any_device, tmp_path, rng, monkeypatch):
     """zstd blocks whose readers queue while every decode slot is busy are decoded in one call once a slot is free
     (up to ``BATCH`` blocks), each block's chunks copied into its own buffer: every value right, none left
     poisoned, and the codec counters as for calls of their own."""
@@ -382,10 +382,8 @@ def test_blocks_queued_behind_busy_slots_share_one_decode_call(any_device, tmp_p
     spans = [(0, 16), (16, 40), (40, 48), (48, 80)]       # whole-row chunks: each block's chunks lie in place
     blocks = [DeviceDecoded(ZarrBlock(arr, r, (0, 512))) for r in spans]
     assert decoding.BATCH >= len(blocks)
-    live = arena(blocks)
     before = fastpaths.snapshot()
     got, _, calls = _queued_behind_held_slots(any_device, blocks, monkeypatch)
-    _allocated_for_one_call(any_device, live, any_device.scratch.arena_bytes > 0)
     grew = fastpaths.since(before)
     for (r0, r1), values in zip(spans, got):
         np.testing.assert_array_equal(values, data[r0:r1])
@@ -414,38 +412,12 @@ def _copied_into_place(tmp_path, rng, which: str) -> list:
     return spans[which]
 
 
-@pytest.fixture(params=[False, True], ids=["buffers", "arena"])
-def arena(request, any_device):
-    """Whether the decode slots carve their buffers from an arena, as a product's block tasks have them
-    (``decoding.size_slots``); the test calls the fixture's value with its blocks."""
-    from dgemm.worker import decoding
-
-    any_device.scratch.release()    # (what earlier tests left in the slots)
-
-    def sized(blocks):
-        if request.param:
-            decoding.size_slots(any_device, blocks, None)
-            assert any_device.scratch.arena_bytes > 0
-        return any_device.live_buffers()["buffers"]
-    yield sized
-    any_device.scratch.release()
-    assert any_device.scratch.arena_bytes == 0
-
-
-def _allocated_for_one_call(device, before: int, arena: bool) -> None:
-    """A call's buffers held by its slot: with an arena, the arena and the chunks' scratch alone."""
-    held = device.live_buffers()["buffers"] - before
-    assert held <= 2 if arena else held > 2, held
-
-
 @pytest.mark.parametrize("which", ["one", "four", "edges"])
-def test_blocks_whose_chunks_are_copied_into_place_share_a_call_too(any_device, tmp_path, rng, monkeypatch, which,
-                                                                    arena):
+def test_blocks_whose_chunks_are_copied_into_place_share_a_call_too(any_device, tmp_path, rng, monkeypatch, which):
     """Blocks whose chunks do not all lie in place (chunks side by side, a block off the chunk grid, clipped edge
     chunks), of arrays whose chunks have rows of other lengths, queued behind busy slots: one call for all of them,
     each chunk's rows and columns copied from the call's scratch to their place, every value right and none left
-    poisoned; no block goes its own way (a block alone in its call goes through the scratch too).  With the
-    slots' arena (a product's), the call's buffers but the chunks' scratch are carved from it."""
+    poisoned; no block goes its own way (a block alone in its call goes through the scratch too)."""
     from dgemm.worker import decoding
 
     spans = _copied_into_place(tmp_path, rng, which)
@@ -457,13 +429,11 @@ def test_blocks_whose_chunks_are_copied_into_place_share_a_call_too(any_device, 
     def own_way(*args, **kw):
         raise AssertionError("a block was decoded in a call of its own")
     monkeypatch.setattr(decoding, "_decode_read", own_way)
-    before = arena(blocks)
     got, errors, calls = _queued_behind_held_slots(any_device, blocks, monkeypatch, wait=20)
     assert errors == [None] * len(blocks)
     for (_, data, (r0, r1), (c0, c1)), values in zip(spans, got):
         np.testing.assert_array_equal(values, data[r0:r1, c0:c1])
     assert len(calls) == 1, calls
-    _allocated_for_one_call(any_device, before, any_device.scratch.arena_bytes > 0)
 
 
 def test_a_shared_call_that_fails_for_no_fault_of_its_data_says_so(any_device, tmp_path, rng, monkeypatch, caplog):

@@ -143,11 +143,11 @@ def test_a_block_the_encoder_has_no_room_for_comes_down_as_values(any_device, en
 
     real = any_device.encode_scratch.buffer
 
-    def no_room_for_the_copy(what, nbytes, whole=False):
+    def no_room_for_the_copy(what, nbytes):
         if what == "the C block":
             real("zstd stream rows", 4096)
             raise DeviceMemoryError("device 'test': allocating the C block's copy failed; out of memory")
-        return real(what, nbytes, whole)
+        return real(what, nbytes)
 
     if where == "frames":
         monkeypatch.setattr(zstd_encode, "encode_zstd", no_room)

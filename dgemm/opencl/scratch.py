@@ -25,16 +25,6 @@ The device encoder (``zstd_encode.encode_zstd(keep=True)``) keeps its
 buffers the same way, in a scratch of :data:`ENCODE_SLOTS` slots of its own
 (``Device.encode_scratch``): each slot's calls take turns on its queue, and
 the device holds that many C blocks' encoder buffers.
-
-A slot's buffers are carved from one allocation, its arena, where the worker
-has said how much a slot may hold in this product (:attr:`Scratch.arena_bytes`,
-what the panel cache leaves it): each holder carves what its call takes from
-the start again, as sub-buffers.  Buffers of their own, allocated and grown
-call by call, cost every product 100 to 200 allocations at 32768² under
-``device-codecs: on``, and each growth a release, which NVIDIA's driver makes
-wait for the GEMM running beside it: 0.6 s of the slots' time in a 1.6 s run
-(bench/NOTES.md, issue 28, twenty-sixth session).  A call the arena cannot
-hold takes buffers of its own, as before.
 """
 from __future__ import annotations
 
@@ -60,11 +50,6 @@ class Scratch:
         self._room = threading.Semaphore(slots)
         self._held = threading.local()           # the slot this thread holds now, if any
         self._busy: dict[int, object] = {}       # a slot's last command, where a call left without waiting
-        # bytes a slot may carve its buffers from, in one allocation (0: none, each buffer its own); set per product
-        self.arena_bytes = 0
-        self._arenas: dict[int, object] = {}     # a slot's arena, allocated at its first buffer of a product
-        self._carved: dict[int, list] = {}       # a slot's holder's sub-buffers, and where the next one starts
-        self._regions: dict[tuple[int, str], object] = {}   # ... by name
 
     @contextlib.contextmanager
     def slot(self, wait: bool = True):
@@ -102,7 +87,6 @@ class Scratch:
         try:
             if last is not None:
                 _wait(last)
-            self._uncarve(key)      # (the last holder's commands have run: its sub-buffers are free to carve again)
             yield self
         finally:
             self._held.key = None
@@ -135,24 +119,16 @@ class Scratch:
         key = getattr(self._held, "key", None)
         return threading.get_ident() if key is None else key
 
-    def buffer(self, what: str, nbytes: int, whole: bool = False):
+    def buffer(self, what: str, nbytes: int):
         """This thread's (or its slot's) device buffer named ``what``, of at least ``nbytes``, kept for its next call.
 
         The buffer is the thread's alone; its contents are whatever the
         last call left (poisoned first under ``DGEMM_POISON``, as new
         buffers are).  A larger request replaces it (released: OpenCL
-        frees it once the commands that use it have run).  Within a slot
-        whose arena has room (:attr:`arena_bytes`), the buffer is a part of
-        it, kept until the slot's next holder, unless ``whole``: a buffer of
-        its own, for rectangular copies (PoCL 3.0 and 3.1 crash copying
-        rows and columns to or from a sub-buffer).
+        frees it once the commands that use it have run).
         """
         key = (self._owner(), what)
         nbytes = max(int(nbytes), 1)
-        if key[0] < 0 and self.arena_bytes and not whole:
-            carved = self._carve(key, nbytes)
-            if carved is not None:
-                return carved
         with self._lock:
             held = self._buffers.get(key)
             if held is not None and held.size >= nbytes:
@@ -166,56 +142,6 @@ class Scratch:
         with self._lock:
             self._buffers[key] = fresh
         return fresh
-
-    def _carve(self, key, nbytes: int):
-        """The slot's buffer ``key`` carved from its arena (allocated here, at :attr:`arena_bytes`, if it has none),
-        or None where the arena has no room left for ``nbytes``."""
-        slot = key[0]
-        with self._lock:
-            held = self._regions.get(key)
-            if held is not None and held.size >= nbytes:
-                return held
-            arena = self._arenas.get(slot)
-            size = self.arena_bytes
-        if arena is None:
-            if nbytes > size:
-                return None
-            arena = self._device.buffer(size, "a decode slot's buffers")
-            with self._lock:
-                self._arenas[slot] = arena
-        align = _alignment(self._device)
-        with self._lock:
-            sub, start = self._carved.setdefault(slot, [[], 0])
-            at = -(-start // align) * align
-            if at + nbytes > arena.size:
-                return None
-            self._carved[slot][1] = at + nbytes
-        region = arena.get_sub_region(at, nbytes)
-        from dgemm.opencl import device
-
-        if device.POISON:      # (each call's buffers poisoned, as new ones are: nothing a call leaves unwritten passes)
-            _poison(self._device, region)
-        with self._lock:
-            sub.append(region)
-            self._regions[key] = region
-        return region
-
-    def _uncarve(self, slot: int) -> None:
-        """Let the slot's last holder's sub-buffers go; its arena is carved from the start again (and, made for a
-        smaller :attr:`arena_bytes` than now, given back, for a larger one at the next buffer)."""
-        with self._lock:
-            sub = self._carved.pop(slot, [[]])[0]
-            for key in [k for k in self._regions if k[0] == slot]:
-                del self._regions[key]
-            arena = self._arenas.get(slot)
-            if arena is not None and arena.size < self.arena_bytes:
-                del self._arenas[slot]
-            else:
-                arena = None
-        for region in sub:
-            region.release()
-        if arena is not None:
-            arena.release()
 
     def queue(self):
         """This thread's (or its slot's) in-order profiling queue on the device (made once per thread or slot);
@@ -241,35 +167,14 @@ class Scratch:
             bufs = [self._buffers.pop(k) for k in gone]
             for key in set(self._busy) - held:      # (OpenCL frees the buffers once those commands ran)
                 del self._busy[key]
-            regions = []
-            for slot in set(self._carved) - held:
-                regions += self._carved.pop(slot)[0]
-            for key in [k for k in self._regions if k[0] not in held]:
-                del self._regions[key]
-            arenas = [self._arenas.pop(slot) for slot in set(self._arenas) - held]
-            self.arena_bytes = 0    # (the next product says again what a slot may hold)
-        for buf in regions + bufs + arenas:     # (a part before its arena)
+        for buf in bufs:
             buf.release()
-        return len(bufs) + len(arenas)
+        return len(bufs)
 
     def nbytes(self) -> int:
-        """Bytes held now, all threads together (arenas whole, their parts not again)."""
+        """Bytes held now, all threads together."""
         with self._lock:
-            return sum(b.size for b in self._buffers.values()) + sum(a.size for a in self._arenas.values())
-
-
-def _alignment(device) -> int:
-    """Bytes a sub-buffer's start is a multiple of on ``device`` (its base address alignment: 512 on NVIDIA's)."""
-    return max(int(device.cl_device.mem_base_addr_align) // 8, 256)
-
-
-def _poison(device, region) -> None:
-    import numpy as np
-    import pyopencl as cl
-
-    from dgemm.opencl.device import POISON_BYTE
-
-    cl.enqueue_fill_buffer(device.transfer_queue, region, np.uint8(POISON_BYTE), 0, region.size).wait()
+            return sum(b.size for b in self._buffers.values())
 
 
 def _wait(event) -> None:

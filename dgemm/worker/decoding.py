@@ -96,28 +96,13 @@ def device_bytes(refs, share: int | None = None) -> int:
     of memory share ``share`` (None: no cap); the panel cache leaves it free."""
     from dgemm.opencl.scratch import SLOTS
 
-    return SLOTS * slot_bytes(refs, share)
-
-
-def slot_bytes(refs, share: int | None = None) -> int:
-    """What one decode slot may hold while blocks like ``refs`` are decoded: :func:`device_bytes` over the slots."""
     mine = [(r, dec) for r in refs if type(r) is DeviceDecoded and _may_take(r) and (dec := _decoder(r.block))]
     largest = max((call_bytes(r.block) for r, _ in mine), default=0)
     # (blocks share calls where their readers queue for slots and the decoder defers: zstd's, not Blosc's)
     shared = max((call_bytes(r.block) for r, dec in mine if not r.share and dec.defers), default=0)
     # (not floored to whole blocks: a call of smaller blocks, a product's edge blocks, may fill its cap)
     batch = BATCH * shared if share is None else min(BATCH * shared, call_cap(share))
-    return int(max(largest, batch))
-
-
-def size_slots(device, refs, share: int | None) -> None:
-    """Have each decode slot of ``device`` carve its buffers from one allocation (:attr:`Scratch.arena_bytes
-    <dgemm.opencl.scratch.Scratch.arena_bytes>`) of what it may hold for blocks like ``refs`` (:func:`slot_bytes`,
-    what :func:`reserve` leaves the slots) but the scratch its chunks are decoded into before they are copied into
-    place, or of more where an earlier block of the product asked more."""
-    most = slot_bytes(refs, share)
-    # less the chunks' scratch, a buffer of its own (Scratch.buffer's whole): a byte a decoded byte of the call
-    device.scratch.arena_bytes = max(device.scratch.arena_bytes, most - int(most // CALL_BYTES_PER_BYTE))
+    return int(SLOTS * max(largest, batch))
 
 
 def reserve(device, refs, share: int | None) -> int:
@@ -376,7 +361,7 @@ def _decode_planned(device, dec, found, out, events, data, starts, host, pending
 
     run(direct, out, [r[0].offset for r in direct])
     if aside:
-        scratch = device.scratch.buffer("the decode scratch", len(aside) * n, whole=True)
+        scratch = device.scratch.buffer("the decode scratch", len(aside) * n)
         with device.failing(f"placing {len(aside)} decoded chunks of {n} bytes"):
             rows = [r for r in aside if r[4] == "device"]
             run(rows, scratch, [i * n for i, r in enumerate(aside) if r[4] == "device"])
@@ -564,7 +549,7 @@ def _decode_batch(device, batch: list) -> None:
                 for p in r.plans:
                     offsets.append(-(-end // pitch) * pitch)
                     end = offsets[-1] + p.size
-            target = device.scratch.buffer("the decoded blocks of a shared call", end, whole=True)
+            target = device.scratch.buffer("the decoded blocks of a shared call", end)
         own, calls = [], []
         batch[0].dec.load()(device, [f for r in batch for f in r.frames], target, offsets=offsets,
                             names=[p.name for r in batch for p in r.found.pieces], events=own, queue=queue,

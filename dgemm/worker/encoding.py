@@ -57,23 +57,8 @@ def device_bytes(found: encoded.Chunks, slots: int = 1) -> int:
     from dgemm.opencl.codecs.zstd_encode import frame_bound
 
     n, k = found.chunk_nbytes, len(found.pieces)
-    return slots * ((_own_bytes(found) + k * frame_bound(n)) * 17 // 16 + k * (n // 16 + (64 << 10)))
-
-
-def _own_bytes(found: encoded.Chunks) -> int:
-    """The encoder's buffers of their own (not carved: rows and columns are copied to or from them): the block's
-    copy, and its chunks laid out side by side where they are not in place."""
-    n, k = found.chunk_nbytes, len(found.pieces)
-    return k * n + (0 if all(found.contiguous(p) for p in found.pieces) else k * n)
-
-
-def size_slots(device, found: encoded.Chunks) -> None:
-    """Have each slot of ``device``'s encoder scratch carve its buffers from one allocation
-    (:attr:`Scratch.arena_bytes <dgemm.opencl.scratch.Scratch.arena_bytes>`) of what it holds for blocks like
-    ``found`` (:func:`device_bytes`) but the block's copy and its chunks laid out, buffers of their own (copied
-    rows and columns: Scratch.buffer's whole), or of more where an earlier block of the product asked more."""
-    carved = device_bytes(found) - _own_bytes(found) * 17 // 16
-    device.encode_scratch.arena_bytes = max(device.encode_scratch.arena_bytes, carved)
+    laid_out = 0 if all(found.contiguous(p) for p in found.pieces) else k * n
+    return slots * ((k * n + laid_out + k * frame_bound(n)) * 17 // 16 + k * (n // 16 + (64 << 10)))
 
 
 class PendingBlock:
@@ -205,7 +190,7 @@ def _encode_job(device, found: encoded.Chunks, buf, after, copied, count):
     events: list = []
     with device.encode_scratch.slot():
         try:
-            copy = device.encode_scratch.buffer("the C block", nbytes, whole=True)
+            copy = device.encode_scratch.buffer("the C block", nbytes)
             queue = device.encode_scratch.queue()
             with device.failing(f"copying the {rows}x{cols} {found.dtype.name} result to encode"):
                 event = cl.enqueue_copy(queue, copy, buf, byte_count=nbytes, wait_for=after)
@@ -276,7 +261,7 @@ def _encode(device, found: encoded.Chunks, buf, events, after=None) -> encoded.E
     if all(found.contiguous(p) for p in found.pieces):
         src, offsets = buf, [p.at[0] * width * itemsize for p in found.pieces]
     else:
-        scratch = device.encode_scratch.buffer("the encode scratch", len(found.pieces) * n, whole=True)
+        scratch = device.encode_scratch.buffer("the encode scratch", len(found.pieces) * n)
         with device.failing(f"laying out {len(found.pieces)} chunks of {n} bytes to encode"):
             done = []
             fill = np.asarray(found.fill, found.dtype).reshape(1)
