@@ -5,14 +5,15 @@
 # had 105 buffer takes of more than 1 ms in a run (0.6 s) and 200 slow uploads.  Two clusters, 32768² zstd in and out
 # under on, two runs each: this checkout, then the A/B folder's version VERSION (.ab/VERSION, with its variables:
 # v1 keeps the slots' buffers between runs, the ceiling of any fix).  Run from the project's root with carry
-# [".whl", ".ab"], after `source .whl/gpu-env.sh` and `gpu_session_ab.sh prepare v0=main v1=80fddac,DGEMM_X_SCRATCH_KEEP=1`:
+# [".whl", ".ab"], after `source .whl/gpu-env.sh` and `gpu_session_ab.sh prepare v0=main v1=80fddac,DGEMM_X_SCRATCH_KEEP=1`
+# (80fddac: x-scratch26.patch on 0722db2; without .ab/VERSION, main's timeline alone):
 #     OUT=/some/folder VERSION=v1 bash bench/notes/issue-28/gpu_session_26b.sh
 . "$(dirname "$0")/session_common.sh" s26b
 T=bench/notes/issue-28/timeline.py
 v=${VERSION:-v1}
 timeout 150 python3 $T "$OUT/timeline-main.json" --size 32768 --chunk 4096 --devices gpu --codec zstd --modes on \
     --repeats 2 --inputs "$inputs/zstd" 2>&1 | grep -v '^{' | tail -1
-env $(cat ".ab/$v.env" 2>/dev/null) PYTHONPATH=$PWD/.ab/$v${PYTHONPATH:+:$PYTHONPATH} \
+[ -d ".ab/$v" ] && env $(cat ".ab/$v.env" 2>/dev/null) PYTHONPATH=$PWD/.ab/$v${PYTHONPATH:+:$PYTHONPATH} \
     DGEMM_COMMIT=$(awk -v v="$v" '$1 == v {print $2}' .ab/versions) \
     timeout 150 python3 $T "$OUT/timeline-$v.json" --size 32768 --chunk 4096 --devices gpu --codec zstd --modes on \
     --repeats 2 --inputs "$inputs/zstd" 2>&1 | grep -v '^{' | tail -1
