@@ -2,7 +2,8 @@
 # A/B of dgemm versions in one device call, each in clusters of its own, alternating, on the same inputs: what a
 # change did end to end, apart from the machine (across machines `off` moves by 0.2-0.6 s at 32768²).
 #   here:   bash bench/notes/issue-28/gpu_session_ab.sh prepare v0=52c1b94 v2=HEAD   (git archive into .ab/, ignored)
-#           (v3=HEAD,DGEMM_READ_THREADS=24: that version runs with these variables set, comma-separated)
+#           (v3=HEAD,DGEMM_READ_THREADS=24: that version runs with these variables set, comma-separated;
+#           v4=main+bench/notes/issue-28/x-retire26.patch: main with that patch's dgemm/ applied)
 #   device: run with carry [".whl", ".ab"], after `source .whl/gpu-env.sh`:
 #           OUT=/some/folder SIZE=32768 DEVICES=gpu MODES=on,off ROUNDS=2 bash bench/notes/issue-28/gpu_session_ab.sh run
 #           (`raw`: raw chunks in and out beside them, gemm-tasks 1 and 2, REPEATS runs each; `session`: `run`
@@ -19,10 +20,15 @@ prepare)
     rm -rf .ab
     for spec in "$@"; do
         v=${spec%%=*} rest=${spec#*=}
-        sha=${rest%%,*}
+        sha=${rest%%,*} patch=
+        case "$sha" in *+*) patch=${sha#*+} sha=${sha%%+*} ;; esac     # SHA+FILE: that version with a patch applied
         mkdir -p ".ab/$v" && git archive "$sha" dgemm | tar -x -C ".ab/$v"
+        if [ -n "$patch" ]; then
+            git apply --directory=".ab/$v" --include="*/dgemm/*" --include="dgemm/*" -p1 "$patch" 2>/dev/null \
+                || { echo "$patch does not apply to $sha"; exit 1; }
+        fi
         if [ "$rest" != "$sha" ]; then echo "${rest#*,}" | tr , '\n' > ".ab/$v.env"; fi
-        echo "$v $(git rev-parse --short "$sha")" >> .ab/versions
+        echo "$v $(git rev-parse --short "$sha")${patch:++$(basename "$patch")}" >> .ab/versions
     done
     git rev-parse --short HEAD > .ab/checkout     # what `raw` runs (the device's copy of .git may be stale)
     cat .ab/versions
