@@ -289,6 +289,59 @@ def test_plan_explains_the_blocks(runner, ab):
     assert "grid: 5 x 2 C blocks, 7 k-blocks" in r.output
 
 
+def _zstd_pair(tmp_path):
+    """A (4096 x 2048) @ B (2048 x 1024), float32 in zstd chunks of 512 x 512 (Zarr v3's default codec)."""
+    import zarr
+
+    rng = np.random.default_rng()
+    out = []
+    for name, shape in (("a", (4096, 2048)), ("b", (2048, 1024))):
+        arr = zarr.create_array(tmp_path / f"{name}.zarr", shape=shape, chunks=(512, 512), dtype="float32",
+                                compressors=zarr.codecs.ZstdCodec(level=3))
+        arr[:] = rng.standard_normal(shape, dtype=np.float32)
+        out.append(tmp_path / f"{name}.zarr")
+    return out
+
+
+def test_plan_counts_what_the_devices_codecs_keep_as_a_run_does(runner, tmp_path, monkeypatch):
+    """``dgemm plan`` on an (emulated) H100 with zstd inputs: its panel cache is the device's share less a block
+    product's buffers and what the decode slots keep under the device-codecs setting read here, as a worker there
+    counts them (client.codecs_room): nothing under off, the slots' bytes under auto (zstd shared on a GPU) and on,
+    nothing where the host cache serves the blocks; the command says so."""
+    from dgemm.cli.data import _panel_cache
+    from dgemm.client.plan import make_plan
+    from dgemm.sizes import cache_budget
+    from dgemm.storage import Operand
+    from dgemm.worker import decoding
+
+    gpu, _, _ = _fake_devices()
+    monkeypatch.setattr(dgemm.opencl.discovery, "list_devices", lambda: [gpu])
+    monkeypatch.delenv("DGEMM_DEVICES", raising=False)
+    monkeypatch.delenv("DGEMM_DEVICE_MEMORY_LIMIT", raising=False)
+    pa, pb = _zstd_pair(tmp_path)
+    A, B = Operand(str(pa), "a"), Operand(str(pb), "b")
+    p = make_plan(4096, 1024, 2048, np.dtype("float32"), (128, 128, 16), a_chunks=A.chunks, b_chunks=B.chunks,
+                  target=(2048, 1024, 1024), n_workers=1, device_memory=gpu.global_mem, exact=True)
+    got = {}
+    for mode in ("off", "auto", "on"):
+        monkeypatch.setenv("DGEMM_DEVICE_CODECS", mode)
+        got[mode] = _panel_cache(p, [gpu], A, B, host_cache=False)
+    cache, kept = got["off"]
+    assert kept == 0 and cache == 0.9 * cache_budget(gpu.global_mem, p.device_bytes(), "GPU")
+    share = cache_budget(gpu.global_mem, 0, "GPU")
+    for mode, shared in (("auto", True), ("on", False)):
+        blocks = [decoding.DeviceDecoded(A.block_refs(p.rows, p.ks)[0](0, 0), shared),     # (every block alike)
+                  decoding.DeviceDecoded(B.block_refs(p.ks, p.cols)[0](0, 0), shared)]
+        assert got[mode][1] == decoding.device_bytes(blocks, share) > 0, (mode, got[mode])
+        assert got[mode][0] == pytest.approx(cache - 0.9 * got[mode][1], abs=1), (mode, got[mode])
+    assert got["on"][1] > got["auto"][1], "on's readers queue for the slots and share calls of several blocks"
+    assert _panel_cache(p, [gpu], A, B, host_cache=True)[1] == 0
+    assert _panel_cache(p, [], A, B, host_cache=False) == (None, 0)
+    r = runner.invoke(cli, ["plan", str(pa), str(pb), "--block", "2048,1024,1024"])
+    assert r.exit_code == 0, r.output
+    assert "its codecs keep (device-codecs: on; C's encoder not counted)" in r.output, r.output
+
+
 @pytest.mark.parametrize("which, block, message", [
     ("aa", None, "shapes do not match"),
     ("missing", None, "is not a Zarr array"),

@@ -6,6 +6,7 @@ import time
 import click
 import numpy as np
 
+from dgemm import config
 from dgemm.cli.common import BlockParam, cli, storage_option, user_errors
 from dgemm.dtypes import DTYPES
 
@@ -77,8 +78,10 @@ def plan(ctx, a, b, block, dtype, workers, hosts, cores, read_gbps, write_gbps, 
     several workers or again on later rows included), the store, and each
     device's kernel and PCIe copies; plus the pipeline's fill and drain.
     Needs no cluster.  Uses the first local device's kernel tiles, memory and
-    recorded kernel rate when there is one (else the default tiles); a real
-    run uses those of its workers' devices, which may differ.
+    recorded kernel rate when there is one (else the default tiles), and counts
+    the device memory its codecs would keep beside the panel cache under the
+    ``device-codecs`` setting read here; a real run uses those of its workers'
+    devices and settings, which may differ.
     """
     import os
 
@@ -89,7 +92,7 @@ def plan(ctx, a, b, block, dtype, workers, hosts, cores, read_gbps, write_gbps, 
     from dgemm.opencl import discovery
     from dgemm.opencl.database import lookup
     from dgemm.opencl.params import KernelParams
-    from dgemm.sizes import MEMORY_FRACTION, default_target
+    from dgemm.sizes import default_target
     from dgemm.storage import Operand
 
     try:
@@ -118,7 +121,7 @@ def plan(ctx, a, b, block, dtype, workers, hosts, cores, read_gbps, write_gbps, 
         rates = Rates(read=read_gbps and read_gbps * 1e9, write=write_gbps and write_gbps * 1e9, pcie=pcie_gbps * 1e9,
                       flops=(tflops or rate or 0) * 1e12 or None, decode=decode_gbps and decode_gbps * 1e9,
                       encode=encode_gbps and encode_gbps * 1e9, cores=cores or os.cpu_count())
-        cache = None if memory is None else max(0.0, MEMORY_FRACTION * memory - 2 * p.device_bytes())
+        cache, kept = _panel_cache(p, selection, A, B, host_cache)
         codecs = tuple(codec_of([codec_dict(c) for c in x.zarr.compressors]) for x in (A, B)) + (
             codec_of(out_codec),)
         chunks = (A.chunks, B.chunks) if None not in A.chunks + B.chunks else None
@@ -126,4 +129,28 @@ def plan(ctx, a, b, block, dtype, workers, hosts, cores, read_gbps, write_gbps, 
                "device_is_host": bool(selection) and selection[0].type == "CPU"}
         text = p.explain_estimate(n_workers, rates, cache, **how)
     click.echo(p.explain())
+    if cache is not None:
+        from dask.utils import format_bytes
+
+        click.echo(f"panel cache: {format_bytes(cache)} a device, beside a block product's buffers and "
+                   f"{format_bytes(kept)} its codecs keep (device-codecs: {config.get('device-codecs') or 'auto'}"
+                   f"; C's encoder not counted)")
     click.echo(text)
+
+
+def _panel_cache(plan, selection, a, b, host_cache: bool) -> tuple[float | None, int]:
+    """``(cache, kept)``: the panel cache of the first local device while it runs ``plan``'s blocks of ``a`` and
+    ``b`` and the bytes its codecs keep beside it, as a worker there would count them under the settings read
+    here (:func:`dgemm.client.codecs_room.panel_cache_bytes`; C's encoder left out: there is no C yet); None
+    without a local device."""
+    from dgemm.client.codecs_room import codecs_bytes, panel_cache_bytes
+    from dgemm.sizes import cache_budget
+    from dgemm.worker.state import device_memory
+    from dgemm.worker.tasks import codecs_described
+
+    if not selection:
+        return None, 0
+    info = selection[0]
+    share = cache_budget(device_memory(info), 0, info.type)
+    described = {"device": info, "memory": device_memory(info), "codecs": codecs_described(info.type, share, host_cache)}
+    return panel_cache_bytes(plan, {"local": described}, a, b), codecs_bytes(plan, a, b, None, (), described["codecs"])

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from dgemm import config
+from dgemm.opencl import codecs
 from dgemm.opencl.device import device_error, is_opencl_error, raise_plain
 from dgemm.storage import ZarrBlock, encoded, hostcache, read_block, sharing
 from dgemm.storage import store_block as store_values
@@ -69,15 +71,26 @@ def decodes_on_device(state, scope) -> bool:
 
 def codecs_for_plan(state) -> dict | None:
     """What a client's plan needs to know of this worker's codecs on its device (the settings read now, as a run's
-    products read them) to count the device memory they keep beside the panel cache: ``decode`` (the device
-    decodes the inputs' chunks), ``share`` and ``only`` (:class:`~dgemm.worker.decoding.DeviceDecoded`'s),
-    ``encode`` (C's chunks encoded there) and ``memory`` (the device's memory share); None without a device."""
+    products read them) to count the device memory they keep beside the panel cache: :func:`codecs_described`
+    of its device; None without a device."""
     if state.device is None:
         return None
-    only = decoding.only(state.device)
-    return {"decode": hostcache.settings() is None and decodes_on_device(state, scope="plan"),
-            "share": decoding.shared(state.device), "only": None if only is None else sorted(only),
-            "encode": decoding.wanted(state.device, "encode"), "memory": state.memory_share()}
+    return codecs_described(state.device.info.type, state.memory_share(), hostcache.settings() is not None,
+                            state.siblings())
+
+
+def codecs_described(kind: str, memory: int, host_cache: bool = False, siblings: bool = False) -> dict:
+    """The codecs a worker's device of type ``kind`` runs under the settings read now, as :func:`codecs_for_plan`
+    describes them: ``decode`` (the device decodes the inputs' chunks: not where a host cache (``host_cache``)
+    serves them, nor under ``auto`` where the host's device workers decode their shared blocks once
+    (``siblings``)), ``share`` and ``only`` (:class:`~dgemm.worker.decoding.DeviceDecoded`'s), ``encode`` (C's
+    chunks encoded there) and ``memory`` (the device's memory share, bytes).  ``dgemm plan`` describes the local
+    device so, with no worker."""
+    mode = config.get("device-codecs") or "auto"
+    only = codecs.codecs_of(mode, kind)
+    decode = codecs.enabled(mode, kind) and not host_cache and not (only is not None and siblings)
+    return {"decode": decode, "share": codecs.shares(mode, kind), "only": None if only is None else sorted(only),
+            "encode": codecs.enabled(mode, kind, "encode"), "memory": memory}
 
 
 def _gemm_block(state, a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_b, dtype, precision, scope, reserve,
