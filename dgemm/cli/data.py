@@ -152,5 +152,6 @@ def _panel_cache(plan, selection, a, b, host_cache: bool) -> tuple[float | None,
         return None, 0
     info = selection[0]
     share = cache_budget(device_memory(info), 0, info.type)
-    described = {"device": info, "memory": device_memory(info), "codecs": codecs_described(info.type, share, host_cache)}
-    return panel_cache_bytes(plan, {"local": described}, a, b), codecs_bytes(plan, a, b, None, (), described["codecs"])
+    codecs = codecs_described(info.type, share, host_cache)
+    described = {"device": info, "memory": device_memory(info), "codecs": codecs}
+    return panel_cache_bytes(plan, {"local": described}, a, b), codecs_bytes(plan, a, b, None, (), codecs)
