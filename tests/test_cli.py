@@ -337,6 +337,11 @@ def test_plan_counts_what_the_devices_codecs_keep_as_a_run_does(runner, tmp_path
     assert got["on"][1] > got["auto"][1], "on's readers queue for the slots and share calls of several blocks"
     assert _panel_cache(p, [gpu], A, B, host_cache=True)[1] == 0
     assert _panel_cache(p, [], A, B, host_cache=False) == (None, 0)
+    monkeypatch.setenv("DGEMM_DEVICE_CODECS", "off")
+    monkeypatch.setenv("DGEMM_DEVICE_MEMORY_LIMIT", "40GiB")     # (a device shared with other jobs, as a worker)
+    assert _panel_cache(p, [gpu], A, B, host_cache=False)[0] == 0.9 * cache_budget(40 << 30, p.device_bytes(), "GPU")
+    monkeypatch.setenv("DGEMM_DEVICE_CODECS", "on")
+    monkeypatch.delenv("DGEMM_DEVICE_MEMORY_LIMIT")
     r = runner.invoke(cli, ["plan", str(pa), str(pb), "--block", "2048,1024,1024"])
     assert r.exit_code == 0, r.output
     assert "its codecs keep (device-codecs: on; C's encoder not counted)" in r.output, r.output

@@ -94,6 +94,7 @@ def plan(ctx, a, b, block, dtype, workers, hosts, cores, read_gbps, write_gbps, 
     from dgemm.opencl.params import KernelParams
     from dgemm.sizes import default_target
     from dgemm.storage import Operand
+    from dgemm.worker.state import device_memory
 
     try:
         selection = discovery.select_devices(None)
@@ -113,7 +114,8 @@ def plan(ctx, a, b, block, dtype, workers, hosts, cores, read_gbps, write_gbps, 
         tiles, memory, rate = KernelParams().tiles, None, None
         if selection:
             choice = lookup(selection[0], dt.name)
-            tiles, memory, rate = choice.params.tiles, selection[0].global_mem, choice.tflops
+            # (the memory a worker there would plan for: device-memory-limit read here, as the cache below)
+            tiles, memory, rate = choice.params.tiles, device_memory(selection[0]), choice.tflops
         target = block if block is not None else default_target((d.type for d in selection), memory)
         n_workers = workers or max(len(selection), 1)
         p = make_plan(m, n, k, dt, tiles, a_chunks=A.chunks, b_chunks=B.chunks, target=target,
