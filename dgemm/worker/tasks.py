@@ -65,8 +65,14 @@ def decodes_on_device(state, scope) -> bool:
     device decode the chunks it takes: the ``device-codecs`` setting says so, and ``auto``, which leaves some
     codecs to the host, gives way to a host's device workers decoding their shared blocks once
     (``worker-process: host``)."""
-    return decoding.wanted(state.device) and not (scope is not None and decoding.only(state.device) is not None
-                                                  and state.siblings())
+    return state.device is not None and _decodes(state.device.info.type, lambda: scope is not None and state.siblings())
+
+
+def _decodes(kind: str, siblings) -> bool:
+    """Whether the ``device-codecs`` setting (read now) has a device of type ``kind`` decode the inputs' chunks,
+    ``siblings()`` telling whether the host's device workers share their blocks (asked only where it matters)."""
+    mode = config.get("device-codecs") or "auto"
+    return codecs.enabled(mode, kind) and not (codecs.codecs_of(mode, kind) is not None and siblings())
 
 
 def codecs_for_plan(state) -> dict | None:
@@ -88,9 +94,9 @@ def codecs_described(kind: str, memory: int, host_cache: bool = False, siblings:
     device so, with no worker."""
     mode = config.get("device-codecs") or "auto"
     only = codecs.codecs_of(mode, kind)
-    decode = codecs.enabled(mode, kind) and not host_cache and not (only is not None and siblings)
-    return {"decode": decode, "share": codecs.shares(mode, kind), "only": None if only is None else sorted(only),
-            "encode": codecs.enabled(mode, kind, "encode"), "memory": memory}
+    return {"decode": not host_cache and _decodes(kind, lambda: siblings), "share": codecs.shares(mode, kind),
+            "only": None if only is None else sorted(only), "encode": codecs.enabled(mode, kind, "encode"),
+            "memory": memory}
 
 
 def _gemm_block(state, a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_b, dtype, precision, scope, reserve,
