@@ -153,7 +153,7 @@ def _panel_cache(plan, selection, a, b, host_cache: bool) -> tuple[float | None,
     if not selection:
         return None, 0
     info = selection[0]
-    share = cache_budget(device_memory(info), 0, info.type)
-    codecs = codecs_described(info.type, share, host_cache)
-    described = {"device": info, "memory": device_memory(info), "codecs": codecs}
+    memory = device_memory(info)
+    codecs = codecs_described(info.type, cache_budget(memory, 0, info.type), host_cache)
+    described = {"device": info, "memory": memory, "codecs": codecs}
     return panel_cache_bytes(plan, {"local": described}, a, b), codecs_bytes(plan, a, b, None, (), codecs)
