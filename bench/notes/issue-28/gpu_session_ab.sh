@@ -20,14 +20,14 @@ prepare)
     rm -rf .ab
     for spec in "$@"; do
         v=${spec%%=*} rest=${spec#*=}
-        sha=${rest%%,*} patch=
+        version=${rest%%,*}; sha=$version patch=
         case "$sha" in *+*) patch=${sha#*+} sha=${sha%%+*} ;; esac     # SHA+FILE: that version with a patch applied
         mkdir -p ".ab/$v" && git archive "$sha" dgemm | tar -x -C ".ab/$v"
         if [ -n "$patch" ]; then
             git apply --directory=".ab/$v" --include="*/dgemm/*" --include="dgemm/*" -p1 "$patch" 2>/dev/null \
                 || { echo "$patch does not apply to $sha"; exit 1; }
         fi
-        if [ "$rest" != "$sha" ]; then echo "${rest#*,}" | tr , '\n' > ".ab/$v.env"; fi
+        if [ "$rest" != "$version" ]; then echo "${rest#*,}" | tr , '\n' > ".ab/$v.env"; fi
         echo "$v $(git rev-parse --short "$sha")${patch:++$(basename "$patch")}" >> .ab/versions
     done
     git rev-parse --short HEAD > .ab/checkout     # what `raw` runs (the device's copy of .git may be stale)
