@@ -148,9 +148,31 @@ def test_memory_comes_back_after_every_product(one_worker, tmp_path, rng):
                 (i, probe, idle)
 
 
+def _watch_slots(dask_worker=None, stop=False):
+    """On the worker: from now (until ``stop``), each buffer a decode or encode slot takes is noted with the slot's
+    budget then; returns and forgets what was noted."""
+    state = dask_worker.plugins["dgemm"].state
+    seen, state.slot_takes = getattr(state, "slot_takes", []), []
+    for name in ("scratch", "encode_scratch"):
+        scratch = getattr(state.device, name)
+        scratch.__dict__.pop("buffer", None)
+        if stop:
+            continue
+
+        def buffer(what, nbytes, _real=scratch.buffer, _name=name, _scratch=scratch):
+            if _scratch.holding():
+                state.slot_takes.append((_name, what, _scratch.budget))
+            return _real(what, nbytes)
+        scratch.buffer = buffer
+    return seen, {name: (getattr(state.device, name).budget, dict(getattr(state.device, name)._sizes))
+                  for name in ("scratch", "encode_scratch")}
+
+
 def test_memory_comes_back_with_device_codecs(one_worker, tmp_path, rng):
     """device-codecs on: each reader thread's decode buffers and queue (Device.scratch) are given back at
-    every run's end, not kept, while the results stay exact: no device buffer left after any product."""
+    every run's end, not kept, while the results stay exact: no device buffer left after any product.  Within a
+    product each decode and encode slot knows what it may hold (its budget: its new buffers are made as large as
+    their names have been, within it); after it, only the names' sizes are kept, not the buffers."""
     import _device_codecs
 
     client = one_worker
@@ -158,6 +180,8 @@ def test_memory_comes_back_with_device_codecs(one_worker, tmp_path, rng):
     set_codecs = _device_codecs.setting(client)
     try:
         next(set_codecs)("on")
+        client.run(_watch_slots)
+        encoded = 0
         for i, (dt, name, (a, xa), (b, xb), kw) in enumerate(products):
             out = str(tmp_path / f"dc-{dt}.zarr")
             _, grew = _device_codecs.run_counted(
@@ -170,7 +194,14 @@ def test_memory_comes_back_with_device_codecs(one_worker, tmp_path, rng):
                                        atol=1e-3 if dt == "float32" else 1e-10)
             probe = _wait_idle(client)
             assert probe["buffers"] == 0 and probe["buffer_bytes"] == 0, (i, dt, name, probe)
+            ((takes, after),) = client.run(_watch_slots).values()
+            assert any(t[0] == "scratch" for t in takes), (i, dt, name, "no decode slot took a buffer")
+            assert all(t[2] > 0 for t in takes), (i, dt, name, "a slot took a buffer with no budget said", takes)
+            encoded += sum(t[0] == "encode_scratch" for t in takes)
+            assert after["scratch"][1], (i, dt, name, "no size kept", after)
+        assert encoded, "no encode slot took a buffer"
     finally:
+        client.run(_watch_slots, stop=True)
         next(set_codecs, None)
 
 

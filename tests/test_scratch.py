@@ -186,3 +186,47 @@ def test_a_slot_whose_last_call_failed_is_handed_on_and_kept(any_device):
             with scratch.slot(wait=wait) as got:
                 assert got is scratch and scratch.holding()
         assert scratch.free_now() == 2 and scratch._room._value == 2
+
+
+def test_a_slots_new_buffer_is_as_large_as_its_name_has_been_within_the_budget(any_device):
+    """With a slot's ``budget`` said, a slot's first buffer of a name is made as large as any slot's buffer of that
+    name has been, in this run or an earlier one (sizes outlive ``release``, buffers do not), so that a later
+    call does not grow it; without a budget, or where the slot would pass it, it is made as asked."""
+    scratch = Scratch(any_device, slots=2)
+    before = any_device.live_buffers()["buffers"]
+    scratch.budget = 100_000
+    with scratch.slot():
+        scratch.buffer("x", 100)
+        big = scratch.buffer("x", 30_000).size      # grown: the name's size is now this
+        assert scratch.grown == 1
+    assert scratch.release() == 1
+    assert any_device.live_buffers()["buffers"] == before and scratch.nbytes() == 0
+    scratch.budget = 0
+    with scratch.slot():                             # no budget said: as asked, as before
+        assert scratch.buffer("x", 100).size < 1000
+    scratch.release()
+    scratch.budget = 100_000
+    with scratch.slot():
+        first = scratch.buffer("x", 100)
+        assert first.size == big
+        assert scratch.buffer("x", 30_000) is first and scratch.grown == 1, "a later call grew it"
+        assert scratch.buffer("y", 100).size < 1000  # another name: as asked
+    scratch.release()
+    scratch.budget = 40_000
+    with scratch.slot():
+        scratch.buffer("y", 20_000)
+        assert scratch.buffer("x", 100).size < 1000, "the slot passed its budget"
+        assert scratch.nbytes() <= scratch.budget
+    scratch.release()
+    assert any_device.live_buffers()["buffers"] == before
+
+
+def test_a_threads_own_buffers_are_made_as_asked(any_device):
+    """Outside a slot (a reader thread's own buffers, which no budget counts) a buffer is made as asked, whatever
+    size its name has reached in a slot."""
+    scratch = Scratch(any_device, slots=1)
+    scratch.budget = 1 << 30
+    with scratch.slot():
+        scratch.buffer("x", 50_000)
+    assert scratch.buffer("x", 100).size < 1000
+    scratch.release()

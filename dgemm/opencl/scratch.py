@@ -8,6 +8,9 @@ for the GEMM kernel running beside it.  Here each thread keeps its buffers by
 name, grown when a call needs more, and :meth:`Scratch.release` (called by
 :meth:`Device.trim <dgemm.opencl.device.Device.trim>` between runs) gives
 them all back, so the device's memory returns to idle after every product.
+What outlives a run is each name's largest size: the next product's slots
+make their buffers that large at once, within what the panel cache leaves
+them, so that they are not grown (and released) again beside the GEMMs.
 
 Each thread also gets its own in-order queue: a decode call waits for its
 own commands only, not for every upload other threads queued on the
@@ -50,6 +53,16 @@ class Scratch:
         self._room = threading.Semaphore(slots)
         self._held = threading.local()           # the slot this thread holds now, if any
         self._busy: dict[int, object] = {}       # a slot's last command, where a call left without waiting
+        # What a slot may hold for the blocks decoded (or encoded) now, bytes (0: not said): what the panel cache
+        # leaves it, said by each block's task before it takes a slot (decoding.size_slots; the encoder's in
+        # worker.tasks), and kept to the next (the last blocks' encodes may outlast their run).  Within it a slot's first buffer of a
+        # name is made as large as any slot's buffer of that name has been (``_sizes``, kept across runs: sizes,
+        # not buffers), so that its calls need not grow it.  A growth releases the old buffer in the call, and
+        # NVIDIA's driver makes a release wait for the device to run what came before it, the GEMMs beside: 200
+        # such releases took 0.7 s of the slots' time in a run of 32768² (bench/NOTES.md, issue 28, 27th session).
+        self.budget = 0
+        self._sizes: dict[str, int] = {}
+        self.grown = 0      # buffers replaced by larger ones, since the scratch was made
 
     @contextlib.contextmanager
     def slot(self, wait: bool = True):
@@ -125,23 +138,36 @@ class Scratch:
         The buffer is the thread's alone; its contents are whatever the
         last call left (poisoned first under ``DGEMM_POISON``, as new
         buffers are).  A larger request replaces it (released: OpenCL
-        frees it once the commands that use it have run).
+        frees it once the commands that use it have run).  A slot's new
+        buffer may be larger than asked: as large as the name's largest,
+        within the slot's :attr:`budget`.
         """
         key = (self._owner(), what)
         nbytes = max(int(nbytes), 1)
+        size = nbytes + (nbytes >> 4)   # a little room, so that blocks a few bytes apart do not each grow the buffer
         with self._lock:
             held = self._buffers.get(key)
             if held is not None and held.size >= nbytes:
                 return held
             if held is not None:    # out before it is released: should the larger one fail, none is left
                 del self._buffers[key]
+                self.grown += 1
+            if key[0] < 0:      # a slot's: as large as the name has been, where the slot stays within its budget
+                known = self._sizes.get(what, 0)
+                if known > size and self._held_by(key[0]) + known <= self.budget:
+                    size = known
         if held is not None:
             held.release()
-        # a little room, so that blocks a few bytes apart do not each grow the buffer
-        fresh = self._device.buffer(nbytes + (nbytes >> 4), what)
+        fresh = self._device.buffer(size, what)
         with self._lock:
             self._buffers[key] = fresh
+            if key[0] < 0:
+                self._sizes[what] = max(self._sizes.get(what, 0), fresh.size)
         return fresh
+
+    def _held_by(self, owner: int) -> int:
+        """Bytes the slot (or thread) ``owner`` holds now; with the lock held."""
+        return sum(b.size for k, b in self._buffers.items() if k[0] == owner)
 
     def queue(self):
         """This thread's (or its slot's) in-order profiling queue on the device (made once per thread or slot);

@@ -96,13 +96,25 @@ def device_bytes(refs, share: int | None = None) -> int:
     of memory share ``share`` (None: no cap); the panel cache leaves it free."""
     from dgemm.opencl.scratch import SLOTS
 
+    return SLOTS * slot_bytes(refs, share)
+
+
+def slot_bytes(refs, share: int | None = None) -> int:
+    """What one decode slot may hold while blocks like ``refs`` are decoded: :func:`device_bytes` over the slots."""
     mine = [(r, dec) for r in refs if type(r) is DeviceDecoded and _may_take(r) and (dec := _decoder(r.block))]
     largest = max((call_bytes(r.block) for r, _ in mine), default=0)
     # (blocks share calls where their readers queue for slots and the decoder defers: zstd's, not Blosc's)
     shared = max((call_bytes(r.block) for r, dec in mine if not r.share and dec.defers), default=0)
     # (not floored to whole blocks: a call of smaller blocks, a product's edge blocks, may fill its cap)
     batch = BATCH * shared if share is None else min(BATCH * shared, call_cap(share))
-    return int(SLOTS * max(largest, batch))
+    return int(max(largest, batch))
+
+
+def size_slots(device, refs, share: int | None) -> None:
+    """Tell the decode slots of ``device`` what each may hold for blocks like ``refs`` (:func:`slot_bytes`, what
+    :func:`reserve` leaves them): within it a slot's new buffers are made as large as their names have been
+    (:attr:`Scratch.budget <dgemm.opencl.scratch.Scratch.budget>`)."""
+    device.scratch.budget = slot_bytes(refs, share)
 
 
 def reserve(device, refs, share: int | None) -> int:

@@ -116,6 +116,7 @@ def _gemm_block(state, a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_
         # the decode slots' buffers beside the cache, within their part of the device's memory
         memory = state.memory_share()
         decoding.limit_calls(state.device, memory)
+        decoding.size_slots(state.device, a_refs + b_refs, memory)
         reserve += decoding.reserve(state.device, a_refs + b_refs, memory)
     elif scope is not None and state.siblings():   # other device workers in this process: decode shared blocks once
         board = sharing.board()
@@ -124,6 +125,7 @@ def _gemm_block(state, a_refs, b_refs, c_ref, m, n, alpha, beta, trans_a, trans_
         ahead = [(sharing.through(board, scope, r), side, extent) for r, side, extent in ahead or ()]
     found = encoding.target(state.device, engine.dtype, out)
     if found is not None:   # the encoder's kept buffers beside the cache (grown by an earlier block, maybe)
+        state.device.encode_scratch.budget = encoding.device_bytes(found)     # (what reserve counts for a slot)
         reserve += max(encoding.device_bytes(found, state.device.encode_scratch.slots()),
                        state.device.encode_scratch.nbytes())
     state.plan_cache(reserve)
