@@ -1801,7 +1801,8 @@ void zstd_execute(global const long* blocks, global const long* frames, global c
 // its errors) the frame's status is 1 and its rows are not to be read.
 // Frame rows in (PLAN_COLUMNS): where the frame starts in src, its size, its header's size, its checksum flag,
 // its first block slot, its slots (the most blocks it may have); out (PLAN_OUT): status, blocks, trees,
-// literals.
+// literals.  The out rows, then the block, stream and tree rows (from the given offsets, in longs), share one
+// buffer, so that the host reads them back in one blocking read, not four.
 #define PLAN_COLUMNS 6
 #define PLAN_OUT 4
 #define PLAN_SCRATCH 3      // per block slot: a tree of its own (1), libzstd's x2 choice for it, its tree row
@@ -1817,8 +1818,12 @@ constant short PLAN_ALGO[16][4] = {
     {1180, 186, 2070, 175}, {1377, 185, 1731, 202}, {1412, 185, 1695, 202}};
 
 kernel __attribute__((reqd_work_group_size(ZSTD_PLAN_LANES, 1, 1)))
-void zstd_plan(global const uchar* src, global const long* frames, global long* fout, global long* blocks,
-               global long* streams, global long* trees, global long* scratch) {
+void zstd_plan(global const uchar* src, global const long* frames, global long* rows, const long at_blocks,
+               const long at_streams, const long at_trees, global long* scratch) {
+    global long* fout = rows;
+    global long* blocks = rows + at_blocks;
+    global long* streams = rows + at_streams;
+    global long* trees = rows + at_trees;
     local int nb, ok;
     const int lane = get_local_id(0);
     const long f = get_group_id(0);

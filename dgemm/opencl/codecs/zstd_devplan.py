@@ -78,20 +78,22 @@ def plan(prog, queue, src, frames, starts, heads, take, wait) -> list:
     if not rows:
         return []
     table = np.array(rows, np.int64)
-    out = np.empty((len(rows), PLAN_OUT), np.int64)
-    blocks = np.empty((base, zf.BLOCK_COLUMNS), np.int64)
-    streams = np.empty((4 * base, zf.STREAM_COLUMNS), np.int64)
-    trees = np.empty((base, zf.TREE_COLUMNS), np.int64)
-    bufs = [take(table.nbytes, "zstd plan frames"), take(out.nbytes, "zstd plan status"),
-            take(blocks.nbytes, "zstd plan blocks"), take(streams.nbytes, "zstd plan streams"),
-            take(trees.nbytes, "zstd plan trees"), take(8 * PLAN_SCRATCH * base, "zstd plan scratch")]
+    # the kernel's rows in one buffer (status, blocks, streams, trees), read back at once
+    parts = np.cumsum([0, len(rows) * PLAN_OUT, base * zf.BLOCK_COLUMNS, 4 * base * zf.STREAM_COLUMNS,
+                       base * zf.TREE_COLUMNS])
+    back = np.empty(int(parts[-1]), np.int64)
+    out, blocks, streams, trees = (back[a:b].reshape(-1, w) for a, b, w in
+                                   zip(parts, parts[1:], (PLAN_OUT, zf.BLOCK_COLUMNS, zf.STREAM_COLUMNS,
+                                                          zf.TREE_COLUMNS)))
+    bufs = [take(table.nbytes, "zstd plan frames"), take(back.nbytes, "zstd plan rows"),
+            take(8 * PLAN_SCRATCH * base, "zstd plan scratch")]
     up = cl.enqueue_copy(queue, bufs[0], table, is_blocking=False)
     with prog.lock:
         lanes = prog.plan_lanes
-        done = prog.plan(queue, (len(rows) * lanes,), (lanes,), src, *bufs)
-    wait([up, done])        # (then the reads wait for nothing, holding Python's lock for no longer than a copy)
-    for host, dev in zip((out, blocks, streams, trees), bufs[1:5]):
-        cl.enqueue_copy(queue, host, dev, is_blocking=True)
+        done = prog.plan(queue, (len(rows) * lanes,), (lanes,), src, bufs[0], bufs[1],
+                         *(np.int64(x) for x in parts[1:4]), bufs[2])
+    wait([up, done])        # (then the read waits for nothing, holding Python's lock for no longer than a copy)
+    cl.enqueue_copy(queue, back, bufs[1], is_blocking=True)
     plans = []
     for k, (frame, h, first) in enumerate(zip(frames, heads, at)):
         status, nb, ntrees, literals = (int(x) for x in out[k])
