@@ -20,6 +20,7 @@ import itertools
 import os
 import re
 import time
+from types import SimpleNamespace
 
 import numcodecs
 import numpy as np
@@ -689,6 +690,13 @@ def test_the_decode_slots_room_counts_shared_calls_only_where_readers_queue(tmp_
         other, _ = create(tmp_path / f"{layout}.zarr", OTHERS[layout], rng, shape=(128, 64), chunks=(16, 32),
                           dtype="float32")
         assert decoding.device_bytes([DeviceDecoded(ZarrBlock(other, (0, 128), (0, 64)))]) == 0, layout
+    # each slot is told its part of that room (Scratch.budget: within it a slot's buffers are made as large as
+    # their names have been), no more
+    device = SimpleNamespace(scratch=SimpleNamespace(budget=0))
+    for share in (None, int(1.5 * zstd_call * SLOTS / decoding.SLOTS_SHARE)):
+        refs = [DeviceDecoded(small), DeviceDecoded(large)]
+        decoding.size_slots(device, refs, share)
+        assert device.scratch.budget * SLOTS == decoding.device_bytes(refs, share) > 0, share
 
 
 def test_a_block_counts_the_whole_chunks_it_touches(tmp_path, rng):

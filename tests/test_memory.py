@@ -150,7 +150,7 @@ def test_memory_comes_back_after_every_product(one_worker, tmp_path, rng):
 
 def _watch_slots(dask_worker=None, stop=False):
     """On the worker: from now (until ``stop``), each buffer a decode or encode slot takes is noted with the slot's
-    budget then; returns and forgets what was noted."""
+    budget then, the bytes the slot holds after it and the bytes asked; returns and forgets what was noted."""
     state = dask_worker.plugins["dgemm"].state
     seen, state.slot_takes = getattr(state, "slot_takes", []), []
     for name in ("scratch", "encode_scratch"):
@@ -160,9 +160,10 @@ def _watch_slots(dask_worker=None, stop=False):
             continue
 
         def buffer(what, nbytes, _real=scratch.buffer, _name=name, _scratch=scratch):
+            got = _real(what, nbytes)
             if _scratch.holding():
-                state.slot_takes.append((_name, what, _scratch.budget))
-            return _real(what, nbytes)
+                state.slot_takes.append((_name, what, _scratch.budget, _scratch.held(), max(nbytes, 1)))
+            return got
         scratch.buffer = buffer
     return seen, {name: (getattr(state.device, name).budget, dict(getattr(state.device, name)._sizes))
                   for name in ("scratch", "encode_scratch")}
@@ -197,6 +198,8 @@ def test_memory_comes_back_with_device_codecs(one_worker, tmp_path, rng):
             ((takes, after),) = client.run(_watch_slots).values()
             assert any(t[0] == "scratch" for t in takes), (i, dt, name, "no decode slot took a buffer")
             assert all(t[2] > 0 for t in takes), (i, dt, name, "a slot took a buffer with no budget said", takes)
+            over = [t for t in takes if t[3] > t[2]]
+            assert not over, (i, dt, name, "a slot past its budget (what the panel cache leaves it)", over)
             encoded += sum(t[0] == "encode_scratch" for t in takes)
             assert after["scratch"][1], (i, dt, name, "no size kept", after)
         assert encoded, "no encode slot took a buffer"

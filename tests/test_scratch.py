@@ -4,6 +4,8 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from dgemm.opencl.scratch import Scratch
 
 
@@ -188,10 +190,10 @@ def test_a_slot_whose_last_call_failed_is_handed_on_and_kept(any_device):
         assert scratch.free_now() == 2 and scratch._room._value == 2
 
 
-def test_a_slots_new_buffer_is_as_large_as_its_name_has_been_within_the_budget(any_device):
+def test_a_slots_new_buffer_is_as_large_as_its_name_has_been_under_its_budget(any_device):
     """With a slot's ``budget`` said, a slot's first buffer of a name is made as large as any slot's buffer of that
-    name has been, in this run or an earlier one (sizes outlive ``release``, buffers do not), so that a later
-    call does not grow it; without a budget, or where the slot would pass it, it is made as asked."""
+    name has been under that budget, in this run or an earlier one (sizes outlive ``release``, buffers do not), so
+    that a later call does not grow it; without a budget, or under another one, it is made as asked."""
     scratch = Scratch(any_device, slots=2)
     before = any_device.live_buffers()["buffers"]
     scratch.budget = 100_000
@@ -205,6 +207,10 @@ def test_a_slots_new_buffer_is_as_large_as_its_name_has_been_within_the_budget(a
     with scratch.slot():                             # no budget said: as asked, as before
         assert scratch.buffer("x", 100).size < 1000
     scratch.release()
+    scratch.budget = 90_000
+    with scratch.slot():                             # another budget (blocks of another kind): as asked
+        assert scratch.buffer("x", 100).size < 1000
+    scratch.release()
     scratch.budget = 100_000
     with scratch.slot():
         first = scratch.buffer("x", 100)
@@ -212,13 +218,75 @@ def test_a_slots_new_buffer_is_as_large_as_its_name_has_been_within_the_budget(a
         assert scratch.buffer("x", 30_000) is first and scratch.grown == 1, "a later call grew it"
         assert scratch.buffer("y", 100).size < 1000  # another name: as asked
     scratch.release()
+    assert any_device.live_buffers()["buffers"] == before
+
+
+def test_a_slot_takes_the_sizes_only_where_all_of_them_keep_to_its_budget(any_device):
+    """A name is made as large as it has been only where the slot, with every name at its size (or at what it
+    holds, if more), stays within the budget: a name made large first must leave the others their room (a product
+    after a larger one of the same budget, or calls that each needed only some names large)."""
+    scratch = Scratch(any_device, slots=1)
     scratch.budget = 40_000
     with scratch.slot():
-        scratch.buffer("y", 20_000)
-        assert scratch.buffer("x", 100).size < 1000, "the slot passed its budget"
-        assert scratch.nbytes() <= scratch.budget
+        scratch.buffer("x", 30_000)
+        scratch.buffer("y", 10_000)                 # with their room the two pass 40,000 (as the calls asked)
     scratch.release()
-    assert any_device.live_buffers()["buffers"] == before
+    with scratch.slot():
+        assert scratch.buffer("x", 100).size < 1000, "x made large with no room left for y"
+        assert scratch.buffer("y", 100).size < 1000
+        assert scratch.held() <= scratch.budget
+    scratch.release()
+    scratch.budget = 50_000
+    with scratch.slot():
+        scratch.buffer("x", 30_000)
+        scratch.buffer("y", 10_000)
+    scratch.release()
+    with scratch.slot():                             # both fit: both made as large as they were
+        assert scratch.buffer("y", 100).size >= 10_000 and scratch.buffer("x", 100).size >= 30_000
+        assert scratch.held() <= scratch.budget
+        scratch.buffer("z", 20_000)                  # a call that asks more: grown as before
+    scratch.release()
+
+
+def test_a_slot_short_of_device_memory_takes_what_it_asked(any_device, monkeypatch):
+    """The device refusing the size a name has been: the buffer is made as asked, and the call goes on."""
+    from dgemm.errors import DeviceMemoryError
+
+    scratch = Scratch(any_device, slots=1)
+    scratch.budget = 1 << 20
+    with scratch.slot():
+        scratch.buffer("x", 50_000)
+    scratch.release()
+    real = any_device.buffer
+
+    def short(nbytes, what="a device buffer"):
+        if nbytes > 10_000:
+            raise DeviceMemoryError(f"device 'test': allocating {what} failed; the device is out of memory")
+        return real(nbytes, what)
+    monkeypatch.setattr(any_device, "buffer", short)
+    with scratch.slot():
+        assert scratch.buffer("x", 100).size < 1000
+        with pytest.raises(DeviceMemoryError):
+            scratch.buffer("x", 20_000)             # what the call needs: refused as before
+    scratch.release()
+
+
+def test_a_scratch_keeps_the_sizes_of_a_few_budgets(any_device):
+    """Sizes are kept for the last SIZED_BUDGETS budgets used, not for every budget a worker ever saw."""
+    from dgemm.opencl.scratch import SIZED_BUDGETS
+
+    scratch = Scratch(any_device, slots=1)
+    for k in range(SIZED_BUDGETS + 1):
+        scratch.budget = 100_000 + k
+        with scratch.slot():
+            scratch.buffer("x", 20_000)
+        scratch.release()
+    assert len(scratch._sizes) == SIZED_BUDGETS and 100_000 not in scratch._sizes
+    for budget, larger in ((100_000, False), (100_001 + SIZED_BUDGETS - 1, True)):
+        scratch.budget = budget
+        with scratch.slot():
+            assert (scratch.buffer("x", 100).size >= 20_000) is larger, budget
+        scratch.release()
 
 
 def test_a_threads_own_buffers_are_made_as_asked(any_device):

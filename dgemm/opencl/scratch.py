@@ -8,9 +8,10 @@ for the GEMM kernel running beside it.  Here each thread keeps its buffers by
 name, grown when a call needs more, and :meth:`Scratch.release` (called by
 :meth:`Device.trim <dgemm.opencl.device.Device.trim>` between runs) gives
 them all back, so the device's memory returns to idle after every product.
-What outlives a run is each name's largest size: the next product's slots
-make their buffers that large at once, within what the panel cache leaves
-them, so that they are not grown (and released) again beside the GEMMs.
+What outlives a run is each name's largest size (for each budget: what the
+panel cache leaves a slot for blocks of a kind): the next product's slots
+make their buffers that large at once, where they keep to that budget, so
+that they are not grown (and released) again beside the GEMMs.
 
 Each thread also gets its own in-order queue: a decode call waits for its
 own commands only, not for every upload other threads queued on the
@@ -34,10 +35,15 @@ from __future__ import annotations
 import contextlib
 import threading
 
+from dgemm.errors import DeviceMemoryError
+
 SLOTS = 4       # device decodes at once per device (each a slot of buffers and a queue)
 # C blocks encoded at once per device (dgemm.worker.encoding: each on a thread of its own, its slot holding
 # the block's copy and the frames, about twice the block), while the GEMMs go on
 ENCODE_SLOTS = 4
+# Budgets whose buffer sizes a scratch keeps (Scratch._sizes): a worker's products of that many block geometries
+# and dtypes find their slots' sizes again
+SIZED_BUDGETS = 8
 
 
 class Scratch:
@@ -54,14 +60,18 @@ class Scratch:
         self._held = threading.local()           # the slot this thread holds now, if any
         self._busy: dict[int, object] = {}       # a slot's last command, where a call left without waiting
         # What a slot may hold for the blocks decoded (or encoded) now, bytes (0: not said): what the panel cache
-        # leaves it, said by each block's task before it takes a slot (decoding.size_slots; the encoder's in
-        # worker.tasks), and kept to the next (the last blocks' encodes may outlast their run).  Within it a slot's first buffer of a
-        # name is made as large as any slot's buffer of that name has been (``_sizes``, kept across runs: sizes,
-        # not buffers), so that its calls need not grow it.  A growth releases the old buffer in the call, and
-        # NVIDIA's driver makes a release wait for the device to run what came before it, the GEMMs beside: 200
-        # such releases took 0.7 s of the slots' time in a run of 32768² (bench/NOTES.md, issue 28, 27th session).
+        # leaves it, said by each GEMM task before its blocks are read (decoding.size_slots; the encoder's in
+        # worker.tasks) and kept to the next task (the last blocks' encodes may outlast their run).  One value a
+        # scratch: runs at once on a worker have their tasks say theirs in turn, as they plan the one panel cache.
+        # For each budget, the largest size each buffer name reached in a slot under it (``_sizes``; kept across
+        # runs: sizes, not buffers).  A slot's new buffer is made that large at once where the slot, every name
+        # at its size, stays within the budget, so that its calls need not grow it: a growth releases the old
+        # buffer in the call, and NVIDIA's driver makes a release wait for the device to run what came before it,
+        # the GEMMs beside (200 such releases took 0.7 s of the slots' time in a run of 32768²: bench/NOTES.md,
+        # issue 28, twenty-seventh session).  Keyed by budget, since a product of other blocks (float32 after
+        # float64) has calls of other sizes.
         self.budget = 0
-        self._sizes: dict[str, int] = {}
+        self._sizes: dict[int, dict[str, int]] = {}
         self.grown = 0      # buffers replaced by larger ones, since the scratch was made
 
     @contextlib.contextmanager
@@ -139,12 +149,12 @@ class Scratch:
         last call left (poisoned first under ``DGEMM_POISON``, as new
         buffers are).  A larger request replaces it (released: OpenCL
         frees it once the commands that use it have run).  A slot's new
-        buffer may be larger than asked: as large as the name's largest,
-        within the slot's :attr:`budget`.
+        buffer may be larger than asked: as large as the name has been
+        under the slot's :attr:`budget`, where that keeps to it.
         """
         key = (self._owner(), what)
         nbytes = max(int(nbytes), 1)
-        size = nbytes + (nbytes >> 4)   # a little room, so that blocks a few bytes apart do not each grow the buffer
+        size = asked = nbytes + (nbytes >> 4)   # a little room, so that blocks a few bytes apart do not each grow it
         with self._lock:
             held = self._buffers.get(key)
             if held is not None and held.size >= nbytes:
@@ -152,22 +162,45 @@ class Scratch:
             if held is not None:    # out before it is released: should the larger one fail, none is left
                 del self._buffers[key]
                 self.grown += 1
-            if key[0] < 0:      # a slot's: as large as the name has been, where the slot stays within its budget
-                known = self._sizes.get(what, 0)
-                if known > size and self._held_by(key[0]) + known <= self.budget:
-                    size = known
+            budget = self.budget
+            if key[0] < 0 and budget:      # a slot's: as large as the name has been, where that keeps to the budget
+                size = max(asked, self._sized(key[0], what, asked, budget))
         if held is not None:
             held.release()
-        fresh = self._device.buffer(size, what)
+        try:
+            fresh = self._device.buffer(size, what)
+        except DeviceMemoryError:
+            if size == asked:
+                raise
+            fresh = self._device.buffer(asked, what)   # (the device short of room: what the call needs alone)
         with self._lock:
             self._buffers[key] = fresh
-            if key[0] < 0:
-                self._sizes[what] = max(self._sizes.get(what, 0), fresh.size)
+            if key[0] < 0 and budget:
+                sizes = self._sizes.pop(budget, {})     # (last: the budgets used least lately go first)
+                sizes[what] = max(sizes.get(what, 0), fresh.size)
+                self._sizes[budget] = sizes
+                while len(self._sizes) > SIZED_BUDGETS:
+                    del self._sizes[next(iter(self._sizes))]
         return fresh
 
-    def _held_by(self, owner: int) -> int:
-        """Bytes the slot (or thread) ``owner`` holds now; with the lock held."""
-        return sum(b.size for k, b in self._buffers.items() if k[0] == owner)
+    def _sized(self, owner: int, what: str, asked: int, budget: int) -> int:
+        """The size for slot ``owner``'s new buffer ``what`` (``asked`` bytes) under ``budget``: the name's size
+        under it, where the slot holding every name at its size (or at what it holds, if more) stays within the
+        budget; else 0.  With the lock held."""
+        sizes = self._sizes.get(budget)
+        if not sizes or sizes.get(what, 0) <= asked:
+            return 0
+        held = {k[1]: b.size for k, b in self._buffers.items() if k[0] == owner}
+        held[what] = sizes[what]
+        if sum(max(held.get(n, 0), sizes.get(n, 0)) for n in held.keys() | sizes.keys()) > budget:
+            return 0
+        return sizes[what]
+
+    def held(self) -> int:
+        """Bytes this thread's slot (or, outside one, the thread) holds now."""
+        owner = self._owner()
+        with self._lock:
+            return sum(b.size for k, b in self._buffers.items() if k[0] == owner)
 
     def queue(self):
         """This thread's (or its slot's) in-order profiling queue on the device (made once per thread or slot);
