@@ -187,6 +187,19 @@ def trace_install(dask_worker=None):
     from dgemm.opencl import device as device_module, nogil
     timed(device_module.Device, "buffer", "alloc")
     timed(nogil, "release", "release")
+    # each release's bytes and whether the buffer was page-locked host memory ("release_of": its start, bytes,
+    # page-locked), to tell a slot's grown buffer from a reader's staging grown
+    real_release = nogil.release
+
+    def release_of(buffer, *args, **kw):
+        try:
+            import pyopencl
+            pinned = bool(buffer.flags & pyopencl.mem_flags.ALLOC_HOST_PTR)
+            rec("release_of", threading.get_ident(), time.perf_counter(), int(buffer.size), pinned)
+        except Exception:   # (a buffer whose info cannot be read: its release alone is timed)
+            pass
+        return real_release(buffer, *args, **kw)
+    nogil.release = release_of
     import pyopencl
     copy, inside = pyopencl.enqueue_copy, threading.local()
 
