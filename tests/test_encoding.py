@@ -276,6 +276,31 @@ def test_the_encoders_buffers_go_once_the_blocks_still_encoded_at_a_runs_end_are
     assert encoding.release(any_device) is False
 
 
+def test_a_later_runs_encodes_keep_the_encoders_buffers_to_its_end(any_device, engines, tmp_path, rng, monkeypatch):
+    """A run ends with a block still being encoded, and the next run's block comes before that encode is done: the
+    encoder's buffers stay for the next run (not released the moment its encodes in flight run out, in the middle
+    of it, where NVIDIA's driver makes a release wait for the GEMMs), and go at that run's end."""
+    from dgemm.worker import encoding
+
+    gate, m, n, out, found, A, B = _held_encode(monkeypatch, tmp_path, rng)
+    eng = engines(any_device, "float32")
+    pending = []
+    try:
+        pending.append(eng.stream([A], [B], m, n, finish=encoding.finisher(any_device, found)))
+        any_device.trim(keep_pinned=True)                       # the first run's end
+        assert encoding.release(any_device) is True
+        pending.append(eng.stream([A], [B], m, n, finish=encoding.finisher(any_device, found)))   # the next run's
+    finally:
+        gate.set()
+    for p in pending:
+        encoded.write(p.result())
+    check_product(out[...], A, B, dtype="float32")
+    time.sleep(0.2)     # (the encoder threads' last steps after their results)
+    assert any_device.encode_scratch.nbytes() > 0, "the encoder's buffers went in the middle of the next run"
+    any_device.trim(keep_pinned=True)                           # the next run's end: nothing in flight
+    assert encoding.release(any_device) is False and any_device.encode_scratch.nbytes() == 0
+
+
 def test_a_pending_block_pickles_as_its_encoded_block(any_device, engines, tmp_path, rng):
     """Moved to another worker or spilled, a pending block is its encoded block (waited for), whose frames are
     the chunks; dask counts it at most the block's values."""

@@ -139,6 +139,9 @@ class _Encoders:
     def submit(self, fn, *args):
         with self._lock:
             self._running += 1
+            # a block of a later run (release_after comes after a run's last block): its buffers stay for it, and
+            # that run's end says when they go, not the moment its encodes in flight happen to run out
+            self._release = False
         try:
             return self._pool.submit(self._job, fn, *args)
         except BaseException:
