@@ -104,6 +104,68 @@ def test_the_engine_hands_back_the_chunks_encoded(any_device, engines, tmp_path,
     check_frames(out, values, fill=0.5)
 
 
+def _encoded(device, out, values):
+    """``values`` (the whole of ``out``) uploaded to ``device`` and encoded as ``out``'s chunks: the EncodedBlock."""
+    import pyopencl as cl
+
+    from dgemm.worker import encoding
+
+    found = encoded.chunks_of(out, (0, out.shape[0]), (0, out.shape[1]))
+    buf = device.buffer(values.nbytes, "test C block")
+    try:
+        cl.enqueue_copy(device.queue, buf, values, is_blocking=True)
+        return encoding.encode(device, found, buf)
+    finally:
+        buf.release()
+
+
+@pytest.mark.parametrize("n_threads", [2, 3])
+def test_frames_written_with_helpers_are_the_same_chunk_files(any_device, tmp_path, rng, n_threads):
+    """A block of 4 x 4 chunks (edge chunks on both axes) encoded once, its frames written alone and with helpers:
+    the same files, every chunk written once, the helpers' share (all but every n-th) counted as helped."""
+    m, n = 62, 58
+    values = rng.standard_normal((m, n)).astype(np.float32)
+    files = {}
+    for label, threads in (("alone", 1), ("helped", n_threads)):
+        out = zarr.create_array(str(tmp_path / f"{label}.zarr"), shape=(m, n), chunks=(16, 16), dtype="float32",
+                                fill_value=0.5)
+        got = _encoded(any_device, out, values)
+        before = fastpaths.snapshot()
+        encoded.write(got, threads=threads)
+        grew = fastpaths.since(before)
+        assert grew["storage_write_direct"] == 16, grew
+        assert grew["storage_write_helped"] == (0 if threads == 1 else 16 - len(range(0, 16, threads))), grew
+        check_frames(out, values, fill=0.5)
+        files[label] = chunk_files(out)
+    any_device.trim(keep_pinned=True)
+    assert files["helped"] == files["alone"]
+
+
+def test_a_frame_that_cannot_be_written_fails_the_helped_write(any_device, tmp_path, rng):
+    """A folder where chunk (1, 0)'s file goes: the write with helpers raises it, once the others are written,
+    and leaves the folder (and its file) as it was."""
+    m, n = 32, 32
+    values = rng.standard_normal((m, n)).astype(np.float32)
+    out = zarr.create_array(str(tmp_path / "c.zarr"), shape=(m, n), chunks=(16, 16), dtype="float32")
+    got = _encoded(any_device, out, values)
+    any_device.trim(keep_pinned=True)
+    root = str(out.store_path).removeprefix("file://")
+    blocker = os.path.join(root, *out.metadata.encode_chunk_key((1, 0)).split("/"))
+    os.makedirs(blocker)
+    with open(os.path.join(blocker, "mine.txt"), "w") as f:
+        f.write("the user's")
+    with pytest.raises(OSError):
+        encoded.write(got, threads=3)
+    with open(os.path.join(blocker, "mine.txt")) as f:
+        assert f.read() == "the user's"
+    for idx in ((0, 0), (0, 1), (1, 1)):
+        with open(os.path.join(root, *out.metadata.encode_chunk_key(idx).split("/")), "rb") as f:
+            raw = f.read()
+        i, j = idx
+        np.testing.assert_array_equal(np.frombuffer(numcodecs.Zstd().decode(raw), np.float32).reshape(16, 16),
+                                      values[16 * i:16 * (i + 1), 16 * j:16 * (j + 1)], err_msg=str(idx))
+
+
 @pytest.mark.parametrize("case", ["chunks are blocks", "whole-row chunks"])
 def test_the_encode_waits_for_the_events_its_block_is_written_after(any_device, tmp_path, rng, case):
     """The engine's ``after`` (its unpadding): the encode, on its own queue, reads the C block only once those
@@ -343,7 +405,7 @@ def test_chunks_of_leaves_other_outputs_to_the_host(tmp_path):
 
 
 # -- on the workers -------------------------------------------------------------------------------------------------
-PATHS = ("storage_write_direct", "storage_write_batched", "storage_write_zarr")
+PATHS = ("storage_write_direct", "storage_write_batched", "storage_write_zarr", "storage_write_helped")
 
 
 @pytest.fixture
@@ -374,6 +436,20 @@ def test_matmul_encodes_zstd_outputs_on_the_device(client, setting, tmp_path, rn
         check_product(values, A, B, dtype=dtype, what=what)
         check_frames(c, values)
         assert grew["device_encoded_bytes"] == encoded_bytes(c) and grew["host_encoded_bytes"] == 0, (what, grew)
+
+
+def test_a_runs_last_block_has_its_frames_written_with_helpers(client, setting, tmp_path, rng):
+    """One block product, its C block in 4 zstd chunks encoded on the device: its store runs after the worker's
+    last GEMM, so helpers write some of its frames (as the host writer's chunks are encoded then); C is right."""
+    setting("on")
+    A, B = inputs(rng, 64, 64, "float32")
+    c, grew = run_counted(client, lambda: dgemm.matmul(A, B, out=str(tmp_path / "c.zarr"), client=client, block=64,
+                                                       chunks=(32, 32)))
+    values = c[...]
+    check_product(values, A, B, dtype="float32")
+    check_frames(c, values)
+    assert grew["device_encoded_bytes"] == encoded_bytes(c) and grew["storage_write_direct"] == 4, grew
+    assert grew["storage_write_helped"] > 0, grew
 
 
 def test_matmul_encodes_on_the_host_where_the_setting_is_off(client, setting, tmp_path, rng):

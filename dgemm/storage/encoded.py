@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from dgemm.storage import chunks, fastpaths, source
+from dgemm.storage import threads as threads_mod
 
 
 @dataclass(frozen=True)
@@ -140,13 +141,16 @@ def chunks_of(array, rows: tuple[int, int], cols: tuple[int, int], drop: tuple =
     return Chunks(array, rows, cols, (int(lay.chunk[0]), int(lay.chunk[1])), lay.dtype, lay.fill, tuple(pieces))
 
 
-def write(block: EncodedBlock) -> None:
+def write(block: EncodedBlock, threads: int = 1) -> None:
     """Store an :class:`EncodedBlock`'s frames as its chunks (each replaced whole: a re-run rewrites them alike).
 
     Local files go through a temporary file moved into place, S3 objects in
     one batch of PUTs, as :func:`dgemm.storage.chunks.write_region` writes
     its own; a store that takes neither (an object too large for one PUT)
-    gets each frame through zarr's ``store.set``.
+    gets each frame through zarr's ``store.set``.  ``threads``: local files
+    written by this thread and ``threads - 1`` helpers
+    (:func:`dgemm.storage.threads.shared`), as the host writer's chunks are
+    at a run's end, where the last block's writes are what the run waits for.
     """
     from dgemm.storage import remote
 
@@ -159,9 +163,14 @@ def write(block: EncodedBlock) -> None:
     itemsize = found.dtype.itemsize
     frames = block.frames()
     if src.root is not None:
-        for piece, frame in zip(found.pieces, frames):
+        def put(item, helper: bool) -> None:
+            piece, frame = item
             chunks._write_file(src.file(piece.key), frame)
-            fastpaths.record("write_direct", piece.size[0] * piece.size[1] * itemsize)
+            nbytes = piece.size[0] * piece.size[1] * itemsize
+            fastpaths.record("write_direct", nbytes)
+            if helper:
+                fastpaths.record("write_helped", nbytes)
+        threads_mod.shared(put, list(zip(found.pieces, frames)), threads)
         return
     items = [(src._key(p.key), f) for p, f in zip(found.pieces, frames)]
     if remote.put_many(array.store, items) is None:

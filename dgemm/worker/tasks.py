@@ -198,7 +198,7 @@ def store(array, rows, cols, block, drop, marker=None, fence=None, originals=Non
 def store_block(array, rows, cols, block, drop) -> None:
     """Write one C block: its values (:func:`dgemm.storage.store_block`, its chunks encoded on
     :func:`encode_threads` threads), or its chunks' frames as they are (an
-    :class:`~dgemm.storage.encoded.EncodedBlock`: :func:`dgemm.storage.encoded.write`)."""
+    :class:`~dgemm.storage.encoded.EncodedBlock`: :func:`dgemm.storage.encoded.write`, on as many)."""
     if isinstance(block, encoding.PendingBlock):    # (its chunks being encoded on the device still, maybe)
         block = block.result()
     if isinstance(block, encoded.EncodedBlock):
@@ -206,7 +206,7 @@ def store_block(array, rows, cols, block, drop) -> None:
         if (found.rows, found.cols) != (tuple(rows), tuple(cols)):
             raise ValueError(f"internal: the chunks of rows {found.rows}, columns {found.cols} reached the store "
                              f"of rows {tuple(rows)}, columns {tuple(cols)}")
-        encoded.write(block)
+        encoded.write(block, threads=encode_threads())
     else:
         store_values(array, rows, cols, block, drop, threads=encode_threads())
 
