@@ -612,23 +612,33 @@ def decoded_bytes(*arrays) -> int:
     return sum(a.nchunks * int(np.prod(a.chunks)) * a.dtype.itemsize for a in arrays)
 
 
-def _auto_shares_on(device_type, dask_worker=None):
-    """On a worker: ``auto`` shares on devices of ``device_type`` as on a GPU (None: as built)."""
+def _auto_as(device_type, way, dask_worker=None):
+    """On a worker: ``auto`` takes the device path ``way`` (``on``, ``share``) on devices of ``device_type``, as on a
+    GPU (None: as built)."""
     from dgemm.opencl import codecs
 
     if not hasattr(codecs, "_BUILT_AUTO"):
         codecs._BUILT_AUTO = dict(codecs.AUTO)
-    codecs.AUTO = dict(codecs._BUILT_AUTO) if device_type is None else {device_type: "share"}
+    codecs.AUTO = dict(codecs._BUILT_AUTO) if device_type is None else {device_type: way}
 
 
-def test_auto_on_a_gpu_shares_zstd_inputs_encodes_c_and_leaves_blosc_to_the_host(client, setting, tmp_path, rng):
-    """``auto`` where AUTO shares on the device type (GPUs; here the workers' CPU device stands in for one):
-    zstd inputs are decoded as under ``share`` (on the device, each chunk once), C's zstd chunks are encoded
-    on the device, and Blosc inputs stay on the host's readers; on a CPU device as built, ``auto`` is off."""
+@pytest.mark.parametrize("way", ["on", "share"])
+def test_auto_on_a_gpu_decodes_zstd_inputs_encodes_c_and_leaves_blosc_to_the_host(client, setting, tmp_path, rng,
+                                                                                   way):
+    """``auto`` where AUTO maps the device type to ``way`` (GPUs, as built: ``on``; here the workers' CPU device
+    stands in for one): zstd inputs are decoded on the device, each chunk once, C's zstd chunks are encoded on
+    the device, and Blosc inputs stay on the host's readers.  With every decode slot busy, under ``share`` the
+    host's readers take the zstd chunks; under ``on`` they wait for the slots.  On a CPU device as built,
+    ``auto`` is off."""
+    import threading
+
+    from dgemm.opencl import codecs
+
+    assert codecs.AUTO["GPU"] in ("on", "share")      # (what GPUs take is one of the ways tested here)
     zstd_a, zstd_b, A, B = inputs(tmp_path / "z", rng, LZ4["v3 zstd"])
     blosc_a, blosc_b, A2, B2 = inputs(tmp_path / "l", rng, LZ4["v3 shuffle"])
     setting(None)
-    client.run(_auto_shares_on, "CPU")
+    client.run(_auto_as, "CPU", way)
     try:
         out = str(tmp_path / "c-zstd.zarr")
         c, grew = run_counted(client, lambda: dgemm.matmul(zstd_a, zstd_b, out=out, client=client, block=64))
@@ -639,16 +649,30 @@ def test_auto_on_a_gpu_shares_zstd_inputs_encodes_c_and_leaves_blosc_to_the_host
         c, grew = run_counted(client, lambda: dgemm.matmul(blosc_a, blosc_b, out=out, client=client, block=64))
         check_product(np.asarray(c[...]), A2, B2, dtype="float32", what="auto, blosc")
         assert grew["device_decoded_bytes"] == 0 and grew["host_decoded_bytes"] == decoded_bytes(blosc_a, blosc_b), grew
-        try:    # as under share: with every decode slot busy, the host's readers take the zstd chunks
+        out, got = str(tmp_path / "c-held.zarr"), {}
+        try:
             assert set(client.run(_device_codecs.hold_slots).values()) == {0}
-            out = str(tmp_path / "c-held.zarr")
-            c, grew = run_counted(client, lambda: dgemm.matmul(zstd_a, zstd_b, out=out, client=client, block=64))
+            if way == "share":  # the host's readers take the zstd chunks
+                got["c"], got["grew"] = run_counted(
+                    client, lambda: dgemm.matmul(zstd_a, zstd_b, out=out, client=client, block=64))
+            else:               # the readers wait: the product runs once the slots are free
+                def run():
+                    got["c"], got["grew"] = run_counted(
+                        client, lambda: dgemm.matmul(zstd_a, zstd_b, out=out, client=client, block=64))
+                waiting = threading.Thread(target=run)
+                waiting.start()
+                time.sleep(1.0)
+                assert waiting.is_alive(), "the product ran while every decode slot was held"
         finally:
             client.run(_device_codecs.free_slots)
-        check_product(np.asarray(c[...]), A, B, dtype="float32", what="auto, zstd, slots busy")
-        assert grew["device_decoded_bytes"] == 0 and grew["host_decoded_bytes"] == decoded_bytes(zstd_a, zstd_b), grew
+        if way != "share":
+            waiting.join(120)
+        check_product(np.asarray(got["c"][...]), A, B, dtype="float32", what="auto, zstd, slots busy")
+        on_host = decoded_bytes(zstd_a, zstd_b) if way == "share" else 0
+        assert got["grew"]["device_decoded_bytes"] == decoded_bytes(zstd_a, zstd_b) - on_host, got["grew"]
+        assert got["grew"]["host_decoded_bytes"] == on_host, got["grew"]
     finally:
-        client.run(_auto_shares_on, None)
+        client.run(_auto_as, None, None)
     out = str(tmp_path / "c-built.zarr")
     c, grew = run_counted(client, lambda: dgemm.matmul(zstd_a, zstd_b, out=out, client=client, block=64))
     assert grew["device_decoded_bytes"] == 0 and grew["device_encoded_bytes"] == 0, grew      # a CPU device: off

@@ -168,8 +168,8 @@ def _may_take(ref, codec: str | None = None) -> bool:
 
 def shared(device=None) -> bool:
     """Whether this worker's ``device-codecs`` setting (read now) shares the inputs' chunks with the host's readers
-    on ``device`` (``share``, or ``auto`` on a GPU: a block whose reader finds every decode slot busy is decoded
-    on the host)."""
+    on ``device`` (``share``, or ``auto`` where :data:`dgemm.opencl.codecs.AUTO` maps its type to ``share``: a block
+    whose reader finds every decode slot busy is decoded on the host)."""
     return codecs.shares(config.get("device-codecs") or "auto", device.info.type if device is not None else None)
 
 

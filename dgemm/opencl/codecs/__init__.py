@@ -136,11 +136,17 @@ def decoder(codec: str, config: dict | None = None) -> Decoder | None:
 # nvidia-h200-{devplan22,slots22}-*; with the plans kept instead, 1.52 against 1.73).  Twenty-third session
 # (bdfdbd3, 70d2b1f): two H200s of one 32-core host, 49152², on 3.00 s against share 3.11 on both GPUs and 4.34
 # against 4.04 on one of them; one H200 of 16 cores, on 4.06 against share 4.01 (49152²) and 1.56 against 1.61
-# (32768²) (results/2026-11-28-nvidia-h200*).  No setting wins everywhere, so auto stays share.
+# (32768²) (results/2026-11-28-nvidia-h200*).  No setting wins everywhere, so auto stays share.  Twenty-fourth
+# session: on an 80 GB H100, 49152², on 4.15-4.20 s against share 4.28-4.43.  Twenty-eighth session (2db044c, the
+# decode slots' buffers made at their names' sizes since fb5cc19), alternating in each cluster: one H200 of 16
+# cores, 32768², on 1.383-1.461 s (mean 1.43) against share 1.519-1.670 (1.58), raw 1.21-1.28; 49152², on 3.78-3.82
+# against share 4.04-4.06; two H200s of one 32-core host, 49152², on 2.29-2.37 against share 2.54-2.81 (raw 2.17-2.30)
+# and on one of them 4.03-4.08 against 3.96-4.12 (results/2026-11-28-nvidia-h200*-28-2db044c.json).  `on` now
+# leads or ties everywhere it was timed, so auto takes it.
 # Device types where ``auto`` takes the device path for the inputs of the codecs AUTO_CODECS (their other
 # codecs decoded on the host) and for C's chunks, and which way: "share" (a reader that finds every decode slot
-# of its device busy decodes on the host) or "on" (it waits for one).  On a GPU, zstd's, shared.
-AUTO: dict = {"GPU": "share"}
+# of its device busy decodes on the host) or "on" (it waits for one).  On a GPU, zstd's, on the device alone.
+AUTO: dict = {"GPU": "on"}
 AUTO_CODECS: frozenset = frozenset({"zstd"})
 # Device types where C's chunks alone are encoded on the device under ``auto`` (the inputs decoded on the
 # host): none until measured (bench/NOTES.md, issue 28).
@@ -195,7 +201,7 @@ def shares(mode: str, device_type: str | None = None) -> bool:
     ``auto`` shares on a device of ``device_type`` that :data:`AUTO` maps to ``"share"``.
 
     >>> shares("share"), shares("on"), shares("auto"), shares("auto", "GPU"), shares("auto", "CPU")
-    (True, False, False, True, False)
+    (True, False, False, False, False)
     """
     if mode not in MODES:
         raise ValueError(f"device-codecs={mode!r} must be one of {', '.join(MODES)}")
