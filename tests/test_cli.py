@@ -306,7 +306,7 @@ def _zstd_pair(tmp_path):
 def test_plan_counts_what_the_devices_codecs_keep_as_a_run_does(runner, tmp_path, monkeypatch):
     """``dgemm plan`` on an (emulated) H100 with zstd inputs: its panel cache is the device's share less a block
     product's buffers and what the decode slots keep under the device-codecs setting read here, as a worker there
-    counts them (client.codecs_room): nothing under off, the slots' bytes under auto (zstd shared on a GPU) and on,
+    counts them (client.codecs_room): nothing under off, the slots' bytes under auto (on for zstd on a GPU), on and share,
     nothing where the host cache serves the blocks; the command says so."""
     from dgemm.cli.data import _panel_cache
     from dgemm.client.plan import make_plan
@@ -323,18 +323,19 @@ def test_plan_counts_what_the_devices_codecs_keep_as_a_run_does(runner, tmp_path
     p = make_plan(4096, 1024, 2048, np.dtype("float32"), (128, 128, 16), a_chunks=A.chunks, b_chunks=B.chunks,
                   target=(2048, 1024, 1024), n_workers=1, device_memory=gpu.global_mem, exact=True)
     got = {}
-    for mode in ("off", "auto", "on"):
+    for mode in ("off", "auto", "on", "share"):
         monkeypatch.setenv("DGEMM_DEVICE_CODECS", mode)
         got[mode] = _panel_cache(p, [gpu], A, B, host_cache=False)
     cache, kept = got["off"]
     assert kept == 0 and cache == 0.9 * cache_budget(gpu.global_mem, p.device_bytes(), "GPU")
     share = cache_budget(gpu.global_mem, 0, "GPU")
-    for mode, shared in (("auto", True), ("on", False)):
+    for mode, shared in (("on", False), ("share", True)):
         blocks = [decoding.DeviceDecoded(A.block_refs(p.rows, p.ks)[0](0, 0), shared),     # (every block alike)
                   decoding.DeviceDecoded(B.block_refs(p.ks, p.cols)[0](0, 0), shared)]
         assert got[mode][1] == decoding.device_bytes(blocks, share) > 0, (mode, got[mode])
         assert got[mode][0] == pytest.approx(cache - 0.9 * got[mode][1], abs=1), (mode, got[mode])
-    assert got["on"][1] > got["auto"][1], "on's readers queue for the slots and share calls of several blocks"
+    assert got["on"][1] > got["share"][1], "on's readers queue for the slots and share calls of several blocks"
+    assert got["auto"] == got["on"], "auto is on for a GPU's zstd inputs (dgemm.opencl.codecs.AUTO)"
     assert _panel_cache(p, [gpu], A, B, host_cache=True)[1] == 0
     assert _panel_cache(p, [], A, B, host_cache=False) == (None, 0)
     monkeypatch.setenv("DGEMM_DEVICE_CODECS", "off")
