@@ -212,10 +212,12 @@ def test_share_in_the_engine_decodes_on_the_host_while_the_slots_are_busy(any_de
 
     monkeypatch.setattr(any_device, "buffer", counted)
     plain = [r.block for r in arrays]     # the host's path alone: what it allocates
+    any_device.spares.release()         # (each stream makes its blocks' source buffers anew: none free)
     eng.stream(plain[:1], plain[1:], m, n, trans_a=trans_a, scope=("plain", tmp_path.name))
     host_path = sorted(allocated)
     for busy in (True, False):
         allocated.clear()
+        any_device.spares.release()
         before = fastpaths.snapshot()
         with every_slot_held(any_device) if busy else contextlib.nullcontext():
             got = eng.stream(arrays[:1], arrays[1:], m, n, trans_a=trans_a, scope=("share", busy, tmp_path.name))
@@ -251,10 +253,20 @@ def test_the_engine_stages_device_decoded_blocks(any_device, engines, tmp_path, 
     ra = DeviceDecoded(ZarrBlock(za, (0, sa.shape[0]), (0, sa.shape[1])))
     rb = DeviceDecoded(ZarrBlock(zb, (0, sb.shape[0]), (0, sb.shape[1])))
     before = fastpaths.snapshot()
+    any_device.trim(keep_pinned=True)
     got = eng.stream([ra], [rb], m, n, trans_a=trans_a, trans_b=trans_b, scope=("test", tmp_path.name))
     grew = fastpaths.since(before)
     check_product(got, A, B, dtype="float64")
     assert grew["host_decoded_bytes"] == 0 and grew["device_decoded_bytes"] >= za.nbytes + zb.nbytes, grew
+    # read again (another scope): a block decoded through the padding or transposing kernel decodes into a
+    # source buffer of the first product's, given back once its kernel ran (dgemm.opencl.spares)
+    reused, gave = any_device.spares.reused, any_device.spares.held() > 0
+    assert gave or aligned, "a padded block's source buffer never came back"
+    again = eng.stream([ra], [rb], m, n, trans_a=trans_a, trans_b=trans_b, scope=("again", tmp_path.name))
+    check_product(again, A, B, dtype="float64", what="read again")
+    assert (any_device.spares.reused > reused) == gave, (gave, any_device.spares.reused)
+    any_device.trim(keep_pinned=True)
+    assert any_device.spares.held() == 0
 
 
 @pytest.mark.parametrize("aligned", [True, False], ids=["aligned", "padded"])

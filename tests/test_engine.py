@@ -576,6 +576,34 @@ def test_stream_from_zarr_matches_numpy(cached, engines, tmp_path, rng, trans_a,
     check_product(got, a, b, alpha=0.5, beta=2.0, c=c, dtype="float64", trans_a=trans_a, trans_b=trans_b)
 
 
+def test_blocks_padded_on_the_device_reuse_the_source_buffers_once_free(cached, engines, tmp_path, rng):
+    """Blocks uploaded to be padded or transposed go through source buffers that come back once the kernel
+    reading them ran (dgemm.opencl.spares): a second product (another scope, every block read again) takes them
+    again, poisoned first, and both products are right; the device's trim gives them back."""
+    from dgemm.opencl import device as device_module
+
+    m, n, k = 45, 70, 100
+    ks = ((0, 25), (25, 50), (50, 75), (75, 100))   # (blocks of one size: each may take another's buffer)
+    e = engines(cached, "float64")
+    cached.cache.budget = 1 << 30
+    a, a_refs = zarr_refs(tmp_path, rng, "a.zarr", (k, m), (25, 45), ks, 0, (0, m))          # A stored transposed
+    b, b_refs = zarr_refs(tmp_path, rng, "b.zarr", (k, n), (25, 70), ks, 0, (0, n))
+    e.release()
+    cached.trim(keep_pinned=True)
+    before = cached.live_buffers()
+    with device_module.poisoned():
+        first = e.stream(a_refs, b_refs, m, n, trans_a=True, scope="first")
+        reused = cached.spares.reused
+        assert cached.spares.held() > 0, "no source buffer came back"
+        second = e.stream(a_refs, b_refs, m, n, trans_a=True, scope="second")
+    check_product(first, a, b, dtype="float64", trans_a=True)
+    check_product(second, a, b, dtype="float64", trans_a=True, what="with the buffers taken again")
+    assert cached.spares.reused > reused
+    e.release()
+    cached.trim(keep_pinned=True)
+    assert cached.spares.held() == 0 and cached.live_buffers()["buffers"] == before["buffers"]
+
+
 @pytest.mark.parametrize("inline", [False, True], ids=["own-queue", "inline"])
 def test_feeding_kernels_go_where_queue_priority_says(cached, engines, tmp_path, rng, monkeypatch, inline):
     """``queue-priority: inline`` puts the padding and transposing kernels into the GEMM kernels' queue (else

@@ -509,6 +509,7 @@ def test_panel_cache_entries_hold_no_reference_cycle(any_device):
 
     engine = BlockEngine(any_device, "float32")
     any_device.cache.budget = 1 << 30
+    any_device.spares.release()
     before = any_device.live_buffers()["buffers"]
 
     class Block:   # a block that reads itself (see dgemm.opencl.engine)
@@ -536,6 +537,7 @@ def test_panel_cache_entries_hold_no_reference_cycle(any_device):
         assert {k[0] for k in any_device.cache.keys()} == {"run-2"}, "the panel cache outlived its run"
         any_device.cache.clear()
         engine.release()
+        any_device.spares.release()     # (the blocks' free source buffers, which a run's trim gives back)
         assert any_device.live_buffers()["buffers"] == before, "a buffer outlived its entry"
     finally:
         gc.enable()

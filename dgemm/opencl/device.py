@@ -25,6 +25,7 @@ from dgemm.opencl.discovery import DeviceInfo, cl_device, worker_device
 from dgemm.opencl.panels import PanelCache
 from dgemm.opencl.params import KernelParams
 from dgemm.opencl.scratch import ENCODE_SLOTS, Scratch
+from dgemm.opencl.spares import Spares
 
 logger = logging.getLogger("dgemm")
 # cl_khr_priority_hints (cl_ext.h): a queue property and its high value
@@ -152,6 +153,8 @@ class Device:
         # the device encoder's buffers and queues (a set per C block encoded at once),
         # kept from one C block to the next and given back by trim(): a release waits for the device to idle
         self.encode_scratch = Scratch(self, slots=ENCODE_SLOTS)
+        # blocks' source buffers (an upload's, a decode's) kept for the next block of their size: dgemm.opencl.spares
+        self.spares = Spares(self)
         # Kernels that could not be built here, and why (the wgmma kernel's PTX route can fail
         # with a driver it was not tried on); choice() says so, and the worker's description with it.
         self.failed: dict[KernelParams, str] = {}
@@ -334,8 +337,8 @@ class Device:
 
         Drops every panel cache entry no product uses (releasing its device
         buffer), the reader threads' decode buffers (:mod:`.scratch`) but
-        those of a thread reading now, and the encoder's unless it is
-        encoding.  ``keep_pinned`` (a run's end): page-locked memory stays for
+        those of a thread reading now, the encoder's unless it is
+        encoding, and the blocks' free source buffers (:mod:`.spares`).  ``keep_pinned`` (a run's end): page-locked memory stays for
         the next run, so that it does not pin its staging again (16 readers'
         256 MiB buffers take about a second): each reader thread's staging
         buffer (one per thread, of the largest block it read) and the free
@@ -358,6 +361,7 @@ class Device:
             busy = set(self._reading)
         self.scratch.release(busy)
         self.encode_scratch.release()
+        self.spares.release()
         if keep_pinned:
             return self.live_buffers()
         with self._lock:
@@ -543,8 +547,12 @@ class Device:
         buffer only dropped lives until the collector finds it.
         """
         import pyopencl as cl
-        buf = self._allocate(cl.mem_flags.READ_WRITE, max(int(nbytes), 1), "device", what)
+        return self.poison(self._allocate(cl.mem_flags.READ_WRITE, max(int(nbytes), 1), "device", what))
+
+    def poison(self, buf):
+        """``buf`` filled with POISON_BYTE under :func:`poisoned` (the tests'), else as it is; returns it."""
         if POISON:
+            import pyopencl as cl
             # waited for: the buffer may be used next on either queue
             cl.enqueue_fill_buffer(self.transfer_queue, buf, np.uint8(POISON_BYTE), 0, buf.size).wait()
         return buf

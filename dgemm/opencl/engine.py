@@ -172,17 +172,21 @@ class BlockEngine:
                     self._transferred(nogil.copied(q, out, host))
             self._add(bytes_up=host.nbytes, upload_seconds=time.perf_counter() - t0)
             return ev
-        # Its own staging buffer, so concurrent uploads never share one.  Released as soon as the
-        # kernel that reads it is enqueued: OpenCL keeps it alive until that kernel has run, and a
-        # buffer left to Python's collector holds device memory until it happens to run.
-        raw = self.device.buffer(host.nbytes, what=f"the upload buffer of a {rows}x{cols} {self.dtype.name} block")
+        # Its own staging buffer, so concurrent uploads never share one: free again once the kernel that
+        # reads it has run (dgemm.opencl.spares: released here, NVIDIA's driver would wait for the GEMMs).
+        # A failed upload's is released (OpenCL keeps it until whatever was enqueued has run).
+        raw = self.device.spares.take(host.nbytes, f"the upload buffer of a {rows}x{cols} {self.dtype.name} block")
+        ev = None
         try:
             with self.device.failing(f"uploading a {size}"):
                 if host.size:
                     self._transferred(nogil.copied(q, raw, host))
             ev = self._pad(q, raw, rows, cols, transpose, drows, dcols, out)
         finally:
-            raw.release()
+            if ev is None:
+                raw.release()
+            else:
+                self.device.spares.give(raw, ev)
         self._add(bytes_up=host.nbytes, upload_seconds=time.perf_counter() - t0)
         return ev
 
@@ -296,11 +300,11 @@ class BlockEngine:
         q = self.device.transfer_queue
         direct = not transpose and (rows, cols) == (drows, dcols)
         out = self.device.buffer(self._nbytes(drows, dcols), what=f"a staged {drows}x{dcols} {self.dtype.name} block")
-        raw, staged = out, None
+        raw, staged, padded = out, None, None
         try:
             if not direct:
-                raw = self.device.buffer(rows * cols * self.dtype.itemsize,
-                                         what=f"the decode buffer of a {rows}x{cols} {self.dtype.name} block")
+                raw = self.device.spares.take(rows * cols * self.dtype.itemsize,
+                                              f"the decode buffer of a {rows}x{cols} {self.dtype.name} block")
             t0 = time.perf_counter()
             events: list = []
             pending: list | None = [] if DEFERRED_DECODES else None
@@ -313,7 +317,7 @@ class BlockEngine:
             done = [event for event, _ in pending or ()]    # a deferred decode's last commands
             ev = done[-1] if direct and done else None
             if not direct:
-                ev = self._pad(q, raw, rows, cols, transpose, drows, dcols, out, wait=done or None)
+                ev = padded = self._pad(q, raw, rows, cols, transpose, drows, dcols, out, wait=done or None)
             staged = out, self._prepared(q, out, ev, drows, dcols)
             if pending:     # its checks, which a product calls before it gives its result (_accumulate)
                 staged += (tuple(check for _, check in pending),)
@@ -321,8 +325,10 @@ class BlockEngine:
                       upload_seconds=time.perf_counter() - t1)
             return staged
         finally:
-            if raw is not out:
-                raw.release()   # the kernel reading it is enqueued: OpenCL keeps it until it has run
+            if raw is not out and padded is not None:
+                self.device.spares.give(raw, padded)    # free again once the kernel reading it has run
+            elif raw is not out:
+                raw.release()   # declined or failed: OpenCL keeps it until what was enqueued has run
             if staged is None:
                 out.release()   # declined, or failed: nobody else holds it
 

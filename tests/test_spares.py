@@ -1,0 +1,98 @@
+"""Device.spares (dgemm/opencl/spares.py): blocks' source buffers kept for the next block of their size."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dgemm.opencl.spares import Spares
+
+
+@pytest.fixture
+def user_event(any_device):
+    """``user_event()``: a pyopencl UserEvent (a command that has not run until the test says so), each set
+    complete after the test."""
+    import pyopencl as cl
+
+    made = []
+
+    def make():
+        made.append(cl.UserEvent(any_device.context))
+        return made[-1]
+    yield make
+    for e in made:
+        if e.command_execution_status > cl.command_execution_status.COMPLETE:
+            e.set_status(cl.command_execution_status.COMPLETE)
+
+
+def test_a_buffer_given_back_is_taken_again_once_its_event_has_run(any_device, user_event):
+    import pyopencl as cl
+
+    spares = Spares(any_device)
+    before = any_device.live_buffers()["buffers"]
+    first = spares.take(4096, "a test block")
+    gate = user_event()
+    spares.give(first, gate)
+    second = spares.take(4096, "a test block")
+    assert second is not first, "a buffer handed out while the kernel reading it had not run"
+    gate.set_status(cl.command_execution_status.COMPLETE)
+    assert spares.take(4096, "a test block") is first and spares.reused == 1
+    spares.give(first, None)
+    spares.give(second, None)
+    assert spares.held() == 2 * 4096
+    other = spares.take(1000, "another size")
+    assert other is not first and other is not second, "a buffer of another size handed out"
+    assert any_device.live_buffers()["buffers"] == before + 3
+    spares.release()
+    assert spares.held() == 0
+    assert any_device.live_buffers()["buffers"] == before + 1     # (the one of another size, still out)
+    other.release()
+
+
+def test_a_buffer_past_the_kept_ones_is_released(any_device):
+    spares = Spares(any_device, kept=2)
+    before = any_device.live_buffers()["buffers"]
+    bufs = [spares.take(256, "a test block") for _ in range(3)]
+    for b in bufs:
+        spares.give(b, None)
+    assert spares.held() == 2 * 256 and any_device.live_buffers()["buffers"] == before + 2
+    spares.release()
+    assert any_device.live_buffers()["buffers"] == before
+
+
+def test_a_failed_command_frees_its_buffer(any_device, user_event):
+    """An event that ended in an error: nothing reads the buffer any more."""
+    spares = Spares(any_device)
+    buf = spares.take(512, "a test block")
+    gate = user_event()
+    gate.set_status(-5)     # (CL_OUT_OF_RESOURCES: any negative status is an error)
+    spares.give(buf, gate)
+    assert spares.take(512, "a test block") is buf
+    buf.release()
+
+
+def test_a_buffer_taken_again_is_poisoned_as_a_new_one_is(any_device):
+    import pyopencl as cl
+
+    from dgemm.opencl import device as device_module
+
+    spares = Spares(any_device)
+    buf = spares.take(64, "a test block")
+    cl.enqueue_copy(any_device.queue, buf, np.arange(16, dtype=np.float32), is_blocking=True)
+    spares.give(buf, None)
+    with device_module.poisoned():
+        again = spares.take(64, "a test block")
+    assert again is buf
+    got = np.empty(64, np.uint8)
+    cl.enqueue_copy(any_device.queue, got, again, is_blocking=True)
+    assert (got == device_module.POISON_BYTE).all(), "a reused buffer kept the last block's values"
+    again.release()
+
+
+def test_trim_gives_the_spares_back(any_device):
+    any_device.trim(keep_pinned=True)
+    before = any_device.live_buffers()
+    buf = any_device.spares.take(2048, "a test block")
+    any_device.spares.give(buf, None)
+    assert any_device.live_buffers()["buffers"] == before["buffers"] + 1
+    any_device.trim(keep_pinned=True)
+    assert any_device.live_buffers() == before and any_device.spares.held() == 0
