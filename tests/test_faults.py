@@ -541,6 +541,7 @@ def test_describe_for_plan_refuses_a_bad_host_cache_setting_in_its_own_words(mon
 
     from dgemm.cluster import describe_for_plan
     from dgemm.names import WORKER_PLUGIN
+    from dgemm.opencl import codecs
     from dgemm.opencl.discovery import DeviceInfo
 
     info = DeviceInfo(0, 0, "P", "d", "v", "GPU", 2**30, 65536, 1024, 1, True, None, "")
@@ -553,7 +554,8 @@ def test_describe_for_plan_refuses_a_bad_host_cache_setting_in_its_own_words(mon
     monkeypatch.delenv("DGEMM_DEVICE_MEMORY_LIMIT", raising=False)
     monkeypatch.delenv("DGEMM_HOST_CACHE", raising=False)
     d = describe_for_plan(W())
-    assert d["ok"] and d["codecs"]["memory"] == 2**29 and d["codecs"]["share"], d
+    assert d["ok"] and d["codecs"]["memory"] == 2**29 and d["codecs"]["decode"], d
+    assert d["codecs"]["share"] is (codecs.AUTO["GPU"] == "share"), d     # (auto on a GPU, as built)
     monkeypatch.setenv("DGEMM_HOST_CACHE", "relative/folder")
     d = describe_for_plan(W())
     assert not d["ok"] and "DGEMM_HOST_CACHE" in d["error"], d
