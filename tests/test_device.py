@@ -174,7 +174,8 @@ def test_poisoned_memory_is_nan_in_both_dtypes(any_device, monkeypatch):
         assert np.isnan(any_device.host_array((3, 5), "float64")).all()         # page-locked
         monkeypatch.setattr(device_mod, "pinned_limit", lambda: 0)
         assert np.isnan(any_device.host_array((3, 5), "float32")).all()         # ordinary memory
-    assert device_mod.POISON is False
+    from dgemm.opencl import poison
+    assert poison.POISON is False
     any_device.staging(32)[...] = 0
     assert (any_device.staging(32) == 0).all()                         # outside the hook: not filled
 

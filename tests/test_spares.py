@@ -7,6 +7,15 @@ import pytest
 from dgemm.opencl.spares import Spares
 
 
+def ran(device):
+    """An event that has run (a marker waited for)."""
+    import pyopencl as cl
+
+    ev = cl.enqueue_marker(device.queue)
+    ev.wait()
+    return ev
+
+
 @pytest.fixture
 def user_event(any_device):
     """``user_event()``: a pyopencl UserEvent (a command that has not run until the test says so), each set
@@ -36,8 +45,8 @@ def test_a_buffer_given_back_is_taken_again_once_its_event_has_run(any_device, u
     assert second is not first, "a buffer handed out while the kernel reading it had not run"
     gate.set_status(cl.command_execution_status.COMPLETE)
     assert spares.take(4096, "a test block") is first and spares.reused == 1
-    spares.give(first, None)
-    spares.give(second, None)
+    spares.give(first, ran(any_device))
+    spares.give(second, ran(any_device))
     assert spares.held() == 2 * 4096
     other = spares.take(1000, "another size")
     assert other is not first and other is not second, "a buffer of another size handed out"
@@ -53,10 +62,18 @@ def test_a_buffer_past_the_kept_ones_is_released(any_device):
     before = any_device.live_buffers()["buffers"]
     bufs = [spares.take(256, "a test block") for _ in range(3)]
     for b in bufs:
-        spares.give(b, None)
+        spares.give(b, ran(any_device))
     assert spares.held() == 2 * 256 and any_device.live_buffers()["buffers"] == before + 2
     spares.release()
     assert any_device.live_buffers()["buffers"] == before
+
+
+def test_a_buffer_with_nothing_enqueued_is_released(any_device):
+    """None for the event (nothing read it, or what was enqueued failed): released, not kept."""
+    spares = Spares(any_device)
+    before = any_device.live_buffers()["buffers"]
+    spares.give(spares.take(128, "a test block"), None)
+    assert spares.held() == 0 and any_device.live_buffers()["buffers"] == before
 
 
 def test_a_failed_command_frees_its_buffer(any_device, user_event):
@@ -78,7 +95,7 @@ def test_a_buffer_taken_again_is_poisoned_as_a_new_one_is(any_device):
     spares = Spares(any_device)
     buf = spares.take(64, "a test block")
     cl.enqueue_copy(any_device.queue, buf, np.arange(16, dtype=np.float32), is_blocking=True)
-    spares.give(buf, None)
+    spares.give(buf, ran(any_device))
     with device_module.poisoned():
         again = spares.take(64, "a test block")
     assert again is buf
@@ -92,7 +109,7 @@ def test_trim_gives_the_spares_back(any_device):
     any_device.trim(keep_pinned=True)
     before = any_device.live_buffers()
     buf = any_device.spares.take(2048, "a test block")
-    any_device.spares.give(buf, None)
+    any_device.spares.give(buf, ran(any_device))
     assert any_device.live_buffers()["buffers"] == before["buffers"] + 1
     any_device.trim(keep_pinned=True)
     assert any_device.live_buffers() == before and any_device.spares.held() == 0

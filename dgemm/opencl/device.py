@@ -23,7 +23,9 @@ from dgemm.opencl import nogil, sources
 from dgemm.opencl.database import Choice, lookup
 from dgemm.opencl.discovery import DeviceInfo, cl_device, worker_device
 from dgemm.opencl.panels import PanelCache
+from dgemm.opencl import poison
 from dgemm.opencl.params import KernelParams
+from dgemm.opencl.poison import POISON_BYTE, poisoned  # noqa: F401 (the tests' hook, where it always was)
 from dgemm.opencl.scratch import ENCODE_SLOTS, Scratch
 from dgemm.opencl.spares import Spares
 
@@ -43,31 +45,6 @@ def high_priority_queues(extensions: str) -> bool:
 
 # the kernels' PRECISION macro: bits of the element type
 PRECISION_BITS = {dt: dt.itemsize * 8 for dt in SUPPORTED}
-
-# A debug hook for the tests (:func:`poisoned`), not a setting: while True, every buffer a
-# Device hands out is filled with POISON_BYTE first.
-POISON = False
-# All-ones bytes are a NaN in float32 and in float64 alike, whatever a buffer ends up holding.
-POISON_BYTE = 0xFF
-
-
-@contextlib.contextmanager
-def poisoned():
-    """Within this block, every new device buffer and lent host buffer is filled with NaN first.
-
-    For tests: fresh memory often holds zeros (or an earlier product), which
-    hides padding or elements the kernels never wrote; NaN cannot hide.
-    Covers :meth:`Device.buffer` (the engine's accumulators, staged blocks
-    and the panel cache's entries, staging buffers), :meth:`Device.staging`
-    and :meth:`Device.host_array`.  Nothing is filled outside the block.
-    """
-    global POISON
-    saved, POISON = POISON, True
-    try:
-        yield
-    finally:
-        POISON = saved
-
 
 class Kernels:
     """The built kernels of one program, with the parameters they were built for.
@@ -153,8 +130,7 @@ class Device:
         # the device encoder's buffers and queues (a set per C block encoded at once),
         # kept from one C block to the next and given back by trim(): a release waits for the device to idle
         self.encode_scratch = Scratch(self, slots=ENCODE_SLOTS)
-        # blocks' source buffers (an upload's, a decode's) kept for the next block of their size: dgemm.opencl.spares
-        self.spares = Spares(self)
+        self.spares = Spares(self)  # blocks' source buffers (uploads', decodes') kept for the next block, as scratch
         # Kernels that could not be built here, and why (the wgmma kernel's PTX route can fail
         # with a driver it was not tried on); choice() says so, and the worker's description with it.
         self.failed: dict[KernelParams, str] = {}
@@ -208,7 +184,7 @@ class Device:
             fresh = self._page_locked(nbytes)
             with self._lock:
                 held = self._staging[me] = fresh
-        if POISON:
+        if poison.POISON:
             held[1][:nbytes] = POISON_BYTE
         return held[1][:nbytes]
 
@@ -335,21 +311,17 @@ class Device:
     def trim(self, keep_pinned: bool = False) -> dict:
         """Give back what a finished run held: the panel cache, and page-locked memory beyond a bounded pool.
 
-        Drops every panel cache entry no product uses (releasing its device
-        buffer), the reader threads' decode buffers (:mod:`.scratch`) but
-        those of a thread reading now, the encoder's unless it is
-        encoding, and the blocks' free source buffers (:mod:`.spares`).  ``keep_pinned`` (a run's end): page-locked memory stays for
-        the next run, so that it does not pin its staging again (16 readers'
-        256 MiB buffers take about a second): each reader thread's staging
-        buffer (one per thread, of the largest block it read) and the free
-        download buffers (at most :func:`pinned_limit` bytes).  Otherwise
-        (the worker idle): the download buffers no array holds are released
-        (and, until the next product starts, those given back later), and
-        each reader thread's staging buffer larger than :attr:`staging_keep`;
-        a thread reading now keeps its own.  (NVIDIA's driver backs each
-        page-locked buffer with device memory of its size too.)  Cheap:
-        nothing is waited for (OpenCL frees a released buffer once the
-        commands using it finish).
+        Drops every panel cache entry no product uses (releasing its device buffer), the reader threads'
+        decode buffers (:mod:`.scratch`) but those of a thread reading now, the encoder's unless it is
+        encoding, and the blocks' free source buffers (:mod:`.spares`).  ``keep_pinned`` (a run's end):
+        page-locked memory stays for the next run, so that it does not pin its staging again (16 readers'
+        256 MiB buffers take about a second): each reader thread's staging buffer (one per thread, of the
+        largest block it read) and the free download buffers (at most :func:`pinned_limit` bytes).
+        Otherwise (the worker idle): the download buffers no array holds are released (and, until the next
+        product starts, those given back later), and each reader thread's staging buffer larger than
+        :attr:`staging_keep`; a thread reading now keeps its own.  (NVIDIA's driver backs each page-locked
+        buffer with device memory of its size too.)  Cheap: nothing is waited for (OpenCL frees a released
+        buffer once the commands using it finish).
 
         Returns
         -------
@@ -397,7 +369,7 @@ class Device:
                 self._pinned_bytes += nbytes
         if entry is None:
             entry = self._page_locked(nbytes)
-        if POISON:
+        if poison.POISON:
             entry[1][:nbytes] = POISON_BYTE
         lease = _Lease(entry[1], tuple(shape), dtype)
         # Views of the array keep ``lease`` (their base), not the array: numpy collapses view chains
@@ -547,15 +519,8 @@ class Device:
         buffer only dropped lives until the collector finds it.
         """
         import pyopencl as cl
-        return self.poison(self._allocate(cl.mem_flags.READ_WRITE, max(int(nbytes), 1), "device", what))
-
-    def poison(self, buf):
-        """``buf`` filled with POISON_BYTE under :func:`poisoned` (the tests'), else as it is; returns it."""
-        if POISON:
-            import pyopencl as cl
-            # waited for: the buffer may be used next on either queue
-            cl.enqueue_fill_buffer(self.transfer_queue, buf, np.uint8(POISON_BYTE), 0, buf.size).wait()
-        return buf
+        return poison.fill(self.transfer_queue, self._allocate(cl.mem_flags.READ_WRITE, max(int(nbytes), 1),
+                                                               "device", what))
 
     def close(self) -> None:
         for pool in self._pools.values():
@@ -656,7 +621,7 @@ def device_error(device: str, what: str, error: BaseException) -> DeviceError:
 
 def _poisoned(array: np.ndarray) -> np.ndarray:
     """``array`` filled with NaN under :func:`poisoned` (else untouched)."""
-    if POISON and array.size:
+    if poison.POISON and array.size:
         array.reshape(-1).view(np.uint8)[...] = POISON_BYTE
     return array
 

@@ -172,9 +172,8 @@ class BlockEngine:
                     self._transferred(nogil.copied(q, out, host))
             self._add(bytes_up=host.nbytes, upload_seconds=time.perf_counter() - t0)
             return ev
-        # Its own staging buffer, so concurrent uploads never share one: free again once the kernel that
-        # reads it has run (dgemm.opencl.spares: released here, NVIDIA's driver would wait for the GEMMs).
-        # A failed upload's is released (OpenCL keeps it until whatever was enqueued has run).
+        # Its own staging buffer, so concurrent uploads never share one, free again once the kernel reading it
+        # has run (dgemm.opencl.spares; released here, NVIDIA's driver would wait for the GEMMs beside).
         raw = self.device.spares.take(host.nbytes, f"the upload buffer of a {rows}x{cols} {self.dtype.name} block")
         ev = None
         try:
@@ -183,10 +182,7 @@ class BlockEngine:
                     self._transferred(nogil.copied(q, raw, host))
             ev = self._pad(q, raw, rows, cols, transpose, drows, dcols, out)
         finally:
-            if ev is None:
-                raw.release()
-            else:
-                self.device.spares.give(raw, ev)
+            self.device.spares.give(raw, ev)    # (a failed upload's is released)
         self._add(bytes_up=host.nbytes, upload_seconds=time.perf_counter() - t0)
         return ev
 
@@ -325,10 +321,8 @@ class BlockEngine:
                       upload_seconds=time.perf_counter() - t1)
             return staged
         finally:
-            if raw is not out and padded is not None:
-                self.device.spares.give(raw, padded)    # free again once the kernel reading it has run
-            elif raw is not out:
-                raw.release()   # declined or failed: OpenCL keeps it until what was enqueued has run
+            if raw is not out:
+                self.device.spares.give(raw, padded)    # free once its padding ran (declined, failed: released)
             if staged is None:
                 out.release()   # declined, or failed: nobody else holds it
 

@@ -17,15 +17,15 @@ from __future__ import annotations
 
 import threading
 
+from dgemm.opencl import poison
+
 # Free buffers a device keeps at most: past them a buffer given back is released, as before (a worker's reader
 # threads are 12 to 32, and each holds one such buffer at a time)
 KEPT = 32
 
 
 def _ran(event) -> bool:
-    """Whether ``event`` (None: nothing pending) has run, or ended in an error (then nothing reads the buffer)."""
-    if event is None:
-        return True
+    """Whether ``event`` has run, or ended in an error (then nothing reads the buffer)."""
     import pyopencl as cl
 
     return event.command_execution_status <= cl.command_execution_status.COMPLETE   # (errors are negative)
@@ -55,12 +55,15 @@ class Spares:
                 buf = None
         if buf is None:
             return self._device.buffer(nbytes, what)
-        self._device.poison(buf)    # (as a new buffer is, under the tests' poisoned memory)
-        return buf
+        return poison.fill(self._device.transfer_queue, buf)    # (as Device.buffer fills a new one, in the tests)
 
     def give(self, buf, event) -> None:
-        """``buf`` (from :meth:`take`) free once ``event`` has run (None: now); released where :data:`KEPT` are
-        kept already."""
+        """``buf`` (from :meth:`take`) free once ``event`` (the kernel reading it) has run; released where there is
+        none (None: nothing was enqueued, or what was failed; OpenCL keeps it until that has run), or where
+        :data:`KEPT` are kept already."""
+        if event is None:
+            buf.release()
+            return
         with self._lock:
             if len(self._free) < self._kept:
                 self._free.append((buf, event, buf.size))
