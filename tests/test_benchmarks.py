@@ -271,7 +271,8 @@ def test_bench_scripts_run_against_the_installed_package(script, tmp_path):
 # Scripts that import another version of dgemm on purpose (an A/B of versions in one device call)
 VERSIONS_ON_PURPOSE = {"notes/issue-28/gpu_session_ab.sh", "notes/issue-28/gpu_session_async.sh",
                        "notes/issue-28/gpu_session_gil.sh", "notes/issue-28/gpu_session_kernels.sh",
-                       "notes/issue-28/gpu_session_decodefirst24.sh", "notes/issue-28/gpu_session_26b.sh"}
+                       "notes/issue-28/gpu_session_decodefirst24.sh", "notes/issue-28/gpu_session_26b.sh",
+                       "notes/issue-28/gpu_session_28c.sh"}
 
 
 @pytest.mark.parametrize("script", SHELL_SCRIPTS)
