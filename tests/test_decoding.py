@@ -269,6 +269,29 @@ def test_the_engine_stages_device_decoded_blocks(any_device, engines, tmp_path, 
     assert any_device.spares.held() == 0
 
 
+def test_a_block_declined_after_its_buffer_was_taken_gives_it_back_unread(any_device, engines, tmp_path, rng,
+                                                                          monkeypatch):
+    """``fill_device`` declines (None: nothing enqueued) after the engine took the block's source buffer: the
+    buffer goes back free at once (not released beside the GEMMs), and the host path's upload of the same block
+    takes it; the product is right."""
+    eng = engines(any_device, "float64")
+    m, n, k = 37, 29, 45
+    A, B = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    refs = []
+    for name, value in (("a", A), ("b", B)):
+        z = zarr.create_array(str(tmp_path / f"{name}.zarr"), shape=value.shape, chunks=(16, 16), dtype="f8",
+                              compressors=ZstdCodec(level=3))
+        z[...] = value
+        refs.append(DeviceDecoded(ZarrBlock(z, (0, value.shape[0]), (0, value.shape[1]))))
+    monkeypatch.setattr(DeviceDecoded, "fill_device", lambda self, *args, **kwargs: None)
+    any_device.spares.release()
+    reused = any_device.spares.reused
+    got = eng.stream(refs[:1], refs[1:], m, n, scope=("declined", tmp_path.name))
+    check_product(got, A, B, dtype="float64")
+    assert any_device.spares.reused >= reused + 2, "a declined block's buffer was not taken by its upload"
+    any_device.trim(keep_pinned=True)
+
+
 @pytest.mark.parametrize("aligned", [True, False], ids=["aligned", "padded"])
 def test_a_deferred_decode_is_waited_for_on_the_device(any_device, engines, tmp_path, rng, aligned, monkeypatch):
     """zstd blocks are handed to the product once their decode is enqueued: the staged block's event completes

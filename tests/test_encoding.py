@@ -142,8 +142,8 @@ def test_frames_written_with_helpers_are_the_same_chunk_files(any_device, tmp_pa
 
 
 def test_a_frame_that_cannot_be_written_fails_the_helped_write(any_device, tmp_path, rng):
-    """A folder where chunk (1, 0)'s file goes: the write with helpers raises it, once the others are written,
-    and leaves the folder (and its file) as it was."""
+    """A folder where chunk (1, 0)'s file goes: the write with helpers raises it, once every thread has stopped
+    (the other threads' chunks written), and leaves the folder (and its file) as it was."""
     m, n = 32, 32
     values = rng.standard_normal((m, n)).astype(np.float32)
     out = zarr.create_array(str(tmp_path / "c.zarr"), shape=(m, n), chunks=(16, 16), dtype="float32")

@@ -146,6 +146,26 @@ def test_an_allocation_failure_in_a_foreign_call_is_the_devices_memory_error(dev
         nogil.flush(dev.queue)
 
 
+@pytest.mark.parametrize("library", ["ctypes", "pyopencl"])
+def test_an_events_status_is_what_pyopencl_reads(dev, monkeypatch, spy, library):
+    """``status``: waiting (positive), ran (0) or failed (negative, the error) as pyopencl reads it, through the
+    library's clGetEventInfo (or pyopencl's, without one)."""
+    if library == "pyopencl":
+        monkeypatch.setattr(nogil, "_lib", None)
+        monkeypatch.setattr(nogil, "_tried", True)
+    done = pyopencl.enqueue_marker(dev.queue)
+    done.wait()
+    held, failed = pyopencl.UserEvent(dev.context), pyopencl.UserEvent(dev.context)
+    failed.set_status(-5)
+    try:
+        got = [nogil.status(e) for e in (done, held, failed)]
+        assert got == [e.command_execution_status for e in (done, held, failed)], got
+        assert got[0] == 0 and got[1] > 0 and got[2] == -5, got
+        assert any(c[0] == "clGetEventInfo" for c in spy.calls) == (library == "ctypes")
+    finally:
+        held.set_status(pyopencl.command_execution_status.COMPLETE)
+
+
 def test_without_a_library_pyopencl_makes_the_calls(dev, monkeypatch):
     monkeypatch.setattr(nogil, "_lib", None)
     monkeypatch.setattr(nogil, "_tried", True)

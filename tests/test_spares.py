@@ -57,15 +57,50 @@ def test_a_buffer_given_back_is_taken_again_once_its_event_has_run(any_device, u
     other.release()
 
 
-def test_a_buffer_past_the_kept_ones_is_released(any_device):
-    spares = Spares(any_device, kept=2)
+@pytest.mark.parametrize("limit", ["buffers", "bytes"])
+def test_past_the_kept_buffers_or_bytes_the_oldest_is_released(any_device, limit):
+    """Kept: at most ``kept`` buffers and ``kept_bytes`` bytes; past either, the oldest goes (a size no block asks
+    for any more does not stay in the way of those in use)."""
+    spares = Spares(any_device, **({"kept": 2} if limit == "buffers" else {"kept_bytes": 2 * 256 + 100}))
     before = any_device.live_buffers()["buffers"]
     bufs = [spares.take(256, "a test block") for _ in range(3)]
     for b in bufs:
         spares.give(b, ran(any_device))
     assert spares.held() == 2 * 256 and any_device.live_buffers()["buffers"] == before + 2
+    assert spares.take(256, "a test block") is bufs[1] and spares.take(256, "a test block") is bufs[2]
+    for b in bufs[1:]:
+        b.release()
+    assert any_device.live_buffers()["buffers"] == before
+    huge = spares.take(1000, "a block past the bytes kept")
+    spares.give(huge, ran(any_device))
+    assert spares.held() == (1000 if limit == "buffers" else 0)
     spares.release()
     assert any_device.live_buffers()["buffers"] == before
+
+
+def test_a_buffer_the_device_cannot_make_is_asked_again_without_the_spares(any_device, monkeypatch):
+    """Out of device memory while spares are kept: they are given back and the buffer asked for again; with none
+    kept, the device's error (naming the buffer) stands."""
+    from dgemm.errors import DeviceMemoryError
+
+    any_device.trim(keep_pinned=True)
+    real, failed = any_device._allocate, []
+
+    def short(*args):
+        if not failed:
+            failed.append(args)
+            raise DeviceMemoryError("device 'test': allocating a test block failed; the device is out of memory")
+        return real(*args)
+
+    spare = any_device.spares.take(4096, "a test block")
+    any_device.spares.give(spare, ran(any_device))
+    monkeypatch.setattr(any_device, "_allocate", short)
+    got = any_device.buffer(64, "a test block")
+    assert len(failed) == 1 and any_device.spares.held() == 0
+    got.release()
+    failed.clear()
+    with pytest.raises(DeviceMemoryError, match="a test block"):
+        any_device.buffer(64, "a test block")
 
 
 def test_a_buffer_with_nothing_enqueued_is_released(any_device):

@@ -519,8 +519,13 @@ class Device:
         buffer only dropped lives until the collector finds it.
         """
         import pyopencl as cl
-        return poison.fill(self.transfer_queue, self._allocate(cl.mem_flags.READ_WRITE, max(int(nbytes), 1),
-                                                               "device", what))
+        try:
+            buf = self._allocate(cl.mem_flags.READ_WRITE, max(int(nbytes), 1), "device", what)
+        except DeviceMemoryError:
+            if not self.spares.release():   # (the blocks' free source buffers: asked again without them)
+                raise
+            buf = self._allocate(cl.mem_flags.READ_WRITE, max(int(nbytes), 1), "device", what)
+        return poison.fill(self.transfer_queue, buf)
 
     def close(self) -> None:
         for pool in self._pools.values():

@@ -308,6 +308,7 @@ class BlockEngine:
             for _, event in events:
                 self._transferred(event)
             if sent is None:
+                padded = self.device.spares.UNREAD     # declined: nothing enqueued on it
                 return None
             t1 = time.perf_counter()
             done = [event for event, _ in pending or ()]    # a deferred decode's last commands
@@ -322,7 +323,7 @@ class BlockEngine:
             return staged
         finally:
             if raw is not out:
-                self.device.spares.give(raw, padded)    # free once its padding ran (declined, failed: released)
+                self.device.spares.give(raw, padded)    # free once its padding ran (a failed block's: released)
             if staged is None:
                 out.release()   # declined, or failed: nobody else holds it
 

@@ -162,6 +162,18 @@ def enqueue_kernel(queue, kernel, global_size, local_size, args, wait_for=None):
 _QUEUE, _EXECUTION_STATUS = 0x11D0, 0x11D3     # CL_EVENT_COMMAND_QUEUE, CL_EVENT_COMMAND_EXECUTION_STATUS
 
 
+def status(event) -> int:
+    """``event``'s execution status (0: it ran; negative: it failed, the error), read without Python's lock: a
+    status query may wait for the driver's lock, which NVIDIA's driver holds through another thread's blocking
+    transfer."""
+    lib = library()
+    if lib is None:
+        return event.command_execution_status
+    out = ctypes.c_int32()
+    _check(lib.clGetEventInfo(event.int_ptr, _EXECUTION_STATUS, 4, ctypes.byref(out), None), "clGetEventInfo")
+    return out.value
+
+
 def wait(events, first: float = 5e-5, longest: float = 5e-4) -> None:
     """Wait for ``events`` (one or several pyopencl events) by polling their status between sleeps.
 

@@ -146,7 +146,7 @@ class Scratch:
         """This thread's (or its slot's) device buffer named ``what``, of at least ``nbytes``, kept for its next call.
 
         The buffer is the thread's alone; its contents are whatever the
-        last call left (poisoned first under ``DGEMM_POISON``, as new
+        last call left (poisoned first under the tests' hook, :mod:`.poison`, as new
         buffers are).  A larger request replaces it (released: OpenCL
         frees it once the commands that use it have run).  A slot's new
         buffer may be larger than asked: as large as the name has been

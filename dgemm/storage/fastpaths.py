@@ -24,8 +24,9 @@ bytes of array elements it moved:
 ``s3_put_batch``       a batch of PUTs (:func:`dgemm.storage.remote.put_many`); its bytes
                        are those sent, encoded
 ``write_helped``       of the chunks written either way above, those a helper thread of
-                       their store task encoded (``write_region``'s ``threads``: a run's last
-                       blocks, :func:`dgemm.worker.tasks.store`)
+                       their store task encoded (``write_region``'s ``threads``), or wrote as the
+                       device encoded them (``encoded.write``'s): a run's last blocks,
+                       :func:`dgemm.worker.tasks.store`
 
 Beside the paths, the bytes chunks decoded to and were encoded from, by where the codec ran
 (:data:`dgemm.names.CODEC_COUNTERS`: ``device_decoded_bytes``, ``host_decoded_bytes``,

@@ -1,7 +1,8 @@
-"""The threads that help a store task encode its C block's chunks (:func:`dgemm.storage.chunks.write_region`).
+"""The threads that help a store task encode and write its C block's chunks (:func:`dgemm.storage.chunks.write_region`,
+and the frames the device encoded: :func:`dgemm.storage.encoded.write`).
 
-A store task encodes its block's chunks on its own thread.  Where a worker's
-cores would otherwise idle (a run's last blocks, :func:`dgemm.worker.tasks.store`),
+A store task encodes and writes its block's chunks on its own thread.  Where a
+worker's cores would otherwise idle (a run's last blocks, :func:`dgemm.worker.tasks.store`),
 it deals them to helper threads too: :func:`shared`.  The helpers are one
 pool per process, at most one thread a core, made when first asked for.
 Idle, they hold no memory of their own: their encoders' buffers are freed
