@@ -602,9 +602,18 @@ def test_no_test_starts_a_cluster_on_the_default_dashboard_port():
 
 def test_a_cluster_left_on_the_default_dashboard_port_fails_its_test(any_device):
     """The session's hold on 8787 (conftest): DeviceCluster's default address fails at once, before any
-    worker starts."""
+    worker starts.  (Held here too where the session could not take it: another pytest session on the host held
+    it then, and lets it go when it ends.)"""
+    import socket
+
     from conftest import DEFAULT_DASHBOARD_PORT
 
+    mine = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        mine.bind(("127.0.0.1", DEFAULT_DASHBOARD_PORT))
+        mine.listen(1)
+    except OSError:     # held already (this session's hold, or another process's): taken either way
+        pass
     try:
         cluster = dgemm.DeviceCluster(any_device.info.id)  # default dashboard on purpose
     except RuntimeError as e:
@@ -613,4 +622,6 @@ def test_a_cluster_left_on_the_default_dashboard_port_fails_its_test(any_device)
         port = cluster.scheduler.http_server.port
         cluster.close()
         pytest.fail(f"a cluster started with the default dashboard address (on port {port}) and its test went on")
+    finally:
+        mine.close()
 
