@@ -306,8 +306,8 @@ def _zstd_pair(tmp_path):
 def test_plan_counts_what_the_devices_codecs_keep_as_a_run_does(runner, tmp_path, monkeypatch):
     """``dgemm plan`` on an (emulated) H100 with zstd inputs: its panel cache is the device's share less a block
     product's buffers and what the decode slots keep under the device-codecs setting read here, as a worker there
-    counts them (client.codecs_room): nothing under off, the slots' bytes under auto (on for zstd on a GPU), on and share,
-    nothing where the host cache serves the blocks; the command says so."""
+    counts them (client.codecs_room): nothing under off, the slots' bytes under auto (on for zstd on a GPU), on and
+    share, nothing where the host cache serves the blocks; the command says so."""
     from dgemm.cli.data import _panel_cache
     from dgemm.client.plan import make_plan
     from dgemm.sizes import cache_budget
