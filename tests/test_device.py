@@ -45,6 +45,18 @@ def test_kernels_built_once_per_dtype_and_params(device):
         assert device.kernels("float64", p) is not k1
 
 
+def test_kernels_sharing_a_program_raise_no_retrieval_warning(device):
+    # The wgmma kernels reuse the regular program's padding kernels: pyopencl warns at a program's kernel read
+    # as an attribute a second time, and those warnings reached every worker's log.
+    import warnings
+
+    first = device.kernels("float32")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        again = Kernels(first.program, first.params, first.dtype)
+    assert again.pad_zeros is not first.pad_zeros and again.gemm is not first.gemm
+
+
 def test_default_kernels_follow_the_tuning_choice(device):
     choice = device.choice("float32")
     assert device.kernels("float32").params == choice.params

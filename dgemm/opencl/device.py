@@ -54,6 +54,8 @@ class Kernels:
     """
 
     def __init__(self, program, params: KernelParams, dtype: np.dtype, gemm_program=None):
+        import pyopencl as cl
+
         self.program = program
         self.params = params
         self.dtype = dtype
@@ -62,11 +64,11 @@ class Kernels:
         self.prepare = None
         self.parts = params.parts
         self.gemm_program = gemm_program or program
+        # Kernels made by name, not as the program's attributes: the wgmma kernels share the padding program
+        # of the regular ones, and pyopencl warns (RepeatedKernelRetrieval) at each attribute read after the first.
         if gemm_program is None:
-            self.gemm = program.gemm
+            self.gemm = cl.Kernel(program, "gemm")
         else:
-            import pyopencl as cl
-
             self.prepare = cl.Kernel(gemm_program, "split_tf32" if self.parts == 2 else "round_tf32")
 
             kernel = cl.Kernel(gemm_program, "gemm_wgmma")
@@ -74,9 +76,8 @@ class Kernels:
             def gemm(queue, gsize, lsize, *args, **kw):
                 return kernel(queue, gsize, lsize, *args, None, **kw)   # no probe buffer
             self.gemm = gemm
-        self.pad_zeros = program.pad_zeros
-        self.unpad = program.unpad
-        self.transpose_pad = program.transpose_pad
+        self.pad_zeros, self.unpad, self.transpose_pad = (cl.Kernel(program, n) for n in
+                                                          ("pad_zeros", "unpad", "transpose_pad"))
         self.transpose_tile = 16
 
 

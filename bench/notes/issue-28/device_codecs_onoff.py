@@ -83,12 +83,15 @@ def configure(value, dask_worker=None):
 
 
 def set_slots(n, dask_worker=None):
-    """On a worker: its device's decodes at once (dgemm.opencl.scratch.SLOTS), the scratch rebuilt."""
+    """On a worker: its device's decodes at once (dgemm.opencl.scratch.SLOTS).  A scratch is kept for each count,
+    so that a count's runs after its first find its buffers' sizes as a worker's runs do."""
     from dgemm.opencl.scratch import Scratch
 
     device = dask_worker.plugins["dgemm"].state.device
+    kept = device.__dict__.setdefault("_x_scratches", {})
+    kept[device.scratch._slots] = device.scratch
     device.scratch.release()
-    device.scratch = Scratch(device, slots=n)
+    device.scratch = kept.get(n) or Scratch(device, slots=n)
 
 
 def counters(dask_worker):
