@@ -63,12 +63,14 @@ def gpus():
 
 
 def pinned_threads(cpus, n, fn):
-    """Run fn(i) on n threads, each pinned to ``cpus``; the wall seconds."""
+    """Run fn(i, barrier) on n threads, thread i pinned to ``cpus`` (or ``cpus[i]``, a list of lists); each waits
+    at the barrier once ready.  Returns the wall seconds from the barrier and the threads' results."""
     barrier = threading.Barrier(n + 1)
     out = [None] * n
+    each = cpus if cpus and isinstance(cpus[0], (list, tuple)) else [cpus] * n
 
     def body(i):
-        os.sched_setaffinity(0, cpus)
+        os.sched_setaffinity(0, each[i])
         out[i] = fn(i, barrier)
     ts = [threading.Thread(target=body, args=(i,)) for i in range(n)]
     for t in ts:
@@ -104,11 +106,10 @@ def upload_rate(gpu_list, cpus_of, threads=4, nbytes=256 << 20, reps=8):
     for g in gpu_list:
         ctx = cl.Context([g["device"]])
         ctxs[id(g)] = (ctx, cl.Buffer(ctx, cl.mem_flags.READ_WRITE, nbytes * threads))
-    barrier = threading.Barrier(threads * len(gpu_list) + 1)
-    done = []
+    jobs = [(g, i) for g in gpu_list for i in range(threads)]
 
-    def worker(g, i):
-        os.sched_setaffinity(0, cpus_of[id(g)])
+    def worker(j, barrier):
+        g, i = jobs[j]
         ctx, dev = ctxs[id(g)]
         q = cl.CommandQueue(ctx)
         host = cl.Buffer(ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.ALLOC_HOST_PTR, nbytes)
@@ -119,15 +120,7 @@ def upload_rate(gpu_list, cpus_of, threads=4, nbytes=256 << 20, reps=8):
         for _ in range(reps):
             cl.enqueue_copy(q, dev, view, dst_offset=i * nbytes, is_blocking=False)
         q.finish()
-        done.append(1)
-    ts = [threading.Thread(target=worker, args=(g, i)) for g in gpu_list for i in range(threads)]
-    for t in ts:
-        t.start()
-    barrier.wait()
-    t0 = time.perf_counter()
-    for t in ts:
-        t.join()
-    wall = time.perf_counter() - t0
+    wall, _ = pinned_threads([list(cpus_of[id(g)]) for g, _ in jobs], len(jobs), worker)
     return round(nbytes * reps * threads * len(gpu_list) / wall / 1e9, 1)
 
 
