@@ -336,10 +336,13 @@ def trace_take(dask_worker=None):
              cl.command_type.READ_BUFFER: "download", cl.command_type.COPY_BUFFER: "copy",
              cl.command_type.COPY_BUFFER_RECT: "copy", cl.command_type.FILL_BUFFER: "fill",
              cl.command_type.MARKER: "marker"}
-    for item in trace["log"]:   # ("cmd", thread's kind, by whom, command, queued, started, ended: the host's clock)
+    # ("cmd", thread's kind, by whom, command, queued, started, ended: the host's clock, the thread's id: a decode
+    # call's commands are its leader's, as its "batch_call" is)
+    for item in trace["log"]:
         if item[0] == "cmdp" and offset is not None:    # read already: (thread, by, command type, device times)
             _, thread, by, kind, *times = item
-            out.append(("cmd", names.get(thread, "?"), by, kinds.get(kind, str(kind)), *(offset + t * 1e-9 for t in times)))
+            out.append(("cmd", names.get(thread, "?"), by, kinds.get(kind, str(kind)),
+                        *(offset + t * 1e-9 for t in times), thread))
         if item[0] != "cmd" or offset is None:
             continue
         _, thread, t, event, by = item
@@ -347,7 +350,7 @@ def trace_take(dask_worker=None):
             event.wait()
             p = event.profile
             out.append(("cmd", names.get(thread, "?"), by, kinds.get(event.command_type, str(event.command_type)),
-                        offset + p.queued * 1e-9, offset + p.start * 1e-9, offset + p.end * 1e-9))
+                        offset + p.queued * 1e-9, offset + p.start * 1e-9, offset + p.end * 1e-9, thread))
         except Exception:   # noqa: BLE001  (a queue without profiling: left out)
             pass
     trace["log"].clear()
