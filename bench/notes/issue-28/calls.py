@@ -55,7 +55,7 @@ def main():
     for r in json.load(open(args.timeline))["runs"]:
         log = r.get("log", [])
         if not any(x[0] == "cmd" and len(x) > 7 for x in log):
-            print(r.get("worker"), "this record's commands have no thread (timeline.py before the twenty-ninth session)")
+            print(r.get("worker"), "this record's commands have no thread (timeline.py before 2758f5a)")
             continue
         calls = calls_of(log, args.until)
         blocks = sum(1 for x in log if x[0] == "batchable" and (args.until is None or x[2] <= args.until))
