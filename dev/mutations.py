@@ -1251,6 +1251,13 @@ MUTATIONS = [
     Mutation("gpu-target-4096", "dgemm/sizes.py", "GPU_TARGET = (8192, 8192, 4096)", "GPU_TARGET = 4096", ("tests/test_plan.py", "-k", "by_default"), "GPU products back to 4096-cube blocks, whose GEMMs are shorter than their host work"),
     Mutation("small-gpu-large-blocks", "dgemm/sizes.py", "    return 4096 if memory is not None and memory < LARGE_BLOCKS_MEMORY else GPU_TARGET", "    return GPU_TARGET", ("tests/test_plan.py", "-k", "by_default"), "a GPU under 24 GiB a worker gets 8192-wide blocks (and staging) too"),
     Mutation("plan-never-cuts-chunks", "dgemm/client/plan.py", "            cut.add(d)\n", "            pass\n", ("tests/test_plan.py", "-k", "cut_the_chunks"), "a plan that only fits by cutting chunks halves its target forever"),
+    Mutation("kernels-read-as-attributes", "dgemm/opencl/device.py",
+             '        self.pad_zeros, self.unpad, self.transpose_pad = (cl.Kernel(program, n) for n in\n'
+             '                                                          ("pad_zeros", "unpad", "transpose_pad"))\n',
+             "        self.pad_zeros, self.unpad, self.transpose_pad = "
+             "program.pad_zeros, program.unpad, program.transpose_pad\n",
+             ("tests/test_device.py", "-k", "retrieval"),
+             "the padding kernels read as the program's attributes again (pyopencl's RepeatedKernelRetrieval on GPUs)"),
     Mutation("switch-interval-ignored", "dgemm/worker/plugin.py", "                sys.setswitchinterval(interval)\n", "                pass\n", ("tests/test_worker.py", "-k", "switch_interval"), "the switch-interval setting is read and not applied"),
 ]
 
