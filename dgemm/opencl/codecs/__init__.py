@@ -136,7 +136,7 @@ def decoder(codec: str, config: dict | None = None) -> Decoder | None:
 # nvidia-h200-{devplan22,slots22}-*; with the plans kept instead, 1.52 against 1.73).  Twenty-third session
 # (bdfdbd3, 70d2b1f): two H200s of one 32-core host, 49152², on 3.00 s against share 3.11 on both GPUs and 4.34
 # against 4.04 on one of them; one H200 of 16 cores, on 4.06 against share 4.01 (49152²) and 1.56 against 1.61
-# (32768²) (results/2026-11-28-nvidia-h200*).  No setting wins everywhere, so auto stays share.  Twenty-fourth
+# (32768²) (results/2026-11-28-nvidia-h200*).  No setting won everywhere, so auto stayed share.  Twenty-fourth
 # session: on an 80 GB H100, 49152², on 4.15-4.20 s against share 4.28-4.43.  Twenty-eighth session (2db044c, the
 # decode slots' buffers made at their names' sizes since fb5cc19), alternating in each cluster: one H200 of 16
 # cores, 32768², on 1.383-1.461 s (mean 1.43) against share 1.519-1.670 (1.58), raw 1.21-1.28; 49152², on 3.78-3.82
