@@ -3,7 +3,7 @@
     python bench/notes/issue-28/device_codecs_onoff.py [OUT.json] [--size 16384] [--chunk 4096]
         [--dtype float32] [--devices gpu] [--store /dev/shm] [--repeats 2] [--codec lz4|zstd]
         [--out-codec none|zstd] [--slots 2,8 [--slots-mode share]] [--modes off,on] [--priorities on,off,inline] [--gemm-tasks 1,2]
-        [--worker-process device,host] [--rounds 2]
+        [--worker-process device,host] [--rounds 2] [--launches 1,2,4]
 
 Writes A and B (SIZE x SIZE, a random walk along rows: smooth floats) as Zarr v2 arrays in CHUNK² chunks
 under STORE, compressed by ``--codec``: ``lz4``, numcodecs' ``Blosc("lz4", 5, SHUFFLE)`` (Zarr v2's default
@@ -22,7 +22,7 @@ settings timed in turn (``on-wait``: ``on`` with each device decode waited for o
 ``DEFERRED_DECODES`` off) (``off`` alone for raw chunks); ``--priorities``: the ``queue-priority`` values, a cluster
 each (read when a worker's device opens); ``--worker-process``: a cluster for each value (a process per device, or one
 for all, each device's blocks shared in memory), all of them ``--rounds`` times in turn; ``--gemm-tasks``: each mode
-with each ``gemm-tasks`` value in turn.  Each run also records the task stream's phases (the first GEMM's start,
+with each ``gemm-tasks`` value in turn; ``--launches``: each with each ``gemm-launches`` value in turn.  Each run also records the task stream's phases (the first GEMM's start,
 the last GEMM's and the last store's stops: the fill and the drain), the busy split and each worker's busy time; each
 cluster's last C is checked against numpy's float64 where sampled rows and columns cross (the script fails, after
 writing its records, if one is wrong).  Prints one JSON line per run and writes them all to OUT.json if given, as
@@ -82,16 +82,28 @@ def configure(value, dask_worker=None):
     dask.config.set({"dgemm.device-codecs": "on" if value == "on-wait" else value})
 
 
-def set_slots(n, dask_worker=None):
-    """On a worker: its device's decodes at once (dgemm.opencl.scratch.SLOTS).  A scratch is kept for each count,
-    so that a count's runs after its first find its buffers' sizes as a worker's runs do."""
+def set_slots(n, batch=None, dask_worker=None):
+    """On a worker: its device's decodes at once (dgemm.opencl.scratch.SLOTS), and where given the blocks a shared
+    call takes at most (dgemm.worker.decoding.BATCH).  A scratch is kept for each count, so that a count's runs
+    after its first find its buffers' sizes as a worker's runs do."""
     from dgemm.opencl.scratch import Scratch
+    from dgemm.worker import decoding
+
+    decoding.__dict__.setdefault("_x_batch", decoding.BATCH)
+    decoding.BATCH = decoding._x_batch if batch is None else batch
 
     device = dask_worker.plugins["dgemm"].state.device
     kept = device.__dict__.setdefault("_x_scratches", {})
     kept[device.scratch._slots] = device.scratch
     device.scratch.release()
     device.scratch = kept.get(n) or Scratch(device, slots=n)
+
+
+def set_launches(n):
+    """On a worker: the ``gemm-launches`` setting, read when a product starts."""
+    import dask
+
+    dask.config.set({"dgemm.gemm-launches": n})
 
 
 def counters(dask_worker):
@@ -127,6 +139,8 @@ def main():
                    "share, on-wait)")
     p.add_argument("--gemm-tasks", default="1", help="gemm-tasks values, comma separated: each mode runs with "
                    "each in turn (read on the client, so one cluster serves them all)")
+    p.add_argument("--launches", default="1", help="gemm-launches values, comma separated: each mode runs with "
+                   "each in turn (read on the workers when a product starts)")
     p.add_argument("--priorities", default="on", help="queue-priority values, comma separated: a cluster each")
     p.add_argument("--worker-process", default="device", help="worker-process values, comma separated: a cluster "
                    "each (device: a process per device; host: one for all)")
@@ -138,7 +152,8 @@ def main():
                    "call on a started cluster: the first run of each cluster is recorded with first: true)")
     p.add_argument("--slots-mode", default="on", help="the device-codecs value the --slots runs take (on, share)")
     p.add_argument("--slots", default=None, help="device decodes at once per device, comma separated: each "
-                                                  "count timed with device-codecs on (default: the module's)")
+                                                  "count timed with device-codecs on (default: the module's); "
+                                                  "SxB: S slots and calls of at most B blocks (decoding.BATCH)")
     args = p.parse_args()
     out_codec = args.out_codec or ("zstd" if args.codec == "zstd" else "none")
 
@@ -180,14 +195,18 @@ def main():
                 first = args.no_warmup
                 tasks = [int(t) for t in args.gemm_tasks.split(",")]
                 blocks = [_block(b) for b in args.blocks.split(",")]
-                runs = [(m, None, t, b) for m in args.modes.split(",") for t in tasks for b in blocks] * args.repeats
+                cuts = [int(x) for x in args.launches.split(",")]
+                runs = [(m, None, t, b, c) for m in args.modes.split(",") for t in tasks for b in blocks
+                        for c in cuts] * args.repeats
                 if args.slots:
-                    runs += [(args.slots_mode, int(k), tasks[0], blocks[0]) for _ in range(args.repeats)
+                    runs += [(args.slots_mode, k, tasks[0], blocks[0], cuts[0]) for _ in range(args.repeats)
                              for k in args.slots.split(",")]
-                for mode, slots, gemm_tasks, block in runs:
+                for mode, slots, gemm_tasks, block, launches in runs:
                     client.run(configure, mode)
+                    client.run(set_launches, launches)
                     if slots is not None:
-                        client.run(set_slots, slots)
+                        count, _, batch = str(slots).partition("x")
+                        client.run(set_slots, int(count), int(batch) if batch else None)
                     before = client.run(counters)
                     t0, tt = time.perf_counter(), time.time()
                     with get_task_stream(client) as ts, dask.config.set({"dgemm.gemm-tasks": gemm_tasks}):
@@ -199,7 +218,7 @@ def main():
                     # each device's share (issue 27: each GPU's busy time within 10 % of the other's)
                     per_worker = {k: sorted(round(after[w][k] - before[w][k], 3) for w in after)
                                   for k in ("busy_seconds", "busy_kernel_seconds", "kernel_seconds", "bytes_up")}
-                    record = {"mode": mode, "queue_priority": priority, "worker_process": process, "slots": slots, "gemm_tasks_setting": gemm_tasks, "block": block, "first": first, "size": n, "chunk": chunk, "dtype": args.dtype, "devices": args.devices,
+                    record = {"mode": mode, "queue_priority": priority, "worker_process": process, "slots": slots, "gemm_tasks_setting": gemm_tasks, "gemm_launches": launches, "block": block, "first": first, "size": n, "chunk": chunk, "dtype": args.dtype, "devices": args.devices,
                               "codec": args.codec, "out_codec": out_codec, "wall_s": round(wall, 3),
                               "c_stored_bytes": stored_bytes(out), **grew, **phases(ts.data, tt),
                               "per_worker": per_worker}
