@@ -110,22 +110,6 @@ def _positive_int(value, name) -> int | None:
     return n
 
 
-def _gemm_launches(value, name) -> int | None:
-    """1 to 16 launches a k step.
-
-    >>> _gemm_launches("4", "x")
-    4
-    >>> _gemm_launches(17, "x")
-    Traceback (most recent call last):
-    ...
-    ValueError: x=17 must be 1 to 16 (launches a k step's GEMM is cut into)
-    """
-    n = _positive_int(value, name)
-    if n is not None and n > 16:
-        raise ValueError(f"{name}={value!r} must be 1 to 16 (launches a k step's GEMM is cut into)")
-    return n
-
-
 def _gemm_tasks(value, name) -> int | None:
     """1 to 8: a GEMM task asks for ``1/n`` of ``GPU=1``, and n such shares add up to 1 exactly in floats.
 
@@ -317,10 +301,6 @@ SETTINGS = {s.key: s for s in (
             "measured no faster (one H100, 32768² float32, raw chunks: 1.31-1.54 s against 1.35-1.53 s; zstd: "
             "2.31-2.56 against 2.21-2.31; two H200s, 49152² raw: 2.03-2.29 against 2.24-2.30), though the engine "
             "alone runs 11 % faster with two (bench/NOTES.md, issue 27)."),
-    Setting("gemm-launches", "DGEMM_GEMM_LAUNCHES", _gemm_launches,
-            "Launches each k step's GEMM is cut into (1 to 16), each over a part of C's tiles: a device decoder's "
-            "kernel waits for the GEMM launch running beside it to end, and a shorter one ends sooner "
-            "(`dgemm.opencl.launches`). Read where the product runs."),
     Setting("worker-process", "DGEMM_WORKER_PROCESS", _worker_process,
             "How a launcher (a local cluster, `dgemm worker`, `dgemm cluster`) lays out a host's device workers: "
             "`device` (the default), a process each; `host`, one process for all of them, a Dask worker per "

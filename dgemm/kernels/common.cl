@@ -51,17 +51,11 @@ typedef real8 realV;
 #endif
 
 // Work-group -> (offsetM, offsetN), optionally in bands of GROUPM tile rows so
-// that groups running together share A rows and B columns in L2.  A launch may
-// cover some of C's tile rows only, from its global offset in y on (a multiple
-// of GROUPM tile rows where GROUPM > 0, so that its last band ends where the
-// launch does or at C's last row): the engine cuts a k step's GEMM into a few
-// launches, so that another queue's kernels wait for a shorter one to end.
-#define TILE_ROW0_ ((int)(get_global_offset(1) / get_local_size(1)))
+// that groups running together share A rows and B columns in L2.
 #if GROUPM > 0
 #define TILE_ORIGIN(offsetM, offsetN)                                           \
-    const int row0_ = TILE_ROW0_;                                               \
-    const int nx_ = get_num_groups(0), ny_ = row0_ + get_num_groups(1);         \
-    const int lin_ = (row0_ + get_group_id(1)) * nx_ + get_group_id(0);         \
+    const int nx_ = get_num_groups(0), ny_ = get_num_groups(1);                 \
+    const int lin_ = get_group_id(1) * nx_ + get_group_id(0);                   \
     const int band_ = lin_ / (GROUPM * nx_);                                    \
     const int rows_ = min(ny_ - band_ * GROUPM, GROUPM);                        \
     const int within_ = lin_ - band_ * (GROUPM * nx_);                          \
@@ -70,7 +64,7 @@ typedef real8 realV;
 #else
 #define TILE_ORIGIN(offsetM, offsetN)                                           \
     const int offsetN = TSN * get_group_id(0);                                  \
-    const int offsetM = TSM * (TILE_ROW0_ + get_group_id(1))
+    const int offsetM = TSM * get_group_id(1)
 #endif
 
 #endif  // DGEMM_COMMON_CL

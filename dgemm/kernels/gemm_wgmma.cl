@@ -228,10 +228,9 @@ void gemm_wgmma(const int M, const int N, const int K,
     const int wg = tid >> 7, lane = tid & 31, warp = (tid >> 5) & 3;
     uint site = 0;
 
-    // Tile origin, walking GROUPM tile rows per column band (L2 reuse of BT panels).  A launch may cover some
-    // of the tiles only, from its global offset on (the engine cuts a k step into a few launches).
+    // Tile origin, walking GROUPM tile rows per column band (L2 reuse of BT panels).
     const int tilesM = M / BM, tilesN = N / BN;
-    const int id = (int)(get_global_offset(0) / NT) + get_group_id(1) * get_num_groups(0) + get_group_id(0);
+    const int id = get_group_id(1) * get_num_groups(0) + get_group_id(0);
 #if GROUPM > 0
     const int band = id / (GROUPM * tilesN);
     const int first = band * GROUPM;

@@ -32,7 +32,7 @@ from concurrent.futures import Future
 import numpy as np
 
 from dgemm import config
-from dgemm.opencl import launches, nogil
+from dgemm.opencl import nogil
 from dgemm.opencl.device import Device, Kernels, device_error, is_opencl_error, raise_plain, read_threads
 from dgemm.opencl.panels import PanelCache
 from dgemm.opencl.stats import Stats
@@ -603,7 +603,7 @@ class BlockEngine:
         beta_k = beta if use_c else 0.0
         events, flops = [], 0.0
         checks: dict = {}   # the deferred decodes' checks of this product's blocks (each once)
-        cuts = launches.cuts(p, mp, np_, launches.default())
+        gsize, lsize = p.launch(mp, np_)
         try:
             while True:
                 t0 = time.perf_counter()
@@ -619,12 +619,11 @@ class BlockEngine:
                 wait = [e for e in (a_ev, b_ev) if e is not None] or None
                 with self.device.failing(f"launching the GEMM kernel on {mp}x{np_}x{roundup(k, p.TSK)} "
                                          f"{self.dtype.name} blocks"):
-                    for i, (gsize, lsize, offset) in enumerate(cuts):   # (in order on q: the first waits)
-                        events.append(self.k.gemm(q, gsize, lsize, np.int32(mp), np.int32(np_),
-                                                  np.int32(roundup(k, p.TSK)), real(alpha), real(beta_k), at, bt,
-                                                  c_dev, wait_for=None if i else wait, global_offset=offset))
-                        self._launched(events[-1], 2.0 * m * n * k / len(cuts))
+                    events.append(self.k.gemm(q, gsize, lsize, np.int32(mp), np.int32(np_),
+                                              np.int32(roundup(k, p.TSK)), real(alpha), real(beta_k), at, bt,
+                                              c_dev, wait_for=wait))
                     nogil.flush(q)
+                self._launched(events[-1], 2.0 * m * n * k)
                 flops += 2.0 * m * n * k
                 beta_k = 1.0
         finally:

@@ -140,7 +140,8 @@ def main():
     p.add_argument("--gemm-tasks", default="1", help="gemm-tasks values, comma separated: each mode runs with "
                    "each in turn (read on the client, so one cluster serves them all)")
     p.add_argument("--launches", default="1", help="gemm-launches values, comma separated: each mode runs with "
-                   "each in turn (read on the workers when a product starts)")
+                   "each in turn (read on the workers when a product starts; a setting of x-launches30.patch, "
+                   "measured no faster and not on main, where it changes nothing)")
     p.add_argument("--priorities", default="on", help="queue-priority values, comma separated: a cluster each")
     p.add_argument("--worker-process", default="device", help="worker-process values, comma separated: a cluster "
                    "each (device: a process per device; host: one for all)")
