@@ -336,7 +336,7 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
     lanes : int, optional
         Work-items per block or frame in execution; :func:`default_lanes` by default.
     events : list, optional
-        Gets ``(what, event)`` for each upload and kernel (``what``: ``upload``,
+        Gets ``(what, event)`` for each upload and kernel (``what``: ``upload``, ``plan``,
         ``trees``, ``huffman``, ``sequences``, ``copy``, ``execute``), for their profiling times.
     queue : pyopencl.CommandQueue, optional
         Where the commands go (the device's queue by default); the call waits for this queue.
@@ -420,9 +420,10 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
             src = take(at + last.nbytes + 16, "zstd frames")
             for at, host in segments:
                 upload(src, host, at)
+            planned: list = []      # (the plan kernel's event, reported with the call's)
             if heads:
                 done = zstd_devplan.plan(prog, queue, src, [frames[i] for i in heads], [base[i] for i in heads],
-                                         [plans[i] for i in heads], take, cl.wait_for_events)
+                                         [plans[i] for i in heads], take, cl.wait_for_events, planned)
                 for i, p in zip(heads, done):       # (where the kernel gave up, the host plans: its errors)
                     plans[i] = p if p is not None else zstd_fastplan.plan(frames[i], names[i])
             batch = Batch(plans, offsets, base)
@@ -476,7 +477,7 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
                                      src, blocks, frames_buf, lit, seqs, out, err_e, rest_buf, fstate_buf)
             if events is not None:
                 events.extend(("upload", e) for e in uploads)
-                events.extend(launched)
+                events.extend(planned + launched)
             rows = [(tree_info, info), (stream_err, err_s)] if nstreams else []
             rows += [(seq_err, err_q)] if nseqblocks else []
             rows += [(exec_err, err_e)]

@@ -56,12 +56,13 @@ def slots(head: FrameHead) -> int:
     return int(min(head.csize // 4 + 1, 2 * -(-head.size // zf.BLOCK_MAX) + 2))
 
 
-def plan(prog, queue, src, frames, starts, heads, take, wait) -> list:
+def plan(prog, queue, src, frames, starts, heads, take, wait, events: list | None = None) -> list:
     """Plan ``frames`` (each at ``starts`` in the device buffer ``src``, uploaded; ``heads`` their
     :class:`FrameHead`) with ``zstd_plan``.
 
     ``take(nbytes, what)`` gives device buffers; ``wait(events)`` waits for
-    commands without Python's lock.  Returns per frame its
+    commands without Python's lock; ``events`` gets ``("plan", event)`` of the
+    kernel, for its profiling times.  Returns per frame its
     :class:`~.zstd_frames.FramePlan`, or None where the host must plan it
     (any of the fast plan's checks failing, a sequence section the host's
     reader refuses, more blocks than :func:`slots`).
@@ -92,6 +93,8 @@ def plan(prog, queue, src, frames, starts, heads, take, wait) -> list:
         lanes = prog.plan_lanes
         done = prog.plan(queue, (len(rows) * lanes,), (lanes,), src, bufs[0], bufs[1],
                          *(np.int64(x) for x in parts[1:4]), bufs[2])
+    if events is not None:
+        events.append(("plan", done))
     wait([up, done])        # (then the read waits for nothing, holding Python's lock for no longer than a copy)
     cl.enqueue_copy(queue, back, bufs[1], is_blocking=True)
     plans = []
