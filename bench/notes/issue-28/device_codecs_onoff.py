@@ -3,7 +3,7 @@
     python bench/notes/issue-28/device_codecs_onoff.py [OUT.json] [--size 16384] [--chunk 4096]
         [--dtype float32] [--devices gpu] [--store /dev/shm] [--repeats 2] [--codec lz4|zstd]
         [--out-codec none|zstd] [--slots 2,8 [--slots-mode share]] [--modes off,on] [--priorities on,off,inline] [--gemm-tasks 1,2]
-        [--worker-process device,host] [--rounds 2] [--launches 1,2,4]
+        [--worker-process device,host] [--rounds 2] [--launches 1,2,4] [--switch default,0.0005]
 
 Writes A and B (SIZE x SIZE, a random walk along rows: smooth floats) as Zarr v2 arrays in CHUNK² chunks
 under STORE, compressed by ``--codec``: ``lz4``, numcodecs' ``Blosc("lz4", 5, SHUFFLE)`` (Zarr v2's default
@@ -22,7 +22,8 @@ settings timed in turn (``on-wait``: ``on`` with each device decode waited for o
 ``DEFERRED_DECODES`` off) (``off`` alone for raw chunks); ``--priorities``: the ``queue-priority`` values, a cluster
 each (read when a worker's device opens); ``--worker-process``: a cluster for each value (a process per device, or one
 for all, each device's blocks shared in memory), all of them ``--rounds`` times in turn; ``--gemm-tasks``: each mode
-with each ``gemm-tasks`` value in turn; ``--launches``: each with each ``gemm-launches`` value in turn.  Each run also records the task stream's phases (the first GEMM's start,
+with each ``gemm-tasks`` value in turn; ``--launches``: each with each ``gemm-launches`` value in turn; ``--switch``: each with each
+switch interval in turn (the workers' ``sys.setswitchinterval``).  Each run also records the task stream's phases (the first GEMM's start,
 the last GEMM's and the last store's stops: the fill and the drain), the busy split and each worker's busy time; each
 cluster's last C is checked against numpy's float64 where sampled rows and columns cross (the script fails, after
 writing its records, if one is wrong).  Prints one JSON line per run and writes them all to OUT.json if given, as
@@ -142,6 +143,8 @@ def main():
     p.add_argument("--launches", default="1", help="gemm-launches values, comma separated: each mode runs with "
                    "each in turn (read on the workers when a product starts; a setting of x-launches30.patch, "
                    "measured no faster and not on main, where it changes nothing)")
+    p.add_argument("--switch", default="default", help="the workers' switch intervals (sys.setswitchinterval, "
+                   "seconds; default: each worker's own), comma separated: each mode runs with each in turn")
     p.add_argument("--priorities", default="on", help="queue-priority values, comma separated: a cluster each")
     p.add_argument("--worker-process", default="device", help="worker-process values, comma separated: a cluster "
                    "each (device: a process per device; host: one for all)")
@@ -197,14 +200,18 @@ def main():
                 tasks = [int(t) for t in args.gemm_tasks.split(",")]
                 blocks = [_block(b) for b in args.blocks.split(",")]
                 cuts = [int(x) for x in args.launches.split(",")]
-                runs = [(m, None, t, b, c) for m in args.modes.split(",") for t in tasks for b in blocks
-                        for c in cuts] * args.repeats
+                switches = [None if x == "default" else float(x) for x in args.switch.split(",")]
+                runs = [(m, None, t, b, c, w) for m in args.modes.split(",") for t in tasks for b in blocks
+                        for c in cuts for w in switches] * args.repeats
                 if args.slots:
-                    runs += [(args.slots_mode, k, tasks[0], blocks[0], cuts[0]) for _ in range(args.repeats)
-                             for k in args.slots.split(",")]
-                for mode, slots, gemm_tasks, block, launches in runs:
+                    runs += [(args.slots_mode, k, tasks[0], blocks[0], cuts[0], switches[0])
+                             for _ in range(args.repeats) for k in args.slots.split(",")]
+                default_switch = client.run(sys.getswitchinterval)
+                for mode, slots, gemm_tasks, block, launches, switch in runs:
                     client.run(configure, mode)
                     client.run(set_launches, launches)
+                    for w, interval in default_switch.items():
+                        client.run(sys.setswitchinterval, interval if switch is None else switch, workers=[w])
                     if slots is not None:
                         count, _, batch = str(slots).partition("x")
                         client.run(set_slots, int(count), int(batch) if batch else None)
@@ -219,7 +226,7 @@ def main():
                     # each device's share (issue 27: each GPU's busy time within 10 % of the other's)
                     per_worker = {k: sorted(round(after[w][k] - before[w][k], 3) for w in after)
                                   for k in ("busy_seconds", "busy_kernel_seconds", "kernel_seconds", "bytes_up")}
-                    record = {"mode": mode, "queue_priority": priority, "worker_process": process, "slots": slots, "gemm_tasks_setting": gemm_tasks, "gemm_launches": launches, "block": block, "first": first, "size": n, "chunk": chunk, "dtype": args.dtype, "devices": args.devices,
+                    record = {"mode": mode, "queue_priority": priority, "worker_process": process, "slots": slots, "gemm_tasks_setting": gemm_tasks, "gemm_launches": launches, "switch_interval": switch, "block": block, "first": first, "size": n, "chunk": chunk, "dtype": args.dtype, "devices": args.devices,
                               "codec": args.codec, "out_codec": out_codec, "wall_s": round(wall, 3),
                               "c_stored_bytes": stored_bytes(out), **grew, **phases(ts.data, tt),
                               "per_worker": per_worker}
