@@ -1,6 +1,6 @@
 #!/bin/bash
 # Prepared in the thirtieth session for the next (one device call on two GPUs of one host, about 5 minutes on two
-# H200s; run ../shared/gpu/prepare.sh py-spy here first, so that .whl holds py-spy): who holds Python's lock in a
+# H200s; run the shared prepare.sh with py-spy here first, so that .whl holds py-spy): who holds Python's lock in a
 # worker on two GPUs, and what its readers wait for.  There a worker's 12 readers are busy from its first read to its
 # last (0.16 s a block), and its decode calls' Python steps (the frames' plans, the call's tables) take five to six
 # times their CPU time with no thread waiting for a CPU; neither the slots, the switch interval, the reader count
