@@ -36,8 +36,10 @@ prepare)
 run)
     : "${OUT:?set OUT to the folder for the records}"
     mkdir -p "$OUT"
-    inputs=$(mktemp -d /dev/shm/dgemm-ab-XXXX)
-    trap 'rm -rf "$inputs"' EXIT
+    if [ -n "${INPUTS:-}" ]; then inputs=$INPUTS; else    # (INPUTS: another script's folder of inputs, kept)
+        inputs=$(mktemp -d /dev/shm/dgemm-ab-XXXX)
+        trap 'rm -rf "$inputs"' EXIT
+    fi
     for round in $(seq "${ROUNDS:-2}"); do
         while read -r v sha; do
             (cd bench && PYTHONPATH=$PWD/../.ab/$v${PYTHONPATH:+:$PYTHONPATH} python3 -c "import dgemm; print('$v', dgemm.__file__)")
