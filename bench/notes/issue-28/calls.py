@@ -8,9 +8,10 @@ calls that start before ``--until`` (all by default): the calls, blocks a call, 
 time (``batch_call``; the record's totals split it further), of the call's device span (its first command queued to
 its last command's end), of the uploads' and the kernels' durations, and of the time from the leader's return to
 the call's last kernel's end (what the slot's next call waits for); and the leader's steps before the kernels'
-launch (:func:`_phases`: the plan kernel's wait and run, what follows it, the tables; thirtieth session).  A call's commands are taken to be those its
-leader's thread enqueued from the call's start to its return: to be checked against the first GPU record that has
-them (``timeline.py`` records each command's thread since 2758f5a; older records have none, and the script says so).
+launch (:func:`_phases`: the plan kernel's wait and run, what follows it, the tables; thirtieth session).  A call's
+commands are taken to be those its leader's thread enqueued from the call's start to its return (``timeline.py``
+records each command's thread since 2758f5a; older records have none, and the script says so).  ``--after``: the
+calls that start after it.
 """
 import argparse
 import json
@@ -56,7 +57,8 @@ def _phases(log: list, thread, start: float, end: float, kernels: list) -> dict:
            "launch_to_return": end - launch[3]}
     first = next((k for k in sorted(kernels, key=lambda k: k[4]) if plan[2] <= k[4] <= plan[3]), None)
     if first is not None:
-        out.update(plan_queued=first[5] - first[4], plan_kernel=first[6] - first[5], after_plan_kernel=plan[3] - first[6])
+        out.update(plan_queued=first[5] - first[4], plan_kernel=first[6] - first[5],
+                   after_plan_kernel=plan[3] - first[6])
     if tables is not None:
         out["tables"] = tables[3] - tables[2]
     return out

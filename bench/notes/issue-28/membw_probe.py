@@ -70,7 +70,8 @@ def main():
         for how in ("memcpy", "tmpfs read"):
             for n in (int(x) for x in args.threads.split(",")):
                 r = rate(n, args.mib << 20, args.seconds, how, folder)
-                rows.append({"how": how, "threads": n, "gb_s": round(r / 1e9, 2), "gb_s_a_thread": round(r / n / 1e9, 2)})
+                rows.append({"how": how, "threads": n, "gb_s": round(r / 1e9, 2),
+                             "gb_s_a_thread": round(r / n / 1e9, 2)})
                 print(json.dumps(rows[-1]), flush=True)
     meta = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "cores": os.cpu_count(),
             "command": "python " + " ".join([os.path.relpath(__file__)] + sys.argv[1:])}
