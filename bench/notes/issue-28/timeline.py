@@ -16,7 +16,9 @@ callback asked for every 5 ms from another thread); and totals: the reads by pat
 mean), the device path's phases (the frames read into the staging; the decode call: planned, uploaded and
 enqueued), the products' wall and wait, the loop's lag; and each thread group's time from the kernel's scheduler
 (``/proc/self/task/*/schedstat``: on a CPU, waiting on a run queue for one, and so blocked the rest), and
-how long a thread waits to take Python's lock back after a foreign call (``gil_wait_ms``, every 5 ms).
+how long a thread waits to take Python's lock back after a foreign call (``gil_wait_ms``, every 5 ms: a call of a
+microsecond, in which another thread seldom takes the lock) and how late a 5 ms sleep ends (``sleep_late_ms``: the
+lock taken back after the sleep, which other threads may hold; thirtieth session).
 The question: while the products wait, are the readers busy (a rate limit) or idle (nothing asked of them: the
 read-ahead's window)?  And are the threads that feed the device short of cores (run-queue waits) or of Python's
 lock (blocked, and ``gil_wait_ms`` long)?
@@ -260,9 +262,11 @@ def trace_install(dask_worker=None):
 
     def probe():    # the worker's event loop's lag: how late a callback asked for from another thread runs
         while True:
+            t = time.perf_counter()
             time.sleep(0.005)
-            if trace["on"]:     # and how long a thread waits to take Python's lock back after a foreign call
-                t = time.perf_counter()
+            if trace["on"]:     # how late a 5 ms sleep ends (the lock is taken back after it: others may hold it)
+                rec("gil_sleep", t, time.perf_counter() - 0.005)
+                t = time.perf_counter()     # and how long taking the lock back after a foreign call of 1 µs takes
                 getpid()
                 rec("gil", t, time.perf_counter())
             if trace["on"] and loop is not None:
@@ -391,6 +395,7 @@ def summary(log, t0, wall, width):
     host_cpu = [c for i, c in enumerate(read_cpu) if i not in on_device]
     lags = [(x[1] - t0, x[2] - x[1]) for x in log if x[0] == "lag"]
     gil = sorted(x[2] - x[1] for x in log if x[0] == "gil")
+    slept = sorted(x[2] - x[1] for x in log if x[0] == "gil_sleep")
     cmds = [x for x in log if x[0] == "cmd"]   # ("cmd", thread, by, kind, queued, start, end)
 
     def group(x):       # what a device command was for
@@ -447,6 +452,9 @@ def summary(log, t0, wall, width):
             "gil_wait_ms": {"n": len(gil), "mean": round(1e3 * sum(gil) / len(gil), 3) if gil else None,
                             "p90": round(1e3 * gil[int(0.9 * (len(gil) - 1))], 3) if gil else None,
                             "max": round(1e3 * max(gil, default=0.0), 2)},
+            "sleep_late_ms": {"n": len(slept), "mean": round(1e3 * sum(slept) / len(slept), 3) if slept else None,
+                              "p90": round(1e3 * slept[int(0.9 * (len(slept) - 1))], 3) if slept else None,
+                              "max": round(1e3 * max(slept, default=0.0), 2)},
             "device_declined": sum(1 for x in dev if not x[4]), "device_taken": len(taken),
             "gemm_s": round(sum(e - s for s, e in gemms), 3), "products": len(products),
             "product_wall_s": round(sum(e - s for s, e in products), 3), "wait_s": round(sum(e - s for s, e in waits), 3),
