@@ -22,9 +22,10 @@ settings timed in turn (``on-wait``: ``on`` with each device decode waited for o
 ``DEFERRED_DECODES`` off) (``off`` alone for raw chunks); ``--priorities``: the ``queue-priority`` values, a cluster
 each (read when a worker's device opens); ``--worker-process``: a cluster for each value (a process per device, or one
 for all, each device's blocks shared in memory), all of them ``--rounds`` times in turn; ``--gemm-tasks``: each mode
-with each ``gemm-tasks`` value in turn; ``--launches``: each with each ``gemm-launches`` value in turn; ``--switch``: each with each
-switch interval in turn (the workers' ``sys.setswitchinterval``).  Each run also records the task stream's phases (the first GEMM's start,
-the last GEMM's and the last store's stops: the fill and the drain), the busy split and each worker's busy time; each
+with each ``gemm-tasks`` value in turn; ``--launches``: each with each ``gemm-launches`` value in turn (a setting of
+x-launches30.patch); ``--switch``: each with each switch interval in turn (the workers' ``sys.setswitchinterval``).
+Each run also records the task stream's phases (the first GEMM's start, the last GEMM's and the last store's stops:
+the fill and the drain), the busy split and each worker's busy time; each
 cluster's last C is checked against numpy's float64 where sampled rows and columns cross (the script fails, after
 writing its records, if one is wrong).  Prints one JSON line per run and writes them all to OUT.json if given, as
 ``{"meta": {date, cores, devices, commit, command}, "runs": [...]}``.  This is what ``auto`` (dgemm.opencl.codecs.AUTO) should follow.
@@ -209,9 +210,11 @@ def main():
                 default_switch = client.run(sys.getswitchinterval)
                 for mode, slots, gemm_tasks, block, launches, switch in runs:
                     client.run(configure, mode)
-                    client.run(set_launches, launches)
-                    for w, interval in default_switch.items():
-                        client.run(sys.setswitchinterval, interval if switch is None else switch, workers=[w])
+                    if len(cuts) > 1 or cuts[0] != 1:   # (only where asked: main has no such setting)
+                        client.run(set_launches, launches)
+                    if args.switch != "default":        # each worker's own interval back for "default"
+                        for w, interval in default_switch.items():
+                            client.run(sys.setswitchinterval, interval if switch is None else switch, workers=[w])
                     if slots is not None:
                         count, _, batch = str(slots).partition("x")
                         client.run(set_slots, int(count), int(batch) if batch else None)
@@ -226,7 +229,10 @@ def main():
                     # each device's share (issue 27: each GPU's busy time within 10 % of the other's)
                     per_worker = {k: sorted(round(after[w][k] - before[w][k], 3) for w in after)
                                   for k in ("busy_seconds", "busy_kernel_seconds", "kernel_seconds", "bytes_up")}
-                    record = {"mode": mode, "queue_priority": priority, "worker_process": process, "slots": slots, "gemm_tasks_setting": gemm_tasks, "gemm_launches": launches, "switch_interval": switch, "block": block, "first": first, "size": n, "chunk": chunk, "dtype": args.dtype, "devices": args.devices,
+                    record = {"mode": mode, "queue_priority": priority, "worker_process": process, "slots": slots,
+                              "gemm_tasks_setting": gemm_tasks, "gemm_launches": launches, "switch_interval": switch,
+                              "block": block, "first": first, "size": n, "chunk": chunk, "dtype": args.dtype,
+                              "devices": args.devices,
                               "codec": args.codec, "out_codec": out_codec, "wall_s": round(wall, 3),
                               "c_stored_bytes": stored_bytes(out), **grew, **phases(ts.data, tt),
                               "per_worker": per_worker}

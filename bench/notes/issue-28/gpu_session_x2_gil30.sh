@@ -12,16 +12,15 @@
 #     OUT=/some/folder bash bench/notes/issue-28/gpu_session_x2_gil30.sh
 . "$(dirname "$0")/session_common.sh" x2-gil30
 SIZE=${SIZE:-49152}
-spy=$(python3 -c 'import os; print(os.path.join(os.path.dirname(os.path.dirname(__import__("pyopencl").__file__)), "bin", "py-spy"))')
-[ -x "$spy" ] || spy=$(command -v py-spy)
 for kind in gil idle; do
-    if [ $kind = gil ]; then flags="--gil --nonblocking -r 200 --duration 8"; else flags="--idle --native -r 50 --duration 6"; fi
+    flags="--idle --native -r 50 --duration 6"
+    [ $kind = gil ] && flags="--gil --nonblocking -r 200 --duration 8"
     log="$OUT/x2-$kind.log"
     PYTHONUNBUFFERED=1 timeout 240 python3 $S "$OUT/x2-$kind.json" --size "$SIZE" --chunk ${CHUNK:-4096} \
         --devices ${DEVICES:-0,1} --codec zstd --modes on --repeats 5 --inputs "$inputs/zstd" > "$log" 2>&1 &
     pid=$!
     for _ in $(seq 1200); do grep -q '^{"mode"' "$log" && break; sleep 0.2; done
-    timeout 30 "$spy" record --pid $pid --subprocesses --threads $flags -f raw -o "$OUT/x2-$kind.txt" \
+    timeout 30 "$SPY" record --pid $pid --subprocesses --threads $flags -f raw -o "$OUT/x2-$kind.txt" \
         > "$OUT/x2-$kind.spy" 2>&1
     wait $pid
     grep '^{"mode"' "$log" | python3 -c "
@@ -30,7 +29,7 @@ print('$kind', [json.loads(l)['wall_s'] for l in sys.stdin])"
     tail -2 "$OUT/x2-$kind.spy"
 done
 python3 bench/notes/issue-28/spy_summary.py "$OUT/x2-spy-summary.json" \
-    --what "py-spy of two workers (devices ${DEVICES:-0,1}), ${SIZE}² zstd on: --gil (the lock's holders), --idle --native" \
+    --what "py-spy of the workers (devices ${DEVICES:-0,1}), ${SIZE}² zstd on: --gil, then --idle --native" \
     gil="$OUT/x2-gil.txt" idle="$OUT/x2-idle.txt" 2>&1 | cut -c1-400
 gzip -f "$OUT"/x2-*.txt
 ls -la "$OUT"

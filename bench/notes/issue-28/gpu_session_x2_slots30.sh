@@ -18,7 +18,8 @@ for devices in 0,1 0; do
         --inputs "$inputs/zstd" 2>&1 | summary "devices $devices" $FIELDS
 done
 timeout 150 python3 bench/notes/issue-28/timeline.py "$OUT/timeline-x2-on.json" --size "$SIZE" --chunk 4096 \
-    --devices 0,1 --codec zstd --modes on --repeats 1 --bin 0.05 --inputs "$inputs/zstd" 2>&1 | grep -v '^{"mode"' | tail -5
+    --devices 0,1 --codec zstd --modes on --repeats 1 --bin 0.05 --inputs "$inputs/zstd" 2>&1 | grep -v '^{"mode"' \
+    | tail -5
 python3 bench/notes/issue-28/calls.py "$OUT/timeline-x2-on.json" 2>&1 | tail -8
 python3 bench/notes/issue-28/calls.py "$OUT/timeline-x2-on.json" --until 0.7 2>&1 | tail -4
 ls -la "$OUT"

@@ -1,10 +1,10 @@
 # Sourced by issue 28's session scripts from the seventeenth session on (`. "$(dirname "$0")/session_common.sh" NAME`):
 # checks OUT, goes to the project's root, makes a folder for the inputs in /dev/shm (removed on exit; INPUTS set: that
-# folder, kept), sets S (the end-to-end script, device_codecs_onoff.py) and GEO (its --size, --chunk and --devices
-# from SIZE, CHUNK and DEVICES), and defines `summary LABEL FIELD...`, which prints each run's record line that device_codecs_onoff.py
-# writes as LABEL and the fields named (a float rounded to 3 places; `a.b` is field b of field a), and each
-# cluster's float64 check; and `raw_scaling FIELD...`, raw chunks in and out at SIZE on devices 0,1 then 0 (two runs
-# each: the raw peer's own scaling, beside a 2-GPU call's zstd runs).
+# folder, kept), sets S (the end-to-end script, device_codecs_onoff.py) and GEO (its --size, --chunk and --devices from
+# SIZE, CHUNK and DEVICES), and defines `summary LABEL FIELD...`, which prints each run's record line that
+# device_codecs_onoff.py writes as LABEL and the fields named (a float rounded to 3 places; `a.b` is field b of field
+# a), and each cluster's float64 check; and `raw_scaling FIELD...`, raw chunks in and out at SIZE on devices 0,1 then 0
+# (two runs each: the raw peer's own scaling, beside a 2-GPU call's zstd runs).
 set -u
 : "${OUT:?set OUT to the folder for the records}"
 mkdir -p "$OUT"
@@ -16,6 +16,10 @@ else
     trap 'rm -rf "$inputs"' EXIT
 fi
 S=bench/notes/issue-28/device_codecs_onoff.py
+# py-spy where gpu-env.sh installs it (beside pyopencl's package: the shared prepare.sh with py-spy), else on PATH
+SPY=$(python3 -c 'import os, pyopencl; print(os.path.join(os.path.dirname(os.path.dirname(pyopencl.__file__)),
+                  "bin", "py-spy"))' 2>/dev/null)
+[ -x "${SPY:-}" ] || SPY=$(command -v py-spy || true)
 GEO="--size ${SIZE:-32768} --chunk ${CHUNK:-4096} --devices ${DEVICES:-gpu}"
 
 summary() {
