@@ -427,6 +427,40 @@ def test_blocks_queued_behind_busy_slots_share_one_decode_call(any_device, tmp_p
     assert grew["device_decoded_bytes"] == data.nbytes and grew["host_decoded_bytes"] == 0, grew
 
 
+@pytest.mark.parametrize("how", ["shared zstd call", "blosc-lz4"])
+def test_decodes_wait_for_the_device_outside_the_driver(any_device, engines, tmp_path, rng, monkeypatch, how):
+    """A decode call shared by blocks queued behind busy slots, and Blosc-LZ4 blocks staged by the engine: no
+    thread of dgemm's waits in ``clWaitForEvents`` or a blocking transfer (tests/_driver_waits.py says why), and
+    every value is right."""
+    from _driver_waits import waits_in_the_driver
+
+    if how == "shared zstd call":
+        arr, data = create(tmp_path / "a.zarr", LZ4["v2 zstd"], rng, shape=(48, 512), chunks=(8, 512),
+                           dtype="float32")
+        spans = [(0, 16), (16, 40), (40, 48)]
+        blocks = [DeviceDecoded(ZarrBlock(arr, r, (0, 512))) for r in spans]
+        with waits_in_the_driver() as waits:
+            got, _, calls = _queued_behind_held_slots(any_device, blocks, monkeypatch)
+        assert len(calls) == 1, calls
+        for (r0, r1), values in zip(spans, got):
+            np.testing.assert_array_equal(values, data[r0:r1])
+    else:
+        m, k, n = 37, 45, 29
+        A, B = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+        refs = []
+        for name, value in (("a", A), ("b", B)):
+            z = zarr.create_array(str(tmp_path / f"{name}.zarr"), shape=value.shape, chunks=(16, 16), dtype="f8",
+                                  compressors=BloscCodec(cname="lz4"))
+            z[...] = value
+            refs.append(DeviceDecoded(ZarrBlock(z, (0, value.shape[0]), (0, value.shape[1]))))
+        before = fastpaths.snapshot()
+        with waits_in_the_driver() as waits:
+            got = engines(any_device, "float64").stream(refs[:1], refs[1:], m, n, scope=("waits", tmp_path.name))
+        assert fastpaths.since(before)["host_decoded_bytes"] == 0
+        check_product(got, A, B, dtype="float64")
+    assert waits == [], waits
+
+
 def _copied_into_place(tmp_path, rng, which: str) -> list:
     """Blocks whose chunks do not all lie in place, as ``(array, its values, rows, cols)``: ``one``, a block of
     chunks side by side; ``four``, blocks of two arrays whose chunk rows have other lengths; ``edges``, blocks

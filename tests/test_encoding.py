@@ -104,6 +104,40 @@ def test_the_engine_hands_back_the_chunks_encoded(any_device, engines, tmp_path,
     check_frames(out, values, fill=0.5)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_a_product_of_zstd_blocks_waits_for_the_device_outside_the_driver(any_device, engines, tmp_path, rng, dtype):
+    """A's and B's zstd chunks decoded on the device, the GEMMs, C's chunks encoded there: no thread of dgemm's
+    waits in ``clWaitForEvents`` or a blocking transfer (tests/_driver_waits.py says why), and C is right."""
+    from _driver_waits import waits_in_the_driver
+
+    from dgemm.storage import ZarrBlock
+    from dgemm.worker import encoding
+    from dgemm.worker.decoding import DeviceDecoded
+
+    m, k, n = 50, 45, 30
+    A, B = rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((k, n)).astype(dtype)
+    refs = []
+    for name, value in (("a", A), ("b", B)):
+        z = zarr.create_array(str(tmp_path / f"{name}.zarr"), shape=value.shape, chunks=(16, 16), dtype=dtype,
+                              compressors=ZstdCodec(level=3))
+        z[...] = value
+        refs.append(DeviceDecoded(ZarrBlock(z, (0, value.shape[0]), (0, value.shape[1]))))
+    out = zarr.create_array(str(tmp_path / "c.zarr"), shape=(m, n), chunks=(16, 8), dtype=dtype)
+    found = encoded.chunks_of(out, (0, m), (0, n))
+    eng = engines(any_device, dtype)
+    before = fastpaths.snapshot()
+    with waits_in_the_driver() as waits:
+        got = eng.stream(refs[:1], refs[1:], m, n, finish=encoding.finisher(any_device, found)).result()
+    grew = fastpaths.since(before)
+    assert waits == [], waits
+    assert grew["device_decoded_bytes"] > 0 and grew["host_decoded_bytes"] == 0, grew
+    assert isinstance(got, encoded.EncodedBlock) and grew["host_encoded_bytes"] == 0, (type(got), grew)
+    encoded.write(got)
+    values = out[...]
+    check_product(values, A, B, dtype=dtype)
+    check_frames(out, values)
+
+
 def _encoded(device, out, values):
     """``values`` (the whole of ``out``) uploaded to ``device`` and encoded as ``out``'s chunks: the EncodedBlock."""
     import pyopencl as cl

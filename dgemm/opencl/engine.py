@@ -659,7 +659,7 @@ class BlockEngine:
                 result, down, *freed = finish(dense, done, [unpad])
             finally:   # finish's commands have run (it waits for them), or will have once its "freed" has
                 read.set_result(freed[0] if freed else None)
-            events[-1].wait()   # (a finish that returns early: the GEMMs' profiling is there once they have run)
+            nogil.wait(events[-1])   # (a finish that returns early: the GEMMs' profiling is there once they have run)
             self._add(kernel_seconds=sum(_seconds(e) for e in events), flops=flops, bytes_down=down, blocks=1,
                       download_seconds=sum(_seconds(e) for what, e in done if what == "download"))
             return result
@@ -677,7 +677,7 @@ class BlockEngine:
         if handoff is not None:
             handoff()
         with self.device.failing(what):
-            down.wait()
+            nogil.wait(down)
         self._transferred(down)
         self._add(kernel_seconds=sum(_seconds(e) for e in events), flops=flops, bytes_down=out.nbytes, blocks=1,
                   download_seconds=_seconds(down))

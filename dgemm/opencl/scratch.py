@@ -36,6 +36,7 @@ import contextlib
 import threading
 
 from dgemm.errors import DeviceMemoryError
+from dgemm.opencl import nogil
 
 SLOTS = 4       # device decodes at once per device (each a slot of buffers and a queue)
 # C blocks encoded at once per device (dgemm.worker.encoding: each on a thread of its own, its slot holding
@@ -242,7 +243,7 @@ def _wait(event) -> None:
     import pyopencl as cl
 
     try:
-        cl.wait_for_events([event])
+        nogil.wait([event])
     except (cl.Error, RuntimeError):
         pass
 

@@ -384,13 +384,13 @@ def _decode_planned(device, dec, found, out, events, data, starts, host, pending
                     done.append(cl.enqueue_fill_buffer(queue, scratch, fill, i * n, n))
                 elif how == "host":
                     what = found.decode_on_host(what, piece.name)
-                    cl.enqueue_copy(queue, scratch, what, dst_offset=i * n, is_blocking=True)
+                    nogil.copied(queue, scratch, what, dst_offset=i * n)
                     sent += what.nbytes
             # the chunks' rows and columns the block takes, into their place in the block
             done += [_placed(queue, found, piece, out, scratch, i * n) for i, (piece, *_) in enumerate(aside)]
             own.extend(("copy", e) for e in done)
             if calls is None:
-                cl.wait_for_events(done)
+                nogil.wait(done)
     if events is not None:
         events.extend(own)
     if calls is not None and own:
@@ -398,7 +398,7 @@ def _decode_planned(device, dec, found, out, events, data, starts, host, pending
         nogil.flush(queue)
         device.scratch.leave_after(last)
         # the thread's staging is read by this call's uploads; its next block refills it
-        cl.wait_for_events([e for what, e in own if what == "upload"] or [last])
+        nogil.wait([e for what, e in own if what == "upload"] or [last])
         checks = [check for _, check in calls]
 
         def check_all():
@@ -584,7 +584,7 @@ def _decode_batch(device, batch: list) -> None:
         nogil.flush(queue)
         device.scratch.leave_after(last)
         # the readers' staging is read by the uploads; their next blocks refill it
-        cl.wait_for_events([e for what, e in own if what == "upload"] or [last])
+        nogil.wait([e for what, e in own if what == "upload"] or [last])
         ok = True
     except Exception as e:   # noqa: BLE001  (a frame the call refused, or no room for it: each block alone says)
         if not isinstance(e, DgemmError):   # (neither the data's nor the device's memory: a fault to see, not hide)

@@ -30,6 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from dgemm.errors import DeviceMemoryError
+from dgemm.opencl import nogil
 from dgemm.opencl.stats import seconds as _seconds
 from dgemm.storage import encoded, fastpaths
 from dgemm.worker import decoding
@@ -218,12 +219,10 @@ def _encode_job(device, found: encoded.Chunks, buf, after, copied, count):
 def download(device, found: encoded.Chunks, buf, queue=None):
     """The C block in ``buf`` brought down into page-locked memory: ``(values, bytes)`` (on ``queue``, by default
     the GEMMs', after the product's commands)."""
-    import pyopencl as cl
-
     rows, cols = found.rows[1] - found.rows[0], found.cols[1] - found.cols[0]
     out = device.host_array((rows, cols), found.dtype)
     with device.failing(f"downloading the {rows}x{cols} {found.dtype.name} result ({out.nbytes} bytes)"):
-        cl.enqueue_copy(queue if queue is not None else device.queue, out, buf, is_blocking=True)
+        nogil.copied(queue if queue is not None else device.queue, out, buf)
     return out, out.nbytes
 
 

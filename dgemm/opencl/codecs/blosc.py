@@ -41,6 +41,7 @@ import struct
 import numpy as np
 
 from dgemm.errors import DgemmError
+from dgemm.opencl import nogil
 from dgemm.opencl.codecs import _programs
 
 VERSION_FORMAT = 2
@@ -420,13 +421,13 @@ def decode_blosc(device, frames, out, offsets=None, names=None, lanes: int | Non
                                                                  job_table)))
             if events is not None:
                 events.extend(launched)
-            # the last kernel first (other threads run meanwhile), then the flags: a read into ordinary
-            # memory that waits for kernels blocks in the driver with Python's lock held (and a finish would
-            # also wait for other threads' commands on a shared queue)
+            # the last kernel first, then the flags, neither inside the driver (dgemm.opencl.nogil: a blocking
+            # read holds NVIDIA's driver lock, clWaitForEvents spins a core; and a finish would also wait for
+            # other threads' commands on a shared queue)
             if launched:
-                cl.wait_for_events([launched[-1][1]])
+                nogil.wait([launched[-1][1]])
             for rows, owner, _, _, err, err_buf in args:
-                cl.enqueue_copy(queue, err, err_buf, is_blocking=True)
+                nogil.copied(queue, err, err_buf)
                 errors.append((err, rows, owner))
     finally:
         for buf in buffers:

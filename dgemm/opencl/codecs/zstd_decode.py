@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from dgemm.opencl import nogil
 from dgemm.opencl.codecs import _programs
 from dgemm.opencl.codecs import zstd_devplan, zstd_fastplan
 from dgemm.opencl.codecs import zstd_frames as zf
@@ -423,7 +424,7 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
             planned: list = []      # (the plan kernel's event, reported with the call's)
             if heads:
                 done = zstd_devplan.plan(prog, queue, src, [frames[i] for i in heads], [base[i] for i in heads],
-                                         [plans[i] for i in heads], take, cl.wait_for_events, planned)
+                                         [plans[i] for i in heads], take, nogil.wait, planned)
                 for i, p in zip(heads, done):       # (where the kernel gave up, the host plans: its errors)
                     plans[i] = p if p is not None else zstd_fastplan.plan(frames[i], names[i])
             batch = Batch(plans, offsets, base)
@@ -487,22 +488,22 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
                 kept = uploads + reads      # (their host arrays live while these events do)
 
                 def check(only=None):
-                    cl.wait_for_events(kept)
+                    nogil.wait(kept)
                     _raise_first(plans, batch, tree_info[:ntrees], stream_err[:nstreams], seq_err[:nseqblocks],
                                  exec_err, only)
 
                 pending.append((launched[-1][1], check))
                 return [p.size for p in plans]
-            # Wait for the last kernel first (pyopencl lets other threads run meanwhile), then read the
-            # error rows: a read into ordinary memory that has to wait for kernels blocks inside the
-            # driver with Python's lock held, and every other reader thread of the worker waits with it.
-            # (The queue is in order; a finish would also wait for other threads' commands on a shared queue.)
-            cl.wait_for_events([launched[-1][1]] + uploads)
+            # Waited for by event and read without blocking (dgemm.opencl.nogil): NVIDIA's driver holds its own
+            # lock through a blocking read, also while the read waits for kernels, and every other reader thread's
+            # OpenCL call waits with it; its clWaitForEvents spins a core.  (The queue is in order; a finish would
+            # also wait for other threads' commands on a shared queue.)
+            nogil.wait([launched[-1][1]] + uploads)
             for host, dev in rows:
-                cl.enqueue_copy(queue, host, dev, is_blocking=True)
+                nogil.copied(queue, host, dev)
     except BaseException:
         if uploads:     # (not left to the events' deletion, which would wait holding Python's lock)
-            cl.wait_for_events(uploads)
+            nogil.wait(uploads)
         raise
     finally:
         for buf in buffers:

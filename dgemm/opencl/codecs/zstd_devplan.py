@@ -24,6 +24,7 @@ import dataclasses
 
 import numpy as np
 
+from dgemm.opencl import nogil
 from dgemm.opencl.codecs import zstd_frames as zf
 
 PLAN_COLUMNS = 6    # zstd_plan's frame rows: start in the uploaded bytes, size, header size, checksum, slot, slots
@@ -95,8 +96,9 @@ def plan(prog, queue, src, frames, starts, heads, take, wait, events: list | Non
                          *(np.int64(x) for x in parts[1:4]), bufs[2])
     if events is not None:
         events.append(("plan", done))
-    wait([up, done])        # (then the read waits for nothing, holding Python's lock for no longer than a copy)
-    cl.enqueue_copy(queue, back, bufs[1], is_blocking=True)
+    wait([up, done])
+    # not a blocking read: NVIDIA's driver holds its own lock through one, and other threads' calls wait for it
+    nogil.copied(queue, back, bufs[1])
     plans = []
     for k, (frame, h, first) in enumerate(zip(frames, heads, at)):
         status, nb, ntrees, literals = (int(x) for x in out[k])

@@ -39,6 +39,7 @@ import time
 import numpy as np
 
 from dgemm.errors import DgemmError
+from dgemm.opencl import nogil
 from dgemm.opencl.codecs import _programs, huffman
 
 MAGIC = b"\x28\xb5\x2f\xfd"
@@ -382,7 +383,9 @@ def encode_zstd(device, buf, offsets, nbytes, names=None, events: list | None = 
                                                        region_hists, wait_for=wait_for))
                 wait_for = None     # (what follows on the in-order queue runs after the histograms)
                 counts = np.empty((nregions, 256), np.uint32)
-                record("download", cl.enqueue_copy(queue, counts, region_hists))   # waits
+                # behind the block's last GEMMs: waited for outside the driver (a blocking read holds NVIDIA's
+                # driver lock all the while, and the worker's other threads' OpenCL calls wait for it)
+                record("download", nogil.copied(queue, counts, region_hists))
                 t0 = time.perf_counter()
                 tables = region_tables(counts)
                 if timings is not None:
@@ -398,7 +401,7 @@ def encode_zstd(device, buf, offsets, nbytes, names=None, events: list | None = 
                     record("stream_bits", prog.stream_bits(queue, (width,), None, hists, rows, codes_buf, bits_buf,
                                                            np.uint32(nrows)))
                 stream_bits = np.empty((nrows, 3), np.uint32)
-                record("download", cl.enqueue_copy(queue, stream_bits, bits_buf))
+                record("download", nogil.copied(queue, stream_bits, bits_buf))
             t0 = time.perf_counter()
             frames = Frames(layout, stream_bits, tables)
             data, patch_rows, raw_rows = frames.host_bytes()
@@ -433,7 +436,7 @@ def encode_zstd(device, buf, offsets, nbytes, names=None, events: list | None = 
             for r in reads:
                 record("download", r)
             queue.flush()
-            cl.wait_for_events(reads)
+            nogil.wait(reads)
     finally:
         for b in buffers:
             b.release()
