@@ -1,0 +1,143 @@
+"""Chunk files uploaded to the device three ways: the rate and the host's CPU a GB (issue 28, thirty-first session).
+
+    python bench/notes/issue-28/upload_paths_probe.py OUT.json [--devices 0,1] [--threads 1,12] [--mib 128]
+        [--seconds 1.5] [--paths staged,pageable,hostptr]
+
+On two H200s of a 32-core host a worker's readers copy its chunk files into page-locked staging at 2.4 GB/s a
+thread (52 ms of CPU a 124 MB block), and the uploads read that staging again: per host about 27 GB read from the
+page cache, written and read again for 216 blocks, while tmpfs files read at 43-47 GB/s on 24-32 threads at most
+(membw_probe.py, NOTES, thirty-first session).  Here each thread uploads a MIB-MiB tmpfs file of its own to a
+device buffer of its own, over and over for SECONDS, threads spread over the devices (a context each, as dgemm's
+workers have):
+- ``staged``: ``os.preadv`` into page-locked memory (``ALLOC_HOST_PTR``, mapped), then the upload (dgemm's path);
+- ``pageable``: the upload straight from the file's ``mmap`` (the driver stages it);
+- ``hostptr``: a buffer over the file's ``mmap`` (``USE_HOST_PTR``), copied on the device into the device buffer:
+  whether the driver reads the page cache without a copy on the CPU.
+Each row: bytes uploaded a second (all threads), and the process's CPU seconds a GB.  Every path's first upload is
+read back and compared with the file.
+"""
+import argparse
+import json
+import mmap
+import os
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+
+def _device_list(devices: str):
+    import pyopencl as cl
+
+    gpus = [d for p in cl.get_platforms() for d in p.get_devices() if d.type & cl.device_type.GPU]
+    found = gpus or [d for p in cl.get_platforms() for d in p.get_devices()]
+    return [found[int(i)] for i in devices.split(",")]
+
+
+def _wait(event):
+    from dgemm.opencl import nogil
+
+    nogil.wait(event)
+
+
+def run(path_kind: str, threads: int, devices, nbytes: int, seconds: float, folder: str) -> dict:
+    import pyopencl as cl
+
+    contexts = [cl.Context([d]) for d in devices]
+    done, checked, errors = [0] * threads, [None] * threads, []
+    start, stop = threading.Barrier(threads + 1), threading.Event()
+
+    def work(i):
+        try:
+            ctx = contexts[i % len(contexts)]
+            q = cl.CommandQueue(ctx)
+            name = os.path.join(folder, f"f{i}")
+            fd = os.open(name, os.O_RDONLY)
+            dev = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, nbytes)
+            if path_kind == "staged":
+                pinned = cl.Buffer(ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.ALLOC_HOST_PTR, nbytes)
+                stage, _ = cl.enqueue_map_buffer(q, pinned, cl.map_flags.WRITE | cl.map_flags.READ, 0, (nbytes,),
+                                                 np.uint8, is_blocking=True)
+            first = True
+            start.wait()
+            while not stop.is_set() or first:
+                if path_kind == "staged":
+                    got = os.preadv(fd, [memoryview(stage)], 0)
+                    assert got == nbytes
+                    _wait(cl.enqueue_copy(q, dev, stage, is_blocking=False))
+                else:
+                    with mmap.mmap(fd, nbytes, prot=mmap.PROT_READ) as m:
+                        view = np.frombuffer(m, np.uint8)
+                        if path_kind == "pageable":
+                            _wait(cl.enqueue_copy(q, dev, view, is_blocking=False))
+                        else:
+                            host = cl.Buffer(ctx, cl.mem_flags.READ_ONLY | cl.mem_flags.USE_HOST_PTR, hostbuf=view)
+                            _wait(cl.enqueue_copy(q, dev, host, byte_count=nbytes))
+                            host.release()
+                            del host        # (it holds the view, which holds the map)
+                        del view
+                if first:
+                    back = np.empty(1 << 20, np.uint8)
+                    _wait(cl.enqueue_copy(q, back, dev, is_blocking=False,
+                                          src_offset=nbytes - len(back)))
+                    checked[i] = bool((back == i % 251).all())
+                    first = False
+                    continue
+                done[i] += nbytes
+            os.close(fd)
+        except Exception as e:      # noqa: BLE001  (reported in the row)
+            errors.append(f"{type(e).__name__}: {e}")
+            if not start.broken:
+                start.abort()
+
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+    for t in ts:
+        t.start()
+    try:
+        start.wait()
+    except threading.BrokenBarrierError:
+        pass
+    c0, t0 = time.process_time(), time.perf_counter()
+    time.sleep(seconds)
+    stop.set()
+    for t in ts:
+        t.join()
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    moved = sum(done)
+    return {"path": path_kind, "threads": threads, "devices": len(devices), "gb_s": round(moved / wall / 1e9, 2),
+            "cpu_s_a_gb": round(cpu / (moved / 1e9), 3) if moved else None, "checked": all(checked),
+            "errors": errors[:2]}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("out")
+    p.add_argument("--devices", default="0")
+    p.add_argument("--threads", default="1,12")
+    p.add_argument("--mib", type=int, default=128)
+    p.add_argument("--seconds", type=float, default=1.5)
+    p.add_argument("--paths", default="staged,pageable,hostptr")
+    args = p.parse_args()
+    devices = _device_list(args.devices)
+    nbytes = args.mib << 20
+    most = max(int(x) for x in args.threads.split(","))
+    rows = []
+    with tempfile.TemporaryDirectory(dir="/dev/shm" if os.path.isdir("/dev/shm") else None) as folder:
+        for i in range(most):
+            with open(os.path.join(folder, f"f{i}"), "wb") as f:
+                f.write(np.full(nbytes, i % 251, np.uint8).tobytes())
+        for how in args.paths.split(","):
+            for n in (int(x) for x in args.threads.split(",")):
+                rows.append(run(how, n, devices, nbytes, args.seconds, folder))
+                print(json.dumps(rows[-1]), flush=True)
+    meta = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "cores": os.cpu_count(),
+            "devices": [d.name for d in devices], "commit": os.environ.get("DGEMM_COMMIT", ""),
+            "command": "python " + " ".join([os.path.relpath(__file__)] + sys.argv[1:])}
+    with open(args.out, "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
