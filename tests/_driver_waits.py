@@ -1,9 +1,9 @@
 """Which of dgemm's calls wait inside the OpenCL driver (shared by the decode and encode tests).
 
-On NVIDIA's driver a blocking transfer holds the driver's own lock until
-it is done, also while it waits for the kernels before it, and every other
-thread's OpenCL call waits for it (with Python's lock held, for most of
-pyopencl's calls); ``clWaitForEvents`` spins a core as long as it waits
+On NVIDIA's driver a blocking transfer holds the driver's own lock through
+the copy, and every other thread's OpenCL call waits for it (with Python's
+lock held, for most of pyopencl's calls); ``clWaitForEvents`` spins a core
+as long as it waits, and so does a blocking read behind a chain of kernels
 (bench/NOTES.md, issue 28: driver_waits.py).  So the paths that run beside
 the GEMMs wait through :mod:`dgemm.opencl.nogil` instead.  PoCL shows
 neither cost, so these tests look at the calls made, not at the time.

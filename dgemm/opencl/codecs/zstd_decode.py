@@ -495,9 +495,9 @@ def decode_zstd(device, frames, out, offsets=None, names=None, lanes: int | None
                 pending.append((launched[-1][1], check))
                 return [p.size for p in plans]
             # Waited for by event and read without blocking (dgemm.opencl.nogil): NVIDIA's driver holds its own
-            # lock through a blocking read, also while the read waits for kernels, and every other reader thread's
-            # OpenCL call waits with it; its clWaitForEvents spins a core.  (The queue is in order; a finish would
-            # also wait for other threads' commands on a shared queue.)
+            # lock through a blocking read, and every other reader thread's OpenCL call waits with it; its
+            # clWaitForEvents spins a core.  (The queue is in order; a finish would also wait for other threads'
+            # commands on a shared queue.)
             nogil.wait([launched[-1][1]] + uploads)
             for host, dev in rows:
                 nogil.copied(queue, host, dev)

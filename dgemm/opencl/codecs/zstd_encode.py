@@ -383,8 +383,8 @@ def encode_zstd(device, buf, offsets, nbytes, names=None, events: list | None = 
                                                        region_hists, wait_for=wait_for))
                 wait_for = None     # (what follows on the in-order queue runs after the histograms)
                 counts = np.empty((nregions, 256), np.uint32)
-                # behind the block's last GEMMs: waited for outside the driver (a blocking read holds NVIDIA's
-                # driver lock all the while, and the worker's other threads' OpenCL calls wait for it)
+                # behind the block's last GEMMs: waited for outside the driver (there a blocking read or
+                # clWaitForEvents spins a core as long, and a blocking read holds NVIDIA's driver lock)
                 record("download", nogil.copied(queue, counts, region_hists))
                 t0 = time.perf_counter()
                 tables = region_tables(counts)
