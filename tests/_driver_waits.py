@@ -16,8 +16,11 @@ import sys
 
 import pytest
 
-_OURS = os.sep + "dgemm" + os.sep
-_HERE = os.path.dirname(os.path.abspath(__file__))
+import dgemm
+
+# dgemm's own files, by where the package is (a checkout in a folder named dgemm holds its virtual environment's
+# packages too: a name with "dgemm" in it tells nothing)
+_OURS = os.path.dirname(os.path.abspath(dgemm.__file__)) + os.sep
 
 
 def _caller() -> str | None:
@@ -30,10 +33,10 @@ def _caller() -> str | None:
         frame = frame.f_back
     if frame is None:
         return None
-    name = frame.f_code.co_filename
-    if _OURS not in name or os.path.abspath(name).startswith(_HERE):
+    name = os.path.abspath(frame.f_code.co_filename)
+    if not name.startswith(_OURS):
         return None
-    return f"{name.rsplit(_OURS, 1)[-1]}:{frame.f_lineno}"
+    return f"{name[len(_OURS):]}:{frame.f_lineno}"
 
 
 @contextlib.contextmanager
