@@ -12,7 +12,11 @@ workers have):
 - ``staged``: ``os.preadv`` into page-locked memory (``ALLOC_HOST_PTR``, mapped), then the upload (dgemm's path);
 - ``pageable``: the upload straight from the file's ``mmap`` (the driver stages it);
 - ``hostptr``: a buffer over the file's ``mmap`` (``USE_HOST_PTR``), copied on the device into the device buffer:
-  whether the driver reads the page cache without a copy on the CPU.
+  whether the driver reads the page cache without a copy on the CPU;
+- ``piecesN`` (thirty-second session): the file read in N-MiB pieces into two page-locked pieces in turn, each
+  piece's upload enqueued at its offset as soon as it is read, a piece reused once its last upload is done: whether
+  staging that stays in the CPU's cache (two pieces a thread) moves more than a whole block's staging, which is
+  written to memory and read from it again by the upload.
 Each row: bytes uploaded a second (all threads), and the process's CPU seconds a GB.  Every path's first upload is
 read back and compared with the file.
 """
@@ -56,10 +60,15 @@ def run(path_kind: str, threads: int, devices, nbytes: int, seconds: float, fold
             name = os.path.join(folder, f"f{i}")
             fd = os.open(name, os.O_RDONLY)
             dev = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, nbytes)
-            if path_kind == "staged":
-                pinned = cl.Buffer(ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.ALLOC_HOST_PTR, nbytes)
-                stage, _ = cl.enqueue_map_buffer(q, pinned, cl.map_flags.WRITE | cl.map_flags.READ, 0, (nbytes,),
-                                                 np.uint8, is_blocking=True)
+            piece = int(path_kind[len("pieces"):]) << 20 if path_kind.startswith("pieces") else nbytes
+            if path_kind == "staged" or piece < nbytes:
+                stages = []
+                for _ in range(1 if piece == nbytes else 2):
+                    pinned = cl.Buffer(ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.ALLOC_HOST_PTR, piece)
+                    mapped, _ = cl.enqueue_map_buffer(q, pinned, cl.map_flags.WRITE | cl.map_flags.READ, 0,
+                                                      (piece,), np.uint8, is_blocking=True)
+                    stages.append(mapped)
+                stage = stages[0]
             first = True
             start.wait()
             while not stop.is_set() or first:
@@ -67,6 +76,19 @@ def run(path_kind: str, threads: int, devices, nbytes: int, seconds: float, fold
                     got = os.preadv(fd, [memoryview(stage)], 0)
                     assert got == nbytes
                     _wait(cl.enqueue_copy(q, dev, stage, is_blocking=False))
+                elif piece < nbytes:
+                    pending = [None, None]
+                    for n, offset in enumerate(range(0, nbytes, piece)):
+                        size = min(piece, nbytes - offset)
+                        if pending[n % 2] is not None:
+                            _wait(pending[n % 2])
+                        got = os.preadv(fd, [memoryview(stages[n % 2])[:size]], offset)
+                        assert got == size
+                        pending[n % 2] = cl.enqueue_copy(q, dev, stages[n % 2][:size], dst_offset=offset,
+                                                         is_blocking=False)
+                    for e in pending:
+                        if e is not None:
+                            _wait(e)
                 else:
                     with mmap.mmap(fd, nbytes, prot=mmap.PROT_READ) as m:
                         view = np.frombuffer(m, np.uint8)
@@ -118,7 +140,7 @@ def main():
     p.add_argument("--threads", default="1,12")
     p.add_argument("--mib", type=int, default=128)
     p.add_argument("--seconds", type=float, default=1.5)
-    p.add_argument("--paths", default="staged,pageable,hostptr")
+    p.add_argument("--paths", default="staged,pageable,hostptr", help="also piecesN: N-MiB pieces (pieces4)")
     args = p.parse_args()
     devices = _device_list(args.devices)
     nbytes = args.mib << 20
