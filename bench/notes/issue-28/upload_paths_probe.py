@@ -16,9 +16,14 @@ workers have):
 - ``piecesN`` (thirty-second session): the file read in N-MiB pieces into two page-locked pieces in turn, each
   piece's upload enqueued at its offset as soon as it is read, a piece reused once its last upload is done: whether
   staging that stays in the CPU's cache (two pieces a thread) moves more than a whole block's staging, which is
-  written to memory and read from it again by the upload.
+  written to memory and read from it again by the upload;
+- ``mapped`` (thirty-second session): the file's ``mmap`` (``MAP_POPULATE``) copied into the page-locked staging by
+  ``numpy.copyto``, then the upload: whether a copy from the page cache's pages mapped beats ``preadv``'s (on two
+  H200s' host one thread copies memory at 11 GB/s and reads tmpfs at 4.7, membw_probe.py); ``mapped-lazy``
+  without ``MAP_POPULATE`` (the pages faulted in by the copy).
 Each row: bytes uploaded a second (all threads), and the process's CPU seconds a GB.  Every path's first upload is
-read back and compared with the file.
+read back and compared with the file.  ``--start-at``: processes started with the same epoch second (one per device,
+as dgemm's workers are) time each row from the same moment.
 """
 import argparse
 import json
@@ -46,7 +51,7 @@ def _wait(event):
     nogil.wait(event)
 
 
-def run(path_kind: str, threads: int, devices, nbytes: int, seconds: float, folder: str) -> dict:
+def run(path_kind: str, threads: int, devices, nbytes: int, seconds: float, folder: str, begin=None) -> dict:
     import pyopencl as cl
 
     contexts = [cl.Context([d]) for d in devices]
@@ -61,7 +66,7 @@ def run(path_kind: str, threads: int, devices, nbytes: int, seconds: float, fold
             fd = os.open(name, os.O_RDONLY)
             dev = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, nbytes)
             piece = int(path_kind[len("pieces"):]) << 20 if path_kind.startswith("pieces") else nbytes
-            if path_kind == "staged" or piece < nbytes:
+            if path_kind in ("staged", "mapped", "mapped-lazy") or piece < nbytes:
                 stages = []
                 for _ in range(1 if piece == nbytes else 2):
                     pinned = cl.Buffer(ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.ALLOC_HOST_PTR, piece)
@@ -72,7 +77,14 @@ def run(path_kind: str, threads: int, devices, nbytes: int, seconds: float, fold
             first = True
             start.wait()
             while not stop.is_set() or first:
-                if path_kind == "staged":
+                if path_kind.startswith("mapped"):
+                    flags = mmap.MAP_SHARED | (getattr(mmap, "MAP_POPULATE", 0x8000) if path_kind == "mapped" else 0)
+                    with mmap.mmap(fd, nbytes, flags=flags, prot=mmap.PROT_READ) as m:
+                        view = np.frombuffer(m, np.uint8)
+                        np.copyto(stage, view)
+                        del view
+                    _wait(cl.enqueue_copy(q, dev, stage, is_blocking=False))
+                elif path_kind == "staged":
                     got = os.preadv(fd, [memoryview(stage)], 0)
                     assert got == nbytes
                     _wait(cl.enqueue_copy(q, dev, stage, is_blocking=False))
@@ -117,6 +129,8 @@ def run(path_kind: str, threads: int, devices, nbytes: int, seconds: float, fold
     ts = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
     for t in ts:
         t.start()
+    if begin is not None:   # (another process times the same path from the same moment: --start-at)
+        time.sleep(max(0.0, begin - time.time()))
     try:
         start.wait()
     except threading.BrokenBarrierError:
@@ -141,6 +155,9 @@ def main():
     p.add_argument("--mib", type=int, default=128)
     p.add_argument("--seconds", type=float, default=1.5)
     p.add_argument("--paths", default="staged,pageable,hostptr", help="also piecesN: N-MiB pieces (pieces4)")
+    p.add_argument("--start-at", type=float, default=None,
+                   help="the epoch second the first row's timing starts, each next row SECONDS + 5 later: processes "
+                        "given the same value (a process per device, as dgemm's workers) time each row at once")
     args = p.parse_args()
     devices = _device_list(args.devices)
     nbytes = args.mib << 20
@@ -150,10 +167,10 @@ def main():
         for i in range(most):
             with open(os.path.join(folder, f"f{i}"), "wb") as f:
                 f.write(np.full(nbytes, i % 251, np.uint8).tobytes())
-        for how in args.paths.split(","):
-            for n in (int(x) for x in args.threads.split(",")):
-                rows.append(run(how, n, devices, nbytes, args.seconds, folder))
-                print(json.dumps(rows[-1]), flush=True)
+        for k, (how, n) in enumerate((how, int(n)) for how in args.paths.split(",") for n in args.threads.split(",")):
+            begin = None if args.start_at is None else args.start_at + k * (args.seconds + 5)
+            rows.append(run(how, n, devices, nbytes, args.seconds, folder, begin))
+            print(json.dumps(rows[-1]), flush=True)
     meta = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "cores": os.cpu_count(),
             "devices": [d.name for d in devices], "commit": os.environ.get("DGEMM_COMMIT", ""),
             "command": "python " + " ".join([os.path.relpath(__file__)] + sys.argv[1:])}
