@@ -14,3 +14,4 @@ timeout 120 python3 bench/notes/issue-28/upload_paths_probe.py "$OUT/upload-piec
 timeout 60 python3 bench/notes/issue-28/upload_paths_probe.py "$OUT/upload-pieces-devices0.json" \
     --devices 0 --threads 12 --paths "$PATHS" --mib ${MIB:-128} --seconds 1.5
 INPUTS=$inputs bash bench/notes/issue-28/gpu_session_ab_x2.sh
+ls -la "$OUT"
