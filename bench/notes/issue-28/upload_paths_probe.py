@@ -51,12 +51,68 @@ def _wait(event):
     nogil.wait(event)
 
 
-def run(path_kind: str, threads: int, devices, nbytes: int, seconds: float, folder: str, begin=None) -> dict:
+BURN = """__kernel void burn(__global float *x, const int n) {
+    float a = x[get_global_id(0)];
+    for (int k = 0; k < n; k++) a = a * 1.0000001f + 0.5f;
+    x[get_global_id(0)] = a;
+}"""
+
+
+def _beside(kind: str, ctx, folder: str, tag: str, stop, moved: list, down_rate: float, burn: tuple, ready):
+    """What else a worker's host and device do while its readers upload: ``down``, C's blocks downloaded into
+    page-locked memory and written to new files (each moved into place, as dgemm's stores write chunks) at
+    ``down_rate`` GB/s; ``gemm``, a compute kernel launched back to back on a queue of its own.  Adds the bytes
+    written (``down``) or the launches (``gemm``) to ``moved``; sets ``ready`` after its first round, so that the
+    uploads are timed beside it running (a kernel's build, the first pages of a file, are not in the window)."""
+    import pyopencl as cl
+
+    q = cl.CommandQueue(ctx)
+    if kind == "gemm":
+        items, iterations = burn
+        buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 4 * items)
+        cl.enqueue_fill_buffer(q, buf, np.float32(1), 0, 4 * items)
+        k = cl.Program(ctx, BURN).build().burn
+        while not stop.is_set():
+            events = [k(q, (items,), None, buf, np.int32(iterations)) for _ in range(4)]
+            _wait(events[-1])
+            moved.append(len(events))
+            ready.set()
+        ready.set()
+        return
+    nbytes = 256 << 20
+    dev = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, nbytes)
+    cl.enqueue_fill_buffer(q, dev, np.uint8(7), 0, nbytes)
+    pinned = cl.Buffer(ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.ALLOC_HOST_PTR, nbytes)
+    host, _ = cl.enqueue_map_buffer(q, pinned, cl.map_flags.WRITE | cl.map_flags.READ, 0, (nbytes,), np.uint8,
+                                    is_blocking=True)
+    t0, total, name = time.perf_counter(), 0, os.path.join(folder, f"c-{tag}")
+    while not stop.is_set():
+        _wait(cl.enqueue_copy(q, host, dev, is_blocking=False))
+        with open(name + ".partial", "wb", buffering=0) as f:
+            f.write(memoryview(host))
+        os.replace(name + ".partial", name)
+        total += nbytes
+        moved.append(nbytes)
+        ready.set()
+        time.sleep(max(0.0, t0 + total / (down_rate * 1e9) - time.perf_counter()))
+
+
+def run(path_kind: str, threads: int, devices, nbytes: int, seconds: float, folder: str, begin=None,
+        beside: str = "none", down_rate: float = 2.3, burn: tuple = (1 << 22, 4096)) -> dict:
     import pyopencl as cl
 
     contexts = [cl.Context([d]) for d in devices]
     done, checked, errors = [0] * threads, [None] * threads, []
     start, stop = threading.Barrier(threads + 1), threading.Event()
+    others, moved, ready = [], {kind: [] for kind in ("down", "gemm")}, []
+    for kind in (x for x in ("down", "gemm") if x in beside.split("+")):
+        for n, ctx in enumerate(contexts):
+            ready.append(threading.Event())
+            others.append(threading.Thread(target=_beside, args=(kind, ctx, folder, f"{kind}{n}", stop, moved[kind],
+                                                                  down_rate, burn, ready[-1]), daemon=True))
+            others[-1].start()
+    for r in ready:
+        r.wait(60)
 
     def work(i):
         try:
@@ -136,15 +192,20 @@ def run(path_kind: str, threads: int, devices, nbytes: int, seconds: float, fold
     except threading.BrokenBarrierError:
         pass
     c0, t0 = time.process_time(), time.perf_counter()
+    marks = {kind: len(v) for kind, v in moved.items()}
     time.sleep(seconds)
     stop.set()
     for t in ts:
         t.join()
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    moved = sum(done)
-    return {"path": path_kind, "threads": threads, "devices": len(devices), "gb_s": round(moved / wall / 1e9, 2),
-            "cpu_s_a_gb": round(cpu / (moved / 1e9), 3) if moved else None, "checked": all(checked),
-            "errors": errors[:2]}
+    after = {kind: sum(v[marks[kind]:]) for kind, v in moved.items()}   # (rounds ended in the window: roughly)
+    for t in others:
+        t.join(30)
+    total = sum(done)
+    return {"path": path_kind, "threads": threads, "devices": len(devices), "beside": beside,
+            "gb_s": round(total / wall / 1e9, 2), "cpu_s_a_gb": round(cpu / (total / 1e9), 3) if total else None,
+            "down_gb_s": round(after["down"] / wall / 1e9, 2), "gemm_launches_s": round(after["gemm"] / wall, 1),
+            "checked": all(checked), "errors": errors[:2]}
 
 
 def main():
@@ -155,6 +216,12 @@ def main():
     p.add_argument("--mib", type=int, default=128)
     p.add_argument("--seconds", type=float, default=1.5)
     p.add_argument("--paths", default="staged,pageable,hostptr", help="also piecesN: N-MiB pieces (pieces4)")
+    p.add_argument("--beside", default="none", help="each row again with these beside it, comma separated: down "
+                   "(C's downloads and file writes at --down-gb-s a process), gemm (a compute kernel back to back on "
+                   "each device), down+gemm")
+    p.add_argument("--down-gb-s", type=float, default=2.3, help="C's traffic a process beside the uploads (a "
+                   "worker's on two H200s at 49152²: 4.5 GB of frames over about 2 s)")
+    p.add_argument("--burn", default="4194304x4096", help="the gemm kernel's work-items x iterations")
     p.add_argument("--start-at", type=float, default=None,
                    help="the epoch second the first row's timing starts, each next row SECONDS + 5 later: processes "
                         "given the same value (a process per device, as dgemm's workers) time each row at once")
@@ -167,9 +234,12 @@ def main():
         for i in range(most):
             with open(os.path.join(folder, f"f{i}"), "wb") as f:
                 f.write(np.full(nbytes, i % 251, np.uint8).tobytes())
-        for k, (how, n) in enumerate((how, int(n)) for how in args.paths.split(",") for n in args.threads.split(",")):
+        burn = tuple(int(x) for x in args.burn.split("x"))
+        rows_asked = [(how, int(n), b) for b in args.beside.split(",") for how in args.paths.split(",")
+                      for n in args.threads.split(",")]
+        for k, (how, n, b) in enumerate(rows_asked):
             begin = None if args.start_at is None else args.start_at + k * (args.seconds + 5)
-            rows.append(run(how, n, devices, nbytes, args.seconds, folder, begin))
+            rows.append(run(how, n, devices, nbytes, args.seconds, folder, begin, b, args.down_gb_s, burn))
             print(json.dumps(rows[-1]), flush=True)
     meta = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "cores": os.cpu_count(),
             "devices": [d.name for d in devices], "commit": os.environ.get("DGEMM_COMMIT", ""),
