@@ -18,13 +18,5 @@ for round in 1 2; do
     done
     wait
 done
-python3 - "$OUT" <<'PY'
-import glob, json, sys
-for r in sorted({p.split("-r")[1][0] for p in glob.glob(sys.argv[1] + "/upload-twoprocs-r*")}):
-    rows = [json.load(open(p))["rows"] for p in sorted(glob.glob(f"{sys.argv[1]}/upload-twoprocs-r{r}-process*.json"))]
-    for parts in zip(*rows):
-        print("round", r, parts[0]["path"], parts[0]["threads"], "threads a process:",
-              "+".join(str(x["gb_s"]) for x in parts), "=", round(sum(x["gb_s"] for x in parts), 2), "GB/s",
-              "checked", all(x["checked"] for x in parts))
-PY
+python3 bench/notes/issue-28/twoprocs.py "$OUT" upload-twoprocs
 ls -la "$OUT"

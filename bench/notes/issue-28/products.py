@@ -6,11 +6,13 @@ For each run and worker, each product in the order it ran: its task's first bloc
 blocks it reads had been read (``inputs``: the latest read end among them, a deferred decode's enqueue), how many
 blocks the worker had read by then against how many the products so far need (reads in the order of need give
 equal counts; more: the read-ahead took later products' blocks first), its first and last GEMM on the device, when
-its unpadding was enqueued (after the last GEMM: the host held the product back), and the time from its last GEMM
-to the next product's first.  Then per worker: the gaps' sum, the unpadding's holds (over 5 ms), and the time from
-the first read to the last product whose GEMMs waited for their inputs (``read-bound until``).  Blocks are named
-as ``timeline.py`` names them (``a r,c``: A's chunk row and column; a product reads A's block row ``r`` over every
-k chunk, B's block column over every k chunk).
+its unpadding was enqueued (after the last GEMM: the host held the product back), the time from its last GEMM to
+the next product's first, and, where the record times them (``timeline.py`` from the thirty-second session on),
+its deferred decode checks on its thread (``checks_s``).  Then per worker: the gaps' sum, the unpadding's holds
+(over 5 ms), and the last product whose GEMMs ended within a product's time of its inputs (``read_bound_until``,
+roughly where the reads stopped setting the pace).  Blocks are named as ``timeline.py`` names them (``a r,c``:
+A's chunk row and column; a product reads A's block row ``r`` over every k chunk, B's block column over every
+k chunk).
 """
 import argparse
 import json
@@ -38,7 +40,9 @@ def products(run: dict) -> tuple[list, dict]:
         inputs = max(got) if got else None
         mine = [g for g in gemms if prod[2] <= g[1] <= prod[3] + 0.001]
         unpad = [u[4] for u in unpads if prod[2] <= u[4] <= prod[3] + 0.001]
+        checks = [e for e in log if e[0] == "check" and e[1] == prod[1] and prod[2] <= e[2] <= prod[3]]
         rows.append({"a": task[2], "b": task[3], "start": round(prod[2], 4), "end": round(prod[3], 4),
+                     "checks_s": round(sum(e[3] - e[2] for e in checks), 4) if checks else None,
                      "inputs": None if inputs is None else round(inputs, 4),
                      "reads_by_then": None if inputs is None else sum(1 for e in reads if e[3] <= inputs),
                      "needed": len(seen),
