@@ -14,7 +14,10 @@ products before it read are in, and the kernels of the products after it take th
 
     T2 >= first + max_p (N(p) * bytes / (RATE / 2) + (P - p - 1) * g + g / K) + (wall - last GEMM task)
 
-a floor (C's own download and writes, which share the host, left out).  RATE is given, or read from a
+a floor (C's own download and writes, which share the host, left out).  Beside it, ``traffic_floor_s``: the run's
+floor if every byte between the files and the devices (the inputs up, C's frames down and into their files)
+shared RATE alike, order aside: first GEMM + max(kernels, bytes / RATE) + drain (whether C's bytes cost the
+host what the inputs' do is what ``upload_paths_probe.py --beside down`` measures).  RATE is given, or read from a
 ``upload_paths_probe.py`` record: the staged path at its most threads (summed over the processes of a
 ``--start-at`` run, averaged over its rounds).  Printed and recorded: each two-GPU run's wall against its floor,
 the rate at which its floor would be its wall (the inputs' rate it ran as if it had), the one-GPU runs' mean wall,
@@ -80,6 +83,14 @@ def floor(run: dict, rate: float, n: list, k: int) -> float:
     return run["first_gemm_start"] + inner + (run["wall_s"] - run["last_gemm_stop"])
 
 
+def traffic_floor(run: dict, rate: float) -> float:
+    """The run's floor if every byte between the files and the devices (the inputs up, C's frames down and into
+    its files) shared the host's RATE: first GEMM + max(a worker's kernels, bytes / RATE) + drain."""
+    moved = run["bytes_up"] + run["bytes_down"] + run["c_stored_bytes"]
+    busy = max(max(run["per_worker"]["kernel_seconds"]), moved / (rate * 1e9))
+    return run["first_gemm_start"] + busy + (run["wall_s"] - run["last_gemm_stop"])
+
+
 def rate_for(runs: list, n: list, k: int, goal: float) -> float | None:
     """The rate (GB/s) at which the runs' mean floor is ``goal`` seconds (bisection); None: not below 1000 GB/s."""
     lo, hi = 0.1, 1000.0
@@ -121,6 +132,8 @@ def main():
         seen = rate_for([r], n, k, r["wall_s"])
         rows.append({"wall_s": r["wall_s"], "floor_s": round(f, 3), "over_floor": round(r["wall_s"] / f, 3),
                      "rate_as_if_gb_s": None if seen is None else round(seen, 2),
+                     "traffic_floor_s": round(traffic_floor(r, rate), 3),
+                     "traffic_gb": round((r["bytes_up"] + r["bytes_down"] + r["c_stored_bytes"]) / 1e9, 2),
                      "first_gemm_start": r["first_gemm_start"],
                      "after_last_gemm": round(r["wall_s"] - r["last_gemm_stop"], 3),
                      "kernel_s_a_product": round(max(r["per_worker"]["kernel_seconds"]) / len(n), 4)})
@@ -133,12 +146,22 @@ def main():
         t2 = sum(r["wall_s"] for r in two) / len(two)
         f2 = sum(x["floor_s"] for x in rows) / len(rows)
         need = rate_for(two, n, k, t1 / args.target)
+        lo, hi = 0.1, 1000.0     # the shared rate at which the mean traffic floor gives the target
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            if sum(traffic_floor(r, mid) for r in two) / len(two) <= t1 / args.target:
+                hi = mid
+            else:
+                lo = mid
+        out["traffic_rate_for_target_gb_s"] = round(hi, 2) if hi < 999 else None
+        out["traffic_ratio_ceiling_at_rate"] = round(t1 / (sum(traffic_floor(r, rate) for r in two) / len(two)), 3)
         out["one_gpu_wall_s"] = round(t1, 3)
         out["ratio_measured"] = round(t1 / t2, 3)
         out["ratio_ceiling_at_rate"] = round(t1 / f2, 3)
         out["rate_for_target_gb_s"] = None if need is None else round(need, 2)
         print(json.dumps({k: out[k] for k in ("one_gpu_wall_s", "ratio_measured", "ratio_ceiling_at_rate",
-                                                "rate_for_target_gb_s")}))
+                                                "rate_for_target_gb_s", "traffic_ratio_ceiling_at_rate",
+                                                "traffic_rate_for_target_gb_s")}))
     with open(args.out, "w") as fh:
         json.dump(out, fh, indent=1)
 
