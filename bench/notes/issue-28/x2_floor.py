@@ -91,17 +91,17 @@ def traffic_floor(run: dict, rate: float) -> float:
     return run["first_gemm_start"] + busy + (run["wall_s"] - run["last_gemm_stop"])
 
 
-def rate_for(runs: list, n: list, k: int, goal: float) -> float | None:
-    """The rate (GB/s) at which the runs' mean floor is ``goal`` seconds (bisection); None: not below 1000 GB/s."""
+def rate_for(runs: list, goal: float, floor_at) -> float | None:
+    """The rate (GB/s) at which the runs' mean ``floor_at(run, rate)`` is ``goal`` seconds (bisection); None: not
+    below 1000 GB/s."""
+    def mean(rate):
+        return sum(floor_at(r, rate) for r in runs) / len(runs)
     lo, hi = 0.1, 1000.0
-    if sum(floor(r, hi, n, k) for r in runs) / len(runs) > goal:
+    if mean(hi) > goal:
         return None
     for _ in range(60):
         mid = (lo + hi) / 2
-        if sum(floor(r, mid, n, k) for r in runs) / len(runs) <= goal:
-            hi = mid
-        else:
-            lo = mid
+        lo, hi = (lo, mid) if mean(mid) <= goal else (mid, hi)
     return hi
 
 
@@ -126,10 +126,13 @@ def main():
     grid, k = size // args.c_block, size // args.k_block
     order = grow([(i, j, 0) for i in range(grid) for j in range(grid // 2)], 1, 2)
     n = needs(order, k)
+
+    def ordered(run, rate):
+        return floor(run, rate, n, k)
     rows = []
     for r in two:
         f = floor(r, rate, n, k)
-        seen = rate_for([r], n, k, r["wall_s"])
+        seen = rate_for([r], r["wall_s"], ordered)
         rows.append({"wall_s": r["wall_s"], "floor_s": round(f, 3), "over_floor": round(r["wall_s"] / f, 3),
                      "rate_as_if_gb_s": None if seen is None else round(seen, 2),
                      "traffic_floor_s": round(traffic_floor(r, rate), 3),
@@ -145,23 +148,17 @@ def main():
         t1 = sum(r["wall_s"] for r in one) / len(one)
         t2 = sum(r["wall_s"] for r in two) / len(two)
         f2 = sum(x["floor_s"] for x in rows) / len(rows)
-        need = rate_for(two, n, k, t1 / args.target)
-        lo, hi = 0.1, 1000.0     # the shared rate at which the mean traffic floor gives the target
-        for _ in range(60):
-            mid = (lo + hi) / 2
-            if sum(traffic_floor(r, mid) for r in two) / len(two) <= t1 / args.target:
-                hi = mid
-            else:
-                lo = mid
-        out["traffic_rate_for_target_gb_s"] = round(hi, 2) if hi < 999 else None
+        need = rate_for(two, t1 / args.target, ordered)
+        shared = rate_for(two, t1 / args.target, traffic_floor)
+        out["traffic_rate_for_target_gb_s"] = None if shared is None else round(shared, 2)
         out["traffic_ratio_ceiling_at_rate"] = round(t1 / (sum(traffic_floor(r, rate) for r in two) / len(two)), 3)
         out["one_gpu_wall_s"] = round(t1, 3)
         out["ratio_measured"] = round(t1 / t2, 3)
         out["ratio_ceiling_at_rate"] = round(t1 / f2, 3)
         out["rate_for_target_gb_s"] = None if need is None else round(need, 2)
-        print(json.dumps({k: out[k] for k in ("one_gpu_wall_s", "ratio_measured", "ratio_ceiling_at_rate",
-                                                "rate_for_target_gb_s", "traffic_ratio_ceiling_at_rate",
-                                                "traffic_rate_for_target_gb_s")}))
+        print(json.dumps({key: out[key] for key in ("one_gpu_wall_s", "ratio_measured", "ratio_ceiling_at_rate",
+                                                    "rate_for_target_gb_s", "traffic_ratio_ceiling_at_rate",
+                                                    "traffic_rate_for_target_gb_s")}))
     with open(args.out, "w") as fh:
         json.dump(out, fh, indent=1)
 
