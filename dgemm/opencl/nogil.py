@@ -198,18 +198,20 @@ def wait(events, first: float = 5e-5, longest: float = 5e-4) -> None:
     for event in events:
         if event is None:
             continue
-        # its queue flushed first, as clWaitForEvents does: a command never submitted never completes
-        _check(lib.clGetEventInfo(event.int_ptr, _QUEUE, ctypes.sizeof(queue), ctypes.byref(queue), None),
-               "clGetEventInfo")
-        if queue.value:     # (a user event has none)
-            _check(lib.clFlush(queue.value), "clFlush")
-        while True:
-            _check(lib.clGetEventInfo(event.int_ptr, _EXECUTION_STATUS, 4, ctypes.byref(status), None),
+        # A command that has run needs one status read (every call here lets Python's lock go and takes it back).
+        # One still to run has its queue flushed first, as clWaitForEvents does: a command never submitted never
+        # completes.
+        _check(lib.clGetEventInfo(event.int_ptr, _EXECUTION_STATUS, 4, ctypes.byref(status), None), "clGetEventInfo")
+        if status.value > 0:
+            _check(lib.clGetEventInfo(event.int_ptr, _QUEUE, ctypes.sizeof(queue), ctypes.byref(queue), None),
                    "clGetEventInfo")
-            if status.value <= 0:
-                break
+            if queue.value:     # (a user event has none)
+                _check(lib.clFlush(queue.value), "clFlush")
+        while status.value > 0:
             time.sleep(pause)
             pause = min(2 * pause, longest)
+            _check(lib.clGetEventInfo(event.int_ptr, _EXECUTION_STATUS, 4, ctypes.byref(status), None),
+                   "clGetEventInfo")
         # the command failed: its status is the error (NVIDIA's clWaitForEvents returns success for a failed user event)
         _check(min(status.value, 0), "a command waited for")
 

@@ -257,18 +257,37 @@ class DeviceDecoded(Through):
         except Exception as e:
             raise unreadable(self.block, e) from e
         for event, check in mine or ():
-            pending.append((event, functools.partial(_checked, self.block, check)))
+            pending.append((event, _Checked(self.block, check)))
         return sent
 
 
-def _checked(block, check) -> None:
-    """A deferred decode's ``check()``, its errors the host reader's (as :meth:`DeviceDecoded.fill_device` raises)."""
-    try:
-        check()
-    except DeviceError:
-        raise
-    except Exception as e:
-        raise unreadable(block, e) from e
+class _Checked:
+    """A deferred decode's ``check()``, its errors the host reader's (as :meth:`DeviceDecoded.fill_device` raises),
+    made once it has passed.
+
+    The block stays in the device's panel cache with its check, and every
+    product that reads it calls the check first: on two H200s a product of
+    24 cached blocks made some 700 status reads and flushes for checks that
+    had passed, Python's lock taken back after each, while its GEMMs had
+    run (its unpadding enqueued up to 190 ms after them; bench/NOTES.md,
+    issue 28, thirty-second session).  A check that fails raises again.
+    """
+
+    __slots__ = ("block", "check", "passed")
+
+    def __init__(self, block, check):
+        self.block, self.check, self.passed = block, check, False
+
+    def __call__(self) -> None:
+        if self.passed:
+            return
+        try:
+            self.check()
+        except DeviceError:
+            raise
+        except Exception as e:
+            raise unreadable(self.block, e) from e
+        self.passed = True
 
 
 def _read_packed(device, found) -> tuple:
