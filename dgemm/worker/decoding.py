@@ -266,11 +266,12 @@ class _Checked:
     made once it has passed.
 
     The block stays in the device's panel cache with its check, and every
-    product that reads it calls the check first: on two H200s a product of
-    24 cached blocks made some 700 status reads and flushes for checks that
-    had passed, Python's lock taken back after each, while its GEMMs had
-    run (its unpadding enqueued up to 190 ms after them; bench/NOTES.md,
-    issue 28, thirty-second session).  A check that fails raises again.
+    product that reads it calls the check before its unpadding: a worker of
+    two H200s at 49152² has 24 such checks a product, some ten events each,
+    three driver calls an event, each taking Python's lock back (there some
+    unpaddings were enqueued 20-190 ms after their GEMMs had run;
+    bench/NOTES.md, issue 28, thirty-second session).  A check that fails
+    raises again.
     """
 
     __slots__ = ("block", "check", "passed")
