@@ -288,7 +288,7 @@ class _Checked:
             raise
         except Exception as e:
             raise unreadable(self.block, e) from e
-        self.passed = True
+        self.passed, self.check = True, None    # (its events and error rows go now, not with the cache entry)
 
 
 def _read_packed(device, found) -> tuple:
