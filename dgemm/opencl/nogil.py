@@ -182,8 +182,8 @@ def wait(events, first: float = 5e-5, longest: float = 5e-4) -> None:
     OpenCL call waits for it; and its ``clWaitForEvents`` spins a core for
     as long as it waits, a core the host's decoders need (both measured on
     an H200 by bench/notes/issue-28/driver_waits.py, bench/NOTES.md).  The
-    status is read without Python's lock, first after ``first`` seconds, the
-    sleeps doubling up to ``longest``.  A failed command raises pyopencl's
+    status is read without Python's lock, at once, then after sleeps of
+    ``first`` seconds doubling up to ``longest``.  A failed command raises pyopencl's
     error, its status named.
     """
     if not isinstance(events, (list, tuple)):

@@ -271,24 +271,26 @@ class _Checked:
     three driver calls an event, each taking Python's lock back (there some
     unpaddings were enqueued 20-190 ms after their GEMMs had run;
     bench/NOTES.md, issue 28, thirty-second session).  A check that fails
-    raises again.
+    raises again.  ``check`` is None once it has passed: a product calling
+    it while another's call passes holds its own reference.
     """
 
-    __slots__ = ("block", "check", "passed")
+    __slots__ = ("block", "check")
 
     def __init__(self, block, check):
-        self.block, self.check, self.passed = block, check, False
+        self.block, self.check = block, check
 
     def __call__(self) -> None:
-        if self.passed:
+        check = self.check
+        if check is None:       # (it passed, in a product before this one)
             return
         try:
-            self.check()
+            check()
         except DeviceError:
             raise
         except Exception as e:
             raise unreadable(self.block, e) from e
-        self.passed, self.check = True, None    # (its events and error rows go now, not with the cache entry)
+        self.check = None       # passed: its events and error rows go now, not with the cache entry
 
 
 def _read_packed(device, found) -> tuple:
