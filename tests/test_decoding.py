@@ -342,69 +342,6 @@ def test_a_deferred_decode_is_waited_for_on_the_device(any_device, engines, tmp_
     assert not got[k:].any() and not got[:, n:].any()
 
 
-def test_products_of_cached_blocks_check_each_decode_once(any_device, engines, tmp_path, rng, monkeypatch):
-    """Blocks stay in the panel cache with their deferred decode checks: a row and a column of products read each
-    block two or three times, and each check runs once (a passed check made again cost a product hundreds of
-    driver calls), every product right."""
-    import collections
-
-    from dgemm.worker import decoding
-
-    ran, made = collections.Counter(), collections.Counter()
-    real_init = decoding._Checked.__init__
-
-    def counted_init(self, block, check):
-        key = block.key()
-        made[key] += 1
-
-        def counted():
-            ran[key] += 1
-            return check()
-        real_init(self, block, counted)
-    monkeypatch.setattr(decoding._Checked, "__init__", counted_init)
-    monkeypatch.setattr(any_device.cache, "budget", 1 << 30)    # (a worker's plan gives it room; none here)
-    eng = engines(any_device, "float32")
-    bs, steps = 24, 2
-    A = rng.standard_normal((2 * bs, steps * bs)).astype("f4")
-    B = rng.standard_normal((steps * bs, 2 * bs)).astype("f4")
-    arrays = {}
-    for name, value in (("a", A), ("b", B)):
-        z = zarr.create_array(str(tmp_path / f"{name}.zarr"), shape=value.shape, chunks=(bs, bs), dtype="f4",
-                              compressors=ZstdCodec(level=3))
-        z[...] = value
-        arrays[name] = z
-    scope = f"checked-once-{id(tmp_path)}"
-    try:
-        for i, j in ((0, 0), (0, 1), (1, 0), (1, 1), (0, 0)):
-            a_refs = [DeviceDecoded(ZarrBlock(arrays["a"], (i * bs, (i + 1) * bs), (s * bs, (s + 1) * bs)))
-                      for s in range(steps)]
-            b_refs = [DeviceDecoded(ZarrBlock(arrays["b"], (s * bs, (s + 1) * bs), (j * bs, (j + 1) * bs)))
-                      for s in range(steps)]
-            got = eng.stream(a_refs, b_refs, bs, bs, scope=scope)
-            check_product(got, A[i * bs:(i + 1) * bs], B[:, j * bs:(j + 1) * bs], dtype="float32")
-    finally:
-        eng.cache.drop(lambda s: s == scope)
-    assert set(made.values()) == {1} and len(made) == 8, dict(made)    # every block decoded once, and cached
-    assert ran == made, dict(ran)
-
-
-def test_a_check_that_failed_fails_again(tmp_path):
-    """Only a check that passed is made once: one that raised raises in every product that reads its block."""
-    from dgemm.worker import decoding
-
-    z = zarr.create_array(str(tmp_path / "a.zarr"), shape=(8, 8), chunks=(8, 8), dtype="f4")
-    calls = []
-
-    def bad():
-        calls.append(1)
-        raise ValueError("a forged frame")
-    checked = decoding._Checked(ZarrBlock(z, (0, 8), (0, 8)), bad)
-    for _ in range(2):
-        with pytest.raises(OSError, match="a forged frame"):
-            checked()
-    assert len(calls) == 2
-
-
 # -- blocks decoded together (zstd): the blocks queued behind busy slots share one call ----------------------------
 def _queued_behind_held_slots(dev, blocks, monkeypatch, bad=(), wait: float = 60):
     """Fill each of ``blocks`` (DeviceDecoded, deferred) from a thread of its own while every decode slot is held,

@@ -182,8 +182,8 @@ def wait(events, first: float = 5e-5, longest: float = 5e-4) -> None:
     OpenCL call waits for it; and its ``clWaitForEvents`` spins a core for
     as long as it waits, a core the host's decoders need (both measured on
     an H200 by bench/notes/issue-28/driver_waits.py, bench/NOTES.md).  The
-    status is read without Python's lock, at once, then after sleeps of
-    ``first`` seconds doubling up to ``longest``.  A failed command raises pyopencl's
+    status is read without Python's lock, first after ``first`` seconds, the
+    sleeps doubling up to ``longest``.  A failed command raises pyopencl's
     error, its status named.
     """
     if not isinstance(events, (list, tuple)):
@@ -198,20 +198,18 @@ def wait(events, first: float = 5e-5, longest: float = 5e-4) -> None:
     for event in events:
         if event is None:
             continue
-        # A command that has run needs one status read (every call here lets Python's lock go and takes it back).
-        # One still to run has its queue flushed first, as clWaitForEvents does: a command never submitted never
-        # completes.
-        _check(lib.clGetEventInfo(event.int_ptr, _EXECUTION_STATUS, 4, ctypes.byref(status), None), "clGetEventInfo")
-        if status.value > 0:
-            _check(lib.clGetEventInfo(event.int_ptr, _QUEUE, ctypes.sizeof(queue), ctypes.byref(queue), None),
-                   "clGetEventInfo")
-            if queue.value:     # (a user event has none)
-                _check(lib.clFlush(queue.value), "clFlush")
-        while status.value > 0:
-            time.sleep(pause)
-            pause = min(2 * pause, longest)
+        # its queue flushed first, as clWaitForEvents does: a command never submitted never completes
+        _check(lib.clGetEventInfo(event.int_ptr, _QUEUE, ctypes.sizeof(queue), ctypes.byref(queue), None),
+               "clGetEventInfo")
+        if queue.value:     # (a user event has none)
+            _check(lib.clFlush(queue.value), "clFlush")
+        while True:
             _check(lib.clGetEventInfo(event.int_ptr, _EXECUTION_STATUS, 4, ctypes.byref(status), None),
                    "clGetEventInfo")
+            if status.value <= 0:
+                break
+            time.sleep(pause)
+            pause = min(2 * pause, longest)
         # the command failed: its status is the error (NVIDIA's clWaitForEvents returns success for a failed user event)
         _check(min(status.value, 0), "a command waited for")
 

@@ -257,40 +257,18 @@ class DeviceDecoded(Through):
         except Exception as e:
             raise unreadable(self.block, e) from e
         for event, check in mine or ():
-            pending.append((event, _Checked(self.block, check)))
+            pending.append((event, functools.partial(_checked, self.block, check)))
         return sent
 
 
-class _Checked:
-    """A deferred decode's ``check()``, its errors the host reader's (as :meth:`DeviceDecoded.fill_device` raises),
-    made once it has passed.
-
-    The block stays in the device's panel cache with its check, and every
-    product that reads it calls the check before its unpadding: a worker of
-    two H200s at 49152² has 24 such checks a product, some ten events each,
-    three driver calls an event, each taking Python's lock back (there some
-    unpaddings were enqueued 20-190 ms after their GEMMs had run;
-    bench/NOTES.md, issue 28, thirty-second session).  A check that fails
-    raises again.  ``check`` is None once it has passed: a product calling
-    it while another's call passes holds its own reference.
-    """
-
-    __slots__ = ("block", "check")
-
-    def __init__(self, block, check):
-        self.block, self.check = block, check
-
-    def __call__(self) -> None:
-        check = self.check
-        if check is None:       # (it passed, in a product before this one)
-            return
-        try:
-            check()
-        except DeviceError:
-            raise
-        except Exception as e:
-            raise unreadable(self.block, e) from e
-        self.check = None       # passed: its events and error rows go now, not with the cache entry
+def _checked(block, check) -> None:
+    """A deferred decode's ``check()``, its errors the host reader's (as :meth:`DeviceDecoded.fill_device` raises)."""
+    try:
+        check()
+    except DeviceError:
+        raise
+    except Exception as e:
+        raise unreadable(block, e) from e
 
 
 def _read_packed(device, found) -> tuple:

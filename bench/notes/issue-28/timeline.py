@@ -169,7 +169,7 @@ def trace_install(dask_worker=None):
     timed(decoding, "_batchable", "batchable")
     # a product's deferred decode checks, on its thread before its unpadding (thirty-second session: products.py
     # found unpaddings enqueued 20-190 ms after their product's last GEMM had run)
-    timed(decoding._Checked, "__call__", "check")
+    timed(decoding, "_checked", "check")
     timed(decoding._Batches, "_lead_or_wait", "lead_or_wait")
     timed(encoding, "_encode_job", "encode_job")    # an encoder thread's job: its slot's wait, the copy, the encode
     from dgemm.opencl import scratch
