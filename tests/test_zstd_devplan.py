@@ -89,6 +89,74 @@ def test_device_plans_are_the_fast_plans(any_device, rng):
             ("bytes", 3, False), ("normal", 19, True)} <= set(planned), planned
 
 
+def test_the_rows_read_is_queued_behind_the_kernel_and_waited_for_in_its_place(any_device, rng):
+    """The host waits once, for the read: NVIDIA's driver shows a kernel's end to the host late beside the GEMMs
+    (bench/NOTES.md, issue 28, thirty-third session), and the in-order queue runs the read after the kernel."""
+    import pyopencl as cl
+
+    frames = [Zstd(level=3).encode(rng.standard_normal(1 << 15).astype(np.float32).tobytes()) for _ in range(2)]
+    waited = []
+
+    def wait(events):
+        waited.append([e.command_type for e in events])
+        cl.wait_for_events(events)
+
+    host, starts = zd._packed(frames)
+    bufs = []
+
+    def take(nbytes, what):
+        bufs.append(any_device.buffer(max(nbytes, 1), what))
+        return bufs[-1]
+
+    src = take(host.nbytes + 16, "test frames")
+    try:
+        cl.enqueue_copy(any_device.queue, src, host).wait()
+        prog = zd.program(any_device, zd.default_lanes(any_device))
+        got = dp.plan(prog, any_device.queue, src, frames, starts, [dp.head(f, "f") for f in frames], take, wait)
+    finally:
+        for b in bufs:
+            b.release()
+    for frame, plan in zip(frames, got):
+        _same(plan, _fast(frame))
+    assert waited and cl.command_type.READ_BUFFER in waited[0], waited
+    assert not any(cl.command_type.NDRANGE_KERNEL in w for w in waited), "the kernel's own end was waited for"
+
+
+def test_a_plan_kernel_that_failed_raises_though_its_rows_were_read(any_device, rng):
+    """The read queued behind the kernel runs whatever the kernel did; a failed kernel still fails the plan."""
+    import threading
+
+    import pyopencl as cl
+
+    from dgemm.opencl import nogil
+
+    frames = [Zstd(level=3).encode(rng.standard_normal(1 << 12).astype(np.float32).tobytes())]
+    host, starts = zd._packed(frames)
+    failed = cl.UserEvent(any_device.context)
+    failed.set_status(-5)       # (CL_OUT_OF_RESOURCES, as a launch that failed on the device would be)
+
+    class Failing:      # the program, its plan kernel's launch failed
+        lock, plan_lanes = threading.Lock(), 1
+
+        def plan(self, *args):
+            return failed
+
+    bufs = []
+
+    def take(nbytes, what):
+        bufs.append(any_device.buffer(max(nbytes, 1), what))
+        return bufs[-1]
+
+    try:
+        src = take(host.nbytes + 16, "test frames")
+        with pytest.raises(cl.Error, match="a command waited for"):
+            dp.plan(Failing(), any_device.queue, src, frames, starts, [dp.head(f, "f") for f in frames], take,
+                    nogil.wait)
+    finally:
+        for b in bufs:
+            b.release()
+
+
 def test_the_kernel_gives_up_where_the_fast_plan_does(any_device, rng):
     """Bytes flipped in block headers, literals headers, jump tables and sequence sections; truncations."""
     frames = [f for (name, level, checksum), f in _corpus(rng).items()

@@ -207,7 +207,8 @@ def trace_install(dask_worker=None):
     nogil.release = release_of
     # the device plan's read-back of its rows (thirty-third session: 11-86 ms passed from the plan kernel's end to
     # the first frame's plan, 41-56 after 0.7 s): when the host asked and had them ("plan_read"), and the copy's
-    # own queued, start and end on the device's clock (a "cmd" of "decode plan_read")
+    # own queued, start and end on the device's clock (a "cmd" of "decode plan_read"); versions before 33's change
+    # (x-readbehind33.patch, merged) only: the read is now queued behind the kernel and waited for by the call's wait
     real_copied = nogil.copied
 
     class DevplanNogil:     # zstd_devplan's view of the nogil module: its copied() timed

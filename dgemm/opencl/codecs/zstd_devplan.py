@@ -24,7 +24,6 @@ import dataclasses
 
 import numpy as np
 
-from dgemm.opencl import nogil
 from dgemm.opencl.codecs import zstd_frames as zf
 
 PLAN_COLUMNS = 6    # zstd_plan's frame rows: start in the uploaded bytes, size, header size, checksum, slot, slots
@@ -96,9 +95,14 @@ def plan(prog, queue, src, frames, starts, heads, take, wait, events: list | Non
                          *(np.int64(x) for x in parts[1:4]), bufs[2])
     if events is not None:
         events.append(("plan", done))
-    wait([up, done])
-    # not a blocking read: NVIDIA's driver holds its own lock through one, and other threads' calls wait for it
-    nogil.copied(queue, back, bufs[1])
+    # The rows' read is enqueued at once behind the kernel (the queue is in order: it starts when the kernel has
+    # run) and waited for in its place: NVIDIA's driver showed the kernel's end to the host 5 ms after it at the
+    # median, 27-37 ms beside the GEMMs, and a copy's within 1-3 ms (bench/NOTES.md, issue 28, thirty-third
+    # session).  Not a blocking read: NVIDIA's driver holds its own lock through one, and other threads' calls wait.
+    read = cl.enqueue_copy(queue, back, bufs[1], is_blocking=False)
+    wait([read, up])
+    if done.command_execution_status < 0:   # (a failed kernel: its status is the error)
+        wait([done])
     plans = []
     for k, (frame, h, first) in enumerate(zip(frames, heads, at)):
         status, nb, ntrees, literals = (int(x) for x in out[k])
