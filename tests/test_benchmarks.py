@@ -272,7 +272,8 @@ def test_bench_scripts_run_against_the_installed_package(script, tmp_path):
 VERSIONS_ON_PURPOSE = {"notes/issue-28/gpu_session_ab.sh", "notes/issue-28/gpu_session_async.sh",
                        "notes/issue-28/gpu_session_gil.sh", "notes/issue-28/gpu_session_kernels.sh",
                        "notes/issue-28/gpu_session_decodefirst24.sh", "notes/issue-28/gpu_session_26b.sh",
-                       "notes/issue-28/gpu_session_28c.sh", "notes/issue-28/gpu_session_ab_x2.sh"}
+                       "notes/issue-28/gpu_session_28c.sh", "notes/issue-28/gpu_session_ab_x2.sh",
+                       "notes/issue-28/gpu_session_33b.sh", "notes/issue-28/gpu_session_33c.sh"}
 
 
 @pytest.mark.parametrize("script", SHELL_SCRIPTS)

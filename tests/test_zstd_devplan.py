@@ -45,30 +45,35 @@ def device_plans(dev, frames, calls: int = 1):
     """Each frame's plan by ``zstd_plan`` (None where it gives up), ``calls`` calls of the frames in turn."""
     import pyopencl as cl
 
-    out = []
     step = -(-len(frames) // calls)
-    for part in (frames[k:k + step] for k in range(0, len(frames), step)):
-        host, starts = zd._packed(part)
-        bufs = []
+    return [p for k in range(0, len(frames), step) for p in _plan_call(dev, frames[k:k + step], cl.wait_for_events)]
 
-        def take(nbytes, what):
-            bufs.append(dev.buffer(max(nbytes, 1), what))
-            return bufs[-1]
 
-        src = take(host.nbytes + 16, "test frames")
-        try:
-            cl.enqueue_copy(dev.queue, src, host).wait()
-            prog = zd.program(dev, zd.default_lanes(dev))
-            heads = [_head(f) for f in part]       # (a frame whose header is refused: the host's, None here)
-            mine = [k for k, h in enumerate(heads) if h is not None]
-            got = dp.plan(prog, dev.queue, src, [part[k] for k in mine], [starts[k] for k in mine],
-                          [heads[k] for k in mine], take, cl.wait_for_events)
-            planned = dict(zip(mine, got))
-            out += [planned.get(k) for k in range(len(part))]
-        finally:
-            for b in bufs:
-                b.release()
-    return out
+def _plan_call(dev, frames, wait, prog=None) -> list:
+    """One ``zstd_plan`` call's plans of ``frames`` (None where a header is refused or the kernel gives up), its
+    waits made by ``wait``, its program ``prog`` (the device's own by default)."""
+    import pyopencl as cl
+
+    host, starts = zd._packed(frames)
+    bufs = []
+
+    def take(nbytes, what):
+        bufs.append(dev.buffer(max(nbytes, 1), what))
+        return bufs[-1]
+
+    src = take(host.nbytes + 16, "test frames")
+    try:
+        cl.enqueue_copy(dev.queue, src, host).wait()
+        prog = prog if prog is not None else zd.program(dev, zd.default_lanes(dev))
+        heads = [_head(f) for f in frames]       # (a frame whose header is refused: the host's, None here)
+        mine = [k for k, h in enumerate(heads) if h is not None]
+        got = dp.plan(prog, dev.queue, src, [frames[k] for k in mine], [starts[k] for k in mine],
+                      [heads[k] for k in mine], take, wait)
+        planned = dict(zip(mine, got))
+        return [planned.get(k) for k in range(len(frames))]
+    finally:
+        for b in bufs:
+            b.release()
 
 
 def test_device_plans_are_the_fast_plans(any_device, rng):
@@ -101,22 +106,7 @@ def test_the_rows_read_is_queued_behind_the_kernel_and_waited_for_in_its_place(a
         waited.append([e.command_type for e in events])
         cl.wait_for_events(events)
 
-    host, starts = zd._packed(frames)
-    bufs = []
-
-    def take(nbytes, what):
-        bufs.append(any_device.buffer(max(nbytes, 1), what))
-        return bufs[-1]
-
-    src = take(host.nbytes + 16, "test frames")
-    try:
-        cl.enqueue_copy(any_device.queue, src, host).wait()
-        prog = zd.program(any_device, zd.default_lanes(any_device))
-        got = dp.plan(prog, any_device.queue, src, frames, starts, [dp.head(f, "f") for f in frames], take, wait)
-    finally:
-        for b in bufs:
-            b.release()
-    for frame, plan in zip(frames, got):
+    for frame, plan in zip(frames, _plan_call(any_device, frames, wait)):
         _same(plan, _fast(frame))
     assert waited and cl.command_type.READ_BUFFER in waited[0], waited
     assert not any(cl.command_type.NDRANGE_KERNEL in w for w in waited), "the kernel's own end was waited for"
@@ -130,8 +120,6 @@ def test_a_plan_kernel_that_failed_raises_though_its_rows_were_read(any_device, 
 
     from dgemm.opencl import nogil
 
-    frames = [Zstd(level=3).encode(rng.standard_normal(1 << 12).astype(np.float32).tobytes())]
-    host, starts = zd._packed(frames)
     failed = cl.UserEvent(any_device.context)
     failed.set_status(-5)       # (CL_OUT_OF_RESOURCES, as a launch that failed on the device would be)
 
@@ -141,20 +129,9 @@ def test_a_plan_kernel_that_failed_raises_though_its_rows_were_read(any_device, 
         def plan(self, *args):
             return failed
 
-    bufs = []
-
-    def take(nbytes, what):
-        bufs.append(any_device.buffer(max(nbytes, 1), what))
-        return bufs[-1]
-
-    try:
-        src = take(host.nbytes + 16, "test frames")
-        with pytest.raises(cl.Error, match="a command waited for"):
-            dp.plan(Failing(), any_device.queue, src, frames, starts, [dp.head(f, "f") for f in frames], take,
-                    nogil.wait)
-    finally:
-        for b in bufs:
-            b.release()
+    frames = [Zstd(level=3).encode(rng.standard_normal(1 << 12).astype(np.float32).tobytes())]
+    with pytest.raises(cl.Error, match="a command waited for"):
+        _plan_call(any_device, frames, nogil.wait, prog=Failing())
 
 
 def test_the_kernel_gives_up_where_the_fast_plan_does(any_device, rng):

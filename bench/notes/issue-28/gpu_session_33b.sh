@@ -18,12 +18,7 @@ timeline() {    # VERSION ("" for the working tree), the record's name
     python3 bench/notes/issue-28/products.py "$OUT/$2.json" --out "$OUT/products-$2.json" | grep '"worker"'
 }
 timeline "" timeline-main
-for devices in ${DEVICE_SETS:-0,1 0}; do     # (DEVICE_SETS=cpu TL_DEVICES=cpu: a check on PoCL)
-    rounds=${ROUNDS:-2}
-    [ "$devices" = 0 ] && rounds=1
-    OUT="$OUT/ab${devices/,/}" DEVICES=$devices MODES=on ROUNDS=$rounds CLUSTER_TIMEOUT=200 \
-        bash bench/notes/issue-28/gpu_session_ab.sh run 2>&1 | grep -v '__init__'
-done
+MODES=on ab_sets     # (DEVICE_SETS=cpu TL_DEVICES=cpu: a check on PoCL)
 timeline v1 timeline-v1
 (cd "$OUT" && tar -cf call33b.tar --exclude=call33b.tar . && find . -type f ! -name call33b.tar -delete)
 ls -la "$OUT"

@@ -12,12 +12,7 @@
 #             OUT=/some/folder bash bench/notes/issue-28/gpu_session_33c.sh
 . "$(dirname "$0")/session_common.sh" call33c
 export INPUTS=$inputs SIZE=${SIZE:-49152}
-for devices in ${DEVICE_SETS:-0,1 0}; do     # (DEVICE_SETS=cpu TL_DEVICES=cpu: a check on PoCL)
-    rounds=${ROUNDS:-2}
-    [ "$devices" = 0 ] && rounds=1
-    OUT="$OUT/ab${devices/,/}" DEVICES=$devices MODES=on ROUNDS=$rounds CLUSTER_TIMEOUT=200 \
-        bash bench/notes/issue-28/gpu_session_ab.sh run 2>&1 | grep -v '__init__'
-done
+MODES=on ab_sets     # (DEVICE_SETS=cpu TL_DEVICES=cpu: a check on PoCL)
 v=${TL_VERSION:-v2}
 PYTHONPATH=$PWD/.ab/$v${PYTHONPATH:+:$PYTHONPATH} timeout 150 python3 bench/notes/issue-28/timeline.py \
     "$OUT/timeline-$v.json" --size "$SIZE" --chunk 4096 --devices ${TL_DEVICES:-0,1} --codec zstd --modes on \

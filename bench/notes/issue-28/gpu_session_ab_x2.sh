@@ -10,12 +10,7 @@
 #             OUT=/some/folder SPY_VERSION=v1 bash bench/notes/issue-28/gpu_session_ab_x2.sh
 . "$(dirname "$0")/session_common.sh" ab-x2
 export INPUTS=$inputs SIZE=${SIZE:-49152}
-for devices in ${DEVICE_SETS:-0,1 0}; do     # (DEVICE_SETS=cpu: a check on PoCL)
-    rounds=${ROUNDS:-2}
-    [ "$devices" = 0 ] && rounds=1
-    OUT="$OUT/ab${devices/,/}" DEVICES=$devices MODES=${MODES:-on} ROUNDS=$rounds CLUSTER_TIMEOUT=200 \
-        bash bench/notes/issue-28/gpu_session_ab.sh run 2>&1 | grep -v '__init__'
-done
+ab_sets     # (DEVICE_SETS=cpu: a check on PoCL)
 if [ -n "${SPY_VERSION:-}" ]; then     # (not SPY: session_common.sh sets it, py-spy's path)
     PYTHONPATH=$PWD/.ab/$SPY_VERSION${PYTHONPATH:+:$PYTHONPATH} OUT="$OUT/gil" \
         bash bench/notes/issue-28/gpu_session_x2_gil30.sh 2>&1 | tail -4

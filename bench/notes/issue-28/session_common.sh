@@ -3,8 +3,9 @@
 # folder, kept), sets S (the end-to-end script, device_codecs_onoff.py) and GEO (its --size, --chunk and --devices from
 # SIZE, CHUNK and DEVICES), and defines `summary LABEL FIELD...`, which prints each run's record line that
 # device_codecs_onoff.py writes as LABEL and the fields named (a float rounded to 3 places; `a.b` is field b of field
-# a), and each cluster's float64 check; and `raw_scaling FIELD...`, raw chunks in and out at SIZE on devices 0,1 then 0
-# (two runs each: the raw peer's own scaling, beside a 2-GPU call's zstd runs).
+# a), and each cluster's float64 check; `raw_scaling FIELD...`, raw chunks in and out at SIZE on devices 0,1 then 0
+# (two runs each: the raw peer's own scaling, beside a 2-GPU call's zstd runs); and `ab_sets`, the A/B of the
+# versions prepared in .ab/ on each device set (thirty-third session).
 set -u
 : "${OUT:?set OUT to the folder for the records}"
 mkdir -p "$OUT"
@@ -49,5 +50,15 @@ raw_scaling() {
         timeout 200 python3 $S "$OUT/x2-raw-devices${devices/,/}.json" --size "$SIZE" --chunk ${CHUNK:-4096} \
             --devices "$devices" --codec none --out-codec none --repeats 2 --modes off \
             --inputs "$inputs/raw" 2>&1 | summary "raw $devices" "$@"
+    done
+}
+
+ab_sets() {     # the A/B of the versions prepared in .ab/ (gpu_session_ab.sh run, on INPUTS) on each device set of
+    local devices rounds    # DEVICE_SETS (0,1 then 0): ROUNDS rounds (2), one on device 0; records in OUT/abDEVICES
+    for devices in ${DEVICE_SETS:-0,1 0}; do     # (DEVICE_SETS=cpu: a check on PoCL)
+        rounds=${ROUNDS:-2}
+        [ "$devices" = 0 ] && rounds=1
+        OUT="$OUT/ab${devices/,/}" DEVICES=$devices MODES=${MODES:-on} ROUNDS=$rounds CLUSTER_TIMEOUT=200 \
+            bash bench/notes/issue-28/gpu_session_ab.sh run 2>&1 | grep -v '__init__'
     done
 }
