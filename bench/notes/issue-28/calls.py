@@ -38,16 +38,18 @@ def calls_of(log: list, until: float | None = None, after: float | None = None) 
                 "uploads": sum(x[6] - x[5] for x in mine if x[3] == "upload"),
                 "kernels": sum(x[6] - x[5] for x in kernels),
                 "after_return": max((x[6] for x in kernels), default=end) - end}
-        call.update(_phases(log, thread, start, end, kernels))
+        call.update(_phases(log, thread, start, end, kernels, [x for x in mine if x[3] == "download"]))
         out.append(call)
     return out
 
 
-def _phases(log: list, thread, start: float, end: float, kernels: list) -> dict:
+def _phases(log: list, thread, start: float, end: float, kernels: list, reads: list = ()) -> dict:
     """The leader's steps before its kernels' launch: until its device plan, the plan kernel's wait in its queue and
     its run (the call's first kernel, since 519a164 among the call's commands), from its end to the plan's end (the
     event's wait, the rows' read-back, the frames' plans), the call's tables, and from the execution's launch to the
-    return.  Empty where the record has no device plan or launch for the call."""
+    return.  Where the call's commands include its rows' read (``reads``: its downloads; since the thirty-third
+    session's ddc3243), from the kernel's end to the read's start, its run, and from its end to the plan's end (the
+    read's end seen, the frames' plans).  Empty where the record has no device plan or launch for the call."""
     def step(name):
         return next((x for x in log if x[0] == name and x[1] == thread and start <= x[2] <= end), None)
     plan, tables, launch = step("devplan"), step("call_tables"), step("execute_launch")
@@ -59,6 +61,10 @@ def _phases(log: list, thread, start: float, end: float, kernels: list) -> dict:
     if first is not None:
         out.update(plan_queued=first[5] - first[4], plan_kernel=first[6] - first[5],
                    after_plan_kernel=plan[3] - first[6])
+        read = next((r for r in sorted(reads, key=lambda r: r[4]) if plan[2] <= r[4] <= plan[3]), None)
+        if read is not None:
+            out.update(plan_read_wait=read[5] - first[6], plan_read=read[6] - read[5],
+                       after_plan_read=plan[3] - read[6])
     if tables is not None:
         out["tables"] = tables[3] - tables[2]
     return out
@@ -68,7 +74,8 @@ def summary(calls: list[dict], blocks: int) -> dict:
     if not calls:
         return {"calls": 0}
     keys = ("host", "device_span", "uploads", "kernels", "after_return", "to_plan", "plan_queued", "plan_kernel",
-            "after_plan_kernel", "plan_step", "tables", "to_launch", "launch_to_return")
+            "after_plan_kernel", "plan_read_wait", "plan_read", "after_plan_read", "plan_step", "tables", "to_launch",
+            "launch_to_return")
     return {"calls": len(calls), "blocks_a_call": round(blocks / len(calls), 2),
             **{f"{k}_ms": round(1e3 * statistics.mean(c[k] for c in calls if k in c), 1) for k in keys
                if any(k in c for c in calls)}}

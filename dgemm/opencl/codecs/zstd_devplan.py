@@ -62,7 +62,7 @@ def plan(prog, queue, src, frames, starts, heads, take, wait, events: list | Non
 
     ``take(nbytes, what)`` gives device buffers; ``wait(events)`` waits for
     commands without Python's lock; ``events`` gets ``("plan", event)`` of the
-    kernel, for its profiling times.  Returns per frame its
+    kernel and ``("plan_read", event)`` of its rows' read, for their profiling times.  Returns per frame its
     :class:`~.zstd_frames.FramePlan`, or None where the host must plan it
     (any of the fast plan's checks failing, a sequence section the host's
     reader refuses, more blocks than :func:`slots`).
@@ -100,6 +100,8 @@ def plan(prog, queue, src, frames, starts, heads, take, wait, events: list | Non
     # median, 27-37 ms beside the GEMMs, and a copy's within 1-3 ms (bench/NOTES.md, issue 28, thirty-third
     # session).  Not a blocking read: NVIDIA's driver holds its own lock through one, and other threads' calls wait.
     read = cl.enqueue_copy(queue, back, bufs[1], is_blocking=False)
+    if events is not None:
+        events.append(("plan_read", read))
     wait([read, up])
     if done.command_execution_status < 0:   # (a failed kernel: its status is the error)
         wait([done])
