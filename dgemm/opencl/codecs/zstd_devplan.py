@@ -96,9 +96,10 @@ def plan(prog, queue, src, frames, starts, heads, take, wait, events: list | Non
     if events is not None:
         events.append(("plan", done))
     # The rows' read is enqueued at once behind the kernel (the queue is in order: it starts when the kernel has
-    # run) and waited for in its place: NVIDIA's driver showed the kernel's end to the host 5 ms after it at the
-    # median, 27-37 ms beside the GEMMs, and a copy's within 1-3 ms (bench/NOTES.md, issue 28, thirty-third
-    # session).  Not a blocking read: NVIDIA's driver holds its own lock through one, and other threads' calls wait.
+    # run) and waited for in its place: on NVIDIA's driver a wait for the kernel (and its table's upload) returned 5
+    # ms after the kernel's end at the median, 27-37 ms beside the GEMMs, and a wait for a copy within 1-3 ms of its
+    # end (bench/NOTES.md, issue 28, thirty-third session).  Not a blocking read: NVIDIA's driver holds its own
+    # lock through one, and other threads' calls wait.
     read = cl.enqueue_copy(queue, back, bufs[1], is_blocking=False)
     if events is not None:
         events.append(("plan_read", read))
