@@ -2,9 +2,9 @@
 # The thirty-third session's third call (two GPUs of one host, about 7 minutes on two H200s): where a decode call's
 # device plan waits.  From the plan kernel's end to the first frame's plan 11 ms passed at the median, 41-56 ms after
 # 0.7 s (call 2's timeline).  The timeline of 49152² zstd `on` on devices 0,1 with the plan's read-back timed
-# (timeline.py's "plan_read": the host's ask and return, the copy's queued, start and end), products.py on it; then
-# the A/B prepared in .ab/ (v0 main, v1 +x-pinnedplan33.patch: the rows read into page-locked memory) on devices 0,1
-# (two rounds, ABBA) and 0 (one); then v1's timeline on 0,1.  Everything comes back in one tar.
+# (then by a wrapper in timeline.py; since cfd1d66 the read is among the call's commands, calls.py splits at it),
+# products.py on it; then the A/B prepared in .ab/ (v0 main, v1 +x-pinnedplan33.patch: the rows read into page-locked
+# memory) on devices 0,1 (two rounds, ABBA) and 0 (one); then v1's timeline on 0,1.  Everything comes back in one tar.
 #     here: bash bench/notes/issue-28/gpu_session_ab.sh prepare \
 #               v0=HEAD v1=HEAD+bench/notes/issue-28/x-pinnedplan33.patch
 #     device: carry [".whl", ".ab"], kind nvidia-h200-x2, after `source .whl/gpu-env.sh`:

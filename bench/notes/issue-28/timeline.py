@@ -205,28 +205,8 @@ def trace_install(dask_worker=None):
             pass
         return real_release(buffer, *args, **kw)
     nogil.release = release_of
-    # the device plan's read-back of its rows (thirty-third session: 11-86 ms passed from the plan kernel's end to
-    # the first frame's plan, 41-56 after 0.7 s): when the host asked and had them ("plan_read"), and the copy's
-    # own queued, start and end on the device's clock (a "cmd" of "decode plan_read"); versions before 33's change
-    # (x-readbehind33.patch, merged) only: the read is now queued behind the kernel and waited for by the call's wait
-    real_copied = nogil.copied
-
-    class DevplanNogil:     # zstd_devplan's view of the nogil module: its copied() timed
-        def __getattr__(self, name):
-            return getattr(nogil, name)
-
-        @staticmethod
-        def copied(queue, dest, src, **kw):
-            t0, c0 = time.perf_counter(), time.thread_time()
-            event = real_copied(queue, dest, src, **kw)
-            rec("plan_read", threading.get_ident(), t0, time.perf_counter(), time.thread_time() - c0)
-            try:
-                p = event.profile
-                rec("cmdp", threading.get_ident(), "decode plan_read", event.command_type, p.queued, p.start, p.end)
-            except Exception:   # noqa: BLE001  (a queue without profiling: the host's times alone)
-                pass
-            return event
-    zstd_devplan.nogil = DevplanNogil()
+    # (the device plan's read of its rows comes with the call's commands since ddc3243 and cfd1d66: a "cmd" of the
+    # decode, a download, which calls.py splits the plan step at)
     import pyopencl
     copy, inside = pyopencl.enqueue_copy, threading.local()
 
@@ -452,7 +432,7 @@ def summary(log, t0, wall, width):
     phases = {what: stats([(x[2] - t0, x[3] - t0) for x in log if x[0] == what],
                           [x[4] for x in log if x[0] == what and len(x) > 4])
               for what in ("packed", "decode_call", "batchable", "lead_or_wait", "batch_call", "plan", "decode_enqueue",
-                           "devplan", "plan_read", "frame_plan", "call_tables", "exec_tables", "execute_launch",
+                           "devplan", "frame_plan", "call_tables", "exec_tables", "execute_launch",
                            "slot_last",
                            "host_plans", "scratch_take", "alloc", "release", "call_copy", "call_copy_blocking",
                            "encode_job", "encode")}
